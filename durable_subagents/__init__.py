@@ -1,0 +1,32 @@
+"""Durable LLM subagents on Temporal.
+
+Spawn a subagent and get its id at once; check it, wait on it, cancel it. Each task
+is a Temporal workflow, so it survives crashes of workers and of the parent.
+"""
+
+from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.client import SubagentClient
+from durable_subagents.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    SubagentError,
+    TaskNotFound,
+    TemporalUnavailable,
+)
+from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
+
+__all__ = [
+    "AgentSpec",
+    "InvalidRequest",
+    "Message",
+    "PayloadTooLarge",
+    "PermissionRule",
+    "SubagentClient",
+    "SubagentError",
+    "TaskEvent",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskStatus",
+    "TemporalUnavailable",
+    "Usage",
+]

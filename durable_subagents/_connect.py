@@ -1,0 +1,28 @@
+"""Connecting to Temporal with the project's data converter and clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_subagents.errors import TemporalUnavailable
+
+
+async def connect_client(address: str, namespace: str = "default", **kwargs: Any) -> Client:
+    """Connect with the pydantic data converter; a clear error if nothing answers.
+
+    Raises:
+        TemporalUnavailable: the server did not answer on ``address``.
+    """
+    try:
+        return await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+        )
+    except RuntimeError as err:
+        raise TemporalUnavailable(
+            f"cannot reach Temporal at {address} (namespace {namespace!r}): {err}. "
+            "Start a local server with `subagents dev`, or point TEMPORAL_ADDRESS / "
+            "--address at a running one"
+        ) from err

@@ -1,0 +1,117 @@
+"""The transcript as an append-only hash chain in the blob store.
+
+Each node is ``{"parent": <ref or null>, "messages": [...]}``; the head reference
+names the whole conversation. The workflow holds only the head, so its history does
+not grow with the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+from durable_subagents._blobstore import BlobStore
+from durable_subagents.types import Message, ToolCall
+
+PREVIEW_CHARS = 1000
+"""Characters of a large text kept inline as its preview."""
+INLINE_LIMIT = 8 * 1024
+"""Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
+
+
+class Transcript:
+    """Reads and appends transcript chains, caching materialized conversations."""
+
+    def __init__(self, store: BlobStore, cache_entries: int = 64) -> None:
+        self.store = store
+        self._cache: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
+        self._cache_entries = cache_entries
+
+    def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
+        """Append ``messages`` after ``head``; return the new head."""
+        node = {"parent": head, "messages": [m.model_dump(exclude_defaults=True) for m in messages]}
+        ref = self.store.put(task_id, json.dumps(node, sort_keys=True).encode())
+        if head is None:
+            self._remember(task_id, ref, list(messages))
+        else:
+            base = self._cache.get((task_id, head))
+            if base is not None:
+                self._remember(task_id, ref, base + list(messages))
+        return ref
+
+    def load(self, task_id: str, head: str | None) -> list[Message]:
+        """The whole conversation up to ``head`` (blob references not expanded)."""
+        if head is None:
+            return []
+        chunks: list[list[Message]] = []
+        ref: str | None = head
+        while ref is not None:
+            cached = self._cache.get((task_id, ref))
+            if cached is not None:
+                chunks.append(cached)
+                break
+            node = json.loads(self.store.get(task_id, ref))
+            chunks.append([Message.model_validate(m) for m in node["messages"]])
+            ref = node["parent"]
+        messages = [m for chunk in reversed(chunks) for m in chunk]
+        self._remember(task_id, head, messages)
+        return list(messages)
+
+    def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
+        """Copies of ``messages`` with every ``content_ref`` replaced by the full text."""
+        out = []
+        for m in messages:
+            if m.content_ref:
+                full = self.store.get(task_id, m.content_ref).decode("utf-8", "replace")
+                m = m.model_copy(update={"content": full, "content_ref": None})
+            if any(c.arguments_ref for c in m.tool_calls):
+                calls = [self.full_call(task_id, c) for c in m.tool_calls]
+                m = m.model_copy(update={"tool_calls": calls})
+            out.append(m)
+        return out
+
+    def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
+        """A tool call with its full arguments loaded from the store."""
+        if not call.arguments_ref:
+            return call
+        arguments = json.loads(self.store.get(task_id, call.arguments_ref))
+        return call.model_copy(update={"arguments": arguments, "arguments_ref": None})
+
+    def store_call(self, task_id: str, call: ToolCall) -> ToolCall:
+        """Move large arguments to the store, keeping short previews inline.
+
+        The previews keep the workflow's policy checks and summaries meaningful.
+        """
+        data = json.dumps(call.arguments, sort_keys=True).encode()
+        if len(data) <= INLINE_LIMIT:
+            return call
+        previews = {
+            k: preview(v, 200) if isinstance(v, str) else v for k, v in call.arguments.items()
+        }
+        ref = self.store.put(task_id, data)
+        return call.model_copy(update={"arguments": previews, "arguments_ref": ref})
+
+    def store_text(self, task_id: str, text: str) -> tuple[str, str | None]:
+        """Keep a short text inline; put a long one in the store.
+
+        Returns:
+            ``(inline text or preview, blob reference or None)``.
+        """
+        data = text.encode()
+        if len(data) <= INLINE_LIMIT:
+            return text, None
+        ref = self.store.put(task_id, data)
+        return preview(text), ref
+
+    def _remember(self, task_id: str, head: str, messages: list[Message]) -> None:
+        self._cache[(task_id, head)] = messages
+        self._cache.move_to_end((task_id, head))
+        while len(self._cache) > self._cache_entries:
+            self._cache.popitem(last=False)
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The head of a long text with a visible marker saying how much is left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters in the blob store]"

@@ -1,0 +1,5 @@
+"""Activities: every I/O a task does (model calls, tools, blob store)."""
+
+from durable_subagents.activities._activities import SubagentActivities
+
+__all__ = ["SubagentActivities"]

@@ -1,0 +1,236 @@
+"""The two activities every subagent uses: one model turn, and one tool call.
+
+All I/O of a task happens here: the blob store (transcript and large outputs), the
+model providers (API keys are read here, on the worker, and nowhere else) and the
+tool processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.exceptions import ApplicationError
+
+from durable_subagents._blobstore import BlobStore
+from durable_subagents._transcript import Transcript
+from durable_subagents.activities.providers import resolve_provider
+from durable_subagents.activities.tools import (
+    BUILTIN_TOOLS,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+)
+from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.types import (
+    Message,
+    ModelRequest,
+    ModelTurnInput,
+    ModelTurnResult,
+    ToolCallInput,
+    ToolCallResult,
+)
+
+HEARTBEAT_EVERY = 1.0
+"""Seconds between heartbeats of a running activity (cancellation arrives with them)."""
+
+
+class SubagentActivities:
+    """Activity implementations, holding the worker's blob store, tools and defaults.
+
+    Args:
+        store: The blob store shared with clients.
+        workspace_root: The root the file tools are jailed to.
+        tools: The tools this worker offers (default: the built-ins).
+        default_model: ``provider:model`` used for tasks spawned with the ``default`` model.
+        sandbox: Tool process isolation mode (``auto``, ``bwrap``, ``unshare``, ``none``).
+    """
+
+    def __init__(
+        self,
+        store: BlobStore,
+        *,
+        workspace_root: Path,
+        tools: ToolRegistry | None = None,
+        default_model: str | None = None,
+        sandbox: str = "auto",
+    ) -> None:
+        self.transcript = Transcript(store)
+        self.workspace_root = workspace_root.resolve()
+        self.tools = tools or ToolRegistry(dict(BUILTIN_TOOLS))
+        self.default_model = default_model
+        self.sandbox = sandbox
+
+    # ------------------------------------------------------------------ model turn
+
+    @activity.defn(name="model_turn")
+    async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+        """Append the new messages, call the model once, append its answer."""
+        task_id = input.task_id
+        self.workspace(input.workspace)
+        offered = self.offered_tools(input)
+        head = input.head
+        if input.new_messages:
+            head = self.transcript.append(task_id, head, input.new_messages)
+        messages = self.transcript.load(task_id, head)
+        system = "\n\n".join(m.content for m in messages if m.role == "system")
+        conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
+        provider, full_name, provider_model = resolve_provider(
+            input.model, default_model=self.default_model
+        )
+        request = ModelRequest(
+            model=provider_model,
+            system=system,
+            messages=conversation,
+            tools=self.tools.specs(offered),
+            max_tokens=input.max_tokens,
+        )
+        async with _heartbeating():
+            response = await provider.complete(request)
+        calls = [self.transcript.store_call(task_id, c) for c in response.tool_calls]
+        text, text_ref = self.transcript.store_text(task_id, response.text)
+        answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
+        return ModelTurnResult(
+            head=self.transcript.append(task_id, head, [answer]),
+            text=text,
+            text_ref=text_ref,
+            tool_calls=calls,
+            usage=response.usage,
+            stop_reason=response.stop_reason,
+            model=full_name,
+            offered_tools=offered,
+        )
+
+    def offered_tools(self, input: ModelTurnInput) -> list[str]:
+        """The tools the agent may use on this worker; refuses tools the worker lacks."""
+        available = self.tools.names
+        if input.tools is not None:
+            missing = [t for t in input.tools if t not in available]
+            if missing:
+                raise ApplicationError(
+                    f"agent {input.agent_name!r} allows tools this worker does not have: "
+                    f"{', '.join(missing)}; this worker has: {', '.join(available)}. Register "
+                    "them on the worker or remove them from the agent",
+                    type="InvalidRequest",
+                    non_retryable=True,
+                )
+        allowed = set(available if input.tools is None else input.tools)
+        allowed -= set(input.disallowed_tools)
+        if input.read_only:
+            allowed &= {n for n in available if n in READ_ONLY_TOOLS or _read_only(self.tools, n)}
+        return [t for t in available if t in allowed]
+
+    # ------------------------------------------------------------------ tool call
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
+        """Run one tool call; large output goes to the blob store, a preview comes back."""
+        info = activity.info()
+        if info.attempt > 1 and await _cancel_requested():
+            raise ApplicationError(
+                "the task was cancelled; not retrying the tool call",
+                type="TaskCancelled",
+                non_retryable=True,
+            )
+        call = self.transcript.full_call(input.task_id, input.call)
+        tool = self.tools.get(call.name)
+        if tool is None:
+            output, is_error = f"unknown tool {call.name!r}", True
+        else:
+            ctx = ToolContext(
+                workspace=self.workspace(input.workspace),
+                task_id=input.task_id,
+                sandbox=self.sandbox,
+                on_output=_heartbeat,
+            )
+            async with _heartbeating():
+                try:
+                    output, is_error = await tool.run(ctx, call.arguments), False
+                except ToolError as err:
+                    output, is_error = str(err), True
+        content, ref = self.transcript.store_text(input.task_id, output)
+        return ToolCallResult(
+            call_id=call.id,
+            tool_name=call.name,
+            content=content,
+            content_ref=ref,
+            is_error=is_error,
+            size=len(output),
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def workspace(self, requested: str | None) -> Path:
+        """The task's workspace: the worker's root or a directory inside it."""
+        root = self.workspace_root
+        if not requested:
+            return root
+        path = Path(requested)
+        path = (path if path.is_absolute() else root / path).resolve()
+        if not path.is_relative_to(root):
+            raise ApplicationError(
+                f"workspace {requested!r} is outside this worker's workspace root {root}; "
+                "spawn with a directory inside it, or start the worker with --workspace",
+                type="WorkspaceError",
+                non_retryable=True,
+            )
+        if not path.is_dir():
+            raise ApplicationError(
+                f"workspace {requested!r} is not a directory under {root}",
+                type="WorkspaceError",
+                non_retryable=True,
+            )
+        return path
+
+    @property
+    def activities(self) -> list[object]:
+        """The activity callables to register on a worker."""
+        return [self.model_turn, self.run_tool]
+
+
+def _read_only(tools: ToolRegistry, name: str) -> bool:
+    tool = tools.get(name)
+    return tool is not None and tool.read_only
+
+
+def _heartbeat() -> None:
+    with contextlib.suppress(RuntimeError):
+        activity.heartbeat()
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background so a stalled call still notices cancellation."""
+
+    async def beat() -> None:
+        while True:
+            _heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _cancel_requested() -> bool:
+    """Whether the activity's workflow has a cancel request in its history.
+
+    The server retries activities by itself: a retry can start on a new worker before
+    the workflow has processed a cancel request, so a retried tool call checks first.
+    """
+    info = activity.info()
+    handle = activity.client().get_workflow_handle(
+        info.workflow_id, run_id=info.workflow_run_id
+    )
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            return True
+    return False

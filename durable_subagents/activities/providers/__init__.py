@@ -1,0 +1,34 @@
+"""Model providers behind one interface: OpenAI, Anthropic and an offline script.
+
+``resolve_provider("openai:gpt-4.1-mini")`` gives the provider, the full name and the
+provider's model name; ``await provider.complete(ModelRequest(...))`` runs one turn.
+"""
+
+from ._base import (
+    PROVIDERS,
+    ModelProvider,
+    clear_provider_cache,
+    parse_model,
+    resolve_provider,
+)
+from ._errors import retry_after, to_application_error
+from .anthropic import AnthropicProvider
+from .openai import OpenAIProvider
+from .scripted import SCRIPTS, Script, ScriptedProvider, ScriptTurn, load_script
+
+__all__ = [
+    "PROVIDERS",
+    "SCRIPTS",
+    "AnthropicProvider",
+    "ModelProvider",
+    "OpenAIProvider",
+    "Script",
+    "ScriptTurn",
+    "ScriptedProvider",
+    "clear_provider_cache",
+    "load_script",
+    "parse_model",
+    "resolve_provider",
+    "retry_after",
+    "to_application_error",
+]

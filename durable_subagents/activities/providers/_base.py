@@ -1,0 +1,165 @@
+"""The provider interface and the ``provider:model`` resolver.
+
+A model name is ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
+``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys from the
+worker's environment when they are built, and are cached per (provider, base URL,
+key) so a worker reuses one HTTP client across turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Protocol, runtime_checkable
+
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.types import ModelRequest, ModelResponse
+
+from ._errors import missing_key_error
+from .anthropic import AnthropicProvider
+from .openai import OpenAIProvider
+from .scripted import ScriptedProvider, check_script
+
+__all__ = [
+    "PROVIDERS",
+    "ModelProvider",
+    "clear_provider_cache",
+    "parse_model",
+    "resolve_provider",
+]
+
+PROVIDERS = ("openai", "anthropic", "scripted")
+"""Provider prefixes a model name may carry."""
+
+_VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
+
+_cache: dict[tuple[str, str, str], ModelProvider] = {}
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """One model API behind a provider-neutral request/response.
+
+    Implementations translate ``ModelRequest`` to the provider's wire format, stream
+    the answer, and raise ``temporalio.exceptions.ApplicationError`` for failures so
+    Temporal's retry policy decides what happens next.
+    """
+
+    name: str
+    """``openai``, ``anthropic`` or ``scripted``."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one model turn.
+
+        Args:
+            request: The neutral request; ``request.model`` is the provider's own name.
+
+        Returns:
+            The neutral response (text, tool calls, usage, stop reason).
+        """
+        ...
+
+
+def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, str, str]:
+    """Split a model name into provider, full name and the provider's model name.
+
+    Pure: reads no environment, so a client can validate a name before spawning.
+
+    Args:
+        model: ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
+            ``default``.
+        default_model: What ``default`` means (the worker's ``SUBAGENTS_MODEL``);
+            None means ``scripted``.
+
+    Returns:
+        ``(provider, "provider:model", "model")``; for ``scripted`` the third part is
+        the script selector (empty for the default script).
+
+    Raises:
+        InvalidRequest: The name has no known provider prefix or no model part.
+    """
+    name = model.strip()
+    if name == "default":
+        if default_model is None or default_model.strip() in ("", "default"):
+            name = "scripted"
+        else:
+            name = default_model.strip()
+    if name == "scripted":
+        return "scripted", "scripted", ""
+    provider, sep, rest = name.partition(":")
+    if not sep or provider not in PROVIDERS:
+        raise InvalidRequest(
+            f"unknown model {model!r}; use one of: {_VALID_FORMS} "
+            f"(for example openai:gpt-4.1-mini or anthropic:claude-haiku-4-5)"
+        )
+    if provider == "scripted":
+        check_script(rest)
+        return "scripted", name, rest
+    if not rest.strip():
+        raise InvalidRequest(f"model {model!r} names no model; use {provider}:<model>")
+    return provider, name, rest.strip()
+
+
+def resolve_provider(
+    model: str, *, default_model: str | None = None
+) -> tuple[ModelProvider, str, str]:
+    """Find (or build) the provider for a model name.
+
+    Runs on the worker: building the OpenAI or Anthropic provider reads
+    ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY``/
+    ``ANTHROPIC_BASE_URL`` from the environment.
+
+    Args:
+        model: The task's model name (see ``parse_model``).
+        default_model: The worker's ``SUBAGENTS_MODEL``, used for ``default``.
+
+    Returns:
+        ``(provider, full_name, provider_model)``; put ``provider_model`` into
+        ``ModelRequest.model``.
+
+    Raises:
+        InvalidRequest: The model name is malformed.
+        temporalio.exceptions.ApplicationError: The provider's key is not set on the
+            worker (non-retryable, type ``ModelRequestError``).
+
+    Example:
+        >>> provider, full, name = resolve_provider("scripted:demo-explore")
+        >>> (provider.name, full, name)
+        ('scripted', 'scripted:demo-explore', 'demo-explore')
+    """
+    provider_name, full, provider_model = parse_model(model, default_model=default_model)
+    return _build(provider_name), full, provider_model
+
+
+def _fingerprint(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _build(provider_name: str) -> ModelProvider:
+    if provider_name == "scripted":
+        cache_key = ("scripted", "", "")
+        if cache_key not in _cache:
+            _cache[cache_key] = ScriptedProvider()
+        return _cache[cache_key]
+    if provider_name == "openai":
+        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
+        if key is None:
+            raise missing_key_error("openai", "OPENAI_API_KEY")
+        cache_key = ("openai", base_url or "", _fingerprint(key))
+        if cache_key not in _cache:
+            _cache[cache_key] = OpenAIProvider(api_key=key, base_url=base_url)
+        return _cache[cache_key]
+    base_url = os.environ.get("ANTHROPIC_BASE_URL") or None
+    key = os.environ.get("ANTHROPIC_API_KEY") or None
+    if key is None:
+        raise missing_key_error("anthropic", "ANTHROPIC_API_KEY")
+    cache_key = ("anthropic", base_url or "", _fingerprint(key))
+    if cache_key not in _cache:
+        _cache[cache_key] = AnthropicProvider(api_key=key, base_url=base_url)
+    return _cache[cache_key]
+
+
+def clear_provider_cache() -> None:
+    """Forget cached providers (tests that change the environment call this)."""
+    _cache.clear()

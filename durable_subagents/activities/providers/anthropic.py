@@ -1,0 +1,201 @@
+"""Anthropic Messages API with tools, streamed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+from anthropic import AsyncAnthropic
+
+from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+
+from ._errors import to_application_error
+from .openai import parse_arguments
+
+__all__ = ["AnthropicProvider", "to_anthropic_messages", "to_anthropic_tools"]
+
+
+def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, Any]]]:
+    """Translate the neutral transcript into a system string and Messages API turns.
+
+    Tool results become ``tool_result`` blocks of a user message; consecutive
+    messages of one role are merged (the API requires roles to alternate), so the
+    results of several parallel tool calls arrive in one user message.
+
+    Returns:
+        ``(system, messages)``.
+    """
+    system_parts = [request.system] if request.system else []
+    turns: list[dict[str, Any]] = []
+    for message in request.messages:
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks: list[dict[str, Any]] = []
+        if message.role == "system":
+            if message.content:
+                system_parts.append(message.content)
+            continue
+        if message.role == "tool":
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id or "",
+                    "content": message.content or "(no output)",
+                    "is_error": message.is_error,
+                }
+            )
+        else:
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            for call in message.tool_calls:
+                blocks.append(
+                    {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+                )
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return "\n\n".join(system_parts), turns
+
+
+def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """Translate tool specs into Messages API tools."""
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+        for tool in tools
+    ]
+
+
+@dataclass
+class _Block:
+    kind: str
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+    start_input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Accumulator:
+    """Builds a ``ModelResponse`` out of raw Messages API stream events."""
+
+    model: str
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop_reason: str | None = None
+
+    def add(self, event: Any) -> None:
+        kind = event.type
+        if kind == "message_start":
+            message = event.message
+            self.model = message.model or self.model
+            self._usage(message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            if block.type == "tool_use":
+                start = block.input if isinstance(block.input, dict) else {}
+                self.blocks[event.index] = _Block("tool_use", block.id, block.name, [], start)
+            elif block.type == "text":
+                self.blocks[event.index] = _Block("text", parts=[block.text or ""])
+            else:
+                self.blocks[event.index] = _Block(block.type)
+        elif kind == "content_block_delta":
+            target = self.blocks.setdefault(event.index, _Block("text"))
+            delta = event.delta
+            if delta.type == "text_delta":
+                target.parts.append(delta.text)
+            elif delta.type == "input_json_delta":
+                target.parts.append(delta.partial_json)
+        elif kind == "message_delta":
+            if event.delta.stop_reason:
+                self.stop_reason = event.delta.stop_reason
+            self._usage(event.usage)
+
+    def _usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        inputs = [
+            getattr(usage, name, None)
+            for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        ]
+        if any(value is not None for value in inputs):
+            self.input_tokens = max(self.input_tokens, sum(value or 0 for value in inputs))
+        if getattr(usage, "output_tokens", None) is not None:
+            self.output_tokens = usage.output_tokens
+
+    def response(self) -> ModelResponse:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for _, block in sorted(self.blocks.items()):
+            if block.kind == "text":
+                text.append("".join(block.parts))
+            elif block.kind == "tool_use":
+                raw = "".join(block.parts)
+                arguments = parse_arguments(raw) if raw.strip() else block.start_input
+                calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+        return ModelResponse(
+            text="".join(text),
+            tool_calls=calls,
+            usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
+            stop_reason=self.stop_reason,
+            model=self.model,
+        )
+
+
+class AnthropicProvider:
+    """Messages API with tools, streamed.
+
+    Args:
+        api_key: The key (``ANTHROPIC_API_KEY``).
+        base_url: A custom endpoint (``ANTHROPIC_BASE_URL``), e.g. a proxy.
+    """
+
+    name = "anthropic"
+
+    def __init__(self, *, api_key: str, base_url: str | None = None) -> None:
+        self._key = api_key
+        self._client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one streamed Messages API turn.
+
+        Args:
+            request: The neutral request; ``request.model`` is e.g. ``claude-haiku-4-5``.
+
+        Returns:
+            Text, tool calls, usage (input from ``message_start``, output from
+            ``message_delta``) and the API's stop reason.
+
+        Raises:
+            temporalio.exceptions.ApplicationError: The API failed; retryable or not
+                as the status says.
+        """
+        system, messages = to_anthropic_messages(request)
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = to_anthropic_tools(request.tools)
+        accumulator = _Accumulator(model=request.model)
+        try:
+            stream = await self._client.messages.create(**params)
+            async with stream:
+                async for event in stream:
+                    accumulator.add(event)
+        except anthropic.AnthropicError as exc:
+            raise to_application_error(
+                exc, provider="anthropic", key_env="ANTHROPIC_API_KEY", secrets=[self._key]
+            ) from exc
+        return accumulator.response()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()

@@ -1,0 +1,199 @@
+"""OpenAI Chat Completions (and any OpenAI-compatible server: Ollama, vLLM)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+
+from ._errors import to_application_error
+
+__all__ = ["OpenAIProvider", "parse_arguments", "to_openai_messages", "to_openai_tools"]
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """Decode a tool call's JSON arguments, keeping invalid text as ``{"_raw": text}``.
+
+    The workflow then returns a tool error to the model instead of failing the turn.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw": raw}
+    return value if isinstance(value, dict) else {"_raw": raw}
+
+
+def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """Translate the neutral transcript into Chat Completions messages."""
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        out.append(_message(message))
+    return out
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "assistant":
+        wire: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+        if message.tool_calls:
+            wire["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                }
+                for call in message.tool_calls
+            ]
+        elif wire["content"] is None:
+            wire["content"] = ""
+        return wire
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    return {"role": message.role, "content": message.content}
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    """Translate tool specs into Chat Completions function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in tools
+    ]
+
+
+@dataclass
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    fragments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Accumulator:
+    """Builds a ``ModelResponse`` out of streamed ``ChatCompletionChunk`` deltas."""
+
+    model: str
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+
+    def add(self, chunk: Any) -> None:
+        if getattr(chunk, "model", None):
+            self.model = chunk.model
+        if chunk.usage is not None:
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
+            )
+        for choice in chunk.choices or []:
+            if choice.finish_reason:
+                self.stop_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.text.append(delta.content)
+            for fragment in delta.tool_calls or []:
+                pending = self.calls.setdefault(fragment.index, _PendingCall())
+                if fragment.id:
+                    pending.id = fragment.id
+                function = fragment.function
+                if function is not None:
+                    if function.name:
+                        pending.name += function.name
+                    if function.arguments:
+                        pending.fragments.append(function.arguments)
+
+    def response(self) -> ModelResponse:
+        calls = [
+            ToolCall(
+                id=pending.id or f"call_{index}",
+                name=pending.name,
+                arguments=parse_arguments("".join(pending.fragments)),
+            )
+            for index, pending in sorted(self.calls.items())
+        ]
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=calls,
+            usage=self.usage,
+            stop_reason=self.stop_reason,
+            model=self.model,
+        )
+
+
+class OpenAIProvider:
+    """Chat Completions with tools, streamed.
+
+    Streaming keeps a long answer from hitting read timeouts and lets a cancelled
+    activity close the HTTP connection at once (the stream is closed on
+    ``asyncio.CancelledError``), which stops the server generating.
+
+    Args:
+        api_key: The key (``OPENAI_API_KEY``; any text for local servers).
+        base_url: A custom OpenAI-compatible endpoint, e.g. ``http://localhost:11434/v1``.
+    """
+
+    name = "openai"
+
+    def __init__(self, *, api_key: str, base_url: str | None = None) -> None:
+        self._key = api_key
+        self._custom_base = base_url is not None
+        self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one streamed Chat Completions turn.
+
+        Args:
+            request: The neutral request; ``request.model`` is e.g. ``gpt-4.1-mini``.
+
+        Returns:
+            Text, tool calls (arguments decoded), usage and finish reason.
+
+        Raises:
+            temporalio.exceptions.ApplicationError: The API failed; retryable or not
+                as the status says.
+        """
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        # OpenAI's reasoning models refuse max_tokens; compatible servers may not know
+        # max_completion_tokens.
+        params["max_completion_tokens" if not self._custom_base else "max_tokens"] = (
+            request.max_tokens
+        )
+        if request.tools:
+            params["tools"] = to_openai_tools(request.tools)
+        accumulator = _Accumulator(model=request.model)
+        try:
+            stream = await self._client.chat.completions.create(**params)
+            async with stream:
+                async for chunk in stream:
+                    accumulator.add(chunk)
+        except openai.OpenAIError as exc:
+            raise to_application_error(
+                exc, provider="openai", key_env="OPENAI_API_KEY", secrets=[self._key]
+            ) from exc
+        return accumulator.response()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()

@@ -1,0 +1,42 @@
+"""Tools a subagent can call: the ``@tool`` decorator, the built-ins and the registry."""
+
+from durable_subagents.activities.tools._bash import bash, truncate_middle
+from durable_subagents.activities.tools._decorator import Tool, ToolContext, ToolError, tool
+from durable_subagents.activities.tools._files import (
+    edit_file,
+    grep,
+    list_files,
+    read_file,
+    resolve_in_workspace,
+    write_file,
+)
+from durable_subagents.activities.tools._registry import BUILTIN_TOOLS, ToolRegistry
+from durable_subagents.activities.tools._sandbox import (
+    SANDBOX_MODES,
+    SandboxedProcess,
+    SandboxUnavailable,
+    detect_sandbox,
+    spawn_sandboxed,
+)
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "SANDBOX_MODES",
+    "SandboxUnavailable",
+    "SandboxedProcess",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "bash",
+    "detect_sandbox",
+    "edit_file",
+    "grep",
+    "list_files",
+    "read_file",
+    "resolve_in_workspace",
+    "spawn_sandboxed",
+    "tool",
+    "truncate_middle",
+    "write_file",
+]

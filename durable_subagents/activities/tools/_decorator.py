@@ -1,0 +1,276 @@
+"""The ``@tool`` decorator: a Python function becomes a tool a model can call.
+
+The JSON schema comes from the signature (through pydantic) and the per-argument
+descriptions from the Google-style ``Args:`` section of the docstring, so a tool is
+documented once, in the place a Python reader looks too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from durable_subagents.types import ToolSpec
+
+__all__ = ["Tool", "ToolContext", "ToolError", "tool"]
+
+
+class ToolError(Exception):
+    """An error the model should see as the tool's result, not a crash.
+
+    Raise it for anything the model can act on: a missing file, an ambiguous edit,
+    a command that timed out. The message is what the model reads, so say what was
+    wrong and what to do instead.
+    """
+
+
+@dataclass
+class ToolContext:
+    """What a tool knows about the call it serves; injected, never chosen by the model.
+
+    Attributes:
+        workspace: The root the file tools are jailed to (resolved on creation).
+        task_id: The id of the task the call belongs to.
+        sandbox: How ``bash`` isolates its processes: ``auto``, ``bwrap``, ``unshare``
+            or ``none`` (see ``detect_sandbox``).
+        on_output: Called whenever a long-running tool makes progress, so the caller
+            can heartbeat; optional.
+    """
+
+    workspace: Path
+    task_id: str
+    sandbox: str = "auto"
+    on_output: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.workspace = Path(self.workspace).resolve()
+
+
+class Tool:
+    """A function a model can call, with its name, description and JSON schema.
+
+    Build one with ``@tool``. ``run`` validates the model's arguments against the
+    schema and calls the function; invalid arguments become a ``ToolError``.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        self.description = description if description is not None else summary
+        self.read_only = read_only
+        self._takes_context, fields = _signature_fields(fn, arg_docs)
+        self._arguments: type[BaseModel] = create_model(
+            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        self.parameters: dict[str, Any] = _strip_titles(self._arguments.model_json_schema())
+        self._is_async = inspect.iscoroutinefunction(fn)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What a model is told about this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        """Validate ``arguments`` and call the tool.
+
+        Args:
+            ctx: The call's context, passed to the function if it asks for one.
+            arguments: The arguments the model sent (a JSON object).
+
+        Returns:
+            The tool's output as text (non-string results are rendered as JSON).
+
+        Raises:
+            ToolError: The arguments are invalid, or the tool itself refused.
+        """
+        if not isinstance(arguments, dict):
+            raise ToolError(f"{self.name}: arguments must be a JSON object")
+        try:
+            validated = self._arguments.model_validate(arguments)
+        except ValidationError as e:
+            raise ToolError(self._describe(e)) from None
+        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        args = (ctx,) if self._takes_context else ()
+        if self._is_async:
+            result = await self.fn(*args, **kwargs)
+        else:
+            result = await asyncio.to_thread(self.fn, *args, **kwargs)
+        return _as_text(result)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the undecorated function directly (no validation)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, read_only={self.read_only})"
+
+    def _describe(self, error: ValidationError) -> str:
+        expected = ", ".join(self._arguments.model_fields) or "no arguments"
+        problems = []
+        for item in error.errors():
+            where = ".".join(str(part) for part in item["loc"]) or "arguments"
+            kind = item["type"]
+            if kind == "missing":
+                problems.append(f"argument '{where}' is required")
+            elif kind == "extra_forbidden":
+                problems.append(f"unknown argument '{where}'; expected: {expected}")
+            else:
+                got = json.dumps(item.get("input"), default=repr)[:100]
+                problems.append(f"argument '{where}' is invalid: {item['msg']} (got {got})")
+        return f"{self.name}: " + "; ".join(problems)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, read_only: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a function into a ``Tool``; usable bare or with options.
+
+    The first parameter, if annotated ``ToolContext``, receives the call's context and
+    is left out of the schema. Sync functions run in a thread.
+
+    Args:
+        fn: The function (when used bare, as ``@tool``).
+        name: The tool's name; default: the function's name.
+        description: What the model reads; default: the docstring without ``Args:``.
+        read_only: Whether the tool never changes anything (policies may allow it freely).
+
+    Returns:
+        A ``Tool``, or a decorator that makes one.
+
+    Example:
+        ```python
+        @tool(read_only=True)
+        async def word_count(ctx: ToolContext, path: str) -> str:
+            # The docstring (summary, then an Args section with one line per
+            # parameter) becomes the description the model reads.
+            return str(len((ctx.workspace / path).read_text().split()))
+        ```
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, read_only=read_only)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+_SECTION = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Keyword Args|Returns?|Yields?|Raises|Examples?|"
+    r"Notes?|Attributes|Warnings?|See Also|Todo):\s*$"
+)
+_ARG_SECTIONS = {"Args", "Arguments", "Parameters", "Params", "Keyword Args"}
+_ARG_LINE = re.compile(r"^\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a cleaned Google-style docstring into its description and argument docs."""
+    lines = doc.splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    arg_indent: int | None = None
+    for line in lines:
+        header = _SECTION.match(line)
+        if header:
+            section, current, arg_indent = header.group(1), None, None
+            continue
+        if section is None:
+            summary.append(line)
+            continue
+        if section not in _ARG_SECTIONS or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if arg_indent is None:
+            arg_indent = indent
+        match = _ARG_LINE.match(line.strip()) if indent == arg_indent else None
+        if match:
+            current = match.group(1)
+            args[current] = match.group(2).strip()
+        elif current is not None:
+            args[current] = f"{args[current]} {line.strip()}".strip()
+    return "\n".join(summary).strip(), args
+
+
+def _signature_fields(
+    fn: Callable[..., Any], arg_docs: dict[str, str]
+) -> tuple[bool, dict[str, Any]]:
+    """The pydantic fields of a function's parameters, and whether it takes a context."""
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    takes_context = bool(params) and hints.get(params[0].name) is ToolContext
+    fields: dict[str, Any] = {}
+    for param in params[1:] if takes_context else params:
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise TypeError(
+                f"tool {fn.__name__}: parameter '{param.name}' must be a plain named "
+                "parameter (no *args, **kwargs or positional-only parameters)"
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (
+            hints.get(param.name, Any),
+            Field(default, description=arg_docs.get(param.name)),
+        )
+    return takes_context, fields
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Drop pydantic's ``title`` keys: models read them as noise."""
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    cleaned: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("default", "examples", "enum", "const"):
+            cleaned[key] = value
+        elif key in ("properties", "$defs") and isinstance(value, dict):
+            cleaned[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+        else:
+            cleaned[key] = _strip_titles(value)
+    return cleaned
+
+
+def _as_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    if isinstance(result, BaseModel):
+        return result.model_dump_json()
+    if isinstance(result, dict | list | tuple | int | float | bool):
+        return json.dumps(result, default=str)
+    return str(result)

@@ -1,0 +1,358 @@
+"""File tools, jailed to the task's workspace root.
+
+Every path is resolved against ``ToolContext.workspace`` with symlinks followed, and
+refused when the result lies outside the root: ``..`` escapes, absolute paths elsewhere,
+symlinks (or symlinked parent directories) pointing out. Listing and grep walk the tree
+without following symlinked directories and skip symlinked files that point out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
+
+__all__ = ["edit_file", "grep", "list_files", "read_file", "write_file"]
+
+MAX_READ_CHARS = 256_000
+MAX_LINE_CHARS = 2_000
+MAX_LIST_ENTRIES = 1_000
+MAX_GREP_MATCHES = 500
+MAX_GREP_LINE_CHARS = 300
+MAX_GREP_FILE_BYTES = 10_000_000
+_SNIFF_BYTES = 8_192
+_SKIP_DIRS = {".git"}
+
+
+def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
+    """Resolve ``path`` (relative to the workspace, or absolute inside it), symlinks followed.
+
+    Raises:
+        ToolError: The path, or what a symlink on it points to, is outside the workspace.
+    """
+    root = ctx.workspace
+    raw = Path(path)
+    candidate = raw if raw.is_absolute() else root / raw
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError, ValueError) as e:
+        raise ToolError(f"cannot resolve path '{path}': {e}") from None
+    if resolved.is_relative_to(root):
+        return resolved
+    if Path(os.path.normpath(candidate)).is_relative_to(root):
+        raise ToolError(
+            f"path '{path}' leads through a symlink to {resolved}, which is outside the "
+            f"workspace root {root}; only files inside the workspace can be used"
+        )
+    raise ToolError(
+        f"path '{path}' is outside the workspace root {root}; "
+        "use a path relative to the workspace root"
+    )
+
+
+def _display(ctx: ToolContext, path: Path) -> str:
+    return path.relative_to(ctx.workspace).as_posix() if path != ctx.workspace else "."
+
+
+@contextmanager
+def _os_errors(action: str, path: str) -> Iterator[None]:
+    try:
+        yield
+    except ToolError:
+        raise
+    except OSError as e:
+        raise ToolError(f"cannot {action} '{path}': {e.strerror or e}") from None
+
+
+def _is_binary(path: Path) -> bool:
+    with path.open("rb") as f:
+        return b"\0" in f.read(_SNIFF_BYTES)
+
+
+def _existing_file(ctx: ToolContext, path: str) -> Path:
+    resolved = resolve_in_workspace(ctx, path)
+    if not resolved.exists():
+        raise ToolError(f"file not found: '{path}' (workspace root {ctx.workspace})")
+    if resolved.is_dir():
+        raise ToolError(f"'{path}' is a directory; use list_files to see what it contains")
+    if _is_binary(resolved):
+        raise ToolError(f"'{path}' is a binary file; only text files can be read or edited")
+    return resolved
+
+
+@tool(read_only=True)
+def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -> str:
+    """Read a text file from the workspace.
+
+    Lines come back numbered from 1 like `cat -n` (number, tab, text). Long files are
+    cut: the output then ends with a note giving the `offset` to continue from. Binary
+    files are refused.
+
+    Args:
+        ctx: Supplied by the worker (the workspace root); not a model argument.
+        path: File path relative to the workspace root.
+        offset: First line to return, counted from 0 (offset=100 starts at line 101).
+        limit: Maximum number of lines to return.
+    """
+    if offset < 0:
+        raise ToolError("read_file: offset must be 0 or more")
+    if limit < 1:
+        raise ToolError("read_file: limit must be at least 1")
+    with _os_errors("read", path):
+        resolved = _existing_file(ctx, path)
+        out: list[str] = []
+        size = 0
+        total = 0
+        next_offset: int | None = None
+        with resolved.open(encoding="utf-8", errors="replace") as f:
+            for total, line in enumerate(f, start=1):
+                index = total - 1
+                if index < offset or next_offset is not None:
+                    continue
+                if index >= offset + limit:
+                    next_offset = index
+                    continue
+                text = line.rstrip("\r\n")
+                if len(text) > MAX_LINE_CHARS:
+                    cut = len(text) - MAX_LINE_CHARS
+                    text = f"{text[:MAX_LINE_CHARS]} [... line cut: {cut} more characters]"
+                numbered = f"{total:6}\t{text}"
+                if size + len(numbered) > MAX_READ_CHARS and out:
+                    next_offset = index
+                    continue
+                out.append(numbered)
+                size += len(numbered) + 1
+    if total == 0:
+        return "[empty file]"
+    if offset >= total:
+        raise ToolError(f"read_file: offset {offset} is past the end; '{path}' has {total} lines")
+    if next_offset is not None:
+        out.append(
+            f"[... truncated: showing lines {offset + 1}-{next_offset} of {total}; "
+            f"continue with offset={next_offset} ...]"
+        )
+    return "\n".join(out)
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a glob (``**`` spans directories, ``{a,b}`` alternatives) to a regex."""
+    pattern = pattern.removeprefix("./")
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        c = pattern[i]
+        end = {"[": pattern.find("]", i + 2), "{": pattern.find("}", i + 1)}.get(c, -1)
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and end != -1:
+            body = pattern[i + 1 : end].replace("\\", "\\\\")
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end
+        elif c == "{" and end != -1:
+            choices = pattern[i + 1 : end].split(",")
+            out.append("(?:" + "|".join(_glob_regex(x).pattern[:-2] for x in choices) + ")")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _walk_files(ctx: ToolContext, base: Path) -> Iterator[Path]:
+    """Files under ``base`` in sorted order, never leaving the workspace through a symlink."""
+    if base.is_file():
+        yield base
+        return
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            if path.is_symlink():
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    continue
+                if not target.is_relative_to(ctx.workspace) or not target.is_file():
+                    continue
+            yield path
+
+
+def _search_root(ctx: ToolContext, path: str) -> Path:
+    base = resolve_in_workspace(ctx, path)
+    if not base.exists():
+        raise ToolError(f"path not found: '{path}' (workspace root {ctx.workspace})")
+    return base
+
+
+@tool(read_only=True)
+def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
+    """List files in the workspace whose path matches a glob pattern.
+
+    Returns one path per line, relative to the workspace root, sorted. Only files are
+    listed (not directories); `.git` is skipped. `*` matches within one directory, `**`
+    spans directories, `{a,b}` gives alternatives: `**/*.py` finds Python files at any
+    depth, `*.md` only at the top of `path`, `src/**/*.{ts,tsx}` TypeScript under src.
+
+    Args:
+        ctx: Supplied by the worker (the workspace root); not a model argument.
+        pattern: Glob pattern matched against paths relative to `path`.
+        path: Directory to list, relative to the workspace root.
+    """
+    regex = _glob_regex(pattern)
+    with _os_errors("list", path):
+        base = _search_root(ctx, path)
+        matches = []
+        for file in _walk_files(ctx, base):
+            relative = file.relative_to(base).as_posix() if file != base else file.name
+            if regex.match(relative):
+                matches.append(_display(ctx, file))
+    if not matches:
+        return f"no files match '{pattern}' under '{path}'"
+    if len(matches) > MAX_LIST_ENTRIES:
+        hidden = len(matches) - MAX_LIST_ENTRIES
+        matches = matches[:MAX_LIST_ENTRIES]
+        matches.append(f"[... {hidden} more files not shown; use a narrower pattern or path ...]")
+    return "\n".join(matches)
+
+
+@tool(read_only=True)
+def grep(
+    ctx: ToolContext,
+    pattern: str,
+    path: str = ".",
+    glob: str | None = None,
+    ignore_case: bool = False,
+) -> str:
+    """Search text files in the workspace for lines matching a regular expression.
+
+    Returns matches as `file:line: text` (file relative to the workspace root, lines
+    numbered from 1), in file order. Binary files and `.git` are skipped; results stop
+    after 500 matches with a note.
+
+    Args:
+        ctx: Supplied by the worker (the workspace root); not a model argument.
+        pattern: Python regular expression, searched in each line (`re.search`).
+        path: File or directory to search, relative to the workspace root.
+        glob: Only search files matching this glob: without a `/` it matches the file
+            name at any depth (`*.py`), with one the path relative to `path`
+            (`src/**/*.ts`).
+        ignore_case: Match without regard to letter case.
+    """
+    try:
+        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise ToolError(f"grep: invalid regular expression {pattern!r}: {e}") from None
+    name_filter = _glob_regex(glob) if glob else None
+    results: list[str] = []
+    capped = False
+    with _os_errors("search", path):
+        base = _search_root(ctx, path)
+        for file in _walk_files(ctx, base):
+            if name_filter is not None:
+                relative = file.relative_to(base).as_posix() if file != base else file.name
+                if not name_filter.match(relative if "/" in (glob or "") else file.name):
+                    continue
+            try:
+                if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
+                    continue
+                with file.open(encoding="utf-8", errors="replace") as f:
+                    for number, line in enumerate(f, start=1):
+                        if not regex.search(line):
+                            continue
+                        if len(results) == MAX_GREP_MATCHES:
+                            capped = True
+                            break
+                        text = line.rstrip("\r\n")
+                        if len(text) > MAX_GREP_LINE_CHARS:
+                            text = text[:MAX_GREP_LINE_CHARS] + " [...]"
+                        results.append(f"{_display(ctx, file)}:{number}: {text}")
+            except OSError:
+                continue
+            if capped:
+                break
+    if not results:
+        return f"no matches for {pattern!r} under '{path}'"
+    if capped:
+        results.append(
+            f"[... stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob ...]"
+        )
+    return "\n".join(results)
+
+
+@tool
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Create or overwrite a file in the workspace with the given content.
+
+    Missing parent directories are created. The whole file is replaced: to change part
+    of an existing file, use edit_file instead.
+
+    Args:
+        ctx: Supplied by the worker (the workspace root); not a model argument.
+        path: File path relative to the workspace root.
+        content: The complete new content of the file.
+    """
+    with _os_errors("write", path):
+        resolved = resolve_in_workspace(ctx, path)
+        if resolved.is_dir():
+            raise ToolError(f"'{path}' is a directory; give a file path")
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode("utf-8")
+        resolved.write_bytes(data)
+    return f"wrote {len(data)} bytes to {_display(ctx, resolved)}"
+
+
+@tool
+def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
+    """Replace exact text in a file of the workspace.
+
+    `old` must match the file's text exactly, whitespace and indentation included, and
+    occur exactly once, unless `replace_all` is true. Read the file first and copy the
+    text to change with enough surrounding lines to make it unique.
+
+    Args:
+        ctx: Supplied by the worker (the workspace root); not a model argument.
+        path: File path relative to the workspace root.
+        old: The exact text to replace.
+        new: The text to put in its place.
+        replace_all: Replace every occurrence instead of requiring exactly one.
+    """
+    if not old:
+        raise ToolError("edit_file: old must not be empty; use write_file to create a file")
+    if old == new:
+        raise ToolError("edit_file: old and new are the same; nothing to change")
+    with _os_errors("edit", path):
+        resolved = _existing_file(ctx, path)
+        try:
+            with resolved.open(encoding="utf-8", errors="strict", newline="") as f:
+                text = f.read()
+        except UnicodeDecodeError:
+            raise ToolError(f"edit_file: '{path}' is not UTF-8 text; it cannot be edited") from None
+        count = text.count(old)
+        if count == 0:
+            raise ToolError(
+                f"edit_file: old text not found in '{path}'; read the file and copy the "
+                "exact text, including whitespace and indentation"
+            )
+        if count > 1 and not replace_all:
+            raise ToolError(
+                f"edit_file: old text occurs {count} times in '{path}'; include more "
+                "surrounding lines to make it unique, or set replace_all to true"
+            )
+        with resolved.open("w", encoding="utf-8", newline="") as f:
+            f.write(text.replace(old, new))
+    plural = "" if count == 1 else "s"
+    return f"replaced {count} occurrence{plural} in {_display(ctx, resolved)}"

@@ -1,0 +1,491 @@
+"""``SubagentClient``: spawn, check, wait on, cancel and list subagent tasks.
+
+Talks to Temporal only through ``temporalio.client``. Everything it reports comes
+from Temporal itself (describe, memo, search attributes, history), so it answers while
+no worker runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_subagents import _search_attributes as sa
+from durable_subagents._blobstore import BlobNotFound, BlobStore, LocalBlobStore
+from durable_subagents._connect import connect_client
+from durable_subagents._transcript import Transcript
+from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
+from durable_subagents.client._events import history_events
+from durable_subagents.client._spawn import build_task_input, static_details, validate_task_id
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest, TaskNotFound
+from durable_subagents.types import (
+    Message,
+    TaskEvent,
+    TaskInfo,
+    TaskResult,
+    TaskStatus,
+    Usage,
+)
+from durable_subagents.workflows import SubagentWorkflow
+
+_WAKE_EVENTS = {
+    EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+    EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+}
+_CLOSED_STATUS = {
+    WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TERMINATED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TIMED_OUT: TaskStatus.TIMED_OUT,
+}
+
+
+class SubagentClient:
+    """The parent's handle on subagent tasks.
+
+    Example:
+        >>> client = await SubagentClient.connect("localhost:7233")
+        >>> task_id = await client.spawn_task("explore", "Where is the retry logic?")
+        >>> info = await client.check_task(task_id, wait=True, timeout=300)
+        >>> print(info.status, info.result)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = "subagents",
+        blob_store: BlobStore | None = None,
+        agents: Mapping[str, AgentSpec] | None = None,
+        default_model: str | None = None,
+        max_prompt_bytes: int = 128 * 1024,
+    ) -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+        self.transcript = Transcript(blob_store) if blob_store is not None else None
+        self.agents = dict(agents or {})
+        self.default_model = default_model
+        self.max_prompt_bytes = max_prompt_bytes
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        namespace: str | None = None,
+        task_queue: str | None = None,
+        *,
+        settings: Settings | None = None,
+        agents: Mapping[str, AgentSpec] | None = None,
+    ) -> SubagentClient:
+        """Connect to Temporal.
+
+        Args:
+            address: ``host:port``; default ``TEMPORAL_ADDRESS`` or ``localhost:7233``.
+            namespace: Default ``TEMPORAL_NAMESPACE`` or ``default``.
+            task_queue: Default ``SUBAGENTS_TASK_QUEUE`` or ``subagents``.
+            settings: Explicit settings instead of the environment.
+            agents: Extra agents (by name) besides the built-ins.
+
+        Raises:
+            TemporalUnavailable: nothing answers on the address.
+        """
+        settings = settings or Settings()
+        client = await connect_client(address or settings.address, namespace or settings.namespace)
+        return cls(
+            client,
+            task_queue=task_queue or settings.task_queue,
+            blob_store=LocalBlobStore(settings.resolved_blob_dir),
+            agents=agents,
+            default_model=settings.model,
+        )
+
+    # ------------------------------------------------------------------ spawn
+
+    async def spawn_task(
+        self,
+        agent: str,
+        prompt: str,
+        description: str = "",
+        parent_id: str | None = None,
+        model: str | None = None,
+        max_turns: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        tools: Sequence[str] | None = None,
+        disallowed_tools: Sequence[str] | None = None,
+        permission_mode: str | None = None,
+        permissions: Sequence[PermissionRule | dict[str, str]] | None = None,
+        approval_timeout: float | None = None,
+        time_limit: float | None = None,
+        workspace: str | None = None,
+        task_id: str | None = None,
+    ) -> str:
+        """Start a subagent task and return its id at once.
+
+        Keyword options may only narrow what the agent allows. Spawning needs no
+        running worker: the task waits in Temporal until one polls.
+
+        Args:
+            agent: Agent name (``explore``, ``plan``, ``research``, ``general``, or a
+                custom one passed to ``connect``).
+            prompt: The task for the subagent.
+            description: A short label (shown in the Web UI and in ``ls``).
+            parent_id: The spawning task's id, if any.
+            model: ``provider:model``; default: the agent's, then ``SUBAGENTS_MODEL``,
+                then the worker's default.
+            max_turns: Turn limit (default: the agent's).
+            metadata: Free-form JSON data kept with the task.
+            tools: Restrict the agent to these of its tools.
+            disallowed_tools: Tools to take away.
+            permission_mode: A mode at most as permissive as the agent's.
+            permissions: Extra rules; they can deny, never allow more.
+            approval_timeout: Seconds a pause may wait for a decision.
+            time_limit: Seconds the task may run in all; then it stops as ``timed_out``.
+            workspace: A directory inside the worker's workspace root.
+            task_id: Your own id; spawning again with it returns the same task.
+
+        Returns:
+            The task id (also the workflow id: ``subagent-<agent>-<hex>``).
+
+        Raises:
+            InvalidRequest: unknown agent, empty or oversized prompt, bad limits, or an
+                option that would widen the agent.
+        """
+        spec = resolve_agent(agent, self.agents)
+        task_input = build_task_input(
+            spec,
+            prompt,
+            description=description,
+            parent_id=parent_id,
+            model=model or (spec.model if spec.model != "inherit" else None) or self.default_model,
+            max_turns=max_turns,
+            metadata=metadata,
+            tools=tools,
+            disallowed_tools=disallowed_tools,
+            permission_mode=permission_mode,
+            permissions=permissions,
+            approval_timeout=approval_timeout,
+            time_limit=time_limit,
+            workspace=workspace,
+            max_prompt_bytes=self.max_prompt_bytes,
+        )
+        if task_id is not None:
+            validate_task_id(task_id)
+        workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
+        memo = {
+            "agent": spec.name,
+            "description": task_input.description,
+            "parent_id": parent_id,
+            "status": TaskStatus.PENDING.value,
+            "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
+            "model": task_input.model,
+            "turns": 0,
+        }
+        attributes = [
+            SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
+            SearchAttributePair(sa.AGENT, spec.name),
+            SearchAttributePair(sa.TURNS, 0),
+        ]
+        if parent_id:
+            attributes.append(SearchAttributePair(sa.PARENT, parent_id))
+        try:
+            await self.temporal.start_workflow(
+                SubagentWorkflow.run,
+                task_input,
+                id=workflow_id,
+                task_queue=self.task_queue,
+                memo=memo,
+                search_attributes=TypedSearchAttributes(attributes),
+                static_summary=task_input.description,
+                static_details=static_details(task_input, workflow_id),
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+        except WorkflowAlreadyStartedError:
+            if task_id is None:
+                raise
+        return workflow_id
+
+    # ------------------------------------------------------------------ check / wait
+
+    async def check_task(
+        self,
+        task_id: str,
+        wait: bool = False,
+        timeout: float = 300.0,
+        after_pause: str | None = None,
+    ) -> TaskInfo:
+        """The task's current state; with ``wait``, block until it needs the caller.
+
+        With ``wait=True`` this returns as soon as the task is terminal or paused
+        (with a ``pause_id`` other than ``after_pause``), or at ``timeout`` with the
+        current state. It waits by long-polling the run's history, so it costs a few
+        calls per minute and works while no worker runs.
+
+        Raises:
+            TaskNotFound: no task has this id.
+        """
+        info = await self._info(task_id)
+        if not wait or _settled(info, after_pause):
+            return info.public()
+        try:
+            info = await asyncio.wait_for(self._wait(task_id, info, after_pause), timeout)
+        except TimeoutError:
+            info = await self._info(task_id)
+        return info.public()
+
+    async def wait_tasks(
+        self,
+        task_ids: Sequence[str],
+        mode: Literal["all", "any"] = "all",
+        timeout: float = 300.0,
+    ) -> list[TaskInfo]:
+        """Wait for several tasks: all of them, or the first that needs the caller.
+
+        Returns:
+            The current ``TaskInfo`` of every task, in the order given.
+        """
+        waits = [asyncio.ensure_future(self.check_task(t, True, timeout)) for t in task_ids]
+        try:
+            when = asyncio.FIRST_COMPLETED if mode == "any" else asyncio.ALL_COMPLETED
+            await asyncio.wait(waits, return_when=when)
+        finally:
+            for w in waits:
+                w.cancel()
+        return [(await self._info(t)).public() for t in task_ids]
+
+    async def _wait(
+        self, task_id: str, info: _InternalInfo, after_pause: str | None
+    ) -> _InternalInfo:
+        while True:
+            run_id = info.run_id
+            seen = info.history_length
+            handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
+            async for event in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
+                if event.event_id <= seen or event.event_type not in _WAKE_EVENTS:
+                    continue
+                info = await self._info(task_id)
+                if _settled(info, after_pause) or info.run_id != run_id:
+                    break
+            else:
+                info = await self._info(task_id)
+            if _settled(info, after_pause):
+                return info
+
+    # ------------------------------------------------------------------ cancel
+
+    async def cancel_task(self, task_id: str, wait: bool = True, timeout: float = 30.0) -> TaskInfo:
+        """Cancel a task: its running model call and tool processes are stopped.
+
+        The request is durable: with no worker running, the task is cancelled when one
+        returns. Cancelling a finished task changes nothing.
+
+        Returns:
+            The task's state: ``cancelled`` when the cancel completed within
+            ``timeout`` (with ``wait``), else ``cancelling``.
+
+        Raises:
+            TaskNotFound: no task has this id.
+        """
+        info: TaskInfo = await self._info(task_id)
+        if info.status.terminal:
+            return info.public()  # type: ignore[attr-defined]
+        await self.temporal.get_workflow_handle(task_id, run_id=info.run_id).cancel()
+        if wait:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while not info.status.terminal:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                info = await self.check_task(task_id, wait=True, timeout=left)
+        else:
+            info = (await self._info(task_id)).public()
+        if not info.status.terminal:
+            info.status = TaskStatus.CANCELLING
+        return info
+
+    # ------------------------------------------------------------------ list / transcript
+
+    async def list_tasks(
+        self, parent_id: str | None = None, status: TaskStatus | str | None = None
+    ) -> list[TaskInfo]:
+        """Tasks in the namespace, newest first; one entry per task id (its latest run).
+
+        Args:
+            parent_id: Only tasks spawned with this parent id.
+            status: Only tasks in this status.
+        """
+        query = "WorkflowType = 'SubagentWorkflow'"
+        if parent_id is not None:
+            query += f" AND {sa.PARENT.name} = {_quote(parent_id)}"
+        wanted = TaskStatus(status) if status is not None else None
+        latest: dict[str, Any] = {}
+        async for execution in self.temporal.list_workflows(query):
+            seen = latest.get(execution.id)
+            if seen is None or execution.start_time > seen.start_time:
+                latest[execution.id] = execution
+        infos = []
+        for execution in sorted(latest.values(), key=lambda e: e.start_time, reverse=True):
+            memo = await execution.memo()
+            info = _info_from(execution.id, execution.run_id, execution.status, memo)
+            info.finished_at = execution.close_time
+            if wanted is None or info.status == wanted:
+                infos.append(info.public())
+        return infos
+
+    async def get_transcript(self, task_id: str) -> list[Message]:
+        """The task's conversation so far, with large contents loaded in full.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: this client has no access to the blob store.
+        """
+        if self.transcript is None:
+            raise InvalidRequest("this client has no blob store; connect with settings")
+        info = await self._info(task_id)
+        head = info.head
+        messages = self.transcript.load(task_id, head)
+        return self.transcript.expand(task_id, messages)
+
+    async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
+        """Events of a task as they happen (status, turns, tool calls) until it closes.
+
+        Raises:
+            TaskNotFound: no task has this id.
+        """
+        info = await self._info(task_id)
+        async for event in history_events(self.temporal, task_id, info.run_id):
+            yield event
+
+    # ------------------------------------------------------------------ internals
+
+    async def _info(self, task_id: str) -> _InternalInfo:
+        handle = self.temporal.get_workflow_handle(task_id)
+        try:
+            desc = await handle.describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(
+                    f"no task {task_id!r} in namespace {self.temporal.namespace!r}; "
+                    "`subagents ls` lists the tasks"
+                ) from None
+            raise
+        memo = await desc.memo()
+        info = _info_from(task_id, desc.run_id, desc.status, memo)
+        info.history_length = desc.history_length
+        info.finished_at = desc.close_time
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            await self._fill_result(info, desc)
+        elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:
+            info.error = await self._failure(task_id, desc.run_id)
+        elif desc.status == WorkflowExecutionStatus.TERMINATED:
+            info.stop_reason, info.error = "terminated", info.error or "terminated"
+        return info
+
+    async def _fill_result(self, info: _InternalInfo, desc: WorkflowExecutionDescription) -> None:
+        handle: WorkflowHandle[Any, TaskResult] = self.temporal.get_workflow_handle(
+            desc.id, run_id=desc.run_id, result_type=TaskResult
+        )
+        result = await handle.result(follow_runs=False)
+        info.status = result.status
+        info.result = result.result
+        info.stop_reason = result.stop_reason
+        info.error = result.error
+        info.turns = result.turns
+        info.usage = result.usage
+        info.model = result.model
+        info.head = result.head
+        if result.result_ref and self.transcript is not None:
+            try:
+                full = self.transcript.store.get(desc.id, result.result_ref)
+                info.result = full.decode("utf-8", "replace")
+            except BlobNotFound:
+                pass
+
+    async def _failure(self, task_id: str, run_id: str | None) -> str:
+        handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
+        try:
+            await handle.result(follow_runs=False)
+        except WorkflowFailureError as err:
+            cause = err.cause
+            return getattr(cause, "message", None) or str(cause)
+        return "failed"
+
+
+class _InternalInfo(TaskInfo):
+    history_length: int = 0
+    head: str | None = None
+
+    def public(self) -> TaskInfo:
+        return TaskInfo.model_validate(self.model_dump(exclude={"history_length", "head"}))
+
+
+def _info_from(
+    task_id: str, run_id: str | None, status: WorkflowExecutionStatus | None, memo: dict[str, Any]
+) -> _InternalInfo:
+    """Build the info from the memo; a closed run's own status wins over the memo."""
+    memo_status = memo.get("status") or TaskStatus.PENDING.value
+    if status in _CLOSED_STATUS:
+        task_status = _CLOSED_STATUS[status]
+    elif status == WorkflowExecutionStatus.COMPLETED:
+        task_status = TaskStatus(memo_status) if memo_status in ("completed", "timed_out") else (
+            TaskStatus.COMPLETED
+        )
+    else:
+        task_status = TaskStatus(memo_status)
+    created = memo.get("created_at")
+    return _InternalInfo(
+        id=task_id,
+        run_id=run_id,
+        agent=memo.get("agent") or "",
+        description=memo.get("description") or "",
+        status=task_status,
+        result=memo.get("result_preview"),
+        error=memo.get("error"),
+        turns=int(memo.get("turns") or 0),
+        usage=Usage.model_validate(memo.get("usage") or {}),
+        parent_id=memo.get("parent_id"),
+        created_at=datetime.fromisoformat(created) if created else None,
+        stop_reason=memo.get("stop_reason"),
+        model=memo.get("model"),
+        pause_id=memo.get("pause_id"),
+        head=memo.get("head"),
+    )
+
+
+def _settled(info: TaskInfo, after_pause: str | None) -> bool:
+    if info.status.terminal:
+        return True
+    return info.status == TaskStatus.PAUSED and info.pause_id != after_pause
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+

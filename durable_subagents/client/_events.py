@@ -1,0 +1,104 @@
+"""Task events read from a task's Temporal history as it grows."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from durable_subagents.types import TaskEvent, TaskStatus
+
+_CLOSE = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: TaskStatus.FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: TaskStatus.CANCELLED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: TaskStatus.CANCELLED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: TaskStatus.TIMED_OUT,
+}
+_ACTIVITY_DONE = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+}
+
+
+async def history_events(
+    client: Client, task_id: str, run_id: str | None
+) -> AsyncIterator[TaskEvent]:
+    """Translate history events into ``TaskEvent``s, following continue-as-new."""
+    converter = client.data_converter.payload_converter
+    status: TaskStatus | None = None
+    while True:
+        handle = client.get_workflow_handle(task_id, run_id=run_id)
+        scheduled: dict[int, tuple[str, str]] = {}
+        next_run: str | None = None
+        async for event in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
+            time = event.event_time.ToDatetime() if event.HasField("event_time") else None
+            kind = event.event_type
+            if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                summary = _summary(event, converter)
+                scheduled[event.event_id] = (attrs.activity_type.name, summary)
+                if attrs.activity_type.name == "model_turn":
+                    turn = _turn_of(summary)
+                    yield TaskEvent(
+                        kind="turn", task_id=task_id, time=time, turn=turn, summary=summary
+                    )
+                else:
+                    yield TaskEvent(
+                        kind="tool_started",
+                        task_id=task_id,
+                        time=time,
+                        tool=summary.split(" · ")[0],
+                        summary=summary,
+                    )
+            elif kind in _ACTIVITY_DONE:
+                attrs = getattr(event, _ACTIVITY_DONE[kind])
+                name, summary = scheduled.get(attrs.scheduled_event_id, ("", ""))
+                if name == "run_tool":
+                    failed = kind != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    yield TaskEvent(
+                        kind="tool_finished",
+                        task_id=task_id,
+                        time=time,
+                        tool=summary.split(" · ")[0],
+                        summary=summary,
+                        error=kind.name if failed else None,  # type: ignore[attr-defined]
+                    )
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+                fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+                if "status" in fields:
+                    new = TaskStatus(converter.from_payload(fields["status"], str))
+                    if new != status:
+                        status = new
+                        yield TaskEvent(kind="status", task_id=task_id, time=time, status=new)
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                attrs_can = event.workflow_execution_continued_as_new_event_attributes
+                next_run = attrs_can.new_execution_run_id
+            elif kind in _CLOSE:
+                final = _CLOSE[kind] or status or TaskStatus.COMPLETED
+                yield TaskEvent(kind="closed", task_id=task_id, time=time, status=final)
+                return
+        if next_run is None:
+            return
+        run_id = next_run
+
+
+def _summary(event: HistoryEvent, converter: Any) -> str:
+    if event.HasField("user_metadata") and event.user_metadata.HasField("summary"):
+        try:
+            return str(converter.from_payload(event.user_metadata.summary, str))
+        except Exception:
+            return ""
+    return ""
+
+
+def _turn_of(summary: str) -> int | None:
+    parts = summary.split()
+    if len(parts) >= 2 and parts[0] == "turn" and parts[1].isdigit():
+        return int(parts[1])
+    return None

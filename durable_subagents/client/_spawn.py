@@ -1,0 +1,161 @@
+"""Validation of a spawn request and the workflow input it becomes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.types import TaskInput
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
+MAX_TURNS_LIMIT = 10_000
+
+
+def validate_task_id(task_id: str) -> None:
+    """Task ids become workflow ids and blob directory names: keep them simple."""
+    if not _TASK_ID.match(task_id):
+        raise InvalidRequest(
+            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_', ':' "
+            "or '-', starting with a letter or digit"
+        )
+
+
+def build_task_input(
+    spec: AgentSpec,
+    prompt: str,
+    *,
+    description: str,
+    parent_id: str | None,
+    model: str | None,
+    max_turns: int | None,
+    metadata: dict[str, Any] | None,
+    tools: Sequence[str] | None,
+    disallowed_tools: Sequence[str] | None,
+    permission_mode: str | None,
+    permissions: Sequence[PermissionRule | dict[str, str]] | None,
+    approval_timeout: float | None,
+    time_limit: float | None,
+    workspace: str | None,
+    max_prompt_bytes: int,
+) -> TaskInput:
+    """Check a spawn request and return the workflow input with the narrowed agent.
+
+    Raises:
+        InvalidRequest: what was wrong, and what to do instead.
+    """
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequest("prompt is empty; give the subagent a task to do")
+    size = len(prompt.encode())
+    if size > max_prompt_bytes:
+        raise InvalidRequest(
+            f"prompt is {size} bytes, over the {max_prompt_bytes}-byte limit; write the "
+            "material to a file in the workspace and ask the subagent to read it"
+        )
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise InvalidRequest(f"max_turns must be an integer >= 1, got {max_turns!r}")
+    if max_turns is not None and max_turns > MAX_TURNS_LIMIT:
+        raise InvalidRequest(f"max_turns must be at most {MAX_TURNS_LIMIT}, got {max_turns}")
+    if time_limit is not None and not time_limit > 0:
+        raise InvalidRequest(f"time_limit must be a positive number of seconds, got {time_limit}")
+    if approval_timeout is not None and not approval_timeout > 0:
+        raise InvalidRequest(
+            f"approval_timeout must be a positive number of seconds, got {approval_timeout}"
+        )
+    narrowed = narrow(spec, tools, disallowed_tools, permission_mode, permissions)
+    description = description.strip() or _first_line(prompt)
+    return TaskInput(
+        agent=narrowed,
+        prompt=prompt,
+        description=description,
+        parent_id=parent_id,
+        model=model or "default",
+        max_turns=max_turns or spec.max_turns,
+        metadata=metadata or {},
+        workspace=workspace,
+        time_limit=time_limit,
+        created_at=datetime.now(UTC),
+    )
+
+
+def narrow(
+    spec: AgentSpec,
+    tools: Sequence[str] | None,
+    disallowed_tools: Sequence[str] | None,
+    permission_mode: str | None,
+    permissions: Sequence[PermissionRule | dict[str, str]] | None,
+) -> AgentSpec:
+    """Apply spawn options to an agent; refuse any that would widen it."""
+    update: dict[str, Any] = {}
+    if tools is not None:
+        tools = list(tools)
+        if spec.tools is not None:
+            extra = [t for t in tools if t not in spec.tools]
+            if extra:
+                raise InvalidRequest(
+                    f"agent {spec.name!r} does not allow {', '.join(extra)}; its tools are "
+                    f"{', '.join(spec.tools)}. Spawn options can only narrow an agent: pick "
+                    "another agent (e.g. 'general') for more tools"
+                )
+        update["tools"] = tools
+    if disallowed_tools:
+        update["disallowed_tools"] = sorted({*spec.disallowed_tools, *disallowed_tools})
+    if permission_mode is not None:
+        if permission_mode not in _MODE_RANK:
+            raise InvalidRequest(
+                f"unknown permission_mode {permission_mode!r}; use one of {', '.join(_MODE_RANK)}"
+            )
+        if _MODE_RANK[permission_mode] > _MODE_RANK[spec.permission_mode]:
+            raise InvalidRequest(
+                f"permission_mode {permission_mode!r} is more permissive than agent "
+                f"{spec.name!r}'s {spec.permission_mode!r}; spawn options can only narrow"
+            )
+        update["permission_mode"] = permission_mode
+    if permissions:
+        try:
+            rules = [PermissionRule.model_validate(r) for r in permissions]
+        except ValidationError as err:
+            raise InvalidRequest(f"invalid permission rule: {err}") from None
+        widening = [r for r in rules if r.action != "deny"]
+        if widening:
+            raise InvalidRequest(
+                "spawn permissions can only add 'deny' rules (they narrow the agent); "
+                f"got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
+            )
+        update["permissions"] = [*spec.permissions, *rules]
+    if any(r.action == "ask" for r in update.get("permissions", spec.permissions)):
+        raise InvalidRequest(
+            f"agent {spec.name!r} has 'ask' permission rules, and approvals are not "
+            "available in this version; use 'allow' or 'deny' rules"
+        )
+    return spec.model_copy(update=update)
+
+
+def static_details(task_input: TaskInput, workflow_id: str) -> str:
+    """Markdown shown as the workflow's details in the Temporal Web UI."""
+    spec = task_input.agent
+    tools = ", ".join(spec.tools) if spec.tools is not None else "all worker tools"
+    head = " ".join(task_input.prompt.split())[:300]
+    lines = [
+        f"**Subagent** `{spec.name}` · task `{workflow_id}`",
+        f"**Model** `{task_input.model}` · **max turns** {task_input.max_turns}"
+        + (f" · **time limit** {task_input.time_limit:g}s" if task_input.time_limit else ""),
+        f"**Tools** {tools} · **mode** {spec.permission_mode}",
+    ]
+    if task_input.parent_id:
+        lines.append(f"**Parent** `{task_input.parent_id}`")
+    if task_input.workspace:
+        lines.append(f"**Workspace** `{task_input.workspace}`")
+    lines.append(f"**Prompt** {head}{'…' if len(task_input.prompt) > 300 else ''}")
+    return "\n\n".join(lines)
+
+
+def _first_line(prompt: str, limit: int = 80) -> str:
+    line = prompt.strip().splitlines()[0].strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"

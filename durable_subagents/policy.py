@@ -1,0 +1,57 @@
+"""Permission rules: which tool calls run, which are refused, which need a decision.
+
+Pure functions, safe to call from workflow code.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from typing import Any
+
+from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
+from durable_subagents.agents._spec import Action
+
+_MAIN_ARGUMENT = ("command", "path", "pattern", "url")
+
+
+def main_argument(arguments: dict[str, Any]) -> str:
+    """The argument rules match against: a command, a path or a pattern."""
+    for key in _MAIN_ARGUMENT:
+        value = arguments.get(key)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def decide(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
+    """The action for one call. The last matching rule wins; no match means allow.
+
+    ``plan`` mode denies every tool that is not read-only, whatever the rules say.
+    """
+    if spec.permission_mode == "plan" and tool_name not in READ_ONLY_TOOLS:
+        return "deny"
+    action: Action = "allow"
+    target = main_argument(arguments)
+    for rule in spec.permissions:
+        if fnmatch.fnmatchcase(tool_name, rule.tool) and fnmatch.fnmatchcase(target, rule.pattern):
+            action = rule.action
+    if action == "ask" and spec.permission_mode == "dont_ask":
+        return "deny"
+    return action
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    """A stable hash of a call's arguments (approvals are bound to it)."""
+    data = json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def arguments_preview(tool_name: str, arguments: dict[str, Any], limit: int = 80) -> str:
+    """A one-line preview of a call, as shown in the Web UI (``bash · ls -la``)."""
+    text = main_argument(arguments) or json.dumps(arguments, sort_keys=True)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{tool_name} · {text}" if text else tool_name

@@ -1,0 +1,295 @@
+"""Pydantic models shared by the client, the workflow and the activities.
+
+Every workflow, activity and signal takes one of these models as its single argument
+and returns one, so the pydantic data converter can evolve them field by field.
+Field names are part of recorded histories: add fields with defaults, never rename.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from durable_subagents.agents._spec import AgentSpec
+
+__all__ = [
+    "AgentSpec",
+    "Message",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTurnInput",
+    "ModelTurnResult",
+    "PendingApproval",
+    "TaskEvent",
+    "TaskInfo",
+    "TaskInput",
+    "TaskResult",
+    "TaskState",
+    "TaskStatus",
+    "ToolCall",
+    "ToolCallInput",
+    "ToolCallResult",
+    "ToolSpec",
+    "Usage",
+]
+
+
+class TaskStatus(StrEnum):
+    """Where a task is in its life. The last four are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has stopped for good (a follow-up may still continue it)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.TIMED_OUT}
+
+
+class Usage(BaseModel):
+    """Token usage, summed over turns."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ToolCall(BaseModel):
+    """A tool call the model asked for.
+
+    Large arguments (a whole file for ``write_file``) live in the blob store: then
+    ``arguments`` is empty and ``arguments_ref`` names the blob.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments_ref: str | None = None
+
+
+class Message(BaseModel):
+    """One provider-neutral transcript message.
+
+    ``content_ref`` set means ``content`` is only a preview and the full text is the
+    named blob; the model-turn activity expands it before calling a provider.
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    content_ref: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+class ToolSpec(BaseModel):
+    """What a model is told about a tool: name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest(BaseModel):
+    """A provider-neutral request for one model turn (all blob references expanded)."""
+
+    model: str
+    """The provider's own model name (``gpt-4.1-mini``), without the provider prefix."""
+    system: str = ""
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int = 8192
+
+
+class ModelResponse(BaseModel):
+    """What a provider returns for one turn."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str = ""
+
+
+# ---------------------------------------------------------------- workflow and activities
+
+
+class TaskInput(BaseModel):
+    """The input of a ``SubagentWorkflow`` run.
+
+    Carries a snapshot of the resolved agent, so a task runs the agent as it was when
+    it was spawned, and spawning needs no worker.
+    """
+
+    agent: AgentSpec
+    prompt: str
+    description: str = ""
+    parent_id: str | None = None
+    model: str = "default"
+    max_turns: int = 50
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    workspace: str | None = None
+    time_limit: float | None = None
+    created_at: datetime | None = None
+    state: TaskState | None = None
+    """Set when the run continues an earlier one (continue-as-new or follow-up)."""
+
+
+class TaskState(BaseModel):
+    """What a run hands to the next run of the same task."""
+
+    head: str | None = None
+    turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    pending_messages: list[Message] = Field(default_factory=list)
+    model: str | None = None
+    runs: int = 1
+
+
+class ModelTurnInput(BaseModel):
+    """Input of the ``model_turn`` activity: the transcript head plus what is new."""
+
+    task_id: str
+    head: str | None
+    new_messages: list[Message]
+    model: str
+    tools: list[str] | None = None
+    """Allowed tool names; ``None`` means every tool the worker has."""
+    disallowed_tools: list[str] = Field(default_factory=list)
+    read_only: bool = False
+    turn: int
+    workspace: str | None = None
+    agent_name: str = ""
+    max_tokens: int = 8192
+
+
+class ModelTurnResult(BaseModel):
+    """Result of the ``model_turn`` activity."""
+
+    head: str
+    text: str = ""
+    text_ref: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str = ""
+    """The resolved ``provider:model`` that answered."""
+    offered_tools: list[str] = Field(default_factory=list)
+    """The tools the model was offered; calls to any other tool are refused."""
+
+
+class ToolCallInput(BaseModel):
+    """Input of the ``run_tool`` activity."""
+
+    task_id: str
+    call: ToolCall
+    workspace: str | None = None
+
+
+class ToolCallResult(BaseModel):
+    """Result of the ``run_tool`` activity: the output, or a preview and a blob reference."""
+
+    call_id: str
+    tool_name: str
+    content: str = ""
+    content_ref: str | None = None
+    is_error: bool = False
+    size: int = 0
+
+    def to_message(self) -> Message:
+        """The tool message the model sees next turn."""
+        return Message(
+            role="tool",
+            content=self.content,
+            content_ref=self.content_ref,
+            tool_call_id=self.call_id,
+            tool_name=self.tool_name,
+            is_error=self.is_error,
+        )
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a parent's decision."""
+
+    call_id: str
+    tool_name: str
+    arguments_preview: str
+    arguments_hash: str
+    arguments_ref: str | None = None
+
+
+class TaskResult(BaseModel):
+    """The result of a ``SubagentWorkflow`` run that returned normally."""
+
+    status: TaskStatus
+    result: str = ""
+    result_ref: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    head: str | None = None
+    model: str | None = None
+
+
+# ---------------------------------------------------------------- client-facing
+
+
+class TaskInfo(BaseModel):
+    """What a parent knows about a task."""
+
+    id: str
+    agent: str = ""
+    description: str = ""
+    status: TaskStatus
+    result: str | None = None
+    error: str | None = None
+    pause_id: str | None = None
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    parent_id: str | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    stop_reason: str | None = None
+    model: str | None = None
+    run_id: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the task reached a terminal status."""
+        return self.status.terminal
+
+
+class TaskEvent(BaseModel):
+    """One event of ``SubagentClient.watch``."""
+
+    kind: Literal["status", "turn", "tool_started", "tool_finished", "closed"]
+    task_id: str
+    time: datetime | None = None
+    status: TaskStatus | None = None
+    turn: int | None = None
+    tool: str | None = None
+    summary: str | None = None
+    error: str | None = None
+
+
+TaskInput.model_rebuild()

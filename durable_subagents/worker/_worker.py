@@ -1,0 +1,115 @@
+"""Worker construction.
+
+A worker registers ``SubagentWorkflow`` and the two activities on one task queue,
+with the pydantic data converter (clients use the same one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from durable_subagents import _search_attributes as sa
+from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents.activities import SubagentActivities
+from durable_subagents.activities.tools import ToolRegistry
+from durable_subagents.config import Settings
+from durable_subagents._connect import connect_client
+from durable_subagents.errors import SubagentError
+from durable_subagents.workflows import SubagentWorkflow
+
+log = logging.getLogger(__name__)
+
+
+class SearchAttributesMissing(SubagentError):
+    """The namespace lacks the custom search attributes the workflow writes."""
+
+
+async def check_search_attributes(client: Client) -> list[str]:
+    """Names of the custom search attributes missing from the client's namespace."""
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    try:
+        resp = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError as err:
+        log.warning("could not list search attributes: %s", err)
+        return []
+    return [k.name for k in sa.ALL if k.name not in resp.custom_attributes]
+
+
+def create_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    task_queue: str | None = None,
+    tools: ToolRegistry | None = None,
+    max_concurrent_activities: int = 100,
+    sticky_queue_timeout: timedelta = timedelta(seconds=3),
+    **worker_options: Any,
+) -> Worker:
+    """Build a worker for subagent tasks.
+
+    Args:
+        client: A client connected with the pydantic data converter.
+        settings: Blob store, workspace root, default model and sandbox mode.
+        task_queue: Overrides ``settings.task_queue``.
+        tools: The tools to offer (default: the built-ins).
+        max_concurrent_activities: Model turns and tool calls run at once.
+        sticky_queue_timeout: How long a workflow waits for this worker's sticky queue
+            before another worker takes it over (short: recovery after a crash is fast).
+        **worker_options: Passed to ``temporalio.worker.Worker``.
+
+    Returns:
+        The worker; run it with ``async with worker:`` or ``await worker.run()``.
+    """
+    activities = SubagentActivities(
+        LocalBlobStore(settings.resolved_blob_dir),
+        workspace_root=settings.resolved_workspace,
+        tools=tools,
+        default_model=settings.model,
+        sandbox=settings.tool_sandbox,
+    )
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=[SubagentWorkflow],
+        activities=activities.activities,
+        max_concurrent_activities=max_concurrent_activities,
+        sticky_queue_schedule_to_start_timeout=sticky_queue_timeout,
+        graceful_shutdown_timeout=timedelta(seconds=5),
+        **worker_options,
+    )
+
+
+async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+    """Connect, check the namespace, and run a worker until cancelled.
+
+    Raises:
+        TemporalUnavailable: the server did not answer.
+        SearchAttributesMissing: the namespace lacks the custom search attributes; the
+            message has the commands that register them.
+    """
+    client = await connect_client(settings.address, settings.namespace)
+    missing = await check_search_attributes(client)
+    if missing:
+        raise SearchAttributesMissing(
+            f"namespace {settings.namespace!r} lacks the search attributes "
+            f"{', '.join(missing)}. Register them once with:\n"
+            + sa.register_command(settings.namespace)
+            + "\n(`subagents dev` registers them on its own server)"
+        )
+    worker = create_worker(client, settings)
+    async with worker:
+        if ready is not None:
+            ready.set()
+        await asyncio.Future()
+
+

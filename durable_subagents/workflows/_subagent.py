@@ -1,0 +1,339 @@
+"""``SubagentWorkflow``: the agent loop as a durable Temporal workflow.
+
+Deterministic: no I/O here. Model turns and tool calls are activities called by
+stable names; the transcript lives in the blob store and the workflow keeps only its
+head, so the history stays small however long the conversation gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents import _search_attributes as sa
+    from durable_subagents import policy
+    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.types import (
+        Message,
+        ModelTurnInput,
+        ModelTurnResult,
+        TaskInput,
+        TaskResult,
+        TaskState,
+        TaskStatus,
+        ToolCall,
+        ToolCallInput,
+        ToolCallResult,
+        Usage,
+    )
+
+MODEL_TURN_ACTIVITY = "model_turn"
+RUN_TOOL_ACTIVITY = "run_tool"
+MAX_PAYLOAD_BYTES = 256 * 1024
+"""Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
+
+_MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=10,
+    non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
+)
+_TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
+)
+
+
+@workflow.defn(name="SubagentWorkflow")
+class SubagentWorkflow:
+    """One subagent task: model turns and tool calls until a final answer or a limit."""
+
+    def __init__(self) -> None:
+        self._status = TaskStatus.PENDING
+        self._turns = 0
+        self._usage = Usage()
+        self._head: str | None = None
+        self._model = "default"
+        self._inbox: list[str] = []
+        self._last_text = ""
+        self._last_text_ref: str | None = None
+        self._offered: list[str] = []
+        self._memo: dict[str, Any] = {}
+        self._published_sa: tuple[str, int] | None = None
+        self._input: TaskInput | None = None
+        self._runs = 1
+
+    # ------------------------------------------------------------------ signals / queries
+
+    @workflow.signal(name="send_input")
+    def send_input(self, text: str) -> None:
+        """Queue follow-up or steering input; the next turn takes it in."""
+        self._inbox.append(text)
+
+    @workflow.query(name="status")
+    def status(self) -> dict[str, Any]:
+        """The live state (needs a worker; prefer the memo, which does not)."""
+        return dict(self._memo)
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, input: TaskInput) -> TaskResult:
+        """Run the agent loop; honour the time limit and cancellation."""
+        self._input = input
+        self._model = input.model
+        state = input.state
+        if state is not None:
+            self._head = state.head
+            self._turns = state.turns
+            self._usage = state.usage
+            self._model = state.model or input.model
+            self._runs = state.runs
+        self._memo = dict(workflow.memo())
+        pending = list(state.pending_messages) if state else []
+        loop = asyncio.create_task(self._loop(pending))
+        try:
+            await workflow.wait_condition(loop.done, timeout=self._time_left(input))
+        except asyncio.TimeoutError:
+            await self._stop(loop)
+            return self._finish(
+                TaskStatus.TIMED_OUT,
+                stop_reason="time_limit",
+                error=f"time limit of {input.time_limit:g}s reached",
+            )
+        except asyncio.CancelledError:
+            self._publish(TaskStatus.CANCELLING)
+            await self._stop(loop)
+            self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
+            raise
+        try:
+            return loop.result()
+        except (ActivityError, ApplicationError) as err:
+            message = _error_message(err)
+            self._publish(TaskStatus.FAILED, error=message)
+            raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
+
+    def _time_left(self, input: TaskInput) -> timedelta | None:
+        if not input.time_limit:
+            return None
+        started = input.created_at or workflow.info().start_time
+        left = input.time_limit - (workflow.now() - started).total_seconds()
+        return timedelta(seconds=max(left, 0.001))
+
+    async def _stop(self, loop: asyncio.Task[TaskResult]) -> None:
+        """Cancel the loop and wait until its running activities acknowledged."""
+        loop.cancel()
+        try:
+            await loop
+        except (asyncio.CancelledError, FailureError):
+            pass
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _loop(self, pending: list[Message]) -> TaskResult:
+        assert self._input is not None
+        inp = self._input
+        spec = inp.agent
+        new: list[Message] = pending
+        if self._head is None and not new:
+            if spec.system_prompt:
+                new.append(Message(role="system", content=spec.system_prompt))
+            new.append(Message(role="user", content=inp.prompt))
+        first_turn_of_run = self._turns
+        while True:
+            new += [Message(role="user", content=text) for text in self._inbox]
+            self._inbox.clear()
+            if self._turns >= inp.max_turns:
+                return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns", pending=new)
+            if self._turns > first_turn_of_run and workflow.info().is_continue_as_new_suggested():
+                await self._continue_as_new(new)
+            self._turns += 1
+            self._publish(TaskStatus.RUNNING)
+            turn = await self._model_turn(new)
+            self._head = turn.head
+            self._usage = self._usage + turn.usage
+            self._model = turn.model or self._model
+            self._offered = turn.offered_tools
+            self._last_text, self._last_text_ref = turn.text, turn.text_ref
+            new = []
+            if not turn.tool_calls:
+                if self._inbox:
+                    continue
+                return self._finish(TaskStatus.COMPLETED, stop_reason=turn.stop_reason or "end_turn")
+            if self._turns >= inp.max_turns:
+                return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
+            self._publish(TaskStatus.RUNNING)
+            results = await asyncio.gather(*(self._tool_call(c) for c in turn.tool_calls))
+            new = [r.to_message() for r in results]
+
+    async def _model_turn(self, new: list[Message]) -> ModelTurnResult:
+        assert self._input is not None
+        spec = self._input.agent
+        turn_input = ModelTurnInput(
+            task_id=workflow.info().workflow_id,
+            head=self._head,
+            new_messages=new,
+            model=self._model,
+            tools=spec.tools,
+            disallowed_tools=spec.disallowed_tools,
+            read_only=spec.permission_mode == "plan",
+            turn=self._turns,
+            workspace=self._input.workspace,
+            agent_name=spec.name,
+        )
+        self._check_size(turn_input, f"model turn {self._turns} input")
+        return await workflow.execute_activity(
+            MODEL_TURN_ACTIVITY,
+            turn_input,
+            result_type=ModelTurnResult,
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(seconds=15),
+            retry_policy=_MODEL_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"turn {self._turns} · {model_label(self._model)}",
+        )
+
+    async def _tool_call(self, call: ToolCall) -> ToolCallResult:
+        assert self._input is not None
+        spec = self._input.agent
+        if call.name not in self._offered:
+            offered = ", ".join(self._offered) or "none"
+            return _tool_error(call, f"unknown tool {call.name!r}; available tools: {offered}")
+        if "_raw" in call.arguments:
+            return _tool_error(call, "the arguments were not valid JSON; send a JSON object")
+        action = policy.decide(spec, call.name, call.arguments)
+        if action != "allow":
+            return _tool_error(
+                call, f"{call.name} was denied by this agent's permission rules; do not retry it"
+            )
+        tool_input = ToolCallInput(
+            task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
+        )
+        self._check_size(tool_input, f"{call.name} call input")
+        timeout = float(call.arguments.get("timeout", 120) or 120)
+        return await workflow.execute_activity(
+            RUN_TOOL_ACTIVITY,
+            tool_input,
+            result_type=ToolCallResult,
+            start_to_close_timeout=timedelta(seconds=min(max(timeout, 1), 600) + 60),
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=_TOOL_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=policy.arguments_preview(call.name, call.arguments),
+        )
+
+    async def _continue_as_new(self, new: list[Message]) -> None:
+        assert self._input is not None
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        new = new + [Message(role="user", content=text) for text in self._inbox]
+        state = TaskState(
+            head=self._head,
+            turns=self._turns,
+            usage=self._usage,
+            pending_messages=new,
+            model=self._model,
+            runs=self._runs + 1,
+        )
+        workflow.continue_as_new(
+            self._input.model_copy(update={"state": state}),
+            memo=self._memo,
+            search_attributes=workflow.info().typed_search_attributes,
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def _finish(
+        self,
+        status: TaskStatus,
+        *,
+        stop_reason: str,
+        error: str | None = None,
+        pending: list[Message] | None = None,
+    ) -> TaskResult:
+        self._publish(status, stop_reason=stop_reason, error=error)
+        return TaskResult(
+            status=status,
+            result=self._last_text,
+            result_ref=self._last_text_ref,
+            stop_reason=stop_reason,
+            error=error,
+            turns=self._turns,
+            usage=self._usage,
+            head=self._head,
+            model=model_label(self._model),
+        )
+
+    def _publish(
+        self, status: TaskStatus, *, stop_reason: str | None = None, error: str | None = None
+    ) -> None:
+        """Write the state to the memo and search attributes, only what changed."""
+        self._status = status
+        memo: dict[str, Any] = {
+            "status": status.value,
+            "turns": self._turns,
+            "usage": self._usage.model_dump(),
+            "model": model_label(self._model),
+            "head": self._head,
+        }
+        if stop_reason is not None:
+            memo["stop_reason"] = stop_reason
+        if error is not None:
+            memo["error"] = error
+        if status.terminal and self._last_text:
+            memo["result_preview"] = self._last_text[:500]
+        changed = {k: v for k, v in memo.items() if self._memo.get(k) != v}
+        if changed:
+            self._memo.update(changed)
+            workflow.upsert_memo(changed)
+        sa_state = (status.value, self._turns)
+        if sa_state != self._published_sa:
+            self._published_sa = sa_state
+            workflow.upsert_search_attributes(
+                [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
+            )
+
+    def _check_size(self, value: object, what: str) -> None:
+        """Fail the task clearly instead of letting Temporal retry an oversized task forever."""
+        size = workflow.payload_converter().to_payloads([value])[0].ByteSize()
+        if size > MAX_PAYLOAD_BYTES:
+            raise ApplicationError(
+                f"{what} is {size} bytes, over the {MAX_PAYLOAD_BYTES}-byte payload limit; "
+                "large content must go through the blob store (files in the workspace, "
+                "tool outputs), not inline",
+                type="PayloadTooLarge",
+                non_retryable=True,
+            )
+
+
+def model_label(model: str) -> str:
+    """A short model name for summaries: inline scripts are not repeated every turn."""
+    if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
+        return "scripted"
+    return model if len(model) <= 60 else model[:59] + "…"
+
+
+def _tool_error(call: ToolCall, message: str) -> ToolCallResult:
+    return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
+
+
+def _error_message(err: BaseException) -> str:
+    """The innermost meaningful message of a failure chain."""
+    parts = []
+    cur: BaseException | None = err
+    while cur is not None:
+        msg = getattr(cur, "message", None) or str(cur)
+        if msg and msg not in parts and msg != "Activity task failed":
+            parts.append(msg)
+        cur = cur.__cause__
+    return ": ".join(parts) or type(err).__name__
+
+
+__all__ = ["MODEL_TURN_ACTIVITY", "RUN_TOOL_ACTIVITY", "SubagentWorkflow"]

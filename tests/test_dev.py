@@ -1,0 +1,302 @@
+"""The embedded dev server, against real ``temporal server start-dev`` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import sys
+import time
+import types
+import urllib.request
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from temporalio import workflow
+from temporalio.api.operatorservice.v1 import (
+    ListSearchAttributesRequest,
+    RemoveSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from durable_subagents import _search_attributes
+from durable_subagents.config import Settings
+from durable_subagents.dev import (
+    DevServer,
+    ensure_search_attributes,
+    free_port,
+    missing_search_attributes,
+    parse_duration,
+    run_dev,
+    server_answers,
+    set_retention,
+    temporal_binary,
+)
+from durable_subagents.errors import SubagentError
+
+
+def _server(tmp_path: Path, **kwargs: object) -> DevServer:
+    return DevServer(port=free_port(), ui_port=free_port(), db=tmp_path / "t.db", **kwargs)  # type: ignore[arg-type]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _http_status(url: str, within: float = 15.0) -> int:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with await asyncio.to_thread(urllib.request.urlopen, url, timeout=2) as resp:
+                return int(resp.status)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+def test_temporal_binary_is_found() -> None:
+    path = temporal_binary()
+    assert path.name == "temporal"
+    assert os.access(path, os.X_OK)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("30m", timedelta(minutes=30)),
+        ("24h", timedelta(hours=24)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        (" 1.5h ", timedelta(minutes=90)),
+    ],
+)
+def test_parse_duration(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "7", "d", "7 days", "-1h", "0s", "1y", "1h30m"])
+def test_parse_duration_rejects_bad_input(text: str) -> None:
+    with pytest.raises(SubagentError, match="invalid duration"):
+        parse_duration(text)
+
+
+async def test_server_lifecycle(tmp_path: Path) -> None:
+    server = _server(tmp_path, retention=timedelta(days=3))
+    started = time.monotonic()
+    await server.start()
+    start_seconds = time.monotonic() - started
+    pgid = server.pid
+    assert pgid is not None
+    try:
+        assert start_seconds < 15
+        assert server.address == f"127.0.0.1:{server.port}"
+        assert server.ui_url == f"http://127.0.0.1:{server.ui_port}"
+        assert server.namespace == "default"
+        assert await server_answers(server.address)
+        client = await Client.connect(server.address)
+
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace="default")
+        )
+        for key in _search_attributes.ALL:
+            assert listed.custom_attributes[key.name] == key.indexed_value_type
+        assert await missing_search_attributes(client, "default") == []
+
+        ns = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
+        assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=3)
+        await set_retention(client, "default", timedelta(hours=12))
+        ns = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
+        assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(hours=12)
+
+        assert await _http_status(server.ui_url) == 200
+        assert server.db.is_file()
+        assert server.log_path == tmp_path / "t.db.log"
+        assert server.log_path.is_file()
+
+        handle = await client.start_workflow("SomeType", id="persisted-wf", task_queue="nowhere")
+    finally:
+        await server.stop()
+    assert not _group_alive(pgid)
+    assert not await server_answers(server.address)
+
+    await server.start()
+    try:
+        client = await Client.connect(server.address)
+        described = await client.get_workflow_handle("persisted-wf").describe()
+        assert described.run_id == handle.result_run_id
+        assert described.workflow_type == "SomeType"
+    finally:
+        await server.stop()
+
+
+async def test_context_manager_and_headless(tmp_path: Path) -> None:
+    async with _server(tmp_path, ui=False, namespace="other") as server:
+        pgid = server.pid
+        assert pgid is not None
+        assert "--headless" in server.command()
+        assert await server_answers(server.address, "other")
+        client = await Client.connect(server.address, namespace="other")
+        assert await missing_search_attributes(client, "other") == []
+    assert not _group_alive(pgid)
+
+
+async def test_ensure_search_attributes_adds_missing_and_is_idempotent(tmp_path: Path) -> None:
+    async with _server(tmp_path, ui=False) as server:
+        client = await Client.connect(server.address)
+        await client.operator_service.remove_search_attributes(
+            RemoveSearchAttributesRequest(namespace="default", search_attributes=["SubagentAgent"])
+        )
+        assert await missing_search_attributes(client, "default") == ["SubagentAgent"]
+        await ensure_search_attributes(client, "default")
+        await ensure_search_attributes(client, "default")
+        assert await missing_search_attributes(client, "default") == []
+
+
+async def test_server_answers_false_when_nothing_listens() -> None:
+    assert not await server_answers(f"127.0.0.1:{free_port()}", timeout=0.5)
+
+
+async def test_start_on_a_busy_port_fails_fast(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        server = DevServer(
+            port=busy.getsockname()[1], ui_port=free_port(), db=tmp_path / "t.db", ui=False
+        )
+        started = time.monotonic()
+        with pytest.raises(SubagentError, match="already in use"):
+            await server.start()
+        assert time.monotonic() - started < 2
+        assert server.pid is None
+
+
+async def test_process_exit_reports_the_log_tail(tmp_path: Path) -> None:
+    server = _server(tmp_path, ui=False, log_level="not-a-level")
+    with pytest.raises(SubagentError, match="exited with code") as info:
+        await server.start()
+    assert "not-a-level" in str(info.value)
+
+
+async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
+    pytest.importorskip("durable_subagents.worker", exc_type=ImportError)
+    async with _server(tmp_path, ui=False) as server:
+        out = io.StringIO()
+        console = Console(file=out, width=200, force_terminal=False)
+        settings = Settings(data_dir=tmp_path / "data", task_queue="dev-test-queue")
+        task = asyncio.create_task(
+            run_dev(
+                settings=settings,
+                port=server.port,
+                ui_port=free_port(),
+                db=None,
+                retention=timedelta(days=2),
+                workspace=tmp_path,
+                console=console,
+            )
+        )
+        text = await _wait_ready(task, out)
+        assert "already answers" in text
+        assert server.address in text
+        assert "dev-test-queue" in text
+        assert not (tmp_path / "data" / "temporal.db").exists()
+
+        task.cancel()
+        await asyncio.wait_for(task, 15)
+        assert "Stopped." in out.getvalue()
+        assert server.pid is not None and _group_alive(server.pid)
+        assert await server_answers(server.address)
+        client = await Client.connect(server.address)
+        ns = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace="default")
+        )
+        assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=2)
+
+
+@workflow.defn(name="DevEcho")
+class _EchoWorkflow:
+    @workflow.run
+    async def run(self, text: str) -> str:
+        return text
+
+
+def _stub_worker_module(created: list[Worker]) -> types.ModuleType:
+    def create_worker(
+        client: Client, settings: Settings, *, task_queue: str | None = None
+    ) -> Worker:
+        worker = Worker(
+            client,
+            task_queue=task_queue or settings.task_queue,
+            workflows=[_EchoWorkflow],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        )
+        created.append(worker)
+        return worker
+
+    module = types.ModuleType("durable_subagents.worker")
+    module.create_worker = create_worker  # type: ignore[attr-defined]
+    return module
+
+
+async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
+    deadline = time.monotonic() + 30
+    while "Ctrl-C to stop" not in out.getvalue():
+        assert not task.done(), out.getvalue()
+        assert time.monotonic() < deadline, out.getvalue()
+        await asyncio.sleep(0.05)
+    return out.getvalue()
+
+
+async def test_run_dev_starts_and_stops_its_own_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created: list[Worker] = []
+    monkeypatch.setitem(sys.modules, "durable_subagents.worker", _stub_worker_module(created))
+    out = io.StringIO()
+    port, ui_port = free_port(), free_port()
+    settings = Settings(data_dir=tmp_path / "data", task_queue=f"dev-{uuid.uuid4()}")
+    task = asyncio.create_task(
+        run_dev(
+            settings=settings,
+            port=port,
+            ui_port=ui_port,
+            db=None,
+            retention=None,
+            workspace=None,
+            console=Console(file=out, width=200),
+        )
+    )
+    text = await _wait_ready(task, out)
+    db = (tmp_path / "data" / "temporal.db").resolve()
+    assert str(db) in text
+    assert f"http://127.0.0.1:{ui_port}" in text
+    assert "already answers" not in text
+    assert db.is_file()
+
+    client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
+    result = await client.execute_workflow(
+        "DevEcho", "hi", id=f"echo-{uuid.uuid4()}", task_queue=settings.task_queue
+    )
+    assert result == "hi"
+    assert len(created) == 1
+
+    task.cancel()
+    await asyncio.wait_for(task, 15)
+    assert "Stopped." in out.getvalue()
+    assert not await server_answers(f"127.0.0.1:{port}")

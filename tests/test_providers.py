@@ -1,0 +1,608 @@
+"""Model providers through the real openai/anthropic SDKs against wire-level fake servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic import AsyncAnthropic
+from openai import AsyncOpenAI
+from temporalio.exceptions import ApplicationError
+
+from durable_subagents.activities.providers import (
+    SCRIPTS,
+    AnthropicProvider,
+    ModelProvider,
+    OpenAIProvider,
+    ScriptedProvider,
+    clear_provider_cache,
+    parse_model,
+    resolve_provider,
+)
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
+from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
+
+OPENAI_KEY = "sk-test-openai-secret-0123456789"
+ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
+
+GREP = ToolSpec(
+    name="grep",
+    description="Search files.",
+    parameters={
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+        "required": ["pattern"],
+    },
+)
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def tool_transcript() -> list[Message]:
+    """A turn with two parallel tool calls, their results, then steering input."""
+    return [
+        user("find the functions"),
+        Message(
+            role="assistant",
+            content="Searching.",
+            tool_calls=[
+                ToolCall(id="call_a", name="grep", arguments={"pattern": "def "}),
+                ToolCall(id="call_b", name="read_file", arguments={"path": "missing.py"}),
+            ],
+        ),
+        Message(role="tool", content="a.py:1: def f()", tool_call_id="call_a", tool_name="grep"),
+        Message(
+            role="tool",
+            content="error: no such file",
+            tool_call_id="call_b",
+            tool_name="read_file",
+            is_error=True,
+        ),
+        user("also look at tests"),
+    ]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    clear_provider_cache()
+
+
+@pytest.fixture
+async def openai_srv() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def anthropic_srv() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def openai_provider(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, openai_srv: FakeOpenAIServer
+) -> AsyncIterator[ModelProvider]:
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_srv.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    provider, full, name = resolve_provider("openai:gpt-test")
+    assert (provider.name, full, name) == ("openai", "openai:gpt-test", "gpt-test")
+    yield provider
+    assert isinstance(provider, OpenAIProvider)
+    await provider.aclose()
+    clear_provider_cache()
+
+
+@pytest.fixture
+async def anthropic_provider(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, anthropic_srv: FakeAnthropicServer
+) -> AsyncIterator[ModelProvider]:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_srv.base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    provider, full, name = resolve_provider("anthropic:claude-test")
+    assert (provider.name, full, name) == ("anthropic", "anthropic:claude-test", "claude-test")
+    yield provider
+    assert isinstance(provider, AnthropicProvider)
+    await provider.aclose()
+    clear_provider_cache()
+
+
+async def failure(provider: ModelProvider, model: str) -> ApplicationError:
+    with pytest.raises(ApplicationError) as info:
+        await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
+    return info.value
+
+
+# ------------------------------------------------------------------------------ openai
+
+
+async def test_openai_text_reply_with_usage(
+    openai_provider: ModelProvider, openai_srv: FakeOpenAIServer
+) -> None:
+    openai_srv.add_reply(text="Hello there, world.", usage=(12, 3))
+    response = await openai_provider.complete(
+        ModelRequest(model="gpt-test", system="Be brief.", messages=[user("hi")], max_tokens=99)
+    )
+    assert response.text == "Hello there, world."
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 3)
+    assert response.stop_reason == "stop"
+    assert response.tool_calls == []
+    assert response.model == "gpt-test"
+    [body] = openai_srv.requests
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 99
+    assert "tools" not in body
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert openai_srv.request_headers[0]["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert openai_srv.completed_streams == 1
+
+
+async def test_openai_streamed_tool_calls_and_multi_turn_wire_shape(
+    openai_provider: ModelProvider, openai_srv: FakeOpenAIServer
+) -> None:
+    arguments = {"pattern": "def ", "path": "src/some/long/directory"}
+    openai_srv.add_reply(
+        text="Let me look.",
+        tool_calls=[
+            {"name": "grep", "arguments": arguments},
+            {"name": "read_file", "arguments": {"path": "a.py"}},
+        ],
+        chunk_delay=0.001,
+    )
+    openai_srv.add_reply(text="Done.")
+    first = await openai_provider.complete(
+        ModelRequest(model="gpt-test", messages=[user("go")], tools=[GREP])
+    )
+    assert first.text == "Let me look."
+    assert first.stop_reason == "tool_calls"
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [
+        ("grep", arguments),
+        ("read_file", {"path": "a.py"}),
+    ]
+    assert all(c.id.startswith("call_fake_") for c in first.tool_calls)
+    assert openai_srv.requests[0]["tools"] == [
+        {"type": "function", "function": GREP.model_dump()},
+    ]
+
+    second = await openai_provider.complete(
+        ModelRequest(model="gpt-test", messages=tool_transcript(), tools=[GREP])
+    )
+    assert second.text == "Done."
+    assert openai_srv.requests[1]["messages"] == [
+        {"role": "user", "content": "find the functions"},
+        {
+            "role": "assistant",
+            "content": "Searching.",
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "grep", "arguments": json.dumps({"pattern": "def "})},
+                },
+                {
+                    "id": "call_b",
+                    "type": "function",
+                    "function": {
+                        "name": "read_file",
+                        "arguments": json.dumps({"path": "missing.py"}),
+                    },
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": "a.py:1: def f()"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "error: no such file"},
+        {"role": "user", "content": "also look at tests"},
+    ]
+
+
+async def test_openai_invalid_tool_arguments_are_kept_raw(
+    openai_provider: ModelProvider, openai_srv: FakeOpenAIServer
+) -> None:
+    openai_srv.add_reply(tool_calls=[{"name": "grep", "arguments": '{"pattern": "def'}])
+    response = await openai_provider.complete(ModelRequest(model="gpt-test", messages=[user("x")]))
+    assert response.tool_calls[0].arguments == {"_raw": '{"pattern": "def'}
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "delay"),
+    [
+        (429, {"Retry-After": "7"}, timedelta(seconds=7)),
+        (503, {"retry-after-ms": "1500"}, timedelta(seconds=1.5)),
+        (500, {}, None),
+        (408, {}, None),
+    ],
+)
+async def test_openai_transient_errors_are_retryable(
+    openai_provider: ModelProvider,
+    openai_srv: FakeOpenAIServer,
+    status: int,
+    headers: dict[str, str],
+    delay: timedelta | None,
+) -> None:
+    openai_srv.add_error(status, headers=headers)
+    error = await failure(openai_provider, "gpt-test")
+    assert error.non_retryable is False
+    assert error.next_retry_delay == delay
+    assert f"HTTP {status}" in error.message
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [(401, "check OPENAI_API_KEY on the worker"), (400, "will not help"), (404, "model name")],
+)
+async def test_openai_client_errors_are_not_retryable_and_hide_the_key(
+    openai_provider: ModelProvider, openai_srv: FakeOpenAIServer, status: int, advice: str
+) -> None:
+    server_message = f"Incorrect API key provided: {OPENAI_KEY}; model gpt-test is unknown"
+    openai_srv.add_error(status, body={"error": {"message": server_message, "type": "x"}})
+    error = await failure(openai_provider, "gpt-test")
+    assert error.non_retryable is True
+    assert error.type == "ModelRequestError"
+    assert error.message.startswith(f"openai API returned HTTP {status}: Incorrect API key")
+    assert advice in error.message
+    assert OPENAI_KEY not in error.message
+    assert "sk-test" not in error.message
+
+
+async def test_openai_connection_refused_is_retryable(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    provider, _, _ = resolve_provider("openai:gpt-test")
+    error = await failure(provider, "gpt-test")
+    assert error.non_retryable is False
+    assert "connection failed" in error.message
+
+
+async def test_openai_cancel_closes_the_stream(
+    openai_provider: ModelProvider, openai_srv: FakeOpenAIServer
+) -> None:
+    openai_srv.add_reply(text="this never finishes", hang=True)
+    task = asyncio.create_task(
+        openai_provider.complete(ModelRequest(model="gpt-test", messages=[user("x")]))
+    )
+    await asyncio.wait_for(openai_srv.hanging.wait(), 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(openai_srv.disconnected.wait(), 2)
+    assert openai_srv.disconnects == 1
+    assert openai_srv.completed_streams == 0
+
+
+async def test_fake_openai_non_streamed_reply(openai_srv: FakeOpenAIServer) -> None:
+    openai_srv.add_reply(text="plain", tool_calls=[{"name": "grep", "arguments": {"a": 1}}])
+    client = AsyncOpenAI(base_url=openai_srv.base_url, api_key="k", max_retries=0)
+    completion = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]
+    )
+    await client.close()
+    message = completion.choices[0].message
+    assert message.content == "plain"
+    assert message.tool_calls is not None
+    assert json.loads(message.tool_calls[0].function.arguments) == {"a": 1}  # type: ignore[union-attr]
+    assert completion.usage is not None and completion.usage.prompt_tokens == 10
+
+
+# --------------------------------------------------------------------------- anthropic
+
+
+async def test_anthropic_text_reply_with_usage(
+    anthropic_provider: ModelProvider, anthropic_srv: FakeAnthropicServer
+) -> None:
+    anthropic_srv.add_reply(text="Hello from Claude.", usage=(21, 4))
+    response = await anthropic_provider.complete(
+        ModelRequest(model="claude-test", system="Be brief.", messages=[user("hi")], max_tokens=77)
+    )
+    assert response.text == "Hello from Claude."
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (21, 4)
+    assert response.stop_reason == "end_turn"
+    assert response.model == "claude-test"
+    [body] = anthropic_srv.requests
+    assert body["stream"] is True
+    assert body["system"] == "Be brief."
+    assert body["max_tokens"] == 77
+    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    headers = anthropic_srv.request_headers[0]
+    assert ANTHROPIC_KEY in (headers.get("x-api-key"), headers.get("authorization", "")[7:])
+    assert "anthropic-version" in headers
+
+
+async def test_anthropic_streamed_tool_calls_and_multi_turn_wire_shape(
+    anthropic_provider: ModelProvider, anthropic_srv: FakeAnthropicServer
+) -> None:
+    arguments = {"pattern": "def ", "path": "src/some/long/directory"}
+    anthropic_srv.add_reply(
+        text="Looking.",
+        tool_calls=[{"name": "grep", "arguments": arguments}, {"name": "ls", "arguments": {}}],
+    )
+    first = await anthropic_provider.complete(
+        ModelRequest(model="claude-test", messages=[user("go")], tools=[GREP])
+    )
+    assert first.text == "Looking."
+    assert first.stop_reason == "tool_use"
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("grep", arguments), ("ls", {})]
+    assert anthropic_srv.requests[0]["tools"] == [
+        {"name": "grep", "description": "Search files.", "input_schema": GREP.parameters}
+    ]
+
+    await anthropic_provider.complete(ModelRequest(model="claude-test", messages=tool_transcript()))
+    assert anthropic_srv.requests[1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "find the functions"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Searching."},
+                {"type": "tool_use", "id": "call_a", "name": "grep", "input": {"pattern": "def "}},
+                {
+                    "type": "tool_use",
+                    "id": "call_b",
+                    "name": "read_file",
+                    "input": {"path": "missing.py"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_a",
+                    "content": "a.py:1: def f()",
+                    "is_error": False,
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_b",
+                    "content": "error: no such file",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "also look at tests"},
+            ],
+        },
+    ]
+
+
+async def test_anthropic_invalid_tool_arguments_are_kept_raw(
+    anthropic_provider: ModelProvider, anthropic_srv: FakeAnthropicServer
+) -> None:
+    anthropic_srv.add_reply(tool_calls=[{"name": "grep", "arguments": '{"pattern": '}])
+    response = await anthropic_provider.complete(
+        ModelRequest(model="claude-test", messages=[user("x")])
+    )
+    assert response.tool_calls[0].arguments == {"_raw": '{"pattern": '}
+
+
+async def test_anthropic_errors(
+    anthropic_provider: ModelProvider, anthropic_srv: FakeAnthropicServer
+) -> None:
+    anthropic_srv.add_error(429, headers={"Retry-After": "3"})
+    anthropic_srv.add_error(529)
+    anthropic_srv.add_error(401)
+    rate_limited = await failure(anthropic_provider, "claude-test")
+    assert rate_limited.non_retryable is False
+    assert rate_limited.next_retry_delay == timedelta(seconds=3)
+    overloaded = await failure(anthropic_provider, "claude-test")
+    assert overloaded.non_retryable is False
+    unauthorized = await failure(anthropic_provider, "claude-test")
+    assert unauthorized.non_retryable is True
+    assert unauthorized.type == "ModelRequestError"
+    assert "check ANTHROPIC_API_KEY on the worker" in unauthorized.message
+    assert ANTHROPIC_KEY not in unauthorized.message
+
+
+async def test_anthropic_cancel_closes_the_stream(
+    anthropic_provider: ModelProvider, anthropic_srv: FakeAnthropicServer
+) -> None:
+    anthropic_srv.add_reply(text="never ends", hang=True)
+    task = asyncio.create_task(
+        anthropic_provider.complete(ModelRequest(model="claude-test", messages=[user("x")]))
+    )
+    await asyncio.wait_for(anthropic_srv.hanging.wait(), 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(anthropic_srv.disconnected.wait(), 2)
+    assert anthropic_srv.disconnects == 1
+
+
+async def test_fake_anthropic_non_streamed_reply(anthropic_srv: FakeAnthropicServer) -> None:
+    anthropic_srv.add_reply(text="plain", tool_calls=[{"name": "grep", "arguments": {"a": 1}}])
+    client = AsyncAnthropic(base_url=anthropic_srv.base_url, api_key="k", max_retries=0)
+    message = await client.messages.create(
+        model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+    )
+    await client.close()
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert message.stop_reason == "tool_use"
+    assert message.usage.output_tokens == 5
+
+
+# ------------------------------------------------------------------- resolve_provider
+
+
+def test_resolve_forms(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_model("openai:gpt-4.1-mini") == ("openai", "openai:gpt-4.1-mini", "gpt-4.1-mini")
+    assert parse_model("default") == ("scripted", "scripted", "")
+    assert parse_model("default", default_model="anthropic:claude-haiku-4-5") == (
+        "anthropic",
+        "anthropic:claude-haiku-4-5",
+        "claude-haiku-4-5",
+    )
+    provider, full, name = resolve_provider("scripted:demo-plan")
+    assert isinstance(provider, ScriptedProvider)
+    assert (full, name) == ("scripted:demo-plan", "demo-plan")
+    assert resolve_provider("scripted")[0] is provider
+
+
+@pytest.mark.parametrize(
+    "model", ["gpt-4.1-mini", "gemini:pro", "openai:", "scripted:no-such-script", "scripted:[{"]
+)
+def test_resolve_rejects_bad_names(clean_env: None, model: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        resolve_provider(model)
+    message = str(info.value)
+    assert "openai:<model>" in message or "script" in message or "names no model" in message
+
+
+def test_resolve_unknown_prefix_lists_valid_forms(clean_env: None) -> None:
+    with pytest.raises(InvalidRequest, match=r"openai:<model>, anthropic:<model>, scripted"):
+        resolve_provider("gpt-4")
+
+
+def test_missing_keys_are_non_retryable(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for model, env in (("openai:gpt", "OPENAI_API_KEY"), ("anthropic:claude", "ANTHROPIC_API_KEY")):
+        with pytest.raises(ApplicationError) as info:
+            resolve_provider(model)
+        assert info.value.non_retryable is True
+        assert info.value.type == "ModelRequestError"
+        assert env in info.value.message
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    assert resolve_provider("openai:llama3")[0].name == "openai"
+
+
+def test_providers_are_cached_per_key(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-one-0000000000")
+    first = resolve_provider("openai:a")[0]
+    assert resolve_provider("openai:b")[0] is first
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-two-0000000000")
+    assert resolve_provider("openai:a")[0] is not first
+
+
+# --------------------------------------------------------------------------- scripted
+
+
+async def play(model: str, prompt: str = "explain", max_turns: int = 20) -> list[Any]:
+    """Run a scripted conversation, feeding back a fake tool result per call."""
+    provider, _, name = resolve_provider(model)
+    messages = [user(prompt)]
+    responses = []
+    for _ in range(max_turns):
+        response = await provider.complete(ModelRequest(model=name, messages=messages))
+        responses.append(response)
+        messages.append(
+            Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+        )
+        if not response.tool_calls:
+            break
+        for call in response.tool_calls:
+            messages.append(
+                Message(role="tool", content=f"result of {call.name}", tool_call_id=call.id)
+            )
+    return responses
+
+
+async def test_scripted_default_script() -> None:
+    responses = await play("scripted")
+    assert [[(c.name, c.arguments) for c in r.tool_calls] for r in responses] == [
+        [("list_files", {"pattern": "**/*"})],
+        [("grep", {"pattern": "def "})],
+        [],
+    ]
+    assert [c.id for c in responses[0].tool_calls] == ["call_0_0"]
+    assert [c.id for c in responses[1].tool_calls] == ["call_1_0"]
+    final = responses[-1]
+    assert final.text.startswith("Offline scripted model (no LLM was called).")
+    assert "result of grep" in final.text
+    assert final.model == "scripted"
+    assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("name", ["demo-explore", "demo-plan", "demo-research"])
+async def test_scripted_demo_scripts(name: str) -> None:
+    responses = await play(f"scripted:{name}", prompt="how is it built?")
+    assert 2 <= len(responses) <= 4
+    tools = {c.name for r in responses for c in r.tool_calls}
+    assert tools <= {"list_files", "read_file", "grep"}
+    assert responses[-1].text.startswith("Offline scripted model (no LLM was called).")
+    assert name in responses[-1].text
+    assert "how is it built?" in responses[-1].text
+    assert "{" not in responses[-1].text
+
+
+async def test_scripted_inline_list_with_usage_and_exhaustion() -> None:
+    script = json.dumps(
+        [
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "x"}}]},
+            {"text": "saw: {last_tool_result}", "usage": {"input_tokens": 5, "output_tokens": 6}},
+        ]
+    )
+    responses = await play(f"scripted:{script}", max_turns=2)
+    assert responses[1].text == "saw: result of grep"
+    assert (responses[1].usage.input_tokens, responses[1].usage.output_tokens) == (5, 6)
+    provider = ScriptedProvider()
+    history = [user("x"), Message(role="assistant"), Message(role="assistant")]
+    exhausted = await provider.complete(ModelRequest(model=script, messages=history))
+    assert exhausted.text == "Script finished after 2 turns."
+    assert exhausted.tool_calls == []
+
+
+async def test_scripted_repeat_and_final_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(
+        json.dumps(
+            {
+                "turns": [{"tool_calls": [{"name": "grep", "arguments": {"pattern": "a"}}]}],
+                "repeat": 200,
+                "final": "all done",
+            }
+        )
+    )
+    responses = await play(f"scripted:@{path}", max_turns=300)
+    assert len(responses) == 201
+    assert all(r.tool_calls[0].name == "grep" for r in responses[:200])
+    assert responses[199].tool_calls[0].id == "call_199_0"
+    assert responses[200].text == "all done"
+
+
+async def test_scripted_is_deterministic() -> None:
+    provider = ScriptedProvider()
+    request = ModelRequest(model="demo-explore", messages=[user("q"), Message(role="assistant")])
+    first, second = await provider.complete(request), await provider.complete(request)
+    assert first == second
+    assert [c.id for c in first.tool_calls] == ["call_1_0", "call_1_1"]
+
+
+async def test_scripted_delay_is_cancellable() -> None:
+    provider = ScriptedProvider()
+    script = json.dumps([{"text": "slow", "delay": 60}])
+    task = asyncio.create_task(provider.complete(ModelRequest(model=script, messages=[user("x")])))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 2)
+
+
+async def test_scripted_bad_file_is_a_non_retryable_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"turns": [{"txt": "typo"}]}')
+    provider = ScriptedProvider()
+    for model in (f"@{bad}", f"@{tmp_path / 'missing.json'}"):
+        with pytest.raises(ApplicationError) as info:
+            await provider.complete(ModelRequest(model=model, messages=[user("x")]))
+        assert info.value.non_retryable is True
+        assert info.value.type == "ModelRequestError"
+
+
+def test_builtin_scripts_are_valid() -> None:
+    assert {"default", "demo-explore", "demo-plan", "demo-research"} <= set(SCRIPTS)
+    for name in SCRIPTS:
+        assert parse_model(f"scripted:{name}")[0] == "scripted"
