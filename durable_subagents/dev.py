@@ -43,12 +43,8 @@ LOW_LATENCY_DYNAMIC_CONFIG: dict[str, str] = {
     "history.timerProcessorMaxPollRPS": "1000",
     "history.visibilityProcessorMaxPollRPS": "1000",
 }
-"""Dynamic config passed to the dev server.
-
-The history service reads its task queues at 20 polls per second by default, which
-adds up to ~50 ms to every workflow step; visibility updates (what ``list`` shows)
-wait on the same kind of poll.
-"""
+"""Dynamic config for the dev server: its history queues poll 20 times a second by
+default, which made an activity hop take ~63 ms here instead of ~24 ms."""
 
 _START_TIMEOUT = 30.0
 _STOP_GRACE = 5.0
@@ -172,6 +168,18 @@ class DevServer:
 
     The server runs in its own process group so that :meth:`stop` ends it and anything
     it spawned, and so that a Ctrl-C sent to the terminal reaches the caller first.
+    Nothing starts before :meth:`start`.
+
+    Args:
+        port: gRPC frontend port.
+        ui_port: Web UI port.
+        ip: Address both listen on.
+        db: SQLite file; defaults to ``temporal.db`` in the user data directory.
+        namespace: Namespace to create and prepare.
+        retention: How long closed tasks (and their blobs) are kept; ``None`` keeps
+            the server's default.
+        ui: Whether to serve the Web UI.
+        log_level: Server log level; the log goes to ``<db>.log``.
 
     Example:
         >>> async with DevServer(port=free_port(), ui_port=free_port()) as server:
@@ -190,19 +198,6 @@ class DevServer:
         ui: bool = True,
         log_level: str = "error",
     ) -> None:
-        """Describe the server; nothing starts before :meth:`start`.
-
-        Args:
-            port: gRPC frontend port.
-            ui_port: Web UI port.
-            ip: Address both listen on.
-            db: SQLite file; defaults to ``temporal.db`` in the user data directory.
-            namespace: Namespace to create and prepare.
-            retention: How long closed tasks (and their blobs) are kept; ``None`` keeps
-                the server's default.
-            ui: Whether to serve the Web UI.
-            log_level: Server log level; the log goes to ``<db>.log``.
-        """
         self.port = port
         self.ui_port = ui_port
         self.ip = ip
@@ -240,10 +235,7 @@ class DevServer:
         cmd = [str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db)]
         cmd += ["--ip", self.ip, "--port", str(self.port), "--log-level", self.log_level]
         cmd += _search_attributes.cli_flags()
-        if self.ui:
-            cmd += ["--ui-port", str(self.ui_port)]
-        else:
-            cmd.append("--headless")
+        cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
         if self._namespace != "default":
             cmd += ["--namespace", self._namespace]
         for key, value in LOW_LATENCY_DYNAMIC_CONFIG.items():
@@ -310,10 +302,7 @@ class DevServer:
             await asyncio.sleep(0.05)
 
     def _log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
     async def stop(self) -> None:
@@ -323,14 +312,11 @@ class DevServer:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), _STOP_GRACE)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
 
     async def __aenter__(self) -> DevServer:
         await self.start()
@@ -374,10 +360,8 @@ async def run_dev(
 
     address = f"127.0.0.1:{port}"
     namespace = settings.namespace
-    update: dict[str, object] = {"address": address}
-    if workspace is not None:
-        update["workspace"] = workspace
-    settings = settings.model_copy(update=update)
+    workspace = workspace or settings.workspace
+    settings = settings.model_copy(update={"address": address, "workspace": workspace})
     server: DevServer | None = None
     ui_url = f"http://127.0.0.1:{ui_port} (if the existing server serves one)"
     db_text = "(the existing server's own)"
@@ -388,12 +372,9 @@ async def run_dev(
         if retention is not None:
             await set_retention(admin, namespace, retention)
     else:
+        db = db or settings.data_dir / "temporal.db"
         server = DevServer(
-            port=port,
-            ui_port=ui_port,
-            db=db or settings.data_dir / "temporal.db",
-            namespace=namespace,
-            retention=retention,
+            port=port, ui_port=ui_port, db=db, namespace=namespace, retention=retention
         )
         with console.status("Starting the Temporal dev server..."):
             await server.start()

@@ -24,6 +24,7 @@ from durable_subagents.activities.providers import (
     clear_provider_cache,
     parse_model,
     resolve_provider,
+    retry_after,
 )
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
@@ -149,7 +150,7 @@ async def test_openai_text_reply_with_usage(
         {"role": "user", "content": "hi"},
     ]
     assert openai_srv.request_headers[0]["authorization"] == f"Bearer {OPENAI_KEY}"
-    assert openai_srv.completed_streams == 1
+    assert (openai_srv.completed_streams, openai_srv.disconnects) == (1, 0)
 
 
 async def test_openai_streamed_tool_calls_and_multi_turn_wire_shape(
@@ -257,6 +258,7 @@ async def test_openai_client_errors_are_not_retryable_and_hide_the_key(
     assert advice in error.message
     assert OPENAI_KEY not in error.message
     assert "sk-test" not in error.message
+    assert error.__cause__ is None
 
 
 async def test_openai_connection_refused_is_retryable(
@@ -466,6 +468,14 @@ def test_resolve_rejects_bad_names(clean_env: None, model: str) -> None:
 def test_resolve_unknown_prefix_lists_valid_forms(clean_env: None) -> None:
     with pytest.raises(InvalidRequest, match=r"openai:<model>, anthropic:<model>, scripted"):
         resolve_provider("gpt-4")
+
+
+def test_retry_after_header_forms() -> None:
+    assert retry_after({"retry-after": "2.5"}) == timedelta(seconds=2.5)
+    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == timedelta(seconds=0.25)
+    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert retry_after({"retry-after": "soon"}) is None
+    assert retry_after({}) is None
 
 
 def test_missing_keys_are_non_retryable(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:

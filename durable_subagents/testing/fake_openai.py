@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from aiohttp import web
 
@@ -153,7 +153,7 @@ class FakeModelServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> FakeModelServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -29,7 +29,7 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 """4xx statuses worth retrying; every 5xx is retried too."""
 
 _MAX_RETRY_AFTER = timedelta(hours=1)
-_SECRET_LIKE = re.compile(r"\b(sk|key)-[A-Za-z0-9_\-]{8,}")
+_SECRET_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 
 _STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
 _CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
@@ -144,7 +144,8 @@ def to_application_error(
         secrets: Strings (API keys) that must never appear in the message.
 
     Returns:
-        The ``ApplicationError`` to raise (``from exc``).
+        The ``ApplicationError`` to raise. Raise it ``from None``: Temporal records an
+        exception's cause in history, and the SDK's own message may echo the key.
     """
     secrets = list(secrets)
     if isinstance(exc, _STATUS_ERRORS):

@@ -193,7 +193,7 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise to_application_error(
                 exc, provider="anthropic", key_env="ANTHROPIC_API_KEY", secrets=[self._key]
-            ) from exc
+            ) from None
         return accumulator.response()
 
     async def aclose(self) -> None:

@@ -153,7 +153,7 @@ class OpenAIProvider:
 
     def __init__(self, *, api_key: str, base_url: str | None = None) -> None:
         self._key = api_key
-        self._custom_base = base_url is not None
+        self._custom_base = base_url is not None and "api.openai.com" not in base_url
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -191,7 +191,7 @@ class OpenAIProvider:
         except openai.OpenAIError as exc:
             raise to_application_error(
                 exc, provider="openai", key_env="OPENAI_API_KEY", secrets=[self._key]
-            ) from exc
+            ) from None
         return accumulator.response()
 
     async def aclose(self) -> None:

@@ -76,8 +76,13 @@ class Tool:
         self.description = description if description is not None else summary
         self.read_only = read_only
         self._takes_context, fields = _signature_fields(fn, arg_docs)
+        # Fields get neutral names and the parameters' names as aliases, so a parameter
+        # may be called ``json`` or ``model_config`` without clashing with BaseModel.
+        self._names = {f"arg{i}": name for i, name in enumerate(fields)}
         self._arguments: type[BaseModel] = create_model(
-            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+            f"{self.name}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **{field: fields[name] for field, name in self._names.items()},
         )
         self.parameters: dict[str, Any] = _strip_titles(self._arguments.model_json_schema())
         self._is_async = inspect.iscoroutinefunction(fn)
@@ -106,7 +111,7 @@ class Tool:
             validated = self._arguments.model_validate(arguments)
         except ValidationError as e:
             raise ToolError(self._describe(e)) from None
-        kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
+        kwargs = {name: getattr(validated, field) for field, name in self._names.items()}
         args = (ctx,) if self._takes_context else ()
         if self._is_async:
             result = await self.fn(*args, **kwargs)
@@ -122,7 +127,7 @@ class Tool:
         return f"Tool({self.name!r}, read_only={self.read_only})"
 
     def _describe(self, error: ValidationError) -> str:
-        expected = ", ".join(self._arguments.model_fields) or "no arguments"
+        expected = ", ".join(self._names.values()) or "no arguments"
         problems = []
         for item in error.errors():
             where = ".".join(str(part) for part in item["loc"]) or "arguments"
@@ -227,7 +232,13 @@ def _signature_fields(
     fn: Callable[..., Any], arg_docs: dict[str, str]
 ) -> tuple[bool, dict[str, Any]]:
     """The pydantic fields of a function's parameters, and whether it takes a context."""
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as e:
+        raise TypeError(
+            f"tool {fn.__name__}: cannot resolve its type annotations ({e}); "
+            "define the types it uses at module level"
+        ) from e
     params = list(inspect.signature(fn).parameters.values())
     takes_context = bool(params) and hints.get(params[0].name) is ToolContext
     fields: dict[str, Any] = {}
@@ -240,7 +251,7 @@ def _signature_fields(
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (
             hints.get(param.name, Any),
-            Field(default, description=arg_docs.get(param.name)),
+            Field(default, alias=param.name, description=arg_docs.get(param.name)),
         )
     return takes_context, fields
 

@@ -220,6 +220,7 @@ def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
             relative = file.relative_to(base).as_posix() if file != base else file.name
             if regex.match(relative):
                 matches.append(_display(ctx, file))
+    matches.sort()
     if not matches:
         return f"no files match '{pattern}' under '{path}'"
     if len(matches) > MAX_LIST_ENTRIES:

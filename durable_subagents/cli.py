@@ -1,0 +1,317 @@
+"""The ``subagents`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from durable_subagents.agents import BUILTIN_AGENTS
+from durable_subagents.client import SubagentClient
+from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
+from durable_subagents.errors import SubagentError
+from durable_subagents.types import TaskInfo
+
+app = typer.Typer(
+    help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+T = TypeVar("T")
+
+Address = Annotated[
+    str | None,
+    typer.Option("--address", help="Temporal host:port [env TEMPORAL_ADDRESS; localhost:7233]"),
+]
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", help="Temporal namespace [env TEMPORAL_NAMESPACE]")
+]
+TaskQueue = Annotated[
+    str | None,
+    typer.Option("--task-queue", help=f"Task queue [env SUBAGENTS_TASK_QUEUE; {DEFAULT_TASK_QUEUE}]"),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+Workspace = Annotated[
+    Path | None,
+    typer.Option("--workspace", help="Root the file tools are jailed to [default: current dir]"),
+]
+
+
+def _settings(
+    address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    **extra: Any,
+) -> Settings:
+    settings = Settings()
+    update = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    return settings.model_copy(update={k: v for k, v in update.items() if v is not None})
+
+
+def _run(coro: Awaitable[T]) -> T:
+    """Run a coroutine; typed errors become a red message and exit code 1."""
+    try:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    except SubagentError as err:
+        err_console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+async def _client(settings: Settings) -> SubagentClient:
+    return await SubagentClient.connect(settings=settings)
+
+
+def _print_info(info: TaskInfo, as_json: bool) -> None:
+    if as_json:
+        print(info.model_dump_json(indent=2))
+        return
+    color = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(info.status, "cyan")
+    console.print(f"[bold]{info.id}[/bold]  [{color}]{info.status.value}[/{color}]")
+    console.print(f"  agent {info.agent} · turns {info.turns} · model {info.model or '-'}")
+    console.print(
+        f"  tokens in {info.usage.input_tokens} / out {info.usage.output_tokens}"
+        + (f" · stop {info.stop_reason}" if info.stop_reason else "")
+    )
+    if info.error:
+        console.print(f"  [red]error:[/red] {info.error}")
+    if info.result:
+        console.print()
+        console.print(info.result, markup=False, highlight=False)
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    db: Annotated[Path | None, typer.Option(help="SQLite file [default: per-user data dir]")] = None,
+    retention: Annotated[
+        str | None,
+        typer.Option(help="How long closed tasks and their blobs are kept, e.g. 24h or 7d"),
+    ] = None,
+    workspace: Workspace = None,
+    task_queue: TaskQueue = None,
+) -> None:
+    """Run the embedded Temporal dev server and a worker (Ctrl-C stops both)."""
+    from durable_subagents.dev import parse_duration, run_dev
+
+    try:
+        keep = parse_duration(retention) if retention else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--retention") from None
+    settings = _settings(task_queue=task_queue)
+    _run(
+        run_dev(
+            settings=settings,
+            port=port,
+            ui_port=ui_port,
+            db=db,
+            retention=keep,
+            workspace=workspace,
+            console=console,
+        )
+    )
+
+
+@app.command()
+def worker(
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    workspace: Workspace = None,
+) -> None:
+    """Run a worker against an existing Temporal server."""
+    from durable_subagents.worker import run_worker
+
+    settings = _settings(address, namespace, task_queue, workspace=workspace)
+    ready = asyncio.Event()
+
+    async def main() -> None:
+        runner = asyncio.create_task(run_worker(settings, ready=ready))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            console.print(
+                f"worker on [bold]{settings.address}[/bold] namespace {settings.namespace} "
+                f"task queue [bold]{settings.task_queue}[/bold] · workspace "
+                f"{settings.resolved_workspace} · Ctrl-C to stop"
+            )
+        await runner
+
+    _run(main())
+
+
+@app.command()
+def spawn(
+    agent: Annotated[str, typer.Argument(help="Agent name (see `subagents agents`)")],
+    prompt: Annotated[str, typer.Argument(help="The task; '-' reads it from stdin")],
+    description: Annotated[str, typer.Option(help="Short label for the task")] = "",
+    model: Annotated[str | None, typer.Option(help="provider:model")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit")] = None,
+    parent: Annotated[str | None, typer.Option(help="Parent task id")] = None,
+    tool: Annotated[list[str] | None, typer.Option(help="Only these tools (repeat)")] = None,
+    time_limit: Annotated[float | None, typer.Option(help="Seconds before timed_out")] = None,
+    workspace: Annotated[str | None, typer.Option(help="Directory inside the worker's root")] = None,
+    task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Spawn a subagent task and print its id."""
+    text = sys.stdin.read() if prompt == "-" else prompt
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        tid = await client.spawn_task(
+            agent,
+            text,
+            description,
+            parent_id=parent,
+            model=model,
+            max_turns=max_turns,
+            tools=tool,
+            time_limit=time_limit,
+            workspace=workspace,
+            task_id=task_id,
+        )
+        if wait:
+            _print_info(await client.check_task(tid, wait=True, timeout=3600), as_json)
+        elif as_json:
+            print(json.dumps({"id": tid}))
+        else:
+            console.print(tid)
+
+    _run(main())
+
+
+@app.command()
+def check(
+    task_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until done or paused")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 300.0,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Show a task's status and result."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        _print_info(await client.check_task(task_id, wait=wait, timeout=timeout), as_json)
+
+    _run(main())
+
+
+@app.command()
+def cancel(
+    task_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until the cancel completed")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 30.0,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Cancel a task: stops its model call and kills its tool processes."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        _print_info(await client.cancel_task(task_id, wait=wait, timeout=timeout), as_json)
+
+    _run(main())
+
+
+@app.command("ls")
+def list_command(
+    parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,
+    status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """List tasks (latest run of each), newest first."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        try:
+            tasks = await client.list_tasks(parent_id=parent, status=status)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--status") from None
+        if as_json:
+            print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
+            return
+        table = Table("id", "agent", "status", "turns", "description")
+        for t in tasks:
+            table.add_row(t.id, t.agent, t.status.value, str(t.turns), t.description)
+        console.print(table)
+
+    _run(main())
+
+
+@app.command()
+def watch(
+    task_id: str,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+) -> None:
+    """Follow a task's turns, tool calls and status until it closes."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        async for event in client.watch(task_id):
+            when = event.time.strftime("%H:%M:%S") if event.time else ""
+            detail = event.summary or (event.status.value if event.status else "")
+            console.print(f"{when} {event.kind:<13} {detail}", markup=False, highlight=False)
+
+    _run(main())
+
+
+@app.command()
+def agents(as_json: JsonOut = False) -> None:
+    """List the built-in agents."""
+    if as_json:
+        print(json.dumps([a.model_dump() for a in BUILTIN_AGENTS.values()], indent=2))
+        return
+    table = Table("name", "tools", "mode", "max turns", "description")
+    for a in BUILTIN_AGENTS.values():
+        tools = ", ".join(a.tools) if a.tools is not None else "all"
+        table.add_row(a.name, tools, a.permission_mode, str(a.max_turns), a.description)
+    console.print(table)
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    db: Annotated[Path | None, typer.Option(help="SQLite file [default: per-user data dir]")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="provider:model [env SUBAGENTS_MODEL; offline script]")
+    ] = None,
+) -> None:
+    """Spawn three subagents over a sample project and show their results."""
+    from durable_subagents.demo import run_demo
+
+    settings = _settings(model=model)
+    _run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))
+
+
+def main() -> None:
+    """Entry point of the ``subagents`` command."""
+    app()
+
+

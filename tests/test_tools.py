@@ -1,0 +1,556 @@
+"""The @tool decorator, the built-in tools, the workspace jail and the process sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_subagents.activities.tools import (
+    BUILTIN_TOOLS,
+    SandboxUnavailable,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    bash,
+    detect_sandbox,
+    edit_file,
+    grep,
+    list_files,
+    read_file,
+    spawn_sandboxed,
+    tool,
+    truncate_middle,
+    write_file,
+)
+from durable_subagents.activities.tools import _sandbox as sandbox_module
+from durable_subagents.errors import InvalidRequest
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = ["bwrap", "unshare", "none"]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "secret.txt").write_text("TOP SECRET\n")
+    return out
+
+
+def context(root: Path, sandbox: str = "auto", **kwargs: Any) -> ToolContext:
+    return ToolContext(workspace=root, task_id="task-1", sandbox=sandbox, **kwargs)
+
+
+def require(mode: str) -> None:
+    try:
+        detect_sandbox(mode)
+    except SandboxUnavailable:
+        pytest.skip(f"sandbox {mode} is not available here")
+
+
+# ---------------------------------------------------------------- the decorator
+
+
+@tool
+async def sample(ctx: ToolContext, path: str, count: int = 3, tags: list[str] | None = None) -> str:
+    """Do a sample thing.
+
+    More detail for the model,
+    over two lines.
+
+    Args:
+        ctx: Injected.
+        path: Where to look,
+            relative to the root.
+        count (int): How many.
+        tags: Optional labels.
+
+    Returns:
+        Something.
+    """
+    return f"{ctx.task_id}:{path}:{count}:{tags}"
+
+
+def test_schema_from_signature_and_docstring() -> None:
+    assert sample.name == "sample"
+    assert sample.description == "Do a sample thing.\n\nMore detail for the model,\nover two lines."
+    assert sample.read_only is False
+    assert sample.parameters == {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "path": {"type": "string", "description": "Where to look, relative to the root."},
+            "count": {"type": "integer", "default": 3, "description": "How many."},
+            "tags": {
+                "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+                "default": None,
+                "description": "Optional labels.",
+            },
+        },
+        "required": ["path"],
+    }
+    assert "title" not in json.dumps(sample.parameters)
+    spec = sample.spec
+    assert (spec.name, spec.description, spec.parameters) == (
+        "sample",
+        sample.description,
+        sample.parameters,
+    )
+
+
+def test_decorator_options_and_sync_functions() -> None:
+    @tool(name="shout", description="Upper-case text.", read_only=True)
+    def loud(text: str) -> str:
+        return text.upper()
+
+    assert isinstance(loud, Tool)
+    assert (loud.name, loud.description, loud.read_only) == ("shout", "Upper-case text.", True)
+    assert loud.parameters["required"] == ["text"]
+    assert loud("hi") == "HI"
+
+    with pytest.raises(TypeError, match=r"plain named parameter"):
+
+        @tool
+        def bad(*args: str) -> str:
+            return ""
+
+
+async def test_run_validates_and_injects_context(ws: Path) -> None:
+    ctx = context(ws)
+    assert await sample.run(ctx, {"path": "a", "count": "5"}) == "task-1:a:5:None"
+
+    @tool
+    def structured(n: int) -> dict[str, int]:
+        """Return a mapping."""
+        return {"n": n}
+
+    assert json.loads(await structured.run(ctx, {"n": 2})) == {"n": 2}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, "sample: argument 'path' is required"),
+        ({"path": "a", "nope": 1}, "sample: unknown argument 'nope'; expected: path, count, tags"),
+        ({"path": "a", "count": "many"}, "sample: argument 'count' is invalid: Input should be"),
+        ({"path": 3}, "sample: argument 'path' is invalid"),
+        (["a"], "sample: arguments must be a JSON object"),
+    ],
+)
+async def test_argument_errors(ws: Path, arguments: Any, message: str) -> None:
+    with pytest.raises(ToolError) as err:
+        await sample.run(context(ws), arguments)
+    assert str(err.value).startswith(message)
+
+
+async def test_read_file_missing_path_message(ws: Path) -> None:
+    with pytest.raises(ToolError, match=r"^read_file: argument 'path' is required$"):
+        await read_file.run(context(ws), {})
+
+
+# ---------------------------------------------------------------- file tools
+
+
+async def test_read_file(ws: Path) -> None:
+    (ws / "a.txt").write_text("one\ntwo\r\nthree\n")
+    ctx = context(ws)
+    assert await read_file.run(ctx, {"path": "a.txt"}) == "     1\tone\n     2\ttwo\n     3\tthree"
+    out = await read_file.run(ctx, {"path": "a.txt", "offset": 1, "limit": 1})
+    assert out.splitlines() == [
+        "     2\ttwo",
+        "[... truncated: showing lines 2-2 of 3; continue with offset=2 ...]",
+    ]
+    assert await read_file.run(ctx, {"path": str(ws / "a.txt"), "offset": 2}) == "     3\tthree"
+    with pytest.raises(ToolError, match=r"offset 5 is past the end; 'a.txt' has 3 lines"):
+        await read_file.run(ctx, {"path": "a.txt", "offset": 5})
+    (ws / "empty.txt").write_text("")
+    assert await read_file.run(ctx, {"path": "empty.txt"}) == "[empty file]"
+
+
+async def test_read_file_refusals_and_caps(ws: Path) -> None:
+    ctx = context(ws)
+    (ws / "blob.bin").write_bytes(b"\x89PNG\0\0\x01")
+    with pytest.raises(ToolError, match=r"'blob.bin' is a binary file"):
+        await read_file.run(ctx, {"path": "blob.bin"})
+    with pytest.raises(ToolError, match=r"file not found: 'nope.txt'"):
+        await read_file.run(ctx, {"path": "nope.txt"})
+    (ws / "d").mkdir()
+    with pytest.raises(ToolError, match=r"'d' is a directory; use list_files"):
+        await read_file.run(ctx, {"path": "d"})
+    (ws / "wide.txt").write_text("x" * 5000 + "\n")
+    assert "[... line cut: 3000 more characters]" in await read_file.run(ctx, {"path": "wide.txt"})
+    (ws / "big.txt").write_text(("y" * 1000 + "\n") * 1000)
+    out = await read_file.run(ctx, {"path": "big.txt"})
+    assert len(out) <= 256_000 + 200
+    assert out.splitlines()[-1].startswith("[... truncated: showing lines 1-")
+    assert "of 1000; continue with offset=" in out.splitlines()[-1]
+
+
+async def test_list_files(ws: Path, outside: Path) -> None:
+    for name in ["b.py", "a.md", "src/x.py", "src/deep/y.ts", "src/deep/z.tsx", ".git/HEAD"]:
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text("x\n")
+    (ws / "out_link.txt").symlink_to(outside / "secret.txt")
+    (ws / "out_dir").symlink_to(outside)
+    (ws / "in_link.md").symlink_to(ws / "a.md")
+    ctx = context(ws)
+    assert (await list_files.run(ctx, {})).splitlines() == [
+        "a.md",
+        "b.py",
+        "in_link.md",
+        "src/deep/y.ts",
+        "src/deep/z.tsx",
+        "src/x.py",
+    ]
+    assert await list_files.run(ctx, {"pattern": "*.py"}) == "b.py"
+    assert (await list_files.run(ctx, {"pattern": "**/*.py"})).splitlines() == ["b.py", "src/x.py"]
+    assert (
+        await list_files.run(ctx, {"pattern": "**/*.{ts,tsx}", "path": "src"})
+    ).splitlines() == [
+        "src/deep/y.ts",
+        "src/deep/z.tsx",
+    ]
+    assert "no files match" in await list_files.run(ctx, {"pattern": "*.rs"})
+
+
+async def test_list_files_cap(ws: Path) -> None:
+    for i in range(1005):
+        (ws / f"f{i:04}.txt").write_text("")
+    lines = (await list_files.run(context(ws), {})).splitlines()
+    assert len(lines) == 1001
+    assert lines[-1] == "[... 5 more files not shown; use a narrower pattern or path ...]"
+
+
+async def test_grep(ws: Path, outside: Path) -> None:
+    (ws / "a.py").write_text("import os\nprint('Hello')\n")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "b.txt").write_text("hello world\nbye\n")
+    (ws / "bin.dat").write_bytes(b"hello\0")
+    (ws / "leak.txt").symlink_to(outside / "secret.txt")
+    (ws / "leakdir").symlink_to(outside)
+    ctx = context(ws)
+    assert await grep.run(ctx, {"pattern": "hello"}) == "sub/b.txt:1: hello world"
+    assert (await grep.run(ctx, {"pattern": "hello", "ignore_case": True})).splitlines() == [
+        "a.py:2: print('Hello')",
+        "sub/b.txt:1: hello world",
+    ]
+    assert (
+        await grep.run(ctx, {"pattern": "o", "glob": "*.py"})
+        == "a.py:1: import os\na.py:2: print('Hello')"
+    )
+    assert await grep.run(ctx, {"pattern": "bye", "path": "sub/b.txt"}) == "sub/b.txt:2: bye"
+    assert "no matches" in await grep.run(ctx, {"pattern": "SECRET"})
+    with pytest.raises(ToolError, match=r"grep: invalid regular expression '\(oops'"):
+        await grep.run(ctx, {"pattern": "(oops"})
+
+
+async def test_grep_cap(ws: Path) -> None:
+    (ws / "many.txt").write_text("match\n" * 600)
+    lines = (await grep.run(context(ws), {"pattern": "match"})).splitlines()
+    assert len(lines) == 501
+    assert lines[-1].startswith("[... stopped after 500 matches")
+
+
+async def test_write_and_edit(ws: Path) -> None:
+    ctx = context(ws)
+    assert await write_file.run(ctx, {"path": "new/dir/f.txt", "content": "héllo\n"}) == (
+        "wrote 7 bytes to new/dir/f.txt"
+    )
+    assert (ws / "new/dir/f.txt").read_text() == "héllo\n"
+    (ws / "e.txt").write_bytes(b"a = 1\r\nb = 1\r\n")
+    assert await edit_file.run(ctx, {"path": "e.txt", "old": "a = 1", "new": "a = 2"}) == (
+        "replaced 1 occurrence in e.txt"
+    )
+    assert (ws / "e.txt").read_bytes() == b"a = 2\r\nb = 1\r\n"
+    with pytest.raises(ToolError, match=r"occurs 2 times in 'e.txt'.*replace_all"):
+        await edit_file.run(ctx, {"path": "e.txt", "old": " = ", "new": "="})
+    with pytest.raises(ToolError, match=r"old text not found in 'e.txt'"):
+        await edit_file.run(ctx, {"path": "e.txt", "old": "zzz", "new": "y"})
+    out = await edit_file.run(ctx, {"path": "e.txt", "old": " = ", "new": "=", "replace_all": True})
+    assert out == "replaced 2 occurrences in e.txt"
+    assert (ws / "e.txt").read_bytes() == b"a=2\r\nb=1\r\n"
+
+
+JAIL_CALLS = [
+    (read_file, {}),
+    (write_file, {"content": "pwned"}),
+    (edit_file, {"old": "TOP", "new": "pwned"}),
+    (list_files, {}),
+    (grep, {"pattern": "SECRET"}),
+]
+
+
+@pytest.mark.parametrize(("t", "extra"), JAIL_CALLS, ids=lambda v: getattr(v, "name", ""))
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink_file", "symlink_dir"])
+async def test_jail_refusals(
+    ws: Path, outside: Path, t: Tool, extra: dict[str, Any], how: str
+) -> None:
+    (ws / "file_link").symlink_to(outside / "secret.txt")
+    (ws / "dir_link").symlink_to(outside)
+    target = {
+        "dotdot": "../outside/secret.txt",
+        "absolute": str(outside / "secret.txt"),
+        "symlink_file": "file_link",
+        "symlink_dir": "dir_link/secret.txt",
+    }[how]
+    if t in (list_files, grep) and how != "symlink_file":
+        target = str(Path(target).parent)
+    with pytest.raises(ToolError) as err:
+        await t.run(context(ws), {"path": target, **extra})
+    message = str(err.value)
+    assert f"'{target}'" in message and str(ws) in message
+    assert ("symlink" in message) == how.startswith("symlink")
+    assert (outside / "secret.txt").read_text() == "TOP SECRET\n"
+
+
+async def test_writing_through_symlinks_is_refused(ws: Path, outside: Path) -> None:
+    (ws / "dir_link").symlink_to(outside)
+    (ws / "dangling").symlink_to(outside / "created.txt")
+    ctx = context(ws)
+    for path in ["dir_link/new.txt", "dir_link/sub/new.txt", "dangling"]:
+        with pytest.raises(ToolError, match=r"through a symlink"):
+            await write_file.run(ctx, {"path": path, "content": "x"})
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+
+
+async def test_paths_inside_the_root_are_fine(ws: Path) -> None:
+    (ws / "real").mkdir()
+    (ws / "link").symlink_to(ws / "real")
+    ctx = context(ws)
+    await write_file.run(ctx, {"path": str(ws / "link" / "f.txt"), "content": "ok\n"})
+    assert await read_file.run(ctx, {"path": "real/../real/f.txt"}) == "     1\tok"
+
+
+# ---------------------------------------------------------------- bash
+
+
+async def test_bash_output_and_exit_code(ws: Path) -> None:
+    ctx = context(ws)
+    assert await bash.run(ctx, {"command": "pwd; cat; echo err >&2"}) == f"{ws}\nerr\n"
+    assert await bash.run(ctx, {"command": "echo -n out; exit 3"}) == "out\n[exit code 3]"
+    assert await bash.run(ctx, {"command": "exit 1"}) == "[exit code 1]"
+
+
+async def test_bash_truncates_long_output(ws: Path) -> None:
+    out = await bash.run(context(ws), {"command": "printf 'a%.0s' $(seq 20000); seq 5000"})
+    assert out.startswith("a" * 15_000 + "\n[... ")
+    assert out.endswith("4999\n5000\n")
+    cut = len("a" * 20000) + sum(len(f"{i}\n") for i in range(1, 5001)) - 30_000
+    assert f"\n[... {cut} characters truncated ...]\n" in out
+    assert truncate_middle("abcdef", 4) == "ab\n[... 2 characters truncated ...]\nef"
+
+
+async def test_bash_timeout_keeps_partial_output(ws: Path) -> None:
+    start = time.monotonic()
+    with pytest.raises(ToolError) as err:
+        await bash.run(context(ws), {"command": "echo started; sleep 30", "timeout": 0.5})
+    assert str(err.value) == "command timed out after 0.5s\nstarted\n"
+    assert time.monotonic() - start < 3
+    with pytest.raises(ToolError, match=r"timeout must be a positive"):
+        await bash.run(context(ws), {"command": "true", "timeout": 0})
+
+
+async def test_bash_reports_liveness_and_hides_secrets(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hidden")
+    monkeypatch.setenv("HARMLESS_SETTING", "visible")
+    calls: list[int] = []
+    ctx = context(ws, on_output=lambda: calls.append(1))
+    out = await bash.run(ctx, {"command": 'echo "[$OPENAI_API_KEY][$HARMLESS_SETTING]"'})
+    assert out == "[][visible]\n"
+    assert calls
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_bash_in_each_mode_stops_background_jobs(ws: Path, mode: str) -> None:
+    require(mode)
+    sleeper = ["sleep", unique(2001)]
+    out = await bash.run(context(ws, mode), {"command": f"{' '.join(sleeper)} & echo done"})
+    assert out == "done\n"
+    await wait_gone([sleeper])
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+def unique(seconds: int) -> str:
+    """A sleep duration no other test (or run) uses, to find exactly our processes."""
+    return f"{seconds}.{secrets.randbelow(10**6):06d}"
+
+
+def running(argvs: list[list[str]]) -> list[list[str]]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        argv = [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
+        if argv in argvs:
+            found.append(argv)
+    return found
+
+
+async def wait_present(argvs: list[list[str]], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while len(running(argvs)) < len(argvs):
+        assert time.monotonic() < deadline, f"never started: {argvs}"
+        await asyncio.sleep(0.02)
+
+
+async def wait_gone(argvs: list[list[str]], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while left := running(argvs):
+        assert time.monotonic() < deadline, f"still running: {left}"
+        await asyncio.sleep(0.02)
+
+
+def test_detect_sandbox() -> None:
+    assert detect_sandbox("auto") in ("bwrap", "unshare", "none")
+    assert detect_sandbox("none") == "none"
+    with pytest.raises(ValueError, match=r"unknown sandbox mode 'docker'"):
+        detect_sandbox("docker")
+
+
+async def test_fallbacks_without_bwrap_or_unshare(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    require("unshare")
+    monkeypatch.setattr(sandbox_module, "_prefixes", {**sandbox_module._prefixes, "bwrap": None})
+    monkeypatch.setattr(sandbox_module, "_resolved", {"none": "none"})
+    monkeypatch.setattr(sandbox_module, "_warned_unsandboxed", False)
+    assert detect_sandbox("auto") == "unshare"
+    with pytest.raises(SandboxUnavailable, match=r"sandbox 'bwrap' does not work"):
+        detect_sandbox("bwrap")
+    with pytest.raises(ToolError, match=r"bash: this worker cannot run commands"):
+        await bash.run(context(ws, "bwrap"), {"command": "true"})
+    assert await bash.run(context(ws, "auto"), {"command": "echo $$"}) == "1\n"
+
+    monkeypatch.setattr(sandbox_module, "_prefixes", {"bwrap": None, "unshare": None})
+    monkeypatch.setattr(sandbox_module, "_resolved", {"none": "none"})
+    with caplog.at_level(logging.WARNING):
+        assert detect_sandbox("auto") == "none"
+        assert detect_sandbox("auto") == "none"
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "install bubblewrap" in caplog.records[0].message
+    assert await bash.run(context(ws, "auto"), {"command": "echo fallback"}) == "fallback\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_cancel_kills_the_process_tree(ws: Path, mode: str) -> None:
+    require(mode)
+    sleepers = [["sleep", unique(3001)], ["sleep", unique(3002)]]
+    command = f"{' '.join(sleepers[0])} & {' '.join(sleepers[1])}; wait"
+    task = asyncio.create_task(bash.run(context(ws, mode), {"command": command}))
+    await wait_present(sleepers)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_gone(sleepers)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+async def test_cancel_kills_processes_that_left_the_group(ws: Path, mode: str) -> None:
+    require(mode)
+    sleepers = [["sleep", unique(3003)], ["sleep", unique(3004)]]
+    command = f"setsid {' '.join(sleepers[0])} & {' '.join(sleepers[1])}; wait"
+    task = asyncio.create_task(bash.run(context(ws, mode), {"command": command}))
+    await wait_present(sleepers)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_gone(sleepers)
+
+
+WORKER = """
+import asyncio, sys
+from durable_subagents.activities.tools import spawn_sandboxed
+
+async def main():
+    proc = await spawn_sandboxed(["bash", "-c", sys.argv[2]], cwd=sys.argv[3], mode=sys.argv[1])
+    print(proc.mode, flush=True)
+    await proc.wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+async def test_worker_death_kills_the_process_tree(ws: Path, mode: str) -> None:
+    require(mode)
+    sleepers = [["sleep", unique(4001)], ["sleep", unique(4002)]]
+    command = f"{' '.join(sleepers[0])} & {' '.join(sleepers[1])}; wait"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WORKER, mode, command, str(ws), stdout=subprocess.PIPE, env=env
+    )
+    try:
+        await wait_present(sleepers)
+        os.kill(worker.pid, signal.SIGKILL)
+        assert await asyncio.wait_for(worker.wait(), 5) == -signal.SIGKILL
+        assert worker.stdout is not None
+        assert (await worker.stdout.read()).decode().strip() == mode
+        await wait_gone(sleepers)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+
+
+async def test_spawn_sandboxed_kill(ws: Path) -> None:
+    mode = detect_sandbox("auto")
+    proc = await spawn_sandboxed(["sleep", "30"], cwd=ws, mode="auto")
+    assert proc.mode == mode
+    proc.kill()
+    assert await asyncio.wait_for(proc.wait(), 3) != 0
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_registry() -> None:
+    assert list(BUILTIN_TOOLS) == [
+        "read_file",
+        "list_files",
+        "grep",
+        "write_file",
+        "edit_file",
+        "bash",
+    ]
+    read_only = {name for name, t in BUILTIN_TOOLS.items() if t.read_only}
+    assert read_only == {"read_file", "list_files", "grep"}
+    registry = ToolRegistry()
+    assert registry.names == list(BUILTIN_TOOLS)
+    assert registry.get("bash") is bash and registry.get("nope") is None
+    registry.register(sample)
+    assert [s.name for s in registry.specs(["sample", "read_file"])] == ["sample", "read_file"]
+    assert "sample" in registry and len(registry) == 7
+    with pytest.raises(ValueError, match=r"already registered"):
+        registry.register(tool(name="bash")(lambda: "x"))
+    with pytest.raises(InvalidRequest, match=r"unknown tool 'nope'; known: read_file"):
+        registry.specs(["nope"])
+    empty = ToolRegistry([])
+    assert empty.names == [] and empty.specs() == []
+    assert ToolRegistry(dict(BUILTIN_TOOLS)).names == list(BUILTIN_TOOLS)
