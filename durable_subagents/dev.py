@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes
 from durable_subagents.config import Settings, default_data_dir
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import InvalidRequest, SubagentError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -86,16 +86,16 @@ def parse_duration(text: str) -> timedelta:
         The duration.
 
     Raises:
-        SubagentError: If the text is not such a duration or is not positive.
+        InvalidRequest: If the text is not such a duration or is not positive.
     """
     match = _DURATION.match(text)
     if not match:
-        raise SubagentError(
+        raise InvalidRequest(
             f"invalid duration {text!r}; use a number and a unit: 90s, 30m, 24h, 7d or 2w"
         )
     value = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
     if value <= timedelta(0):
-        raise SubagentError(f"invalid duration {text!r}; it must be greater than zero")
+        raise InvalidRequest(f"invalid duration {text!r}; it must be greater than zero")
     return value
 
 

@@ -39,7 +39,7 @@ from durable_subagents.dev import (
     set_retention,
     temporal_binary,
 )
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import InvalidRequest, SubagentError
 
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:
@@ -89,7 +89,7 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 
 @pytest.mark.parametrize("text", ["", "7", "d", "7 days", "-1h", "0s", "1y", "1h30m"])
 def test_parse_duration_rejects_bad_input(text: str) -> None:
-    with pytest.raises(SubagentError, match="invalid duration"):
+    with pytest.raises(InvalidRequest, match="invalid duration"):
         parse_duration(text)
 
 

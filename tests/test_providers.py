@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents.activities.providers import (
@@ -123,6 +125,15 @@ async def failure(provider: ModelProvider, model: str) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
         await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
     return info.value
+
+
+def recorded_failure(error: Exception) -> str:
+    """What Temporal would record in history for ``error``, cause chain included."""
+    failure = Failure()
+    DataConverter.default.failure_converter.to_failure(
+        error, DataConverter.default.payload_converter, failure
+    )
+    return str(failure)
 
 
 # ------------------------------------------------------------------------------ openai
@@ -258,7 +269,7 @@ async def test_openai_client_errors_are_not_retryable_and_hide_the_key(
     assert advice in error.message
     assert OPENAI_KEY not in error.message
     assert "sk-test" not in error.message
-    assert error.__cause__ is None
+    assert OPENAI_KEY not in recorded_failure(error)
 
 
 async def test_openai_connection_refused_is_retryable(
@@ -409,6 +420,7 @@ async def test_anthropic_errors(
     assert unauthorized.type == "ModelRequestError"
     assert "check ANTHROPIC_API_KEY on the worker" in unauthorized.message
     assert ANTHROPIC_KEY not in unauthorized.message
+    assert ANTHROPIC_KEY not in recorded_failure(unauthorized)
 
 
 async def test_anthropic_cancel_closes_the_stream(
@@ -476,6 +488,11 @@ def test_retry_after_header_forms() -> None:
     assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
     assert retry_after({"retry-after": "soon"}) is None
     assert retry_after({}) is None
+
+
+def test_bad_default_model_names_its_origin(clean_env: None) -> None:
+    with pytest.raises(InvalidRequest, match="SUBAGENTS_MODEL"):
+        resolve_provider("default", default_model="gpt-4.1-mini")
 
 
 def test_missing_keys_are_non_retryable(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:

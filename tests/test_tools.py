@@ -92,7 +92,7 @@ async def sample(ctx: ToolContext, path: str, count: int = 3, tags: list[str] | 
 
 def test_schema_from_signature_and_docstring() -> None:
     assert sample.name == "sample"
-    assert sample.description == "Do a sample thing.\n\nMore detail for the model,\nover two lines."
+    assert sample.description == "Do a sample thing.\n\nMore detail for the model, over two lines."
     assert sample.read_only is False
     assert sample.parameters == {
         "type": "object",
@@ -117,6 +117,30 @@ def test_schema_from_signature_and_docstring() -> None:
     )
 
 
+def test_description_keeps_lists_and_code() -> None:
+    @tool
+    def documented() -> str:
+        """Summary line.
+
+        A paragraph
+        wrapped.
+
+        - item one
+        - item two
+          continued
+        ```
+        code line
+        another
+        ```
+        """
+        return ""
+
+    assert documented.description == (
+        "Summary line.\n\nA paragraph wrapped.\n\n- item one\n- item two\n  continued\n"
+        "```\ncode line\nanother\n```"
+    )
+
+
 def test_decorator_options_and_sync_functions() -> None:
     @tool(name="shout", description="Upper-case text.", read_only=True)
     def loud(text: str) -> str:
@@ -132,6 +156,16 @@ def test_decorator_options_and_sync_functions() -> None:
         @tool
         def bad(*args: str) -> str:
             return ""
+
+
+async def test_parameter_names_that_clash_with_pydantic(ws: Path) -> None:
+    @tool
+    def clash(json: str, model_config: int = 1) -> str:
+        """Echo."""
+        return f"{json}{model_config}"
+
+    assert list(clash.parameters["properties"]) == ["json", "model_config"]
+    assert await clash.run(context(ws), {"json": "a", "model_config": 2}) == "a2"
 
 
 async def test_run_validates_and_injects_context(ws: Path) -> None:

@@ -61,7 +61,7 @@ class SubagentActivities:
     ) -> None:
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
-        self.tools = tools or ToolRegistry(dict(BUILTIN_TOOLS))
+        self.tools = tools if tools is not None else ToolRegistry(dict(BUILTIN_TOOLS))
         self.default_model = default_model
         self.sandbox = sandbox
 

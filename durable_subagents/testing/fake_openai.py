@@ -206,8 +206,7 @@ class FakeModelServer:
                 if reply.hang:
                     self.hanging.set()
                     await self._until_disconnect(request)
-                    if not self._closing.is_set():
-                        self._disconnect()
+                    self._disconnect()
                     return response
             await response.write_eof()
             self.completed_streams += 1

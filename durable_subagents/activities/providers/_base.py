@@ -88,8 +88,9 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
         return "scripted", "scripted", ""
     provider, sep, rest = name.partition(":")
     if not sep or provider not in PROVIDERS:
+        origin = " (from the worker's SUBAGENTS_MODEL)" if name != model.strip() else ""
         raise InvalidRequest(
-            f"unknown model {model!r}; use one of: {_VALID_FORMS} "
+            f"unknown model {name!r}{origin}; use one of: {_VALID_FORMS} "
             f"(for example openai:gpt-4.1-mini or anthropic:claude-haiku-4-5)"
         )
     if provider == "scripted":

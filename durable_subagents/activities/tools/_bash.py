@@ -122,7 +122,7 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:  # 
         command: The command line (bash syntax: pipes, `&&`, redirections work).
         timeout: Seconds after which the command is killed (at most 600).
     """
-    if timeout <= 0:
+    if not timeout > 0:  # also refuses NaN
         raise ToolError("bash: timeout must be a positive number of seconds")
     timeout = min(timeout, MAX_TIMEOUT)
     try:

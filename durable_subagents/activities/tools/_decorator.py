@@ -225,7 +225,27 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current is not None:
             args[current] = f"{args[current]} {line.strip()}".strip()
-    return "\n".join(summary).strip(), args
+    return _unwrap("\n".join(summary).strip()), args
+
+
+_KEEPS_LINE_BREAK = re.compile(r"^(\s|[-*+>] |\d+[.)] |```|#)")
+
+
+def _unwrap(text: str) -> str:
+    """Join hard-wrapped lines of a paragraph; keep lists, code and blank lines as they are."""
+    out: list[str] = []
+    in_fence = False
+    for line in text.splitlines():
+        fence = line.lstrip().startswith("```")
+        joinable = out and out[-1].strip() and line.strip() and not in_fence
+        if joinable and not fence and not _KEEPS_LINE_BREAK.match(line):
+            if not out[-1].lstrip().startswith("```"):
+                out[-1] = f"{out[-1]} {line.strip()}"
+                continue
+        out.append(line)
+        if fence:
+            in_fence = not in_fence
+    return "\n".join(out)
 
 
 def _signature_fields(
