@@ -37,7 +37,9 @@ Namespace = Annotated[
 ]
 TaskQueue = Annotated[
     str | None,
-    typer.Option("--task-queue", help=f"Task queue [env SUBAGENTS_TASK_QUEUE; {DEFAULT_TASK_QUEUE}]"),
+    typer.Option(
+        "--task-queue", help=f"Task queue [env SUBAGENTS_TASK_QUEUE; {DEFAULT_TASK_QUEUE}]"
+    ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 Workspace = Annotated[
@@ -94,7 +96,9 @@ def _print_info(info: TaskInfo, as_json: bool) -> None:
 def dev(
     port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
-    db: Annotated[Path | None, typer.Option(help="SQLite file [default: per-user data dir]")] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
+    ] = None,
     retention: Annotated[
         str | None,
         typer.Option(help="How long closed tasks and their blobs are kept, e.g. 24h or 7d"),
@@ -161,7 +165,9 @@ def spawn(
     parent: Annotated[str | None, typer.Option(help="Parent task id")] = None,
     tool: Annotated[list[str] | None, typer.Option(help="Only these tools (repeat)")] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds before timed_out")] = None,
-    workspace: Annotated[str | None, typer.Option(help="Directory inside the worker's root")] = None,
+    workspace: Annotated[
+        str | None, typer.Option(help="Directory inside the worker's root")
+    ] = None,
     task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
     address: Address = None,
@@ -298,7 +304,9 @@ def agents(as_json: JsonOut = False) -> None:
 def demo(
     port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
-    db: Annotated[Path | None, typer.Option(help="SQLite file [default: per-user data dir]")] = None,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="provider:model [env SUBAGENTS_MODEL; offline script]")
     ] = None,
@@ -313,5 +321,3 @@ def demo(
 def main() -> None:
     """Entry point of the ``subagents`` command."""
     app()
-
-

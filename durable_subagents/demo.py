@@ -46,9 +46,7 @@ async def run_demo(
     if await server_answers(address, settings.namespace):
         console.print(f"Using the Temporal server already on {address}.")
     else:
-        server = DevServer(
-            port=port, ui_port=ui_port, db=db or settings.data_dir / "temporal.db"
-        )
+        server = DevServer(port=port, ui_port=ui_port, db=db or settings.data_dir / "temporal.db")
         with console.status("Starting the embedded Temporal dev server..."):
             await server.start()
     try:

@@ -102,7 +102,7 @@ def parse_duration(text: str) -> timedelta:
 async def server_answers(
     address: str,
     namespace: str = "default",
-    timeout: float = 1.0,  # noqa: ASYNC109
+    timeout: float = 1.0,
 ) -> bool:
     """Tell whether a Temporal frontend answers at ``address`` within ``timeout`` seconds."""
     try:

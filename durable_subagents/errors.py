@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
-    "InvalidRequest",
     "NON_RETRYABLE_ERROR_TYPES",
+    "InvalidRequest",
     "PayloadTooLarge",
     "SubagentError",
     "TaskNotFound",

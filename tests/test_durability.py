@@ -63,7 +63,10 @@ async def test_200_turns_of_50kb_tool_output_keep_history_small(
 ) -> None:
     (workspace / "big.txt").write_text(("x" * 99 + "\n") * 500)  # 50,000 bytes
     model = script(
-        {"text": "reading again", "tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}]},
+        {
+            "text": "reading again",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}],
+        },
         repeat=200,
         final="all done",
     )
@@ -158,7 +161,13 @@ def _blocks(message: dict) -> list:  # type: ignore[type-arg]
 async def test_cancel_kills_every_process_the_command_started(
     client: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
-    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3301 & sleep 3302; wait"}}]})
+    model = script(
+        {
+            "tool_calls": [
+                {"name": "bash", "arguments": {"command": "sleep 3301 & sleep 3302; wait"}}
+            ]
+        }
+    )
     task_id = await client.spawn_task("general", "sleep", model=model)
     await wait_for(lambda: len(processes_matching("sleep 330")) >= 2, what="sleeps to start")
     started = asyncio.get_running_loop().time()
@@ -224,10 +233,16 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     }
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "durable_subagents", "worker",
-            "--address", settings.address,
-            "--task-queue", settings.task_queue,
-            "--workspace", str(workspace),
+            sys.executable,
+            "-m",
+            "durable_subagents",
+            "worker",
+            "--address",
+            settings.address,
+            "--task-queue",
+            settings.task_queue,
+            "--workspace",
+            str(workspace),
         ],
         env=env,
         stdout=subprocess.DEVNULL,

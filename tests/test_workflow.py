@@ -52,7 +52,10 @@ async def test_several_tool_calls_of_one_turn_run_in_parallel(
         (e.event_type, e.event_id)
         for e in events
         if e.event_type
-        in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+        in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        )
     ]
     # turn 1, then three tool activities all scheduled before the first completes
     kinds = [k for k, _ in tool_events[2:]]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
@@ -187,7 +188,7 @@ class SubagentActivities:
         return path
 
     @property
-    def activities(self) -> list[object]:
+    def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
         return [self.model_turn, self.run_tool]
 
@@ -227,9 +228,9 @@ async def _cancel_requested() -> bool:
     the workflow has processed a cancel request, so a retried tool call checks first.
     """
     info = activity.info()
-    handle = activity.client().get_workflow_handle(
-        info.workflow_id, run_id=info.workflow_run_id
-    )
+    if not info.workflow_id:
+        return False
+    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
             return True

@@ -208,7 +208,7 @@ class SubagentClient:
             "model": task_input.model,
             "turns": 0,
         }
-        attributes = [
+        attributes: list[SearchAttributePair[Any]] = [
             SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
             SearchAttributePair(sa.AGENT, spec.name),
             SearchAttributePair(sa.TURNS, 0),
@@ -448,15 +448,20 @@ class _InternalInfo(TaskInfo):
 
 
 def _info_from(
-    task_id: str, run_id: str | None, status: WorkflowExecutionStatus | None, memo: dict[str, Any]
+    task_id: str,
+    run_id: str | None,
+    status: WorkflowExecutionStatus | None,
+    memo: Mapping[str, Any],
 ) -> _InternalInfo:
     """Build the info from the memo; a closed run's own status wins over the memo."""
     memo_status = memo.get("status") or TaskStatus.PENDING.value
     if status in _CLOSED_STATUS:
         task_status = _CLOSED_STATUS[status]
     elif status == WorkflowExecutionStatus.COMPLETED:
-        task_status = TaskStatus(memo_status) if memo_status in ("completed", "timed_out") else (
-            TaskStatus.COMPLETED
+        task_status = (
+            TaskStatus(memo_status)
+            if memo_status in ("completed", "timed_out")
+            else (TaskStatus.COMPLETED)
         )
     else:
         task_status = TaskStatus(memo_status)
@@ -488,4 +493,3 @@ def _settled(info: TaskInfo, after_pause: str | None) -> bool:
 
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-

@@ -17,10 +17,10 @@ from temporalio.worker import Worker
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents._connect import connect_client
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
-from durable_subagents._connect import connect_client
 from durable_subagents.errors import SubagentError
 from durable_subagents.workflows import SubagentWorkflow
 
@@ -111,5 +111,3 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         if ready is not None:
             ready.set()
         await asyncio.Future()
-
-

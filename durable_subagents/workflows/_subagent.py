@@ -102,7 +102,7 @@ class SubagentWorkflow:
         loop = asyncio.create_task(self._loop(pending))
         try:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._stop(loop)
             return self._finish(
                 TaskStatus.TIMED_OUT,
@@ -167,7 +167,9 @@ class SubagentWorkflow:
             if not turn.tool_calls:
                 if self._inbox:
                     continue
-                return self._finish(TaskStatus.COMPLETED, stop_reason=turn.stop_reason or "end_turn")
+                return self._finish(
+                    TaskStatus.COMPLETED, stop_reason=turn.stop_reason or "end_turn"
+                )
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
             self._publish(TaskStatus.RUNNING)

@@ -106,7 +106,7 @@ async def _finish(proc: SandboxedProcess, reader: asyncio.Task[None], *, grace: 
 
 
 @tool
-async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:  # noqa: ASYNC109
+async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     """Run a shell command in the workspace root and return its output.
 
     The command runs with `bash -c` in the workspace root; stdout and stderr come back
