@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -59,15 +61,35 @@ def _settings(
     return settings.model_copy(update={k: v for k, v in update.items() if v is not None})
 
 
+async def _stop_on_sigterm(coro: Awaitable[T]) -> T:
+    """Await ``coro``; SIGTERM cancels it like Ctrl-C, so its cleanup runs.
+
+    Without this, SIGTERM killed the process at once and the dev server it had
+    started (in its own session, out of reach of the terminal's signals) kept running.
+    """
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _run(coro: Awaitable[T]) -> T:
     """Run a coroutine; typed errors become a red message and exit code 1."""
     try:
-        return asyncio.run(coro)  # type: ignore[arg-type]
+        return asyncio.run(_stop_on_sigterm(coro))
     except SubagentError as err:
         err_console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except asyncio.CancelledError:  # SIGTERM
+        raise typer.Exit(128 + signal.SIGTERM) from None
 
 
 async def _client(settings: Settings) -> SubagentClient:

@@ -128,6 +128,8 @@ async def _follow(client: SubagentClient, ids: list[str], console: Console) -> l
 
     with Live(table(), console=console, refresh_per_second=8) as live:
         await asyncio.wait_for(asyncio.gather(*(follow(i, live) for i in ids)), timeout=900)
+    if not console.is_terminal:
+        console.line()  # Live ends its last frame with a newline only on a terminal
     return await client.wait_tasks(ids, timeout=60)
 
 

@@ -180,6 +180,7 @@ class DevServer:
             the server's default.
         ui: Whether to serve the Web UI.
         log_level: Server log level; the log goes to ``<db>.log``.
+        dynamic_config: Extra ``--dynamic-config-value`` settings (key -> JSON value).
 
     Example:
         >>> async with DevServer(port=free_port(), ui_port=free_port()) as server:
@@ -197,6 +198,7 @@ class DevServer:
         retention: timedelta | None = None,
         ui: bool = True,
         log_level: str = "error",
+        dynamic_config: dict[str, str] | None = None,
     ) -> None:
         self.port = port
         self.ui_port = ui_port
@@ -208,6 +210,7 @@ class DevServer:
         self.retention = retention
         self.ui = ui
         self.log_level = log_level
+        self.dynamic_config = {**LOW_LATENCY_DYNAMIC_CONFIG, **(dynamic_config or {})}
         self._process: asyncio.subprocess.Process | None = None
 
     @property
@@ -238,7 +241,7 @@ class DevServer:
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
         if self._namespace != "default":
             cmd += ["--namespace", self._namespace]
-        for key, value in LOW_LATENCY_DYNAMIC_CONFIG.items():
+        for key, value in self.dynamic_config.items():
             cmd += ["--dynamic-config-value", f"{key}={value}"]
         return cmd
 

@@ -22,7 +22,13 @@ from durable_subagents.worker import create_worker
 @pytest.fixture(scope="session")
 async def dev_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[DevServer]:
     db = tmp_path_factory.mktemp("temporal") / "temporal.db"
-    server = DevServer(port=free_port(), ui_port=free_port(), db=db)
+    # A low continue-as-new threshold makes long tests exercise continue-as-new.
+    server = DevServer(
+        port=free_port(),
+        ui_port=free_port(),
+        db=db,
+        dynamic_config={"limit.historyCount.suggestContinueAsNew": "600"},
+    )
     await server.start()
     try:
         yield server

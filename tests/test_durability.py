@@ -90,6 +90,12 @@ async def test_200_turns_of_50kb_tool_output_keep_history_small(
             assert size < PAYLOAD_LIMIT, f"activity result of {size} bytes"
             tool_results += 1
     assert tool_results == 401  # 201 model turns + 200 tool calls
+    continued = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    ]
+    assert len(continued) >= 2, "the server suggested continue-as-new; the task must use it"
     # the model really saw the full 50 KB each time: the transcript holds it
     transcript = await client.get_transcript(task_id)
     tool_msgs = [m for m in transcript if m.role == "tool"]

@@ -68,6 +68,11 @@ def build_task_input(
         raise InvalidRequest(
             f"approval_timeout must be a positive number of seconds, got {approval_timeout}"
         )
+    if model is not None:
+        # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
+        from durable_subagents.activities.providers import parse_model
+
+        parse_model(model)
     narrowed = narrow(spec, tools, disallowed_tools, permission_mode, permissions)
     description = description.strip() or _first_line(prompt)
     return TaskInput(

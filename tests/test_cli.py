@@ -1,0 +1,462 @@
+"""The ``subagents`` command, run for real as a subprocess against real dev servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
+from temporalio.client import Client
+
+from durable_subagents import _search_attributes
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
+
+from .conftest import script
+
+CLI = [sys.executable, "-m", "durable_subagents"]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def flat_err(self) -> str:
+        """Stderr with rich's line wrapping undone."""
+        return " ".join(self.err.split())
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SUBAGENTS_", "TEMPORAL_")) and k not in ("COLUMNS", "LINES")
+    }
+    env.update(
+        CI="true",
+        SUBAGENTS_DATA_DIR=str(tmp_path / "cli-data"),
+        SUBAGENTS_BLOB_DIR=str(tmp_path / "cli-blobs"),
+    )
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
+    """The CLI's environment for the session server and this test's task queue.
+
+    The blob dir is the in-process worker's, as one deployment's clients and workers share it.
+    """
+    return _env(
+        tmp_path,
+        TEMPORAL_ADDRESS=settings.address,
+        SUBAGENTS_TASK_QUEUE=settings.task_queue,
+        SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
+    )
+
+
+def run(*args: str, env: dict[str, str], timeout: float = 60, stdin: str = "") -> Result:
+    """Run the command, blocking: only where no in-process worker must make progress."""
+    proc = subprocess.run(
+        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+async def arun(*args: str, env: dict[str, str], timeout: float = 60, stdin: str = "") -> Result:
+    """Run the command without blocking the event loop (the in-process worker runs on it)."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
+    except TimeoutError:
+        proc.kill()
+        out, err = await proc.communicate()
+        pytest.fail(f"`subagents {' '.join(args)}` ran over {timeout} s:\n{out!r}\n{err!r}")
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+def ok(result: Result) -> Result:
+    assert result.code == 0, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
+    assert "Traceback" not in result.err
+    return result
+
+
+def failed(result: Result) -> Result:
+    """A clean failure: exit 1, a message on stderr, no traceback, nothing on stdout."""
+    assert result.code == 1, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
+    assert result.err.startswith("error: "), result.err
+    assert "Traceback" not in result.err and "Traceback" not in result.out
+    assert result.out == ""
+    return result
+
+
+async def _eventually(check: Any, timeout: float = 10.0) -> Any:
+    """Visibility is eventually consistent: retry ``check`` until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Processes whose command line contains ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+    return pids
+
+
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """Children inherit an ignored SIGINT (e.g. when pytest itself runs in the background)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, previous)
+
+
+# ---------------------------------------------------------------- tasks, with a worker
+
+
+async def test_spawn_check_and_ls(env: dict[str, str], worker: None) -> None:
+    model = script({"text": "the answer is 42"})
+    spawned = ok(
+        await arun("spawn", "explore", "find the answer", "--model", model, "--json", env=env)
+    )
+    task_id = spawned.json()["id"]
+    assert set(spawned.json()) == {"id"}
+    assert task_id.startswith("subagent-explore-")
+
+    info = ok(await arun("check", task_id, "--wait", "--timeout", "30", "--json", env=env)).json()
+    assert info["id"] == task_id
+    assert info["status"] == "completed"
+    assert info["result"] == "the answer is 42"
+    assert info["agent"] == "explore" and info["description"] == "find the answer"
+    assert info["turns"] == 1 and info["stop_reason"] == "end_turn"
+
+    human = ok(await arun("check", task_id, env=env)).out
+    assert task_id in human and "completed" in human
+    assert "agent explore" in human and "the answer is 42" in human
+
+    async def listed(*extra: str) -> list[dict[str, Any]]:
+        tasks = ok(await arun("ls", *extra, "--json", env=env)).json()
+        assert isinstance(tasks, list)
+        return [t for t in tasks if t["id"] == task_id]
+
+    everything = await _eventually(listed)
+    assert [t["status"] for t in everything] == ["completed"]
+    completed = await _eventually(lambda: listed("--status", "completed"))
+    assert [t["id"] for t in completed] == [task_id]
+    assert await listed("--status", "running") == []
+    table = ok(await arun("ls", env=env)).out
+    assert task_id in table and "completed" in table
+
+
+async def test_spawn_reads_the_prompt_from_stdin_and_waits(
+    env: dict[str, str], worker: None
+) -> None:
+    model = script({"text": "echo: {prompt}"})
+    result = ok(
+        await arun(
+            "spawn", "plan", "-", "--model", model, "--description", "from stdin",
+            "--wait", "--json", env=env, stdin="plan the release\n",
+        )
+    )  # fmt: skip
+    info = result.json()
+    assert info["status"] == "completed"
+    assert info["result"] == "echo: plan the release"
+    assert info["agent"] == "plan" and info["description"] == "from stdin"
+    assert info["id"].startswith("subagent-plan-")
+
+
+async def test_cancel_stops_a_long_bash(env: dict[str, str], worker: None) -> None:
+    marker = f"3601.{uuid.uuid4().int % 10**6:06d}"  # a sleep only this test runs
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": f"sleep {marker}"}}]})
+    spawned = ok(await arun("spawn", "general", "sleep a lot", "--model", model, "--json", env=env))
+    task_id = spawned.json()["id"]
+
+    async def sleeping() -> list[int]:
+        return _pids_with(f"sleep {marker}")
+
+    assert await _eventually(sleeping, timeout=20), "the bash tool never started"
+    info = ok(await arun("check", task_id, "--json", env=env)).json()
+    assert info["status"] == "running"
+
+    started = time.monotonic()
+    cancelled = ok(await arun("cancel", task_id, "--json", env=env)).json()
+    assert cancelled["id"] == task_id
+    assert cancelled["status"] == "cancelled"
+    assert time.monotonic() - started < 20
+
+    async def gone() -> bool:
+        return not await sleeping()
+
+    assert await _eventually(gone, timeout=5), "cancel left the sleep running"
+    again = ok(await arun("check", task_id, "--json", env=env)).json()
+    assert again["status"] == "cancelled"
+
+
+async def test_watch_prints_turns_tools_and_close(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("hello\n")
+    model = script(
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "bye"}
+    )
+    task_id = ok(await arun("spawn", "explore", "watch me", "--model", model, "--json", env=env))
+    watched = ok(await arun("watch", task_id.json()["id"], env=env, timeout=30))
+    lines = [line.split(maxsplit=2) for line in watched.out.splitlines() if line.strip()]
+    kinds = [parts[1] for parts in lines]
+    assert all(len(parts[0]) == 8 and parts[0].count(":") == 2 for parts in lines), watched.out
+    assert kinds.count("turn") == 2
+    assert "tool_started" in kinds and "tool_finished" in kinds
+    assert any(p[1] == "tool_started" and "read_file" in p[2] for p in lines), watched.out
+    assert lines[-1][1:] == ["closed", "completed"]
+
+
+# ---------------------------------------------------------------- no worker needed
+
+
+def test_agents_lists_the_builtins() -> None:
+    env = _env(Path("/nonexistent"))
+    table = ok(run("agents", env=env)).out
+    for name in ("explore", "plan", "research", "general"):
+        assert name in table
+    agents = ok(run("agents", "--json", env=env)).json()
+    assert [a["name"] for a in agents] == ["explore", "plan", "research", "general"]
+    assert all(a["description"] and a["max_turns"] >= 1 for a in agents)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["spawn", "nope", "do it"],
+            ["unknown agent 'nope'", "known: explore, plan, research, general"],
+        ),
+        (["spawn", "explore", "   "], ["prompt is empty"]),
+        (["spawn", "explore", "do it", "--max-turns", "0"], ["max_turns must be", "got 0"]),
+        (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
+        (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
+        (["watch", "no-such-task"], ["no task 'no-such-task'"]),
+    ],
+    ids=["unknown-agent", "empty-prompt", "max-turns-0", "check-unknown", "cancel-unknown",
+         "watch-unknown"],
+)  # fmt: skip
+def test_bad_requests_fail_cleanly(
+    env: dict[str, str], args: list[str], expected: list[str]
+) -> None:
+    result = failed(run(*args, env=env))
+    for text in expected:
+        assert text in result.flat_err
+    assert result.err.count("error:") == 1
+
+
+def test_unreachable_server_names_the_address_and_subagents_dev(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = failed(run("ls", "--address", "127.0.0.1:1", env=_env(tmp_path)))
+    assert time.monotonic() - started < 30
+    assert "cannot reach Temporal at 127.0.0.1:1" in result.flat_err
+    assert "`subagents dev`" in result.flat_err
+    spawn = failed(
+        run("spawn", "explore", "x", "--address", "127.0.0.1:1", env=_env(tmp_path), timeout=30)
+    )
+    assert "127.0.0.1:1" in spawn.flat_err and "subagents dev" in spawn.flat_err
+
+
+def test_bad_status_is_a_usage_error(env: dict[str, str]) -> None:
+    result = run("ls", "--status", "bogus", env=env)
+    assert result.code == 2
+    assert "Traceback" not in result.err
+    assert "bogus" in result.err and "--status" in result.err
+
+
+# ---------------------------------------------------------------- worker command
+
+
+async def test_worker_command_runs_tasks_and_stops_on_sigterm(
+    env: dict[str, str], settings: Settings
+) -> None:
+    assert settings.workspace is not None
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "worker", "--workspace", str(settings.workspace),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        banner = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert banner.startswith(f"worker on {settings.address}"), banner
+        result = ok(
+            await arun(
+                "spawn", "explore", "hi", "--model", script({"text": "from the cli worker"}),
+                "--wait", "--json", env=env, timeout=30,
+            )
+        )  # fmt: skip
+        assert result.json()["status"] == "completed"
+        assert result.json()["result"] == "from the cli worker"
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+    code = await asyncio.wait_for(proc.wait(), 15)
+    err = (await proc.stderr.read()).decode()
+    assert code == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+
+
+async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path: Path) -> None:
+    names = [key.name for key in _search_attributes.ALL]
+    async with DevServer(
+        port=free_port(), ui_port=free_port(), db=tmp_path / "bare.db", ui=False
+    ) as server:
+        admin = await Client.connect(server.address)
+        await admin.operator_service.remove_search_attributes(
+            RemoveSearchAttributesRequest(namespace="default", search_attributes=names)
+        )
+        assert sorted(await missing_search_attributes(admin, "default")) == sorted(names)
+
+        started = time.monotonic()
+        result = failed(
+            await arun(
+                "worker", "--address", server.address, "--workspace", str(tmp_path),
+                env=_env(tmp_path), timeout=20,
+            )
+        )  # fmt: skip
+        assert time.monotonic() - started < 10
+        text = result.flat_err
+        assert "lacks the search attributes" in text
+        for name in names:
+            assert name in text
+            assert (
+                f"temporal operator search-attribute create --namespace default --name {name}"
+                in text
+            )
+        # and it did not register them behind the operator's back
+        assert sorted(await missing_search_attributes(admin, "default")) == sorted(names)
+
+
+# ---------------------------------------------------------------- demo and dev
+
+
+async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
+    port, ui_port = free_port(), free_port()
+    db = tmp_path / "demo.db"
+    env = _env(tmp_path)
+    started = time.monotonic()
+    result = ok(
+        await arun(
+            "demo", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db),
+            env=env, timeout=90,
+        )
+    )  # fmt: skip
+    assert time.monotonic() - started < 90
+    out = result.out
+    assert "Model: the offline scripted model" in " ".join(out.split())
+    assert "no LLM is called" in " ".join(out.split())
+    assert out.count("· completed ·") == 3
+    for agent in ("explore", "plan", "research"):
+        assert f"{agent} · completed" in out
+    links = [line.strip() for line in out.splitlines() if "Web UI:" in line]
+    assert len(links) == 3
+    for link in links:
+        assert link.startswith(f"Web UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/")
+        assert "/workflows/subagent-" in link
+    assert "┘╭" not in out, "the progress table and the first result share a line"
+    assert db.is_file()
+    # the demo's own server is gone with it
+    assert not await server_answers(f"127.0.0.1:{port}", timeout=0.5)
+    assert _pids_with(str(db.resolve())) == []
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: signal.Signals) -> None:
+    port, ui_port = free_port(), free_port()
+    db = tmp_path / "dev.db"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = _env(tmp_path, SUBAGENTS_TASK_QUEUE=f"cli-dev-{uuid.uuid4().hex[:8]}")
+    args = ["dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db)]
+    with _sigint_not_ignored():
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, "--workspace", str(workspace),
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    banner = ""
+    try:
+        deadline = time.monotonic() + 45
+        while "Ctrl-C to stop" not in banner:
+            line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
+            assert line, f"dev exited early:\n{banner}\n{(await proc.stderr.read()).decode()}"
+            banner += line.decode()
+        assert "ready" in banner
+        assert f"gRPC address: 127.0.0.1:{port}" in banner
+        assert env["SUBAGENTS_TASK_QUEUE"] in banner
+        assert str(db.resolve()) in banner
+        address = f"127.0.0.1:{port}"
+        assert await server_answers(address)
+
+        client_env = {**env, "TEMPORAL_ADDRESS": address}
+        (workspace / "note.txt").write_text("dev worker was here\n")
+        model = script(
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"text": "read: {last_tool_result}"},
+        )
+        result = ok(
+            await arun(
+                "spawn", "explore", "read the note", "--model", model, "--wait", "--json",
+                env=client_env, timeout=30,
+            )
+        )  # fmt: skip
+        info = result.json()
+        assert info["status"] == "completed"
+        assert "dev worker was here" in info["result"]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(stop_signal)
+    started = time.monotonic()
+    code = await asyncio.wait_for(proc.wait(), 15)
+    assert time.monotonic() - started < 10
+    rest = (await proc.stdout.read()).decode()
+    err = (await proc.stderr.read()).decode()
+    assert "Traceback" not in err, err
+    assert code in (0, 130), (code, err)
+    assert "Stopped." in rest
+    assert not await server_answers(f"127.0.0.1:{port}", timeout=0.5)
+    assert _pids_with(str(db.resolve())) == []
+    assert db.is_file()

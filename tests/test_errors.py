@@ -1,0 +1,128 @@
+"""Bad input gets a typed error that says what to do, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_subagents import (
+    InvalidRequest,
+    SubagentClient,
+    TaskNotFound,
+    TemporalUnavailable,
+)
+from durable_subagents.config import Settings
+
+
+async def _no_task_started(client: SubagentClient) -> None:
+    assert await client.list_tasks() == [] or all(
+        t.description != "must not start" for t in await client.list_tasks()
+    )
+
+
+async def test_unknown_agent_lists_the_known_ones(client: SubagentClient) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        await client.spawn_task("explor", "find it", description="must not start")
+    message = str(err.value)
+    assert "unknown agent 'explor'" in message
+    for name in ("explore", "plan", "research", "general"):
+        assert name in message
+    await _no_task_started(client)
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n"])
+async def test_empty_prompt(client: SubagentClient, prompt: str) -> None:
+    with pytest.raises(InvalidRequest, match="prompt is empty"):
+        await client.spawn_task("explore", prompt)
+
+
+@pytest.mark.parametrize("turns", [0, -3])
+async def test_max_turns_below_one(client: SubagentClient, turns: int) -> None:
+    with pytest.raises(InvalidRequest, match="max_turns must be an integer >= 1"):
+        await client.spawn_task("explore", "x", max_turns=turns)
+
+
+async def test_oversized_prompt_is_refused_before_starting(client: SubagentClient) -> None:
+    with pytest.raises(InvalidRequest, match="write the material to a file"):
+        await client.spawn_task("explore", "z" * 200_000)
+
+
+async def test_options_may_only_narrow(client: SubagentClient) -> None:
+    with pytest.raises(InvalidRequest, match="does not allow bash"):
+        await client.spawn_task("explore", "x", tools=["read_file", "bash"])
+    with pytest.raises(InvalidRequest, match="more permissive"):
+        await client.spawn_task("plan", "x", permission_mode="accept_edits")
+    with pytest.raises(InvalidRequest, match="only add 'deny' rules"):
+        await client.spawn_task(
+            "general", "x", permissions=[{"tool": "bash", "pattern": "*", "action": "allow"}]
+        )
+    with pytest.raises(InvalidRequest, match="task_id"):
+        await client.spawn_task("general", "x", task_id="bad id with spaces")
+    with pytest.raises(InvalidRequest, match="time_limit"):
+        await client.spawn_task("general", "x", time_limit=0)
+
+
+async def test_narrowing_options_take_effect(
+    client: SubagentClient, worker: None, workspace: object
+) -> None:
+    from .conftest import script
+
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf x"}}]},
+        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "x"}}]},
+        {"text": "done"},
+    )
+    task_id = await client.spawn_task(
+        "general",
+        "x",
+        model=model,
+        disallowed_tools=["grep"],
+        permissions=[{"tool": "bash", "pattern": "rm *", "action": "deny"}],
+    )
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == "completed"
+    tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert "denied by this agent's permission rules" in tool_msgs[0].content
+    assert "unknown tool 'grep'" in tool_msgs[1].content
+
+
+async def test_unknown_task_id(client: SubagentClient) -> None:
+    with pytest.raises(TaskNotFound, match="no task 'subagent-nope'.*subagents ls"):
+        await client.check_task("subagent-nope")
+    with pytest.raises(TaskNotFound):
+        await client.cancel_task("subagent-nope")
+    with pytest.raises(TaskNotFound):
+        await client.get_transcript("subagent-nope")
+
+
+async def test_unreachable_temporal_names_the_address(tmp_path: object) -> None:
+    settings = Settings(address="127.0.0.1:1", blob_dir=None)
+    with pytest.raises(TemporalUnavailable) as err:
+        await SubagentClient.connect(settings=settings)
+    assert "127.0.0.1:1" in str(err.value) and "subagents dev" in str(err.value)
+
+
+async def test_workspace_outside_the_root_fails_the_task_clearly(
+    client: SubagentClient, worker: None
+) -> None:
+    task_id = await client.spawn_task("explore", "x", model="scripted", workspace="/etc")
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == "failed"
+    assert info.error is not None and "outside this worker's workspace root" in info.error
+
+
+async def test_bad_model_name_is_refused_at_spawn(client: SubagentClient) -> None:
+    with pytest.raises(InvalidRequest, match="openai:<model>"):
+        await client.spawn_task("explore", "x", model="gpt-4")
+
+
+async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
+    client: SubagentClient, temporal_client: object, settings: Settings
+) -> None:
+    from durable_subagents.worker import create_worker
+
+    bad = settings.model_copy(update={"model": "gpt-4"})
+    async with create_worker(temporal_client, bad):  # type: ignore[arg-type]
+        task_id = await client.spawn_task("explore", "x")
+        info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == "failed"
+    assert info.error is not None and "SUBAGENTS_MODEL" in info.error
