@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.client import SubagentClient
@@ -282,7 +282,14 @@ def list_command(
         if as_json:
             print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
             return
-        table = Table("id", "agent", "status", "turns", "description")
+        # ids are what check/cancel take: never shorten them to fit the width
+        table = Table(
+            Column("id", no_wrap=True),
+            "agent",
+            Column("status", no_wrap=True),
+            "turns",
+            "description",
+        )
         for t in tasks:
             table.add_row(t.id, t.agent, t.status.value, str(t.turns), t.description)
         console.print(table)

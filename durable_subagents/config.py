@@ -14,6 +14,8 @@ import platformdirs
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from durable_subagents._blobstore import LocalBlobStore
+
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -71,6 +73,10 @@ class Settings(BaseSettings):
     def resolved_blob_dir(self) -> Path:
         """The blob directory, defaulting to ``<data_dir>/blobs``."""
         return self.blob_dir or (self.data_dir / "blobs")
+
+    def blob_store(self) -> LocalBlobStore:
+        """The namespace's blob store: ``<blob dir>/<namespace>``."""
+        return LocalBlobStore(self.resolved_blob_dir / self.namespace)
 
     @property
     def resolved_workspace(self) -> Path:

@@ -13,7 +13,6 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
@@ -74,7 +73,7 @@ async def run_demo(
             client = SubagentClient(
                 temporal,
                 task_queue=worker_settings.task_queue,
-                blob_store=LocalBlobStore(worker_settings.resolved_blob_dir),
+                blob_store=worker_settings.blob_store(),
                 default_model=settings.model,
             )
             ids = [

@@ -359,7 +359,7 @@ async def run_dev(
     """
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from durable_subagents.worker import create_worker
+    from durable_subagents.worker import create_worker, sweep_forever
 
     address = f"127.0.0.1:{port}"
     namespace = settings.namespace
@@ -387,6 +387,7 @@ async def run_dev(
             address, namespace=namespace, data_converter=pydantic_data_converter
         )
         worker = create_worker(client, settings)
+        sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
         async with worker:
             console.print(
                 f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
@@ -396,6 +397,7 @@ async def run_dev(
             )
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.Event().wait()
+        sweeper.cancel()
     finally:
         if server is not None:
             await server.stop()

@@ -12,7 +12,6 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
@@ -66,7 +65,7 @@ def client(temporal_client: Client, settings: Settings) -> SubagentClient:
     return SubagentClient(
         temporal_client,
         task_queue=settings.task_queue,
-        blob_store=LocalBlobStore(settings.resolved_blob_dir),
+        blob_store=settings.blob_store(),
     )
 
 

@@ -16,7 +16,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.activities.providers import clear_provider_cache
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
@@ -275,7 +274,7 @@ async def test_oversized_input_fails_the_task_clearly(
     client = SubagentClient(
         temporal_client,
         task_queue=settings.task_queue,
-        blob_store=LocalBlobStore(settings.resolved_blob_dir),
+        blob_store=settings.blob_store(),
         max_prompt_bytes=2_000_000,
     )
     task_id = await client.spawn_task("explore", "y" * 400_000, model="scripted")

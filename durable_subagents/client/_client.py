@@ -31,7 +31,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobNotFound, BlobStore, LocalBlobStore
+from durable_subagents._blobstore import BlobNotFound, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
@@ -121,7 +121,7 @@ class SubagentClient:
         return cls(
             client,
             task_queue=task_queue or settings.task_queue,
-            blob_store=LocalBlobStore(settings.resolved_blob_dir),
+            blob_store=settings.blob_store(),
             agents=agents,
             default_model=settings.model,
         )

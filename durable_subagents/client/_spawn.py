@@ -13,7 +13,7 @@ from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskInput
 
-_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
 MAX_TURNS_LIMIT = 10_000
 
@@ -22,7 +22,7 @@ def validate_task_id(task_id: str) -> None:
     """Task ids become workflow ids and blob directory names: keep them simple."""
     if not _TASK_ID.match(task_id):
         raise InvalidRequest(
-            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_', ':' "
+            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
             "or '-', starting with a letter or digit"
         )
 

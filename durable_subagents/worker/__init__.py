@@ -1,5 +1,6 @@
 """Builds and runs the worker: workflows, activities, data converter, limits."""
 
+from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
     SearchAttributesMissing,
     check_search_attributes,
@@ -14,4 +15,6 @@ __all__ = [
     "connect_client",
     "create_worker",
     "run_worker",
+    "sweep_blobs",
+    "sweep_forever",
 ]

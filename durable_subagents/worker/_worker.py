@@ -16,12 +16,12 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
+from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.workflows import SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def create_worker(
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
     """
     activities = SubagentActivities(
-        LocalBlobStore(settings.resolved_blob_dir),
+        settings.blob_store(),
         workspace_root=settings.resolved_workspace,
         tools=tools,
         default_model=settings.model,
@@ -107,7 +107,11 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
             + "\n(`subagents dev` registers them on its own server)"
         )
     worker = create_worker(client, settings)
-    async with worker:
-        if ready is not None:
-            ready.set()
-        await asyncio.Future()
+    sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
+    try:
+        async with worker:
+            if ready is not None:
+                ready.set()
+            await asyncio.Future()
+    finally:
+        sweeper.cancel()
