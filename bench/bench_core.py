@@ -17,7 +17,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -452,4 +451,3 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     asyncio.run(main(parse_args()))
-    sys.exit(0)

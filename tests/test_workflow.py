@@ -180,3 +180,16 @@ async def _eventually(fetch, timeout: float = 10.0):  # type: ignore[no-untyped-
         if result or asyncio.get_running_loop().time() > deadline:
             return result
         await asyncio.sleep(0.2)
+
+
+async def test_cancel_with_no_worker_is_durable(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    task_id = await client.spawn_task("explore", "never mind", model="scripted")
+    info = await client.cancel_task(task_id, wait=True, timeout=1)
+    assert info.status == TaskStatus.CANCELLING
+    assert (await client.check_task(task_id)).status == TaskStatus.CANCELLING
+    async with create_worker(temporal_client, settings):
+        done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.CANCELLED
+    assert done.turns == 0

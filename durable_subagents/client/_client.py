@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -49,9 +50,7 @@ from durable_subagents.types import (
 )
 from durable_subagents.workflows import SubagentWorkflow
 
-_WAKE_EVENTS = {
-    EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
-    EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
+_CLOSE_EVENTS = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
@@ -289,7 +288,7 @@ class SubagentClient:
             seen = info.history_length
             handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
             async for event in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
-                if event.event_id <= seen or event.event_type not in _WAKE_EVENTS:
+                if event.event_id <= seen or not self._may_settle(event):
                     continue
                 info = await self._info(task_id)
                 if _settled(info, after_pause) or info.run_id != run_id:
@@ -298,6 +297,21 @@ class SubagentClient:
                 info = await self._info(task_id)
             if _settled(info, after_pause):
                 return info
+
+    def _may_settle(self, event: HistoryEvent) -> bool:
+        """Whether an event can make a wait return (so not every memo write costs a call)."""
+        if event.event_type in _CLOSE_EVENTS:
+            return True
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            return False
+        fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+        if "status" not in fields and "pause_id" not in fields:
+            return False
+        if "status" in fields:
+            converter = self.temporal.data_converter.payload_converter
+            status = TaskStatus(converter.from_payload(fields["status"], str))
+            return status.terminal or status == TaskStatus.PAUSED
+        return True
 
     # ------------------------------------------------------------------ cancel
 
@@ -401,6 +415,9 @@ class SubagentClient:
         info = _info_from(task_id, desc.run_id, desc.status, memo)
         info.history_length = desc.history_length
         info.finished_at = desc.close_time
+        extended = desc.raw_description.workflow_extended_info
+        if desc.status == WorkflowExecutionStatus.RUNNING and extended.cancel_requested:
+            info.status = TaskStatus.CANCELLING
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             await self._fill_result(info, desc)
         elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:

@@ -142,6 +142,9 @@ class SubagentWorkflow:
         assert self._input is not None
         inp = self._input
         spec = inp.agent
+        # Yield once, so a cancel request that arrived with the start stops the task
+        # before it schedules anything.
+        await asyncio.sleep(0)
         new: list[Message] = pending
         if self._head is None and not new:
             if spec.system_prompt:
