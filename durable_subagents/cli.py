@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Awaitable
@@ -13,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Column, Table
 
 from durable_subagents.agents import BUILTIN_AGENTS
@@ -84,7 +86,8 @@ def _run(coro: Awaitable[T]) -> T:
     try:
         return asyncio.run(_stop_on_sigterm(coro))
     except SubagentError as err:
-        err_console.print(f"[red]error:[/red] {err}")
+        # soft_wrap: commands in the message must stay on one line to be copied
+        err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -349,4 +352,18 @@ def demo(
 
 def main() -> None:
     """Entry point of the ``subagents`` command."""
-    app()
+    try:
+        app()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    # Skip interpreter finalization: temporalio's Rust threads can still run then and
+    # abort or crash the process after its work is done (temporalio/sdk-python#300),
+    # which turned ~5% of successful commands into exit 134 or 139.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)

@@ -6,9 +6,7 @@ import asyncio
 import io
 import os
 import socket
-import sys
 import time
-import types
 import urllib.request
 import uuid
 from datetime import timedelta
@@ -16,17 +14,14 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from temporalio import workflow
 from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
     RemoveSearchAttributesRequest,
 )
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from durable_subagents import _search_attributes
+from durable_subagents import SubagentClient, TaskStatus, _search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.dev import (
     DevServer,
@@ -229,31 +224,6 @@ async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
         assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=2)
 
 
-@workflow.defn(name="DevEcho")
-class _EchoWorkflow:
-    @workflow.run
-    async def run(self, text: str) -> str:
-        return text
-
-
-def _stub_worker_module(created: list[Worker]) -> types.ModuleType:
-    def create_worker(
-        client: Client, settings: Settings, *, task_queue: str | None = None
-    ) -> Worker:
-        worker = Worker(
-            client,
-            task_queue=task_queue or settings.task_queue,
-            workflows=[_EchoWorkflow],
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        )
-        created.append(worker)
-        return worker
-
-    module = types.ModuleType("durable_subagents.worker")
-    module.create_worker = create_worker  # type: ignore[attr-defined]
-    return module
-
-
 async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
     deadline = time.monotonic() + 30
     while "Ctrl-C to stop" not in out.getvalue():
@@ -266,11 +236,13 @@ async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
 async def test_run_dev_starts_and_stops_its_own_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    created: list[Worker] = []
-    monkeypatch.setitem(sys.modules, "durable_subagents.worker", _stub_worker_module(created))
     out = io.StringIO()
     port, ui_port = free_port(), free_port()
-    settings = Settings(data_dir=tmp_path / "data", task_queue=f"dev-{uuid.uuid4()}")
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        task_queue=f"dev-{uuid.uuid4()}",
+        workspace=tmp_path,
+    )
     task = asyncio.create_task(
         run_dev(
             settings=settings,
@@ -289,12 +261,12 @@ async def test_run_dev_starts_and_stops_its_own_server(
     assert "already answers" not in text
     assert db.is_file()
 
-    client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
-    result = await client.execute_workflow(
-        "DevEcho", "hi", id=f"echo-{uuid.uuid4()}", task_queue=settings.task_queue
+    client = await SubagentClient.connect(
+        f"127.0.0.1:{port}", settings=settings.model_copy(update={"address": f"127.0.0.1:{port}"})
     )
-    assert result == "hi"
-    assert len(created) == 1
+    task_id = await client.spawn_task("explore", "look", model="scripted")
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED  # run by the dev command's own worker
 
     task.cancel()
     await asyncio.wait_for(task, 15)

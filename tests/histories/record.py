@@ -1,0 +1,74 @@
+"""Record the histories that tests/test_replay.py replays.
+
+Run after a deliberate change of workflow behaviour that old runs need not replay:
+    .venv/bin/python -m tests.histories.record
+Never re-record to make a replay failure go away: that failure means running tasks
+would break on upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import uuid
+from pathlib import Path
+
+from durable_subagents import SubagentClient
+from durable_subagents._connect import connect_client
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer, free_port
+from durable_subagents.worker import create_worker
+
+HERE = Path(__file__).parent
+
+TOOLS_SCRIPT = "scripted:" + json.dumps(
+    [
+        {
+            "text": "looking",
+            "tool_calls": [
+                {"name": "list_files", "arguments": {"pattern": "*.txt"}},
+                {"name": "read_file", "arguments": {"path": "a.txt"}},
+                {"name": "bash", "arguments": {"command": "echo hi"}},
+            ],
+        },
+        {"text": "done: {last_tool_result}"},
+    ]
+)
+SLOW_SCRIPT = "scripted:" + json.dumps(
+    [{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]}]
+)
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        (root / "ws" / "a.txt").write_text("alpha\n")
+        async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as server:
+            temporal = await connect_client(server.address)
+            settings = Settings(
+                address=server.address,
+                task_queue=f"record-{uuid.uuid4().hex[:6]}",
+                data_dir=root,
+                workspace=root / "ws",
+            )
+            client = SubagentClient(
+                temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+            )
+            async with create_worker(temporal, settings):
+                done = await client.spawn_task("general", "look around", model=TOOLS_SCRIPT)
+                await client.check_task(done, wait=True, timeout=60)
+                slow = await client.spawn_task("general", "sleep", model=SLOW_SCRIPT)
+                await asyncio.sleep(1.5)
+                await client.cancel_task(slow, wait=True)
+                timed = await client.spawn_task("general", "sleep", model=SLOW_SCRIPT, time_limit=1)
+                await client.check_task(timed, wait=True, timeout=60)
+            for name, task_id in (("completed", done), ("cancelled", slow), ("timed_out", timed)):
+                history = await temporal.get_workflow_handle(task_id).fetch_history()
+                (HERE / f"{name}.json").write_text(history.to_json())
+                print("recorded", name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

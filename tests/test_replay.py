@@ -1,0 +1,46 @@
+"""Recorded histories must keep replaying: running tasks survive worker upgrades."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from durable_subagents.worker._worker import workflow_runner
+from durable_subagents.workflows import SubagentWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_committed() -> None:
+    assert {p.stem for p in HISTORIES} >= {"completed", "cancelled", "timed_out"}
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+async def test_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+async def test_a_changed_workflow_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay test can fail: a workflow that schedules differently is detected."""
+    import durable_subagents.workflows._subagent as module
+
+    monkeypatch.setattr(module, "MODEL_TURN_ACTIVITY", "renamed_model_turn")
+    history = WorkflowHistory.from_json("replay-x", (HISTORIES[0]).read_text())
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None
