@@ -283,3 +283,46 @@ async def test_oversized_input_fails_the_task_clearly(
     assert info.error is not None and "payload limit" in info.error
     desc = await temporal_client.get_workflow_handle(task_id).describe()
     assert desc.status == WorkflowExecutionStatus.FAILED
+
+
+async def test_temporal_retries_429_after_retry_after_and_fails_fast_on_400(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with FakeOpenAIServer() as srv:
+        monkeypatch.setenv("OPENAI_API_KEY", "k")
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        clear_provider_cache()
+        srv.add_error(429, headers={"Retry-After": "1"})
+        srv.add_reply(text="after the retry")
+        srv.add_error(400, body={"error": {"message": "bad parameter max_tokens"}})
+        async with create_worker(temporal_client, settings):
+            retried = await client.spawn_task("explore", "a", model="openai:gpt-test")
+            ok = await client.check_task(retried, wait=True, timeout=30)
+            bad = await client.spawn_task("explore", "b", model="openai:gpt-test")
+            failed = await client.check_task(bad, wait=True, timeout=30)
+    clear_provider_cache()
+    assert ok.status == TaskStatus.COMPLETED and ok.result == "after the retry"
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        async for e in temporal_client.get_workflow_handle(retried).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert attempts == [2]  # the first attempt failed and was retried by Temporal
+    assert failed.status == TaskStatus.FAILED
+    assert failed.error is not None and "bad parameter max_tokens" in failed.error
+    assert len(srv.requests) == 3  # the 400 was not retried
+
+
+async def test_a_closed_runs_status_wins_over_the_memo(
+    client: SubagentClient, temporal_client: Client
+) -> None:
+    task_id = await client.spawn_task("explore", "never runs", model="scripted")
+    await temporal_client.get_workflow_handle(task_id).terminate(reason="operator stop")
+    info = await client.check_task(task_id)
+    assert info.status == TaskStatus.CANCELLED
+    assert info.stop_reason == "terminated"
+    desc = await temporal_client.get_workflow_handle(task_id).describe()
+    assert (await desc.memo())["status"] == "pending"  # the memo could not know
