@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
@@ -37,6 +36,7 @@ from durable_subagents._connect import connect_client
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
 from durable_subagents.client._events import history_events
+from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.client._spawn import build_task_input, static_details, validate_task_id
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, TaskNotFound
@@ -46,7 +46,6 @@ from durable_subagents.types import (
     TaskInfo,
     TaskResult,
     TaskStatus,
-    Usage,
 )
 from durable_subagents.workflows import SubagentWorkflow
 
@@ -57,12 +56,6 @@ _CLOSE_EVENTS = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-}
-_CLOSED_STATUS = {
-    WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
-    WorkflowExecutionStatus.CANCELED: TaskStatus.CANCELLED,
-    WorkflowExecutionStatus.TERMINATED: TaskStatus.CANCELLED,
-    WorkflowExecutionStatus.TIMED_OUT: TaskStatus.TIMED_OUT,
 }
 
 
@@ -252,7 +245,7 @@ class SubagentClient:
             TaskNotFound: no task has this id.
         """
         info = await self._info(task_id)
-        if not wait or _settled(info, after_pause):
+        if not wait or settled(info, after_pause):
             return info.public()
         try:
             info = await asyncio.wait_for(self._wait(task_id, info, after_pause), timeout)
@@ -281,8 +274,8 @@ class SubagentClient:
         return [(await self._info(t)).public() for t in task_ids]
 
     async def _wait(
-        self, task_id: str, info: _InternalInfo, after_pause: str | None
-    ) -> _InternalInfo:
+        self, task_id: str, info: InternalInfo, after_pause: str | None
+    ) -> InternalInfo:
         while True:
             run_id = info.run_id
             seen = info.history_length
@@ -291,11 +284,11 @@ class SubagentClient:
                 if event.event_id <= seen or not self._may_settle(event):
                     continue
                 info = await self._info(task_id)
-                if _settled(info, after_pause) or info.run_id != run_id:
+                if settled(info, after_pause) or info.run_id != run_id:
                     break
             else:
                 info = await self._info(task_id)
-            if _settled(info, after_pause):
+            if settled(info, after_pause):
                 return info
 
     def _may_settle(self, event: HistoryEvent) -> bool:
@@ -358,7 +351,7 @@ class SubagentClient:
         """
         query = "WorkflowType = 'SubagentWorkflow'"
         if parent_id is not None:
-            query += f" AND {sa.PARENT.name} = {_quote(parent_id)}"
+            query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
         wanted = TaskStatus(status) if status is not None else None
         latest: dict[str, Any] = {}
         async for execution in self.temporal.list_workflows(query):
@@ -368,7 +361,7 @@ class SubagentClient:
         infos = []
         for execution in sorted(latest.values(), key=lambda e: e.start_time, reverse=True):
             memo = await execution.memo()
-            info = _info_from(execution.id, execution.run_id, execution.status, memo)
+            info = info_from(execution.id, execution.run_id, execution.status, memo)
             info.finished_at = execution.close_time
             if wanted is None or info.status == wanted:
                 infos.append(info.public())
@@ -400,7 +393,7 @@ class SubagentClient:
 
     # ------------------------------------------------------------------ internals
 
-    async def _info(self, task_id: str) -> _InternalInfo:
+    async def _info(self, task_id: str) -> InternalInfo:
         handle = self.temporal.get_workflow_handle(task_id)
         try:
             desc = await handle.describe()
@@ -412,7 +405,7 @@ class SubagentClient:
                 ) from None
             raise
         memo = await desc.memo()
-        info = _info_from(task_id, desc.run_id, desc.status, memo)
+        info = info_from(task_id, desc.run_id, desc.status, memo)
         info.history_length = desc.history_length
         info.finished_at = desc.close_time
         extended = desc.raw_description.workflow_extended_info
@@ -426,7 +419,7 @@ class SubagentClient:
             info.stop_reason, info.error = "terminated", info.error or "terminated"
         return info
 
-    async def _fill_result(self, info: _InternalInfo, desc: WorkflowExecutionDescription) -> None:
+    async def _fill_result(self, info: InternalInfo, desc: WorkflowExecutionDescription) -> None:
         handle: WorkflowHandle[Any, TaskResult] = self.temporal.get_workflow_handle(
             desc.id, run_id=desc.run_id, result_type=TaskResult
         )
@@ -454,59 +447,3 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
-
-
-class _InternalInfo(TaskInfo):
-    history_length: int = 0
-    head: str | None = None
-
-    def public(self) -> TaskInfo:
-        return TaskInfo.model_validate(self.model_dump(exclude={"history_length", "head"}))
-
-
-def _info_from(
-    task_id: str,
-    run_id: str | None,
-    status: WorkflowExecutionStatus | None,
-    memo: Mapping[str, Any],
-) -> _InternalInfo:
-    """Build the info from the memo; a closed run's own status wins over the memo."""
-    memo_status = memo.get("status") or TaskStatus.PENDING.value
-    if status in _CLOSED_STATUS:
-        task_status = _CLOSED_STATUS[status]
-    elif status == WorkflowExecutionStatus.COMPLETED:
-        task_status = (
-            TaskStatus(memo_status)
-            if memo_status in ("completed", "timed_out")
-            else (TaskStatus.COMPLETED)
-        )
-    else:
-        task_status = TaskStatus(memo_status)
-    created = memo.get("created_at")
-    return _InternalInfo(
-        id=task_id,
-        run_id=run_id,
-        agent=memo.get("agent") or "",
-        description=memo.get("description") or "",
-        status=task_status,
-        result=memo.get("result_preview"),
-        error=memo.get("error"),
-        turns=int(memo.get("turns") or 0),
-        usage=Usage.model_validate(memo.get("usage") or {}),
-        parent_id=memo.get("parent_id"),
-        created_at=datetime.fromisoformat(created) if created else None,
-        stop_reason=memo.get("stop_reason"),
-        model=memo.get("model"),
-        pause_id=memo.get("pause_id"),
-        head=memo.get("head"),
-    )
-
-
-def _settled(info: TaskInfo, after_pause: str | None) -> bool:
-    if info.status.terminal:
-        return True
-    return info.status == TaskStatus.PAUSED and info.pause_id != after_pause
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,77 @@
+"""How a task's state is read from Temporal's description of its workflow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import WorkflowExecutionStatus
+
+from durable_subagents.types import TaskInfo, TaskStatus, Usage
+
+_CLOSED_STATUS = {
+    WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TERMINATED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TIMED_OUT: TaskStatus.TIMED_OUT,
+}
+
+
+class InternalInfo(TaskInfo):
+    """``TaskInfo`` plus what the client needs internally (history length, head)."""
+
+    history_length: int = 0
+    head: str | None = None
+
+    def public(self) -> TaskInfo:
+        """The public ``TaskInfo`` without the internal fields."""
+        return TaskInfo.model_validate(self.model_dump(exclude={"history_length", "head"}))
+
+
+def info_from(
+    task_id: str,
+    run_id: str | None,
+    status: WorkflowExecutionStatus | None,
+    memo: Mapping[str, Any],
+) -> InternalInfo:
+    """Build the info from the memo; a closed run's own status wins over the memo."""
+    memo_status = memo.get("status") or TaskStatus.PENDING.value
+    if status in _CLOSED_STATUS:
+        task_status = _CLOSED_STATUS[status]
+    elif status == WorkflowExecutionStatus.COMPLETED:
+        task_status = (
+            TaskStatus(memo_status)
+            if memo_status in ("completed", "timed_out")
+            else (TaskStatus.COMPLETED)
+        )
+    else:
+        task_status = TaskStatus(memo_status)
+    created = memo.get("created_at")
+    return InternalInfo(
+        id=task_id,
+        run_id=run_id,
+        agent=memo.get("agent") or "",
+        description=memo.get("description") or "",
+        status=task_status,
+        result=memo.get("result_preview"),
+        error=memo.get("error"),
+        turns=int(memo.get("turns") or 0),
+        usage=Usage.model_validate(memo.get("usage") or {}),
+        parent_id=memo.get("parent_id"),
+        created_at=datetime.fromisoformat(created) if created else None,
+        stop_reason=memo.get("stop_reason"),
+        model=memo.get("model"),
+        pause_id=memo.get("pause_id"),
+        head=memo.get("head"),
+    )
+
+
+def settled(info: TaskInfo, after_pause: str | None) -> bool:
+    if info.status.terminal:
+        return True
+    return info.status == TaskStatus.PAUSED and info.pause_id != after_pause
+
+
+def quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
