@@ -265,6 +265,25 @@ def cancel(
     _run(main())
 
 
+@app.command()
+def send(
+    task_id: str,
+    text: Annotated[str, typer.Argument(help="The input; '-' reads it from stdin")],
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Send steering input to a running task, or a follow-up to a completed one."""
+    body = sys.stdin.read() if text == "-" else text
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        _print_info(await client.send_input(task_id, body), as_json)
+
+    _run(main())
+
+
 @app.command("ls")
 def list_command(
     parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,

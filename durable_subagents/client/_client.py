@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
@@ -27,6 +28,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -44,7 +46,9 @@ from durable_subagents.types import (
     Message,
     TaskEvent,
     TaskInfo,
+    TaskInput,
     TaskResult,
+    TaskState,
     TaskStatus,
 )
 from durable_subagents.workflows import SubagentWorkflow
@@ -367,6 +371,79 @@ class SubagentClient:
                 infos.append(info.public())
         return infos
 
+    async def send_input(self, task_id: str, text: str) -> TaskInfo:
+        """Send steering or follow-up input to a task.
+
+        A running or paused task takes it in at its next turn (or before it would
+        finish). A completed task continues the same conversation in a new run under
+        the same id, with a fresh turn budget.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: the text is empty or too large, or the task was cancelled,
+                failed or timed out (spawn a new task instead).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest("input is empty; send the text the subagent should read")
+        if len(text.encode()) > self.max_prompt_bytes:
+            raise InvalidRequest(
+                f"input is over the {self.max_prompt_bytes}-byte limit; write it to a file "
+                "in the workspace and tell the subagent to read it"
+            )
+        info = await self._info(task_id)
+        if not info.status.terminal:
+            handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
+            await handle.signal(SubagentWorkflow.send_input, text)
+            return info.public()
+        if info.status != TaskStatus.COMPLETED:
+            raise InvalidRequest(
+                f"task {task_id!r} is {info.status.value}; only a completed task can be "
+                "continued. Spawn a new task instead"
+            )
+        await self._continue(task_id, info, text)
+        return (await self._info(task_id)).public()
+
+    async def _continue(self, task_id: str, info: InternalInfo, text: str) -> None:
+        """Start the next run of a completed task from its closed run's transcript head.
+
+        Signal-with-start alone would be unsafe: it would revive cancelled tasks and
+        could start from a stale transcript, so the closed run is read first.
+        """
+        handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
+        previous = await _run_input(handle, self.temporal.data_converter)
+        desc = await handle.describe()
+        state = TaskState(
+            head=info.head,
+            turns=info.turns,
+            usage=info.usage,
+            model=previous.state.model if previous.state else None,
+            runs=(previous.state.runs if previous.state else 1) + 1,
+        )
+        follow_up = previous.model_copy(
+            update={
+                "state": state,
+                "max_turns": info.turns + previous.agent.max_turns,
+                "created_at": datetime.now(UTC),
+            }
+        )
+        memo = {**(await desc.memo()), "status": TaskStatus.PENDING.value}
+        for key in ("error", "stop_reason", "result_preview"):
+            memo.pop(key, None)
+        await self.temporal.start_workflow(
+            SubagentWorkflow.run,
+            follow_up,
+            id=task_id,
+            task_queue=self.task_queue,
+            memo=memo,
+            search_attributes=desc.typed_search_attributes,
+            static_summary=previous.description,
+            static_details=static_details(follow_up, task_id),
+            start_signal="send_input",
+            start_signal_args=[text],
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
     async def get_transcript(self, task_id: str) -> list[Message]:
         """The task's conversation so far, with large contents loaded in full.
 
@@ -447,3 +524,12 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
+
+
+async def _run_input(handle: WorkflowHandle[Any, Any], converter: DataConverter) -> TaskInput:
+    """The input a run was started with (from its first history event)."""
+    async for event in handle.fetch_history_events():
+        attrs = event.workflow_execution_started_event_attributes
+        decoded = await converter.decode(attrs.input.payloads, [TaskInput])
+        return TaskInput.model_validate(decoded[0])
+    raise TaskNotFound(f"task {handle.id!r} has no history")

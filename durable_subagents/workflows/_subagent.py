@@ -146,6 +146,9 @@ class SubagentWorkflow:
         # before it schedules anything.
         await asyncio.sleep(0)
         new: list[Message] = pending
+        if self._head is not None and not new:
+            # A follow-up run: its input arrives as the start signal.
+            await workflow.wait_condition(lambda: bool(self._inbox))
         if self._head is None and not new:
             if spec.system_prompt:
                 new.append(Message(role="system", content=spec.system_prompt))
