@@ -112,6 +112,13 @@ def _print_info(info: TaskInfo, as_json: bool) -> None:
     )
     if info.error:
         console.print(f"  [red]error:[/red] {info.error}")
+    if info.pending_approvals:
+        console.print(f"  [yellow]waiting for approval[/yellow] (pause {info.pause_id}):")
+        for p in info.pending_approvals:
+            console.print(f"    {p.call_id}  {p.arguments_preview}", markup=False)
+        console.print(
+            f"  subagents approve {info.id}   |   subagents reject {info.id} --reason ..."
+        )
     if info.result:
         console.print()
         console.print(info.result, markup=False, highlight=False)
@@ -261,6 +268,43 @@ def cancel(
     async def main() -> None:
         client = await _client(_settings(address, namespace, task_queue))
         _print_info(await client.cancel_task(task_id, wait=wait, timeout=timeout), as_json)
+
+    _run(main())
+
+
+@app.command()
+def approve(
+    task_id: str,
+    call: Annotated[list[str] | None, typer.Option(help="Call id (repeat); default: all")] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Approve the pending tool calls of a paused task."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        _print_info(await client.approve(task_id, call), as_json)
+
+    _run(main())
+
+
+@app.command()
+def reject(
+    task_id: str,
+    call: Annotated[list[str] | None, typer.Option(help="Call id (repeat); default: all")] = None,
+    reason: Annotated[str | None, typer.Option(help="Told to the model")] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Reject the pending tool calls of a paused task."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        _print_info(await client.reject(task_id, call, reason), as_json)
 
     _run(main())
 

@@ -10,8 +10,8 @@ import hashlib
 import json
 from typing import Any
 
-from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
-from durable_subagents.agents._spec import Action
+from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
+from durable_subagents.agents._spec import EDIT_TOOLS, Action
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
 
@@ -26,20 +26,39 @@ def main_argument(arguments: dict[str, Any]) -> str:
 
 
 def decide(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
-    """The action for one call. The last matching rule wins; no match means allow.
+    """The action for one call.
 
-    ``plan`` mode denies every tool that is not read-only, whatever the rules say.
+    Within a rule set the last matching rule wins, and no match means allow. The
+    agent's rules and the spawn's restrictions are evaluated apart and the stricter
+    result wins, so a restriction can never widen the agent. ``plan`` mode denies every
+    tool that is not read-only; ``accept_edits`` turns ``ask`` into ``allow`` for file
+    edits; ``dont_ask`` turns ``ask`` into ``deny``.
     """
     if spec.permission_mode == "plan" and tool_name not in READ_ONLY_TOOLS:
         return "deny"
-    action: Action = "allow"
     target = main_argument(arguments)
-    for rule in spec.permissions:
-        if fnmatch.fnmatchcase(tool_name, rule.tool) and fnmatch.fnmatchcase(target, rule.pattern):
-            action = rule.action
+    action = _strictest(
+        _evaluate(spec.permissions, tool_name, target),
+        _evaluate(spec.restrictions, tool_name, target),
+    )
+    if action == "ask" and spec.permission_mode == "accept_edits" and tool_name in EDIT_TOOLS:
+        return "allow"
     if action == "ask" and spec.permission_mode == "dont_ask":
         return "deny"
     return action
+
+
+def _evaluate(rules: list[PermissionRule], tool_name: str, target: str) -> Action:
+    action: Action = "allow"
+    for rule in rules:
+        if fnmatch.fnmatchcase(tool_name, rule.tool) and fnmatch.fnmatchcase(target, rule.pattern):
+            action = rule.action
+    return action
+
+
+def _strictest(a: Action, b: Action) -> Action:
+    order = {"allow": 0, "ask": 1, "deny": 2}
+    return a if order[a] >= order[b] else b
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ from durable_subagents.agents._spec import AgentSpec
 
 __all__ = [
     "AgentSpec",
+    "CallDecision",
+    "Decisions",
     "Message",
     "ModelRequest",
     "ModelResponse",
@@ -148,6 +150,8 @@ class TaskInput(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     workspace: str | None = None
     time_limit: float | None = None
+    approval_timeout: float | None = None
+    """Seconds a pause waits for decisions; undecided calls are then rejected."""
     created_at: datetime | None = None
     state: TaskState | None = None
     """Set when the run continues an earlier one (continue-as-new or follow-up)."""
@@ -234,6 +238,22 @@ class PendingApproval(BaseModel):
     arguments_preview: str
     arguments_hash: str
     arguments_ref: str | None = None
+
+
+class CallDecision(BaseModel):
+    """A parent's decision on one paused tool call, bound to the call's arguments."""
+
+    call_id: str
+    arguments_hash: str
+    approved: bool
+    reason: str | None = None
+
+
+class Decisions(BaseModel):
+    """The ``decide`` signal: decisions on calls of one pause."""
+
+    pause_id: str
+    decisions: list[CallDecision]
 
 
 class TaskResult(BaseModel):

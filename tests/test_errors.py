@@ -51,7 +51,7 @@ async def test_options_may_only_narrow(client: SubagentClient) -> None:
         await client.spawn_task("explore", "x", tools=["read_file", "bash"])
     with pytest.raises(InvalidRequest, match="more permissive"):
         await client.spawn_task("plan", "x", permission_mode="accept_edits")
-    with pytest.raises(InvalidRequest, match="only add 'deny' rules"):
+    with pytest.raises(InvalidRequest, match="only add 'deny' or 'ask' rules"):
         await client.spawn_task(
             "general", "x", permissions=[{"tool": "bash", "pattern": "*", "action": "allow"}]
         )

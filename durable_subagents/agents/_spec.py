@@ -41,6 +41,8 @@ class AgentSpec(BaseModel):
     """Allowed tools; ``None`` means every tool the worker has."""
     disallowed_tools: list[str] = Field(default_factory=list)
     permissions: list[PermissionRule] = Field(default_factory=list)
+    restrictions: list[PermissionRule] = Field(default_factory=list)
+    """Rules added at spawn (deny or ask only); the stricter of both rule sets wins."""
     permission_mode: PermissionMode = "default"
     max_turns: int = 50
     may_spawn: bool = False

@@ -43,6 +43,8 @@ from durable_subagents.client._spawn import build_task_input, static_details, va
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import (
+    CallDecision,
+    Decisions,
     Message,
     TaskEvent,
     TaskInfo,
@@ -370,6 +372,69 @@ class SubagentClient:
             if wanted is None or info.status == wanted:
                 infos.append(info.public())
         return infos
+
+    async def approve(self, task_id: str, call_ids: Sequence[str] | None = None) -> TaskInfo:
+        """Approve tool calls of the task's current pause.
+
+        Args:
+            task_id: The paused task.
+            call_ids: The calls to approve; ``None`` means every call of the current
+                pause (never those of a later pause: the decision names the pause and
+                each call's argument hash).
+
+        Returns:
+            The task's state when the decision was sent (``check_task(wait=True,
+            after_pause=info.pause_id)`` waits for what comes next).
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: the task is not paused, or a call id is not pending.
+        """
+        return await self._decide(task_id, call_ids, approved=True, reason=None)
+
+    async def reject(
+        self, task_id: str, call_ids: Sequence[str] | None = None, reason: str | None = None
+    ) -> TaskInfo:
+        """Reject tool calls of the current pause; the model gets ``reason`` as the result.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: the task is not paused, or a call id is not pending.
+        """
+        return await self._decide(task_id, call_ids, approved=False, reason=reason)
+
+    async def _decide(
+        self, task_id: str, call_ids: Sequence[str] | None, *, approved: bool, reason: str | None
+    ) -> TaskInfo:
+        info = await self._info(task_id)
+        if info.status != TaskStatus.PAUSED or not info.pause_id:
+            raise InvalidRequest(
+                f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
+                "decide (check_task shows pending approvals while it is paused)"
+            )
+        pending = {p.call_id: p for p in info.pending_approvals}
+        chosen = list(pending) if call_ids is None else list(call_ids)
+        unknown = [c for c in chosen if c not in pending]
+        if unknown:
+            raise InvalidRequest(
+                f"call(s) {', '.join(unknown)} are not pending in pause {info.pause_id}; "
+                f"pending: {', '.join(pending) or 'none'}"
+            )
+        decisions = Decisions(
+            pause_id=info.pause_id,
+            decisions=[
+                CallDecision(
+                    call_id=c,
+                    arguments_hash=pending[c].arguments_hash,
+                    approved=approved,
+                    reason=reason,
+                )
+                for c in chosen
+            ],
+        )
+        handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
+        await handle.signal(SubagentWorkflow.decide, decisions)
+        return info.public()
 
     async def send_input(self, task_id: str, text: str) -> TaskInfo:
         """Send steering or follow-up input to a task.

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
 
-from durable_subagents.types import TaskInfo, TaskStatus, Usage
+from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus, Usage
 
 _CLOSED_STATUS = {
     WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
@@ -48,6 +48,7 @@ def info_from(
     else:
         task_status = TaskStatus(memo_status)
     created = memo.get("created_at")
+    paused = not task_status.terminal
     return InternalInfo(
         id=task_id,
         run_id=run_id,
@@ -62,16 +63,23 @@ def info_from(
         created_at=datetime.fromisoformat(created) if created else None,
         stop_reason=memo.get("stop_reason"),
         model=memo.get("model"),
-        pause_id=memo.get("pause_id"),
+        pause_id=memo.get("pause_id") if paused else None,
+        pending_approvals=[
+            PendingApproval.model_validate(p) for p in memo.get("pending_approvals") or []
+        ]
+        if paused
+        else [],
         head=memo.get("head"),
     )
 
 
 def settled(info: TaskInfo, after_pause: str | None) -> bool:
+    """Whether a wait should return: terminal, or paused on a pause not yet decided."""
     if info.status.terminal:
         return True
     return info.status == TaskStatus.PAUSED and info.pause_id != after_pause
 
 
 def quote(value: str) -> str:
+    """A string literal for a visibility query."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -85,6 +85,7 @@ def build_task_input(
         metadata=metadata or {},
         workspace=workspace,
         time_limit=time_limit,
+        approval_timeout=approval_timeout,
         created_at=datetime.now(UTC),
     )
 
@@ -127,18 +128,13 @@ def narrow(
             rules = [PermissionRule.model_validate(r) for r in permissions]
         except ValidationError as err:
             raise InvalidRequest(f"invalid permission rule: {err}") from None
-        widening = [r for r in rules if r.action != "deny"]
+        widening = [r for r in rules if r.action == "allow"]
         if widening:
             raise InvalidRequest(
-                "spawn permissions can only add 'deny' rules (they narrow the agent); "
-                f"got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
+                "spawn permissions can only add 'deny' or 'ask' rules (they narrow the "
+                f"agent); got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
             )
-        update["permissions"] = [*spec.permissions, *rules]
-    if any(r.action == "ask" for r in update.get("permissions", spec.permissions)):
-        raise InvalidRequest(
-            f"agent {spec.name!r} has 'ask' permission rules, and approvals are not "
-            "available in this version; use 'allow' or 'deny' rules"
-        )
+        update["restrictions"] = [*spec.restrictions, *rules]
     return spec.model_copy(update=update)
 
 

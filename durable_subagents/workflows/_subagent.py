@@ -20,9 +20,12 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
     from durable_subagents.types import (
+        CallDecision,
+        Decisions,
         Message,
         ModelTurnInput,
         ModelTurnResult,
+        PendingApproval,
         TaskInput,
         TaskResult,
         TaskState,
@@ -32,6 +35,9 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         Usage,
     )
+
+_Verdict = tuple[str, str | None]
+"""``(action, error)``: ``allow``, ``ask``, or ``deny`` with the error the model sees."""
 
 MODEL_TURN_ACTIVITY = "model_turn"
 RUN_TOOL_ACTIVITY = "run_tool"
@@ -70,6 +76,9 @@ class SubagentWorkflow:
         self._published_sa: tuple[str, int] | None = None
         self._input: TaskInput | None = None
         self._runs = 1
+        self._pause_id: str | None = None
+        self._pending: list[PendingApproval] = []
+        self._decisions: dict[str, CallDecision] = {}
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -77,6 +86,22 @@ class SubagentWorkflow:
     def send_input(self, text: str) -> None:
         """Queue follow-up or steering input; the next turn takes it in."""
         self._inbox.append(text)
+
+    @workflow.signal(name="decide")
+    def decide(self, decisions: Decisions) -> None:
+        """Approve or reject calls of the current pause (stale or mismatched ones are ignored)."""
+        if decisions.pause_id != self._pause_id:
+            workflow.logger.warning("ignoring decisions for pause %s", decisions.pause_id)
+            return
+        hashes = {p.call_id: p.arguments_hash for p in self._pending}
+        for d in decisions.decisions:
+            if d.call_id not in self._decisions and hashes.get(d.call_id) == d.arguments_hash:
+                self._decisions[d.call_id] = d
+        undecided = [p for p in self._pending if p.call_id not in self._decisions]
+        if undecided and len(undecided) < len(self._pending):
+            # the first decision on a call stands; what is left stays visible
+            self._pending = undecided
+            self._publish(TaskStatus.PAUSED)
 
     @workflow.query(name="status")
     def status(self) -> dict[str, Any]:
@@ -110,6 +135,7 @@ class SubagentWorkflow:
                 error=f"time limit of {input.time_limit:g}s reached",
             )
         except asyncio.CancelledError:
+            self._pause_id, self._pending = None, []
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
@@ -131,6 +157,7 @@ class SubagentWorkflow:
     async def _stop(self, loop: asyncio.Task[TaskResult]) -> None:
         """Cancel the loop and wait until its running activities acknowledged."""
         loop.cancel()
+        self._pause_id, self._pending = None, []
         try:
             await loop
         except (asyncio.CancelledError, FailureError):
@@ -179,7 +206,13 @@ class SubagentWorkflow:
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
             self._publish(TaskStatus.RUNNING)
-            results = await asyncio.gather(*(self._tool_call(c) for c in turn.tool_calls))
+            verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
+            asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
+            if asks:
+                verdicts.update(await self._pause(asks))
+            results = await asyncio.gather(
+                *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
+            )
             new = [r.to_message() for r in results]
 
     async def _model_turn(self, new: list[Message]) -> ModelTurnResult:
@@ -209,19 +242,65 @@ class SubagentWorkflow:
             summary=f"turn {self._turns} · {model_label(self._model)}",
         )
 
-    async def _tool_call(self, call: ToolCall) -> ToolCallResult:
+    def _verdict(self, call: ToolCall) -> _Verdict:
+        """Whether a call runs, waits for a decision, or goes back as an error."""
         assert self._input is not None
-        spec = self._input.agent
         if call.name not in self._offered:
             offered = ", ".join(self._offered) or "none"
-            return _tool_error(call, f"unknown tool {call.name!r}; available tools: {offered}")
+            return "deny", f"unknown tool {call.name!r}; available tools: {offered}"
         if "_raw" in call.arguments:
-            return _tool_error(call, "the arguments were not valid JSON; send a JSON object")
-        action = policy.decide(spec, call.name, call.arguments)
-        if action != "allow":
-            return _tool_error(
-                call, f"{call.name} was denied by this agent's permission rules; do not retry it"
+            return "deny", "the arguments were not valid JSON; send a JSON object"
+        action = policy.decide(self._input.agent, call.name, call.arguments)
+        if action == "deny":
+            return (
+                "deny",
+                f"{call.name} was denied by this agent's permission rules; do not retry it",
             )
+        return action, None
+
+    async def _pause(self, asks: list[ToolCall]) -> dict[str, _Verdict]:
+        """Pause for the parent's decisions on ``asks``; undecided calls time out as rejected."""
+        assert self._input is not None
+        self._pause_id = f"pause-{self._turns}-{str(workflow.uuid4())[:8]}"
+        self._pending = [
+            PendingApproval(
+                call_id=c.id,
+                tool_name=c.name,
+                arguments_preview=policy.arguments_preview(c.name, c.arguments, limit=200),
+                arguments_hash=_call_hash(c),
+                arguments_ref=c.arguments_ref,
+            )
+            for c in asks
+        ]
+        self._decisions = {}
+        self._publish(TaskStatus.PAUSED)
+        timeout = self._input.approval_timeout
+        try:
+            await workflow.wait_condition(
+                lambda: all(c.id in self._decisions for c in asks),
+                timeout=timedelta(seconds=timeout) if timeout else None,
+            )
+        except TimeoutError:
+            pass
+        verdicts: dict[str, _Verdict] = {}
+        for call in asks:
+            decision = self._decisions.get(call.id)
+            if decision is None:
+                verdicts[call.id] = ("deny", f"no decision within {timeout:g}s; not run")
+            elif decision.approved:
+                verdicts[call.id] = ("allow", None)
+            else:
+                reason = f": {decision.reason}" if decision.reason else ""
+                verdicts[call.id] = ("deny", f"the parent rejected this call{reason}")
+        self._pause_id, self._pending = None, []
+        self._publish(TaskStatus.RUNNING)
+        return verdicts
+
+    async def _tool_call(self, call: ToolCall, verdict: _Verdict) -> ToolCallResult:
+        assert self._input is not None
+        action, error = verdict
+        if action != "allow":
+            return _tool_error(call, error or f"{call.name} was not run")
         tool_input = ToolCallInput(
             task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
         )
@@ -290,6 +369,8 @@ class SubagentWorkflow:
             "usage": self._usage.model_dump(),
             "model": model_label(self._model),
             "head": self._head,
+            "pause_id": self._pause_id,
+            "pending_approvals": [p.model_dump() for p in self._pending],
         }
         if stop_reason is not None:
             memo["stop_reason"] = stop_reason
@@ -326,6 +407,13 @@ def model_label(model: str) -> str:
     if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
         return "scripted"
     return model if len(model) <= 60 else model[:59] + "…"
+
+
+def _call_hash(call: ToolCall) -> str:
+    arguments = dict(call.arguments)
+    if call.arguments_ref:
+        arguments["__ref__"] = call.arguments_ref
+    return policy.arguments_hash(arguments)
 
 
 def _tool_error(call: ToolCall, message: str) -> ToolCallResult:
