@@ -181,7 +181,7 @@ async def test_cancel_kills_every_process_the_command_started(
     info = await client.check_task(task_id, wait=True, timeout=20)
     elapsed = asyncio.get_running_loop().time() - started
     assert info.status == TaskStatus.CANCELLED
-    assert elapsed < 10, f"cancel took {elapsed:.1f}s"
+    assert elapsed < 5, f"cancel took {elapsed:.1f}s"
     assert processes_matching("sleep 3301") == [] and processes_matching("sleep 3302") == []
     desc = await temporal_client.get_workflow_handle(task_id).describe()
     assert desc.status == WorkflowExecutionStatus.CANCELED

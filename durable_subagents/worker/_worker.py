@@ -79,6 +79,10 @@ def create_worker(
         sandbox=settings.tool_sandbox,
     )
     worker_options.setdefault("workflow_runner", workflow_runner())
+    # Heartbeats carry cancellation: throttled to 0.8 x the heartbeat timeout by default
+    # (8 s for tools), a cancel took that long to reach a running command.
+    worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
+    worker_options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=1))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
