@@ -200,9 +200,7 @@ class SubagentWorkflow:
             if not turn.tool_calls:
                 if self._inbox:
                     continue
-                return self._finish(
-                    TaskStatus.COMPLETED, stop_reason=turn.stop_reason or "end_turn"
-                )
+                return self._finish(TaskStatus.COMPLETED, stop_reason=_stop_reason(turn))
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
             self._publish(TaskStatus.RUNNING)
@@ -407,6 +405,13 @@ def model_label(model: str) -> str:
     if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
         return "scripted"
     return model if len(model) <= 60 else model[:59] + "…"
+
+
+def _stop_reason(turn: ModelTurnResult) -> str:
+    """``end_turn`` for a normal final answer, whatever the provider calls it."""
+    if turn.stop_reason in (None, "", "stop", "end_turn", "tool_calls", "tool_use"):
+        return "end_turn"
+    return turn.stop_reason
 
 
 def _call_hash(call: ToolCall) -> str:
