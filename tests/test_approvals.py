@@ -46,7 +46,7 @@ async def test_pause_approve_some_reject_the_rest(
     assert paused.status == TaskStatus.PAUSED and paused.pause_id
     assert [p.tool_name for p in paused.pending_approvals] == ["bash", "bash"]
     assert "echo approved" in paused.pending_approvals[0].arguments_preview
-    first, second = (p.call_id for p in paused.pending_approvals)
+    first = paused.pending_approvals[0].call_id
 
     await careful.approve(task_id, [first])
     # still paused on the same pause: a wait that skips it returns at the timeout

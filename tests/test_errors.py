@@ -86,7 +86,7 @@ async def test_narrowing_options_take_effect(
 
 
 async def test_unknown_task_id(client: SubagentClient) -> None:
-    with pytest.raises(TaskNotFound, match="no task 'subagent-nope'.*subagents ls"):
+    with pytest.raises(TaskNotFound, match=r"no task 'subagent-nope'.*subagents ls"):
         await client.check_task("subagent-nope")
     with pytest.raises(TaskNotFound):
         await client.cancel_task("subagent-nope")

@@ -380,8 +380,13 @@ class SubagentWorkflow:
         if changed:
             self._memo.update(changed)
             workflow.upsert_memo(changed)
+        # Runs recorded before this patch upserted the search attributes every turn.
         sa_state = (status.value, self._turns)
-        if sa_state != self._published_sa:
+        last = self._published_sa
+        if workflow.patched("search-attributes-on-status-change"):
+            if last is not None and last[0] == status.value:
+                sa_state = last
+        if sa_state != last:
             self._published_sa = sa_state
             workflow.upsert_search_attributes(
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]

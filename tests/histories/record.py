@@ -21,6 +21,8 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
+VERSION = "v2"
+"""Bump when recording after a workflow change; keep the older files."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
     [
@@ -66,7 +68,7 @@ async def main() -> None:
                 await client.check_task(timed, wait=True, timeout=60)
             for name, task_id in (("completed", done), ("cancelled", slow), ("timed_out", timed)):
                 history = await temporal.get_workflow_handle(task_id).fetch_history()
-                (HERE / f"{name}.json").write_text(history.to_json())
+                (HERE / f"{name}-{VERSION}.json").write_text(history.to_json())
                 print("recorded", name)
 
 
