@@ -74,10 +74,7 @@ class SubagentActivities:
         task_id = input.task_id
         self.workspace(input.workspace)
         offered = self.offered_tools(input)
-        head = input.head
-        if input.new_messages:
-            head = self.transcript.append(task_id, head, input.new_messages)
-        messages = self.transcript.load(task_id, head)
+        messages = self.transcript.load(task_id, input.head) + input.new_messages
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
         provider, full_name, provider_model = resolve_provider(
@@ -96,7 +93,8 @@ class SubagentActivities:
         text, text_ref = self.transcript.store_text(task_id, response.text)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
         return ModelTurnResult(
-            head=self.transcript.append(task_id, head, [answer]),
+            # one node per turn: what was new, and the answer
+            head=self.transcript.append(task_id, input.head, [*input.new_messages, answer]),
             text=text,
             text_ref=text_ref,
             tool_calls=calls,
