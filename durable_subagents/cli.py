@@ -17,7 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from durable_subagents.agents import BUILTIN_AGENTS
+from durable_subagents.agents import (
+    ALL_TOOLS,
+    BUILTIN_AGENTS,
+    AgentFiles,
+    find_project_root,
+    scan_agents,
+)
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
 from durable_subagents.errors import SubagentError
@@ -46,6 +52,13 @@ TaskQueue = Annotated[
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+AgentsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--agents-dir",
+        help="Project with .claude/agents or .opencode/agent files [default: the current one]",
+    ),
+]
 Workspace = Annotated[
     Path | None,
     typer.Option("--workspace", help="Root the file tools are jailed to [default: current dir]"),
@@ -96,7 +109,8 @@ def _run(coro: Awaitable[T]) -> T:
 
 
 async def _client(settings: Settings) -> SubagentClient:
-    return await SubagentClient.connect(settings=settings)
+    # Only spawning resolves agents: a broken agent file must not block check or cancel.
+    return await SubagentClient.connect(settings=settings, agents={})
 
 
 def _print_info(info: TaskInfo, as_json: bool) -> None:
@@ -202,6 +216,7 @@ def spawn(
     ] = None,
     task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
+    agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
@@ -211,7 +226,8 @@ def spawn(
     text = sys.stdin.read() if prompt == "-" else prompt
 
     async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
+        settings = _settings(address, namespace, task_queue)
+        client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(
             agent,
             text,
@@ -383,16 +399,34 @@ def watch(
 
 
 @app.command()
-def agents(as_json: JsonOut = False) -> None:
-    """List the built-in agents."""
+def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
+    """List the built-in agents and the project's own (from agent files)."""
+    try:
+        root = agents_dir or find_project_root()
+        found = scan_agents(root) if root is not None else AgentFiles()
+    except SubagentError as err:
+        err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    for warning in found.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    specs = {**BUILTIN_AGENTS, **found.agents}
+    sources = {n: _source(found.sources[n]) if n in found.sources else "built-in" for n in specs}
     if as_json:
-        print(json.dumps([a.model_dump() for a in BUILTIN_AGENTS.values()], indent=2))
+        rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
+        print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "tools", "mode", "max turns", "description")
-    for a in BUILTIN_AGENTS.values():
-        tools = ", ".join(a.tools) if a.tools is not None else "all"
-        table.add_row(a.name, tools, a.permission_mode, str(a.max_turns), a.description)
+    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    for n, a in specs.items():
+        every = a.tools is None and not a.disallowed_tools
+        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
+        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
     console.print(table)
+
+
+def _source(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
 
 
 @app.command()

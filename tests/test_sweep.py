@@ -21,7 +21,13 @@ async def test_sweep_removes_only_expired_tasks(
     store = settings.blob_store()
     done = await client.spawn_task("explore", "quick", model="scripted")
     assert (await client.check_task(done, wait=True, timeout=30)).status == TaskStatus.COMPLETED
-    slow = await client.spawn_task("explore", "slow", model=script({"text": "z", "delay": 30}))
+    slow = await client.spawn_task(
+        "explore",
+        "slow",
+        model=script(
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]}, {"text": "z", "delay": 30}
+        ),
+    )
     await _until(lambda: store.task_dir(slow).exists())
     orphan_old = store.task_dir("subagent-gone-old")
     orphan_new = store.task_dir("subagent-gone-new")

@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from durable_subagents.agents._builtin import BUILTIN_AGENTS
+from durable_subagents.agents._files import (
+    AgentFiles,
+    discover_agents,
+    find_project_root,
+    load_agent_file,
+    load_agents,
+    scan_agents,
+)
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
     READ_ONLY_TOOLS,
@@ -18,10 +26,16 @@ __all__ = [
     "ALL_TOOLS",
     "BUILTIN_AGENTS",
     "READ_ONLY_TOOLS",
+    "AgentFiles",
     "AgentSpec",
     "PermissionMode",
     "PermissionRule",
+    "discover_agents",
+    "find_project_root",
+    "load_agent_file",
+    "load_agents",
     "resolve_agent",
+    "scan_agents",
 ]
 
 

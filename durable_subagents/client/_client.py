@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
@@ -36,7 +37,13 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobNotFound, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._transcript import Transcript
-from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
+from durable_subagents.agents import (
+    AgentSpec,
+    PermissionRule,
+    discover_agents,
+    load_agents,
+    resolve_agent,
+)
 from durable_subagents.client._events import history_events
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.client._spawn import build_task_input, static_details, validate_task_id
@@ -101,6 +108,7 @@ class SubagentClient:
         *,
         settings: Settings | None = None,
         agents: Mapping[str, AgentSpec] | None = None,
+        agents_dir: str | Path | None = None,
     ) -> SubagentClient:
         """Connect to Temporal.
 
@@ -109,12 +117,19 @@ class SubagentClient:
             namespace: Default ``TEMPORAL_NAMESPACE`` or ``default``.
             task_queue: Default ``SUBAGENTS_TASK_QUEUE`` or ``subagents``.
             settings: Explicit settings instead of the environment.
-            agents: Extra agents (by name) besides the built-ins.
+            agents: Extra agents (by name) besides the built-ins; when given, no agent
+                files are read.
+            agents_dir: A project directory whose agent files (``.claude/agents``,
+                ``.opencode/agent[s]``) to load; default: the project the current
+                directory is in (see ``discover_agents``).
 
         Raises:
             TemporalUnavailable: nothing answers on the address.
+            InvalidRequest: an agent file is malformed (the message names it).
         """
         settings = settings or Settings()
+        if agents is None:
+            agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
         client = await connect_client(address or settings.address, namespace or settings.namespace)
         return cls(
             client,
