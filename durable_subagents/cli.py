@@ -210,6 +210,20 @@ def spawn(
     max_turns: Annotated[int | None, typer.Option(help="Turn limit")] = None,
     parent: Annotated[str | None, typer.Option(help="Parent task id")] = None,
     tool: Annotated[list[str] | None, typer.Option(help="Only these tools (repeat)")] = None,
+    disallow: Annotated[list[str] | None, typer.Option(help="Take this tool away (repeat)")] = None,
+    permission_mode: Annotated[
+        str | None, typer.Option(help="plan | dont_ask | default | accept_edits (narrow only)")
+    ] = None,
+    ask: Annotated[
+        list[str] | None,
+        typer.Option(help="Pause for approval on TOOL or TOOL:GLOB, e.g. 'bash:rm *' (repeat)"),
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option(help="Refuse TOOL or TOOL:GLOB (repeat)")
+    ] = None,
+    approval_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a pause waits before rejecting")
+    ] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds before timed_out")] = None,
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
@@ -236,6 +250,10 @@ def spawn(
             model=model,
             max_turns=max_turns,
             tools=tool,
+            disallowed_tools=disallow,
+            permission_mode=permission_mode,
+            permissions=_rules(ask, "ask") + _rules(deny, "deny"),
+            approval_timeout=approval_timeout,
             time_limit=time_limit,
             workspace=workspace,
             task_id=task_id,
@@ -250,11 +268,23 @@ def spawn(
     _run(main())
 
 
+def _rules(specs: list[str] | None, action: str) -> list[dict[str, str]]:
+    """``TOOL`` or ``TOOL:GLOB`` options as permission rules."""
+    rules = []
+    for spec in specs or []:
+        tool_name, _, pattern = spec.partition(":")
+        rules.append({"tool": tool_name or "*", "pattern": pattern or "*", "action": action})
+    return rules
+
+
 @app.command()
 def check(
     task_id: str,
     wait: Annotated[bool, typer.Option(help="Wait until done or paused")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 300.0,
+    after_pause: Annotated[
+        str | None, typer.Option(help="With --wait: do not stop at this (decided) pause")
+    ] = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
@@ -264,7 +294,8 @@ def check(
 
     async def main() -> None:
         client = await _client(_settings(address, namespace, task_queue))
-        _print_info(await client.check_task(task_id, wait=wait, timeout=timeout), as_json)
+        info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
+        _print_info(info, as_json)
 
     _run(main())
 

@@ -465,3 +465,30 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
     assert not await server_answers(f"127.0.0.1:{port}", timeout=0.5)
     assert _pids_with(str(db.resolve())) == []
     assert db.is_file()
+
+
+async def test_ask_pause_and_approve_from_the_shell(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo yes > approved.txt"}}]},
+        {"text": "done"},
+    )
+    spawned = ok(
+        await arun(
+            "spawn", "general", "write", "--model", model, "--ask", "bash:echo *", "--json", env=env
+        )
+    )
+    task_id = spawned.json()["id"]
+    paused = ok(await arun("check", task_id, "--wait", "--timeout", "30", "--json", env=env))
+    info = paused.json()
+    assert info["status"] == "paused"
+    assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
+    human = ok(await arun("check", task_id, env=env))
+    assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
+    ok(await arun("approve", task_id, "--json", env=env))
+    done = ok(
+        await arun("check", task_id, "--wait", "--after-pause", info["pause_id"], "--json", env=env)
+    )
+    assert done.json()["status"] == "completed"
+    assert (workspace / "approved.txt").read_text() == "yes\n"
