@@ -1,0 +1,65 @@
+"""A cancel sent while the worker is dead: nothing runs again, and the task ends cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents.activities import SubagentActivities
+from durable_subagents.config import Settings
+from durable_subagents.worker import create_worker
+
+from .conftest import script
+from .test_durability import processes_matching, wait_for
+
+
+async def test_a_retried_tool_call_checks_for_a_cancel_first(
+    client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    command = "echo run >> attempts.txt; sleep 3501"
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
+    env = {**os.environ, "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir)}
+    argv = [sys.executable, "-m", "durable_subagents", "worker", "--address", settings.address]
+    argv += ["--task-queue", settings.task_queue, "--workspace", str(workspace)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        task_id = await client.spawn_task("general", "x", model=model)
+        await wait_for(lambda: bool(processes_matching("sleep 3501")), 30, "the command")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    await client.cancel_task(task_id, wait=False)
+
+    # Only activities poll at first: the server retries the tool call after the heartbeat
+    # timeout, before any workflow worker has seen the cancel request.
+    activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
+    handle = temporal_client.get_workflow_handle(task_id)
+    async with Worker(
+        temporal_client, task_queue=settings.task_queue, activities=activities.activities
+    ):
+        failure = ""
+        for _ in range(300):
+            events = [e async for e in handle.fetch_history_events()]
+            failed = [
+                e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+            ]
+            if failed:
+                failure = failed[0].activity_task_failed_event_attributes.failure.message
+                break
+            await asyncio.sleep(0.1)
+    assert "the task was cancelled; not retrying the tool call" in failure
+    assert (workspace / "attempts.txt").read_text().count("run") == 1
+    assert not processes_matching("sleep 3501")
+
+    async with create_worker(temporal_client, settings):
+        info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.CANCELLED
