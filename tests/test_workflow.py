@@ -8,7 +8,8 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents.activities.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
@@ -193,3 +194,42 @@ async def test_cancel_with_no_worker_is_durable(
         done = await client.check_task(task_id, wait=True, timeout=30)
     assert done.status == TaskStatus.CANCELLED
     assert done.turns == 0
+
+
+async def test_custom_tools_and_their_crashes(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    registry = ToolRegistry()
+    registry.register(shout)
+    client.agents["shouter"] = AgentSpec(name="shouter", tools=None)
+    model = script(
+        {"tool_calls": [{"name": "shout", "arguments": {"text": "hi"}}]},
+        {"tool_calls": [{"name": "shout", "arguments": {"text": "boom"}}]},
+        {"text": "ok"},
+    )
+    async with create_worker(temporal_client, settings, tools=registry):
+        task_id = await client.spawn_task("shouter", "shout", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=30)
+        narrowed = await client.spawn_task("explore", "shout", model=model)
+        await client.check_task(narrowed, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED
+    tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert tool_msgs[0].content == f"HI (from {task_id})" and not tool_msgs[0].is_error
+    assert tool_msgs[1].is_error
+    assert tool_msgs[1].content == "shout failed: RuntimeError: the shouter broke"
+    # an agent with an allowlist never sees a tool outside it
+    tool_msgs = [m for m in await client.get_transcript(narrowed) if m.role == "tool"]
+    assert "unknown tool 'shout'" in tool_msgs[0].content
+
+
+@tool(read_only=True)
+async def shout(ctx: ToolContext, text: str) -> str:
+    """Shout a text back.
+
+    Args:
+        ctx: The call's context.
+        text: What to shout.
+    """
+    if text == "boom":
+        raise RuntimeError("the shouter broke")
+    return text.upper() + f" (from {ctx.task_id})"

@@ -151,6 +151,11 @@ class SubagentActivities:
                     output, is_error = await tool.run(ctx, call.arguments), False
                 except ToolError as err:
                     output, is_error = str(err), True
+                except Exception as err:
+                    # A tool's own bug: the model hears of it; the worker log has the trace.
+                    activity.logger.exception("tool %s raised", call.name)
+                    output = f"{call.name} failed: {type(err).__name__}: {err}"
+                    is_error = True
         content, ref = self.transcript.store_text(input.task_id, output)
         return ToolCallResult(
             call_id=call.id,
