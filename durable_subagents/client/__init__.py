@@ -1,5 +1,6 @@
-"""The parent's side: ``SubagentClient``."""
+"""The parent's side: ``SubagentClient`` and the orchestrator tools ``SubagentTools``."""
 
 from durable_subagents.client._client import SubagentClient
+from durable_subagents.client._tools import SubagentTools
 
-__all__ = ["SubagentClient"]
+__all__ = ["SubagentClient", "SubagentTools"]

@@ -22,6 +22,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -46,7 +47,12 @@ from durable_subagents.agents import (
 )
 from durable_subagents.client._events import history_events
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
-from durable_subagents.client._spawn import build_task_input, static_details, validate_task_id
+from durable_subagents.client._spawn import (
+    build_task_input,
+    may_pause,
+    static_details,
+    validate_task_id,
+)
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import (
@@ -220,6 +226,7 @@ class SubagentClient:
             "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
             "model": task_input.model,
             "turns": 0,
+            "may_pause": may_pause(task_input.agent),
         }
         attributes: list[SearchAttributePair[Any]] = [
             SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
@@ -301,7 +308,17 @@ class SubagentClient:
             run_id = info.run_id
             seen = info.history_length
             handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
-            async for event in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
+            # A task with no 'ask' rule can only settle by closing: long-poll for that
+            # alone instead of waking on every memo write.
+            only_close = not info.may_pause
+            events = handle.fetch_history_events(
+                wait_new_event=True,
+                skip_archival=True,
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+                if only_close
+                else WorkflowHistoryEventFilterType.ALL_EVENT,
+            )
+            async for event in events:
                 if event.event_id <= seen or not self._may_settle(event):
                     continue
                 info = await self._info(task_id)

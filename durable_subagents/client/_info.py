@@ -23,10 +23,13 @@ class InternalInfo(TaskInfo):
 
     history_length: int = 0
     head: str | None = None
+    may_pause: bool = True
 
     def public(self) -> TaskInfo:
         """The public ``TaskInfo`` without the internal fields."""
-        return TaskInfo.model_validate(self.model_dump(exclude={"history_length", "head"}))
+        return TaskInfo.model_validate(
+            self.model_dump(exclude={"history_length", "head", "may_pause"})
+        )
 
 
 def info_from(
@@ -70,6 +73,7 @@ def info_from(
         if paused
         else [],
         head=memo.get("head"),
+        may_pause=bool(memo.get("may_pause", True)),
     )
 
 

@@ -138,6 +138,13 @@ def narrow(
     return spec.model_copy(update=update)
 
 
+def may_pause(spec: AgentSpec) -> bool:
+    """Whether any call of this agent can need a decision (an ``ask`` rule that counts)."""
+    if spec.permission_mode == "dont_ask":
+        return False
+    return any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions))
+
+
 def static_details(task_input: TaskInput, workflow_id: str) -> str:
     """Markdown shown as the workflow's details in the Temporal Web UI."""
     spec = task_input.agent

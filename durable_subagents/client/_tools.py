@@ -1,0 +1,350 @@
+"""Tools an orchestrating LLM calls to manage subagents: schemas plus a dispatcher.
+
+The model sees eight function tools; ``SubagentTools.call`` runs one and returns a
+JSON string for the model. Caller mistakes come back as ``{"error": ...}`` so the
+model can correct itself; the dispatcher also handles ``after_pause`` for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from durable_subagents.agents import BUILTIN_AGENTS
+from durable_subagents.client._client import SubagentClient
+from durable_subagents.errors import SubagentError
+from durable_subagents.types import TaskInfo, TaskStatus
+
+MAX_WAIT = 600.0
+"""Seconds any single wait may block, whatever the model asks for."""
+
+StatusName = Literal[
+    "pending", "running", "paused", "cancelling", "completed", "failed", "cancelled", "timed_out"
+]
+
+_NEXT = {
+    TaskStatus.PENDING: "pending: no worker has taken it yet; call check_subagent again later",
+    TaskStatus.RUNNING: "running: call check_subagent again later (wait=true blocks until it "
+    "finishes or pauses); send_subagent_input steers it, cancel_subagent stops it",
+    TaskStatus.PAUSED: "paused: call approve_tool_calls or reject_tool_calls (all pending "
+    "calls, or some call_ids)",
+    TaskStatus.CANCELLING: "cancelling: call check_subagent again to see it cancelled",
+    TaskStatus.COMPLETED: "completed: read result; send_subagent_input continues the same "
+    "conversation",
+    TaskStatus.FAILED: "failed: see error; spawn a new subagent to retry",
+    TaskStatus.CANCELLED: "cancelled: spawn a new subagent if the work is still needed",
+    TaskStatus.TIMED_OUT: "timed_out: result holds its partial output; spawn a new subagent "
+    "to go on",
+}
+_ROW = {"id", "agent", "description", "status", "turns"}
+_VIEW = {"id", "agent", "status", "turns", "result", "error", "stop_reason", "pause_id", "usage"}
+_DECIDED = "decision sent; the subagent resumes shortly: call check_subagent again"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpawnSubagent(_Args):
+    """Start a subagent on a self-contained task and get its task_id at once.
+
+    Use it to delegate work that can run on its own; spawn several to work in parallel.
+    Returns {"task_id"}; then call check_subagent or wait_subagents for the result.
+    """
+
+    agent: str = Field(description="Agent name; one of the agents listed above.")
+    prompt: str = Field(description="The full task: the subagent sees nothing else.")
+    description: str = Field("", description="A short label (3-8 words) for listings.")
+    model: str | None = Field(None, description="'provider:model'; default: the agent's.")
+    max_turns: int | None = Field(None, ge=1, description="Turn limit; default: the agent's.")
+    tools: list[str] | None = Field(None, description="Restrict it to these of its tools.")
+
+
+class CheckSubagent(_Args):
+    """Get a subagent's state; by default wait until it finishes or needs a decision.
+
+    Returns the task (status, result, error, pending approvals, usage) and a 'next'
+    hint. With wait=true it returns when the task is finished or paused, or at the
+    timeout with its current state (then check again).
+    """
+
+    task_id: str = Field(description="The id spawn_subagent returned.")
+    wait: bool = Field(True, description="Block until finished or paused.")
+    timeout: float | None = Field(None, ge=0, description="Seconds to wait (at most 600).")
+
+
+class WaitSubagents(_Args):
+    """Wait for several subagents: the first that needs you (any) or all of them (all).
+
+    Returns every task's state, in the order given, each with a 'next' hint.
+    """
+
+    task_ids: list[str] = Field(min_length=1, description="Task ids to wait for.")
+    mode: Literal["any", "all"] = Field("any", description="'any' or 'all'.")
+    timeout: float | None = Field(None, ge=0, description="Seconds to wait (at most 600).")
+
+
+class ApproveToolCalls(_Args):
+    """Let a paused subagent run the tool calls it asked permission for.
+
+    Read pending_approvals (tool and argument preview) first. Then check_subagent.
+    """
+
+    task_id: str = Field(description="The paused task.")
+    call_ids: list[str] | None = Field(None, description="Calls to approve; default: all.")
+
+
+class RejectToolCalls(_Args):
+    """Refuse tool calls of a paused subagent; it gets the reason and goes on without them."""
+
+    task_id: str = Field(description="The paused task.")
+    call_ids: list[str] | None = Field(None, description="Calls to reject; default: all.")
+    reason: str | None = Field(None, description="Why, and what to do instead.")
+
+
+class SendSubagentInput(_Args):
+    """Send a message to a subagent: steer a running one, or follow up on a completed one.
+
+    A completed task continues the same conversation; then check_subagent again.
+    """
+
+    task_id: str = Field(description="The task.")
+    text: str = Field(description="The message for the subagent.")
+
+
+class CancelSubagent(_Args):
+    """Stop a subagent now (its model call and commands are killed). Returns its state."""
+
+    task_id: str = Field(description="The task to cancel.")
+
+
+class ListSubagents(_Args):
+    """List the subagents you spawned, newest first (id, agent, description, status, turns)."""
+
+    status: StatusName | None = Field(None, description="Only tasks in this status.")
+
+
+@dataclass
+class _Decided:
+    """Calls of one pause the model decided; ``complete`` when none is left undecided."""
+
+    pause_id: str
+    calls: set[str] = field(default_factory=set)
+    complete: bool = False
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A compact JSON Schema: no titles, optional fields as plain types (not nullable)."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    schema.setdefault("required", [])
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        variants = [v for v in prop.pop("anyOf", []) if v.get("type") != "null"]
+        if variants:
+            prop.update(variants[0])
+            if prop.get("default", 0) is None:
+                del prop["default"]
+    return schema
+
+
+def _describe(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
+class SubagentTools:
+    """Function tools that let an LLM spawn, watch, steer and stop subagents.
+
+    Example:
+        >>> tools = SubagentTools(client, parent_id="orchestrator-1")
+        >>> response = llm(messages, tools=tools.openai_schemas())
+        >>> text = await tools.call(call.function.name, call.function.arguments)
+
+    Args:
+        client: The ``SubagentClient`` the tools act through.
+        parent_id: Recorded on every spawned task; ``list_subagents`` shows only these.
+        default_wait: Seconds a check or wait blocks when the model gives no timeout.
+    """
+
+    def __init__(
+        self, client: SubagentClient, parent_id: str | None = None, default_wait: float = 120.0
+    ) -> None:
+        self.client = client
+        self.parent_id = parent_id
+        self.default_wait = min(default_wait, MAX_WAIT)
+        self._decided: dict[str, _Decided] = {}
+        self._tools: dict[str, tuple[type[_Args], Callable[[Any], Awaitable[Any]]]] = {
+            "spawn_subagent": (SpawnSubagent, self._spawn),
+            "check_subagent": (CheckSubagent, self._check),
+            "wait_subagents": (WaitSubagents, self._wait),
+            "approve_tool_calls": (ApproveToolCalls, self._approve),
+            "reject_tool_calls": (RejectToolCalls, self._reject),
+            "send_subagent_input": (SendSubagentInput, self._send),
+            "cancel_subagent": (CancelSubagent, self._cancel),
+            "list_subagents": (ListSubagents, self._list),
+        }
+
+    @property
+    def names(self) -> list[str]:
+        """The tool names, in a stable order."""
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Provider-neutral ``{"name", "description", "parameters"}`` for every tool."""
+        out = []
+        for name, (model, _) in self._tools.items():
+            description, parameters = _describe(model), _schema(model)
+            if model is SpawnSubagent:
+                agents = {**BUILTIN_AGENTS, **self.client.agents}
+                parameters["properties"]["agent"]["enum"] = list(agents)
+                description += "\nAgents:" + "".join(
+                    f"\n- {n}: {spec.description or '(no description)'}"
+                    for n, spec in agents.items()
+                )
+            out.append({"name": name, "description": description, "parameters": parameters})
+        return out
+
+    def openai_schemas(self) -> list[dict[str, Any]]:
+        """Tools in the OpenAI Chat Completions ``tools=`` shape."""
+        return [{"type": "function", "function": s} for s in self.schemas()]
+
+    def anthropic_schemas(self) -> list[dict[str, Any]]:
+        """Tools in the Anthropic Messages ``tools=`` shape."""
+        return [
+            {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]}
+            for s in self.schemas()
+        ]
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
+        """Run one tool call of the model and return the JSON text to give back to it.
+
+        Args:
+            name: The tool name the model called.
+            arguments: Its arguments, as a mapping or the model's JSON string.
+
+        Returns:
+            A JSON object as text; ``{"error": ...}`` for caller mistakes (unknown tool,
+            bad arguments, unknown agent or task, a decision with nothing paused).
+        """
+        if name not in self._tools:
+            return _dump({"error": f"unknown tool {name!r}, available: {', '.join(self._tools)}"})
+        model, handler = self._tools[name]
+        try:
+            if isinstance(arguments, str):
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            args = model.model_validate(arguments or {})
+            return _dump(await handler(args))
+        except json.JSONDecodeError as err:
+            return _dump({"error": f"arguments of {name} are not valid JSON: {err}"})
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors()
+            )
+            return _dump({"error": f"invalid arguments for {name}: {problems}"})
+        except SubagentError as err:
+            return _dump({"error": str(err)})
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _spawn(self, a: SpawnSubagent) -> dict[str, Any]:
+        task_id = await self.client.spawn_task(**a.model_dump(), parent_id=self.parent_id)
+        return {"task_id": task_id, "next": "call check_subagent to wait for its result"}
+
+    async def _check(self, a: CheckSubagent) -> dict[str, Any]:
+        info = await self.client.check_task(
+            a.task_id, a.wait, self._timeout(a.timeout), after_pause=self._after_pause(a.task_id)
+        )
+        return self._view(info)
+
+    async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
+        timeout = self._timeout(a.timeout)
+        waits = [
+            asyncio.ensure_future(self.client.check_task(t, True, timeout, self._after_pause(t)))
+            for t in a.task_ids
+        ]
+        try:
+            when = asyncio.FIRST_COMPLETED if a.mode == "any" else asyncio.ALL_COMPLETED
+            await asyncio.wait(waits, return_when=when)
+            infos = [
+                w.result() if w.done() else await self.client.check_task(t)
+                for t, w in zip(a.task_ids, waits, strict=True)
+            ]
+        finally:
+            for w in waits:
+                w.cancel()
+        return {"tasks": [self._view(i) for i in infos]}
+
+    async def _approve(self, a: ApproveToolCalls) -> dict[str, Any]:
+        info = await self.client.approve(a.task_id, a.call_ids)
+        return self._remember(info, a.call_ids, "approved")
+
+    async def _reject(self, a: RejectToolCalls) -> dict[str, Any]:
+        info = await self.client.reject(a.task_id, a.call_ids, a.reason)
+        return self._remember(info, a.call_ids, "rejected")
+
+    async def _send(self, a: SendSubagentInput) -> dict[str, Any]:
+        info = await self.client.send_input(a.task_id, a.text)
+        view = self._view(info)
+        view["next"] = "input sent: call check_subagent to wait for the answer"
+        return view
+
+    async def _cancel(self, a: CancelSubagent) -> dict[str, Any]:
+        return self._view(await self.client.cancel_task(a.task_id))
+
+    async def _list(self, a: ListSubagents) -> dict[str, Any]:
+        tasks = await self.client.list_tasks(parent_id=self.parent_id, status=a.status)
+        rows = [t.model_dump(mode="json", include=_ROW) for t in tasks]
+        return {"tasks": rows}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _timeout(self, timeout: float | None) -> float:
+        return min(self.default_wait if timeout is None else timeout, MAX_WAIT)
+
+    def _after_pause(self, task_id: str) -> str | None:
+        """The pause the model fully decided, so a wait does not return it again."""
+        decided = self._decided.get(task_id)
+        return decided.pause_id if decided and decided.complete else None
+
+    def _remember(
+        self, info: TaskInfo, call_ids: Sequence[str] | None, verb: str
+    ) -> dict[str, Any]:
+        pending = {p.call_id for p in info.pending_approvals}
+        chosen = set(pending if call_ids is None else call_ids)
+        assert info.pause_id is not None  # approve/reject raise unless the task is paused
+        decided = self._decided.get(info.id)
+        if decided is None or decided.pause_id != info.pause_id:
+            decided = self._decided[info.id] = _Decided(info.pause_id)
+        new, decided.calls = chosen - decided.calls, decided.calls | chosen
+        decided.complete = pending <= decided.calls
+        left = sorted(pending - decided.calls)
+        hint = f"still undecided: {', '.join(left)}" if left else _DECIDED
+        return {"task_id": info.id, verb: sorted(new), "next": hint}
+
+    def _view(self, info: TaskInfo) -> dict[str, Any]:
+        """A compact task view for the model, minus calls it already decided."""
+        decided = self._decided.get(info.id)
+        if decided and decided.pause_id != info.pause_id:
+            del self._decided[info.id]
+            decided = None
+        pending = [
+            {"call_id": p.call_id, "tool": p.tool_name, "preview": p.arguments_preview}
+            for p in info.pending_approvals
+            if decided is None or p.call_id not in decided.calls
+        ]
+        view = info.model_dump(mode="json", include=_VIEW)
+        view["pending_approvals"] = pending
+        view = {k: v for k, v in view.items() if v not in (None, [])}
+        paused_decided = info.status == TaskStatus.PAUSED and not pending
+        view["next"] = _DECIDED if paused_decided else _NEXT[info.status]
+        return view
+
+
+def _dump(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
