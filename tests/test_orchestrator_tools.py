@@ -1,0 +1,321 @@
+"""The orchestrator tools, driven through ``SubagentTools.call`` as a model would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from openai import AsyncOpenAI
+from temporalio.client import Client
+
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents.client import SubagentTools
+from durable_subagents.client._tools import StatusName
+from durable_subagents.config import Settings
+from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.worker import create_worker
+
+from .conftest import script
+
+NAMES = [
+    "spawn_subagent",
+    "check_subagent",
+    "wait_subagents",
+    "approve_tool_calls",
+    "reject_tool_calls",
+    "send_subagent_input",
+    "cancel_subagent",
+    "list_subagents",
+]
+CAREFUL = AgentSpec(
+    name="careful",
+    description="Asks before every shell command.",
+    system_prompt="You ask before running commands.",
+    tools=["bash", "read_file"],
+    permissions=[PermissionRule(tool="bash", action="ask")],
+)
+
+
+def bash(*commands: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
+
+
+@pytest.fixture
+def tools(client: SubagentClient) -> SubagentTools:
+    client.agents["careful"] = CAREFUL
+    return SubagentTools(client, parent_id=f"orch-{uuid.uuid4().hex[:8]}", default_wait=30)
+
+
+async def call(tools: SubagentTools, name: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool with JSON-string arguments, as a model's tool call arrives."""
+    out: dict[str, Any] = json.loads(await tools.call(name, json.dumps(arguments)))
+    return out
+
+
+async def eventually(fetch: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool]) -> Any:
+    for _ in range(100):
+        value = await fetch()
+        if ok(value):
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never true; last value: {value}")
+
+
+def sleeping(marker: str = "sleep 3701") -> bool:
+    """Whether a process runs the test's command (cmdlines seen from the host)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+async def poll(check: Callable[[], bool]) -> bool:
+    return check()
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+def _check_object_schema(schema: dict[str, Any]) -> None:
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    assert set(schema["required"]) <= set(schema["properties"])
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), name
+        assert "type" in prop and "anyOf" not in prop and "title" not in prop, (name, prop)
+        assert prop.get("default", "") is not None, (name, prop)
+
+
+def test_schemas_for_both_providers_list_the_agents(tools: SubagentTools) -> None:
+    openai = tools.openai_schemas()
+    anthropic = tools.anthropic_schemas()
+    assert [t["function"]["name"] for t in openai] == NAMES == tools.names
+    assert [t["name"] for t in anthropic] == NAMES
+    for o, a in zip(openai, anthropic, strict=True):
+        assert o["type"] == "function" and set(o["function"]) == {
+            "name",
+            "description",
+            "parameters",
+        }
+        assert set(a) == {"name", "description", "input_schema"}
+        assert a["input_schema"] == o["function"]["parameters"]
+        assert a["description"] == o["function"]["description"] and len(a["description"]) > 40
+        _check_object_schema(a["input_schema"])
+        json.dumps(o)  # plain JSON, ready to send
+    by_name = {t["name"]: t for t in anthropic}
+    required = {n: set(t["input_schema"]["required"]) for n, t in by_name.items()}
+    assert required["spawn_subagent"] == {"agent", "prompt"}
+    assert required["check_subagent"] == {"task_id"}
+    assert required["wait_subagents"] == {"task_ids"}
+    assert required["send_subagent_input"] == {"task_id", "text"}
+    assert required["list_subagents"] == set()
+    spawn = by_name["spawn_subagent"]
+    agent = spawn["input_schema"]["properties"]["agent"]
+    assert agent["enum"] == ["explore", "plan", "research", "general", "careful"]
+    assert "- careful: Asks before every shell command." in spawn["description"]
+    assert "- explore: Fast read-only exploration" in spawn["description"]
+    status = by_name["list_subagents"]["input_schema"]["properties"]["status"]
+    assert set(status["enum"]) == {s.value for s in TaskStatus} == set(get_args(StatusName))
+
+
+async def test_openai_sdk_sends_the_schemas_and_the_call_round_trips(
+    tools: SubagentTools, worker: None
+) -> None:
+    async with FakeOpenAIServer() as srv:
+        arguments = {"agent": "explore", "prompt": "find x", "model": script({"text": "x is here"})}
+        srv.add_reply(tool_calls=[{"name": "spawn_subagent", "arguments": arguments}])
+        sdk = AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        completion = await sdk.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "delegate it"}],
+            tools=tools.openai_schemas(),  # type: ignore[arg-type]
+        )
+        await sdk.close()
+    assert srv.requests[0]["tools"] == tools.openai_schemas()
+    tool_call = completion.choices[0].message.tool_calls[0]  # type: ignore[index]
+    spawned = json.loads(await tools.call(tool_call.function.name, tool_call.function.arguments))  # type: ignore[union-attr]
+    done = await call(tools, "check_subagent", task_id=spawned["task_id"])
+    assert (done["status"], done["result"]) == ("completed", "x is here")
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+async def test_spawn_then_check_returns_the_result(tools: SubagentTools, worker: None) -> None:
+    spawned = await call(
+        tools, "spawn_subagent", agent="explore", prompt="where?", description="find it",
+        model=script({"text": "it is in a.py"}, ),
+    )  # fmt: skip
+    assert set(spawned) == {"task_id", "next"} and "check_subagent" in spawned["next"]
+    done = await call(tools, "check_subagent", task_id=spawned["task_id"])
+    assert done["status"] == "completed" and done["result"] == "it is in a.py"
+    assert done["id"] == spawned["task_id"] and done["agent"] == "explore"
+    assert done["turns"] == 1 and done["stop_reason"] == "end_turn"
+    assert set(done["usage"]) == {"input_tokens", "output_tokens"}
+    assert done["next"].startswith("completed")
+    info = await tools.client.check_task(spawned["task_id"])
+    assert info.parent_id == tools.parent_id
+
+
+async def test_pause_approve_then_immediate_check_skips_the_decided_pause(
+    tools: SubagentTools, worker: None, workspace: Path
+) -> None:
+    model = script(bash("echo approved > out.txt"), {"text": "done: {last_tool_result}"})
+    task_id = (await call(tools, "spawn_subagent", agent="careful", prompt="x", model=model))[
+        "task_id"
+    ]
+    paused = await call(tools, "check_subagent", task_id=task_id, wait=True)
+    assert paused["status"] == "paused" and paused["pause_id"]
+    [pending] = paused["pending_approvals"]
+    assert pending["tool"] == "bash" and "echo approved" in pending["preview"]
+    assert "approve_tool_calls" in paused["next"] and "reject_tool_calls" in paused["next"]
+
+    approved = await call(tools, "approve_tool_calls", task_id=task_id)
+    assert approved["approved"] == [pending["call_id"]]
+    done = await call(tools, "check_subagent", task_id=task_id, wait=True)
+    assert done["status"] == "completed", done
+    assert "pending_approvals" not in done and "pause_id" not in done
+    assert (workspace / "out.txt").read_text() == "approved\n"
+
+
+async def test_decided_pause_is_not_returned_while_no_worker_applies_it(
+    tools: SubagentTools, temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    """The race made deterministic: with no worker, the decision stays unapplied."""
+    model = script(bash("echo late > late.txt"), {"text": "done"})
+    async with create_worker(temporal_client, settings):
+        task_id = (await call(tools, "spawn_subagent", agent="careful", prompt="x", model=model))[
+            "task_id"
+        ]
+        paused = await call(tools, "check_subagent", task_id=task_id)
+    assert paused["status"] == "paused"
+    await call(tools, "approve_tool_calls", task_id=task_id)
+    # the plain client still sees the decided pause and would return it at once...
+    raw = await tools.client.check_task(task_id, wait=True, timeout=5)
+    assert raw.pause_id == paused["pause_id"] and raw.pending_approvals
+    # ...the tools wait past it, and do not offer the decided calls again
+    again = await call(tools, "check_subagent", task_id=task_id, wait=True, timeout=1)
+    assert again["status"] == "paused" and "pending_approvals" not in again
+    assert again["next"].startswith("decision sent")
+    async with create_worker(temporal_client, settings):
+        done = await call(tools, "check_subagent", task_id=task_id)
+    assert done["status"] == "completed"
+    assert (workspace / "late.txt").exists()
+
+
+async def test_partial_decision_leaves_the_rest_pending(
+    tools: SubagentTools, worker: None, workspace: Path
+) -> None:
+    model = script(bash("echo a > a.txt", "echo b > b.txt"), {"text": "done"})
+    task_id = (await call(tools, "spawn_subagent", agent="careful", prompt="x", model=model))[
+        "task_id"
+    ]
+    paused = await call(tools, "check_subagent", task_id=task_id)
+    first, second = (p["call_id"] for p in paused["pending_approvals"])
+    approved = await call(tools, "approve_tool_calls", task_id=task_id, call_ids=[first])
+    assert approved["next"] == f"still undecided: {second}"
+    still = await call(tools, "check_subagent", task_id=task_id)
+    assert still["status"] == "paused"
+    assert [p["call_id"] for p in still["pending_approvals"]] == [second]
+    rejected = await call(tools, "reject_tool_calls", task_id=task_id, reason="only a")
+    assert rejected["rejected"] == [second]
+    done = await call(tools, "check_subagent", task_id=task_id)
+    assert done["status"] == "completed"
+    assert (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
+
+
+async def test_wait_subagents_and_send_input(tools: SubagentTools, worker: None) -> None:
+    fast = await call(
+        tools, "spawn_subagent", agent="explore", prompt="a", model=script({"text": "A"})
+    )
+    slow_model = script(bash("sleep 1"), {"text": "B"}, {"text": "B again"})
+    slow = await call(tools, "spawn_subagent", agent="general", prompt="b", model=slow_model)
+    ids = [fast["task_id"], slow["task_id"]]
+    every = await call(tools, "wait_subagents", task_ids=ids, mode="all")
+    assert [(t["id"], t["status"]) for t in every["tasks"]] == [
+        (ids[0], "completed"),
+        (ids[1], "completed"),
+    ]
+    sent = await call(tools, "send_subagent_input", task_id=ids[1], text="once more")
+    assert "check_subagent" in sent["next"]
+    again = await call(tools, "wait_subagents", task_ids=[ids[1]])
+    assert again["tasks"][0]["result"] == "B again"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+async def test_errors_come_back_as_json(tools: SubagentTools) -> None:
+    unknown_agent = await call(tools, "spawn_subagent", agent="explor", prompt="x")
+    assert unknown_agent["error"].startswith("unknown agent 'explor'; known: explore")
+    missing = await call(tools, "check_subagent", task_id="no-such-task", wait=False)
+    assert missing["error"].startswith("no task 'no-such-task'")
+    bad = await call(tools, "check_subagent", wait="soon")
+    assert bad["error"].startswith("invalid arguments for check_subagent: task_id: Field required")
+    assert "wait: Input should be a valid boolean" in bad["error"]
+    extra = await call(tools, "cancel_subagent", task_id="t", force=True)
+    assert "force: Extra inputs are not permitted" in extra["error"]
+    not_json = json.loads(await tools.call("list_subagents", "{oops"))
+    assert not_json["error"].startswith("arguments of list_subagents are not valid JSON")
+    unknown_tool = json.loads(await tools.call("delete_everything", {}))
+    assert unknown_tool["error"] == (
+        "unknown tool 'delete_everything', available: " + ", ".join(NAMES)
+    )
+    empty = await call(tools, "send_subagent_input", task_id="t", text=" ")
+    assert empty["error"].startswith("input is empty")
+
+
+async def test_bugs_are_not_hidden(tools: SubagentTools, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(tools.client, "check_task", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        await tools.call("check_subagent", {"task_id": "t"})
+
+
+# --------------------------------------------------------------------------- list / cancel
+
+
+async def test_list_shows_only_this_parents_tasks(
+    tools: SubagentTools, client: SubagentClient, worker: None
+) -> None:
+    other = SubagentTools(client, parent_id=f"other-{uuid.uuid4().hex[:8]}")
+    mine = []
+    for p in ("one", "two"):
+        spawned = await call(
+            tools, "spawn_subagent", agent="explore", prompt=p, description=p, model="scripted"
+        )
+        mine.append(spawned["task_id"])
+    theirs = await call(other, "spawn_subagent", agent="explore", prompt="x", model="scripted")
+    for task_id in mine:
+        await call(tools, "check_subagent", task_id=task_id)
+    listed = await eventually(
+        lambda: call(tools, "list_subagents", status="completed"),
+        lambda out: len(out["tasks"]) == 2,
+    )
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(mine)
+    assert theirs["task_id"] not in {t["id"] for t in listed["tasks"]}
+    assert set(listed["tasks"][0]) == {"id", "agent", "description", "status", "turns"}
+    assert {t["description"] for t in listed["tasks"]} == {"one", "two"}
+    assert (await call(tools, "list_subagents", status="failed")) == {"tasks": []}
+
+
+async def test_cancel_a_running_subagent(tools: SubagentTools, worker: None) -> None:
+    model = script(bash("sleep 3701"), {"text": "never"})
+    task_id = (await call(tools, "spawn_subagent", agent="general", prompt="x", model=model))[
+        "task_id"
+    ]
+    await eventually(lambda: poll(sleeping), bool)
+    cancelled = await call(tools, "cancel_subagent", task_id=task_id)
+    assert cancelled["status"] == "cancelled" and cancelled["next"].startswith("cancelled")
+    info = await tools.client.check_task(task_id)
+    assert info.status == TaskStatus.CANCELLED
+    await eventually(lambda: poll(sleeping), lambda running: not running)
