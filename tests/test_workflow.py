@@ -233,3 +233,23 @@ async def shout(ctx: ToolContext, text: str) -> str:
     if text == "boom":
         raise RuntimeError("the shouter broke")
     return text.upper() + f" (from {ctx.task_id})"
+
+
+async def test_malformed_tool_arguments_never_break_the_workflow(
+    client: SubagentClient, worker: None
+) -> None:
+    calls = [
+        {"name": "bash", "arguments": {"command": "echo a", "timeout": "soon"}},
+        {"name": "bash", "arguments": {"command": "echo b", "timeout": None}},
+        {"name": "bash", "arguments": {"command": ["not", "a", "string"]}},
+        {"name": "read_file", "arguments": {"path": 42, "limit": "x"}},
+        {"name": "bash", "arguments": {"command": "echo c", "timeout": 1e309}},
+    ]
+    model = script({"tool_calls": calls}, {"text": "survived"})
+    task_id = await client.spawn_task("general", "bad args", model=model)
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED and info.result == "survived"
+    tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert len(tool_msgs) == 5
+    assert tool_msgs[2].is_error and "command" in tool_msgs[2].content
+    assert tool_msgs[3].is_error

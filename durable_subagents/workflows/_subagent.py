@@ -8,6 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -303,12 +304,12 @@ class SubagentWorkflow:
             task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
         )
         self._check_size(tool_input, f"{call.name} call input")
-        timeout = float(call.arguments.get("timeout", 120) or 120)
+        timeout = _tool_timeout(call.arguments.get("timeout"))
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
             tool_input,
             result_type=ToolCallResult,
-            start_to_close_timeout=timedelta(seconds=min(max(timeout, 1), 600) + 60),
+            start_to_close_timeout=timedelta(seconds=timeout + 60),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -410,6 +411,17 @@ def model_label(model: str) -> str:
     if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
         return "scripted"
     return model if len(model) <= 60 else model[:59] + "…"
+
+
+def _tool_timeout(value: object) -> float:
+    """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 120.0
+    if not math.isfinite(seconds):
+        return 120.0
+    return min(max(seconds, 1.0), 600.0)
 
 
 def _stop_reason(turn: ModelTurnResult) -> str:
