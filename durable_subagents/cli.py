@@ -461,6 +461,37 @@ def _source(path: Path) -> str:
 
 
 @app.command()
+def mcp(
+    parent_id: Annotated[
+        str | None,
+        typer.Option(
+            "--parent-id",
+            help="Parent id of the tasks spawned; list_subagents shows only these "
+            "[default: mcp-<random>, new per server]",
+        ),
+    ] = None,
+    agents_dir: AgentsDir = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+) -> None:
+    """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
+    from durable_subagents.client._mcp import default_parent_id, run_mcp
+
+    settings = _settings(address, namespace, task_queue)
+    parent = parent_id or default_parent_id()
+    # stdout carries the protocol: anything for people goes to stderr
+    err_console.print(
+        f"subagents MCP server on stdio · Temporal {settings.address} (connected on first "
+        f"call) · task queue {settings.task_queue} · parent id {parent}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    _run(run_mcp(settings, parent, agents_dir=agents_dir))
+
+
+@app.command()
 def demo(
     port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
