@@ -7,15 +7,29 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_subagents._telemetry import tracing_enabled, tracing_plugin
 from durable_subagents.errors import TemporalUnavailable
 
 
-async def connect_client(address: str, namespace: str = "default", **kwargs: Any) -> Client:
+async def connect_client(
+    address: str, namespace: str = "default", *, tracing: bool | None = None, **kwargs: Any
+) -> Client:
     """Connect with the pydantic data converter; a clear error if nothing answers.
+
+    Args:
+        address: Temporal frontend ``host:port``.
+        namespace: The namespace.
+        tracing: Add Temporal's ``OpenTelemetryPlugin`` so task starts, workflow runs
+            and activities are spans of one trace per task (workers built from this
+            client inherit it). ``None``: on when the application set a global
+            ``TracerProvider``.
+        **kwargs: Passed to ``temporalio.client.Client.connect``.
 
     Raises:
         TemporalUnavailable: the server did not answer on ``address``.
     """
+    if tracing_enabled(tracing):
+        kwargs["plugins"] = [*kwargs.get("plugins", ()), tracing_plugin()]
     try:
         return await Client.connect(
             address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs

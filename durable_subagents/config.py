@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import platformdirs
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from durable_subagents._blobstore import LocalBlobStore
@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SUBAGENTS_MAX_PAYLOAD_BYTES", "max_payload_bytes"),
     )
     """Largest workflow/activity payload the library schedules (Temporal's hard cap: 2 MB)."""
+    otel: bool | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_OTEL", "otel"))
+    """OpenTelemetry tracing at the edges: ``1`` on (installs an OTLP exporter), ``0`` off;
+    unset: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set or a provider is configured."""
+
+    @field_validator("otel", mode="before")
+    @classmethod
+    def _blank_otel_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def resolved_blob_dir(self) -> Path:

@@ -357,8 +357,8 @@ async def run_dev(
     Raises:
         SubagentError: If the server cannot be started.
     """
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
+    from durable_subagents._connect import connect_client
+    from durable_subagents._telemetry import setup_tracing
     from durable_subagents.worker import create_worker, sweep_forever
 
     address = f"127.0.0.1:{port}"
@@ -383,9 +383,7 @@ async def run_dev(
             await server.start()
         ui_url, db_text = server.ui_url, str(server.db)
     try:
-        client = await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter
-        )
+        client = await connect_client(address, namespace, tracing=setup_tracing(settings))
         worker = create_worker(client, settings)
         sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
         async with worker:

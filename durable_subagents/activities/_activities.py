@@ -18,6 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents._blobstore import BlobStore
+from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import Transcript
 from durable_subagents.activities.providers import resolve_provider
 from durable_subagents.activities.tools import (
@@ -49,6 +50,8 @@ class SubagentActivities:
         tools: The tools this worker offers (default: the built-ins).
         default_model: ``provider:model`` used for tasks spawned with the ``default`` model.
         sandbox: Tool process isolation mode (``auto``, ``bwrap``, ``unshare``, ``none``).
+        telemetry: Where the ``subagent.model_turn`` / ``subagent.tool`` spans go
+            (default: nowhere; ``create_worker`` turns them on for traced clients).
     """
 
     def __init__(
@@ -59,16 +62,19 @@ class SubagentActivities:
         tools: ToolRegistry | None = None,
         default_model: str | None = None,
         sandbox: str = "auto",
+        telemetry: ActivityTelemetry | None = None,
     ) -> None:
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
         self.tools = tools if tools is not None else ToolRegistry(dict(BUILTIN_TOOLS))
         self.default_model = default_model
         self.sandbox = sandbox
+        self.telemetry = telemetry or ActivityTelemetry.off()
 
     # ------------------------------------------------------------------ model turn
 
     @activity.defn(name="model_turn")
+    @traced_model_turn
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Append the new messages, call the model once, append its answer."""
         task_id = input.task_id
@@ -126,6 +132,7 @@ class SubagentActivities:
     # ------------------------------------------------------------------ tool call
 
     @activity.defn(name="run_tool")
+    @traced_tool
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         info = activity.info()

@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -18,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._connect import connect_client
+from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
@@ -54,6 +56,7 @@ def create_worker(
     tools: ToolRegistry | None = None,
     max_concurrent_activities: int = 100,
     sticky_queue_timeout: timedelta = timedelta(seconds=3),
+    tracer_provider: TracerProvider | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -66,6 +69,8 @@ def create_worker(
         max_concurrent_activities: Model turns and tool calls run at once.
         sticky_queue_timeout: How long a workflow waits for this worker's sticky queue
             before another worker takes it over (short: recovery after a crash is fast).
+        tracer_provider: Where the ``subagent.*`` spans go when the client traces
+            (default: the global provider; Temporal's own spans always use the global).
         **worker_options: Passed to ``temporalio.worker.Worker``.
 
     Returns:
@@ -77,6 +82,11 @@ def create_worker(
         tools=tools,
         default_model=settings.model,
         sandbox=settings.tool_sandbox,
+        telemetry=ActivityTelemetry.for_worker(
+            client,
+            tracer_provider,
+            [*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
+        ),
     )
     worker_options.setdefault("workflow_runner", workflow_runner())
     # Heartbeats carry cancellation: throttled to 0.8 x the heartbeat timeout by default
@@ -111,12 +121,16 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     """Connect, check the namespace, and run a worker until cancelled.
 
+    Tracing follows ``SUBAGENTS_OTEL`` / ``OTEL_EXPORTER_OTLP_ENDPOINT`` (see
+    ``setup_tracing``).
+
     Raises:
         TemporalUnavailable: the server did not answer.
         SearchAttributesMissing: the namespace lacks the custom search attributes; the
             message has the commands that register them.
     """
-    client = await connect_client(settings.address, settings.namespace)
+    tracing = setup_tracing(settings)
+    client = await connect_client(settings.address, settings.namespace, tracing=tracing)
     missing = await check_search_attributes(client)
     if missing:
         raise SearchAttributesMissing(

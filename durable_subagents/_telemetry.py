@@ -1,0 +1,379 @@
+"""OpenTelemetry traces of subagent tasks: opt-in, one trace per task, free when off.
+
+Temporal's own ``OpenTelemetryPlugin`` (with ``add_temporal_spans=True``) makes the
+client's ``StartWorkflow`` and the worker's ``RunWorkflow``, ``StartActivity`` and
+``RunActivity`` spans, and carries the trace context in Temporal headers, so a task's
+spans form one trace. This module adds two spans of our own, children of the
+``RunActivity`` span: ``subagent.model_turn`` and ``subagent.tool``. Their attributes
+are names, numbers and sizes only: never prompts, outputs or keys.
+
+The rule for turning it on:
+
+* Library code (``connect_client(tracing=...)``): ``True`` on, ``False`` off, ``None``
+  (the default) on when the application has set a global ``TracerProvider``.
+* The edges (``subagents worker``, CLI, dev) call :func:`setup_tracing` first:
+  ``SUBAGENTS_OTEL=0`` forces tracing off; ``SUBAGENTS_OTEL=1`` or a standard
+  ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`` installs a global replay-safe provider that
+  exports OTLP (needs ``opentelemetry-exporter-otlp-proto-http`` or ``-grpc``).
+
+A worker's workflow spans need the global provider to be replay-safe (built by
+``temporalio.contrib.opentelemetry.create_tracer_provider``): span ids inside a workflow
+come from the workflow's deterministic random, and nothing is exported on replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.types import ModelTurnInput, ModelTurnResult, ToolCallInput, ToolCallResult
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    from durable_subagents.config import Settings
+
+log = logging.getLogger(__name__)
+
+TRACER_NAME = "durable_subagents"
+"""Instrumentation scope of the spans this package makes."""
+MODEL_TURN_SPAN = "subagent.model_turn"
+"""Name of the span around one model turn (inside ``RunActivity:model_turn``)."""
+TOOL_SPAN = "subagent.tool"
+"""Name of the span around one tool call (inside ``RunActivity:run_tool``)."""
+DEFAULT_SERVICE_NAME = "durable-subagents"
+"""``service.name`` of the provider :func:`setup_tracing` installs (``OTEL_SERVICE_NAME`` wins)."""
+
+_OTEL_MODULE = "temporalio.contrib.opentelemetry"
+# The same names the bash tool strips from a command's environment.
+_SECRET_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------- switching on
+
+
+def tracer_provider_configured() -> bool:
+    """Whether the application set a global ``TracerProvider`` (not the default proxy)."""
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def tracing_enabled(tracing: bool | None) -> bool:
+    """Resolve a ``tracing=`` argument: ``None`` means "if a provider is configured"."""
+    return tracer_provider_configured() if tracing is None else tracing
+
+
+def tracing_plugin() -> OpenTelemetryPlugin:
+    """Temporal's OpenTelemetry plugin, emitting Temporal's own spans.
+
+    Imported lazily: ``temporalio.contrib.opentelemetry`` pulls in the OpenTelemetry
+    SDK (~0.2 s), which an untraced process never needs.
+    """
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    return OpenTelemetryPlugin(add_temporal_spans=True)
+
+
+def client_traced(client: Client, extra: Sequence[object] = ()) -> bool:
+    """Whether a client (plus a worker's own ``plugins``/``interceptors``) traces.
+
+    Args:
+        client: The client a worker is built from; its plugins and interceptors
+            apply to the worker too.
+        extra: Plugins and interceptors given to the worker itself.
+    """
+    module = sys.modules.get(_OTEL_MODULE)
+    if module is None:  # nothing can be an instance of a class never imported
+        return False
+    config = client.config()
+    kinds = (module.OpenTelemetryPlugin, module.OpenTelemetryInterceptor, module.TracingInterceptor)
+    items = [*config.get("plugins", ()), *config.get("interceptors", ()), *extra]
+    return any(isinstance(item, kinds) for item in items)
+
+
+def check_worker_provider() -> None:
+    """Refuse to build a traced worker whose global provider is not replay-safe.
+
+    Temporal's plugin refuses too, with a less helpful message; this one says what to do.
+
+    Raises:
+        SubagentError: The global provider is not a ``ReplaySafeTracerProvider``.
+    """
+    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, ReplaySafeTracerProvider):
+        raise SubagentError(
+            "tracing is on for this worker, but the global TracerProvider "
+            f"({type(provider).__name__}) is not replay-safe: workflow spans need one "
+            "built by temporalio.contrib.opentelemetry.create_tracer_provider() and set "
+            "with opentelemetry.trace.set_tracer_provider() before the worker starts "
+            "(durable_subagents._telemetry.setup_tracing() does both); or connect with "
+            "tracing=False"
+        )
+
+
+def setup_tracing(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
+    """Decide whether an edge process traces, installing an OTLP provider if asked.
+
+    Call once at start-up of a CLI command, worker or dev server, before connecting,
+    and pass the result as ``connect_client(..., tracing=...)``.
+
+    Args:
+        settings: ``settings.otel`` (``SUBAGENTS_OTEL``): ``False`` forces tracing off,
+            ``True`` asks for it.
+        env: The environment (default ``os.environ``): a standard
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+            asks for tracing; ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=grpc`` picks gRPC.
+
+    Returns:
+        Whether to trace. ``True`` when a global provider was already configured or one
+        was installed here; ``False`` when off, or when asked for but no OTLP exporter
+        package is installed (a warning names it).
+
+    Example:
+        >>> tracing = setup_tracing(settings)  # doctest: +SKIP
+        >>> client = await connect_client(settings.address, tracing=tracing)  # doctest: +SKIP
+    """
+    env = os.environ if env is None else env
+    if settings.otel is False:
+        return False
+    if tracer_provider_configured():
+        return True
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not (settings.otel or endpoint):
+        return False
+    exporter = _otlp_exporter(env)
+    if exporter is None:
+        return False
+
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    resource = Resource.create(
+        {"service.name": env.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME}
+    )
+    provider = create_tracer_provider(resource=resource)
+    # Batch: spans ended inside the workflow sandbox are exported from another thread.
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return True
+
+
+def _otlp_exporter(env: Mapping[str, str]) -> Any:
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    package = "opentelemetry-exporter-otlp-proto-" + ("grpc" if protocol == "grpc" else "http")
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+    except ImportError:
+        log.warning(
+            "tracing was asked for (SUBAGENTS_OTEL / OTEL_EXPORTER_OTLP_ENDPOINT) but %s "
+            "is not installed; tracing stays off. Install it with: pip install %s",
+            package,
+            package,
+        )
+        return None
+    return OTLPSpanExporter()
+
+
+# ---------------------------------------------------------------------- our spans
+
+
+class ActivityTelemetry:
+    """Where the activities' own spans go; ``tracer`` is ``None`` when tracing is off.
+
+    Args:
+        tracer_provider: The provider for ``subagent.*`` spans; default: the global
+            one. Tests pass one explicitly (the global can be set once per process).
+        enabled: ``False`` makes every span a no-op (a ``None`` check per activity).
+    """
+
+    def __init__(
+        self, tracer_provider: trace.TracerProvider | None = None, *, enabled: bool = True
+    ) -> None:
+        self.tracer: trace.Tracer | None = None
+        if enabled:
+            provider = tracer_provider or trace.get_tracer_provider()
+            self.tracer = provider.get_tracer(TRACER_NAME)
+
+    @classmethod
+    def off(cls) -> ActivityTelemetry:
+        """Telemetry that makes no spans."""
+        return cls(enabled=False)
+
+    @classmethod
+    def for_worker(
+        cls,
+        client: Client,
+        tracer_provider: trace.TracerProvider | None = None,
+        extra: Sequence[object] = (),
+    ) -> ActivityTelemetry:
+        """On when the worker's client (or the worker itself) has Temporal tracing.
+
+        Raises:
+            SubagentError: Traced, but the global provider is not replay-safe.
+        """
+        if not client_traced(client, extra):
+            return cls.off()
+        check_worker_provider()
+        return cls(tracer_provider)
+
+
+class _Traced(Protocol):
+    telemetry: ActivityTelemetry
+    default_model: str | None
+
+
+_S = TypeVar("_S", bound=_Traced)
+
+
+def traced_model_turn(
+    fn: Callable[[_S, ModelTurnInput], Awaitable[ModelTurnResult]],
+) -> Callable[[_S, ModelTurnInput], Awaitable[ModelTurnResult]]:
+    """Wrap the model-turn activity in a ``subagent.model_turn`` span."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: _S, input: ModelTurnInput) -> ModelTurnResult:
+        tracer = self.telemetry.tracer
+        if tracer is None:
+            return await fn(self, input)
+        attributes: dict[str, Any] = {
+            "subagent.task_id": input.task_id,
+            "subagent.turn": input.turn,
+            "subagent.agent": input.agent_name,
+            "gen_ai.operation.name": "chat",
+            **_model_attributes(input.model, self.default_model),
+        }
+        with tracer.start_as_current_span(
+            MODEL_TURN_SPAN,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            with _recording_errors(span):
+                result = await fn(self, input)
+            span.set_attributes(
+                {
+                    **_model_attributes(result.model, None),
+                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                    "gen_ai.response.finish_reasons": [result.stop_reason or ""],
+                    "subagent.tool_calls": len(result.tool_calls),
+                }
+            )
+            return result
+
+    return wrapper
+
+
+def traced_tool(
+    fn: Callable[[_S, ToolCallInput], Awaitable[ToolCallResult]],
+) -> Callable[[_S, ToolCallInput], Awaitable[ToolCallResult]]:
+    """Wrap the tool activity in a ``subagent.tool`` span."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: _S, input: ToolCallInput) -> ToolCallResult:
+        tracer = self.telemetry.tracer
+        if tracer is None:
+            return await fn(self, input)
+        attributes = {
+            "subagent.task_id": input.task_id,
+            "subagent.tool.name": input.call.name,
+            "gen_ai.tool.name": input.call.name,
+            "gen_ai.tool.call.id": input.call.id,
+        }
+        with tracer.start_as_current_span(
+            TOOL_SPAN,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            with _recording_errors(span):
+                result = await fn(self, input)
+            span.set_attributes(
+                {
+                    "subagent.tool.is_error": result.is_error,
+                    "subagent.tool.output_size": result.size,
+                }
+            )
+            if result.is_error:
+                # The model hears of it; the span says so without the output itself.
+                span.set_attribute("error.type", "tool_error")
+                span.set_status(Status(StatusCode.ERROR))
+            return result
+
+    return wrapper
+
+
+def _model_attributes(model: str, default_model: str | None) -> dict[str, str]:
+    """``gen_ai.system`` and ``gen_ai.request.model`` from a ``provider:model`` name.
+
+    Never the script of a ``scripted:`` model (it holds model text): only ``scripted``.
+    """
+    if not model:
+        return {}
+    from durable_subagents.activities.providers import parse_model
+
+    try:
+        provider, full_name, _ = parse_model(model, default_model=default_model)
+    except InvalidRequest:
+        return {"gen_ai.system": model.partition(":")[0][:40]}
+    name = "scripted" if provider == "scripted" else full_name.partition(":")[2]
+    return {"gen_ai.system": provider, "gen_ai.request.model": name}
+
+
+@contextlib.contextmanager
+def _recording_errors(span: trace.Span) -> Iterator[None]:
+    """Record an escaping exception on the span, with secret values scrubbed.
+
+    A provider's error text can quote part of a key (OpenAI's 401 does), so the
+    message and the stack trace are scrubbed of every secret-looking environment
+    value of the worker.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        message = scrub(str(exc))
+        stacktrace = scrub("".join(traceback.format_exception(exc)))
+        span.record_exception(
+            exc, attributes={"exception.message": message, "exception.stacktrace": stacktrace}
+        )
+        span.set_attribute("error.type", str(getattr(exc, "type", None) or type(exc).__name__))
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
+        raise
+
+
+def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` with the values of secret-looking environment variables replaced."""
+    env = os.environ if env is None else env
+    for name, value in env.items():
+        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+            text = text.replace(value, "[redacted]")
+    return text

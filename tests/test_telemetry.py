@@ -1,0 +1,299 @@
+"""OpenTelemetry: one trace per task, our spans inside the activities, nothing when off."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import (
+    OpenTelemetryPlugin,
+    ReplaySafeTracerProvider,
+    create_tracer_provider,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
+
+from durable_subagents import SubagentClient, TaskInfo, TaskStatus
+from durable_subagents._connect import connect_client
+from durable_subagents._telemetry import (
+    MODEL_TURN_SPAN,
+    TOOL_SPAN,
+    ActivityTelemetry,
+    client_traced,
+    setup_tracing,
+    traced_model_turn,
+    tracing_enabled,
+)
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer
+from durable_subagents.errors import SubagentError
+from durable_subagents.types import ModelTurnInput, ModelTurnResult
+from durable_subagents.worker import create_worker
+from durable_subagents.worker._worker import workflow_runner
+from durable_subagents.workflows import SubagentWorkflow
+
+from .conftest import script
+
+SECRET = "sk-test-telemetry-0123456789abcdef"
+NOTES = "the answer is 42\n"
+
+
+@dataclass
+class Otel:
+    provider: ReplaySafeTracerProvider
+    exporter: InMemorySpanExporter
+
+
+@pytest.fixture
+def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Otel]:
+    """A replay-safe provider with an in-memory exporter, global for this test only.
+
+    Temporal's plugin reads the global provider and insists it is replay-safe, and
+    ``set_tracer_provider`` works once per process: swap the global for the test and
+    put the default proxy back afterwards, so the other tests stay untraced.
+    """
+    exporter = InMemorySpanExporter()
+    tp = create_tracer_provider(shutdown_on_exit=False)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", tp)
+    yield Otel(tp, exporter)
+    tp.shutdown()
+
+
+def finished(otel: Otel) -> list[ReadableSpan]:
+    return list(otel.exporter.get_finished_spans())
+
+
+async def run_task(
+    temporal: Client,
+    settings: Settings,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> tuple[TaskInfo, list[Any]]:
+    """A 2-turn task with one ``read_file`` call, run to the end on a fresh worker."""
+    assert settings.workspace is not None
+    (settings.workspace / "notes.txt").write_text(NOTES)
+    model = script(
+        {
+            "text": "reading",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}],
+        },
+        {"text": "Found: {last_tool_result}"},
+    )
+    client = SubagentClient(
+        temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+    )
+    async with create_worker(temporal, settings, tracer_provider=tracer_provider):
+        task_id = await client.spawn_task("explore", "What is the answer?", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED
+    events = [e async for e in temporal.get_workflow_handle(task_id).fetch_history_events()]
+    return info, events
+
+
+def attr(span: ReadableSpan, key: str) -> Any:
+    return (span.attributes or {})[key]
+
+
+def all_attribute_values(spans: list[ReadableSpan]) -> list[str]:
+    values: list[str] = []
+    for span in spans:
+        attrs = [span.attributes or {}, span.resource.attributes]
+        attrs += [event.attributes or {} for event in span.events]
+        for mapping in attrs:
+            values += [str(v) for v in mapping.values()]
+        values.append(span.status.description or "")
+    return values
+
+
+async def test_a_task_is_one_trace_with_turn_and_tool_spans(
+    otel: Otel,
+    dev_server: DevServer,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # on the worker: must reach no span
+    temporal = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+    assert client_traced(temporal)
+    info, _ = await run_task(temporal, settings, tracer_provider=otel.provider)
+    spans = finished(otel)
+    names = [s.name for s in spans]
+
+    assert "StartWorkflow:SubagentWorkflow" in names
+    assert "RunWorkflow:SubagentWorkflow" in names
+    assert names.count("RunActivity:model_turn") == 2
+    assert names.count("RunActivity:run_tool") == 1
+
+    turns = sorted(
+        (s for s in spans if s.name == MODEL_TURN_SPAN),
+        key=lambda s: attr(s, "subagent.turn"),
+    )
+    assert [attr(t, "subagent.turn") for t in turns] == [1, 2]
+    for turn in turns:
+        attrs = turn.attributes or {}
+        assert attrs["subagent.task_id"] == info.id
+        assert attrs["subagent.agent"] == "explore"
+        assert attrs["gen_ai.system"] == "scripted"
+        assert attrs["gen_ai.request.model"] == "scripted"
+        assert turn.status.status_code != StatusCode.ERROR
+    assert [attr(t, "subagent.tool_calls") for t in turns] == [1, 0]
+    assert sum(attr(t, "gen_ai.usage.input_tokens") for t in turns) == (info.usage.input_tokens)
+    assert sum(attr(t, "gen_ai.usage.output_tokens") for t in turns) == (info.usage.output_tokens)
+    assert info.usage.input_tokens > 0 and info.usage.output_tokens > 0
+
+    [tool] = [s for s in spans if s.name == TOOL_SPAN]
+    tool_attrs = tool.attributes or {}
+    assert tool_attrs["subagent.tool.name"] == "read_file"
+    assert tool_attrs["subagent.tool.is_error"] is False
+    client = SubagentClient(
+        temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+    )
+    [tool_message] = [m for m in await client.get_transcript(info.id) if m.role == "tool"]
+    assert NOTES.strip() in tool_message.content
+    assert tool_attrs["subagent.tool.output_size"] == len(tool_message.content)
+    assert tool_attrs["subagent.task_id"] == info.id
+
+    # one trace per task, and the tool span hangs under the workflow's span
+    assert len({s.context.trace_id for s in spans}) == 1
+    by_id = {s.context.span_id: s for s in spans}
+    chain = [tool.name]
+    span: ReadableSpan | None = tool
+    while span is not None and span.parent is not None:
+        span = by_id.get(span.parent.span_id)
+        chain.append(span.name if span else "?")
+    assert chain[:4] == [
+        TOOL_SPAN,
+        "RunActivity:run_tool",
+        "StartActivity:run_tool",
+        "RunWorkflow:SubagentWorkflow",
+    ]
+    assert chain[-1] == "StartWorkflow:SubagentWorkflow"
+    for turn in turns:
+        assert turn.parent is not None
+        assert by_id[turn.parent.span_id].name == "RunActivity:model_turn"
+
+    # sizes and names only: no key, no prompt, no tool output
+    values = all_attribute_values(spans)
+    assert not any(SECRET in v for v in values)
+    assert not any("What is the answer?" in v or "the answer is 42" in v for v in values)
+
+
+async def test_tracing_off_makes_no_spans_and_the_same_history(
+    otel: Otel, dev_server: DevServer, settings: Settings
+) -> None:
+    plain = await connect_client(dev_server.address, dev_server.namespace, tracing=False)
+    assert not client_traced(plain)
+    _, untraced = await run_task(plain, settings)
+    assert finished(otel) == []
+
+    traced = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+    _, traced_events = await run_task(traced, settings)
+    assert finished(otel)
+    # the plugin adds headers, never events
+    assert [e.event_type for e in traced_events] == [e.event_type for e in untraced]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in traced_events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert all("_tracer-data" in a.header.fields for a in scheduled)
+
+
+async def test_a_traced_history_replays_without_exporting(
+    otel: Otel, dev_server: DevServer, settings: Settings
+) -> None:
+    temporal = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+    info, _ = await run_task(temporal, settings)
+    history = await temporal.get_workflow_handle(info.id).fetch_history()
+    exported = len(finished(otel))
+    for plugins in ([], [OpenTelemetryPlugin(add_temporal_spans=True)]):
+        replayer = Replayer(
+            workflows=[SubagentWorkflow],
+            data_converter=pydantic_data_converter,
+            workflow_runner=workflow_runner(),
+            plugins=plugins,
+        )
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, result.replay_failure
+    assert len(finished(otel)) == exported  # replay ends no spans
+
+
+async def test_auto_mode_follows_the_global_provider(
+    dev_server: DevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not tracing_enabled(None)  # the default proxy: off
+    auto = await connect_client(dev_server.address, dev_server.namespace)
+    assert not client_traced(auto)
+    tp = create_tracer_provider(shutdown_on_exit=False)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", tp)
+    assert tracing_enabled(None)
+    assert not tracing_enabled(False)
+    auto = await connect_client(dev_server.address, dev_server.namespace)
+    assert client_traced(auto)
+
+
+async def test_a_traced_worker_needs_a_replay_safe_provider(
+    dev_server: DevServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", TracerProvider(shutdown_on_exit=False))
+    traced = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+    with pytest.raises(SubagentError, match="create_tracer_provider"):
+        create_worker(traced, settings)
+
+
+def test_setup_tracing_rules(caplog: pytest.LogCaptureFixture) -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert setup_tracing(Settings(otel=False), env=endpoint) is False
+    assert setup_tracing(Settings(), env={}) is False
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError:
+        # asked for, but the exporter is missing: a warning naming it, tracing off
+        assert setup_tracing(Settings(), env=endpoint) is False
+        assert setup_tracing(Settings(otel=True), env={}) is False
+        assert "opentelemetry-exporter-otlp-proto-http" in caplog.text
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+async def test_errors_are_recorded_with_secrets_scrubbed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An explicit provider, no global: a failed turn is an error span, key redacted."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(shutdown_on_exit=False)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Failing:
+        default_model: str | None = None
+        telemetry = ActivityTelemetry(tp)
+
+        @traced_model_turn
+        async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+            raise ApplicationError(f"401 invalid x-api-key {SECRET}", type="AuthenticationError")
+
+    turn = ModelTurnInput(
+        task_id="t-1", head=None, new_messages=[], model="anthropic:claude-x", turn=3
+    )
+    with pytest.raises(ApplicationError):
+        await Failing().model_turn(turn)
+    [span] = exporter.get_finished_spans()
+    attrs = span.attributes or {}
+    assert span.status.status_code == StatusCode.ERROR
+    assert attrs["error.type"] == "AuthenticationError"
+    assert attrs["gen_ai.system"] == "anthropic"
+    assert attrs["gen_ai.request.model"] == "claude-x"
+    assert attrs["subagent.turn"] == 3
+    [event] = span.events
+    assert "[redacted]" in str((event.attributes or {})["exception.message"])
+    assert not any(SECRET in v for v in all_attribute_values([span]))
