@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +29,6 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -46,6 +44,7 @@ from durable_subagents.agents import (
     resolve_agent,
 )
 from durable_subagents.client._events import history_events
+from durable_subagents.client._followup import decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.client._spawn import (
     build_task_input,
@@ -56,14 +55,10 @@ from durable_subagents.client._spawn import (
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import (
-    CallDecision,
-    Decisions,
     Message,
     TaskEvent,
     TaskInfo,
-    TaskInput,
     TaskResult,
-    TaskState,
     TaskStatus,
 )
 from durable_subagents.workflows import SubagentWorkflow
@@ -444,26 +439,7 @@ class SubagentClient:
                 f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
                 "decide (check_task shows pending approvals while it is paused)"
             )
-        pending = {p.call_id: p for p in info.pending_approvals}
-        chosen = list(pending) if call_ids is None else list(call_ids)
-        unknown = [c for c in chosen if c not in pending]
-        if unknown:
-            raise InvalidRequest(
-                f"call(s) {', '.join(unknown)} are not pending in pause {info.pause_id}; "
-                f"pending: {', '.join(pending) or 'none'}"
-            )
-        decisions = Decisions(
-            pause_id=info.pause_id,
-            decisions=[
-                CallDecision(
-                    call_id=c,
-                    arguments_hash=pending[c].arguments_hash,
-                    approved=approved,
-                    reason=reason,
-                )
-                for c in chosen
-            ],
-        )
+        decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
         handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
         await handle.signal(SubagentWorkflow.decide, decisions)
         return info.public()
@@ -497,49 +473,8 @@ class SubagentClient:
                 f"task {task_id!r} is {info.status.value}; only a completed task can be "
                 "continued. Spawn a new task instead"
             )
-        await self._continue(task_id, info, text)
+        await start_follow_up(self.temporal, self.task_queue, task_id, info, text)
         return (await self._info(task_id)).public()
-
-    async def _continue(self, task_id: str, info: InternalInfo, text: str) -> None:
-        """Start the next run of a completed task from its closed run's transcript head.
-
-        Signal-with-start alone would be unsafe: it would revive cancelled tasks and
-        could start from a stale transcript, so the closed run is read first.
-        """
-        handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
-        previous = await _run_input(handle, self.temporal.data_converter)
-        desc = await handle.describe()
-        state = TaskState(
-            head=info.head,
-            turns=info.turns,
-            usage=info.usage,
-            model=previous.state.model if previous.state else None,
-            runs=(previous.state.runs if previous.state else 1) + 1,
-        )
-        follow_up = previous.model_copy(
-            update={
-                "state": state,
-                "max_turns": info.turns + previous.agent.max_turns,
-                "created_at": datetime.now(UTC),
-            }
-        )
-        memo = {**(await desc.memo()), "status": TaskStatus.PENDING.value}
-        for key in ("error", "stop_reason", "result_preview"):
-            memo.pop(key, None)
-        await self.temporal.start_workflow(
-            SubagentWorkflow.run,
-            follow_up,
-            id=task_id,
-            task_queue=self.task_queue,
-            memo=memo,
-            search_attributes=desc.typed_search_attributes,
-            static_summary=previous.description,
-            static_details=static_details(follow_up, task_id),
-            start_signal="send_input",
-            start_signal_args=[text],
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
 
     async def get_transcript(self, task_id: str) -> list[Message]:
         """The task's conversation so far, with large contents loaded in full.
@@ -621,12 +556,3 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
-
-
-async def _run_input(handle: WorkflowHandle[Any, Any], converter: DataConverter) -> TaskInput:
-    """The input a run was started with (from its first history event)."""
-    async for event in handle.fetch_history_events():
-        attrs = event.workflow_execution_started_event_attributes
-        decoded = await converter.decode(attrs.input.payloads, [TaskInput])
-        return TaskInput.model_validate(decoded[0])
-    raise TaskNotFound(f"task {handle.id!r} has no history")
