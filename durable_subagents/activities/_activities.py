@@ -218,9 +218,10 @@ async def _heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background so a stalled call still notices cancellation."""
 
     async def beat() -> None:
+        # Sleep first: a call that ends within a second costs no heartbeat round trip.
         while True:
-            _heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY)
+            _heartbeat()
 
     task = asyncio.create_task(beat())
     try:
