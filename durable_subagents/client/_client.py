@@ -24,8 +24,6 @@ from temporalio.client import (
     WorkflowHistoryEventFilterType,
 )
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -35,6 +33,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobNotFound, BlobStore
 from durable_subagents._connect import connect_client
+from durable_subagents._spawn import (
+    build_task_input,
+    start_metadata,
+    static_details,
+    validate_task_id,
+)
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     AgentSpec,
@@ -46,12 +50,6 @@ from durable_subagents.agents import (
 from durable_subagents.client._events import history_events
 from durable_subagents.client._followup import decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
-from durable_subagents.client._spawn import (
-    build_task_input,
-    may_pause,
-    static_details,
-    validate_task_id,
-)
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import (
@@ -213,23 +211,7 @@ class SubagentClient:
         if task_id is not None:
             validate_task_id(task_id)
         workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
-        memo = {
-            "agent": spec.name,
-            "description": task_input.description,
-            "parent_id": parent_id,
-            "status": TaskStatus.PENDING.value,
-            "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
-            "model": task_input.model,
-            "turns": 0,
-            "may_pause": may_pause(task_input.agent),
-        }
-        attributes: list[SearchAttributePair[Any]] = [
-            SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
-            SearchAttributePair(sa.AGENT, spec.name),
-            SearchAttributePair(sa.TURNS, 0),
-        ]
-        if parent_id:
-            attributes.append(SearchAttributePair(sa.PARENT, parent_id))
+        memo, attributes = start_metadata(task_input)
         try:
             await self.temporal.start_workflow(
                 SubagentWorkflow.run,
@@ -237,7 +219,7 @@ class SubagentClient:
                 id=workflow_id,
                 task_queue=self.task_queue,
                 memo=memo,
-                search_attributes=TypedSearchAttributes(attributes),
+                search_attributes=attributes,
                 static_summary=task_input.description,
                 static_details=static_details(task_input, workflow_id),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -10,8 +10,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
 
+from durable_subagents._spawn import static_details
 from durable_subagents.client._info import InternalInfo
-from durable_subagents.client._spawn import static_details
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import CallDecision, Decisions, TaskInput, TaskState, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow

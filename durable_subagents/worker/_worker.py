@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +55,7 @@ def create_worker(
     *,
     task_queue: str | None = None,
     tools: ToolRegistry | None = None,
+    workflows: Sequence[type] = (),
     max_concurrent_activities: int = 100,
     sticky_queue_timeout: timedelta = timedelta(seconds=3),
     tracer_provider: TracerProvider | None = None,
@@ -66,6 +68,8 @@ def create_worker(
         settings: Blob store, workspace root, default model and sandbox mode.
         task_queue: Overrides ``settings.task_queue``.
         tools: The tools to offer (default: the built-ins).
+        workflows: Your own workflows to run on this worker too (e.g. ones that start
+            subagents with ``start_subagent``).
         max_concurrent_activities: Model turns and tool calls run at once.
         sticky_queue_timeout: How long a workflow waits for this worker's sticky queue
             before another worker takes it over (short: recovery after a crash is fast).
@@ -96,7 +100,7 @@ def create_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[SubagentWorkflow],
+        workflows=[SubagentWorkflow, *workflows],
         activities=activities.activities,
         max_concurrent_activities=max_concurrent_activities,
         sticky_queue_schedule_to_start_timeout=sticky_queue_timeout,

@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from durable_subagents import _search_attributes as sa
 from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.errors import InvalidRequest
-from durable_subagents.types import TaskInput
+from durable_subagents.types import TaskInput, TaskStatus
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
@@ -44,6 +46,8 @@ def build_task_input(
     time_limit: float | None,
     workspace: str | None,
     max_prompt_bytes: int,
+    created_at: datetime | None = None,
+    check_model: bool = True,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
 
@@ -68,7 +72,7 @@ def build_task_input(
         raise InvalidRequest(
             f"approval_timeout must be a positive number of seconds, got {approval_timeout}"
         )
-    if model is not None:
+    if model is not None and check_model:
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
         from durable_subagents.activities.providers import parse_model
 
@@ -86,7 +90,7 @@ def build_task_input(
         workspace=workspace,
         time_limit=time_limit,
         approval_timeout=approval_timeout,
-        created_at=datetime.now(UTC),
+        created_at=created_at or datetime.now(UTC),
     )
 
 
@@ -136,6 +140,29 @@ def narrow(
             )
         update["restrictions"] = [*spec.restrictions, *rules]
     return spec.model_copy(update=update)
+
+
+def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAttributes]:
+    """The memo and search attributes a task starts with (readable with no worker)."""
+    spec = task_input.agent
+    memo = {
+        "agent": spec.name,
+        "description": task_input.description,
+        "parent_id": task_input.parent_id,
+        "status": TaskStatus.PENDING.value,
+        "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
+        "model": task_input.model,
+        "turns": 0,
+        "may_pause": may_pause(spec),
+    }
+    attributes: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
+        SearchAttributePair(sa.AGENT, spec.name),
+        SearchAttributePair(sa.TURNS, 0),
+    ]
+    if task_input.parent_id:
+        attributes.append(SearchAttributePair(sa.PARENT, task_input.parent_id))
+    return memo, TypedSearchAttributes(attributes)
 
 
 def may_pause(spec: AgentSpec) -> bool:
