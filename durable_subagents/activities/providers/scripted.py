@@ -79,11 +79,15 @@ SCRIPTS: dict[str, Any] = {
     ],
     "demo-research": [
         _step("Finding the documentation.", _call("list_files", pattern="**/*.md")),
-        _step("Finding what the code imports.", _call("grep", pattern="import ")),
         _step("Reading the README.", _call("read_file", path="README.md")),
         _step(
+            "Finding where errors are raised, caught and printed.",
+            _call("grep", pattern="raise |except |stderr"),
+        ),
+        _step(
             f"{_OFFLINE} This summary comes from the `demo-research` script, not from an "
-            "LLM.\n\nQuestion: {prompt}\n\nThe README says:\n{last_tool_result}"
+            "LLM.\n\nQuestion: {prompt}\n\nWhere the code raises, catches and prints "
+            "errors:\n{last_tool_result}"
         ),
     ],
 }
