@@ -167,6 +167,8 @@ def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAt
 
 def may_pause(spec: AgentSpec) -> bool:
     """Whether any call of this agent can need a decision (an ``ask`` rule that counts)."""
+    if spec.may_spawn:
+        return True  # its children's pauses surface on it
     if spec.permission_mode == "dont_ask":
         return False
     return any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions))

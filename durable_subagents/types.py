@@ -18,6 +18,7 @@ from durable_subagents.agents._spec import AgentSpec
 __all__ = [
     "AgentSpec",
     "CallDecision",
+    "ChildState",
     "Decisions",
     "Message",
     "ModelRequest",
@@ -152,6 +153,8 @@ class TaskInput(BaseModel):
     time_limit: float | None = None
     approval_timeout: float | None = None
     """Seconds a pause waits for decisions; undecided calls are then rejected."""
+    parent_is_subagent: bool = False
+    """Spawned by another subagent task: report pauses to it (it surfaces them)."""
     created_at: datetime | None = None
     state: TaskState | None = None
     """Set when the run continues an earlier one (continue-as-new or follow-up)."""
@@ -179,6 +182,8 @@ class ModelTurnInput(BaseModel):
     """Allowed tool names; ``None`` means every tool the worker has."""
     disallowed_tools: list[str] = Field(default_factory=list)
     read_only: bool = False
+    extra_tools: list[ToolSpec] = Field(default_factory=list)
+    """Tools the workflow itself handles (spawning subagents), offered besides the worker's."""
     turn: int
     workspace: str | None = None
     agent_name: str = ""
@@ -254,6 +259,15 @@ class Decisions(BaseModel):
 
     pause_id: str
     decisions: list[CallDecision]
+
+
+class ChildState(BaseModel):
+    """The ``child_state`` signal: a child subagent's pause state, for its parent task."""
+
+    task_id: str
+    status: TaskStatus
+    pause_id: str | None = None
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
 
 
 class TaskResult(BaseModel):

@@ -90,7 +90,7 @@ class SubagentActivities:
             model=provider_model,
             system=system,
             messages=conversation,
-            tools=self.tools.specs(offered),
+            tools=[*self.tools.specs(offered), *input.extra_tools],
             max_tokens=input.max_tokens,
         )
         async with _heartbeating():
@@ -107,7 +107,7 @@ class SubagentActivities:
             usage=response.usage,
             stop_reason=response.stop_reason,
             model=full_name,
-            offered_tools=offered,
+            offered_tools=[*offered, *(t.name for t in input.extra_tools)],
         )
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:

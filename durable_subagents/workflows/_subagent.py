@@ -8,6 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from datetime import timedelta
 from typing import Any
@@ -16,12 +17,21 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
+from durable_subagents.workflows._spawning import (
+    SPAWN_SUBAGENT,
+    SPAWN_TOOL_SPECS,
+    SPAWN_TOOLS,
+    ChildTasks,
+    ToolCallRefused,
+)
+
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
     from durable_subagents import policy
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
     from durable_subagents.types import (
         CallDecision,
+        ChildState,
         Decisions,
         Message,
         ModelTurnInput,
@@ -80,6 +90,8 @@ class SubagentWorkflow:
         self._pause_id: str | None = None
         self._pending: list[PendingApproval] = []
         self._decisions: dict[str, CallDecision] = {}
+        self._children = ChildTasks(on_change=self._republish)
+        self._reported: tuple[str, str | None, int] | None = None
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -88,9 +100,25 @@ class SubagentWorkflow:
         """Queue follow-up or steering input; the next turn takes it in."""
         self._inbox.append(text)
 
+    @workflow.signal(name="child_state")
+    def child_state(self, state: ChildState) -> None:
+        """A child subagent paused or resumed: its pending calls surface on this task."""
+        self._children.update(state)
+
     @workflow.signal(name="decide")
     def decide(self, decisions: Decisions) -> None:
-        """Approve or reject calls of the current pause (stale or mismatched ones are ignored)."""
+        """Approve or reject calls of the current pause (stale or mismatched ones are ignored).
+
+        Decisions on a child's calls (``<child task id>/<call id>``) go to the child.
+        """
+        routed = [d for d in decisions.decisions if "/" in d.call_id]
+        if routed:
+            asyncio.create_task(self._children.route(routed))  # noqa: RUF006
+            decisions = decisions.model_copy(
+                update={"decisions": [d for d in decisions.decisions if "/" not in d.call_id]}
+            )
+            if not decisions.decisions:
+                return
         if decisions.pause_id != self._pause_id:
             workflow.logger.warning("ignoring decisions for pause %s", decisions.pause_id)
             return
@@ -163,6 +191,7 @@ class SubagentWorkflow:
             await loop
         except (asyncio.CancelledError, FailureError):
             pass
+        await self._children.cancel_all()
 
     # ------------------------------------------------------------------ the loop
 
@@ -187,7 +216,11 @@ class SubagentWorkflow:
             self._inbox.clear()
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns", pending=new)
-            if self._turns > first_turn_of_run and workflow.info().is_continue_as_new_suggested():
+            if (
+                self._turns > first_turn_of_run
+                and workflow.info().is_continue_as_new_suggested()
+                and not self._children.running
+            ):
                 await self._continue_as_new(new)
             self._turns += 1
             self._publish(TaskStatus.RUNNING)
@@ -228,6 +261,7 @@ class SubagentWorkflow:
             turn=self._turns,
             workspace=self._input.workspace,
             agent_name=spec.name,
+            extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
         )
         self._check_size(turn_input, f"model turn {self._turns} input")
         return await workflow.execute_activity(
@@ -249,6 +283,8 @@ class SubagentWorkflow:
             return "deny", f"unknown tool {call.name!r}; available tools: {offered}"
         if "_raw" in call.arguments:
             return "deny", "the arguments were not valid JSON; send a JSON object"
+        if call.name in SPAWN_TOOLS:
+            return "allow", None  # may_spawn is the permission; the children are narrowed
         action = policy.decide(self._input.agent, call.name, call.arguments)
         if action == "deny":
             return (
@@ -300,6 +336,8 @@ class SubagentWorkflow:
         action, error = verdict
         if action != "allow":
             return _tool_error(call, error or f"{call.name} was not run")
+        if call.name in SPAWN_TOOLS:
+            return await self._spawn_tool(call)
         tool_input = ToolCallInput(
             task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
         )
@@ -315,6 +353,27 @@ class SubagentWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=policy.arguments_preview(call.name, call.arguments),
         )
+
+    async def _spawn_tool(self, call: ToolCall) -> ToolCallResult:
+        assert self._input is not None
+        try:
+            if call.name == SPAWN_SUBAGENT:
+                content = await self._children.spawn(
+                    call,
+                    parent=self._input,
+                    parent_tools=[t for t in self._offered if t not in SPAWN_TOOLS],
+                    parent_model=self._model,
+                    start=functools.partial(workflow.start_child_workflow, SubagentWorkflow.run),
+                )
+            else:
+                content = await self._children.wait(call)
+        except ToolCallRefused as err:
+            return _tool_error(call, str(err))
+        return ToolCallResult(call_id=call.id, tool_name=call.name, content=content)
+
+    def _republish(self) -> None:
+        if self._input is not None and not self._status.terminal:
+            self._publish(self._status)
 
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
@@ -362,14 +421,19 @@ class SubagentWorkflow:
     ) -> None:
         """Write the state to the memo and search attributes, only what changed."""
         self._status = status
+        child_pause, child_calls = self._children.pending()
+        pause_id = self._pause_id or child_pause
+        pending = [*self._pending, *child_calls]
+        if pending and not status.terminal and status != TaskStatus.CANCELLING:
+            status = TaskStatus.PAUSED  # this task, or a child of it, waits for a decision
         memo: dict[str, Any] = {
             "status": status.value,
             "turns": self._turns,
             "usage": self._usage.model_dump(),
             "model": model_label(self._model),
             "head": self._head,
-            "pause_id": self._pause_id,
-            "pending_approvals": [p.model_dump() for p in self._pending],
+            "pause_id": pause_id,
+            "pending_approvals": [p.model_dump() for p in pending],
         }
         if stop_reason is not None:
             memo["stop_reason"] = stop_reason
@@ -392,6 +456,28 @@ class SubagentWorkflow:
             workflow.upsert_search_attributes(
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
+        self._report_to_parent(status, pause_id, pending)
+
+    def _report_to_parent(
+        self, status: TaskStatus, pause_id: str | None, pending: list[PendingApproval]
+    ) -> None:
+        """Tell a parent subagent task when this one pauses or resumes."""
+        assert self._input is not None
+        parent = workflow.info().parent
+        if not self._input.parent_is_subagent or parent is None or status.terminal:
+            return
+        report = (status.value, pause_id, len(pending))
+        if report == self._reported or (self._reported is None and not pending):
+            return
+        self._reported = report
+        state = ChildState(
+            task_id=workflow.info().workflow_id,
+            status=status,
+            pause_id=pause_id,
+            pending_approvals=pending,
+        )
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        asyncio.create_task(handle.signal("child_state", state))  # noqa: RUF006
 
     def _check_size(self, value: object, what: str) -> None:
         """Fail the task clearly instead of letting Temporal retry an oversized task forever."""

@@ -1,7 +1,7 @@
 """Record the histories that tests/test_replay.py replays.
 
 Run after a deliberate change of workflow behaviour that old runs need not replay:
-    .venv/bin/python -m tests.histories.record
+    .venv/bin/python -m tests.histories.record [NAME ...]
 Never re-record to make a replay failure go away: that failure means running tasks
 would break on upgrade.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from durable_subagents import SubagentClient
+from durable_subagents import AgentSpec, SubagentClient
 from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
@@ -37,6 +38,27 @@ TOOLS_SCRIPT = "scripted:" + json.dumps(
         {"text": "done: {last_tool_result}"},
     ]
 )
+CHILD_SCRIPT = "scripted:" + json.dumps(
+    [{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "child"}]
+)
+LEAD_SCRIPT = "scripted:" + json.dumps(
+    [
+        {
+            "tool_calls": [
+                {
+                    "name": "spawn_subagent",
+                    "arguments": {
+                        "agent": "explore",
+                        "prompt": "read a.txt",
+                        "model": CHILD_SCRIPT,
+                    },
+                }
+            ]
+        },
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead: {last_tool_result}"},
+    ]
+)
 SLOW_SCRIPT = "scripted:" + json.dumps(
     [{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]}]
 )
@@ -56,7 +78,10 @@ async def main() -> None:
                 workspace=root / "ws",
             )
             client = SubagentClient(
-                temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+                temporal,
+                task_queue=settings.task_queue,
+                blob_store=settings.blob_store(),
+                agents={"lead": AgentSpec(name="lead", tools=["read_file"], may_spawn=True)},
             )
             async with create_worker(temporal, settings):
                 done = await client.spawn_task("general", "look around", model=TOOLS_SCRIPT)
@@ -66,7 +91,13 @@ async def main() -> None:
                 await client.cancel_task(slow, wait=True)
                 timed = await client.spawn_task("general", "sleep", model=SLOW_SCRIPT, time_limit=1)
                 await client.check_task(timed, wait=True, timeout=60)
-            for name, task_id in (("completed", done), ("cancelled", slow), ("timed_out", timed)):
+                lead = await client.spawn_task("lead", "delegate", model=LEAD_SCRIPT)
+                await client.check_task(lead, wait=True, timeout=60)
+            recorded = {"completed": done, "cancelled": slow, "timed_out": timed, "spawning": lead}
+            wanted = sys.argv[1:] or list(recorded)
+            for name, task_id in recorded.items():
+                if name not in wanted:
+                    continue
                 history = await temporal.get_workflow_handle(task_id).fetch_history()
                 (HERE / f"{name}-{VERSION}.json").write_text(history.to_json())
                 print("recorded", name)

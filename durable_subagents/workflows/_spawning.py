@@ -1,0 +1,302 @@
+"""Subagents that spawn subagents: the two tools the workflow itself handles.
+
+An agent with ``may_spawn`` is offered ``spawn_subagent`` and ``wait_subagents``. They
+run in the workflow, not as activities: a child is a child workflow, so cancelling the
+parent cancels it durably. A child never gets more than its parent: its tools are
+those of its agent that the parent was offered, the parent's rules apply to it as
+restrictions, its mode is the stricter of the two, and it cannot spawn in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents._spawn import build_task_input, start_metadata, static_details
+    from durable_subagents.agents import AgentSpec, resolve_agent
+    from durable_subagents.errors import InvalidRequest
+    from durable_subagents.types import (
+        CallDecision,
+        ChildState,
+        Decisions,
+        PendingApproval,
+        TaskInput,
+        TaskResult,
+        TaskStatus,
+        ToolCall,
+        ToolSpec,
+    )
+
+SPAWN_SUBAGENT = "spawn_subagent"
+WAIT_SUBAGENTS = "wait_subagents"
+SPAWN_TOOLS = (SPAWN_SUBAGENT, WAIT_SUBAGENTS)
+
+_MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
+
+SPAWN_TOOL_SPECS = [
+    ToolSpec(
+        name=SPAWN_SUBAGENT,
+        description=(
+            "Start a subagent on a self-contained part of your task; it runs in parallel "
+            "and returns its task_id at once. Give it everything it needs in the prompt: "
+            "it sees nothing else. Then call wait_subagents for its result. Agents: "
+            "explore (find things), plan (write a plan), research (answer from the "
+            "workspace), general (edit and run commands). A subagent never gets tools "
+            "you do not have."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {
+                    "type": "string",
+                    "enum": ["explore", "plan", "research", "general"],
+                    "description": "Which agent to start.",
+                },
+                "prompt": {"type": "string", "description": "The complete task."},
+                "description": {"type": "string", "description": "A 3-8 word label."},
+                "model": {
+                    "type": "string",
+                    "description": "'provider:model'; default: the same model as yours.",
+                },
+            },
+            "required": ["agent", "prompt"],
+            "additionalProperties": False,
+        },
+    ),
+    ToolSpec(
+        name=WAIT_SUBAGENTS,
+        description=(
+            "Wait for subagents you started: returns when all of them have finished, or "
+            "as soon as one is paused waiting for the user's approval (then call it again "
+            "to keep waiting). Returns each one's status and result."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "task_ids": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Which subagents; default: every one you started.",
+                }
+            },
+            "additionalProperties": False,
+        },
+    ),
+]
+
+
+def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> AgentSpec:
+    """The child's spec: its agent narrowed to what the parent may do."""
+    own = agent.tools if agent.tools is not None else parent_tools
+    tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
+    mode = min(agent.permission_mode, parent.permission_mode, key=_MODE_RANK.__getitem__)
+    return agent.model_copy(
+        update={
+            "tools": tools,
+            "disallowed_tools": sorted({*agent.disallowed_tools, *parent.disallowed_tools}),
+            "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
+            "permission_mode": mode,
+            "may_spawn": False,
+        }
+    )
+
+
+class ChildTasks:
+    """The children of one subagent task: starting, waiting, pauses and decisions.
+
+    Workflow code (deterministic): it runs inside ``SubagentWorkflow``.
+    """
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._handles: dict[str, workflow.ChildWorkflowHandle[Any, TaskResult]] = {}
+        self._states: dict[str, ChildState] = {}
+        self._done: dict[str, dict[str, Any]] = {}
+        self._told: set[tuple[str, str]] = set()
+
+    @property
+    def running(self) -> bool:
+        """Whether any child has not finished."""
+        return any(task_id not in self._done for task_id in self._watchers)
+
+    # ------------------------------------------------------------------ tools
+
+    async def spawn(
+        self,
+        call: ToolCall,
+        *,
+        parent: TaskInput,
+        parent_tools: list[str],
+        parent_model: str,
+        start: Callable[..., Awaitable[workflow.ChildWorkflowHandle[Any, TaskResult]]],
+    ) -> str:
+        """Start a child for a ``spawn_subagent`` call; the model gets its task id."""
+        args = call.arguments
+        try:
+            agent = resolve_agent(str(args.get("agent", "")))
+            spec = child_spec(parent.agent, parent_tools, agent)
+            prompt = args.get("prompt")
+            task_input = build_task_input(
+                spec,
+                prompt if isinstance(prompt, str) else "",
+                description=str(args.get("description") or ""),
+                parent_id=workflow.info().workflow_id,
+                model=str(args.get("model") or "")
+                or (agent.model if agent.model != "inherit" else parent_model),
+                max_turns=None,
+                metadata=None,
+                tools=None,
+                disallowed_tools=None,
+                permission_mode=None,
+                permissions=None,
+                approval_timeout=parent.approval_timeout,
+                time_limit=None,
+                workspace=parent.workspace,
+                max_prompt_bytes=128 * 1024,
+                created_at=workflow.now(),
+                check_model=False,
+            )
+        except InvalidRequest as err:
+            raise ToolCallRefused(str(err)) from None
+        task_input.parent_is_subagent = True
+        child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
+        memo, attributes = start_metadata(task_input)
+        handle = await start(
+            task_input,
+            id=child_id,
+            task_queue=workflow.info().task_queue,
+            memo=memo,
+            search_attributes=attributes,
+            static_summary=task_input.description,
+            static_details=static_details(task_input, child_id),
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        self._handles[child_id] = handle
+        self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
+        return json.dumps({"task_id": child_id, "agent": spec.name, "tools": spec.tools})
+
+    async def wait(self, call: ToolCall) -> str:
+        """Wait until the children are done, or one has a pause the model was not told of."""
+        requested = call.arguments.get("task_ids")
+        ids = [str(i) for i in requested] if isinstance(requested, list) else list(self._watchers)
+        unknown = [i for i in ids if i not in self._watchers]
+        if unknown:
+            started = ", ".join(self._watchers) or "none"
+            raise ToolCallRefused(
+                f"not subagents of this task: {', '.join(unknown)}; started: {started}"
+            )
+        if not ids:
+            raise ToolCallRefused("no subagents were started; call spawn_subagent first")
+        await workflow.wait_condition(
+            lambda: all(i in self._done for i in ids) or any(self._new_pause(i) for i in ids)
+        )
+        report = []
+        for task_id in ids:
+            if task_id in self._done:
+                report.append({"task_id": task_id, **self._done[task_id]})
+                continue
+            state = self._states.get(task_id)
+            if state is not None and state.status == TaskStatus.PAUSED and state.pause_id:
+                self._told.add((task_id, state.pause_id))
+                report.append(
+                    {
+                        "task_id": task_id,
+                        "status": "paused",
+                        "waiting_for_the_users_approval_of": [
+                            p.arguments_preview for p in state.pending_approvals
+                        ],
+                        "next": "it resumes when the user decides; call wait_subagents again",
+                    }
+                )
+            else:
+                report.append({"task_id": task_id, "status": "running"})
+        return json.dumps(report)
+
+    # ------------------------------------------------------------------ pauses
+
+    def update(self, state: ChildState) -> None:
+        """A child reported its pause state (the ``child_state`` signal)."""
+        if state.task_id in self._watchers and state.task_id not in self._done:
+            self._states[state.task_id] = state
+            self._on_change()
+
+    def pending(self) -> tuple[str | None, list[PendingApproval]]:
+        """The first paused child's composite pause id, and every paused child's calls.
+
+        Call ids are ``<child task id>/<call id>``, so decisions can be routed.
+        """
+        pause_id: str | None = None
+        calls: list[PendingApproval] = []
+        for task_id, state in self._states.items():
+            if state.status != TaskStatus.PAUSED or not state.pause_id:
+                continue
+            pause_id = pause_id or f"{task_id}:{state.pause_id}"
+            calls += [
+                p.model_copy(update={"call_id": f"{task_id}/{p.call_id}"})
+                for p in state.pending_approvals
+            ]
+        return pause_id, calls
+
+    async def route(self, decisions: list[CallDecision]) -> None:
+        """Forward decisions on children's calls to the children they belong to."""
+        by_child: dict[str, list[CallDecision]] = {}
+        for d in decisions:
+            task_id, _, call_id = d.call_id.partition("/")
+            by_child.setdefault(task_id, []).append(d.model_copy(update={"call_id": call_id}))
+        for task_id, own in by_child.items():
+            state = self._states.get(task_id)
+            handle = self._handles.get(task_id)
+            if state is None or handle is None or not state.pause_id:
+                continue
+            await handle.signal("decide", Decisions(pause_id=state.pause_id, decisions=own))
+
+    async def cancel_all(self) -> None:
+        """Cancel running children and wait until they acknowledged."""
+        running = [t for i, t in self._watchers.items() if i not in self._done]
+        for task in running:
+            task.cancel()
+        for task in running:
+            with contextlib.suppress(asyncio.CancelledError, FailureError):
+                await task
+
+    # ------------------------------------------------------------------ internals
+
+    def _new_pause(self, task_id: str) -> bool:
+        state = self._states.get(task_id)
+        return (
+            state is not None
+            and state.status == TaskStatus.PAUSED
+            and state.pause_id is not None
+            and (task_id, state.pause_id) not in self._told
+        )
+
+    async def _watch(
+        self, task_id: str, handle: workflow.ChildWorkflowHandle[Any, TaskResult]
+    ) -> None:
+        try:
+            result = await handle
+            self._done[task_id] = {
+                "status": result.status.value,
+                "result": result.result[:4000],
+                "error": result.error,
+                "turns": result.turns,
+            }
+        except ChildWorkflowError as err:
+            cause = err.cause
+            status = "cancelled" if isinstance(cause, CancelledError) else "failed"
+            self._done[task_id] = {"status": status, "error": getattr(cause, "message", str(err))}
+        self._states.pop(task_id, None)
+        self._on_change()
+
+
+class ToolCallRefused(Exception):
+    """A spawn tool call the model must correct (sent back as the tool's error)."""

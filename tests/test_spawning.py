@@ -1,0 +1,111 @@
+"""Subagents that spawn subagents: narrowed children, surfaced pauses, cascading cancel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+
+from .conftest import script
+from .test_durability import processes_matching, wait_for
+
+
+def spawn(agent: str, prompt: str, model: str) -> dict:  # type: ignore[type-arg]
+    call = {
+        "name": "spawn_subagent",
+        "arguments": {"agent": agent, "prompt": prompt, "model": model},
+    }
+    return {"tool_calls": [call]}
+
+
+WAIT = {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]}
+
+
+@pytest.fixture
+def lead(client: SubagentClient) -> SubagentClient:
+    client.agents["lead"] = AgentSpec(
+        name="lead", tools=["read_file", "list_files", "grep"], may_spawn=True
+    )
+    client.agents["lead-ask"] = AgentSpec(
+        name="lead-ask",
+        tools=["bash", "read_file"],
+        permissions=[PermissionRule(tool="bash", action="ask")],
+        may_spawn=True,
+    )
+    client.agents["lead-bash"] = AgentSpec(name="lead-bash", tools=["bash"], may_spawn=True)
+    return client
+
+
+async def child_of(client: SubagentClient, parent_id: str) -> str:
+    transcript = await client.get_transcript(parent_id)
+    spawned = [m for m in transcript if m.role == "tool" and m.tool_name == "spawn_subagent"]
+    return str(json.loads(spawned[0].content)["task_id"])
+
+
+async def test_a_child_is_narrowed_to_its_parent(
+    lead: SubagentClient, worker: None, workspace: Path
+) -> None:
+    child_model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"text": "child answer"},
+    )
+    model = script(
+        spawn("general", "do the child part", child_model),
+        WAIT,
+        {"text": "lead done: {last_tool_result}"},
+    )
+    task_id = await lead.spawn_task("lead", "split the work", model=model)
+    info = await lead.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert "child answer" in (info.result or "")
+    child = await child_of(lead, task_id)
+    child_info = await lead.check_task(child)
+    assert child_info.parent_id == task_id and child_info.status == TaskStatus.COMPLETED
+    child_tools = [m for m in await lead.get_transcript(child) if m.role == "tool"]
+    # general has bash, but its parent does not: the child does not get it
+    assert "unknown tool 'bash'" in child_tools[0].content
+
+
+async def test_a_childs_pause_surfaces_on_the_parent(
+    lead: SubagentClient, worker: None, workspace: Path
+) -> None:
+    child_model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo child > c.txt"}}]},
+        {"text": "child wrote it"},
+    )
+    model = script(
+        spawn("general", "write c.txt", child_model), WAIT, WAIT, {"text": "{last_tool_result}"}
+    )
+    task_id = await lead.spawn_task("lead-ask", "delegate", model=model)
+    paused = await lead.check_task(task_id, wait=True, timeout=60)
+    assert paused.status == TaskStatus.PAUSED
+    child = await child_of(lead, task_id)
+    assert [p.call_id.split("/")[0] for p in paused.pending_approvals] == [child]
+    assert paused.pending_approvals[0].arguments_preview.startswith("bash · echo child")
+    assert not (workspace / "c.txt").exists()
+
+    await lead.approve(task_id)  # routed to the child
+    done = await lead.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    assert (workspace / "c.txt").read_text() == "child\n"
+    assert "child wrote it" in (done.result or "")
+
+
+async def test_cancelling_the_parent_cancels_its_children(
+    lead: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    child_model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3901"}}]})
+    model = script(spawn("general", "sleep", child_model), WAIT)
+    task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
+    await wait_for(lambda: bool(processes_matching("sleep 3901")), 30, "the child's command")
+    info = await lead.cancel_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.CANCELLED
+    child = await child_of(lead, task_id)
+    assert (await lead.check_task(child)).status == TaskStatus.CANCELLED
+    desc = await temporal_client.get_workflow_handle(child).describe()
+    assert desc.status == WorkflowExecutionStatus.CANCELED
+    assert not processes_matching("sleep 3901")
