@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +16,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
+from durable_subagents.workflows._helpers import (
+    call_hash,
+    error_message,
+    final_stop_reason,
+    model_label,
+    tool_error,
+    tool_timeout,
+)
 from durable_subagents.workflows._spawning import (
     SPAWN_SUBAGENT,
     SPAWN_TOOL_SPECS,
@@ -172,7 +179,7 @@ class SubagentWorkflow:
         try:
             return loop.result()
         except (ActivityError, ApplicationError) as err:
-            message = _error_message(err)
+            message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
 
@@ -234,7 +241,7 @@ class SubagentWorkflow:
             if not turn.tool_calls:
                 if self._inbox:
                     continue
-                return self._finish(TaskStatus.COMPLETED, stop_reason=_stop_reason(turn))
+                return self._finish(TaskStatus.COMPLETED, stop_reason=final_stop_reason(turn))
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
             self._publish(TaskStatus.RUNNING)
@@ -302,7 +309,7 @@ class SubagentWorkflow:
                 call_id=c.id,
                 tool_name=c.name,
                 arguments_preview=policy.arguments_preview(c.name, c.arguments, limit=200),
-                arguments_hash=_call_hash(c),
+                arguments_hash=call_hash(c),
                 arguments_ref=c.arguments_ref,
             )
             for c in asks
@@ -335,14 +342,14 @@ class SubagentWorkflow:
         assert self._input is not None
         action, error = verdict
         if action != "allow":
-            return _tool_error(call, error or f"{call.name} was not run")
+            return tool_error(call, error or f"{call.name} was not run")
         if call.name in SPAWN_TOOLS:
             return await self._spawn_tool(call)
         tool_input = ToolCallInput(
             task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
         )
         self._check_size(tool_input, f"{call.name} call input")
-        timeout = _tool_timeout(call.arguments.get("timeout"))
+        timeout = tool_timeout(call.arguments.get("timeout"))
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
             tool_input,
@@ -368,7 +375,7 @@ class SubagentWorkflow:
             else:
                 content = await self._children.wait(call)
         except ToolCallRefused as err:
-            return _tool_error(call, str(err))
+            return tool_error(call, str(err))
         return ToolCallResult(call_id=call.id, tool_name=call.name, content=content)
 
     def _republish(self) -> None:
@@ -490,54 +497,6 @@ class SubagentWorkflow:
                 type="PayloadTooLarge",
                 non_retryable=True,
             )
-
-
-def model_label(model: str) -> str:
-    """A short model name for summaries: inline scripts are not repeated every turn."""
-    if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
-        return "scripted"
-    return model if len(model) <= 60 else model[:59] + "…"
-
-
-def _tool_timeout(value: object) -> float:
-    """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 120.0
-    if not math.isfinite(seconds):
-        return 120.0
-    return min(max(seconds, 1.0), 600.0)
-
-
-def _stop_reason(turn: ModelTurnResult) -> str:
-    """``end_turn`` for a normal final answer, whatever the provider calls it."""
-    if turn.stop_reason in (None, "", "stop", "end_turn", "tool_calls", "tool_use"):
-        return "end_turn"
-    return turn.stop_reason
-
-
-def _call_hash(call: ToolCall) -> str:
-    arguments = dict(call.arguments)
-    if call.arguments_ref:
-        arguments["__ref__"] = call.arguments_ref
-    return policy.arguments_hash(arguments)
-
-
-def _tool_error(call: ToolCall, message: str) -> ToolCallResult:
-    return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
-
-
-def _error_message(err: BaseException) -> str:
-    """The innermost meaningful message of a failure chain."""
-    parts = []
-    cur: BaseException | None = err
-    while cur is not None:
-        msg = getattr(cur, "message", None) or str(cur)
-        if msg and msg not in parts and msg != "Activity task failed":
-            parts.append(msg)
-        cur = cur.__cause__
-    return ": ".join(parts) or type(err).__name__
 
 
 __all__ = ["MODEL_TURN_ACTIVITY", "RUN_TOOL_ACTIVITY", "SubagentWorkflow"]

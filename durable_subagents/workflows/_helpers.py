@@ -1,0 +1,59 @@
+"""Small pure helpers of the workflow (deterministic, no I/O)."""
+
+from __future__ import annotations
+
+import math
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents import policy
+    from durable_subagents.types import ModelTurnResult, ToolCall, ToolCallResult
+
+
+def model_label(model: str) -> str:
+    """A short model name for summaries: inline scripts are not repeated every turn."""
+    if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
+        return "scripted"
+    return model if len(model) <= 60 else model[:59] + "…"
+
+
+def tool_timeout(value: object) -> float:
+    """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 120.0
+    if not math.isfinite(seconds):
+        return 120.0
+    return min(max(seconds, 1.0), 600.0)
+
+
+def final_stop_reason(turn: ModelTurnResult) -> str:
+    """``end_turn`` for a normal final answer, whatever the provider calls it."""
+    if turn.stop_reason in (None, "", "stop", "end_turn", "tool_calls", "tool_use"):
+        return "end_turn"
+    return turn.stop_reason
+
+
+def call_hash(call: ToolCall) -> str:
+    arguments = dict(call.arguments)
+    if call.arguments_ref:
+        arguments["__ref__"] = call.arguments_ref
+    return policy.arguments_hash(arguments)
+
+
+def tool_error(call: ToolCall, message: str) -> ToolCallResult:
+    return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
+
+
+def error_message(err: BaseException) -> str:
+    """The innermost meaningful message of a failure chain."""
+    parts = []
+    cur: BaseException | None = err
+    while cur is not None:
+        msg = getattr(cur, "message", None) or str(cur)
+        if msg and msg not in parts and msg != "Activity task failed":
+            parts.append(msg)
+        cur = cur.__cause__
+    return ": ".join(parts) or type(err).__name__
