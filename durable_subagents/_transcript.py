@@ -11,11 +11,14 @@ import json
 from collections import OrderedDict
 
 from durable_subagents._blobstore import BlobStore
+from durable_subagents.policy import rule_target_key
 from durable_subagents.types import Message, ToolCall
 
 PREVIEW_CHARS = 1000
 """Characters of a large text kept inline as its preview."""
 INLINE_LIMIT = 8 * 1024
+RULE_TARGET_LIMIT = 64 * 1024
+"""A command or path up to this size stays inline in full, so permission rules see it."""
 """Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
 
 
@@ -85,11 +88,20 @@ class Transcript:
         data = json.dumps(call.arguments, sort_keys=True).encode()
         if len(data) <= INLINE_LIMIT:
             return call
+        target = rule_target_key(call.arguments)
         previews = {
-            k: preview(v, 200) if isinstance(v, str) else v for k, v in call.arguments.items()
+            k: v if k == target or not isinstance(v, str) else preview(v, 200)
+            for k, v in call.arguments.items()
         }
+        truncated = False
+        if target is not None and len(call.arguments[target]) > RULE_TARGET_LIMIT:
+            # Too long to carry inline: the workflow refuses it where a rule could apply.
+            previews[target] = preview(call.arguments[target], 200)
+            truncated = True
         ref = self.store.put(task_id, data)
-        return call.model_copy(update={"arguments": previews, "arguments_ref": ref})
+        return call.model_copy(
+            update={"arguments": previews, "arguments_ref": ref, "rule_target_truncated": truncated}
+        )
 
     def store_text(self, task_id: str, text: str) -> tuple[str, str | None]:
         """Keep a short text inline; put a long one in the store.

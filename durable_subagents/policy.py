@@ -16,13 +16,26 @@ from durable_subagents.agents._spec import EDIT_TOOLS, Action
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
 
 
+def rule_target_key(arguments: dict[str, Any]) -> str | None:
+    """Which argument rules match against: the command, path, pattern or URL."""
+    for key in _MAIN_ARGUMENT:
+        if isinstance(arguments.get(key), str):
+            return key
+    return None
+
+
 def main_argument(arguments: dict[str, Any]) -> str:
     """The argument rules match against: a command, a path or a pattern."""
-    for key in _MAIN_ARGUMENT:
-        value = arguments.get(key)
-        if isinstance(value, str):
-            return value
-    return ""
+    key = rule_target_key(arguments)
+    return str(arguments[key]) if key is not None else ""
+
+
+def has_rules_for(spec: AgentSpec, tool_name: str) -> bool:
+    """Whether any deny or ask rule could apply to this tool."""
+    return any(
+        r.action != "allow" and fnmatch.fnmatchcase(tool_name, r.tool)
+        for r in (*spec.permissions, *spec.restrictions)
+    )
 
 
 def decide(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:

@@ -85,6 +85,8 @@ class ToolCall(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     arguments_ref: str | None = None
+    rule_target_truncated: bool = False
+    """The argument permission rules match (command, path...) was too long to keep inline."""
 
 
 class Message(BaseModel):
@@ -169,6 +171,10 @@ class TaskState(BaseModel):
     pending_messages: list[Message] = Field(default_factory=list)
     model: str | None = None
     runs: int = 1
+    awaiting_input: bool = False
+    """A follow-up run: wait for the input that comes with the start signal."""
+    children: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Finished children of an earlier run (task id -> status, result, error)."""
 
 
 class ModelTurnInput(BaseModel):
@@ -282,6 +288,8 @@ class TaskResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     head: str | None = None
     model: str | None = None
+    pending_messages: list[Message] = Field(default_factory=list)
+    """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
 
 
 # ---------------------------------------------------------------- client-facing

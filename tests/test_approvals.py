@@ -122,3 +122,23 @@ async def test_spawn_restrictions_can_ask_but_never_widen(
     info = await client.check_task(task_id)
     assert info.status == TaskStatus.CANCELLED and info.pending_approvals == []
     assert not (workspace / "a.txt").exists()
+
+
+async def test_rules_see_the_whole_of_a_long_command(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    client.agents["no-touch"] = AgentSpec(
+        name="no-touch",
+        tools=["bash"],
+        permissions=[PermissionRule(tool="bash", pattern="*touch*", action="deny")],
+    )
+    padded = "echo " + "x" * 9000 + " >/dev/null; touch pwned"
+    huge = "echo " + "y" * 70_000 + " >/dev/null; echo fine"
+    model = script(bash(padded), bash(huge), {"text": "done"})
+    task_id = await client.spawn_task("no-touch", "x", model=model)
+    done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED
+    assert not (workspace / "pwned").exists()
+    tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert "denied by this agent's permission rules" in tool_msgs[0].content
+    assert "too long to check against this agent's permission rules" in tool_msgs[1].content

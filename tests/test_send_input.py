@@ -57,3 +57,21 @@ async def test_a_cancelled_task_cannot_be_revived(client: SubagentClient) -> Non
         await client.send_input(task_id, "come back")
     with pytest.raises(InvalidRequest, match="input is empty"):
         await client.send_input(task_id, " ")
+
+
+async def test_follow_up_after_max_turns_keeps_the_conversation_well_formed(
+    client: SubagentClient, worker: None
+) -> None:
+    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "x"}}]}
+    model = script({"text": "reading", **read}, {"text": "after the follow-up"})
+    task_id = await client.spawn_task("explore", "go", model=model, max_turns=1)
+    first = await client.check_task(task_id, wait=True, timeout=30)
+    assert first.stop_reason == "max_turns"
+    await client.send_input(task_id, "please continue")
+    done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.result == "after the follow-up"
+    roles = [(m.role, m.tool_call_id) for m in await client.get_transcript(task_id)]
+    # every tool call is answered before the next user message
+    call_at = roles.index(("assistant", None))
+    assert roles[call_at + 1] == ("tool", "call_0_0")
+    assert roles[call_at + 2] == ("user", None)

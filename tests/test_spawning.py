@@ -109,3 +109,19 @@ async def test_cancelling_the_parent_cancels_its_children(
     desc = await temporal_client.get_workflow_handle(child).describe()
     assert desc.status == WorkflowExecutionStatus.CANCELED
     assert not processes_matching("sleep 3901")
+
+
+async def test_a_child_cannot_switch_provider_or_read_files_as_scripts(
+    lead: SubagentClient, worker: None
+) -> None:
+    model = script(
+        spawn("explore", "x", "openai:gpt-4.1"),
+        spawn("explore", "x", "scripted:@/etc/passwd"),
+        {"text": "done"},
+    )
+    task_id = await lead.spawn_task("lead", "try", model=model)
+    info = await lead.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED
+    tool_msgs = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
+    assert all(m.is_error and "is not allowed" in m.content for m in tool_msgs)
+    assert await lead.list_tasks(parent_id=task_id) == []

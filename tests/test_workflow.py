@@ -244,12 +244,13 @@ async def test_malformed_tool_arguments_never_break_the_workflow(
         {"name": "bash", "arguments": {"command": ["not", "a", "string"]}},
         {"name": "read_file", "arguments": {"path": 42, "limit": "x"}},
         {"name": "bash", "arguments": {"command": "echo c", "timeout": 1e309}},
+        {"name": "bash", "arguments": {"command": "echo d", "timeout": 10**400}},
     ]
     model = script({"tool_calls": calls}, {"text": "survived"})
     task_id = await client.spawn_task("general", "bad args", model=model)
     info = await client.check_task(task_id, wait=True, timeout=30)
     assert info.status == TaskStatus.COMPLETED and info.result == "survived"
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
-    assert len(tool_msgs) == 5
+    assert len(tool_msgs) == 6
     assert tool_msgs[2].is_error and "command" in tool_msgs[2].content
     assert tool_msgs[3].is_error

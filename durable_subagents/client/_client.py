@@ -448,8 +448,15 @@ class SubagentClient:
         info = await self._info(task_id)
         if not info.status.terminal:
             handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
-            await handle.signal(SubagentWorkflow.send_input, text)
-            return info.public()
+            try:
+                await handle.signal(SubagentWorkflow.send_input, text)
+                return info.public()
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            info = await self._info(task_id)  # it closed just now
+            if not info.status.terminal:
+                raise InvalidRequest(f"task {task_id!r} changed while sending; send again")
         if info.status != TaskStatus.COMPLETED:
             raise InvalidRequest(
                 f"task {task_id!r} is {info.status.value}; only a completed task can be "

@@ -13,7 +13,14 @@ from temporalio.converter import DataConverter
 from durable_subagents._spawn import static_details
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound
-from durable_subagents.types import CallDecision, Decisions, TaskInput, TaskState, TaskStatus
+from durable_subagents.types import (
+    CallDecision,
+    Decisions,
+    TaskInput,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+)
 from durable_subagents.workflows import SubagentWorkflow
 
 
@@ -60,15 +67,18 @@ async def start_follow_up(
     Signal-with-start alone would be unsafe: it would revive cancelled tasks and
     could start from a stale transcript, so the closed run is read first.
     """
-    handle = temporal.get_workflow_handle(task_id, run_id=info.run_id)
+    handle = temporal.get_workflow_handle(task_id, run_id=info.run_id, result_type=TaskResult)
     previous = await _run_input(handle, temporal.data_converter)
+    closed = await handle.result(follow_runs=False)
     desc = await handle.describe()
     state = TaskState(
-        head=info.head,
-        turns=info.turns,
-        usage=info.usage,
+        head=closed.head,
+        turns=closed.turns,
+        usage=closed.usage,
         model=previous.state.model if previous.state else None,
         runs=(previous.state.runs if previous.state else 1) + 1,
+        pending_messages=closed.pending_messages,
+        awaiting_input=True,
     )
     follow_up = previous.model_copy(
         update={

@@ -22,7 +22,7 @@ def tool_timeout(value: object) -> float:
     """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
     try:
         seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 120.0
     if not math.isfinite(seconds):
         return 120.0

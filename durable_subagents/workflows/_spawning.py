@@ -121,11 +121,23 @@ class ChildTasks:
         self._states: dict[str, ChildState] = {}
         self._done: dict[str, dict[str, Any]] = {}
         self._told: set[tuple[str, str]] = set()
+        self._known: list[str] = []
+        """Every child id, registered before its start resolves (its signals may come first)."""
 
     @property
     def running(self) -> bool:
         """Whether any child has not finished."""
-        return any(task_id not in self._done for task_id in self._watchers)
+        return any(task_id not in self._done for task_id in self._known)
+
+    @property
+    def finished(self) -> dict[str, dict[str, Any]]:
+        """Summaries of finished children (carried over a continue-as-new)."""
+        return dict(self._done)
+
+    def restore(self, finished: dict[str, dict[str, Any]]) -> None:
+        """Take over the finished children of an earlier run."""
+        self._done.update(finished)
+        self._known += [t for t in finished if t not in self._known]
 
     # ------------------------------------------------------------------ tools
 
@@ -140,6 +152,13 @@ class ChildTasks:
     ) -> str:
         """Start a child for a ``spawn_subagent`` call; the model gets its task id."""
         args = call.arguments
+        model = str(args.get("model") or "")
+        provider = parent_model.split(":", 1)[0]
+        if model and (model.split(":", 1)[0] != provider or model.startswith("scripted:@")):
+            raise ToolCallRefused(
+                f"model {model!r} is not allowed: a subagent may only use a {provider} "
+                "model, like its parent; leave model out to use the same one"
+            )
         try:
             agent = resolve_agent(str(args.get("agent", "")))
             spec = child_spec(parent.agent, parent_tools, agent)
@@ -149,8 +168,7 @@ class ChildTasks:
                 prompt if isinstance(prompt, str) else "",
                 description=str(args.get("description") or ""),
                 parent_id=workflow.info().workflow_id,
-                model=str(args.get("model") or "")
-                or (agent.model if agent.model != "inherit" else parent_model),
+                model=model or (agent.model if agent.model != "inherit" else parent_model),
                 max_turns=None,
                 metadata=None,
                 tools=None,
@@ -169,17 +187,22 @@ class ChildTasks:
         task_input.parent_is_subagent = True
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         memo, attributes = start_metadata(task_input)
-        handle = await start(
-            task_input,
-            id=child_id,
-            task_queue=workflow.info().task_queue,
-            memo=memo,
-            search_attributes=attributes,
-            static_summary=task_input.description,
-            static_details=static_details(task_input, child_id),
-            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-            cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )
+        self._known.append(child_id)
+        try:
+            handle = await start(
+                task_input,
+                id=child_id,
+                task_queue=workflow.info().task_queue,
+                memo=memo,
+                search_attributes=attributes,
+                static_summary=task_input.description,
+                static_details=static_details(task_input, child_id),
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except BaseException:
+            self._known.remove(child_id)
+            raise
         self._handles[child_id] = handle
         self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
         return json.dumps({"task_id": child_id, "agent": spec.name, "tools": spec.tools})
@@ -187,10 +210,10 @@ class ChildTasks:
     async def wait(self, call: ToolCall) -> str:
         """Wait until the children are done, or one has a pause the model was not told of."""
         requested = call.arguments.get("task_ids")
-        ids = [str(i) for i in requested] if isinstance(requested, list) else list(self._watchers)
-        unknown = [i for i in ids if i not in self._watchers]
+        ids = [str(i) for i in requested] if isinstance(requested, list) else list(self._known)
+        unknown = [i for i in ids if i not in self._known]
         if unknown:
-            started = ", ".join(self._watchers) or "none"
+            started = ", ".join(self._known) or "none"
             raise ToolCallRefused(
                 f"not subagents of this task: {', '.join(unknown)}; started: {started}"
             )
@@ -225,14 +248,15 @@ class ChildTasks:
 
     def update(self, state: ChildState) -> None:
         """A child reported its pause state (the ``child_state`` signal)."""
-        if state.task_id in self._watchers and state.task_id not in self._done:
+        if state.task_id in self._known and state.task_id not in self._done:
             self._states[state.task_id] = state
             self._on_change()
 
     def pending(self) -> tuple[str | None, list[PendingApproval]]:
         """The first paused child's composite pause id, and every paused child's calls.
 
-        Call ids are ``<child task id>/<call id>``, so decisions can be routed.
+        Call ids are ``<child task id>/<child pause id>/<call id>``: a decision goes to
+        that child and counts only for that pause.
         """
         pause_id: str | None = None
         calls: list[PendingApproval] = []
@@ -241,23 +265,23 @@ class ChildTasks:
                 continue
             pause_id = pause_id or f"{task_id}:{state.pause_id}"
             calls += [
-                p.model_copy(update={"call_id": f"{task_id}/{p.call_id}"})
+                p.model_copy(update={"call_id": f"{task_id}/{state.pause_id}/{p.call_id}"})
                 for p in state.pending_approvals
             ]
         return pause_id, calls
 
     async def route(self, decisions: list[CallDecision]) -> None:
         """Forward decisions on children's calls to the children they belong to."""
-        by_child: dict[str, list[CallDecision]] = {}
+        by_pause: dict[tuple[str, str], list[CallDecision]] = {}
         for d in decisions:
-            task_id, _, call_id = d.call_id.partition("/")
-            by_child.setdefault(task_id, []).append(d.model_copy(update={"call_id": call_id}))
-        for task_id, own in by_child.items():
-            state = self._states.get(task_id)
+            task_id, _, rest = d.call_id.partition("/")
+            pause_id, _, call_id = rest.partition("/")
+            own = d.model_copy(update={"call_id": call_id})
+            by_pause.setdefault((task_id, pause_id), []).append(own)
+        for (task_id, pause_id), own_decisions in by_pause.items():
             handle = self._handles.get(task_id)
-            if state is None or handle is None or not state.pause_id:
-                continue
-            await handle.signal("decide", Decisions(pause_id=state.pause_id, decisions=own))
+            if handle is not None and pause_id:
+                await handle.signal("decide", Decisions(pause_id=pause_id, decisions=own_decisions))
 
     async def cancel_all(self) -> None:
         """Cancel running children and wait until they acknowledged."""

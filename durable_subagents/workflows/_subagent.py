@@ -158,6 +158,7 @@ class SubagentWorkflow:
             self._usage = state.usage
             self._model = state.model or input.model
             self._runs = state.runs
+            self._children.restore(state.children)
         self._memo = dict(workflow.memo())
         pending = list(state.pending_messages) if state else []
         loop = asyncio.create_task(self._loop(pending))
@@ -182,6 +183,15 @@ class SubagentWorkflow:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
+        except workflow.NondeterminismError:
+            raise
+        except Exception as err:
+            # A bug hit by model-controlled data would fail this workflow task on every
+            # retry; failing the task says what happened instead of hanging it.
+            message = f"internal error: {type(err).__name__}: {err}"
+            workflow.logger.exception("subagent loop failed")
+            self._publish(TaskStatus.FAILED, error=message)
+            raise ApplicationError(message, type="InternalError", non_retryable=True) from err
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
@@ -210,7 +220,8 @@ class SubagentWorkflow:
         # before it schedules anything.
         await asyncio.sleep(0)
         new: list[Message] = pending
-        if self._head is not None and not new:
+        state = inp.state
+        if (self._head is not None and not new) or (state is not None and state.awaiting_input):
             # A follow-up run: its input arrives as the start signal.
             await workflow.wait_condition(lambda: bool(self._inbox))
         if self._head is None and not new:
@@ -243,7 +254,14 @@ class SubagentWorkflow:
                     continue
                 return self._finish(TaskStatus.COMPLETED, stop_reason=final_stop_reason(turn))
             if self._turns >= inp.max_turns:
-                return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns")
+                # Answer the calls, so a follow-up run continues a well-formed conversation.
+                unanswered = [
+                    tool_error(c, "not run: the task reached its max_turns").to_message()
+                    for c in turn.tool_calls
+                ]
+                return self._finish(
+                    TaskStatus.COMPLETED, stop_reason="max_turns", pending=unanswered
+                )
             self._publish(TaskStatus.RUNNING)
             verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
@@ -292,6 +310,11 @@ class SubagentWorkflow:
             return "deny", "the arguments were not valid JSON; send a JSON object"
         if call.name in SPAWN_TOOLS:
             return "allow", None  # may_spawn is the permission; the children are narrowed
+        if call.rule_target_truncated and policy.has_rules_for(self._input.agent, call.name):
+            return "deny", (
+                f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
+                "check against this agent's permission rules; make it shorter"
+            )
         action = policy.decide(self._input.agent, call.name, call.arguments)
         if action == "deny":
             return (
@@ -393,6 +416,7 @@ class SubagentWorkflow:
             pending_messages=new,
             model=self._model,
             runs=self._runs + 1,
+            children=self._children.finished,
         )
         workflow.continue_as_new(
             self._input.model_copy(update={"state": state}),
@@ -412,6 +436,7 @@ class SubagentWorkflow:
     ) -> TaskResult:
         self._publish(status, stop_reason=stop_reason, error=error)
         return TaskResult(
+            pending_messages=pending or [],
             status=status,
             result=self._last_text,
             result_ref=self._last_text_ref,

@@ -143,7 +143,12 @@ def _parse(data: Any, origin: str) -> Script:
     try:
         return Script.model_validate({"turns": data} if isinstance(data, list) else data)
     except ValidationError as exc:
-        raise InvalidRequest(f"invalid script {origin}: {exc}") from exc
+        # Never echo the input: a script file could hold anything.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'script'}: {e['msg']}"
+            for e in exc.errors(include_input=False)
+        )
+        raise InvalidRequest(f"invalid script {origin}: {problems}") from None
 
 
 @lru_cache(maxsize=64)
