@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_subagents.errors import SubagentError
 
 STATUS = SearchAttributeKey.for_keyword("SubagentStatus")
 AGENT = SearchAttributeKey.for_keyword("SubagentAgent")
@@ -28,6 +37,38 @@ def register_command(namespace: str = "default") -> str:
         f"--name {key.name} --type {_type_name(key)}"
         for key in ALL
     )
+
+
+async def missing_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Names of this library's custom search attributes not registered in ``namespace``."""
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    have = response.custom_attributes
+    return [key.name for key in ALL if key.name not in have]
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register the custom search attributes ``namespace`` lacks; a no-op when none do."""
+    missing = set(await missing_search_attributes(client, namespace))
+    if not missing:
+        return
+    attributes = {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in ALL
+        if key.name in missing
+    }
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=attributes)
+        )
+    except RPCError as err:
+        if err.status != RPCStatusCode.ALREADY_EXISTS:
+            raise SubagentError(
+                f"could not register search attributes {sorted(missing)} in namespace "
+                f"{namespace!r}: {err.message}; register them by hand:\n"
+                + register_command(namespace)
+            ) from err
 
 
 def _type_name(key: SearchAttributeKey) -> str:

@@ -12,11 +12,11 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.agents._spec import MODE_RANK
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskInput, TaskStatus
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
 MAX_TURNS_LIMIT = 10_000
 
 
@@ -117,11 +117,11 @@ def narrow(
     if disallowed_tools:
         update["disallowed_tools"] = sorted({*spec.disallowed_tools, *disallowed_tools})
     if permission_mode is not None:
-        if permission_mode not in _MODE_RANK:
+        if permission_mode not in MODE_RANK:
             raise InvalidRequest(
-                f"unknown permission_mode {permission_mode!r}; use one of {', '.join(_MODE_RANK)}"
+                f"unknown permission_mode {permission_mode!r}; use one of {', '.join(MODE_RANK)}"
             )
-        if _MODE_RANK[permission_mode] > _MODE_RANK[spec.permission_mode]:
+        if MODE_RANK[permission_mode] > MODE_RANK[spec.permission_mode]:
             raise InvalidRequest(
                 f"permission_mode {permission_mode!r} is more permissive than agent "
                 f"{spec.name!r}'s {spec.permission_mode!r}; spawn options can only narrow"

@@ -27,7 +27,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from durable_subagents.config import SECRET_ENV_NAME
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.types import ModelTurnInput, ModelTurnResult, ToolCallInput, ToolCallResult
 
@@ -57,8 +57,6 @@ DEFAULT_SERVICE_NAME = "durable-subagents"
 """``service.name`` of the provider :func:`setup_tracing` installs (``OTEL_SERVICE_NAME`` wins)."""
 
 _OTEL_MODULE = "temporalio.contrib.opentelemetry"
-# The same names the bash tool strips from a command's environment.
-_SECRET_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------- switching on
@@ -374,6 +372,6 @@ def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` with the values of secret-looking environment variables replaced."""
     env = os.environ if env is None else env
     for name, value in env.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+        if len(value) >= 8 and SECRET_ENV_NAME.search(name) and value in text:
             text = text.replace(value, "[redacted]")
     return text

@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -111,6 +111,19 @@ def _run(coro: Awaitable[T]) -> T:
 async def _client(settings: Settings) -> SubagentClient:
     # Only spawning resolves agents: a broken agent file must not block check or cancel.
     return await SubagentClient.connect(settings=settings, agents={})
+
+
+def _show(
+    settings: Settings,
+    action: Callable[[SubagentClient], Awaitable[TaskInfo]],
+    as_json: bool,
+) -> None:
+    """Connect, run one call on a task, print the task it returns."""
+
+    async def main() -> None:
+        _print_info(await action(await _client(settings)), as_json)
+
+    _run(main())
 
 
 def _print_info(info: TaskInfo, as_json: bool) -> None:
@@ -291,13 +304,11 @@ def check(
     as_json: JsonOut = False,
 ) -> None:
     """Show a task's status and result."""
-
-    async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
-        info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
-        _print_info(info, as_json)
-
-    _run(main())
+    _show(
+        _settings(address, namespace, task_queue),
+        lambda c: c.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause),
+        as_json,
+    )
 
 
 @app.command()
@@ -311,12 +322,11 @@ def cancel(
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
-
-    async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
-        _print_info(await client.cancel_task(task_id, wait=wait, timeout=timeout), as_json)
-
-    _run(main())
+    _show(
+        _settings(address, namespace, task_queue),
+        lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
+        as_json,
+    )
 
 
 @app.command()
@@ -329,12 +339,7 @@ def approve(
     as_json: JsonOut = False,
 ) -> None:
     """Approve the pending tool calls of a paused task."""
-
-    async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
-        _print_info(await client.approve(task_id, call), as_json)
-
-    _run(main())
+    _show(_settings(address, namespace, task_queue), lambda c: c.approve(task_id, call), as_json)
 
 
 @app.command()
@@ -348,12 +353,11 @@ def reject(
     as_json: JsonOut = False,
 ) -> None:
     """Reject the pending tool calls of a paused task."""
-
-    async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
-        _print_info(await client.reject(task_id, call, reason), as_json)
-
-    _run(main())
+    _show(
+        _settings(address, namespace, task_queue),
+        lambda c: c.reject(task_id, call, reason),
+        as_json,
+    )
 
 
 @app.command()
@@ -368,11 +372,7 @@ def send(
     """Send steering input to a running task, or a follow-up to a completed one."""
     body = sys.stdin.read() if text == "-" else text
 
-    async def main() -> None:
-        client = await _client(_settings(address, namespace, task_queue))
-        _print_info(await client.send_input(task_id, body), as_json)
-
-    _run(main())
+    _show(_settings(address, namespace, task_queue), lambda c: c.send_input(task_id, body), as_json)
 
 
 @app.command("ls")

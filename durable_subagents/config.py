@@ -8,6 +8,7 @@ activities read.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import platformdirs
@@ -15,6 +16,9 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from durable_subagents._blobstore import LocalBlobStore
+
+SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+"""Environment variable names treated as secrets: kept from tool commands, scrubbed from spans."""
 
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
@@ -63,11 +67,6 @@ class Settings(BaseSettings):
         "auto", validation_alias=AliasChoices("SUBAGENTS_TOOL_SANDBOX", "tool_sandbox")
     )
     """How tool processes are isolated: ``auto``, ``bwrap``, ``unshare`` or ``none``."""
-    max_payload_bytes: int = Field(
-        256 * 1024,
-        validation_alias=AliasChoices("SUBAGENTS_MAX_PAYLOAD_BYTES", "max_payload_bytes"),
-    )
-    """Largest workflow/activity payload the library schedules (Temporal's hard cap: 2 MB)."""
     otel: bool | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_OTEL", "otel"))
     """OpenTelemetry tracing at the edges: ``1`` on (installs an OTLP exporter), ``0`` off;
     unset: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set or a provider is configured."""

@@ -21,17 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from google.protobuf.duration_pb2 import Duration
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.namespace.v1 import NamespaceConfig
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from durable_subagents import _search_attributes
+
+# Re-exported: part of this module's public API (DevServer registers them on start).
+from durable_subagents._search_attributes import (
+    ensure_search_attributes as ensure_search_attributes,
+)
+from durable_subagents._search_attributes import (
+    missing_search_attributes as missing_search_attributes,
+)
 from durable_subagents.config import Settings, default_data_dir
 from durable_subagents.errors import InvalidRequest, SubagentError
 
@@ -110,38 +113,6 @@ async def server_answers(
     except (TimeoutError, RuntimeError, RPCError, OSError):
         return False
     return True
-
-
-async def missing_search_attributes(client: Client, namespace: str) -> list[str]:
-    """Names of this library's custom search attributes not registered in ``namespace``."""
-    response = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    have = response.custom_attributes
-    return [key.name for key in _search_attributes.ALL if key.name not in have]
-
-
-async def ensure_search_attributes(client: Client, namespace: str) -> None:
-    """Register the custom search attributes ``namespace`` lacks; a no-op when none do."""
-    missing = set(await missing_search_attributes(client, namespace))
-    if not missing:
-        return
-    attributes = {
-        key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in _search_attributes.ALL
-        if key.name in missing
-    }
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=attributes)
-        )
-    except RPCError as err:
-        if err.status != RPCStatusCode.ALREADY_EXISTS:
-            raise SubagentError(
-                f"could not register search attributes {sorted(missing)} in namespace "
-                f"{namespace!r}: {err.message}; register them by hand:\n"
-                + _search_attributes.register_command(namespace)
-            ) from err
 
 
 async def set_retention(client: Client, namespace: str, retention: timedelta) -> None:

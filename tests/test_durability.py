@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.activities.providers import clear_provider_cache
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
+from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from .conftest import script
@@ -47,6 +49,21 @@ async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") ->
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def fake_provider(
+    monkeypatch: pytest.MonkeyPatch, server: FakeModelServer, prefix: str, key: str = "k"
+) -> AsyncIterator[FakeModelServer]:
+    """Serve a fake model API and point this process's worker at it (env + fresh clients)."""
+    async with server as srv:
+        monkeypatch.setenv(f"{prefix}_API_KEY", key)
+        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
+        clear_provider_cache()
+        try:
+            yield srv
+        finally:
+            clear_provider_cache()
 
 
 async def all_runs_events(temporal: Client, task_id: str) -> list:  # type: ignore[type-arg]
@@ -109,16 +126,12 @@ async def test_api_keys_never_enter_the_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     secret = f"sk-test-{uuid.uuid4().hex}"
-    async with FakeOpenAIServer() as srv:
-        monkeypatch.setenv("OPENAI_API_KEY", secret)
-        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
-        clear_provider_cache()
+    async with fake_provider(monkeypatch, FakeOpenAIServer(), "OPENAI", key=secret) as srv:
         srv.add_reply(tool_calls=[{"name": "list_files", "arguments": {}}], usage=(100, 7))
         srv.add_reply(text="nothing here", usage=(150, 9))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "look", model="openai:gpt-test")
             info = await client.check_task(task_id, wait=True, timeout=30)
-    clear_provider_cache()
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.usage.input_tokens == 250 and info.usage.output_tokens == 16
     assert info.model == "openai:gpt-test"
@@ -140,16 +153,14 @@ async def test_anthropic_through_the_workflow_sums_usage(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with FakeAnthropicServer() as srv:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.base_url)
-        clear_provider_cache()
+    async with fake_provider(
+        monkeypatch, FakeAnthropicServer(), "ANTHROPIC", key="test-key"
+    ) as srv:
         srv.add_reply(tool_calls=[{"name": "grep", "arguments": {"pattern": "x"}}], usage=(40, 3))
         srv.add_reply(text="no matches", usage=(60, 4))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "grep", model="anthropic:claude-test")
             info = await client.check_task(task_id, wait=True, timeout=30)
-    clear_provider_cache()
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == "no matches"
     assert (info.usage.input_tokens, info.usage.output_tokens) == (100, 7)
@@ -206,10 +217,7 @@ async def test_cancel_closes_a_streaming_model_call(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with FakeOpenAIServer() as srv:
-        monkeypatch.setenv("OPENAI_API_KEY", "k")
-        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
-        clear_provider_cache()
+    async with fake_provider(monkeypatch, FakeOpenAIServer(), "OPENAI") as srv:
         srv.add_reply(text="this will never finish", hang=True)
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "hang", model="openai:gpt-test")
@@ -217,7 +225,6 @@ async def test_cancel_closes_a_streaming_model_call(
             info = await client.cancel_task(task_id, wait=True, timeout=15)
             assert info.status == TaskStatus.CANCELLED
             await asyncio.wait_for(srv.disconnected.wait(), 5)
-    clear_provider_cache()
     assert srv.disconnects >= 1
 
 
@@ -291,10 +298,7 @@ async def test_temporal_retries_429_after_retry_after_and_fails_fast_on_400(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with FakeOpenAIServer() as srv:
-        monkeypatch.setenv("OPENAI_API_KEY", "k")
-        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
-        clear_provider_cache()
+    async with fake_provider(monkeypatch, FakeOpenAIServer(), "OPENAI") as srv:
         srv.add_error(429, headers={"Retry-After": "1"})
         srv.add_reply(text="after the retry")
         srv.add_error(400, body={"error": {"message": "bad parameter max_tokens"}})
@@ -303,7 +307,6 @@ async def test_temporal_retries_429_after_retry_after_and_fails_fast_on_400(
             ok = await client.check_task(retried, wait=True, timeout=30)
             bad = await client.spawn_task("explore", "b", model="openai:gpt-test")
             failed = await client.check_task(bad, wait=True, timeout=30)
-    clear_provider_cache()
     assert ok.status == TaskStatus.COMPLETED and ok.result == "after the retry"
     attempts = [
         e.activity_task_started_event_attributes.attempt

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,17 +21,8 @@ from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 
 from .conftest import script
-
-NAMES = [
-    "spawn_subagent",
-    "check_subagent",
-    "wait_subagents",
-    "approve_tool_calls",
-    "reject_tool_calls",
-    "send_subagent_input",
-    "cancel_subagent",
-    "list_subagents",
-]
+from .test_cli import _env
+from .test_orchestrator_tools import NAMES
 
 REVIEWER = """\
 ---
@@ -43,17 +33,6 @@ tools: Read, Grep
 
 You review code.
 """
-
-
-def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))}
-    env.update(
-        CI="true",
-        SUBAGENTS_DATA_DIR=str(tmp_path / "mcp-data"),
-        SUBAGENTS_BLOB_DIR=str(tmp_path / "mcp-blobs"),
-    )
-    env.update(overrides)
-    return env
 
 
 @pytest.fixture

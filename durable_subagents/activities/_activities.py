@@ -22,7 +22,6 @@ from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, t
 from durable_subagents._transcript import Transcript
 from durable_subagents.activities.providers import resolve_provider
 from durable_subagents.activities.tools import (
-    BUILTIN_TOOLS,
     ToolContext,
     ToolError,
     ToolRegistry,
@@ -66,7 +65,7 @@ class SubagentActivities:
     ) -> None:
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
-        self.tools = tools if tools is not None else ToolRegistry(dict(BUILTIN_TOOLS))
+        self.tools = tools if tools is not None else ToolRegistry()
         self.default_model = default_model
         self.sandbox = sandbox
         self.telemetry = telemetry or ActivityTelemetry.off()

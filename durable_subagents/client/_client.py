@@ -47,7 +47,7 @@ from durable_subagents.agents import (
     load_agents,
     resolve_agent,
 )
-from durable_subagents.client._events import history_events
+from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.config import Settings
@@ -61,14 +61,7 @@ from durable_subagents.types import (
 )
 from durable_subagents.workflows import SubagentWorkflow
 
-_CLOSE_EVENTS = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-}
+_CLOSE_EVENTS = {*CLOSE_STATUS, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
 
 
 class SubagentClient:

@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from durable_subagents.types import TaskEvent, TaskStatus
 
-_CLOSE = {
+CLOSE_STATUS: dict[int, TaskStatus | None] = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: TaskStatus.FAILED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: TaskStatus.CANCELLED,
@@ -79,8 +79,8 @@ async def history_events(
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs_can = event.workflow_execution_continued_as_new_event_attributes
                 next_run = attrs_can.new_execution_run_id
-            elif kind in _CLOSE:
-                final = _CLOSE[kind] or status or TaskStatus.COMPLETED
+            elif kind in CLOSE_STATUS:
+                final = CLOSE_STATUS[kind] or status or TaskStatus.COMPLETED
                 yield TaskEvent(kind="closed", task_id=task_id, time=time, status=final)
                 return
         if next_run is None:

@@ -43,11 +43,9 @@ def info_from(
     if status in _CLOSED_STATUS:
         task_status = _CLOSED_STATUS[status]
     elif status == WorkflowExecutionStatus.COMPLETED:
-        task_status = (
-            TaskStatus(memo_status)
-            if memo_status in ("completed", "timed_out")
-            else (TaskStatus.COMPLETED)
-        )
+        # a run that returns normally ends completed, or timed_out by its own timer
+        timed_out = memo_status == TaskStatus.TIMED_OUT.value
+        task_status = TaskStatus.TIMED_OUT if timed_out else TaskStatus.COMPLETED
     else:
         task_status = TaskStatus(memo_status)
     created = memo.get("created_at")

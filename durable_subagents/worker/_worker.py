@@ -37,16 +37,11 @@ class SearchAttributesMissing(SubagentError):
 
 async def check_search_attributes(client: Client) -> list[str]:
     """Names of the custom search attributes missing from the client's namespace."""
-    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-
     try:
-        resp = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
+        return await sa.missing_search_attributes(client, client.namespace)
     except RPCError as err:
         log.warning("could not list search attributes: %s", err)
         return []
-    return [k.name for k in sa.ALL if k.name not in resp.custom_attributes]
 
 
 def create_worker(

@@ -18,14 +18,12 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._spawn import (
         build_task_input,
-        start_metadata,
-        static_details,
         validate_task_id,
     )
     from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import TaskResult
-    from durable_subagents.workflows._subagent import SubagentWorkflow
+    from durable_subagents.workflows._spawning import start_child
 
 __all__ = ["start_subagent"]
 
@@ -48,7 +46,7 @@ async def start_subagent(
     task_id: str | None = None,
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
-) -> workflow.ChildWorkflowHandle[SubagentWorkflow, TaskResult]:
+) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
     """Start a subagent as a child of the calling workflow; await the handle for its result.
 
     Call it from workflow code. The options mean what they mean for
@@ -112,16 +110,4 @@ async def start_subagent(
         # A plain exception would fail the caller's workflow task over and over.
         raise ApplicationError(str(err), type="InvalidRequest", non_retryable=True) from None
     child_id = task_id or f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
-    memo, attributes = start_metadata(task_input)
-    return await workflow.start_child_workflow(
-        SubagentWorkflow.run,
-        task_input,
-        id=child_id,
-        task_queue=task_queue or info.task_queue,
-        memo=memo,
-        search_attributes=attributes,
-        static_summary=task_input.description,
-        static_details=static_details(task_input, child_id),
-        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-        cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-    )
+    return await start_child(task_input, child_id, task_queue or info.task_queue)

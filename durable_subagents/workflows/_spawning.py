@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -21,6 +21,7 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureErr
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._spawn import build_task_input, start_metadata, static_details
     from durable_subagents.agents import AgentSpec, resolve_agent
+    from durable_subagents.agents._spec import MODE_RANK
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import (
         CallDecision,
@@ -38,7 +39,6 @@ SPAWN_SUBAGENT = "spawn_subagent"
 WAIT_SUBAGENTS = "wait_subagents"
 SPAWN_TOOLS = (SPAWN_SUBAGENT, WAIT_SUBAGENTS)
 
-_MODE_RANK = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
 
 SPAWN_TOOL_SPECS = [
     ToolSpec(
@@ -96,7 +96,7 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
     """The child's spec: its agent narrowed to what the parent may do."""
     own = agent.tools if agent.tools is not None else parent_tools
     tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
-    mode = min(agent.permission_mode, parent.permission_mode, key=_MODE_RANK.__getitem__)
+    mode = min(agent.permission_mode, parent.permission_mode, key=MODE_RANK.__getitem__)
     return agent.model_copy(
         update={
             "tools": tools,
@@ -105,6 +105,30 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
             "permission_mode": mode,
             "may_spawn": False,
         }
+    )
+
+
+async def start_child(
+    task_input: TaskInput, child_id: str, task_queue: str
+) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
+    """Start a subagent task as a child of the calling workflow.
+
+    The child carries the memo and search attributes of any spawned task, and the
+    parent close policy ``REQUEST_CANCEL``: closing the parent cancels it durably.
+    """
+    memo, attributes = start_metadata(task_input)
+    return await workflow.start_child_workflow(
+        "SubagentWorkflow",
+        task_input,
+        result_type=TaskResult,
+        id=child_id,
+        task_queue=task_queue,
+        memo=memo,
+        search_attributes=attributes,
+        static_summary=task_input.description,
+        static_details=static_details(task_input, child_id),
+        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+        cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     )
 
 
@@ -148,7 +172,6 @@ class ChildTasks:
         parent: TaskInput,
         parent_tools: list[str],
         parent_model: str,
-        start: Callable[..., Awaitable[workflow.ChildWorkflowHandle[Any, TaskResult]]],
     ) -> str:
         """Start a child for a ``spawn_subagent`` call; the model gets its task id."""
         args = call.arguments
@@ -186,20 +209,9 @@ class ChildTasks:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
-        memo, attributes = start_metadata(task_input)
         self._known.append(child_id)
         try:
-            handle = await start(
-                task_input,
-                id=child_id,
-                task_queue=workflow.info().task_queue,
-                memo=memo,
-                search_attributes=attributes,
-                static_summary=task_input.description,
-                static_details=static_details(task_input, child_id),
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+            handle = await start_child(task_input, child_id, workflow.info().task_queue)
         except BaseException:
             self._known.remove(child_id)
             raise

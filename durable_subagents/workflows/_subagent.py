@@ -8,7 +8,6 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import timedelta
 from typing import Any
 
@@ -393,7 +392,6 @@ class SubagentWorkflow:
                     parent=self._input,
                     parent_tools=[t for t in self._offered if t not in SPAWN_TOOLS],
                     parent_model=self._model,
-                    start=functools.partial(workflow.start_child_workflow, SubagentWorkflow.run),
                 )
             else:
                 content = await self._children.wait(call)

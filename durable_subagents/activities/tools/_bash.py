@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Callable
 
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
@@ -14,6 +13,7 @@ from durable_subagents.activities.tools._sandbox import (
     SandboxUnavailable,
     spawn_sandboxed,
 )
+from durable_subagents.config import SECRET_ENV_NAME
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_TIMEOUT", "bash", "truncate_middle"]
 
@@ -29,7 +29,6 @@ _READ_CHUNK = 65_536
 _DRAIN_GRACE = 1.0
 _REAP_LIMIT = 5.0
 # Secrets stay on the worker: a command could otherwise print them into the history.
-_SECRET_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def truncate_middle(text: str, limit: int = MAX_OUTPUT_CHARS, dropped: int = 0) -> str:
@@ -77,7 +76,7 @@ class _Output:
 
 
 def _tool_env() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if not _SECRET_NAME.search(name)}
+    return {name: value for name, value in os.environ.items() if not SECRET_ENV_NAME.search(name)}
 
 
 async def _pump(
