@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import MODE_RANK
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskInput, TaskStatus
@@ -166,12 +166,17 @@ def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAt
 
 
 def may_pause(spec: AgentSpec) -> bool:
-    """Whether any call of this agent can need a decision (an ``ask`` rule that counts)."""
-    if spec.may_spawn:
-        return True  # its children's pauses surface on it
-    if spec.permission_mode == "dont_ask":
+    """Whether any call of this agent can need a decision.
+
+    True for a mode that asks before changes (unless every tool is read-only), for any
+    ``ask`` rule, and for agents that spawn (their children's pauses surface on them).
+    """
+    if spec.may_spawn or any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions)):
+        return True
+    if spec.permission_mode in ("plan", "dont_ask"):
         return False
-    return any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions))
+    tools = spec.tools
+    return tools is None or any(t not in READ_ONLY_TOOLS for t in tools)
 
 
 def static_details(task_input: TaskInput, workflow_id: str) -> str:

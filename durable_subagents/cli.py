@@ -225,7 +225,7 @@ def spawn(
     tool: Annotated[list[str] | None, typer.Option(help="Only these tools (repeat)")] = None,
     disallow: Annotated[list[str] | None, typer.Option(help="Take this tool away (repeat)")] = None,
     permission_mode: Annotated[
-        str | None, typer.Option(help="plan | dont_ask | default | accept_edits (narrow only)")
+        str | None, typer.Option(help="plan | default | accept_edits | dont_ask (narrow only)")
     ] = None,
     ask: Annotated[
         list[str] | None,

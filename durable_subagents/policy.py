@@ -30,29 +30,64 @@ def main_argument(arguments: dict[str, Any]) -> str:
     return str(arguments[key]) if key is not None else ""
 
 
-def has_rules_for(spec: AgentSpec, tool_name: str) -> bool:
-    """Whether any deny or ask rule could apply to this tool."""
+def has_rules_for(spec: AgentSpec, tool_name: str, *, include_allow: bool = True) -> bool:
+    """Whether any rule could apply to this tool (so its full main argument matters)."""
     return any(
-        r.action != "allow" and fnmatch.fnmatchcase(tool_name, r.tool)
+        (include_allow or r.action != "allow") and fnmatch.fnmatchcase(tool_name, r.tool)
         for r in (*spec.permissions, *spec.restrictions)
     )
 
 
-def decide(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
+def mode_default(mode: str, tool_name: str, read_only: bool) -> Action:
+    """What a permission mode does with a call that no rule matches.
+
+    ``plan``: read-only tools only. ``default``: tools that change something ask.
+    ``accept_edits``: file edits run, other tools that change something (bash) ask.
+    ``dont_ask``: every tool the agent has runs.
+    """
+    if read_only or mode == "dont_ask":
+        return "allow"
+    if mode == "plan":
+        return "deny"
+    if mode == "accept_edits" and tool_name in EDIT_TOOLS:
+        return "allow"
+    return "ask"
+
+
+def decide(
+    spec: AgentSpec, tool_name: str, arguments: dict[str, Any], *, read_only: bool | None = None
+) -> Action:
     """The action for one call.
 
-    Within a rule set the last matching rule wins, and no match means allow. The
-    agent's rules and the spawn's restrictions are evaluated apart and the stricter
-    result wins, so a restriction can never widen the agent. ``plan`` mode denies every
-    tool that is not read-only; ``accept_edits`` turns ``ask`` into ``allow`` for file
-    edits; ``dont_ask`` turns ``ask`` into ``deny``.
+    The agent's mode gives the answer for a call no rule matches; the agent's rules
+    (last match wins) override it, except that ``plan`` never runs a tool that is not
+    read-only. The spawn's restrictions are evaluated apart (no match means allow) and
+    the stricter of the two answers wins, so a restriction can never widen the agent.
+    ``read_only`` says whether the tool never changes anything (default: whether it is
+    one of the built-in read-only tools).
+    """
+    if read_only is None:
+        read_only = tool_name in READ_ONLY_TOOLS
+    mode = spec.permission_mode
+    if mode == "plan" and not read_only:
+        return "deny"
+    target = main_argument(arguments)
+    agent = _evaluate(spec.permissions, tool_name, target, mode_default(mode, tool_name, read_only))
+    return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
+
+
+def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
+    """The rules of tasks started before modes had defaults (replay only).
+
+    No rule match meant allow; ``accept_edits`` turned ``ask`` into ``allow`` for edits
+    and ``dont_ask`` turned ``ask`` into ``deny``.
     """
     if spec.permission_mode == "plan" and tool_name not in READ_ONLY_TOOLS:
         return "deny"
     target = main_argument(arguments)
     action = _strictest(
-        _evaluate(spec.permissions, tool_name, target),
-        _evaluate(spec.restrictions, tool_name, target),
+        _evaluate(spec.permissions, tool_name, target, "allow"),
+        _evaluate(spec.restrictions, tool_name, target, "allow"),
     )
     if action == "ask" and spec.permission_mode == "accept_edits" and tool_name in EDIT_TOOLS:
         return "allow"
@@ -61,8 +96,7 @@ def decide(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action
     return action
 
 
-def _evaluate(rules: list[PermissionRule], tool_name: str, target: str) -> Action:
-    action: Action = "allow"
+def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: Action) -> Action:
     for rule in rules:
         if fnmatch.fnmatchcase(tool_name, rule.tool) and fnmatch.fnmatchcase(target, rule.pattern):
             action = rule.action

@@ -209,6 +209,8 @@ class ModelTurnResult(BaseModel):
     """The resolved ``provider:model`` that answered."""
     offered_tools: list[str] = Field(default_factory=list)
     """The tools the model was offered; calls to any other tool are refused."""
+    read_only_tools: list[str] = Field(default_factory=list)
+    """Which of the offered tools never change anything (permission modes allow them)."""
 
 
 class ToolCallInput(BaseModel):

@@ -36,7 +36,9 @@ def lead(client: SubagentClient) -> SubagentClient:
         permissions=[PermissionRule(tool="bash", action="ask")],
         may_spawn=True,
     )
-    client.agents["lead-bash"] = AgentSpec(name="lead-bash", tools=["bash"], may_spawn=True)
+    client.agents["lead-bash"] = AgentSpec(
+        name="lead-bash", tools=["bash"], permission_mode="dont_ask", may_spawn=True
+    )
     return client
 
 

@@ -80,7 +80,7 @@ read what you need, make the changes, and verify them by running commands.
 
 {_COMMON}""",
     tools=list(ALL_TOOLS),
-    permission_mode="default",
+    permission_mode="dont_ask",
     max_turns=50,
 )
 

@@ -13,9 +13,11 @@ not have, a field we do not use) is dropped with a warning rather than refused, 
 foreign tool name does not make a whole agent unusable; a file that cannot be read as
 an agent at all is an ``InvalidRequest`` naming the file.
 
-Files can only narrow: tools map to ours, rules deny or ask, and Claude Code's
-``bypassPermissions`` becomes our ``default`` mode (with a warning), because a subagent
-never gets more than the worker allows.
+Modes map to ours: ``default``, ``acceptEdits`` and ``plan`` as named; ``dontAsk``
+and ``bypassPermissions`` both become ``dont_ask`` (every tool the agent lists runs).
+An OpenCode agent runs in ``dont_ask`` mode, as OpenCode allows what no ``permission``
+entry restricts; its ``permission`` entries become rules. A worker never offers a tool
+it does not have.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ _PERMISSION_MODES = {
     "acceptEdits": "accept_edits",
     "plan": "plan",
     "dontAsk": "dont_ask",
-    "bypassPermissions": "default",  # never widen past the worker; see the module doc
+    "bypassPermissions": "dont_ask",
 }
 _OPENCODE_MODES = ("primary", "subagent", "all")
 _CLAUDE_IGNORED = {"color"}
@@ -285,8 +287,6 @@ def _claude(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) ->
             f"agent file {path}: unknown permissionMode {mode!r}; use one of: "
             + ", ".join(_PERMISSION_MODES)
         )
-    if mode == "bypassPermissions":
-        _warn(warnings, f"{path}: permissionMode bypassPermissions is run as 'default'")
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
     _warn_unused(path, meta, known | {"maxTurns"} | _CLAUDE_IGNORED, warnings)
     tools = _claude_tools(path, "tools", meta.get("tools"), warnings)
@@ -348,6 +348,7 @@ def _opencode(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) 
         tools=None,
         disallowed_tools=_opencode_disabled(path, meta.get("tools"), warnings),
         permissions=_opencode_permissions(path, meta.get("permission"), warnings),
+        permission_mode="dont_ask",
         max_turns=_turns(path, steps_key, meta.get(steps_key)),
     )
 

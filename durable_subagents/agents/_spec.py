@@ -11,7 +11,7 @@ Action = Literal["allow", "ask", "deny"]
 
 READ_ONLY_TOOLS = ("read_file", "list_files", "grep")
 EDIT_TOOLS = ("write_file", "edit_file")
-MODE_RANK: dict[str, int] = {"plan": 0, "dont_ask": 1, "default": 2, "accept_edits": 3}
+MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
 """Permission modes from the most restrictive to the most permissive."""
 ALL_TOOLS = (*READ_ONLY_TOOLS, *EDIT_TOOLS, "bash")
 

@@ -89,6 +89,7 @@ class SubagentWorkflow:
         self._last_text = ""
         self._last_text_ref: str | None = None
         self._offered: list[str] = []
+        self._read_only: set[str] = set()
         self._memo: dict[str, Any] = {}
         self._published_sa: tuple[str, int] | None = None
         self._input: TaskInput | None = None
@@ -246,6 +247,7 @@ class SubagentWorkflow:
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
             self._offered = turn.offered_tools
+            self._read_only = set(turn.read_only_tools)
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             new = []
             if not turn.tool_calls:
@@ -309,12 +311,21 @@ class SubagentWorkflow:
             return "deny", "the arguments were not valid JSON; send a JSON object"
         if call.name in SPAWN_TOOLS:
             return "allow", None  # may_spawn is the permission; the children are narrowed
-        if call.rule_target_truncated and policy.has_rules_for(self._input.agent, call.name):
+        spec = self._input.agent
+        # Runs started before this patch had no per-mode defaults (no match meant allow).
+        modes = workflow.patched("permission-mode-defaults")
+        if call.rule_target_truncated and policy.has_rules_for(
+            spec, call.name, include_allow=modes
+        ):
             return "deny", (
                 f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
                 "check against this agent's permission rules; make it shorter"
             )
-        action = policy.decide(self._input.agent, call.name, call.arguments)
+        if modes:
+            read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
+            action = policy.decide(spec, call.name, call.arguments, read_only=read_only)
+        else:
+            action = policy.decide_v1(spec, call.name, call.arguments)
         if action == "deny":
             return (
                 "deny",

@@ -1,0 +1,127 @@
+"""Permission modes and rules: which calls run, ask or are refused (pure functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durable_subagents import policy
+from durable_subagents._spawn import may_pause, narrow
+from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.errors import InvalidRequest
+
+CALLS: dict[str, dict[str, Any]] = {
+    "read_file": {"path": "a.py"},
+    "grep": {"pattern": "def "},
+    "write_file": {"path": "a.py", "content": "x"},
+    "edit_file": {"path": "a.py", "old": "x", "new": "y"},
+    "bash": {"command": "make test"},
+}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("plan", {"read_file": "allow", "grep": "allow", "write_file": "deny",
+                  "edit_file": "deny", "bash": "deny"}),
+        ("default", {"read_file": "allow", "grep": "allow", "write_file": "ask",
+                     "edit_file": "ask", "bash": "ask"}),
+        ("accept_edits", {"read_file": "allow", "grep": "allow", "write_file": "allow",
+                          "edit_file": "allow", "bash": "ask"}),
+        ("dont_ask", {"read_file": "allow", "grep": "allow", "write_file": "allow",
+                      "edit_file": "allow", "bash": "allow"}),
+    ],
+)  # fmt: skip
+def test_each_mode_decides_calls_no_rule_matches(mode: str, expected: dict[str, str]) -> None:
+    spec = AgentSpec(name="a", permission_mode=mode)  # type: ignore[arg-type]
+    got = {tool: policy.decide(spec, tool, args) for tool, args in CALLS.items()}
+    assert got == expected
+
+
+def test_custom_tools_marked_read_only_run_in_every_mode() -> None:
+    for mode in ("plan", "default", "accept_edits"):
+        spec = AgentSpec(name="a", permission_mode=mode)  # type: ignore[arg-type]
+        assert policy.decide(spec, "lookup", {"url": "x"}, read_only=True) == "allow"
+        assert policy.decide(spec, "deploy", {}, read_only=False) == (
+            "deny" if mode == "plan" else "ask"
+        )
+
+
+def test_rules_override_the_mode_last_match_wins() -> None:
+    spec = AgentSpec(
+        name="a",
+        permission_mode="default",
+        permissions=[
+            PermissionRule(tool="bash", pattern="git *", action="allow"),
+            PermissionRule(tool="bash", pattern="git push*", action="deny"),
+            PermissionRule(tool="read_file", pattern="secrets/*", action="ask"),
+        ],
+    )
+    assert policy.decide(spec, "bash", {"command": "git status"}) == "allow"
+    assert policy.decide(spec, "bash", {"command": "git push origin"}) == "deny"
+    assert policy.decide(spec, "bash", {"command": "rm -rf /"}) == "ask"  # the mode
+    assert policy.decide(spec, "read_file", {"path": "secrets/key"}) == "ask"
+    assert policy.decide(spec, "read_file", {"path": "src/a.py"}) == "allow"
+
+
+def test_plan_never_runs_a_mutating_tool_whatever_the_rules_say() -> None:
+    spec = AgentSpec(
+        name="a", permission_mode="plan", permissions=[PermissionRule(tool="*", action="allow")]
+    )
+    assert policy.decide(spec, "bash", {"command": "ls"}) == "deny"
+
+
+def test_restrictions_are_stricter_never_wider() -> None:
+    agent = AgentSpec(
+        name="a",
+        permission_mode="dont_ask",
+        permissions=[PermissionRule(tool="bash", pattern="rm *", action="deny")],
+    )
+    narrowed = narrow(agent, None, None, None, [{"tool": "bash", "pattern": "*", "action": "ask"}])
+    assert policy.decide(narrowed, "bash", {"command": "ls"}) == "ask"  # restriction asks
+    assert policy.decide(narrowed, "bash", {"command": "rm -rf x"}) == "deny"  # agent denies
+    assert policy.decide(narrowed, "write_file", CALLS["write_file"]) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("agent_mode", "spawn_mode", "ok"),
+    [("dont_ask", "accept_edits", True), ("dont_ask", "default", True),
+     ("dont_ask", "plan", True), ("accept_edits", "default", True),
+     ("default", "accept_edits", False), ("default", "dont_ask", False),
+     ("plan", "default", False), ("accept_edits", "dont_ask", False)],
+)  # fmt: skip
+def test_a_spawn_may_narrow_the_mode_but_never_widen_it(
+    agent_mode: str, spawn_mode: str, ok: bool
+) -> None:
+    agent = AgentSpec(name="a", permission_mode=agent_mode)  # type: ignore[arg-type]
+    if ok:
+        assert narrow(agent, None, None, spawn_mode, None).permission_mode == spawn_mode
+    else:
+        with pytest.raises(InvalidRequest, match="more permissive"):
+            narrow(agent, None, None, spawn_mode, None)
+
+
+def test_spawn_rules_may_only_deny_or_ask() -> None:
+    agent = AgentSpec(name="a", permission_mode="default")
+    with pytest.raises(InvalidRequest, match="only add 'deny' or 'ask'"):
+        narrow(agent, None, None, None, [{"tool": "bash", "action": "allow"}])
+
+
+def test_may_pause_follows_the_mode() -> None:
+    assert may_pause(AgentSpec(name="a", permission_mode="default"))
+    assert may_pause(AgentSpec(name="a", permission_mode="accept_edits"))
+    assert not may_pause(AgentSpec(name="a", permission_mode="dont_ask"))
+    assert not may_pause(AgentSpec(name="a", permission_mode="plan"))
+    assert not may_pause(AgentSpec(name="a", permission_mode="default", tools=["read_file"]))
+    asks = [PermissionRule(tool="bash", action="ask")]
+    assert may_pause(AgentSpec(name="a", permission_mode="dont_ask", permissions=asks))
+
+
+def test_v1_rules_still_decide_tasks_started_before_mode_defaults() -> None:
+    spec = AgentSpec(name="a", permission_mode="default")
+    assert policy.decide_v1(spec, "bash", {"command": "ls"}) == "allow"
+    asking = AgentSpec(
+        name="a", permission_mode="dont_ask", permissions=[PermissionRule(action="ask")]
+    )
+    assert policy.decide_v1(asking, "bash", {"command": "ls"}) == "deny"
