@@ -23,6 +23,8 @@ SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL"
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
+"""Seconds a model stream may go without data before the attempt is abandoned."""
 
 
 def default_data_dir() -> Path:
@@ -70,6 +72,27 @@ class Settings(BaseSettings):
     otel: bool | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_OTEL", "otel"))
     """OpenTelemetry tracing at the edges: ``1`` on (installs an OTLP exporter), ``0`` off;
     unset: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set or a provider is configured."""
+    model_idle_timeout: float = Field(
+        DEFAULT_MODEL_IDLE_TIMEOUT,
+        gt=0,
+        validation_alias=AliasChoices("SUBAGENTS_MODEL_IDLE_TIMEOUT", "model_idle_timeout"),
+    )
+    """Seconds a model's stream may go without data (the response headers, then each
+    chunk) before the worker closes it and fails the attempt; Temporal retries it."""
+    model_turn_timeout: float | None = Field(
+        None,
+        gt=0,
+        le=600,
+        validation_alias=AliasChoices("SUBAGENTS_MODEL_TURN_TIMEOUT", "model_turn_timeout"),
+    )
+    """Seconds one model-turn attempt may take on the worker, however steadily it
+    streams, before it is abandoned and retried. Unset: only the workflow's limit of
+    10 minutes per attempt (which is also the most this may be)."""
+
+    @field_validator("model_turn_timeout", mode="before")
+    @classmethod
+    def _blank_turn_timeout_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("otel", mode="before")
     @classmethod

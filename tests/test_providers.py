@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -633,3 +634,141 @@ def test_builtin_scripts_are_valid() -> None:
     assert {"default", "demo-explore", "demo-plan", "demo-research"} <= set(SCRIPTS)
     for name in SCRIPTS:
         assert parse_model(f"scripted:{name}")[0] == "scripted"
+
+
+# ------------------------------------------------------------------ faults, both APIs
+
+IDLE = 0.5
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+async def faulty(
+    request: pytest.FixtureRequest, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str]]:
+    """A provider with a short idle timeout and its fake server, for each API."""
+    kind = request.param
+    server = FakeOpenAIServer() if kind == "openai" else FakeAnthropicServer()
+    async with server as srv:
+        prefix, model = ("OPENAI", "gpt-test") if kind == "openai" else ("ANTHROPIC", "claude")
+        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
+        monkeypatch.setenv(f"{prefix}_API_KEY", "sk-fault-test-0123456789")
+        provider, _, name = resolve_provider(f"{kind}:{model}", idle_timeout=IDLE)
+        yield provider, srv, name
+        await provider.aclose()  # type: ignore[attr-defined]
+        clear_provider_cache()
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("reset", "connection lost during the response"),
+        ("truncate", "the answer is incomplete"),
+    ],
+)
+async def test_broken_streams_are_retryable_never_a_turn(
+    faulty: tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str],
+    fault: Any,
+    expected: str,
+) -> None:
+    provider, srv, model = faulty
+    srv.add_fault(fault, after_chunks=3)
+    srv.add_reply(text="the whole answer in several words")
+    error = await failure(provider, model)
+    assert (error.type, error.non_retryable) == ("ModelUnavailable", False)
+    assert expected in error.message
+    # the queued reply was not used up by the broken attempt: the retry gets it whole
+    response = await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
+    assert response.text == "the whole answer in several words"
+    assert srv.outcomes == [fault, "200"]
+
+
+async def test_a_truncated_stream_names_the_missing_end_marker(
+    faulty: tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str],
+) -> None:
+    provider, srv, model = faulty
+    srv.add_fault("truncate", after_chunks=2)
+    error = await failure(provider, model)
+    missing = "without a finish_reason" if provider.name == "openai" else "without message_stop"
+    assert f"ended after 2 event(s) {missing}" in error.message
+
+
+@pytest.mark.parametrize("after_chunks", [0, 2])
+async def test_a_stalled_stream_is_abandoned_after_the_idle_timeout(
+    faulty: tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str],
+    after_chunks: int,
+) -> None:
+    provider, srv, model = faulty
+    srv.add_fault("hang", after_chunks=after_chunks)
+    started = asyncio.get_running_loop().time()
+    error = await failure(provider, model)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert IDLE <= elapsed < IDLE + 1.5
+    assert (error.type, error.non_retryable) == ("ModelUnavailable", False)
+    assert f"no data from the model for {IDLE:g}s" in error.message
+    where = "before the response started" if after_chunks == 0 else "after 2 stream event(s)"
+    assert where in error.message
+    # the stalled connection was closed, not left open
+    await asyncio.wait_for(srv.disconnected.wait(), 2)
+    assert srv.disconnects == 1
+
+
+async def test_a_slow_but_steady_stream_is_not_a_stall(
+    faulty: tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str],
+) -> None:
+    provider, srv, model = faulty
+    srv.add_reply(text="one two three four five six", chunk_delay=IDLE / 3)
+    response = await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
+    assert response.text == "one two three four five six"
+
+
+async def test_an_empty_answer_is_retryable_unless_out_of_tokens(
+    faulty: tuple[ModelProvider, FakeOpenAIServer | FakeAnthropicServer, str],
+) -> None:
+    provider, srv, model = faulty
+    srv.add_reply(text="")
+    empty = await failure(provider, model)
+    assert (empty.type, empty.non_retryable) == ("ModelUnavailable", False)
+    assert "the model returned an empty response" in empty.message
+    out_of_tokens = "length" if provider.name == "openai" else "max_tokens"
+    srv.add_reply(text="", stop_reason=out_of_tokens)
+    exhausted = await failure(provider, model)
+    assert (exhausted.type, exhausted.non_retryable) == ("ModelRequestError", True)
+    assert "raise max_tokens" in exhausted.message
+
+
+async def test_fail_rate_fails_requests_without_using_up_replies() -> None:
+    async with FakeOpenAIServer(fail_rate=0.5, seed=3) as srv:
+        for word in ("one", "two", "three", "four"):
+            srv.add_reply(text=word)
+        provider = OpenAIProvider(api_key="k", base_url=srv.base_url)
+        answers: list[str] = []
+        statuses: set[str] = set()
+        while len(answers) < 4:
+            try:
+                response = await provider.complete(ModelRequest(model="m", messages=[user("x")]))
+            except ApplicationError as err:
+                assert err.non_retryable is False
+                statuses.add(err.message.split("HTTP ")[1][:3])
+                continue
+            answers.append(response.text)
+        await provider.aclose()
+    assert answers == ["one", "two", "three", "four"]
+    assert statuses == {"500", "503"}  # this seed draws both
+    assert srv.outcomes.count("200") == 4
+    assert len(srv.outcomes) == len(srv.requests) == len(srv.request_times) > 4
+    assert srv.request_times == sorted(srv.request_times)
+    async with FakeOpenAIServer(fail_rate=0.5, seed=3) as again:
+        again_provider = OpenAIProvider(api_key="k", base_url=again.base_url)
+        for _ in srv.outcomes:
+            with contextlib.suppress(ApplicationError):
+                await again_provider.complete(ModelRequest(model="m", messages=[user("x")]))
+        await again_provider.aclose()
+    assert again.outcomes == srv.outcomes  # the same seed fails the same requests
+
+
+def test_fault_api_rejects_unknown_faults() -> None:
+    srv = FakeOpenAIServer()
+    with pytest.raises(ValueError, match="reset, truncate, hang"):
+        srv.add_fault("explode")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fail_rate"):
+        FakeOpenAIServer(fail_rate=1.5)

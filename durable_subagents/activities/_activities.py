@@ -20,13 +20,14 @@ from temporalio.exceptions import ApplicationError
 from durable_subagents._blobstore import BlobStore
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import Transcript
-from durable_subagents.activities.providers import resolve_provider
+from durable_subagents.activities.providers import model_unavailable, resolve_provider, within
 from durable_subagents.activities.tools import (
     ToolContext,
     ToolError,
     ToolRegistry,
 )
 from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.config import DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -51,6 +52,10 @@ class SubagentActivities:
         sandbox: Tool process isolation mode (``auto``, ``bwrap``, ``unshare``, ``none``).
         telemetry: Where the ``subagent.model_turn`` / ``subagent.tool`` spans go
             (default: nowhere; ``create_worker`` turns them on for traced clients).
+        model_idle_timeout: Seconds a model stream may go without data (headers, then
+            each chunk) before the attempt fails, retryably (``Settings.model_idle_timeout``).
+        model_turn_timeout: Seconds one model-turn attempt may take before it fails,
+            retryably (``Settings.model_turn_timeout``); None: no limit of its own.
     """
 
     def __init__(
@@ -62,6 +67,8 @@ class SubagentActivities:
         default_model: str | None = None,
         sandbox: str = "auto",
         telemetry: ActivityTelemetry | None = None,
+        model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
+        model_turn_timeout: float | None = None,
     ) -> None:
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
@@ -69,6 +76,8 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.telemetry = telemetry or ActivityTelemetry.off()
+        self.model_idle_timeout = model_idle_timeout
+        self.model_turn_timeout = model_turn_timeout
 
     # ------------------------------------------------------------------ model turn
 
@@ -83,7 +92,7 @@ class SubagentActivities:
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
         provider, full_name, provider_model = resolve_provider(
-            input.model, default_model=self.default_model
+            input.model, default_model=self.default_model, idle_timeout=self.model_idle_timeout
         )
         request = ModelRequest(
             model=provider_model,
@@ -93,7 +102,16 @@ class SubagentActivities:
             max_tokens=input.max_tokens,
         )
         async with _heartbeating():
-            response = await provider.complete(request)
+            # The provider's idle watchdog catches a stalled stream; this limit catches
+            # one that trickles on forever.
+            response = await within(
+                provider.complete(request),
+                self.model_turn_timeout,
+                lambda: model_unavailable(
+                    f"the model turn took longer than {self.model_turn_timeout:g}s "
+                    "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
+                ),
+            )
         calls = [self.transcript.store_call(task_id, c) for c in response.tool_calls]
         text, text_ref = self.transcript.store_text(task_id, response.text)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
@@ -107,6 +125,7 @@ class SubagentActivities:
             stop_reason=response.stop_reason,
             model=full_name,
             offered_tools=[*offered, *(t.name for t in input.extra_tools)],
+            read_only_tools=[t for t in offered if self.read_only(t)],
         )
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
@@ -125,8 +144,15 @@ class SubagentActivities:
         allowed = set(available if input.tools is None else input.tools)
         allowed -= set(input.disallowed_tools)
         if input.read_only:
-            allowed &= {n for n in available if n in READ_ONLY_TOOLS or _read_only(self.tools, n)}
+            allowed &= {n for n in available if self.read_only(n)}
         return [t for t in available if t in allowed]
+
+    def read_only(self, name: str) -> bool:
+        """Whether a tool never changes anything (built-in read-only or marked so)."""
+        if name in READ_ONLY_TOOLS:
+            return True
+        tool = self.tools.get(name)
+        return tool is not None and tool.read_only
 
     # ------------------------------------------------------------------ tool call
 
@@ -200,11 +226,6 @@ class SubagentActivities:
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
         return [self.model_turn, self.run_tool]
-
-
-def _read_only(tools: ToolRegistry, name: str) -> bool:
-    tool = tools.get(name)
-    return tool is not None and tool.read_only
 
 
 def _heartbeat() -> None:

@@ -2,10 +2,18 @@
 
 Point the real SDKs (or a worker, via ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) at
 them to test model turns offline, including streaming, HTTP errors with
-``Retry-After``, slow and hanging streams, and client disconnects.
+``Retry-After``, random 5xx (``fail_rate``), broken streams (``add_fault``: reset,
+truncated, hanging), slow streams, and client disconnects.
 """
 
 from .fake_anthropic import FakeAnthropicServer
-from .fake_openai import FakeModelServer, FakeOpenAIServer, FakeReply
+from .fake_openai import FAULTS, FakeModelServer, FakeOpenAIServer, FakeReply, Fault
 
-__all__ = ["FakeAnthropicServer", "FakeModelServer", "FakeOpenAIServer", "FakeReply"]
+__all__ = [
+    "FAULTS",
+    "FakeAnthropicServer",
+    "FakeModelServer",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "Fault",
+]

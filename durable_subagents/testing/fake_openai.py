@@ -1,8 +1,9 @@
 """A local server that speaks OpenAI's Chat Completions wire protocol.
 
 Tests (yours too) point the real ``openai`` SDK at it: it plays queued replies,
-streams them as Server-Sent Events in small fragments, injects HTTP errors and slow
-or hanging streams, and records every request and every client disconnect.
+streams them as Server-Sent Events in small fragments, injects HTTP errors, random
+5xx failures and stream faults (reset, truncated, hanging), and records every
+request, when it came and what it got, and every client disconnect.
 
 Example:
     >>> async with FakeOpenAIServer() as srv:  # doctest: +SKIP
@@ -15,20 +16,30 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
+import socket
+import struct
 import time
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal, Self
 
 from aiohttp import web
 
-__all__ = ["FakeModelServer", "FakeOpenAIServer", "FakeReply"]
+__all__ = ["FAULTS", "FakeModelServer", "FakeOpenAIServer", "FakeReply", "Fault"]
+
+Fault = Literal["reset", "truncate", "hang"]
+"""A stream fault: ``reset`` aborts the TCP connection (RST), ``truncate`` ends the
+response cleanly but early (no finish reason / ``message_stop``), ``hang`` stalls
+without closing until the client gives up."""
+
+FAULTS: tuple[Fault, ...] = ("reset", "truncate", "hang")
 
 
 @dataclass
 class FakeReply:
-    """One queued answer (or HTTP error) of a fake model server."""
+    """One queued answer (or HTTP error, or stream fault) of a fake model server."""
 
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -48,6 +59,12 @@ class FakeReply:
     body: Any = None
     """Error body (a dict is sent as JSON, a string as is)."""
     headers: dict[str, str] = field(default_factory=dict)
+    fault: Fault | None = None
+    """Break the stream after ``after_chunks`` frames (see ``Fault``)."""
+    after_chunks: int = 1
+    """Frames sent before the fault; 0: before the status line and headers."""
+    replay_next: bool = False
+    """Stream the next queued reply's content (without consuming it) up to the fault."""
 
 
 def arguments_text(arguments: Any) -> str:
@@ -63,10 +80,18 @@ def fragments(text: str, size: int = 7) -> list[str]:
 class FakeModelServer:
     """Shared machinery of the fake servers: queue, recording, streaming, faults.
 
+    Each request takes the next queued entry (``add_reply``, ``add_error``,
+    ``add_fault``), or a reply with ``default_text`` when the queue is empty.
+
     Args:
         chunk_delay: Default seconds between streamed chunks.
         default_text: Reply text used when no reply is queued.
         host: Interface to listen on (an ephemeral port is chosen).
+        fail_rate: Fraction of requests (0-1) answered with a random status from
+            ``fail_statuses`` before the queue is looked at, so the failed request's
+            retry gets the reply it would have got (load tests, chaos).
+        fail_statuses: The statuses ``fail_rate`` picks from.
+        seed: Seed of the ``fail_rate`` draws (same seed, same failures).
     """
 
     route: ClassVar[str] = "/"
@@ -77,22 +102,34 @@ class FakeModelServer:
         chunk_delay: float = 0.0,
         default_text: str = "Hello from the fake model server.",
         host: str = "127.0.0.1",
+        fail_rate: float = 0.0,
+        fail_statuses: Sequence[int] = (500, 503),
+        seed: int | None = None,
     ) -> None:
+        if not 0.0 <= fail_rate <= 1.0:
+            raise ValueError(f"fail_rate must be within 0-1, not {fail_rate}")
         self.chunk_delay = chunk_delay
         self.default_text = default_text
         self.host = host
         self.port = 0
+        self.fail_rate = fail_rate
+        self.fail_statuses = tuple(fail_statuses)
+        self._rng = random.Random(seed)
         self.requests: list[dict[str, Any]] = []
         """Every request body, parsed."""
         self.request_headers: list[dict[str, str]] = []
         """Every request's headers (lower-case names)."""
+        self.request_times: list[float] = []
+        """When each request arrived (``time.monotonic()``)."""
+        self.outcomes: list[str] = []
+        """What each request got: ``"200"``, ``"429"``... or a fault name."""
         self.disconnects = 0
         """Streamed responses the client closed before the end."""
         self.completed_streams = 0
         self.disconnected = asyncio.Event()
         """Set at the first client disconnect during a stream."""
         self.hanging = asyncio.Event()
-        """Set when a ``hang`` reply has sent its first chunk and stalls."""
+        """Set when a ``hang`` reply or fault starts to stall."""
         self._replies: deque[FakeReply] = deque()
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -118,7 +155,10 @@ class FakeModelServer:
         chunk_delay: float | None = None,
         hang: bool = False,
     ) -> None:
-        """Queue a successful reply; replies are played in order, one per request."""
+        """Queue a successful reply; replies are played in order, one per request.
+
+        ``text=""`` without tool calls is an empty answer (a finish reason, no content).
+        """
         self._replies.append(
             FakeReply(
                 text=text,
@@ -135,6 +175,22 @@ class FakeModelServer:
     ) -> None:
         """Queue an HTTP error; ``body`` defaults to the API's own error shape."""
         self._replies.append(FakeReply(status=status, body=body, headers=dict(headers or {})))
+
+    def add_fault(self, fault: Fault, *, after_chunks: int = 1) -> None:
+        """Queue a broken stream: ``after_chunks`` frames of the next reply, then ``fault``.
+
+        The frames are those of the next queued reply (or of the default reply), which
+        stays queued for the retry. ``after_chunks=0`` breaks before the headers.
+
+        Example:
+            >>> srv.add_fault("reset", after_chunks=2)  # doctest: +SKIP
+            >>> srv.add_reply(text="the full answer")  # the retry gets it whole
+        """
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; use one of {', '.join(FAULTS)}")
+        if after_chunks < 0:
+            raise ValueError("after_chunks must be >= 0")
+        self._replies.append(FakeReply(fault=fault, after_chunks=after_chunks, replay_next=True))
 
     async def start(self) -> None:
         """Listen on an ephemeral port."""
@@ -176,11 +232,27 @@ class FakeModelServer:
         """The streamed SSE frames (overridden per API)."""
         raise NotImplementedError
 
+    def _next_reply(self) -> FakeReply:
+        if self.fail_rate and self._rng.random() < self.fail_rate:
+            return FakeReply(status=self._rng.choice(self.fail_statuses))
+        reply = self._replies.popleft() if self._replies else FakeReply(text=self.default_text)
+        if reply.replay_next:
+            content = next(
+                (r for r in self._replies if r.status == 200 and not r.replay_next),
+                FakeReply(text=self.default_text),
+            )
+            reply = replace(content, fault=reply.fault, after_chunks=reply.after_chunks, hang=False)
+        elif reply.hang:
+            reply = replace(reply, fault="hang", after_chunks=1)
+        return reply
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
-        reply = self._replies.popleft() if self._replies else FakeReply(text=self.default_text)
+        self.request_times.append(time.monotonic())
+        reply = self._next_reply()
+        self.outcomes.append(reply.fault or str(reply.status))
         if reply.status != 200:
             payload = reply.body if reply.body is not None else self.error_body(reply.status)
             if isinstance(payload, str):
@@ -196,17 +268,20 @@ class FakeModelServer:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        await response.prepare(request)
         delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
         try:
+            if reply.fault and reply.after_chunks == 0:
+                await self._fault(request, reply.fault)
+                return response
+            await response.prepare(request)
             for index, frame in enumerate(self.events(reply, body)):
                 if index and delay:
                     await asyncio.sleep(delay)
                 await response.write(frame)
-                if reply.hang:
-                    self.hanging.set()
-                    await self._until_disconnect(request)
-                    self._disconnect()
+                if reply.fault and index + 1 >= reply.after_chunks:
+                    await self._fault(request, reply.fault)
+                    if reply.fault == "truncate":
+                        await response.write_eof()
                     return response
             await response.write_eof()
             self.completed_streams += 1
@@ -216,6 +291,21 @@ class FakeModelServer:
             self._disconnect()
             raise
         return response
+
+    async def _fault(self, request: web.Request, fault: Fault) -> None:
+        if fault == "hang":
+            self.hanging.set()
+            await self._until_disconnect(request)
+            self._disconnect()
+        elif fault == "reset":
+            await asyncio.sleep(0.05)  # let the client read what was sent
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:
+                    # SO_LINGER 0: close() sends a TCP RST instead of a FIN
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
 
     async def _until_disconnect(self, request: web.Request) -> None:
         while not self._closing.is_set():

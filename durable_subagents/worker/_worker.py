@@ -81,6 +81,8 @@ def create_worker(
         tools=tools,
         default_model=settings.model,
         sandbox=settings.tool_sandbox,
+        model_idle_timeout=settings.model_idle_timeout,
+        model_turn_timeout=settings.model_turn_timeout,
         telemetry=ActivityTelemetry.for_worker(
             client,
             tracer_provider,

@@ -11,7 +11,8 @@ from ._base import (
     parse_model,
     resolve_provider,
 )
-from ._errors import retry_after, to_application_error
+from ._errors import model_unavailable, retry_after, to_application_error
+from ._stream import within
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
 from .scripted import SCRIPTS, Script, ScriptedProvider, ScriptTurn, load_script
@@ -27,8 +28,10 @@ __all__ = [
     "ScriptedProvider",
     "clear_provider_cache",
     "load_script",
+    "model_unavailable",
     "parse_model",
     "resolve_provider",
     "retry_after",
     "to_application_error",
+    "within",
 ]

@@ -3,7 +3,7 @@
 A model name is ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
 ``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys from the
 worker's environment when they are built, and are cached per (provider, base URL,
-key) so a worker reuses one HTTP client across turns.
+key, idle timeout) so a worker reuses one HTTP client across turns.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 
 _VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
 
-_cache: dict[tuple[str, str, str], ModelProvider] = {}
+_cache: dict[tuple[str, str, str, float | None], ModelProvider] = {}
 
 
 @runtime_checkable
@@ -102,7 +102,7 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
 
 
 def resolve_provider(
-    model: str, *, default_model: str | None = None
+    model: str, *, default_model: str | None = None, idle_timeout: float | None = None
 ) -> tuple[ModelProvider, str, str]:
     """Find (or build) the provider for a model name.
 
@@ -113,6 +113,9 @@ def resolve_provider(
     Args:
         model: The task's model name (see ``parse_model``).
         default_model: The worker's ``SUBAGENTS_MODEL``, used for ``default``.
+        idle_timeout: Seconds a streaming provider waits for data (response headers,
+            then each stream event) before it abandons the attempt with a retryable
+            error (the worker's ``SUBAGENTS_MODEL_IDLE_TIMEOUT``); None: no limit.
 
     Returns:
         ``(provider, full_name, provider_model)``; put ``provider_model`` into
@@ -129,16 +132,16 @@ def resolve_provider(
         ('scripted', 'scripted:demo-explore', 'demo-explore')
     """
     provider_name, full, provider_model = parse_model(model, default_model=default_model)
-    return _build(provider_name), full, provider_model
+    return _build(provider_name, idle_timeout), full, provider_model
 
 
 def _fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _build(provider_name: str) -> ModelProvider:
+def _build(provider_name: str, idle_timeout: float | None) -> ModelProvider:
     if provider_name == "scripted":
-        cache_key = ("scripted", "", "")
+        cache_key: tuple[str, str, str, float | None] = ("scripted", "", "", None)
         if cache_key not in _cache:
             _cache[cache_key] = ScriptedProvider()
         return _cache[cache_key]
@@ -147,17 +150,21 @@ def _build(provider_name: str) -> ModelProvider:
         key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         if key is None:
             raise missing_key_error("openai", "OPENAI_API_KEY")
-        cache_key = ("openai", base_url or "", _fingerprint(key))
+        cache_key = ("openai", base_url or "", _fingerprint(key), idle_timeout)
         if cache_key not in _cache:
-            _cache[cache_key] = OpenAIProvider(api_key=key, base_url=base_url)
+            _cache[cache_key] = OpenAIProvider(
+                api_key=key, base_url=base_url, idle_timeout=idle_timeout
+            )
         return _cache[cache_key]
     base_url = os.environ.get("ANTHROPIC_BASE_URL") or None
     key = os.environ.get("ANTHROPIC_API_KEY") or None
     if key is None:
         raise missing_key_error("anthropic", "ANTHROPIC_API_KEY")
-    cache_key = ("anthropic", base_url or "", _fingerprint(key))
+    cache_key = ("anthropic", base_url or "", _fingerprint(key), idle_timeout)
     if cache_key not in _cache:
-        _cache[cache_key] = AnthropicProvider(api_key=key, base_url=base_url)
+        _cache[cache_key] = AnthropicProvider(
+            api_key=key, base_url=base_url, idle_timeout=idle_timeout
+        )
     return _cache[cache_key]
 
 

@@ -14,15 +14,20 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 from temporalio.exceptions import ApplicationError
 
 __all__ = [
     "RETRYABLE_STATUS",
+    "empty_response_error",
     "missing_key_error",
     "model_request_error",
+    "model_unavailable",
     "retry_after",
+    "stalled_error",
     "to_application_error",
+    "truncated_error",
 ]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -33,7 +38,10 @@ _SECRET_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 
 _STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
 _CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
+_TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)
 _API_ERRORS = (openai.APIError, anthropic.APIError)
+_REFUSALS = {"content_filter", "refusal"}
+_OUT_OF_TOKENS = {"length", "max_tokens"}
 
 
 def missing_key_error(provider: str, env_var: str) -> ApplicationError:
@@ -57,6 +65,51 @@ def missing_key_error(provider: str, env_var: str) -> ApplicationError:
 def model_request_error(message: str) -> ApplicationError:
     """A non-retryable ``ModelRequestError`` with ``message``."""
     return ApplicationError(message, type="ModelRequestError", non_retryable=True)
+
+
+def model_unavailable(message: str, next_retry_delay: timedelta | None = None) -> ApplicationError:
+    """A retryable ``ModelUnavailable`` with ``message``: Temporal retries the turn."""
+    return ApplicationError(
+        message, type="ModelUnavailable", non_retryable=False, next_retry_delay=next_retry_delay
+    )
+
+
+def stalled_error(provider: str, seconds: float, events: int) -> ApplicationError:
+    """No data came from the model for ``seconds`` (the idle watchdog gave up)."""
+    where = f"after {events} stream event(s)" if events else "before the response started"
+    return model_unavailable(
+        f"{provider}: no data from the model for {seconds:g}s {where}; closed the "
+        "connection (SUBAGENTS_MODEL_IDLE_TIMEOUT) (will retry)"
+    )
+
+
+def truncated_error(provider: str, missing: str, events: int) -> ApplicationError:
+    """The stream ended without its end marker: a partial answer, never a full turn."""
+    return model_unavailable(
+        f"{provider}: the response stream ended after {events} event(s) without {missing}; "
+        "the answer is incomplete (will retry)"
+    )
+
+
+def empty_response_error(provider: str, stop_reason: str | None) -> ApplicationError:
+    """The model finished without text or tool calls.
+
+    Retryable, unless the stop reason says a retry would end the same way.
+    """
+    reason = f" (stop reason {stop_reason!r})" if stop_reason else ""
+    if stop_reason in _OUT_OF_TOKENS:
+        return model_request_error(
+            f"{provider}: the model returned an empty response{reason}: it ran out of "
+            "output tokens before answering; raise max_tokens or shorten the task"
+        )
+    if stop_reason in _REFUSALS:
+        return model_request_error(
+            f"{provider}: the model returned an empty response{reason}: it declined to "
+            "answer; rephrase the task"
+        )
+    return model_unavailable(
+        f"{provider}: the model returned an empty response{reason} (will retry)"
+    )
 
 
 def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
@@ -102,6 +155,11 @@ def _redact(text: str, secrets: Iterable[str | None]) -> str:
     return _SECRET_LIKE.sub("<redacted>", text)
 
 
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _server_message(body: object, fallback: str) -> str:
     if isinstance(body, Mapping):
         inner: Any = body.get("error", body)
@@ -118,7 +176,7 @@ def _server_message(body: object, fallback: str) -> str:
 
 def _advice(provider: str, status: int, key_env: str) -> str:
     if status == 401:
-        return f"check {key_env} on the worker"
+        return f"authentication failed: check {key_env} on the worker"
     if status == 403:
         return f"the key in {key_env} on the worker may not have access to this model"
     if status == 404:
@@ -129,19 +187,26 @@ def _advice(provider: str, status: int, key_env: str) -> str:
 
 
 def to_application_error(
-    exc: Exception, *, provider: str, key_env: str, secrets: Iterable[str | None] = ()
+    exc: Exception,
+    *,
+    provider: str,
+    key_env: str,
+    secrets: Iterable[str | None] = (),
+    streaming: bool = False,
 ) -> ApplicationError:
-    """Translate an ``openai``/``anthropic`` SDK exception for Temporal.
+    """Translate an ``openai``/``anthropic``/``httpx2`` exception for Temporal.
 
-    408, 409, 429, 5xx, connection errors and timeouts are retryable, with
+    408, 409, 429, 5xx, errors sent inside a stream, connection errors (a reset
+    mid-stream too) and timeouts are retryable ``ModelUnavailable``, with
     ``next_retry_delay`` from the server's ``Retry-After``; other 4xx are
     non-retryable ``ModelRequestError`` with advice on what to fix.
 
     Args:
-        exc: The exception the SDK raised.
+        exc: The exception the SDK (or its HTTP client) raised.
         provider: Provider name for the message.
         key_env: Environment variable holding the key, named in 401/403 advice.
         secrets: Strings (API keys) that must never appear in the message.
+        streaming: The response had started (a connection error means it was cut).
 
     Returns:
         The ``ApplicationError`` to raise. Raise it ``from None``: Temporal records an
@@ -152,12 +217,14 @@ def to_application_error(
         status = exc.status_code
         headers = exc.response.headers if exc.response is not None else None
         detail = _redact(_server_message(exc.body, str(exc)), secrets)
-        if status in RETRYABLE_STATUS or status >= 500 or status < 400:
-            return ApplicationError(
+        if status < 400:  # an error event inside a streamed 200 response
+            return model_unavailable(
+                f"{provider} API error during the response: {detail} (will retry)"
+            )
+        if status in RETRYABLE_STATUS or status >= 500:
+            return model_unavailable(
                 f"{provider} API returned HTTP {status}: {detail} (will retry)",
-                type="ModelUnavailable",
-                non_retryable=False,
-                next_retry_delay=retry_after(headers),
+                retry_after(headers),
             )
         return ApplicationError(
             f"{provider} API returned HTTP {status}: {detail}; "
@@ -165,23 +232,20 @@ def to_application_error(
             type="ModelRequestError",
             non_retryable=True,
         )
-    if isinstance(exc, _CONNECTION_ERRORS):
-        timed_out = isinstance(exc, openai.APITimeoutError | anthropic.APITimeoutError)
-        kind = "timed out" if timed_out else "connection failed"
-        return ApplicationError(
-            f"{provider} API {kind}: {_redact(str(exc), secrets)} (will retry)",
-            type="ModelUnavailable",
-            non_retryable=False,
-        )
+    if isinstance(exc, (*_CONNECTION_ERRORS, httpx2.TransportError)):
+        if isinstance(exc, _TIMEOUT_ERRORS):
+            kind = "timed out"
+        elif streaming:
+            kind = "connection lost during the response"
+        else:
+            kind = "connection failed"
+        # the SDKs say "Connection error."; the transport error under it says what broke
+        cause = exc.__cause__ if isinstance(exc, _CONNECTION_ERRORS) else exc
+        detail = _redact(_describe(cause if isinstance(cause, Exception) else exc), secrets)
+        return model_unavailable(f"{provider} API {kind}: {detail} (will retry)")
     if isinstance(exc, _API_ERRORS):
         detail = _redact(_server_message(getattr(exc, "body", None), str(exc)), secrets)
-        return ApplicationError(
-            f"{provider} API error during the response: {detail} (will retry)",
-            type="ModelUnavailable",
-            non_retryable=False,
-        )
-    return ApplicationError(
-        f"{provider} request failed: {type(exc).__name__}: {_redact(str(exc), secrets)}",
-        type="ModelUnavailable",
-        non_retryable=False,
+        return model_unavailable(f"{provider} API error during the response: {detail} (will retry)")
+    return model_unavailable(
+        f"{provider} request failed: {type(exc).__name__}: {_redact(str(exc), secrets)}"
     )

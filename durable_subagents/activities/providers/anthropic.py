@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
 from anthropic import AsyncAnthropic
 
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
-from ._errors import to_application_error
+from ._stream import StreamReader
 from .openai import parse_arguments
 
 __all__ = ["AnthropicProvider", "to_anthropic_messages", "to_anthropic_tools"]
@@ -86,10 +85,14 @@ class _Accumulator:
     input_tokens: int = 0
     output_tokens: int = 0
     stop_reason: str | None = None
+    stopped: bool = False
+    """``message_stop`` arrived: the answer is complete."""
 
     def add(self, event: Any) -> None:
         kind = event.type
-        if kind == "message_start":
+        if kind == "message_stop":
+            self.stopped = True
+        elif kind == "message_start":
             message = event.message
             self.model = message.model or self.model
             self._usage(message.usage)
@@ -148,16 +151,25 @@ class _Accumulator:
 class AnthropicProvider:
     """Messages API with tools, streamed.
 
+    A stream that stalls for ``idle_timeout`` seconds (``ping`` events do not count
+    as data), breaks, or ends without ``message_stop`` or with an empty answer is a
+    retryable error, never a turn.
+
     Args:
         api_key: The key (``ANTHROPIC_API_KEY``).
         base_url: A custom endpoint (``ANTHROPIC_BASE_URL``), e.g. a proxy.
+        idle_timeout: Seconds without data (headers or an event) before the attempt is
+            abandoned; None: no limit.
     """
 
     name = "anthropic"
 
-    def __init__(self, *, api_key: str, base_url: str | None = None) -> None:
+    def __init__(
+        self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
+    ) -> None:
         self._key = api_key
         self._client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+        self.idle_timeout = idle_timeout
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one streamed Messages API turn.
@@ -170,8 +182,9 @@ class AnthropicProvider:
             ``message_delta``) and the API's stop reason.
 
         Raises:
-            temporalio.exceptions.ApplicationError: The API failed; retryable or not
-                as the status says.
+            temporalio.exceptions.ApplicationError: The API failed (retryable or not as
+                the status says); or, retryable, the stream stalled, broke, ended
+                without ``message_stop``, or had neither text nor tool calls.
         """
         system, messages = to_anthropic_messages(request)
         params: dict[str, Any] = {
@@ -185,16 +198,16 @@ class AnthropicProvider:
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
         accumulator = _Accumulator(model=request.model)
-        try:
-            stream = await self._client.messages.create(**params)
-            async with stream:
-                async for event in stream:
-                    accumulator.add(event)
-        except anthropic.AnthropicError as exc:
-            raise to_application_error(
-                exc, provider="anthropic", key_env="ANTHROPIC_API_KEY", secrets=[self._key]
-            ) from None
-        return accumulator.response()
+        reader = StreamReader(
+            provider="anthropic",
+            key_env="ANTHROPIC_API_KEY",
+            secrets=[self._key],
+            idle_timeout=self.idle_timeout,
+        )
+        await reader.read(lambda: self._client.messages.create(**params), accumulator.add)
+        return reader.check(
+            accumulator.response(), finished=accumulator.stopped, what="message_stop"
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

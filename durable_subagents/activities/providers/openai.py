@@ -6,12 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
 from openai import AsyncOpenAI
 
 from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
-from ._errors import to_application_error
+from ._stream import StreamReader
 
 __all__ = ["OpenAIProvider", "parse_arguments", "to_openai_messages", "to_openai_tools"]
 
@@ -142,19 +141,26 @@ class OpenAIProvider:
 
     Streaming keeps a long answer from hitting read timeouts and lets a cancelled
     activity close the HTTP connection at once (the stream is closed on
-    ``asyncio.CancelledError``), which stops the server generating.
+    ``asyncio.CancelledError``), which stops the server generating. A stream that
+    stalls for ``idle_timeout`` seconds, breaks, or ends without a ``finish_reason``
+    or with an empty answer is a retryable error, never a turn.
 
     Args:
         api_key: The key (``OPENAI_API_KEY``; any text for local servers).
         base_url: A custom OpenAI-compatible endpoint, e.g. ``http://localhost:11434/v1``.
+        idle_timeout: Seconds without data (headers or a chunk) before the attempt is
+            abandoned; None: no limit.
     """
 
     name = "openai"
 
-    def __init__(self, *, api_key: str, base_url: str | None = None) -> None:
+    def __init__(
+        self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
+    ) -> None:
         self._key = api_key
         self._custom_base = base_url is not None and "api.openai.com" not in base_url
         self._client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
+        self.idle_timeout = idle_timeout
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one streamed Chat Completions turn.
@@ -166,8 +172,9 @@ class OpenAIProvider:
             Text, tool calls (arguments decoded), usage and finish reason.
 
         Raises:
-            temporalio.exceptions.ApplicationError: The API failed; retryable or not
-                as the status says.
+            temporalio.exceptions.ApplicationError: The API failed (retryable or not as
+                the status says); or, retryable, the stream stalled, broke, ended
+                without a finish reason, or had neither text nor tool calls.
         """
         params: dict[str, Any] = {
             "model": request.model,
@@ -183,16 +190,18 @@ class OpenAIProvider:
         if request.tools:
             params["tools"] = to_openai_tools(request.tools)
         accumulator = _Accumulator(model=request.model)
-        try:
-            stream = await self._client.chat.completions.create(**params)
-            async with stream:
-                async for chunk in stream:
-                    accumulator.add(chunk)
-        except openai.OpenAIError as exc:
-            raise to_application_error(
-                exc, provider="openai", key_env="OPENAI_API_KEY", secrets=[self._key]
-            ) from None
-        return accumulator.response()
+        reader = StreamReader(
+            provider="openai",
+            key_env="OPENAI_API_KEY",
+            secrets=[self._key],
+            idle_timeout=self.idle_timeout,
+        )
+        await reader.read(lambda: self._client.chat.completions.create(**params), accumulator.add)
+        return reader.check(
+            accumulator.response(),
+            finished=accumulator.stop_reason is not None,
+            what="a finish_reason",
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
