@@ -12,6 +12,8 @@ from durable_subagents.errors import (
     SubagentError,
     TaskNotFound,
     TemporalUnavailable,
+    UnknownCallId,
+    WrongTaskState,
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
 
@@ -28,5 +30,7 @@ __all__ = [
     "TaskNotFound",
     "TaskStatus",
     "TemporalUnavailable",
+    "UnknownCallId",
     "Usage",
+    "WrongTaskState",
 ]

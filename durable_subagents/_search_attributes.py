@@ -49,8 +49,17 @@ async def missing_search_attributes(client: Client, namespace: str) -> list[str]
 
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
-    """Register the custom search attributes ``namespace`` lacks; a no-op when none do."""
-    missing = set(await missing_search_attributes(client, namespace))
+    """Register the custom search attributes ``namespace`` lacks; a no-op when none do.
+
+    A server that cannot list them (Temporal's time-skipping test server) gets all four
+    added, and the ones it has already are left as they are.
+    """
+    try:
+        missing = set(await missing_search_attributes(client, namespace))
+    except RPCError as err:
+        if err.status != RPCStatusCode.UNIMPLEMENTED:
+            raise
+        missing = {key.name for key in ALL}
     if not missing:
         return
     attributes = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -13,7 +15,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from durable_subagents import _search_attributes as sa
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import MODE_RANK
-from durable_subagents.errors import InvalidRequest
+from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.types import TaskInput, TaskStatus
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -62,16 +64,17 @@ def build_task_input(
             f"prompt is {size} bytes, over the {max_prompt_bytes}-byte limit; write the "
             "material to a file in the workspace and ask the subagent to read it"
         )
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+    if max_turns is not None and (
+        isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
+    ):
         raise InvalidRequest(f"max_turns must be an integer >= 1, got {max_turns!r}")
     if max_turns is not None and max_turns > MAX_TURNS_LIMIT:
         raise InvalidRequest(f"max_turns must be at most {MAX_TURNS_LIMIT}, got {max_turns}")
-    if time_limit is not None and not time_limit > 0:
-        raise InvalidRequest(f"time_limit must be a positive number of seconds, got {time_limit}")
-    if approval_timeout is not None and not approval_timeout > 0:
-        raise InvalidRequest(
-            f"approval_timeout must be a positive number of seconds, got {approval_timeout}"
-        )
+    _check_seconds("time_limit", time_limit)
+    if approval_timeout is None:
+        approval_timeout = spec.approval_timeout
+    _check_seconds("approval_timeout", approval_timeout)
+    _check_metadata(metadata)
     if model is not None and check_model:
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
         from durable_subagents.activities.providers import parse_model
@@ -92,6 +95,38 @@ def build_task_input(
         approval_timeout=approval_timeout,
         created_at=created_at or datetime.now(UTC),
     )
+
+
+MAX_SECONDS = 366 * 24 * 3600
+"""Longest time limit or approval timeout accepted (a year)."""
+MAX_METADATA_BYTES = 16 * 1024
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise InvalidRequest(
+            f"{name} must be more than 0 and at most {MAX_SECONDS} seconds (a year), got {value}"
+        )
+
+
+def _check_metadata(metadata: object) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise InvalidRequest(f"metadata must be a dict, got {type(metadata).__name__}")
+    try:
+        size = len(json.dumps(metadata).encode())
+    except (TypeError, ValueError) as err:
+        raise InvalidRequest(f"metadata must be JSON-serializable: {err}") from None
+    if size > MAX_METADATA_BYTES:
+        raise PayloadTooLarge(
+            f"metadata is {size} bytes, over the {MAX_METADATA_BYTES}-byte limit; keep "
+            "metadata to ids and labels, and put large material in the workspace"
+        )
 
 
 def narrow(

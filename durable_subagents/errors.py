@@ -9,6 +9,8 @@ __all__ = [
     "SubagentError",
     "TaskNotFound",
     "TemporalUnavailable",
+    "UnknownCallId",
+    "WrongTaskState",
 ]
 
 
@@ -26,6 +28,21 @@ class TaskNotFound(SubagentError, LookupError):
 
 class TemporalUnavailable(SubagentError, ConnectionError):
     """The Temporal server could not be reached."""
+
+
+class WrongTaskState(InvalidRequest):
+    """The task's state does not allow this request; ``status`` is the state it is in.
+
+    For example a decision while the task is not paused, or input to a cancelled task.
+    """
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UnknownCallId(InvalidRequest):
+    """A decision names a call that is not pending in the task's current pause."""
 
 
 class PayloadTooLarge(InvalidRequest):

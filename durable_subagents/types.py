@@ -175,6 +175,8 @@ class TaskState(BaseModel):
     """A follow-up run: wait for the input that comes with the start signal."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Finished children of an earlier run (task id -> status, result, error)."""
+    time_limit_from: datetime | None = None
+    """When the time limit started counting (the first run's start, by the server)."""
 
 
 class ModelTurnInput(BaseModel):
@@ -297,6 +299,14 @@ class TaskResult(BaseModel):
 # ---------------------------------------------------------------- client-facing
 
 
+class IgnoredDecision(BaseModel):
+    """A decision the task dropped: for a pause that is over, or a call not pending."""
+
+    pause_id: str
+    call_ids: list[str]
+    reason: str
+
+
 class TaskInfo(BaseModel):
     """What a parent knows about a task."""
 
@@ -316,6 +326,10 @@ class TaskInfo(BaseModel):
     stop_reason: str | None = None
     model: str | None = None
     run_id: str | None = None
+    ignored_decisions: list[IgnoredDecision] = Field(default_factory=list)
+    """The newest decisions the task dropped as stale (also in ``watch``'s events)."""
+    unread_input: int = 0
+    """Inputs the task received but never read, because it ended first."""
 
     @property
     def done(self) -> bool:
@@ -326,7 +340,16 @@ class TaskInfo(BaseModel):
 class TaskEvent(BaseModel):
     """One event of ``SubagentClient.watch``."""
 
-    kind: Literal["status", "turn", "tool_started", "tool_finished", "closed"]
+    kind: Literal[
+        "status",
+        "turn",
+        "tool_started",
+        "tool_finished",
+        "input",
+        "decision",
+        "decision_ignored",
+        "closed",
+    ]
     task_id: str
     time: datetime | None = None
     status: TaskStatus | None = None

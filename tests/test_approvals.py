@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from durable_subagents import (
@@ -12,9 +15,15 @@ from durable_subagents import (
     InvalidRequest,
     PermissionRule,
     SubagentClient,
+    TaskEvent,
+    TaskNotFound,
     TaskStatus,
+    UnknownCallId,
+    WrongTaskState,
 )
 from durable_subagents.config import Settings
+from durable_subagents.policy import arguments_hash
+from durable_subagents.types import CallDecision, Decisions
 from durable_subagents.worker import create_worker
 
 from .conftest import script
@@ -89,7 +98,7 @@ async def test_approval_timeout_rejects_undecided_calls(
     if paused_first:
         done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=done.pause_id)
     assert done.status == TaskStatus.COMPLETED
-    assert "no decision within 1s" in (done.result or "")
+    assert "approval timed out after 1s" in (done.result or "")
     assert not (workspace / "never.txt").exists()
 
 
@@ -97,13 +106,141 @@ async def test_decisions_are_checked(careful: SubagentClient, worker: None) -> N
     model = script(bash("echo hi"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "x", model=model)
     paused = await careful.check_task(task_id, wait=True, timeout=30)
-    with pytest.raises(InvalidRequest, match="not pending"):
+    with pytest.raises(UnknownCallId, match="not pending"):
         await careful.approve(task_id, ["call_9_9"])
+    with pytest.raises(InvalidRequest, match="call_ids is empty"):
+        await careful.reject(task_id, [])
+    with pytest.raises(TaskNotFound):
+        await careful.approve("no-such-task")
     await careful.approve(task_id)
     done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED
-    with pytest.raises(InvalidRequest, match="not paused"):
+    with pytest.raises(WrongTaskState, match="not paused") as caught:
         await careful.approve(task_id)
+    assert caught.value.status == "completed"
+    assert done.ignored_decisions == []  # nothing stale was sent
+
+
+async def test_stale_and_mismatched_decisions_are_ignored_and_recorded(
+    careful: SubagentClient, worker: None, workspace: Path
+) -> None:
+    model = script(bash("echo 1 > one.txt"), bash("echo 2 > two.txt"), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "two steps", model=model)
+    first = await careful.check_task(task_id, wait=True, timeout=30)
+    assert first.status == TaskStatus.PAUSED and first.pending_approvals[0].arguments_hash
+    handle = careful.temporal.get_workflow_handle(task_id)
+    call = first.pending_approvals[0]
+
+    # a decision bound to other arguments does not approve this call
+    forged = CallDecision(call_id=call.call_id, arguments_hash="0" * 16, approved=True)
+    await handle.signal("decide", Decisions(pause_id=first.pause_id or "", decisions=[forged]))
+    await careful.approve(task_id)
+    second = await careful.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+    assert second.status == TaskStatus.PAUSED and second.pause_id != first.pause_id
+    assert (workspace / "one.txt").exists() and not (workspace / "two.txt").exists()
+
+    # a late "approve all" of the first pause never approves the second one
+    late = Decisions(
+        pause_id=first.pause_id or "",
+        decisions=[
+            CallDecision(call_id=p.call_id, arguments_hash=p.arguments_hash, approved=True)
+            for p in [*first.pending_approvals, *second.pending_approvals]
+        ],
+    )
+    await handle.signal("decide", late)
+    info = await careful.check_task(task_id)
+    while len(info.ignored_decisions) < 2:
+        info = await careful.check_task(task_id, wait=True, timeout=1)
+    assert info.status == TaskStatus.PAUSED and info.pause_id == second.pause_id
+    assert not (workspace / "two.txt").exists()
+    reasons = [d.reason for d in info.ignored_decisions]
+    assert reasons == [
+        f"call {call.call_id}: its arguments differ",
+        f"pause {first.pause_id} is over (current pause: {second.pause_id})",
+    ]
+    events = [e async for e in _events_until_paused(careful, task_id)]
+    assert [e.summary for e in events if e.kind == "decision_ignored"] == [
+        f"pause {first.pause_id}: {r}" for r in reasons
+    ]
+    assert sum(e.kind == "decision" for e in events) == 3
+
+    await careful.reject(task_id, reason="enough")
+    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=second.pause_id)
+    assert done.status == TaskStatus.COMPLETED and not (workspace / "two.txt").exists()
+
+
+async def _events_until_paused(client: SubagentClient, task_id: str) -> AsyncIterator[TaskEvent]:
+    """The task's events so far (it is paused, so the stream is cut at a timeout)."""
+    stream = client.watch(task_id).__aiter__()
+    while True:
+        try:
+            yield await asyncio.wait_for(stream.__anext__(), 2)
+        except (TimeoutError, StopAsyncIteration):
+            return
+
+
+async def test_a_pause_shows_what_it_waits_for_in_the_web_ui(
+    careful: SubagentClient, worker: None
+) -> None:
+    model = script(bash("make deploy"), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "x", model=model, approval_timeout=600)
+    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    handle = careful.temporal.get_workflow_handle(task_id)
+    details = (
+        await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    ).current_details
+    assert f"pause `{paused.pause_id}`" in details and "bash · make deploy" in details
+    assert "rejected automatically after 600s" in details
+    assert f"subagents approve {task_id}" in details
+    await careful.approve(task_id)
+    await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details == ""
+
+
+async def test_large_arguments_pause_by_reference_and_run_in_full(
+    careful: SubagentClient, worker: None, workspace: Path
+) -> None:
+    command = "echo " + "z" * 9000 + " > big.txt"
+    model = script(bash(command), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "x", model=model)
+    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    pending = paused.pending_approvals[0]
+    assert pending.arguments_ref and len(pending.arguments_preview) <= 210
+    assert pending.arguments_hash != arguments_hash({"command": command[:100]})
+    await careful.approve(task_id)
+    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    assert (workspace / "big.txt").read_text() == "z" * 9000 + "\n"
+
+
+async def test_modes_pause_what_they_should(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    write = {"name": "write_file", "arguments": {"path": "notes.md", "content": "hi"}}
+    model = script({"tool_calls": [write]}, bash("echo ran > ran.txt"), {"text": "done"})
+    # general runs everything (dont_ask); narrowed to accept_edits, only bash asks
+    task_id = await client.spawn_task("general", "x", model=model, permission_mode="accept_edits")
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED and paused.turns == 2
+    assert (workspace / "notes.md").read_text() == "hi"
+    assert [p.tool_name for p in paused.pending_approvals] == ["bash"]
+    await client.reject(task_id, reason="no shell")
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED and not (workspace / "ran.txt").exists()
+
+    # default mode asks before the edit too
+    task_id = await client.spawn_task("general", "x", model=model, permission_mode="default")
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert [p.tool_name for p in paused.pending_approvals] == ["write_file"]
+    await client.cancel_task(task_id)
+
+    # plan never offers or runs them: both calls come back as errors
+    task_id = await client.spawn_task("general", "x", model=model, permission_mode="plan")
+    done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED and done.turns == 3
+    errors = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert all("unknown tool" in e for e in errors) and len(errors) == 2
 
 
 async def test_spawn_restrictions_can_ask_but_never_widen(

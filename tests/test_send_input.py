@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+from typing import Any
+
 import pytest
 from temporalio.client import Client
 
-from durable_subagents import InvalidRequest, SubagentClient, TaskStatus
+from durable_subagents import (
+    InvalidRequest,
+    Message,
+    SubagentClient,
+    TaskNotFound,
+    TaskStatus,
+    WrongTaskState,
+)
+from durable_subagents.config import Settings
+from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .test_durability import wait_for
 
 
 async def test_follow_up_continues_a_completed_task(
@@ -34,29 +48,117 @@ async def test_follow_up_continues_a_completed_task(
     assert [t.id for t in await client.list_tasks()].count(task_id) <= 1
 
 
-async def test_steering_input_reaches_a_running_task(client: SubagentClient, worker: None) -> None:
-    model = script(
-        {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 1.5"}}]},
-        {"text": "finished"},
-    )
+def bash(command: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+def conversation(messages: list[Message]) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in messages if m.role != "system"]
+
+
+async def test_input_while_a_tool_runs_joins_at_the_next_turn_boundary(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    model = script(bash("touch started; sleep 1.5; echo slept"), {"text": "finished"})
     task_id = await client.spawn_task("general", "work", model=model)
+    await wait_for(lambda: (workspace / "started").exists(), 15, "the tool to start")
     info = await client.send_input(task_id, "also check the tests")
-    assert not info.status.terminal
+    assert info.status == TaskStatus.RUNNING and info.turns == 1
     done = await client.check_task(task_id, wait=True, timeout=30)
-    assert done.result == "finished"
-    roles = [(m.role, m.content) for m in await client.get_transcript(task_id)]
-    assert ("user", "also check the tests") in roles
-    assert roles.index(("user", "also check the tests")) < roles.index(("assistant", "finished"))
+    assert done.result == "finished" and done.turns == 2
+    talk = conversation(await client.get_transcript(task_id))
+    # the tool's result first (the call was answered), then the input, then the model
+    assert [role for role, _ in talk] == ["user", "assistant", "tool", "user", "assistant"]
+    assert "slept" in talk[2][1] and talk[3] == ("user", "also check the tests")
 
 
-async def test_a_cancelled_task_cannot_be_revived(client: SubagentClient) -> None:
-    task_id = await client.spawn_task("explore", "x", model="scripted")
-    await client.temporal.get_workflow_handle(task_id).cancel()
-    await client.temporal.get_workflow_handle(task_id).terminate()
-    with pytest.raises(InvalidRequest, match="only a completed task can be continued"):
-        await client.send_input(task_id, "come back")
+async def test_input_while_paused_follows_the_decided_calls(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    model = script(bash("echo ran > ran.txt"), {"text": "done"})
+    task_id = await client.spawn_task("general", "x", model=model, permission_mode="default")
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    await client.send_input(task_id, "use the fast path")
+    still = await client.check_task(task_id)
+    assert still.status == TaskStatus.PAUSED and still.pause_id == paused.pause_id
+    await client.approve(task_id)
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED and (workspace / "ran.txt").exists()
+    talk = conversation(await client.get_transcript(task_id))
+    assert [role for role, _ in talk] == ["user", "assistant", "tool", "user", "assistant"]
+    assert talk[3] == ("user", "use the fast path")
+
+
+async def test_input_during_the_final_answer_is_read_before_completing(
+    client: SubagentClient, worker: None
+) -> None:
+    model = script({"text": "draft answer", "delay": 1.5}, {"text": "revised answer"})
+    task_id = await client.spawn_task("explore", "x", model=model)
+    await wait_for_turn(client, task_id, 1)
+    await client.send_input(task_id, "mention the edge cases")
+    done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED
+    assert done.result == "revised answer" and done.turns == 2 and done.unread_input == 0
+    assert conversation(await client.get_transcript(task_id)) == [
+        ("user", "x"),
+        ("assistant", "draft answer"),
+        ("user", "mention the edge cases"),
+        ("assistant", "revised answer"),
+    ]
+
+
+async def wait_for_turn(client: SubagentClient, task_id: str, turn: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 15
+    while (await client.check_task(task_id)).turns < turn:
+        assert asyncio.get_running_loop().time() < deadline, f"turn {turn} never started"
+        await asyncio.sleep(0.05)
+
+
+async def test_input_to_a_stopped_task_is_refused_in_every_stopped_state(
+    client: SubagentClient, temporal_client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-script.json"
+    async with create_worker(temporal_client, settings):
+        cancelled = await client.spawn_task("general", "x", model=script(bash("sleep 60")))
+        await wait_for_turn(client, cancelled, 1)
+        assert (await client.cancel_task(cancelled)).status == TaskStatus.CANCELLED
+        failed = await client.spawn_task("explore", "x", model=f"scripted:@{missing}")
+        timed_out = await client.spawn_task(
+            "general", "x", model=script(bash("sleep 60")), time_limit=1
+        )
+        states = await client.wait_tasks([failed, timed_out], timeout=30)
+    assert [i.status for i in states] == [TaskStatus.FAILED, TaskStatus.TIMED_OUT]
+    # a cancel that no worker has applied yet shows as cancelling
+    cancelling = await client.spawn_task("explore", "x", model="scripted")
+    assert (await client.cancel_task(cancelling, wait=False)).status == TaskStatus.CANCELLING
+
+    for task_id, status in [
+        (cancelled, "cancelled"),
+        (failed, "failed"),
+        (timed_out, "timed_out"),
+        (cancelling, "cancelling"),
+    ]:
+        with pytest.raises(WrongTaskState) as caught:
+            await client.send_input(task_id, "come back")
+        assert caught.value.status == status and "Spawn a new task" in str(caught.value)
+        assert (await client.check_task(task_id)).status.value == status  # not revived
     with pytest.raises(InvalidRequest, match="input is empty"):
-        await client.send_input(task_id, " ")
+        await client.send_input(cancelled, " ")
+    with pytest.raises(TaskNotFound):
+        await client.send_input("no-such-task", "hello")
+
+
+async def test_input_a_task_never_read_is_reported(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    task_id = await client.spawn_task("explore", "x", model="scripted")
+    await client.send_input(task_id, "read this first")  # no worker yet: queued
+    await client.cancel_task(task_id, wait=False)
+    async with create_worker(temporal_client, settings):
+        info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.CANCELLED and info.turns == 0
+    assert info.unread_input == 1
 
 
 async def test_follow_up_after_max_turns_keeps_the_conversation_well_formed(

@@ -48,6 +48,8 @@ class AgentSpec(BaseModel):
     permission_mode: PermissionMode = "default"
     max_turns: int = 50
     may_spawn: bool = False
+    approval_timeout: float | None = None
+    """Seconds a pause waits for decisions before its calls are rejected (None: forever)."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order."""

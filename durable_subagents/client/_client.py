@@ -51,7 +51,7 @@ from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, TaskNotFound
+from durable_subagents.errors import InvalidRequest, TaskNotFound, WrongTaskState
 from durable_subagents.types import (
     Message,
     TaskEvent,
@@ -256,20 +256,50 @@ class SubagentClient:
         task_ids: Sequence[str],
         mode: Literal["all", "any"] = "all",
         timeout: float = 300.0,
+        after_pause: Mapping[str, str | None] | None = None,
     ) -> list[TaskInfo]:
         """Wait for several tasks: all of them, or the first that needs the caller.
 
+        A task needs the caller when it finished or paused, as in ``check_task(wait=True)``.
+        Each wait long-polls its task's history (no sleep loop). ``mode="all"`` returns
+        when every task does (or at ``timeout``), ``"any"`` when the first one does.
+
+        Args:
+            task_ids: The tasks.
+            mode: ``"all"`` or ``"any"``.
+            timeout: Seconds to wait at most; then the current states are returned.
+            after_pause: Per task id, a pause the caller already decided (skipped, as
+                ``check_task``'s ``after_pause``).
+
         Returns:
             The current ``TaskInfo`` of every task, in the order given.
+
+        Raises:
+            InvalidRequest: no ids, or an unknown ``mode``.
+            TaskNotFound: a task id is unknown.
         """
-        waits = [asyncio.ensure_future(self.check_task(t, True, timeout)) for t in task_ids]
+        if mode not in ("all", "any"):
+            raise InvalidRequest(f"mode must be 'all' or 'any', not {mode!r}")
+        task_ids = list(dict.fromkeys([task_ids] if isinstance(task_ids, str) else task_ids))
+        if not task_ids:
+            raise InvalidRequest("wait_tasks needs at least one task id")
+        skip = dict(after_pause or {})
+        waits = [
+            asyncio.ensure_future(self.check_task(t, True, timeout, skip.get(t))) for t in task_ids
+        ]
         try:
             when = asyncio.FIRST_COMPLETED if mode == "any" else asyncio.ALL_COMPLETED
             await asyncio.wait(waits, return_when=when)
         finally:
             for w in waits:
                 w.cancel()
-        return [(await self._info(t)).public() for t in task_ids]
+        for w in waits:  # an unknown id raises here, not as a silent "done"
+            if w.done() and not w.cancelled() and w.exception() is not None:
+                raise w.exception()  # type: ignore[misc]
+        return list(await asyncio.gather(*(self._public_info(t) for t in task_ids)))
+
+    async def _public_info(self, task_id: str) -> TaskInfo:
+        return (await self._info(task_id)).public()
 
     async def _wait(
         self, task_id: str, info: InternalInfo, after_pause: str | None
@@ -410,9 +440,10 @@ class SubagentClient:
     ) -> TaskInfo:
         info = await self._info(task_id)
         if info.status != TaskStatus.PAUSED or not info.pause_id:
-            raise InvalidRequest(
+            raise WrongTaskState(
                 f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
-                "decide (check_task shows pending approvals while it is paused)"
+                "decide (check_task shows pending approvals while it is paused)",
+                info.status.value,
             )
         decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
         handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
@@ -439,6 +470,12 @@ class SubagentClient:
                 "in the workspace and tell the subagent to read it"
             )
         info = await self._info(task_id)
+        if info.status == TaskStatus.CANCELLING:
+            raise WrongTaskState(
+                f"task {task_id!r} is being cancelled; it will not read more input. Spawn "
+                "a new task instead",
+                info.status.value,
+            )
         if not info.status.terminal:
             handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
             try:
@@ -451,9 +488,10 @@ class SubagentClient:
             if not info.status.terminal:
                 raise InvalidRequest(f"task {task_id!r} changed while sending; send again")
         if info.status != TaskStatus.COMPLETED:
-            raise InvalidRequest(
+            raise WrongTaskState(
                 f"task {task_id!r} is {info.status.value}; only a completed task can be "
-                "continued. Spawn a new task instead"
+                "continued. Spawn a new task instead",
+                info.status.value,
             )
         await start_follow_up(self.temporal, self.task_queue, task_id, info, text)
         return (await self._info(task_id)).public()

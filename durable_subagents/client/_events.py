@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from durable_subagents.types import TaskEvent, TaskStatus
+from durable_subagents.types import Decisions, TaskEvent, TaskStatus
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,
@@ -69,8 +70,22 @@ async def history_events(
                         summary=summary,
                         error=kind.name if failed else None,  # type: ignore[attr-defined]
                     )
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                signal = _signal_event(task_id, time, event, converter)
+                if signal is not None:
+                    yield signal
             elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+                if "ignored_decisions" in fields:
+                    ignored = converter.from_payload(fields["ignored_decisions"], list)
+                    if ignored:
+                        last = ignored[-1]
+                        yield TaskEvent(
+                            kind="decision_ignored",
+                            task_id=task_id,
+                            time=time,
+                            summary=f"pause {last['pause_id']}: {last['reason']}",
+                        )
                 if "status" in fields:
                     new = TaskStatus(converter.from_payload(fields["status"], str))
                     if new != status:
@@ -86,6 +101,33 @@ async def history_events(
         if next_run is None:
             return
         run_id = next_run
+
+
+def _signal_event(
+    task_id: str, time: datetime | None, event: HistoryEvent, converter: Any
+) -> TaskEvent | None:
+    """An input or decision signal as an event (what was sent, before the task reads it)."""
+    attrs = event.workflow_execution_signaled_event_attributes
+    payloads = list(attrs.input.payloads)
+    if not payloads:
+        return None
+    try:
+        if attrs.signal_name == "send_input":
+            text = " ".join(str(converter.from_payload(payloads[0], str)).split())
+            summary = text if len(text) <= 200 else text[:199] + "…"
+            return TaskEvent(kind="input", task_id=task_id, time=time, summary=summary)
+        if attrs.signal_name == "decide":
+            sent = Decisions.model_validate(converter.from_payload(payloads[0], dict))
+            parts = [
+                f"{'approve' if d.approved else 'reject'} {d.call_id}"
+                + (f" ({d.reason})" if d.reason else "")
+                for d in sent.decisions
+            ]
+            summary = f"pause {sent.pause_id}: " + ", ".join(parts)
+            return TaskEvent(kind="decision", task_id=task_id, time=time, summary=summary)
+    except Exception:  # a malformed signal is the workflow's to ignore; show nothing
+        return None
+    return None
 
 
 def _summary(event: HistoryEvent, converter: Any) -> str:

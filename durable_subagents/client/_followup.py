@@ -12,7 +12,7 @@ from temporalio.converter import DataConverter
 
 from durable_subagents._spawn import static_details
 from durable_subagents.client._info import InternalInfo
-from durable_subagents.errors import InvalidRequest, TaskNotFound
+from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
 from durable_subagents.types import (
     CallDecision,
     Decisions,
@@ -33,14 +33,22 @@ def decisions_for(
     hash, so a late "approve all" can never approve a later pause.
 
     Raises:
-        InvalidRequest: a call id is not pending in the current pause.
+        UnknownCallId: a call id is not pending in the current pause.
+        InvalidRequest: ``call_ids`` is empty.
     """
     assert info.pause_id is not None
     pending = {p.call_id: p for p in info.pending_approvals}
-    chosen = list(pending) if call_ids is None else list(call_ids)
+    if isinstance(call_ids, str):
+        call_ids = [call_ids]
+    chosen = list(pending) if call_ids is None else list(dict.fromkeys(call_ids))
+    if not chosen:
+        raise InvalidRequest(
+            "call_ids is empty; name the calls to decide, or pass None for every call of "
+            f"pause {info.pause_id}"
+        )
     unknown = [c for c in chosen if c not in pending]
     if unknown:
-        raise InvalidRequest(
+        raise UnknownCallId(
             f"call(s) {', '.join(unknown)} are not pending in pause {info.pause_id}; "
             f"pending: {', '.join(pending) or 'none'}"
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
 
-from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus, Usage
+from durable_subagents.types import IgnoredDecision, PendingApproval, TaskInfo, TaskStatus, Usage
 
 _CLOSED_STATUS = {
     WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
@@ -71,6 +71,10 @@ def info_from(
         if paused
         else [],
         head=memo.get("head"),
+        ignored_decisions=[
+            IgnoredDecision.model_validate(d) for d in memo.get("ignored_decisions") or []
+        ],
+        unread_input=int(memo.get("unread_input") or 0),
         may_pause=bool(memo.get("may_pause", True)),
     )
 

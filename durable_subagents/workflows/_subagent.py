@@ -8,7 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -52,6 +52,9 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         Usage,
     )
+
+_IGNORED_KEPT = 10
+"""How many ignored decisions the memo keeps (the newest)."""
 
 _Verdict = tuple[str, str | None]
 """``(action, error)``: ``allow``, ``ask``, or ``deny`` with the error the model sees."""
@@ -99,6 +102,8 @@ class SubagentWorkflow:
         self._decisions: dict[str, CallDecision] = {}
         self._children = ChildTasks(on_change=self._republish)
         self._reported: tuple[str, str | None, int] | None = None
+        self._ignored: list[dict[str, Any]] = []
+        self._time_limit_from: datetime | None = None
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -127,17 +132,41 @@ class SubagentWorkflow:
             if not decisions.decisions:
                 return
         if decisions.pause_id != self._pause_id:
-            workflow.logger.warning("ignoring decisions for pause %s", decisions.pause_id)
+            current = self._pause_id or "none"
+            self._ignore(
+                decisions, f"pause {decisions.pause_id} is over (current pause: {current})"
+            )
             return
-        hashes = {p.call_id: p.arguments_hash for p in self._pending}
+        pending = {p.call_id: p for p in self._pending}
         for d in decisions.decisions:
-            if d.call_id not in self._decisions and hashes.get(d.call_id) == d.arguments_hash:
+            call = pending.get(d.call_id)
+            if call is None or d.call_id in self._decisions:
+                why = "already decided" if d.call_id in self._decisions else "not pending"
+                self._ignore(decisions, f"call {d.call_id}: {why}", [d.call_id])
+            elif call.arguments_hash != d.arguments_hash:
+                self._ignore(decisions, f"call {d.call_id}: its arguments differ", [d.call_id])
+            else:
                 self._decisions[d.call_id] = d
         undecided = [p for p in self._pending if p.call_id not in self._decisions]
         if undecided and len(undecided) < len(self._pending):
             # the first decision on a call stands; what is left stays visible
             self._pending = undecided
             self._publish(TaskStatus.PAUSED)
+            workflow.set_current_details(self._pause_details(self._input_approval_timeout()))
+
+    def _input_approval_timeout(self) -> float | None:
+        return self._input.approval_timeout if self._input is not None else None
+
+    def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None = None) -> None:
+        """Drop a stale decision, and say so in the memo (and so in the task's events)."""
+        workflow.logger.warning("ignoring decision: %s", why)
+        if not workflow.patched("record-ignored-input"):
+            return
+        ids = call_ids if call_ids is not None else [d.call_id for d in decisions.decisions]
+        entry = {"pause_id": decisions.pause_id, "call_ids": ids, "reason": why}
+        self._ignored = [*self._ignored, entry][-_IGNORED_KEPT:]
+        self._memo["ignored_decisions"] = self._ignored
+        workflow.upsert_memo({"ignored_decisions": self._ignored})
 
     @workflow.query(name="status")
     def status(self) -> dict[str, Any]:
@@ -196,8 +225,15 @@ class SubagentWorkflow:
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
             return None
-        started = input.created_at or workflow.info().start_time
-        left = input.time_limit - (workflow.now() - started).total_seconds()
+        if workflow.patched("time-limit-from-run-start"):
+            # Counted by the server's clock from this chain of runs' first start; a
+            # follow-up run gets a fresh limit.
+            state = input.state
+            from_state = state.time_limit_from if state is not None else None
+            self._time_limit_from = from_state or workflow.info().start_time
+        else:
+            self._time_limit_from = input.created_at or workflow.info().start_time
+        left = input.time_limit - (workflow.now() - self._time_limit_from).total_seconds()
         return timedelta(seconds=max(left, 0.001))
 
     async def _stop(self, loop: asyncio.Task[TaskResult]) -> None:
@@ -350,6 +386,7 @@ class SubagentWorkflow:
         self._decisions = {}
         self._publish(TaskStatus.PAUSED)
         timeout = self._input.approval_timeout
+        workflow.set_current_details(self._pause_details(timeout))
         try:
             await workflow.wait_condition(
                 lambda: all(c.id in self._decisions for c in asks),
@@ -361,15 +398,29 @@ class SubagentWorkflow:
         for call in asks:
             decision = self._decisions.get(call.id)
             if decision is None:
-                verdicts[call.id] = ("deny", f"no decision within {timeout:g}s; not run")
+                verdicts[call.id] = ("deny", f"approval timed out after {timeout:g}s; not run")
             elif decision.approved:
                 verdicts[call.id] = ("allow", None)
             else:
                 reason = f": {decision.reason}" if decision.reason else ""
                 verdicts[call.id] = ("deny", f"the parent rejected this call{reason}")
         self._pause_id, self._pending = None, []
+        workflow.set_current_details("")
         self._publish(TaskStatus.RUNNING)
         return verdicts
+
+    def _pause_details(self, timeout: float | None) -> str:
+        """The Web UI's current details while paused: what the task waits for."""
+        task_id = workflow.info().workflow_id
+        lines = [
+            f"**Waiting for approval** of {len(self._pending)} tool call(s) · "
+            f"pause `{self._pause_id}`"
+            + (f" · rejected automatically after {timeout:g}s" if timeout else ""),
+            *(f"- `{p.call_id}` {p.arguments_preview}" for p in self._pending),
+            f"Approve: `subagents approve {task_id} --all` (or name call ids) · "
+            f"reject: `subagents reject {task_id} --all --reason TEXT`",
+        ]
+        return "\n\n".join(lines)
 
     async def _tool_call(self, call: ToolCall, verdict: _Verdict) -> ToolCallResult:
         assert self._input is not None
@@ -426,6 +477,7 @@ class SubagentWorkflow:
             model=self._model,
             runs=self._runs + 1,
             children=self._children.finished,
+            time_limit_from=self._time_limit_from,
         )
         workflow.continue_as_new(
             self._input.model_copy(update={"state": state}),
@@ -443,9 +495,12 @@ class SubagentWorkflow:
         error: str | None = None,
         pending: list[Message] | None = None,
     ) -> TaskResult:
+        # Input that came too late for this run is kept: a follow-up run reads it first.
+        unread = [Message(role="user", content=text) for text in self._inbox]
         self._publish(status, stop_reason=stop_reason, error=error)
+        self._inbox.clear()
         return TaskResult(
-            pending_messages=pending or [],
+            pending_messages=[*(pending or []), *unread],
             status=status,
             result=self._last_text,
             result_ref=self._last_text_ref,
@@ -482,6 +537,8 @@ class SubagentWorkflow:
             memo["error"] = error
         if status.terminal and self._last_text:
             memo["result_preview"] = self._last_text[:500]
+        if status.terminal and self._inbox and workflow.patched("record-ignored-input"):
+            memo["unread_input"] = len(self._inbox)  # it arrived after the last turn began
         changed = {k: v for k, v in memo.items() if self._memo.get(k) != v}
         if changed:
             self._memo.update(changed)
