@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -14,8 +16,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.json import JSON
 from rich.markup import escape
 from rich.table import Column, Table
+from rich.text import Text
 
 from durable_subagents.agents import (
     ALL_TOOLS,
@@ -27,7 +31,7 @@ from durable_subagents.agents import (
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
 from durable_subagents.errors import SubagentError
-from durable_subagents.types import TaskInfo
+from durable_subagents.types import Message, TaskInfo, TaskStatus
 
 app = typer.Typer(
     help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
@@ -126,9 +130,83 @@ def _show(
     _run(main())
 
 
-def _print_info(info: TaskInfo, as_json: bool) -> None:
+Arguments = dict[str, dict[str, Any] | None]
+"""Full arguments by pending call id; None where they could not be read."""
+
+
+async def pending_arguments(client: SubagentClient, info: TaskInfo) -> Arguments:
+    """The full arguments of each pending call, read from the transcript.
+
+    ``arguments_preview`` is at most 200 characters; the transcript has the whole
+    call (large arguments expanded from the blob store). None for a call whose
+    transcript this machine cannot read (no access to the workers' blob store).
+    """
+    transcripts: dict[str, list[Message] | None] = {}
+
+    async def find(task_id: str, call_id: str) -> dict[str, Any] | None:
+        if "/" in call_id:  # a child's call: <child task id>/<child pause id>/<call id>
+            child, _, rest = call_id.partition("/")
+            return await find(child, rest.partition("/")[2])
+        if task_id not in transcripts:
+            try:
+                transcripts[task_id] = await client.get_transcript(task_id)
+            except (SubagentError, OSError, ValueError):
+                transcripts[task_id] = None
+        for message in reversed(transcripts[task_id] or []):
+            for call in message.tool_calls if message.role == "assistant" else []:
+                if call.id == call_id and not call.arguments_ref:
+                    return call.arguments
+        return None
+
+    return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
+
+
+def _info_json(info: TaskInfo, arguments: Arguments | None = None, **extra: Any) -> str:
+    data = info.model_dump(mode="json")
+    if arguments is not None:
+        for pending in data["pending_approvals"]:
+            pending["arguments"] = arguments.get(pending["call_id"])
+    return json.dumps({**data, **extra}, indent=2, ensure_ascii=False)
+
+
+def indented_json(data: Any, indent: int) -> Text:
+    """Pretty JSON, highlighted on a terminal, every line indented; strings never cut."""
+    lines = JSON.from_data(data, indent=2, ensure_ascii=False).text.split("\n", allow_blank=True)
+    return Text("\n").join(Text(" " * indent) + line for line in lines)
+
+
+def _print_pending(info: TaskInfo, arguments: Arguments | None) -> None:
+    console.print(f"  [yellow]waiting for approval[/yellow] (pause {escape(info.pause_id or '')}):")
+    for p in info.pending_approvals:
+        full = arguments.get(p.call_id) if arguments is not None else None
+        if full is None:
+            console.print(f"    {p.call_id}  {p.arguments_preview}", markup=False, soft_wrap=True)
+            if arguments is not None:
+                console.print(
+                    "      (a preview: the full arguments are not readable here; is the "
+                    "workers' blob store reachable from this machine?)",
+                    style="dim",
+                    highlight=False,
+                )
+            continue
+        console.print(f"    {p.call_id}  {p.tool_name}", markup=False, highlight=False)
+        console.print(indented_json(full, 6), soft_wrap=True)
+    task = shlex.quote(info.id)
+    first = shlex.quote(info.pending_approvals[0].call_id)
+    console.print("  decide with one of:", highlight=False)
+    for command in (
+        f"subagents approve {task} {first}",
+        f"subagents approve {task} --all",
+        f"subagents reject {task} {first} --reason TEXT",
+        f"subagents reject {task} --all --reason TEXT",
+    ):
+        console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_info(info: TaskInfo, as_json: bool, arguments: Arguments | None = None) -> None:
+    """Print a task; ``arguments`` (full arguments of the pending calls) if read."""
     if as_json:
-        print(info.model_dump_json(indent=2))
+        print(_info_json(info, arguments))
         return
     color = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(info.status, "cyan")
     console.print(f"[bold]{info.id}[/bold]  [{color}]{info.status.value}[/{color}]")
@@ -140,12 +218,7 @@ def _print_info(info: TaskInfo, as_json: bool) -> None:
     if info.error:
         console.print(f"  [red]error:[/red] {info.error}")
     if info.pending_approvals:
-        console.print(f"  [yellow]waiting for approval[/yellow] (pause {info.pause_id}):")
-        for p in info.pending_approvals:
-            console.print(f"    {p.call_id}  {p.arguments_preview}", markup=False)
-        console.print(
-            f"  subagents approve {info.id}   |   subagents reject {info.id} --reason ..."
-        )
+        _print_pending(info, arguments)
     if info.result:
         console.print()
         console.print(info.result, markup=False, highlight=False)
@@ -272,7 +345,8 @@ def spawn(
             task_id=task_id,
         )
         if wait:
-            _print_info(await client.check_task(tid, wait=True, timeout=3600), as_json)
+            info = await client.check_task(tid, wait=True, timeout=3600)
+            _print_info(info, as_json, await pending_arguments(client, info))
         elif as_json:
             print(json.dumps({"id": tid}))
         else:
@@ -303,12 +377,14 @@ def check(
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Show a task's status and result."""
-    _show(
-        _settings(address, namespace, task_queue),
-        lambda c: c.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause),
-        as_json,
-    )
+    """Show a task's status and result, and the full arguments of calls awaiting approval."""
+
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
+        _print_info(info, as_json, await pending_arguments(client, info))
+
+    _run(main())
 
 
 @app.command()
@@ -329,35 +405,105 @@ def cancel(
     )
 
 
+CallIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Call ids of the current pause (`subagents check ID` lists them)"),
+]
+AllCalls = Annotated[bool, typer.Option("--all", help="Every pending call of the current pause")]
+
+
+def _chosen(call_ids: list[str] | None, all_calls: bool, verb: str) -> list[str] | None:
+    """The calls to decide (None: all of them); a decision must name them or say --all."""
+    if call_ids and all_calls:
+        raise typer.BadParameter(
+            f"name call ids or pass --all, not both ({verb} the calls named, or all of them)",
+            param_hint="--all",
+        )
+    if not call_ids and not all_calls:
+        raise typer.BadParameter(
+            f"none named; name the call ids to {verb}, or pass --all to {verb} every pending "
+            "call (a decision must be explicit; `subagents check ID` lists the calls)",
+            param_hint="CALL_IDS",
+        )
+    return call_ids or None
+
+
+def _decide(
+    settings: Settings,
+    task_id: str,
+    call_ids: list[str] | None,
+    *,
+    approved: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    async def main() -> None:
+        client = await _client(settings)
+        if approved:
+            info = await client.approve(task_id, call_ids)
+        else:
+            info = await client.reject(task_id, call_ids, reason)
+        # info is the state the decision was made on: the pause and its pending calls
+        decided = call_ids or [p.call_id for p in info.pending_approvals]
+        rest = [p for p in info.pending_approvals if p.call_id not in decided]
+        if as_json:
+            decision = {"approved": approved, "call_ids": decided, "reason": reason}
+            print(_info_json(info, decision=decision))
+            return
+        verb = "approved" if approved else "rejected"
+        console.print(
+            f"{verb} {', '.join(decided)} of {info.id} (pause {info.pause_id})"
+            + (f"; reason for the model: {reason}" if reason else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        quoted = shlex.quote(info.id)
+        if rest:
+            console.print("  still waiting for a decision:", highlight=False)
+            for p in rest:
+                console.print(
+                    f"    {p.call_id}  {p.arguments_preview}", markup=False, soft_wrap=True
+                )
+            command = f"subagents check {quoted}"
+        else:
+            command = f"subagents check {quoted} --wait --after-pause {info.pause_id}"
+        console.print(f"  next: {command}", markup=False, highlight=False, soft_wrap=True)
+
+    _run(main())
+
+
 @app.command()
 def approve(
     task_id: str,
-    call: Annotated[list[str] | None, typer.Option(help="Call id (repeat); default: all")] = None,
+    call_ids: CallIds = None,
+    all_calls: AllCalls = False,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Approve the pending tool calls of a paused task."""
-    _show(_settings(address, namespace, task_queue), lambda c: c.approve(task_id, call), as_json)
+    """Approve tool calls of a paused task: name their call ids, or pass --all."""
+    chosen = _chosen(call_ids, all_calls, "approve")
+    settings = _settings(address, namespace, task_queue)
+    _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json)
 
 
 @app.command()
 def reject(
     task_id: str,
-    call: Annotated[list[str] | None, typer.Option(help="Call id (repeat); default: all")] = None,
-    reason: Annotated[str | None, typer.Option(help="Told to the model")] = None,
+    call_ids: CallIds = None,
+    all_calls: AllCalls = False,
+    reason: Annotated[str | None, typer.Option(help="Why; the model gets it as the result")] = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Reject the pending tool calls of a paused task."""
-    _show(
-        _settings(address, namespace, task_queue),
-        lambda c: c.reject(task_id, call, reason),
-        as_json,
-    )
+    """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
+    chosen = _chosen(call_ids, all_calls, "reject")
+    settings = _settings(address, namespace, task_queue)
+    _decide(settings, task_id, chosen, approved=False, reason=reason, as_json=as_json)
 
 
 @app.command()
@@ -369,10 +515,39 @@ def send(
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Send steering input to a running task, or a follow-up to a completed one."""
+    """Steer a running or paused task, or continue a completed one with a follow-up.
+
+    A running or paused task reads the text at its next turn. A completed task starts
+    a new run of the same conversation under the same id. Cancelled, failed and
+    timed-out tasks cannot be continued.
+    """
     body = sys.stdin.read() if text == "-" else text
 
-    _show(_settings(address, namespace, task_queue), lambda c: c.send_input(task_id, body), as_json)
+    async def main() -> None:
+        client = await _client(_settings(address, namespace, task_queue))
+        before = await client.check_task(task_id)
+        info = await client.send_input(task_id, body)
+        # A task that closed just now is continued too: it is then in a new run.
+        follow_up = before.status.terminal or (
+            info.run_id != before.run_id and info.status == TaskStatus.PENDING
+        )
+        if as_json:
+            print(_info_json(info, follow_up=follow_up))
+            return
+        _print_info(info, as_json=False)
+        what = (
+            "started a follow-up run with this input"
+            if follow_up
+            else "the task reads this input at its next turn"
+        )
+        console.print(
+            f"\nsent: {what}. Wait for the answer: subagents check {shlex.quote(info.id)} --wait",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    _run(main())
 
 
 @app.command("ls")
@@ -502,15 +677,39 @@ def demo(
         str | None, typer.Option(help="provider:model [env SUBAGENTS_MODEL; offline script]")
     ] = None,
 ) -> None:
-    """Spawn three subagents over a sample project and show their results."""
+    """Run subagents over a sample project: an approval, a follow-up, their results."""
     from durable_subagents.demo import run_demo
 
     settings = _settings(model=model)
     _run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))
 
 
+def _core_logs_to_stderr() -> None:
+    """Send Temporal core's log lines through Python logging (stderr), not stdout.
+
+    Core writes warnings (e.g. a payload over 2 KB) to stdout by default, which would
+    corrupt ``--json`` output.
+    """
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    logging_config = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+    )
+    Runtime.set_default(
+        Runtime(telemetry=TelemetryConfig(logging=logging_config)), error_if_already_set=False
+    )
+
+
 def main() -> None:
     """Entry point of the ``subagents`` command."""
+    _core_logs_to_stderr()
     try:
         app()
         code: object = 0

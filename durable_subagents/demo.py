@@ -1,4 +1,9 @@
-"""``subagents demo``: three subagents over a sample project on the embedded server."""
+"""``subagents demo``: subagents over a sample project on the embedded server.
+
+Four tasks run in parallel; one of them pauses for approval of a bash command, which
+the demo reads in full and decides through the client. Then one finished task gets a
+follow-up question (``send_input``) and answers it in a new run.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import shutil
 import uuid
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -21,17 +27,32 @@ from durable_subagents.errors import SubagentError
 from durable_subagents.types import TaskInfo, TaskStatus
 from durable_subagents.worker import create_worker
 
-DEMO_TASKS = [
-    ("explore", "Map the inventory project: its modules, classes and functions.", "map"),
-    ("plan", "Plan how to make store.save crash-safe, with a test.", "plan"),
-    ("research", "How does the inventory tool report errors to its user?", "errors"),
+DEMO_TASKS: list[tuple[str, str, str, dict[str, Any]]] = [
+    ("explore", "Map the inventory project: its modules, classes and functions.", "map", {}),
+    ("plan", "Plan how to make store.save crash-safe, with a test.", "plan", {}),
+    ("research", "How does the inventory tool report errors to its user?", "errors", {}),
+    # general may run anything (dont_ask); narrowed to `default`, its bash calls pause
+    (
+        "general",
+        "Count the lines of each Python file of the project with one bash command.",
+        "line count",
+        {"permission_mode": "default", "tools": ["bash", "read_file", "list_files", "grep"]},
+    ),
 ]
+"""(agent, prompt, label, spawn options) of the tasks the demo runs in parallel."""
+
+FOLLOW_UP = ("explore", "Which of these functions have tests?")
+"""The finished task that gets a follow-up question, and the question."""
+
+_READ_ONLY_COMMANDS = {"wc", "ls", "cat", "head", "grep", "nl"}
+"""Programs the demo approves in a bash call (anything else is rejected)."""
+_MAX_PAUSES = 3
 
 
 async def run_demo(
     *, settings: Settings, port: int, ui_port: int, db: Path | None, console: Console
 ) -> None:
-    """Spawn three subagents in parallel, show their progress, print their results.
+    """Run the demo tasks in parallel, decide the approval, ask a follow-up, print results.
 
     Uses the server on ``port`` if one answers, else starts the embedded dev server
     for the demo's duration. Offline (scripted model) unless ``settings.model`` names
@@ -69,6 +90,7 @@ async def run_demo(
         else:
             console.print(f"[bold]Model:[/] {settings.model}")
         console.print(f"Workspace: {workspace}\n")
+        ui_base = _ui_base(server, ui_port, settings.namespace)
         async with create_worker(temporal, worker_settings):
             client = SubagentClient(
                 temporal,
@@ -82,11 +104,17 @@ async def run_demo(
                     prompt,
                     description=f"demo: {label}",
                     model=f"scripted:demo-{agent}" if offline else None,
+                    **options,
                 )
-                for agent, prompt, label in DEMO_TASKS
+                for agent, prompt, label, options in DEMO_TASKS
             ]
             infos = await _follow(client, ids, console)
-        _report(infos, console, ui_base=_ui_base(server, ui_port, settings.namespace))
+            infos = [await _decide(client, info, console) for info in infos]
+            _report(infos, console, ui_base=ui_base)
+            agent, question = FOLLOW_UP
+            first = next(i for i in infos if i.agent == agent)
+            if first.status == TaskStatus.COMPLETED:
+                infos.append(await _follow_up(client, first, question, console))
         if server is not None:
             console.print(
                 "\nThe tasks are kept in the SQLite file. Run [bold]subagents dev[/] to "
@@ -101,7 +129,7 @@ async def run_demo(
 
 
 async def _follow(client: SubagentClient, ids: list[str], console: Console) -> list[TaskInfo]:
-    """Show a live table fed by each task's event stream; return the final states."""
+    """Show a live table fed by each task's event stream until each task closed or paused."""
     rows: dict[str, dict[str, str]] = {
         i: {"status": "pending", "turn": "0", "doing": ""} for i in ids
     }
@@ -123,13 +151,102 @@ async def _follow(client: SubagentClient, ids: list[str], console: Console) -> l
                 row["doing"] = event.summary
             if event.kind == "closed":
                 row["doing"] = ""
+            paused = event.status == TaskStatus.PAUSED
+            if paused:
+                row["doing"] = "waiting for approval"
             live.update(table())
+            if paused:
+                return  # the demo decides once every task closed or paused
 
     with Live(table(), console=console, refresh_per_second=8) as live:
         await asyncio.wait_for(asyncio.gather(*(follow(i, live) for i in ids)), timeout=900)
     if not console.is_terminal:
         console.line()  # Live ends its last frame with a newline only on a terminal
     return await client.wait_tasks(ids, timeout=60)
+
+
+async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> TaskInfo:
+    """Decide a paused task's calls as a parent would, after reading them in full.
+
+    Approves bash calls that only run read-only programs, rejects anything else, and
+    waits for the task to finish (or to pause again, up to ``_MAX_PAUSES`` times).
+    """
+    from durable_subagents.cli import indented_json, pending_arguments
+
+    for pauses in range(1, _MAX_PAUSES + 1):
+        if info.status != TaskStatus.PAUSED or info.pause_id is None:
+            return info
+        console.print(
+            f"\n[bold]{info.agent}[/] paused for approval: spawned with "
+            'permission_mode="default", its calls that change something wait for the '
+            f"parent's decision. Pending in {info.pause_id}:"
+        )
+        arguments = await pending_arguments(client, info)
+        approve: list[str] = []
+        reject: list[str] = []
+        for p in info.pending_approvals:
+            full = arguments.get(p.call_id)
+            console.print(f"  {p.call_id}  {p.tool_name}", markup=False, highlight=False)
+            if full is None:  # not readable here: the preview is all there is
+                console.print(f"      {p.arguments_preview}", markup=False, soft_wrap=True)
+            else:
+                console.print(indented_json(full, 6), soft_wrap=True)
+            harmless = pauses < _MAX_PAUSES and _read_only_bash(p.tool_name, full)
+            (approve if harmless else reject).append(p.call_id)
+        if approve:
+            await client.approve(info.id, approve)
+            console.print(
+                f"The demo approves {', '.join(approve)} (read-only programs): "
+                f"client.approve(task_id, {approve})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        if reject:
+            reason = (
+                "the demo approves only bash commands of read-only programs "
+                f"({', '.join(sorted(_READ_ONLY_COMMANDS))}), {_MAX_PAUSES - 1} times at most"
+            )
+            await client.reject(info.id, reject, reason=reason)
+            console.print(
+                f"The demo rejects {', '.join(reject)}: {reason}", markup=False, highlight=False
+            )
+        console.print()
+        with console.status(f"Waiting for {info.agent} to go on..."):
+            info = await client.check_task(
+                info.id, wait=True, timeout=900, after_pause=info.pause_id
+            )
+    return info
+
+
+def _read_only_bash(tool_name: str, arguments: dict[str, Any] | None) -> bool:
+    """Whether a call is bash running only read-only programs (no redirects, no chains)."""
+    command = (arguments or {}).get("command")
+    if tool_name != "bash" or not isinstance(command, str):
+        return False
+    if any(c in command for c in ";&<>`$()\n\\"):
+        return False
+    programs = [part.split()[0] if part.split() else "" for part in command.split("|")]
+    return all(p in _READ_ONLY_COMMANDS for p in programs)
+
+
+async def _follow_up(
+    client: SubagentClient, first: TaskInfo, question: str, console: Console
+) -> TaskInfo:
+    """Ask a completed task a follow-up question and show its answer."""
+    console.print(
+        f"\nFollow-up: {first.agent} completed; client.send_input continues its "
+        "conversation in a new run under the same task id:",
+        highlight=False,
+    )
+    console.print(f"  > {question}", markup=False, highlight=False)
+    await client.send_input(first.id, question)
+    with console.status(f"Waiting for {first.agent} to answer..."):
+        info = await client.check_task(first.id, wait=True, timeout=900)
+    title = f"{info.agent} · {info.status.value} · {info.turns} turns in all · follow-up run"
+    body = info.result or info.error or ""
+    console.print(Panel(body, title=title, subtitle=info.id, expand=False))
+    return info
 
 
 def _report(infos: list[TaskInfo], console: Console, ui_base: str) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
 from temporalio.client import Client
 
-from durable_subagents import _search_attributes
+from durable_subagents import SubagentClient, _search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
 
@@ -391,13 +392,30 @@ async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     )  # fmt: skip
     assert time.monotonic() - started < 90
     out = result.out
-    assert "Model: the offline scripted model" in " ".join(out.split())
-    assert "no LLM is called" in " ".join(out.split())
-    assert out.count("· completed ·") == 3
-    for agent in ("explore", "plan", "research"):
-        assert f"{agent} · completed" in out
+    flat = " ".join(out.split())
+    assert "Model: the offline scripted model" in flat
+    assert "no LLM is called" in flat
+    for agent, turns in (("explore", 3), ("plan", 3), ("research", 4), ("general", 2)):
+        assert f"{agent} · completed · {turns} turns" in out
+    # general (narrowed to mode `default`) paused on bash; the demo showed and approved it
+    assert "general paused for approval" in flat
+    assert '"command": "wc -l inventory/*.py tests/*.py"' in out
+    assert "The demo approves call_0_0" in out
+    # ... and the task answered with the command's real output
+    workspace = Path(__file__).parents[1] / "durable_subagents" / "demo_workspace"
+    for name in ("inventory/models.py", "inventory/store.py", "tests/test_models.py"):
+        lines = len((workspace / name).read_text().splitlines())
+        assert re.search(rf"│ +{lines} {re.escape(name)} ", out), (name, out)
+    # a follow-up to the finished explore task: a new run with a different answer
+    assert "> Which of these functions have tests?" in out
+    follow_up = out[out.index("Follow-up:") :]
+    assert "explore · completed · 5 turns in all · follow-up run" in follow_up
+    assert "This follow-up answer comes from" in " ".join(follow_up.split())
+    assert "def test_remove_more_than_stock_fails" in follow_up
+    assert "inventory/store.py" not in follow_up  # not the first answer again
+    assert out.count("· completed ·") == 5
     links = [line.strip() for line in out.splitlines() if "Web UI:" in line]
-    assert len(links) == 3
+    assert len(links) == 4
     for link in links:
         assert link.startswith(f"Web UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows/")
         assert "/workflows/subagent-" in link
@@ -486,9 +504,218 @@ async def test_ask_pause_and_approve_from_the_shell(
     assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
     human = ok(await arun("check", task_id, env=env))
     assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
-    ok(await arun("approve", task_id, "--json", env=env))
+    ok(await arun("approve", task_id, "--all", "--json", env=env))
     done = ok(
         await arun("check", task_id, "--wait", "--after-pause", info["pause_id"], "--json", env=env)
     )
     assert done.json()["status"] == "completed"
     assert (workspace / "approved.txt").read_text() == "yes\n"
+
+
+# ---------------------------------------------------------------- approvals, input
+
+
+def _bash(command: str) -> dict[str, Any]:
+    return {"name": "bash", "arguments": {"command": command}}
+
+
+async def _paused(task_id: str, env: dict[str, str]) -> dict[str, Any]:
+    info = ok(await arun("check", task_id, "--wait", "--timeout", "30", "--json", env=env)).json()
+    assert info["status"] == "paused", info
+    return info
+
+
+async def _spawn_asking(model: str, env: dict[str, str]) -> str:
+    """A `general` task narrowed to mode `default`: its bash and file edits ask."""
+    spawned = await arun(
+        "spawn", "general", "work", "--model", model, "--permission-mode", "default", "--json",
+        env=env,
+    )  # fmt: skip
+    return str(ok(spawned).json()["id"])
+
+
+async def test_approve_named_calls_then_the_rest_with_all(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    model = script(
+        {"tool_calls": [_bash("echo a > a.txt"), _bash("echo b > b.txt")]}, {"text": "done"}
+    )
+    task_id = await _spawn_asking(model, env)
+    paused = await _paused(task_id, env)
+    assert [p["call_id"] for p in paused["pending_approvals"]] == ["call_0_0", "call_0_1"]
+
+    unknown = failed(await arun("approve", task_id, "call_9_9", env=env))
+    assert "call_9_9 are not pending" in unknown.flat_err
+    assert "pending: call_0_0, call_0_1" in unknown.flat_err
+
+    first = ok(await arun("approve", task_id, "call_0_0", env=env)).out
+    assert f"approved call_0_0 of {task_id}" in first
+    assert "still waiting for a decision" in first and "call_0_1  bash · echo b > b.txt" in first
+
+    async def only_the_other_pending() -> dict[str, Any] | None:
+        info = ok(await arun("check", task_id, "--json", env=env)).json()
+        pending = [p["call_id"] for p in info["pending_approvals"]]
+        return info if pending == ["call_0_1"] else None
+
+    still = await _eventually(only_the_other_pending)
+    assert still, "the partial approval did not leave call_0_1 pending"
+    assert still["status"] == "paused" and still["pause_id"] == paused["pause_id"]
+    assert not (workspace / "a.txt").exists()  # nothing runs before every call is decided
+
+    rest = ok(await arun("approve", task_id, "--all", "--json", env=env)).json()
+    assert rest["decision"] == {"approved": True, "call_ids": ["call_0_1"], "reason": None}
+    done = ok(
+        await arun(
+            "check", task_id, "--wait", "--after-pause", paused["pause_id"], "--json", env=env
+        )
+    ).json()
+    assert done["status"] == "completed" and done["result"] == "done"
+    assert (workspace / "a.txt").read_text() == "a\n"
+    assert (workspace / "b.txt").read_text() == "b\n"
+
+    late = failed(await arun("approve", task_id, "--all", env=env))
+    assert "is completed, not paused" in late.flat_err
+
+
+async def test_reject_with_a_reason_tells_the_model(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    model = script(
+        {"tool_calls": [_bash("touch rejected.txt")]}, {"text": "model saw: {last_tool_result}"}
+    )
+    task_id = await _spawn_asking(model, env)
+    paused = await _paused(task_id, env)
+    rejected = ok(
+        await arun(
+            "reject", task_id, "--all", "--reason", "not on Fridays", "--json", env=env
+        )
+    ).json()  # fmt: skip
+    assert rejected["decision"] == {
+        "approved": False,
+        "call_ids": ["call_0_0"],
+        "reason": "not on Fridays",
+    }
+    done = ok(
+        await arun(
+            "check", task_id, "--wait", "--after-pause", paused["pause_id"], "--json", env=env
+        )
+    ).json()
+    assert done["status"] == "completed"
+    assert done["result"] == "model saw: the parent rejected this call: not on Fridays"
+    assert not (workspace / "rejected.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["approve", "some-task"], "name the call ids to approve, or pass --all"),
+        (["reject", "some-task", "--reason", "no"], "name the call ids to reject, or pass --all"),
+        (["approve", "some-task", "call_0_0", "--all"], "not both"),
+        (["reject", "some-task", "call_0_0", "--all"], "not both"),
+    ],
+    ids=["approve-nothing", "reject-nothing", "approve-both", "reject-both"],
+)
+def test_a_decision_must_name_its_calls_or_say_all(
+    args: list[str], expected: str, tmp_path: Path
+) -> None:
+    # a usage error: refused before connecting (nothing answers on this address)
+    result = run(*args, "--address", "127.0.0.1:1", env=_env(tmp_path))
+    assert result.code == 2, result
+    assert "Traceback" not in result.err and result.out == ""
+    assert expected in " ".join(result.err.replace("│", " ").split())
+
+
+async def test_send_steers_a_paused_task_then_continues_it_when_completed(
+    env: dict[str, str], worker: None, client: SubagentClient
+) -> None:
+    model = script(
+        {"text": "checking", "tool_calls": [_bash("echo hi")]},
+        {"text": "first: {last_tool_result}"},
+        {"text": "second answer, after {last_tool_result}"},
+    )
+    task_id = await _spawn_asking(model, env)
+    paused = await _paused(task_id, env)
+    steered = ok(await arun("send", task_id, "prefer short flags", env=env)).out
+    assert "reads this input at its next turn" in " ".join(steered.split())
+    ok(await arun("approve", task_id, "--all", env=env))
+    first = ok(
+        await arun(
+            "check", task_id, "--wait", "--after-pause", paused["pause_id"], "--json", env=env
+        )
+    ).json()
+    assert first["status"] == "completed" and first["result"] == "first: hi"
+    # the steering text reached the model right after the tool result
+    roles = [(m.role, m.content) for m in await client.get_transcript(task_id)]
+    assert ("user", "prefer short flags") in roles
+    steer = roles.index(("user", "prefer short flags"))
+    assert roles[steer - 1][0] == "tool" and roles[steer + 1][0] == "assistant"
+
+    sent = ok(await arun("send", task_id, "and the second?", "--json", env=env)).json()
+    assert sent["follow_up"] is True and sent["id"] == task_id
+    assert sent["run_id"] != first["run_id"]
+    second = ok(await arun("check", task_id, "--wait", "--timeout", "30", "--json", env=env)).json()
+    assert second["status"] == "completed"
+    assert second["result"] == "second answer, after hi"
+    assert second["turns"] == first["turns"] + 1 and second["run_id"] == sent["run_id"]
+    last = (await client.get_transcript(task_id))[-2]
+    assert (last.role, last.content) == ("user", "and the second?")
+
+
+async def test_send_to_a_cancelled_task_is_refused(env: dict[str, str], worker: None) -> None:
+    spawned = ok(
+        await arun(
+            "spawn", "explore", "slow", "--model", script({"text": "x", "delay": 60}), "--json",
+            env=env,
+        )
+    )  # fmt: skip
+    task_id = spawned.json()["id"]
+    assert ok(await arun("cancel", task_id, "--json", env=env)).json()["status"] == "cancelled"
+    refused = failed(await arun("send", task_id, "go on", env=env))
+    assert f"task '{task_id}' is cancelled" in refused.flat_err
+    assert "only a completed task can be continued" in refused.flat_err
+    assert ok(await arun("check", task_id, "--json", env=env)).json()["status"] == "cancelled"
+
+
+async def test_check_shows_the_full_arguments_of_pending_calls(
+    env: dict[str, str], worker: None, tmp_path: Path
+) -> None:
+    command = "echo " + " ".join(f"word{i}" for i in range(60)) + " END-OF-COMMAND"
+    content = "x" * 10_000 + "END-OF-CONTENT"  # large: it travels through the blob store
+    assert len(command) > 300
+    turns = [
+        {
+            "tool_calls": [
+                _bash(command),
+                {"name": "write_file", "arguments": {"path": "big.txt", "content": content}},
+            ]
+        },
+        {"text": "done"},
+    ]
+    script_file = tmp_path / "script.json"  # read on the worker; keeps the spawn input small
+    script_file.write_text(json.dumps(turns))
+    task_id = await _spawn_asking(f"scripted:@{script_file}", env)
+    info = await _paused(task_id, env)
+    shell, write = info["pending_approvals"]
+    assert "END-OF-COMMAND" not in shell["arguments_preview"]  # the preview is cut
+    assert shell["arguments"] == {"command": command}
+    assert write["arguments_ref"] and write["arguments"] == {"path": "big.txt", "content": content}
+
+    human = ok(await arun("check", task_id, env=env)).out
+    assert f'"command": "{command}"' in human  # on one line, not cut
+    assert f'"content": "{content}"' in human
+    for line in (
+        f"subagents approve {task_id} call_0_0",
+        f"subagents approve {task_id} --all",
+        f"subagents reject {task_id} call_0_0 --reason TEXT",
+        f"subagents reject {task_id} --all --reason TEXT",
+    ):
+        assert line in [text.strip() for text in human.splitlines()], human[-1000:]
+
+    # where the workers' blob store is out of reach: the preview, and a note saying so
+    elsewhere = {**env, "SUBAGENTS_BLOB_DIR": str(tmp_path / "no-blobs")}
+    blind = ok(await arun("check", task_id, "--json", env=elsewhere)).json()
+    assert [p["arguments"] for p in blind["pending_approvals"]] == [None, None]
+    human = ok(await arun("check", task_id, env=elsewhere)).out
+    assert f"call_0_0  {shell['arguments_preview']}" in human
+    assert "not readable here" in " ".join(human.split())
+    ok(await arun("reject", task_id, "--all", env=env))

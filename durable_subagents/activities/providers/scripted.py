@@ -66,6 +66,12 @@ SCRIPTS: dict[str, Any] = {
             f"{_OFFLINE} This answer comes from the `demo-explore` script, not from an "
             "LLM.\n\nTask: {prompt}\n\nFunction definitions found:\n{last_tool_result}"
         ),
+        # A follow-up (send_input after the answer above) continues here.
+        _step("Looking for the tests.", _call("grep", pattern="def test_", path="tests")),
+        _step(
+            f"{_OFFLINE} This follow-up answer comes from the `demo-explore` script, not "
+            "from an LLM.\n\nTest functions found under tests/:\n{last_tool_result}"
+        ),
     ],
     "demo-plan": [
         _step("Reading the README first.", _call("read_file", path="README.md")),
@@ -88,6 +94,16 @@ SCRIPTS: dict[str, Any] = {
             f"{_OFFLINE} This summary comes from the `demo-research` script, not from an "
             "LLM.\n\nQuestion: {prompt}\n\nWhere the code raises, catches and prints "
             "errors:\n{last_tool_result}"
+        ),
+    ],
+    "demo-general": [
+        _step(
+            "Counting the lines of the Python files with bash.",
+            _call("bash", command="wc -l inventory/*.py tests/*.py"),
+        ),
+        _step(
+            f"{_OFFLINE} This answer comes from the `demo-general` script, not from an "
+            "LLM.\n\nTask: {prompt}\n\nWhat the bash call returned:\n{last_tool_result}"
         ),
     ],
 }
