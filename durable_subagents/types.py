@@ -175,6 +175,8 @@ class TaskState(BaseModel):
     """A follow-up run: wait for the input that comes with the start signal."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Finished children of an earlier run (task id -> status, result, error)."""
+    adopted: list[str] = Field(default_factory=list)
+    """Tasks spawned through the client with this task as parent (cancelled with it)."""
     time_limit_from: datetime | None = None
     """When the time limit started counting (the first run's start, by the server)."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents._blobstore import BlobStore
@@ -86,6 +86,12 @@ class SubagentActivities:
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Append the new messages, call the model once, append its answer."""
         task_id = input.task_id
+        if activity.info().attempt > 1 and await _cancel_requested():
+            raise ApplicationError(
+                "the task was cancelled; not retrying the model call",
+                type="TaskCancelled",
+                non_retryable=True,
+            )
         self.workspace(input.workspace)
         offered = self.offered_tools(input)
         messages = self.transcript.load(task_id, input.head) + input.new_messages
@@ -253,16 +259,16 @@ async def _heartbeating() -> AsyncIterator[None]:
 
 
 async def _cancel_requested() -> bool:
-    """Whether the activity's workflow has a cancel request in its history.
+    """Whether the activity's task was asked to cancel, or has closed already.
 
     The server retries activities by itself: a retry can start on a new worker before
-    the workflow has processed a cancel request, so a retried tool call checks first.
+    the workflow has processed a cancel request, so a retried attempt checks first.
     """
     info = activity.info()
     if not info.workflow_id:
         return False
     handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
-            return True
-    return False
+    desc = await handle.describe()
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return True
+    return bool(desc.raw_description.workflow_extended_info.cancel_requested)

@@ -162,7 +162,9 @@ class SubagentClient:
                 custom one passed to ``connect``).
             prompt: The task for the subagent.
             description: A short label (shown in the Web UI and in ``ls``).
-            parent_id: The spawning task's id, if any.
+            parent_id: The spawning task's id, if any. When it names a running task,
+                the new task registers with it (by signal) and is cancelled when that
+                task is cancelled, fails or times out; any other id is recorded only.
             model: ``provider:model``; default: the agent's, then ``SUBAGENTS_MODEL``,
                 then the worker's default.
             max_turns: Turn limit (default: the agent's).
@@ -182,6 +184,7 @@ class SubagentClient:
         Raises:
             InvalidRequest: unknown agent, empty or oversized prompt, bad limits, or an
                 option that would widen the agent.
+            WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
         task_input = build_task_input(
@@ -204,6 +207,7 @@ class SubagentClient:
         if task_id is not None:
             validate_task_id(task_id)
         workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
+        registers = parent_id is not None and await self._live_parent(parent_id)
         memo, attributes = start_metadata(task_input)
         try:
             await self.temporal.start_workflow(
@@ -221,7 +225,47 @@ class SubagentClient:
         except WorkflowAlreadyStartedError:
             if task_id is None:
                 raise
+        if registers:
+            assert parent_id is not None
+            await self._register_with_parent(parent_id, workflow_id)
         return workflow_id
+
+    async def _live_parent(self, parent_id: str) -> bool:
+        """Whether ``parent_id`` is a task the new one must register with.
+
+        A parent outside this namespace (an orchestrator's own id) is recorded only; a
+        finished parent too. A parent being cancelled takes no new tasks.
+        """
+        try:
+            parent = await self._info(parent_id)
+        except TaskNotFound:
+            return False
+        if parent.status in (TaskStatus.CANCELLING, TaskStatus.CANCELLED):
+            raise WrongTaskState(
+                f"parent task {parent_id!r} is {parent.status.value}; its tasks are being "
+                "cancelled, so it takes no new ones",
+                parent.status.value,
+            )
+        return not parent.status.terminal
+
+    async def _register_with_parent(self, parent_id: str, task_id: str) -> None:
+        """Signal the parent so its cancellation cancels this task (durably)."""
+        try:
+            await self.temporal.get_workflow_handle(parent_id).signal(
+                SubagentWorkflow.register_child, task_id
+            )
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        parent = await self._info(parent_id)  # it closed between the check and the signal
+        if parent.status in (TaskStatus.CANCELLED, TaskStatus.FAILED, TaskStatus.TIMED_OUT):
+            await self.temporal.get_workflow_handle(task_id).cancel()
+            raise WrongTaskState(
+                f"parent task {parent_id!r} ended {parent.status.value} while task "
+                f"{task_id!r} was starting; the new task was cancelled with it",
+                parent.status.value,
+            )
 
     # ------------------------------------------------------------------ check / wait
 
@@ -533,6 +577,10 @@ class SubagentClient:
                     "`subagents ls` lists the tasks"
                 ) from None
             raise
+        if desc.workflow_type != "SubagentWorkflow":
+            raise TaskNotFound(
+                f"{task_id!r} is a {desc.workflow_type} workflow, not a subagent task"
+            )
         memo = await desc.memo()
         info = info_from(task_id, desc.run_id, desc.status, memo)
         info.history_length = desc.history_length
@@ -546,6 +594,9 @@ class SubagentClient:
             info.error = await self._failure(task_id, desc.run_id)
         elif desc.status == WorkflowExecutionStatus.TERMINATED:
             info.stop_reason, info.error = "terminated", info.error or "terminated"
+        elif desc.status == WorkflowExecutionStatus.TIMED_OUT:
+            info.stop_reason = "execution_timeout"
+            info.error = info.error or "the workflow's execution timeout was reached"
         return info
 
     async def _fill_result(self, info: InternalInfo, desc: WorkflowExecutionDescription) -> None:

@@ -104,6 +104,7 @@ class SubagentWorkflow:
         self._reported: tuple[str, str | None, int] | None = None
         self._ignored: list[dict[str, Any]] = []
         self._time_limit_from: datetime | None = None
+        self._adopted: list[str] = []
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -111,6 +112,17 @@ class SubagentWorkflow:
     def send_input(self, text: str) -> None:
         """Queue follow-up or steering input; the next turn takes it in."""
         self._inbox.append(text)
+
+    @workflow.signal(name="register_child")
+    def register_child(self, task_id: str) -> None:
+        """A task spawned through the client names this one as its parent.
+
+        It is cancelled when this task is cancelled, fails or times out, as a child
+        workflow would be; the registration is durable, so this holds even when the
+        process that spawned it is gone.
+        """
+        if task_id not in self._adopted:
+            self._adopted.append(task_id)
 
     @workflow.signal(name="child_state")
     def child_state(self, state: ChildState) -> None:
@@ -188,6 +200,7 @@ class SubagentWorkflow:
             self._model = state.model or input.model
             self._runs = state.runs
             self._children.restore(state.children)
+            self._adopted = [*state.adopted, *self._adopted]
         self._memo = dict(workflow.memo())
         pending = list(state.pending_messages) if state else []
         loop = asyncio.create_task(self._loop(pending))
@@ -211,6 +224,7 @@ class SubagentWorkflow:
         except (ActivityError, ApplicationError) as err:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
+            await self._cancel_adopted()
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
         except workflow.NondeterminismError:
             raise
@@ -220,6 +234,7 @@ class SubagentWorkflow:
             message = f"internal error: {type(err).__name__}: {err}"
             workflow.logger.exception("subagent loop failed")
             self._publish(TaskStatus.FAILED, error=message)
+            await self._cancel_adopted()
             raise ApplicationError(message, type="InternalError", non_retryable=True) from err
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
@@ -245,6 +260,19 @@ class SubagentWorkflow:
         except (asyncio.CancelledError, FailureError):
             pass
         await self._children.cancel_all()
+        await self._cancel_adopted()
+
+    async def _cancel_adopted(self) -> None:
+        """Request cancellation of the tasks registered with ``register_child``."""
+
+        async def cancel(task_id: str) -> None:
+            try:
+                await workflow.get_external_workflow_handle(task_id).cancel()
+            except Exception:  # it finished already, or never started
+                workflow.logger.info("registered child %s was not cancelled", task_id)
+
+        adopted, self._adopted = self._adopted, []
+        await asyncio.gather(*(cancel(t) for t in adopted))
 
     # ------------------------------------------------------------------ the loop
 
@@ -477,6 +505,7 @@ class SubagentWorkflow:
             model=self._model,
             runs=self._runs + 1,
             children=self._children.finished,
+            adopted=self._adopted,
             time_limit_from=self._time_limit_from,
         )
         workflow.continue_as_new(
