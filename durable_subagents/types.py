@@ -332,6 +332,8 @@ class TaskInfo(BaseModel):
     """The newest decisions the task dropped as stale (also in ``watch``'s events)."""
     unread_input: int = 0
     """Inputs the task received but never read, because it ended first."""
+    settling: list[str] = Field(default_factory=list)
+    """Set by ``cancel_task`` at its timeout: what the cancelling task still waits for."""
 
     @property
     def done(self) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
@@ -398,7 +398,9 @@ class SubagentClient:
 
         Returns:
             The task's state: ``cancelled`` when the cancel completed within
-            ``timeout`` (with ``wait``), else ``cancelling``.
+            ``timeout`` (with ``wait``), else ``cancelling`` with ``settling`` naming
+            what it still waits for (activities being stopped, child tasks, or a
+            worker to process the cancel).
 
         Raises:
             TaskNotFound: no task has this id.
@@ -406,7 +408,12 @@ class SubagentClient:
         info: TaskInfo = await self._info(task_id)
         if info.status.terminal:
             return info.public()  # type: ignore[attr-defined]
-        await self.temporal.get_workflow_handle(task_id, run_id=info.run_id).cancel()
+        try:
+            await self.temporal.get_workflow_handle(task_id).cancel()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return (await self._info(task_id)).public()  # it closed just now
         if wait:
             deadline = asyncio.get_running_loop().time() + timeout
             while not info.status.terminal:
@@ -418,7 +425,28 @@ class SubagentClient:
             info = (await self._info(task_id)).public()
         if not info.status.terminal:
             info.status = TaskStatus.CANCELLING
+            if wait:
+                info.settling = await self._settling(task_id)
         return info
+
+    async def _settling(self, task_id: str) -> list[str]:
+        """What a cancelling task still waits for: its open activities and children."""
+        desc = await self.temporal.get_workflow_handle(task_id).describe()
+        raw = desc.raw_description
+        out = []
+        for activity in raw.pending_activities:
+            state = PendingActivityState.Name(activity.state).removeprefix(
+                "PENDING_ACTIVITY_STATE_"
+            )
+            line = f"activity {activity.activity_type.name} ({state.lower()}"
+            line += f", attempt {activity.attempt})"
+            if activity.last_worker_identity:
+                line += f" on {activity.last_worker_identity}"
+            out.append(line)
+        out += [f"child task {c.workflow_id}" for c in raw.pending_children]
+        if not out:
+            out.append("the workflow itself: no worker has processed the cancel yet")
+        return out
 
     # ------------------------------------------------------------------ list / transcript
 
