@@ -265,11 +265,26 @@ def worker(
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
+    sticky_queue_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds before a crashed worker's tasks move to another worker "
+            "(SUBAGENTS_STICKY_QUEUE_TIMEOUT; default 3)",
+            min=0.1,
+            max=60,
+        ),
+    ] = None,
 ) -> None:
     """Run a worker against an existing Temporal server."""
     from durable_subagents.worker import run_worker
 
-    settings = _settings(address, namespace, task_queue, workspace=workspace)
+    settings = _settings(
+        address,
+        namespace,
+        task_queue,
+        workspace=workspace,
+        sticky_queue_timeout=sticky_queue_timeout,
+    )
     ready = asyncio.Event()
 
     async def main() -> None:

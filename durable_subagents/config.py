@@ -89,6 +89,16 @@ class Settings(BaseSettings):
     streams, before it is abandoned and retried. Unset: only the workflow's limit of
     10 minutes per attempt (which is also the most this may be)."""
 
+    sticky_queue_timeout: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        validation_alias=AliasChoices("SUBAGENTS_STICKY_QUEUE_TIMEOUT", "sticky_queue_timeout"),
+    )
+    """Seconds a workflow task waits on the worker that ran the task last before any
+    worker may take it: after a worker crash, its replacement picks tasks up this soon
+    (1 is fine on a quiet deployment; longer keeps more tasks on warm workers)."""
+
     @field_validator("model_turn_timeout", mode="before")
     @classmethod
     def _blank_turn_timeout_is_unset(cls, value: object) -> object:

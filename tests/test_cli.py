@@ -278,9 +278,20 @@ def test_agents_lists_the_builtins() -> None:
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
         (["watch", "no-such-task"], ["no task 'no-such-task'"]),
         (["check", "[/bold]x"], ["no task '[/bold]x'"]),  # not read as rich markup
+        (["approve", "no-such-task", "--all"], ["no task 'no-such-task'"]),
+        (["reject", "no-such-task", "c1", "--reason", "no"], ["no task 'no-such-task'"]),
+        (["send", "no-such-task", "more"], ["no task 'no-such-task'"]),
+        (["spawn", "explore", "x", "--time-limit", "0"], ["time_limit must be more than 0"]),
+        (["spawn", "explore", "x", "--time-limit", "inf"], ["time_limit must be more than 0"]),
+        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["approval_timeout must be"]),
+        (["spawn", "explore", "x", "--max-turns", "100000000"], ["max_turns must be at most"]),
+        (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
+        (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
     ids=["unknown-agent", "empty-prompt", "max-turns-0", "check-unknown", "cancel-unknown",
-         "watch-unknown", "markup-in-message"],
+         "watch-unknown", "markup-in-message", "approve-unknown", "reject-unknown",
+         "send-unknown", "time-limit-0", "time-limit-inf",
+         "approval-timeout-negative", "max-turns-huge", "bad-model", "widening-mode"],
 )  # fmt: skip
 def test_bad_requests_fail_cleanly(
     env: dict[str, str], args: list[str], expected: list[str]
@@ -289,6 +300,14 @@ def test_bad_requests_fail_cleanly(
     for text in expected:
         assert text in result.flat_err
     assert result.err.count("error:") == 1
+
+
+async def test_an_oversized_prompt_is_refused_before_anything_starts(
+    env: dict[str, str], client: SubagentClient
+) -> None:
+    result = failed(await arun("spawn", "explore", "-", env=env, stdin="z" * 300_000))
+    assert "over the" in result.flat_err and "write the material to a file" in result.flat_err
+    assert not [t for t in await client.list_tasks() if t.description.startswith("zzzzzzzz")]
 
 
 def test_unreachable_server_names_the_address_and_subagents_dev(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from durable_subagents import (
@@ -126,3 +128,65 @@ async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
         info = await client.check_task(task_id, wait=True, timeout=30)
     assert info.status == "failed"
     assert info.error is not None and "SUBAGENTS_MODEL" in info.error
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("time_limit", -1, "time_limit must be more than 0"),
+        ("time_limit", float("inf"), "time_limit must be more than 0"),
+        ("time_limit", float("nan"), "time_limit must be more than 0"),
+        ("time_limit", 1e300, "at most"),
+        ("time_limit", True, "time_limit must be a number"),
+        ("time_limit", "10", "time_limit must be a number"),
+        ("approval_timeout", 0, "approval_timeout must be more than 0"),
+        ("approval_timeout", 1e300, "at most"),
+        ("max_turns", True, "max_turns must be an integer"),
+        ("max_turns", 2.5, "max_turns must be an integer"),
+        ("max_turns", 10**9, "max_turns must be at most"),
+        ("metadata", ["not", "a", "dict"], "metadata must be a dict"),
+        ("metadata", {"when": object()}, "JSON-serializable"),
+        ("metadata", {"blob": "m" * 100_000}, "over the"),
+        ("permission_mode", "yolo", "unknown permission_mode 'yolo'"),
+        ("tools", ["bash"], "does not allow bash"),
+    ],
+)
+async def test_bad_limits_and_options_are_refused_before_starting(
+    client: SubagentClient, option: str, value: object, problem: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(problem)):
+        await client.spawn_task("explore", "x", description="must not start", **{option: value})  # type: ignore[arg-type]
+    await _no_task_started(client)
+
+
+async def test_every_call_names_an_unknown_task(client: SubagentClient) -> None:
+    calls = {
+        "check_task": client.check_task("nope", wait=True, timeout=1),
+        "approve": client.approve("nope"),
+        "reject": client.reject("nope", reason="no"),
+        "send_input": client.send_input("nope", "more"),
+        "cancel_task": client.cancel_task("nope"),
+        "get_transcript": client.get_transcript("nope"),
+        "wait_tasks": client.wait_tasks(["nope"], timeout=1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TaskNotFound, match="no task 'nope'"):
+            await call
+        assert name  # each call raised on its own
+    with pytest.raises(TaskNotFound):
+        async for _ in client.watch("nope"):
+            pass
+
+
+async def test_after_bad_requests_the_worker_still_runs_tasks(
+    client: SubagentClient, worker: None
+) -> None:
+    from .conftest import script
+
+    for bad in ({"max_turns": 0}, {"time_limit": float("inf")}, {"metadata": {"x": object()}}):
+        with pytest.raises(InvalidRequest):
+            await client.spawn_task("explore", "x", description="must not start", **bad)  # type: ignore[arg-type]
+    await _no_task_started(client)
+    task_id = await client.spawn_task("explore", "x", model=script({"text": "fine"}))
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == "completed" and info.result == "fine"

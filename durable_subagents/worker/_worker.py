@@ -52,7 +52,7 @@ def create_worker(
     tools: ToolRegistry | None = None,
     workflows: Sequence[type] = (),
     max_concurrent_activities: int = 100,
-    sticky_queue_timeout: timedelta = timedelta(seconds=3),
+    sticky_queue_timeout: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
     **worker_options: Any,
 ) -> Worker:
@@ -66,8 +66,9 @@ def create_worker(
         workflows: Your own workflows to run on this worker too (e.g. ones that start
             subagents with ``start_subagent``).
         max_concurrent_activities: Model turns and tool calls run at once.
-        sticky_queue_timeout: How long a workflow waits for this worker's sticky queue
-            before another worker takes it over (short: recovery after a crash is fast).
+        sticky_queue_timeout: How long a workflow task waits on this worker's sticky
+            queue before any worker may take it (default: ``settings.sticky_queue_timeout``;
+            short means a replacement worker picks a crashed worker's tasks up fast).
         tracer_provider: Where the ``subagent.*`` spans go when the client traces
             (default: the global provider; Temporal's own spans always use the global).
         **worker_options: Passed to ``temporalio.worker.Worker``.
@@ -100,7 +101,8 @@ def create_worker(
         workflows=[SubagentWorkflow, *workflows],
         activities=activities.activities,
         max_concurrent_activities=max_concurrent_activities,
-        sticky_queue_schedule_to_start_timeout=sticky_queue_timeout,
+        sticky_queue_schedule_to_start_timeout=sticky_queue_timeout
+        or timedelta(seconds=settings.sticky_queue_timeout),
         graceful_shutdown_timeout=timedelta(seconds=5),
         **worker_options,
     )
