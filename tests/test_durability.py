@@ -329,3 +329,44 @@ async def test_a_closed_runs_status_wins_over_the_memo(
     assert info.stop_reason == "terminated"
     desc = await temporal_client.get_workflow_handle(task_id).describe()
     assert (await desc.memo())["status"] == "pending"  # the memo could not know
+
+
+async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    from datetime import timedelta
+
+    from durable_subagents._spawn import build_task_input, start_metadata
+    from durable_subagents.agents import BUILTIN_AGENTS
+
+    sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3913"}}]})
+    task_input = build_task_input(
+        BUILTIN_AGENTS["general"], "x", description="x", parent_id=None, model=sleep,
+        max_turns=None, metadata=None, tools=None, disallowed_tools=None,
+        permission_mode=None, permissions=None, approval_timeout=None, time_limit=None,
+        workspace=None, max_prompt_bytes=100_000,
+    )  # fmt: skip
+    memo, attributes = start_metadata(task_input)
+    async with create_worker(temporal_client, settings):
+        terminated = await client.spawn_task("general", "x", model=sleep)
+        # a run started with an execution timeout by someone else's tooling
+        timed_out = f"subagent-general-{uuid.uuid4().hex[:12]}"
+        await temporal_client.start_workflow(
+            "SubagentWorkflow",
+            task_input,
+            id=timed_out,
+            task_queue=settings.task_queue,
+            memo=memo,
+            search_attributes=attributes,
+            execution_timeout=timedelta(seconds=3),
+        )
+        await wait_for(lambda: len(processes_matching("sleep 3913")) == 2, 30, "both commands")
+        assert (await client.check_task(terminated)).status == TaskStatus.RUNNING
+        await temporal_client.get_workflow_handle(terminated).terminate(reason="operator stop")
+        info = await client.check_task(timed_out, wait=True, timeout=30)
+    assert info.status == TaskStatus.TIMED_OUT and info.stop_reason == "execution_timeout"
+    stopped = await client.check_task(terminated)
+    assert stopped.status == TaskStatus.CANCELLED and stopped.stop_reason == "terminated"
+    for task_id in (terminated, timed_out):
+        desc = await temporal_client.get_workflow_handle(task_id).describe()
+        assert (await desc.memo())["status"] == "running"  # stale, and not shown
