@@ -19,10 +19,11 @@ from durable_subagents import AgentSpec, SubagentClient
 from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.types import Decisions
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v2"
+VERSION = "v3"
 """Bump when recording after a workflow change; keep the older files."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
@@ -62,6 +63,18 @@ LEAD_SCRIPT = "scripted:" + json.dumps(
 SLOW_SCRIPT = "scripted:" + json.dumps(
     [{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]}]
 )
+ASK_SCRIPT = "scripted:" + json.dumps(
+    [
+        {
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "b.txt", "content": "beta"}},
+                {"name": "bash", "arguments": {"command": "cat b.txt"}},
+            ]
+        },
+        {"text": "draft", "delay": 1},
+        {"text": "done: {last_tool_result}"},
+    ]
+)
 
 
 async def main() -> None:
@@ -93,7 +106,34 @@ async def main() -> None:
                 await client.check_task(timed, wait=True, timeout=60)
                 lead = await client.spawn_task("lead", "delegate", model=LEAD_SCRIPT)
                 await client.check_task(lead, wait=True, timeout=60)
-            recorded = {"completed": done, "cancelled": slow, "timed_out": timed, "spawning": lead}
+                # a pause, a stale decision, a partial and a full decision, input while
+                # the final answer is written
+                asks = await client.spawn_task(
+                    "general", "ask first", model=ASK_SCRIPT, permission_mode="default"
+                )
+                paused = await client.check_task(asks, wait=True, timeout=60)
+                stale = Decisions(pause_id="pause-0-stale", decisions=[])
+                await temporal.get_workflow_handle(asks).signal("decide", stale)
+                first, second = (p.call_id for p in paused.pending_approvals)
+                await client.approve(asks, [first])
+                await client.reject(asks, [second], reason="not now")
+                while (await client.check_task(asks)).turns < 2:
+                    await asyncio.sleep(0.1)
+                await client.send_input(asks, "one more thing")
+                await client.check_task(asks, wait=True, timeout=60, after_pause=paused.pause_id)
+                # a task registered under a parent, cancelled with it
+                parent = await client.spawn_task("general", "parent", model=SLOW_SCRIPT)
+                await client.spawn_task("general", "child", parent_id=parent, model=SLOW_SCRIPT)
+                await asyncio.sleep(1.5)
+                await client.cancel_task(parent, wait=True)
+            recorded = {
+                "completed": done,
+                "cancelled": slow,
+                "timed_out": timed,
+                "spawning": lead,
+                "approvals": asks,
+                "registered": parent,
+            }
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():
                 if name not in wanted:
