@@ -38,6 +38,14 @@ class BlobStore(Protocol):
         """Return the bytes a reference names. Raises ``BlobNotFound``."""
         ...
 
+    def put_record(self, task_id: str, name: str, data: bytes) -> None:
+        """Store ``data`` under a name of the task's (overwriting)."""
+        ...
+
+    def get_record(self, task_id: str, name: str) -> bytes | None:
+        """The bytes stored under ``name``, or None."""
+        ...
+
 
 def blob_ref(data: bytes) -> str:
     """The reference ``data`` is stored under."""
@@ -99,6 +107,29 @@ class LocalBlobStore:
             ) from None
         self._remember(task_id, ref, data)
         return data
+
+    def put_record(self, task_id: str, name: str, data: bytes) -> None:
+        """Store a named record atomically (``records/<name>`` in the task's directory)."""
+        path = self._record_path(task_id, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def get_record(self, task_id: str, name: str) -> bytes | None:
+        """A named record, or None."""
+        try:
+            return self._record_path(task_id, name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _record_path(self, task_id: str, name: str) -> Path:
+        return self.task_dir(task_id) / "records" / _SAFE_ID.sub("_", name)
 
     def delete_task(self, task_id: str) -> None:
         """Remove every blob of a task."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from durable_subagents.types import (
     ModelRequest,
     ModelTurnInput,
     ModelTurnResult,
+    ToolCall,
     ToolCallInput,
     ToolCallResult,
 )
@@ -70,6 +73,7 @@ class SubagentActivities:
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
     ) -> None:
+        self.store = store
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
         self.tools = tools if tools is not None else ToolRegistry()
@@ -167,12 +171,21 @@ class SubagentActivities:
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         info = activity.info()
-        if info.attempt > 1 and await _cancel_requested():
-            raise ApplicationError(
-                "the task was cancelled; not retrying the tool call",
-                type="TaskCancelled",
-                non_retryable=True,
-            )
+        record = _call_record_name(input.call)
+        if info.attempt > 1:
+            if await _cancel_requested():
+                raise ApplicationError(
+                    "the task was cancelled; not retrying the tool call",
+                    type="TaskCancelled",
+                    non_retryable=True,
+                )
+            # An earlier attempt ran the call but its result never reached the server
+            # (the worker died, or the server was down): answer with that result instead
+            # of running the command again.
+            done = self.store.get_record(input.task_id, record)
+            if done is not None:
+                activity.logger.info("call %s ran already; returning its result", input.call.id)
+                return ToolCallResult.model_validate_json(done)
         call = self.transcript.full_call(input.task_id, input.call)
         tool = self.tools.get(call.name)
         if tool is None:
@@ -195,7 +208,7 @@ class SubagentActivities:
                     output = f"{call.name} failed: {type(err).__name__}: {err}"
                     is_error = True
         content, ref = self.transcript.store_text(input.task_id, output)
-        return ToolCallResult(
+        result = ToolCallResult(
             call_id=call.id,
             tool_name=call.name,
             content=content,
@@ -203,6 +216,8 @@ class SubagentActivities:
             is_error=is_error,
             size=len(output),
         )
+        self.store.put_record(input.task_id, record, result.model_dump_json().encode())
+        return result
 
     # ------------------------------------------------------------------ helpers
 
@@ -256,6 +271,12 @@ async def _heartbeating() -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _call_record_name(call: ToolCall) -> str:
+    """Where a finished call's result is kept: by call id and arguments."""
+    key = json.dumps([call.id, call.name, call.arguments, call.arguments_ref], sort_keys=True)
+    return "call-" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 async def _cancel_requested() -> bool:
