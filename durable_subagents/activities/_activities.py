@@ -111,17 +111,24 @@ class SubagentActivities:
             tools=[*self.tools.specs(offered), *input.extra_tools],
             max_tokens=input.max_tokens,
         )
-        async with _heartbeating():
-            # The provider's idle watchdog catches a stalled stream; this limit catches
-            # one that trickles on forever.
-            response = await within(
-                provider.complete(request),
-                self.model_turn_timeout,
-                lambda: model_unavailable(
-                    f"the model turn took longer than {self.model_turn_timeout:g}s "
-                    "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
-                ),
-            )
+        try:
+            async with _heartbeating():
+                # The provider's idle watchdog catches a stalled stream; this limit
+                # catches one that trickles on forever.
+                response = await within(
+                    provider.complete(request),
+                    self.model_turn_timeout,
+                    lambda: model_unavailable(
+                        f"the model turn took longer than {self.model_turn_timeout:g}s "
+                        "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
+                    ),
+                )
+        except ApplicationError as err:
+            if err.type == "ModelUnavailable":
+                activity.logger.warning(
+                    "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
+                )
+            raise
         calls = [self.transcript.store_call(task_id, c) for c in response.tool_calls]
         text, text_ref = self.transcript.store_text(task_id, response.text)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)

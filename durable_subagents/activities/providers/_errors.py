@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import httpx2
 import openai
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 __all__ = [
     "RETRYABLE_STATUS",
@@ -68,9 +68,17 @@ def model_request_error(message: str) -> ApplicationError:
 
 
 def model_unavailable(message: str, next_retry_delay: timedelta | None = None) -> ApplicationError:
-    """A retryable ``ModelUnavailable`` with ``message``: Temporal retries the turn."""
+    """A retryable ``ModelUnavailable`` with ``message``: Temporal retries the turn.
+
+    It is ``BENIGN``: expected weather, so the SDK does not log it with a traceback as
+    a failure (the model-turn activity logs one line instead).
+    """
     return ApplicationError(
-        message, type="ModelUnavailable", non_retryable=False, next_retry_delay=next_retry_delay
+        message,
+        type="ModelUnavailable",
+        non_retryable=False,
+        next_retry_delay=next_retry_delay,
+        category=ApplicationErrorCategory.BENIGN,
     )
 
 
