@@ -186,7 +186,7 @@ def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAt
         "parent_id": task_input.parent_id,
         "status": TaskStatus.PENDING.value,
         "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
-        "model": task_input.model,
+        "model": model_label(task_input.model),  # an inline script is not repeated
         "turns": 0,
         "may_pause": may_pause(spec),
     }
@@ -221,7 +221,7 @@ def static_details(task_input: TaskInput, workflow_id: str) -> str:
     head = " ".join(task_input.prompt.split())[:300]
     lines = [
         f"**Subagent** `{spec.name}` · task `{workflow_id}`",
-        f"**Model** `{task_input.model}` · **max turns** {task_input.max_turns}"
+        f"**Model** `{model_label(task_input.model)}` · **max turns** {task_input.max_turns}"
         + (f" · **time limit** {task_input.time_limit:g}s" if task_input.time_limit else ""),
         f"**Tools** {tools} · **mode** {spec.permission_mode}",
     ]
@@ -231,6 +231,13 @@ def static_details(task_input: TaskInput, workflow_id: str) -> str:
         lines.append(f"**Workspace** `{task_input.workspace}`")
     lines.append(f"**Prompt** {head}{'…' if len(task_input.prompt) > 300 else ''}")
     return "\n\n".join(lines)
+
+
+def model_label(model: str) -> str:
+    """A short model name for summaries: inline scripts are not repeated every turn."""
+    if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
+        return "scripted"
+    return model if len(model) <= 60 else model[:59] + "…"
 
 
 def _first_line(prompt: str, limit: int = 80) -> str:

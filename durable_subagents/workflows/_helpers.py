@@ -8,14 +8,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
+    from durable_subagents._spawn import model_label as model_label
     from durable_subagents.types import ModelTurnResult, ToolCall, ToolCallResult
-
-
-def model_label(model: str) -> str:
-    """A short model name for summaries: inline scripts are not repeated every turn."""
-    if model.startswith("scripted:") and model[len("scripted:") :][:1] in ("[", "{"):
-        return "scripted"
-    return model if len(model) <= 60 else model[:59] + "…"
 
 
 def tool_timeout(value: object) -> float:
