@@ -89,6 +89,7 @@ def build_task_input(
         parent_id=parent_id,
         model=model or "default",
         max_turns=max_turns or spec.max_turns,
+        turns_per_run=max_turns or spec.max_turns,
         metadata=metadata or {},
         workspace=workspace,
         time_limit=time_limit,

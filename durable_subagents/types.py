@@ -150,6 +150,8 @@ class TaskInput(BaseModel):
     parent_id: str | None = None
     model: str = "default"
     max_turns: int = 50
+    turns_per_run: int | None = None
+    """The spawn's turn budget; ``max_turns`` of a follow-up run is its start plus this."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     workspace: str | None = None
     time_limit: float | None = None

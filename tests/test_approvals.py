@@ -118,7 +118,10 @@ async def test_decisions_are_checked(careful: SubagentClient, worker: None) -> N
     with pytest.raises(WrongTaskState, match="not paused") as caught:
         await careful.approve(task_id)
     assert caught.value.status == "completed"
-    assert done.ignored_decisions == []  # nothing stale was sent
+    with pytest.raises(InvalidRequest, match="reason must be text of at most 4096 bytes"):
+        await careful.reject(task_id, reason="r" * 5000)
+    # refused on the client: nothing reached the task
+    assert (await careful.check_task(task_id)).ignored_decisions == []
 
 
 async def test_stale_and_mismatched_decisions_are_ignored_and_recorded(

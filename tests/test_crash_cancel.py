@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -16,10 +17,11 @@ from temporalio.worker import Worker
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
+from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from .conftest import script
-from .test_durability import processes_matching, wait_for
+from .test_durability import fake_provider, processes_matching, wait_for
 
 
 async def test_a_retried_tool_call_checks_for_a_cancel_first(
@@ -56,10 +58,58 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
                 failure = failed[0].activity_task_failed_event_attributes.failure.message
                 break
             await asyncio.sleep(0.1)
-    assert "the task was cancelled; not retrying the tool call" in failure
+    assert "the task was cancelled; not running the tool call" in failure
     assert (workspace / "attempts.txt").read_text().count("run") == 1
     assert not processes_matching("sleep 3501")
 
     async with create_worker(temporal_client, settings):
         info = await client.check_task(task_id, wait=True, timeout=30)
     assert info.status == TaskStatus.CANCELLED
+
+
+async def test_a_retried_model_call_checks_for_a_cancel_first(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with fake_provider(monkeypatch, FakeOpenAIServer(), "OPENAI") as srv:
+        srv.add_reply(text="never finished", hang=True)
+        srv.add_reply(text="must not be asked for")
+        env = {**os.environ, "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir)}
+        argv = [sys.executable, "-m", "durable_subagents", "worker"]
+        argv += ["--address", settings.address, "--task-queue", settings.task_queue]
+        argv += ["--workspace", str(workspace)]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
+            await asyncio.wait_for(srv.hanging.wait(), 30)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        await client.cancel_task(task_id, wait=False)
+
+        # the server retries the model turn after its heartbeat timeout; the retry
+        # must see the cancel before it calls the model again
+        activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
+        handle = temporal_client.get_workflow_handle(task_id)
+        async with Worker(
+            temporal_client, task_queue=settings.task_queue, activities=activities.activities
+        ):
+            failure = ""
+            for _ in range(300):
+                events = [e async for e in handle.fetch_history_events()]
+                failed = [
+                    e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+                ]
+                if failed:
+                    failure = failed[0].activity_task_failed_event_attributes.failure.message
+                    break
+                await asyncio.sleep(0.1)
+        assert "the task was cancelled; not calling the model" in failure
+        assert len(srv.requests) == 1
+
+        async with create_worker(temporal_client, settings):
+            info = await client.check_task(task_id, wait=True, timeout=30)
+        assert info.status == TaskStatus.CANCELLED and len(srv.requests) == 1

@@ -177,3 +177,50 @@ async def test_follow_up_after_max_turns_keeps_the_conversation_well_formed(
     call_at = roles.index(("assistant", None))
     assert roles[call_at + 1] == ("tool", "call_0_0")
     assert roles[call_at + 2] == ("user", None)
+
+
+async def test_input_during_the_last_allowed_turn_waits_for_a_follow_up(
+    client: SubagentClient, worker: None
+) -> None:
+    read = [{"name": "read_file", "arguments": {"path": "notes.md"}}]
+    model = script(
+        {"text": "draft", "delay": 1.5},
+        {"text": "read it: {prompt}", "tool_calls": read},
+        {"text": "later"},
+    )
+    task_id = await client.spawn_task("explore", "x", model=model, max_turns=1)
+    await wait_for_turn(client, task_id, 1)
+    await client.send_input(task_id, "one more thing")
+    first = await client.check_task(task_id, wait=True, timeout=30)
+    assert first.status == TaskStatus.COMPLETED and first.stop_reason == "max_turns"
+    assert first.result == "draft" and first.unread_input == 1  # said, not dropped
+
+    # the follow-up run reads it first, with the spawn's budget of one turn again
+    await client.send_input(task_id, "and this")
+    second = await client.check_task(task_id, wait=True, timeout=30)
+    assert second.status == TaskStatus.COMPLETED and second.turns == 2
+    assert second.stop_reason == "max_turns" and second.unread_input == 0
+    assert second.result == "read it: x"
+    assert conversation(await client.get_transcript(task_id)) == [
+        ("user", "x"),
+        ("assistant", "draft"),
+        ("user", "one more thing"),
+        ("user", "and this"),
+        ("assistant", "read it: x"),
+    ]
+
+
+async def test_many_large_inputs_at_once_are_read_over_several_turns(
+    client: SubagentClient, worker: None
+) -> None:
+    model = script({"text": "busy", "delay": 1.5}, {"text": "a"}, {"text": "b"}, {"text": "c"})
+    task_id = await client.spawn_task("explore", "x", model=model)
+    await wait_for_turn(client, task_id, 1)
+    big = [f"{n}" + "y" * 100_000 for n in range(3)]
+    for text in big:
+        await client.send_input(task_id, text)
+    done = await client.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED, done.error
+    talk = conversation(await client.get_transcript(task_id))
+    assert [c for r, c in talk if r == "user"] == ["x", *big]  # all read, in order
+    assert done.turns == 4 and done.result == "c"  # one large input per turn

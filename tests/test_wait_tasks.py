@@ -73,6 +73,26 @@ async def test_all_returns_current_states_at_the_timeout(
     await client.cancel_task(slow)
 
 
+async def test_waiting_long_polls_instead_of_polling(
+    client: SubagentClient, worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = await client.spawn_task("general", "slow", model=SLOW)
+    await client.wait_tasks([slow], timeout=1)  # it started
+    describes = 0
+    real = client._info
+
+    async def counting(task_id: str):  # type: ignore[no-untyped-def]
+        nonlocal describes
+        describes += 1
+        return await real(task_id)
+
+    monkeypatch.setattr(client, "_info", counting)
+    await client.wait_tasks([slow], timeout=4)
+    # a sleep loop would describe the task every few hundred ms
+    assert describes <= 3
+    await client.cancel_task(slow)
+
+
 async def test_bad_requests_are_refused(client: SubagentClient) -> None:
     with pytest.raises(InvalidRequest, match="at least one task id"):
         await client.wait_tasks([])
@@ -80,3 +100,9 @@ async def test_bad_requests_are_refused(client: SubagentClient) -> None:
         await client.wait_tasks(["x"], mode="some")  # type: ignore[arg-type]
     with pytest.raises(TaskNotFound):
         await client.wait_tasks(["no-such-task"], timeout=5)
+    with pytest.raises(InvalidRequest, match="timeout must be"):
+        await client.wait_tasks(["x"], timeout=-1)
+    with pytest.raises(InvalidRequest, match="timeout must be"):
+        await client.check_task("x", wait=True, timeout="5")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="unknown status 'bogus'"):
+        await client.list_tasks(status="bogus")

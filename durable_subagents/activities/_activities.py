@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,9 @@ class SubagentActivities:
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Append the new messages, call the model once, append its answer."""
         task_id = input.task_id
-        if activity.info().attempt > 1 and await _cancel_requested():
+        if _may_be_stale(activity.info()) and await _cancel_requested():
             raise ApplicationError(
-                "the task was cancelled; not retrying the model call",
+                "the task was cancelled; not calling the model",
                 type="TaskCancelled",
                 non_retryable=True,
             )
@@ -179,13 +180,13 @@ class SubagentActivities:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         info = activity.info()
         record = _call_record_name(input.call)
+        if _may_be_stale(info) and await _cancel_requested():
+            raise ApplicationError(
+                "the task was cancelled; not running the tool call",
+                type="TaskCancelled",
+                non_retryable=True,
+            )
         if info.attempt > 1:
-            if await _cancel_requested():
-                raise ApplicationError(
-                    "the task was cancelled; not retrying the tool call",
-                    type="TaskCancelled",
-                    non_retryable=True,
-                )
             # An earlier attempt ran the call but its result never reached the server
             # (the worker died, or the server was down): answer with that result instead
             # of running the command again.
@@ -278,6 +279,23 @@ async def _heartbeating() -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+STALE_AFTER = timedelta(seconds=2)
+"""An attempt that waited this long to start may belong to a task cancelled meanwhile."""
+
+
+def _may_be_stale(info: activity.Info) -> bool:
+    """Whether to ask the server for a cancel before any side effect.
+
+    A retried attempt, or one that waited in the queue (every worker was down), can
+    start on a worker before the workflow has seen a cancel request. A fresh attempt
+    that started at once costs nothing extra.
+    """
+    if info.attempt > 1:
+        return True
+    scheduled = info.current_attempt_scheduled_time
+    return datetime.now(UTC) - scheduled > STALE_AFTER
 
 
 def _call_record_name(call: ToolCall) -> str:

@@ -8,6 +8,7 @@ no worker runs.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -60,6 +61,9 @@ from durable_subagents.types import (
     TaskStatus,
 )
 from durable_subagents.workflows import SubagentWorkflow
+
+MAX_REASON_BYTES = 4096
+"""Longest rejection reason (it is the rejected call's result the model reads)."""
 
 _CLOSE_EVENTS = {*CLOSE_STATUS, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
 
@@ -286,6 +290,7 @@ class SubagentClient:
         Raises:
             TaskNotFound: no task has this id.
         """
+        _check_timeout(timeout)
         info = await self._info(task_id)
         if not wait or settled(info, after_pause):
             return info.public()
@@ -322,6 +327,7 @@ class SubagentClient:
             InvalidRequest: no ids, or an unknown ``mode``.
             TaskNotFound: a task id is unknown.
         """
+        _check_timeout(timeout)
         if mode not in ("all", "any"):
             raise InvalidRequest(f"mode must be 'all' or 'any', not {mode!r}")
         task_ids = list(dict.fromkeys([task_ids] if isinstance(task_ids, str) else task_ids))
@@ -405,6 +411,7 @@ class SubagentClient:
         Raises:
             TaskNotFound: no task has this id.
         """
+        _check_timeout(timeout)
         info: TaskInfo = await self._info(task_id)
         if info.status.terminal:
             return info.public()  # type: ignore[attr-defined]
@@ -462,7 +469,12 @@ class SubagentClient:
         query = "WorkflowType = 'SubagentWorkflow'"
         if parent_id is not None:
             query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
-        wanted = TaskStatus(status) if status is not None else None
+        try:
+            wanted = TaskStatus(status) if status is not None else None
+        except ValueError:
+            raise InvalidRequest(
+                f"unknown status {status!r}; use one of {', '.join(s.value for s in TaskStatus)}"
+            ) from None
         latest: dict[str, Any] = {}
         async for execution in self.temporal.list_workflows(query):
             seen = latest.get(execution.id)
@@ -510,6 +522,13 @@ class SubagentClient:
     async def _decide(
         self, task_id: str, call_ids: Sequence[str] | None, *, approved: bool, reason: str | None
     ) -> TaskInfo:
+        if reason is not None and (
+            not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
+        ):
+            raise InvalidRequest(
+                f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
+                "it as the rejected call's result, so keep it short"
+            )
         info = await self._info(task_id)
         if info.status != TaskStatus.PAUSED or not info.pause_id:
             raise WrongTaskState(
@@ -518,8 +537,18 @@ class SubagentClient:
                 info.status.value,
             )
         decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
-        handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
-        await handle.signal(SubagentWorkflow.decide, decisions)
+        try:
+            await self.temporal.get_workflow_handle(task_id).signal(
+                SubagentWorkflow.decide, decisions
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            now = await self._info(task_id)
+            raise WrongTaskState(
+                f"task {task_id!r} is {now.status.value}: it ended before the decision arrived",
+                now.status.value,
+            ) from None
         return info.public()
 
     async def send_input(self, task_id: str, text: str) -> TaskInfo:
@@ -549,7 +578,8 @@ class SubagentClient:
                 info.status.value,
             )
         if not info.status.terminal:
-            handle = self.temporal.get_workflow_handle(task_id, run_id=info.run_id)
+            # The latest run: one that continued-as-new since the describe takes it too.
+            handle = self.temporal.get_workflow_handle(task_id)
             try:
                 await handle.signal(SubagentWorkflow.send_input, text)
                 return info.public()
@@ -655,3 +685,13 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
+
+
+def _check_timeout(timeout: object) -> None:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise InvalidRequest(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")

@@ -91,12 +91,13 @@ async def start_follow_up(
     follow_up = previous.model_copy(
         update={
             "state": state,
-            "max_turns": info.turns + previous.agent.max_turns,
+            "max_turns": info.turns + per_run_turns(previous),
+            "turns_per_run": per_run_turns(previous),
             "created_at": datetime.now(UTC),
         }
     )
     memo = {**(await desc.memo()), "status": TaskStatus.PENDING.value}
-    for key in ("error", "stop_reason", "result_preview"):
+    for key in ("error", "stop_reason", "result_preview", "unread_input"):
         memo.pop(key, None)
     await temporal.start_workflow(
         SubagentWorkflow.run,
@@ -112,6 +113,13 @@ async def start_follow_up(
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
+
+
+def per_run_turns(run: TaskInput) -> int:
+    """The turn budget each run of a task gets (the spawn's ``max_turns``)."""
+    if run.turns_per_run is not None:
+        return run.turns_per_run
+    return run.max_turns if run.state is None else run.agent.max_turns
 
 
 async def _run_input(handle: WorkflowHandle[Any, Any], converter: DataConverter) -> TaskInput:

@@ -53,6 +53,11 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
+_INPUT_PER_TURN = 128 * 1024
+"""Bytes of queued input one model turn takes in (the rest waits for the next)."""
+_REASON_LIMIT = 4096
+"""Longest rejection reason passed to the model (longer ones are cut)."""
+
 _IGNORED_KEPT = 10
 """How many ignored decisions the memo keeps (the newest)."""
 
@@ -105,6 +110,7 @@ class SubagentWorkflow:
         self._ignored: list[dict[str, Any]] = []
         self._time_limit_from: datetime | None = None
         self._adopted: list[str] = []
+        self._unread_pending = 0
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -164,10 +170,6 @@ class SubagentWorkflow:
             # the first decision on a call stands; what is left stays visible
             self._pending = undecided
             self._publish(TaskStatus.PAUSED)
-            workflow.set_current_details(self._pause_details(self._input_approval_timeout()))
-
-    def _input_approval_timeout(self) -> float | None:
-        return self._input.approval_timeout if self._input is not None else None
 
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None = None) -> None:
         """Drop a stale decision, and say so in the memo (and so in the task's events)."""
@@ -294,8 +296,7 @@ class SubagentWorkflow:
             new.append(Message(role="user", content=inp.prompt))
         first_turn_of_run = self._turns
         while True:
-            new += [Message(role="user", content=text) for text in self._inbox]
-            self._inbox.clear()
+            new += self._take_input()
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns", pending=new)
             if (
@@ -316,7 +317,7 @@ class SubagentWorkflow:
             new = []
             if not turn.tool_calls:
                 if self._inbox:
-                    continue
+                    continue  # input came while the model answered: it goes on
                 return self._finish(TaskStatus.COMPLETED, stop_reason=final_stop_reason(turn))
             if self._turns >= inp.max_turns:
                 # Answer the calls, so a follow-up run continues a well-formed conversation.
@@ -336,6 +337,22 @@ class SubagentWorkflow:
                 *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
+
+    def _take_input(self) -> list[Message]:
+        """Queued input for the next turn, oldest first, as much as one turn carries.
+
+        What does not fit stays queued for the turn after, so many large inputs sent
+        at once cannot push a model-turn input over the payload limit.
+        """
+        taken: list[Message] = []
+        size = 0
+        while self._inbox:
+            text = self._inbox[0]
+            if taken and size + len(text.encode()) > _INPUT_PER_TURN:
+                break
+            size += len(text.encode())
+            taken.append(Message(role="user", content=self._inbox.pop(0)))
+        return taken
 
     async def _model_turn(self, new: list[Message]) -> ModelTurnResult:
         assert self._input is not None
@@ -414,7 +431,6 @@ class SubagentWorkflow:
         self._decisions = {}
         self._publish(TaskStatus.PAUSED)
         timeout = self._input.approval_timeout
-        workflow.set_current_details(self._pause_details(timeout))
         try:
             await workflow.wait_condition(
                 lambda: all(c.id in self._decisions for c in asks),
@@ -430,21 +446,21 @@ class SubagentWorkflow:
             elif decision.approved:
                 verdicts[call.id] = ("allow", None)
             else:
-                reason = f": {decision.reason}" if decision.reason else ""
+                reason = f": {decision.reason[:_REASON_LIMIT]}" if decision.reason else ""
                 verdicts[call.id] = ("deny", f"the parent rejected this call{reason}")
         self._pause_id, self._pending = None, []
-        workflow.set_current_details("")
         self._publish(TaskStatus.RUNNING)
         return verdicts
 
-    def _pause_details(self, timeout: float | None) -> str:
+    def _pause_details(self, pause_id: str | None, pending: list[PendingApproval]) -> str:
         """The Web UI's current details while paused: what the task waits for."""
+        assert self._input is not None
         task_id = workflow.info().workflow_id
+        timeout = self._input.approval_timeout if self._pending else None
         lines = [
-            f"**Waiting for approval** of {len(self._pending)} tool call(s) · "
-            f"pause `{self._pause_id}`"
+            f"**Waiting for approval** of {len(pending)} tool call(s) · pause `{pause_id}`"
             + (f" · rejected automatically after {timeout:g}s" if timeout else ""),
-            *(f"- `{p.call_id}` {p.arguments_preview}" for p in self._pending),
+            *(f"- `{p.call_id}` {p.arguments_preview}" for p in pending),
             f"Approve: `subagents approve {task_id} --all` (or name call ids) · "
             f"reject: `subagents reject {task_id} --all --reason TEXT`",
         ]
@@ -526,6 +542,7 @@ class SubagentWorkflow:
     ) -> TaskResult:
         # Input that came too late for this run is kept: a follow-up run reads it first.
         unread = [Message(role="user", content=text) for text in self._inbox]
+        self._unread_pending = sum(m.role == "user" for m in pending or [])
         self._publish(status, stop_reason=stop_reason, error=error)
         self._inbox.clear()
         return TaskResult(
@@ -551,6 +568,9 @@ class SubagentWorkflow:
         pending = [*self._pending, *child_calls]
         if pending and not status.terminal and status != TaskStatus.CANCELLING:
             status = TaskStatus.PAUSED  # this task, or a child of it, waits for a decision
+        # Not a command (no history event): what the Web UI shows as current details.
+        paused = status == TaskStatus.PAUSED
+        workflow.set_current_details(self._pause_details(pause_id, pending) if paused else "")
         memo: dict[str, Any] = {
             "status": status.value,
             "turns": self._turns,
@@ -566,8 +586,9 @@ class SubagentWorkflow:
             memo["error"] = error
         if status.terminal and self._last_text:
             memo["result_preview"] = self._last_text[:500]
-        if status.terminal and self._inbox and workflow.patched("record-ignored-input"):
-            memo["unread_input"] = len(self._inbox)  # it arrived after the last turn began
+        unread = len(self._inbox) + self._unread_pending
+        if status.terminal and unread and workflow.patched("record-ignored-input"):
+            memo["unread_input"] = unread  # it arrived after the last turn began
         changed = {k: v for k, v in memo.items() if self._memo.get(k) != v}
         if changed:
             self._memo.update(changed)
