@@ -298,6 +298,8 @@ class TaskResult(BaseModel):
     model: str | None = None
     pending_messages: list[Message] = Field(default_factory=list)
     """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
+    children: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Subagents this run spawned that had finished (a follow-up run can still wait on them)."""
 
 
 # ---------------------------------------------------------------- client-facing

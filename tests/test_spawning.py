@@ -127,3 +127,23 @@ async def test_a_child_cannot_switch_provider_or_read_files_as_scripts(
     tool_msgs = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
     assert all(m.is_error and "is not allowed" in m.content for m in tool_msgs)
     assert await lead.list_tasks(parent_id=task_id) == []
+
+
+async def test_a_follow_up_run_still_knows_the_children_of_earlier_runs(
+    lead: SubagentClient, worker: None
+) -> None:
+    child_model = script({"text": "child answer"})
+    model = script(
+        spawn("explore", "look", child_model),
+        WAIT,
+        {"text": "lead done"},
+        WAIT,
+        {"text": "again: {last_tool_result}"},
+    )
+    task_id = await lead.spawn_task("lead", "split the work", model=model)
+    first = await lead.check_task(task_id, wait=True, timeout=60)
+    assert first.status == TaskStatus.COMPLETED and first.result == "lead done"
+    await lead.send_input(task_id, "what did your subagent say?")
+    second = await lead.check_task(task_id, wait=True, timeout=60)
+    assert second.status == TaskStatus.COMPLETED and second.run_id != first.run_id
+    assert "child answer" in (second.result or ""), second.result

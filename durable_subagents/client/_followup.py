@@ -86,6 +86,7 @@ async def start_follow_up(
         model=previous.state.model if previous.state else None,
         runs=(previous.state.runs if previous.state else 1) + 1,
         pending_messages=closed.pending_messages,
+        children=closed.children,
         awaiting_input=True,
     )
     follow_up = previous.model_copy(

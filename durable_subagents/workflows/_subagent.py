@@ -556,6 +556,7 @@ class SubagentWorkflow:
             usage=self._usage,
             head=self._head,
             model=model_label(self._model),
+            children=self._children.finished,
         )
 
     def _publish(
