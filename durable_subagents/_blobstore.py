@@ -77,15 +77,7 @@ class LocalBlobStore:
         ref = blob_ref(data)
         path = self._path(task_id, ref)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            _write_atomically(path, data)
         self._remember(task_id, ref, data)
         return ref
 
@@ -110,16 +102,7 @@ class LocalBlobStore:
 
     def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store a named record atomically (``records/<name>`` in the task's directory)."""
-        path = self._record_path(task_id, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_atomically(self._record_path(task_id, name), data)
 
     def get_record(self, task_id: str, name: str) -> bytes | None:
         """A named record, or None."""
@@ -155,3 +138,16 @@ class LocalBlobStore:
         while self._cache_size > self._cache_limit:
             _, old = self._cache.popitem(last=False)
             self._cache_size -= len(old)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temp file beside ``path``, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

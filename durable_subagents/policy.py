@@ -12,6 +12,7 @@ from typing import Any
 
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import EDIT_TOOLS, Action
+from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
 
@@ -112,6 +113,14 @@ def arguments_hash(arguments: dict[str, Any]) -> str:
     """A stable hash of a call's arguments (approvals are bound to it)."""
     data = json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def call_hash(call: ToolCall) -> str:
+    """A call's argument hash; arguments kept as a blob count by their reference."""
+    arguments = dict(call.arguments)
+    if call.arguments_ref:
+        arguments["__ref__"] = call.arguments_ref
+    return arguments_hash(arguments)
 
 
 def arguments_preview(tool_name: str, arguments: dict[str, Any], limit: int = 80) -> str:

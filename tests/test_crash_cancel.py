@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -24,40 +26,58 @@ from .conftest import script
 from .test_durability import fake_provider, processes_matching, wait_for
 
 
-async def test_a_retried_tool_call_checks_for_a_cancel_first(
-    client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
-) -> None:
-    command = "echo run >> attempts.txt; sleep 3501"
-    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
+@contextlib.asynccontextmanager
+async def worker_killed_after(
+    settings: Settings, workspace: Path, started: Callable[[], Awaitable[object]]
+) -> AsyncIterator[None]:
+    """Run ``subagents worker`` in a subprocess; SIGKILL it once ``started`` returned."""
     env = {**os.environ, "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir)}
     argv = [sys.executable, "-m", "durable_subagents", "worker", "--address", settings.address]
     argv += ["--task-queue", settings.task_queue, "--workspace", str(workspace)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        task_id = await client.spawn_task("general", "x", model=model)
-        await wait_for(lambda: bool(processes_matching("sleep 3501")), 30, "the command")
+        yield
+        await started()
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    await client.cancel_task(task_id, wait=False)
 
-    # Only activities poll at first: the server retries the tool call after the heartbeat
-    # timeout, before any workflow worker has seen the cancel request.
+
+async def retry_failure(
+    temporal_client: Client, settings: Settings, workspace: Path, task_id: str
+) -> str:
+    """The message of the first failed activity attempt, with only activities polling.
+
+    The server retries the lost activity after its heartbeat timeout, before any
+    workflow worker has seen the cancel request.
+    """
     activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
     handle = temporal_client.get_workflow_handle(task_id)
     async with Worker(
         temporal_client, task_queue=settings.task_queue, activities=activities.activities
     ):
-        failure = ""
         for _ in range(300):
-            events = [e async for e in handle.fetch_history_events()]
-            failed = [
-                e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-            ]
-            if failed:
-                failure = failed[0].activity_task_failed_event_attributes.failure.message
-                break
+            async for e in handle.fetch_history_events():
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+                    return e.activity_task_failed_event_attributes.failure.message
             await asyncio.sleep(0.1)
+    return ""
+
+
+async def test_a_retried_tool_call_checks_for_a_cancel_first(
+    client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    command = "echo run >> attempts.txt; sleep 3501"
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
+
+    async def running() -> None:
+        await wait_for(lambda: bool(processes_matching("sleep 3501")), 30, "the command")
+
+    async with worker_killed_after(settings, workspace, running):
+        task_id = await client.spawn_task("general", "x", model=model)
+    await client.cancel_task(task_id, wait=False)
+
+    failure = await retry_failure(temporal_client, settings, workspace, task_id)
     assert "the task was cancelled; not running the tool call" in failure
     assert (workspace / "attempts.txt").read_text().count("run") == 1
     assert not processes_matching("sleep 3501")
@@ -77,36 +97,16 @@ async def test_a_retried_model_call_checks_for_a_cancel_first(
     async with fake_provider(monkeypatch, FakeOpenAIServer(), "OPENAI") as srv:
         srv.add_reply(text="never finished", hang=True)
         srv.add_reply(text="must not be asked for")
-        env = {**os.environ, "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir)}
-        argv = [sys.executable, "-m", "durable_subagents", "worker"]
-        argv += ["--address", settings.address, "--task-queue", settings.task_queue]
-        argv += ["--workspace", str(workspace)]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
+
+        async def hanging() -> None:
             await asyncio.wait_for(srv.hanging.wait(), 30)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+
+        async with worker_killed_after(settings, workspace, hanging):
+            task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
         await client.cancel_task(task_id, wait=False)
 
-        # the server retries the model turn after its heartbeat timeout; the retry
-        # must see the cancel before it calls the model again
-        activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
-        handle = temporal_client.get_workflow_handle(task_id)
-        async with Worker(
-            temporal_client, task_queue=settings.task_queue, activities=activities.activities
-        ):
-            failure = ""
-            for _ in range(300):
-                events = [e async for e in handle.fetch_history_events()]
-                failed = [
-                    e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-                ]
-                if failed:
-                    failure = failed[0].activity_task_failed_event_attributes.failure.message
-                    break
-                await asyncio.sleep(0.1)
+        # the retry must see the cancel before it calls the model again
+        failure = await retry_failure(temporal_client, settings, workspace, task_id)
         assert "the task was cancelled; not calling the model" in failure
         assert len(srv.requests) == 1
 

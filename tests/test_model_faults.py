@@ -10,7 +10,6 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
-from durable_subagents.activities import SubagentActivities
-from durable_subagents.activities.providers import clear_provider_cache
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
-from durable_subagents.worker._worker import workflow_runner
-from durable_subagents.workflows import SubagentWorkflow
+
+from .test_durability import fake_provider
 
 PROVIDERS = ["openai", "anthropic"]
 MODELS = {"openai": "openai:gpt-test", "anthropic": "anthropic:claude-test"}
@@ -40,36 +37,13 @@ async def model_api(
 ) -> AsyncIterator[FakeModelServer]:
     """Serve a fake ``kind`` API and point this process's worker at it."""
     server = FakeOpenAIServer(**options) if kind == "openai" else FakeAnthropicServer(**options)
-    async with server as srv:
-        prefix = kind.upper()
-        monkeypatch.setenv(f"{prefix}_API_KEY", key)
-        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
-        clear_provider_cache()
-        try:
-            yield srv
-        finally:
-            clear_provider_cache()
+    async with fake_provider(monkeypatch, server, kind.upper(), key) as srv:
+        yield srv
 
 
-def worker_with(client: Client, settings: Settings, **activity_options: Any) -> Worker:
-    """A subagent worker whose activities get ``activity_options`` (model timeouts).
-
-    ``create_worker`` builds the same worker from ``settings``; this one sets the
-    timeouts without depending on how ``create_worker`` passes them on.
-    """
-    activities = SubagentActivities(
-        settings.blob_store(), workspace_root=settings.resolved_workspace, **activity_options
-    )
-    return Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[SubagentWorkflow],
-        activities=activities.activities,
-        workflow_runner=workflow_runner(),
-        max_heartbeat_throttle_interval=timedelta(seconds=1),
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
-        graceful_shutdown_timeout=timedelta(seconds=2),
-    )
+def worker_with(client: Client, settings: Settings, **timeouts: float) -> Worker:
+    """A subagent worker with other model timeouts (``Settings`` field names)."""
+    return create_worker(client, settings.model_copy(update=timeouts))
 
 
 async def run_task(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +18,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
+from durable_subagents import policy
 from durable_subagents._blobstore import BlobStore
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import Transcript
@@ -299,9 +298,8 @@ def _may_be_stale(info: activity.Info) -> bool:
 
 
 def _call_record_name(call: ToolCall) -> str:
-    """Where a finished call's result is kept: by call id and arguments."""
-    key = json.dumps([call.id, call.name, call.arguments, call.arguments_ref], sort_keys=True)
-    return "call-" + hashlib.sha256(key.encode()).hexdigest()[:32]
+    """Where a finished call's result is kept: by call id and argument hash."""
+    return f"call-{call.id}-{policy.call_hash(call)}"
 
 
 async def _cancel_requested() -> bool:

@@ -343,13 +343,15 @@ class SubagentClient:
         finally:
             for w in waits:
                 w.cancel()
-        for w in waits:  # an unknown id raises here, not as a silent "done"
-            if w.done() and not w.cancelled() and w.exception() is not None:
+        finished = [w.done() and not w.cancelled() for w in waits]
+        for w, done in zip(waits, finished, strict=True):
+            if done and w.exception() is not None:  # an unknown id raises, not "done"
                 raise w.exception()  # type: ignore[misc]
-        return list(await asyncio.gather(*(self._public_info(t) for t in task_ids)))
 
-    async def _public_info(self, task_id: str) -> TaskInfo:
-        return (await self._info(task_id)).public()
+        async def current(wait: asyncio.Future[TaskInfo], done: bool, task_id: str) -> TaskInfo:
+            return wait.result() if done else (await self._info(task_id)).public()
+
+        return list(await asyncio.gather(*map(current, waits, finished, task_ids)))
 
     async def _wait(
         self, task_id: str, info: InternalInfo, after_pause: str | None

@@ -7,8 +7,8 @@ import math
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents import policy
     from durable_subagents._spawn import model_label as model_label
+    from durable_subagents.policy import call_hash as call_hash
     from durable_subagents.types import ModelTurnResult, ToolCall, ToolCallResult
 
 
@@ -28,13 +28,6 @@ def final_stop_reason(turn: ModelTurnResult) -> str:
     if turn.stop_reason in (None, "", "stop", "end_turn", "tool_calls", "tool_use"):
         return "end_turn"
     return turn.stop_reason
-
-
-def call_hash(call: ToolCall) -> str:
-    arguments = dict(call.arguments)
-    if call.arguments_ref:
-        arguments["__ref__"] = call.arguments_ref
-    return policy.arguments_hash(arguments)
 
 
 def tool_error(call: ToolCall, message: str) -> ToolCallResult:
