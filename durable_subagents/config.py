@@ -16,6 +16,12 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents.agents._spec import ToolLimits
+
+DEFAULT_LIMITS = ToolLimits(
+    processes=256, memory_mb=2048, file_size_mb=512, cpu_seconds=600, open_files=1024
+)
+"""What a worker allows each tool call unless configured otherwise."""
 
 SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 """Environment variable names treated as secrets: kept from tool commands, scrubbed from spans."""
@@ -68,7 +74,41 @@ class Settings(BaseSettings):
     tool_sandbox: str = Field(
         "auto", validation_alias=AliasChoices("SUBAGENTS_TOOL_SANDBOX", "tool_sandbox")
     )
-    """How tool processes are isolated: ``auto``, ``bwrap``, ``unshare`` or ``none``."""
+    """How tool processes are isolated: ``auto``/``bwrap`` (the bubblewrap sandbox; commands
+    are refused where it cannot start) or ``none`` (on the host, unsafe: logged at start
+    and shown on every task)."""
+    tool_env: str = Field("", validation_alias=AliasChoices("SUBAGENTS_TOOL_ENV", "tool_env"))
+    """Comma-separated names of worker environment variables tool processes may see
+    (besides PATH, HOME, LANG, LC_ALL, LC_CTYPE, TERM, TZ); agents may pick fewer."""
+    tool_read_paths: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_TOOL_READ_PATHS", "tool_read_paths")
+    )
+    """Extra host directories tool processes see read-only (``os.pathsep``-separated),
+    e.g. a toolchain outside /usr and /opt."""
+    tool_max_processes: int = Field(
+        DEFAULT_LIMITS.processes or 256,
+        ge=1,
+        validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_PROCESSES", "tool_max_processes"),
+    )
+    """Processes (and threads) one tool call may have at once."""
+    tool_max_memory_mb: int = Field(
+        DEFAULT_LIMITS.memory_mb or 2048,
+        ge=16,
+        validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_MEMORY_MB", "tool_max_memory_mb"),
+    )
+    """Memory of one tool call, in MiB (per process where no cgroup can be made)."""
+    tool_max_file_mb: int = Field(
+        DEFAULT_LIMITS.file_size_mb or 512,
+        ge=1,
+        validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_FILE_MB", "tool_max_file_mb"),
+    )
+    """Largest file a tool call may write, in MiB."""
+    tool_max_cpu_seconds: int = Field(
+        DEFAULT_LIMITS.cpu_seconds or 600,
+        ge=1,
+        validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_CPU_SECONDS", "tool_max_cpu_seconds"),
+    )
+    """CPU seconds each process of a tool call may use."""
     otel: bool | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_OTEL", "otel"))
     """OpenTelemetry tracing at the edges: ``1`` on (installs an OTLP exporter), ``0`` off;
     unset: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set or a provider is configured."""
@@ -98,6 +138,63 @@ class Settings(BaseSettings):
     """Seconds a workflow task waits on the worker that ran the task last before any
     worker may take it: after a worker crash, its replacement picks tasks up this soon
     (1 is fine on a quiet deployment; longer keeps more tasks on warm workers)."""
+
+    @field_validator("tool_sandbox")
+    @classmethod
+    def _known_sandbox(cls, value: str) -> str:
+        if value not in ("auto", "bwrap", "none"):
+            hint = (
+                " (the unshare fallback was removed: it could not hide files or the network)"
+                if value == "unshare"
+                else ""
+            )
+            raise ValueError(
+                f"SUBAGENTS_TOOL_SANDBOX must be auto, bwrap or none, got {value!r}{hint}"
+            )
+        return value
+
+    @property
+    def tool_limits(self) -> ToolLimits:
+        """The worker's ceiling for every tool call's resources."""
+        return ToolLimits(
+            processes=self.tool_max_processes,
+            memory_mb=self.tool_max_memory_mb,
+            file_size_mb=self.tool_max_file_mb,
+            cpu_seconds=self.tool_max_cpu_seconds,
+            open_files=DEFAULT_LIMITS.open_files,
+        )
+
+    @property
+    def tool_env_names(self) -> list[str]:
+        """``tool_env`` as a list of names."""
+        return [n.strip() for n in self.tool_env.split(",") if n.strip()]
+
+    def hidden_paths(self) -> list[Path]:
+        """What no tool may read: the blob store, data and config dirs, Temporal credentials."""
+        paths = [
+            self.resolved_blob_dir,
+            self.data_dir,
+            Path(platformdirs.user_config_dir("durable-subagents")),
+            Path(platformdirs.user_config_dir("temporalio")),
+        ]
+        for name in (
+            "TEMPORAL_CONFIG_FILE",
+            "TEMPORAL_TLS_CLIENT_CERT_PATH",
+            "TEMPORAL_TLS_CLIENT_KEY_PATH",
+            "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+            "TEMPORAL_TLS_CERT",
+            "TEMPORAL_TLS_KEY",
+            "TEMPORAL_TLS_CA",
+        ):
+            value = os.environ.get(name)
+            if value:
+                paths.append(Path(value))
+        return [p.resolve() for p in paths]
+
+    @property
+    def tool_read_path_list(self) -> list[Path]:
+        """``tool_read_paths`` as resolved paths."""
+        return [Path(p).resolve() for p in self.tool_read_paths.split(os.pathsep) if p.strip()]
 
     @field_validator("model_turn_timeout", mode="before")
     @classmethod

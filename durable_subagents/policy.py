@@ -8,10 +8,11 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import posixpath
 from typing import Any
 
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
-from durable_subagents.agents._spec import EDIT_TOOLS, Action
+from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
 from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
@@ -95,6 +96,26 @@ def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Act
     if action == "ask" and spec.permission_mode == "dont_ask":
         return "deny"
     return action
+
+
+def protected_write(tool_name: str, arguments: dict[str, Any], *, read_only: bool) -> str | None:
+    """The protected entry (``.git``, ``.claude``...) a changing call's path goes through.
+
+    Such writes ask in every permission mode (a rule's allow does not lift that; an
+    agent opts in with ``write_protected_paths``). ``bash`` is left to its sandbox, which
+    shows these entries read-only. Paths are normalized (``./``, ``..``, repeated ``/``)
+    and every component counts, so ``a/../.git/config`` and ``/abs/.git/hooks/x`` match.
+    """
+    if read_only or tool_name == "bash":
+        return None
+    path = arguments.get("path")
+    if not isinstance(path, str):
+        return None
+    normalized = posixpath.normpath(path.replace("\\", "/"))
+    for part in normalized.split("/"):
+        if part in PROTECTED_PATHS:
+            return part
+    return None
 
 
 def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: Action) -> Action:

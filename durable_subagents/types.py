@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from durable_subagents.agents._spec import AgentSpec
+from durable_subagents.agents._spec import AgentSpec, ToolLimits
 
 __all__ = [
     "AgentSpec",
@@ -217,6 +217,8 @@ class ModelTurnResult(BaseModel):
     """The tools the model was offered; calls to any other tool are refused."""
     read_only_tools: list[str] = Field(default_factory=list)
     """Which of the offered tools never change anything (permission modes allow them)."""
+    sandbox: str | None = None
+    """How the worker runs commands: ``bwrap``, ``none`` (on the host), or ``unavailable``."""
 
 
 class ToolCallInput(BaseModel):
@@ -225,6 +227,14 @@ class ToolCallInput(BaseModel):
     task_id: str
     call: ToolCall
     workspace: str | None = None
+    network: bool = False
+    """Whether the call's processes may use the network (the agent's ``network``)."""
+    env: list[str] | None = None
+    """The agent's ``env``: worker variables the call's processes may see."""
+    limits: ToolLimits = Field(default_factory=ToolLimits)
+    """The agent's resource limits (the worker's own are the ceiling)."""
+    write_protected_paths: bool = False
+    """The agent opted in to writes to ``.git``, ``.claude`` and the like."""
 
 
 class ToolCallResult(BaseModel):
@@ -338,6 +348,9 @@ class TaskInfo(BaseModel):
     """Inputs the task received but never read, because it ended first."""
     settling: list[str] = Field(default_factory=list)
     """Set by ``cancel_task`` at its timeout: what the cancelling task still waits for."""
+    sandbox: str | None = None
+    """``none`` when the worker runs this task's commands on the host, ``unavailable``
+    when it has no sandbox and refuses them; None: sandboxed (the default)."""
 
     @property
     def done(self) -> bool:

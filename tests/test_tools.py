@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import secrets
 import signal
@@ -38,7 +37,7 @@ from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.errors import InvalidRequest
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ["bwrap", "unshare", "none"]
+MODES = ["bwrap", "none"]
 
 
 @pytest.fixture
@@ -403,15 +402,17 @@ async def test_bash_timeout_keeps_partial_output(ws: Path) -> None:
         await bash.run(context(ws), {"command": "true", "timeout": 0})
 
 
-async def test_bash_reports_liveness_and_hides_secrets(
+async def test_bash_reports_liveness_and_sees_only_its_environment(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-hidden")
-    monkeypatch.setenv("HARMLESS_SETTING", "visible")
+    monkeypatch.setenv("HARMLESS_SETTING", "worker-only")
     calls: list[int] = []
-    ctx = context(ws, on_output=lambda: calls.append(1))
-    out = await bash.run(ctx, {"command": 'echo "[$OPENAI_API_KEY][$HARMLESS_SETTING]"'})
-    assert out == "[][visible]\n"
+    ctx = context(ws, on_output=lambda: calls.append(1), env={"GIVEN": "visible"})
+    out = await bash.run(
+        ctx, {"command": 'echo "[$OPENAI_API_KEY][$HARMLESS_SETTING][$GIVEN][$HOME]"'}
+    )
+    assert out == "[][][visible][/tmp/home]\n"
     assert calls
 
 
@@ -462,34 +463,30 @@ async def wait_gone(argvs: list[list[str]], within: float = 3.0) -> None:
 
 
 def test_detect_sandbox() -> None:
-    assert detect_sandbox("auto") in ("bwrap", "unshare", "none")
+    assert detect_sandbox("auto") == "bwrap"  # the bundled bwrap works on Linux
     assert detect_sandbox("none") == "none"
     with pytest.raises(ValueError, match=r"unknown sandbox mode 'docker'"):
         detect_sandbox("docker")
+    with pytest.raises(ValueError, match=r"unshare sandbox was removed"):
+        detect_sandbox("unshare")
 
 
-async def test_fallbacks_without_bwrap_or_unshare(
-    ws: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+async def test_no_sandbox_refuses_commands_instead_of_running_on_the_host(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    require("unshare")
-    monkeypatch.setattr(sandbox_module, "_prefixes", {**sandbox_module._prefixes, "bwrap": None})
-    monkeypatch.setattr(sandbox_module, "_resolved", {"none": "none"})
-    monkeypatch.setattr(sandbox_module, "_warned_unsandboxed", False)
-    assert detect_sandbox("auto") == "unshare"
-    with pytest.raises(SandboxUnavailable, match=r"sandbox 'bwrap' does not work"):
-        detect_sandbox("bwrap")
-    with pytest.raises(ToolError, match=r"bash: this worker cannot run commands"):
-        await bash.run(context(ws, "bwrap"), {"command": "true"})
-    assert await bash.run(context(ws, "auto"), {"command": "echo $$"}) == "1\n"
-
-    monkeypatch.setattr(sandbox_module, "_prefixes", {"bwrap": None, "unshare": None})
-    monkeypatch.setattr(sandbox_module, "_resolved", {"none": "none"})
-    with caplog.at_level(logging.WARNING):
-        assert detect_sandbox("auto") == "none"
-        assert detect_sandbox("auto") == "none"
-    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
-    assert "install bubblewrap" in caplog.records[0].message
-    assert await bash.run(context(ws, "auto"), {"command": "echo fallback"}) == "fallback\n"
+    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
+    monkeypatch.setattr(
+        sandbox_module, "_problems", ["bwrap: No permissions to create new namespace"]
+    )
+    with pytest.raises(SandboxUnavailable, match=r"SUBAGENTS_TOOL_SANDBOX=none"):
+        detect_sandbox("auto")
+    marker = ws / "ran"
+    for mode in ("auto", "bwrap"):
+        with pytest.raises(ToolError, match=r"bash: this worker cannot run commands: no sandbox"):
+            await bash.run(context(ws, mode), {"command": f"touch {marker}"})
+    assert not marker.exists()
+    # Only the explicit choice runs on the host.
+    assert await bash.run(context(ws, "none"), {"command": "echo host"}) == "host\n"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -505,7 +502,7 @@ async def test_cancel_kills_the_process_tree(ws: Path, mode: str) -> None:
     await wait_gone(sleepers)
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+@pytest.mark.parametrize("mode", ["bwrap"])
 async def test_cancel_kills_processes_that_left_the_group(ws: Path, mode: str) -> None:
     require(mode)
     sleepers = [["sleep", unique(3003)], ["sleep", unique(3004)]]
@@ -531,7 +528,7 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+@pytest.mark.parametrize("mode", ["bwrap"])
 async def test_worker_death_kills_the_process_tree(ws: Path, mode: str) -> None:
     require(mode)
     sleepers = [["sleep", unique(4001)], ["sleep", unique(4002)]]

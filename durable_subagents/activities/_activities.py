@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,8 +29,10 @@ from durable_subagents.activities.tools import (
     ToolError,
     ToolRegistry,
 )
+from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
 from durable_subagents.agents import READ_ONLY_TOOLS
-from durable_subagents.config import DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -52,7 +55,11 @@ class SubagentActivities:
         workspace_root: The root the file tools are jailed to.
         tools: The tools this worker offers (default: the built-ins).
         default_model: ``provider:model`` used for tasks spawned with the ``default`` model.
-        sandbox: Tool process isolation mode (``auto``, ``bwrap``, ``unshare``, ``none``).
+        sandbox: Tool process isolation mode (``auto``, ``bwrap``, ``none``).
+        tool_env: Worker environment variables tool processes may see (an allowlist).
+        tool_limits: The ceiling of every tool call's resources (default: ``DEFAULT_LIMITS``).
+        hidden_paths: Host paths no tool may read (blob store, data and config directories).
+        read_paths: Extra host directories tool processes see read-only.
         telemetry: Where the ``subagent.model_turn`` / ``subagent.tool`` spans go
             (default: nowhere; ``create_worker`` turns them on for traced clients).
         model_idle_timeout: Seconds a model stream may go without data (headers, then
@@ -69,6 +76,10 @@ class SubagentActivities:
         tools: ToolRegistry | None = None,
         default_model: str | None = None,
         sandbox: str = "auto",
+        tool_env: list[str] | None = None,
+        tool_limits: ToolLimits | None = None,
+        hidden_paths: list[Path] | None = None,
+        read_paths: list[Path] | None = None,
         telemetry: ActivityTelemetry | None = None,
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
@@ -79,6 +90,11 @@ class SubagentActivities:
         self.tools = tools if tools is not None else ToolRegistry()
         self.default_model = default_model
         self.sandbox = sandbox
+        self.sandbox_state = sandbox_state(sandbox)
+        self.tool_env = list(tool_env or [])
+        self.tool_limits = tool_limits or DEFAULT_LIMITS
+        self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
+        self.read_paths = tuple(p.resolve() for p in read_paths or [])
         self.telemetry = telemetry or ActivityTelemetry.off()
         self.model_idle_timeout = model_idle_timeout
         self.model_turn_timeout = model_turn_timeout
@@ -143,6 +159,7 @@ class SubagentActivities:
             model=full_name,
             offered_tools=[*offered, *(t.name for t in input.extra_tools)],
             read_only_tools=[t for t in offered if self.read_only(t)],
+            sandbox=self.sandbox_state,
         )
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
@@ -198,12 +215,7 @@ class SubagentActivities:
         if tool is None:
             output, is_error = f"unknown tool {call.name!r}", True
         else:
-            ctx = ToolContext(
-                workspace=self.workspace(input.workspace),
-                task_id=input.task_id,
-                sandbox=self.sandbox,
-                on_output=_heartbeat,
-            )
+            ctx = self.tool_context(input)
             async with _heartbeating():
                 try:
                     output, is_error = await tool.run(ctx, call.arguments), False
@@ -227,6 +239,23 @@ class SubagentActivities:
         return result
 
     # ------------------------------------------------------------------ helpers
+
+    def tool_context(self, input: ToolCallInput) -> ToolContext:
+        """What a call's tool may see and use: the agent's choices within the worker's."""
+        names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
+        env = {n: os.environ[n] for n in names if n in os.environ}
+        return ToolContext(
+            workspace=self.workspace(input.workspace),
+            task_id=input.task_id,
+            sandbox=self.sandbox,
+            on_output=_heartbeat,
+            network=input.network,
+            env=env,
+            limits=input.limits.capped_by(self.tool_limits),
+            protected=() if input.write_protected_paths else PROTECTED_PATHS,
+            hidden=self.hidden_paths,
+            read_paths=self.read_paths,
+        )
 
     def workspace(self, requested: str | None) -> Path:
         """The task's workspace: the worker's root or a directory inside it."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 import yaml
+from pydantic import ValidationError
 
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
@@ -39,6 +40,7 @@ from durable_subagents.agents._spec import (
     Action,
     AgentSpec,
     PermissionRule,
+    ToolLimits,
 )
 from durable_subagents.errors import InvalidRequest
 
@@ -288,7 +290,7 @@ def _claude(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) ->
             + ", ".join(_PERMISSION_MODES)
         )
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
-    _warn_unused(path, meta, known | {"maxTurns"} | _CLAUDE_IGNORED, warnings)
+    _warn_unused(path, meta, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS, warnings)
     tools = _claude_tools(path, "tools", meta.get("tools"), warnings)
     disallowed = _claude_tools(path, "disallowedTools", meta.get("disallowedTools"), warnings)
     return _spec(
@@ -300,6 +302,7 @@ def _claude(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) ->
         disallowed_tools=disallowed or [],
         permission_mode=_PERMISSION_MODES[mode],
         max_turns=_turns(path, "maxTurns", meta.get("maxTurns")),
+        **_sandbox_fields(path, meta),
     )
 
 
@@ -339,7 +342,7 @@ def _opencode(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) 
         )
     steps_key = "steps" if "steps" in meta else "maxSteps"
     known = {"description", "model", "tools", "permission", "mode", "steps", "maxSteps"}
-    _warn_unused(path, meta, known | _OPENCODE_IGNORED, warnings)
+    _warn_unused(path, meta, known | _OPENCODE_IGNORED | _SANDBOX_KEYS, warnings)
     return _spec(
         name=_name(path, path.stem),
         description=description.strip(),
@@ -350,6 +353,7 @@ def _opencode(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) 
         permissions=_opencode_permissions(path, meta.get("permission"), warnings),
         permission_mode="dont_ask",
         max_turns=_turns(path, steps_key, meta.get(steps_key)),
+        **_sandbox_fields(path, meta),
     )
 
 
@@ -460,6 +464,39 @@ def _name(path: Path, value: Any) -> str:
             "'.', '_' or '-', starting with a letter or digit"
         )
     return value
+
+
+_SANDBOX_KEYS = {"network", "env", "limits"}
+"""Our own front matter for the tool sandbox (neither Claude Code nor OpenCode has it)."""
+
+
+def _sandbox_fields(path: Path, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``network: true``, ``env: [NAME, ...]`` and ``limits: {memory_mb: 512, ...}``."""
+    fields: dict[str, Any] = {}
+    if "network" in meta:
+        if not isinstance(meta["network"], bool):
+            raise InvalidRequest(
+                f"agent file {path}: 'network' must be true or false, got {meta['network']!r}"
+            )
+        fields["network"] = meta["network"]
+    if "env" in meta:
+        env = meta["env"]
+        if isinstance(env, str):
+            env = [n.strip() for n in env.split(",") if n.strip()]
+        if not isinstance(env, list) or not all(isinstance(n, str) for n in env):
+            raise InvalidRequest(
+                f"agent file {path}: 'env' must be a list of variable names, got {env!r}"
+            )
+        fields["env"] = env
+    if "limits" in meta:
+        try:
+            fields["limits"] = ToolLimits.model_validate(meta["limits"])
+        except ValidationError as err:
+            raise InvalidRequest(
+                f"agent file {path}: invalid 'limits' ({err.errors()[0]['msg']}); use "
+                "processes, memory_mb, file_size_mb, cpu_seconds, open_files"
+            ) from None
+    return fields
 
 
 def _spec(*, max_turns: int | None, **fields: Any) -> AgentSpec:

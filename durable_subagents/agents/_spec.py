@@ -16,6 +16,53 @@ MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_a
 ALL_TOOLS = (*READ_ONLY_TOOLS, *EDIT_TOOLS, "bash")
 
 
+PROTECTED_PATHS = (
+    ".git",
+    ".claude",
+    ".opencode",
+    ".husky",
+    ".vscode",
+    ".mcp.json",
+    "opencode.json",
+    "opencode.jsonc",
+    ".envrc",
+)
+"""Workspace entries that hold agent definitions, hooks or commands other programs run.
+
+A write to one of them could make the next person's ``git status`` or the next
+client's agent lookup run what a hostile model chose: file tools ask before changing
+them (in every mode) and ``bash`` sees them read-only, unless the agent opts in with
+``write_protected_paths``. Matched as a path component anywhere under the workspace.
+"""
+
+
+class ToolLimits(BaseModel):
+    """Resource limits of one tool call's processes; ``None`` keeps the worker's value.
+
+    An agent (or a spawn) can only lower them: the worker applies the smaller of its
+    own limit and the agent's.
+    """
+
+    processes: int | None = Field(None, ge=1)
+    """Processes and threads alive at once in one call."""
+    memory_mb: int | None = Field(None, ge=16)
+    """Memory of one call's processes, in MiB (per process where no cgroup is available)."""
+    file_size_mb: int | None = Field(None, ge=1)
+    """Largest file one call may write, in MiB."""
+    cpu_seconds: int | None = Field(None, ge=1)
+    """CPU time of each process of one call, in seconds."""
+    open_files: int | None = Field(None, ge=16)
+    """Open file descriptors per process."""
+
+    def capped_by(self, other: ToolLimits) -> ToolLimits:
+        """The stricter of two sets of limits, field by field."""
+        merged: dict[str, int | None] = {}
+        for name in type(self).model_fields:
+            values = [v for v in (getattr(self, name), getattr(other, name)) if v is not None]
+            merged[name] = min(values) if values else None
+        return ToolLimits(**merged)
+
+
 class PermissionRule(BaseModel):
     """``tool`` + glob ``pattern`` (matched against the call's main argument) -> action.
 
@@ -50,6 +97,16 @@ class AgentSpec(BaseModel):
     may_spawn: bool = False
     approval_timeout: float | None = None
     """Seconds a pause waits for decisions before its calls are rejected (None: forever)."""
+    network: bool = False
+    """Whether tool processes may use the network (off: a private network namespace
+    with only loopback, so nothing reaches Temporal, the blob store or the internet)."""
+    env: list[str] | None = None
+    """Names of worker environment variables passed to tool processes, among those the
+    worker passes (``SUBAGENTS_TOOL_ENV``); ``None``: all of those."""
+    limits: ToolLimits = Field(default_factory=ToolLimits)
+    """Resource limits of each tool call, below the worker's (never above)."""
+    write_protected_paths: bool = False
+    """Opt in to writes to ``PROTECTED_PATHS`` (``.git``, ``.claude``...) without asking."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order."""

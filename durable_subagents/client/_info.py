@@ -75,6 +75,7 @@ def info_from(
             IgnoredDecision.model_validate(d) for d in memo.get("ignored_decisions") or []
         ],
         unread_input=int(memo.get("unread_input") or 0),
+        sandbox=memo.get("sandbox") or None,
         may_pause=bool(memo.get("may_pause", True)),
     )
 

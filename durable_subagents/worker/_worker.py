@@ -82,6 +82,10 @@ def create_worker(
         tools=tools,
         default_model=settings.model,
         sandbox=settings.tool_sandbox,
+        tool_env=settings.tool_env_names,
+        tool_limits=settings.tool_limits,
+        hidden_paths=settings.hidden_paths(),
+        read_paths=settings.tool_read_path_list,
         model_idle_timeout=settings.model_idle_timeout,
         model_turn_timeout=settings.model_turn_timeout,
         telemetry=ActivityTelemetry.for_worker(

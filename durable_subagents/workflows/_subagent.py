@@ -97,6 +97,7 @@ class SubagentWorkflow:
         self._last_text = ""
         self._last_text_ref: str | None = None
         self._offered: list[str] = []
+        self._sandbox: str | None = None
         self._read_only: set[str] = set()
         self._memo: dict[str, Any] = {}
         self._published_sa: tuple[str, int] | None = None
@@ -313,6 +314,7 @@ class SubagentWorkflow:
             self._model = turn.model or self._model
             self._offered = turn.offered_tools
             self._read_only = set(turn.read_only_tools)
+            self._sandbox = turn.sandbox
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             new = []
             if not turn.tool_calls:
@@ -402,11 +404,18 @@ class SubagentWorkflow:
                 f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
                 "check against this agent's permission rules; make it shorter"
             )
+        read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
         if modes:
-            read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
             action = policy.decide(spec, call.name, call.arguments, read_only=read_only)
         else:
             action = policy.decide_v1(spec, call.name, call.arguments)
+        if (
+            action == "allow"
+            and not spec.write_protected_paths
+            and policy.protected_write(call.name, call.arguments, read_only=read_only)
+            and workflow.patched("protected-paths")
+        ):
+            action = "ask"  # agent definitions and hooks: a person decides
         if action == "deny":
             return (
                 "deny",
@@ -473,8 +482,15 @@ class SubagentWorkflow:
             return tool_error(call, error or f"{call.name} was not run")
         if call.name in SPAWN_TOOLS:
             return await self._spawn_tool(call)
+        spec = self._input.agent
         tool_input = ToolCallInput(
-            task_id=workflow.info().workflow_id, call=call, workspace=self._input.workspace
+            task_id=workflow.info().workflow_id,
+            call=call,
+            workspace=self._input.workspace,
+            network=spec.network,
+            env=spec.env,
+            limits=spec.limits,
+            write_protected_paths=spec.write_protected_paths,
         )
         self._check_size(tool_input, f"{call.name} call input")
         timeout = tool_timeout(call.arguments.get("timeout"))
@@ -571,7 +587,15 @@ class SubagentWorkflow:
             status = TaskStatus.PAUSED  # this task, or a child of it, waits for a decision
         # Not a command (no history event): what the Web UI shows as current details.
         paused = status == TaskStatus.PAUSED
-        workflow.set_current_details(self._pause_details(pause_id, pending) if paused else "")
+        details = self._pause_details(pause_id, pending) if paused else ""
+        if self._sandbox in ("none", "unavailable"):
+            warning = (
+                "**Tools run unsandboxed on the host** (worker SUBAGENTS_TOOL_SANDBOX=none)"
+                if self._sandbox == "none"
+                else "**No sandbox on this worker**: bash and command tools are refused"
+            )
+            details = f"{warning}\n\n{details}" if details else warning
+        workflow.set_current_details(details)
         memo: dict[str, Any] = {
             "status": status.value,
             "turns": self._turns,
@@ -581,6 +605,8 @@ class SubagentWorkflow:
             "pause_id": pause_id,
             "pending_approvals": [p.model_dump() for p in pending],
         }
+        if self._sandbox in ("none", "unavailable"):
+            memo["sandbox"] = self._sandbox  # never silent: every task says so
         if stop_reason is not None:
             memo["stop_reason"] = stop_reason
         if error is not None:

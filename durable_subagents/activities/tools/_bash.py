@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
@@ -13,7 +12,6 @@ from durable_subagents.activities.tools._sandbox import (
     SandboxUnavailable,
     spawn_sandboxed,
 )
-from durable_subagents.config import SECRET_ENV_NAME
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_TIMEOUT", "bash", "truncate_middle"]
 
@@ -28,7 +26,6 @@ _KEEP_BYTES = 1 << 20
 _READ_CHUNK = 65_536
 _DRAIN_GRACE = 1.0
 _REAP_LIMIT = 5.0
-# Secrets stay on the worker: a command could otherwise print them into the history.
 
 
 def truncate_middle(text: str, limit: int = MAX_OUTPUT_CHARS, dropped: int = 0) -> str:
@@ -75,10 +72,6 @@ class _Output:
         return truncate_middle(whole, dropped=self.dropped)
 
 
-def _tool_env() -> dict[str, str]:
-    return {name: value for name, value in os.environ.items() if not SECRET_ENV_NAME.search(name)}
-
-
 async def _pump(
     proc: SandboxedProcess, output: _Output, on_output: Callable[[], None] | None
 ) -> None:
@@ -102,6 +95,7 @@ async def _finish(proc: SandboxedProcess, reader: asyncio.Task[None], *, grace: 
         log.warning("sandboxed process %s did not exit after SIGKILL", proc.pid)
     await asyncio.wait({reader}, timeout=grace)
     reader.cancel()
+    await proc.release()
 
 
 @tool
@@ -112,7 +106,11 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     together. There is no input (programs that prompt get end-of-file) and no terminal.
     Each call starts a fresh shell: `cd`, variables and background jobs do not carry
     over, and anything the command leaves running in the background is stopped when it
-    finishes. A non-zero exit status is appended as `[exit code N]`. Output over 30000
+    finishes. Commands run in a sandbox: only the workspace is writable (`.git`,
+    `.claude` and similar entries are read-only), `/tmp` is private and emptied after
+    each call, there is no network unless this agent allows it, and processes, memory,
+    file size and CPU time are limited. A non-zero exit status is appended as
+    `[exit code N]`. Output over 30000
     characters keeps its beginning and end with `[... N characters truncated ...]`
     between them: filter long output (`| tail -50`, `grep`) to see what matters.
 
@@ -126,7 +124,7 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     timeout = min(timeout, MAX_TIMEOUT)
     try:
         proc = await spawn_sandboxed(
-            ["bash", "-c", command], cwd=ctx.workspace, mode=ctx.sandbox, env=_tool_env()
+            ["bash", "-c", command], mode=ctx.sandbox, profile=ctx.profile()
         )
     except SandboxUnavailable as e:
         raise ToolError(f"bash: this worker cannot run commands: {e}") from None

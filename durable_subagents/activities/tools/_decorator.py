@@ -13,12 +13,14 @@ import json
 import re
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from durable_subagents.activities.tools._sandbox import SandboxProfile
+from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.types import ToolSpec
 
 __all__ = ["Tool", "ToolContext", "ToolError", "tool"]
@@ -40,19 +42,43 @@ class ToolContext:
     Attributes:
         workspace: The root the file tools are jailed to (resolved on creation).
         task_id: The id of the task the call belongs to.
-        sandbox: How ``bash`` isolates its processes: ``auto``, ``bwrap``, ``unshare``
-            or ``none`` (see ``detect_sandbox``).
+        sandbox: How commands are isolated: ``auto`` or ``bwrap`` (the sandbox), or
+            ``none`` (on the host; see ``detect_sandbox``).
         on_output: Called whenever a long-running tool makes progress, so the caller
             can heartbeat; optional.
+        network: Whether commands may use the network.
+        env: The environment commands get (an allowlist, never the worker's own).
+        limits: Resource limits of each command.
+        protected: Workspace entries commands see read-only (empty: opted in to writes).
+        hidden: Host paths no tool may read (the blob store, data and config directories).
+        read_paths: Extra host paths commands see read-only.
     """
 
     workspace: Path
     task_id: str
     sandbox: str = "auto"
     on_output: Callable[[], None] | None = None
+    network: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    limits: ToolLimits = field(default_factory=ToolLimits)
+    protected: tuple[str, ...] = PROTECTED_PATHS
+    hidden: tuple[Path, ...] = ()
+    read_paths: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
+
+    def profile(self) -> SandboxProfile:
+        """The sandbox profile for a command of this call (see ``spawn_sandboxed``)."""
+        return SandboxProfile(
+            workspace=self.workspace,
+            network=self.network,
+            env=self.env,
+            limits=self.limits,
+            protected=self.protected,
+            hidden=self.hidden,
+            read_paths=self.read_paths,
+        )
 
 
 class Tool:

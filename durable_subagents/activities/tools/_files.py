@@ -42,6 +42,11 @@ def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
     except (OSError, RuntimeError, ValueError) as e:
         raise ToolError(f"cannot resolve path '{path}': {e}") from None
     if resolved.is_relative_to(root):
+        if any(resolved == h or resolved.is_relative_to(h) for h in ctx.hidden):
+            raise ToolError(
+                f"path '{path}' is in this worker's own data (blob store, configuration); "
+                "tools cannot read or change it"
+            )
         return resolved
     if Path(os.path.normpath(candidate)).is_relative_to(root):
         raise ToolError(
@@ -178,7 +183,11 @@ def _walk_files(ctx: ToolContext, base: Path) -> Iterator[Path]:
         yield base
         return
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in _SKIP_DIRS and not (ctx.hidden and Path(dirpath, d).resolve() in ctx.hidden)
+        )
         for name in sorted(filenames):
             path = Path(dirpath, name)
             if path.is_symlink():

