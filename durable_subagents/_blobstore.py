@@ -27,6 +27,10 @@ class BlobNotFound(SubagentError, LookupError):
     """A referenced blob is not in the store (wrong store configured, or expired)."""
 
 
+class BlobCorrupt(SubagentError, ValueError):
+    """A stored blob's bytes do not match its reference: the store was changed."""
+
+
 class BlobStore(Protocol):
     """Where large transcript parts live. Workers and clients must share one."""
 
@@ -97,6 +101,11 @@ class LocalBlobStore:
                 "worker must use the same blob store (SUBAGENTS_BLOB_DIR), and blobs of "
                 "closed tasks are removed after the namespace retention"
             ) from None
+        if blob_ref(data) != ref:
+            raise BlobCorrupt(
+                f"blob {ref} of task {task_id} in {self.root} does not match its hash: "
+                "something changed the blob store; the task cannot trust it and stops"
+            )
         self._remember(task_id, ref, data)
         return data
 

@@ -56,5 +56,6 @@ NON_RETRYABLE_ERROR_TYPES = [
     "ToolNotAllowed",
     "WorkspaceError",
     "TaskCancelled",
+    "BlobCorrupt",
 ]
 """``ApplicationError`` types that Temporal must not retry: retrying cannot help."""

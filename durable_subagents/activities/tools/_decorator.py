@@ -67,6 +67,9 @@ class ToolContext:
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
+        # A hidden directory that holds the workspace (a data dir above it) hides only
+        # what lies beside the workspace, which the jail refuses anyway.
+        self.hidden = tuple(h for h in self.hidden if not self.workspace.is_relative_to(h))
 
     def profile(self) -> SandboxProfile:
         """The sandbox profile for a command of this call (see ``spawn_sandboxed``)."""

