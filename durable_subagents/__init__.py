@@ -4,7 +4,7 @@ Spawn a subagent and get its id at once; check it, wait on it, cancel it. Each t
 is a Temporal workflow, so it survives crashes of workers and of the parent.
 """
 
-from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
 from durable_subagents.client import SubagentClient
 from durable_subagents.errors import (
     InvalidRequest,
@@ -30,6 +30,7 @@ __all__ = [
     "TaskNotFound",
     "TaskStatus",
     "TemporalUnavailable",
+    "ToolLimits",
     "UnknownCallId",
     "Usage",
     "WrongTaskState",

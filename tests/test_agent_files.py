@@ -370,3 +370,32 @@ def test_cli_agents_lists_file_agents_with_their_source(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 1 and "bad.md" in proc.stderr and "not valid YAML" in proc.stderr
+
+
+def test_sandbox_fields_in_front_matter(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / ".claude/agents/fetcher.md",
+        "---\nname: fetcher\ndescription: Fetches docs.\nnetwork: true\n"
+        "env: [PIP_INDEX_URL, HTTPS_PROXY]\nlimits: {memory_mb: 512, processes: 32}\n---\nGo.\n",
+    )
+    warnings: list[str] = []
+    spec = load_agent_file(path, warnings=warnings)
+    assert spec.network is True
+    assert spec.env == ["PIP_INDEX_URL", "HTTPS_PROXY"]
+    assert (spec.limits.memory_mb, spec.limits.processes, spec.limits.cpu_seconds) == (
+        512,
+        32,
+        None,
+    )
+    assert warnings == []
+    bad = write(
+        tmp_path / ".claude/agents/bad.md",
+        "---\nname: bad\ndescription: x\nlimits: {memory_mb: 1}\n---\nGo.\n",
+    )
+    with pytest.raises(InvalidRequest, match=r"invalid 'limits'.*memory_mb"):
+        load_agent_file(bad)
+    also_bad = write(
+        tmp_path / ".opencode/agent/net.md", "---\ndescription: x\nnetwork: sometimes\n---\nGo.\n"
+    )
+    with pytest.raises(InvalidRequest, match=r"'network' must be true or false"):
+        load_agent_file(also_bad)

@@ -13,7 +13,6 @@ import asyncio
 import os
 import sysconfig
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +176,7 @@ async def test_tools_cannot_reach_temporal_or_decide_another_tasks_pause(
     temporal = Path(sysconfig.get_path("scripts")) / "temporal"
     forge = (
         f"{temporal} workflow signal --address {dev_server.address} -w {victim} "
-        f"--name decide --input '{{\"pause_id\": \"{paused.pause_id}\", \"decisions\": "
+        f'--name decide --input \'{{"pause_id": "{paused.pause_id}", "decisions": '
         f'[{{"call_id": "{pending.call_id}", "arguments_hash": '
         f'"{pending.arguments_hash}", "approved": true}}]}}\''
     )
@@ -349,7 +348,9 @@ async def test_cancel_still_kills_everything_the_attacker_started(
     task_id = await client.spawn_task(
         "general",
         "x",
-        model=script(bash(f"(setsid nohup sleep {tag} &) ; nohup sleep {tag} & wait"), {"text": "d"}),
+        model=script(
+            bash(f"(setsid nohup sleep {tag} &) ; nohup sleep {tag} & wait"), {"text": "d"}
+        ),
     )
     deadline = asyncio.get_running_loop().time() + 15
     while not _sleepers(tag):

@@ -125,3 +125,43 @@ def test_v1_rules_still_decide_tasks_started_before_mode_defaults() -> None:
         name="a", permission_mode="dont_ask", permissions=[PermissionRule(action="ask")]
     )
     assert policy.decide_v1(asking, "bash", {"command": "ls"}) == "deny"
+
+
+@pytest.mark.parametrize(
+    ("tool", "path", "expected"),
+    [
+        ("write_file", ".git/config", ".git"),
+        ("write_file", "./sub/../.git/hooks/pre-commit", ".git"),
+        ("edit_file", "/abs/project/.claude/agents/explore.md", ".claude"),
+        ("write_file", "pkg//.opencode/agent/x.md", ".opencode"),
+        ("write_file", ".mcp.json", ".mcp.json"),
+        ("write_file", "docs/git-notes.md", None),
+        ("write_file", ".gitignore", None),
+        ("read_file", ".git/config", None),  # reading is not writing
+        ("bash", ".git/config", None),  # left to the sandbox's read-only bind
+    ],
+)
+def test_protected_writes_are_found_on_normalized_paths(
+    tool: str, path: str, expected: str | None
+) -> None:
+    read_only = tool == "read_file"
+    assert policy.protected_write(tool, {"path": path}, read_only=read_only) == expected
+
+
+def test_child_spec_narrows_the_sandbox_to_the_parent() -> None:
+    from durable_subagents.agents import ToolLimits
+    from durable_subagents.workflows._spawning import child_spec
+
+    parent = AgentSpec(name="p", network=False, env=["A", "B"], limits=ToolLimits(memory_mb=512))
+    child = AgentSpec(
+        name="c",
+        network=True,
+        env=["B", "C"],
+        limits=ToolLimits(memory_mb=4096, processes=10),
+        write_protected_paths=True,
+    )
+    narrowed = child_spec(parent, ["bash"], child)
+    assert narrowed.network is False and narrowed.write_protected_paths is False
+    assert narrowed.env == ["B"]
+    assert (narrowed.limits.memory_mb, narrowed.limits.processes) == (512, 10)
+    assert child_spec(AgentSpec(name="p", env=None), ["bash"], child).env == ["B", "C"]

@@ -15,21 +15,25 @@ from durable_subagents.agents._files import (
 )
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
+    PROTECTED_PATHS,
     READ_ONLY_TOOLS,
     AgentSpec,
     PermissionMode,
     PermissionRule,
+    ToolLimits,
 )
 from durable_subagents.errors import InvalidRequest
 
 __all__ = [
     "ALL_TOOLS",
     "BUILTIN_AGENTS",
+    "PROTECTED_PATHS",
     "READ_ONLY_TOOLS",
     "AgentFiles",
     "AgentSpec",
     "PermissionMode",
     "PermissionRule",
+    "ToolLimits",
     "discover_agents",
     "find_project_root",
     "load_agent_file",

@@ -104,8 +104,18 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
             "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
             "permission_mode": mode,
             "may_spawn": False,
+            "network": agent.network and parent.network,
+            "env": _narrower_env(agent.env, parent.env),
+            "limits": agent.limits.capped_by(parent.limits),
+            "write_protected_paths": agent.write_protected_paths and parent.write_protected_paths,
         }
     )
+
+
+def _narrower_env(child: list[str] | None, parent: list[str] | None) -> list[str] | None:
+    if parent is None:
+        return child
+    return list(parent) if child is None else [n for n in child if n in parent]
 
 
 async def start_child(
