@@ -11,6 +11,7 @@ import json
 import posixpath
 from typing import Any
 
+from durable_subagents._shell import split_commands
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
 from durable_subagents.types import ToolCall
@@ -57,7 +58,12 @@ def mode_default(mode: str, tool_name: str, read_only: bool) -> Action:
 
 
 def decide(
-    spec: AgentSpec, tool_name: str, arguments: dict[str, Any], *, read_only: bool | None = None
+    spec: AgentSpec,
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    read_only: bool | None = None,
+    parse_bash: bool = False,
 ) -> Action:
     """The action for one call.
 
@@ -74,8 +80,47 @@ def decide(
     if mode == "plan" and not read_only:
         return "deny"
     target = main_argument(arguments)
-    agent = _evaluate(spec.permissions, tool_name, target, mode_default(mode, tool_name, read_only))
+    default = mode_default(mode, tool_name, read_only)
+    if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
+        return _strictest(
+            _evaluate_bash(spec.permissions, target, default),
+            _evaluate_bash(spec.restrictions, target, "allow"),
+        )
+    agent = _evaluate(spec.permissions, tool_name, target, default)
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
+
+
+def _evaluate_bash(rules: list[PermissionRule], command: str, default: Action) -> Action:
+    """Rules applied to each simple command the line runs; the strictest answer wins.
+
+    A command that cannot be known before it runs (an expansion, a substitution,
+    ``eval``, ``bash -c``) is never allowed by a rule: where an allow rule matches it,
+    or where no rule matches but the agent has deny or ask rules that might have,
+    it asks. Deny and ask rules also see the whole line, as written.
+    """
+    relevant = [r for r in rules if fnmatch.fnmatchcase("bash", r.tool)]
+    if not relevant:
+        return default
+    guarded = any(r.action != "allow" for r in relevant)
+    whole = _evaluate(relevant, "bash", command, "allow")
+    actions: list[Action] = [whole] if whole != "allow" else []
+    pieces = split_commands(command)
+    for piece in pieces:
+        action: Action | None = None
+        for rule in relevant:
+            if fnmatch.fnmatchcase(piece.text, rule.pattern):
+                action = rule.action
+        if action is None:
+            action = "ask" if default == "allow" and guarded and not piece.known else default
+        elif action == "allow" and not piece.known:
+            action = "ask"
+        actions.append(action)
+    if not pieces:
+        actions.append(default)
+    result = actions[0]
+    for action in actions[1:]:
+        result = _strictest(result, action)
+    return result
 
 
 def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:

@@ -427,3 +427,31 @@ async def test_a_changed_blob_fails_the_task_instead_of_being_used(
         done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
     assert done.status == TaskStatus.FAILED
     assert "does not match its hash" in (done.error or "")
+
+
+async def test_ordinary_work_still_runs_in_the_sandbox(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    (workspace / "test_calc.py").write_text(
+        "import unittest\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(1 + 1, 2)\n"
+    )
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "first"]):
+        proc = await asyncio.create_subprocess_exec(*git, *args, cwd=workspace)
+        assert await proc.wait() == 0
+    (workspace / "test_calc.py").write_text(
+        (workspace / "test_calc.py").read_text().replace("2)", "2)  # checked")
+    )
+    _, outputs = await run_attack(
+        client,
+        bash("git status --short && git log --format=%s && git diff --stat | tail -1"),
+        bash("python3 -m unittest -q 2>&1 | tail -1; mkdir -p build && echo ok > build/out"),
+    )
+    assert outputs[0].splitlines() == [
+        " M test_calc.py",
+        "first",
+        " 1 file changed, 1 insertion(+), 1 deletion(-)",
+    ]
+    assert outputs[1].strip() == "OK"
+    assert (workspace / "build" / "out").read_text() == "ok\n"

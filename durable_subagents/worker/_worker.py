@@ -120,7 +120,12 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     """
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "durable_subagents", "pydantic", "pydantic_core", "pydantic_settings"
+            "durable_subagents",
+            "pydantic",
+            "pydantic_core",
+            "pydantic_settings",
+            "tree_sitter",
+            "tree_sitter_bash",
         )
     )
 

@@ -406,7 +406,15 @@ class SubagentWorkflow:
             )
         read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
         if modes:
-            action = policy.decide(spec, call.name, call.arguments, read_only=read_only)
+            # Runs started before this patch matched bash rules against the raw line.
+            parse = (
+                call.name == "bash"
+                and policy.has_rules_for(spec, "bash")
+                and workflow.patched("parsed-bash-rules")
+            )
+            action = policy.decide(
+                spec, call.name, call.arguments, read_only=read_only, parse_bash=parse
+            )
         else:
             action = policy.decide_v1(spec, call.name, call.arguments)
         if (

