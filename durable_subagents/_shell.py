@@ -83,7 +83,7 @@ def _walk(node: tree_sitter.Node, found: list[SimpleCommand]) -> None:
             word, ok = _word(child, found)
             words.append(word)
             known = known and ok
-        first = node.children[0].text.decode(errors="replace") if node.children else ""
+        first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
         found.append(SimpleCommand(words=(first, *words), known=known))
         return
     for child in node.children:
