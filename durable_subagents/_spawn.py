@@ -50,6 +50,7 @@ def build_task_input(
     max_prompt_bytes: int,
     created_at: datetime | None = None,
     check_model: bool = True,
+    network: bool | None = None,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
 
@@ -80,7 +81,7 @@ def build_task_input(
         from durable_subagents.activities.providers import parse_model
 
         parse_model(model)
-    narrowed = narrow(spec, tools, disallowed_tools, permission_mode, permissions)
+    narrowed = narrow(spec, tools, disallowed_tools, permission_mode, permissions, network)
     description = description.strip() or _first_line(prompt)
     return TaskInput(
         agent=narrowed,
@@ -136,9 +137,19 @@ def narrow(
     disallowed_tools: Sequence[str] | None,
     permission_mode: str | None,
     permissions: Sequence[PermissionRule | dict[str, str]] | None,
+    network: bool | None = None,
 ) -> AgentSpec:
     """Apply spawn options to an agent; refuse any that would widen it."""
     update: dict[str, Any] = {}
+    if network is not None:
+        if not isinstance(network, bool):
+            raise InvalidRequest(f"network must be true or false, got {network!r}")
+        if network and not spec.network:
+            raise InvalidRequest(
+                f"agent {spec.name!r} does not allow the network for its tools; spawn "
+                "options can only narrow: give the agent `network: true` to allow it"
+            )
+        update["network"] = network
     if tools is not None:
         tools = list(tools)
         if spec.tools is not None:

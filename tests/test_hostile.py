@@ -455,3 +455,21 @@ async def test_ordinary_work_still_runs_in_the_sandbox(
     ]
     assert outputs[1].strip() == "OK"
     assert (workspace / "build" / "out").read_text() == "ok\n"
+
+
+async def test_network_only_for_agents_that_allow_it(client: SubagentClient, worker: None) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello from the host\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client.agents["online"] = AgentSpec(name="online", permission_mode="dont_ask", network=True)
+    probe = bash(f"exec 3<>/dev/tcp/127.0.0.1/{port} && head -1 <&3 || echo REFUSED")
+    async with server:
+        _, online = await run_attack(client, probe, agent="online")
+        _, narrowed = await run_attack(client, probe, agent="online", network=False)
+        _, offline = await run_attack(client, probe)
+    assert online == ["hello from the host\n"]
+    assert "REFUSED" in narrowed[0] and "REFUSED" in offline[0]

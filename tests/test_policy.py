@@ -165,3 +165,11 @@ def test_child_spec_narrows_the_sandbox_to_the_parent() -> None:
     assert narrowed.env == ["B"]
     assert (narrowed.limits.memory_mb, narrowed.limits.processes) == (512, 10)
     assert child_spec(AgentSpec(name="p", env=None), ["bash"], child).env == ["B", "C"]
+
+
+def test_a_spawn_can_take_the_network_away_but_never_grant_it() -> None:
+    online = AgentSpec(name="online", network=True)
+    assert narrow(online, None, None, None, None, False).network is False
+    assert narrow(online, None, None, None, None, True).network is True
+    with pytest.raises(InvalidRequest, match=r"does not allow the network.*only narrow"):
+        narrow(AgentSpec(name="offline"), None, None, None, None, True)

@@ -155,6 +155,7 @@ class SubagentClient:
         time_limit: float | None = None,
         workspace: str | None = None,
         task_id: str | None = None,
+        network: bool | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -181,6 +182,8 @@ class SubagentClient:
             time_limit: Seconds the task may run in all; then it stops as ``timed_out``.
             workspace: A directory inside the worker's workspace root.
             task_id: Your own id; spawning again with it returns the same task.
+            network: ``False`` takes the network from an agent that has it (its tool
+                processes get loopback only); ``True`` only if the agent allows it.
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -207,6 +210,7 @@ class SubagentClient:
             time_limit=time_limit,
             workspace=workspace,
             max_prompt_bytes=self.max_prompt_bytes,
+            network=network,
         )
         if task_id is not None:
             validate_task_id(task_id)
