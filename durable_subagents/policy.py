@@ -9,6 +9,8 @@ import fnmatch
 import hashlib
 import json
 import posixpath
+import re
+from pathlib import Path
 from typing import Any
 
 from durable_subagents._shell import split_commands
@@ -64,6 +66,7 @@ def decide(
     *,
     read_only: bool | None = None,
     parse_bash: bool = False,
+    path: str | None = None,
 ) -> Action:
     """The action for one call.
 
@@ -81,6 +84,12 @@ def decide(
         return "deny"
     target = main_argument(arguments)
     default = mode_default(mode, tool_name, read_only)
+    if path is not None:
+        search = tool_name in SEARCH_TOOLS
+        return _strictest(
+            _evaluate_path(spec.permissions, tool_name, path, default, search=search),
+            _evaluate_path(spec.restrictions, tool_name, path, "allow", search=search),
+        )
     if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
         return _strictest(
             _evaluate_bash(spec.permissions, target, default),
@@ -143,7 +152,9 @@ def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Act
     return action
 
 
-def protected_write(tool_name: str, arguments: dict[str, Any], *, read_only: bool) -> str | None:
+def protected_write(
+    tool_name: str, arguments: dict[str, Any], *, read_only: bool, path: str | None = None
+) -> str | None:
     """The protected entry (``.git``, ``.claude``...) a changing call's path goes through.
 
     Such writes ask in every permission mode (a rule's allow does not lift that; an
@@ -153,14 +164,69 @@ def protected_write(tool_name: str, arguments: dict[str, Any], *, read_only: boo
     """
     if read_only or tool_name == "bash":
         return None
-    path = arguments.get("path")
-    if not isinstance(path, str):
-        return None
-    normalized = posixpath.normpath(path.replace("\\", "/"))
-    for part in normalized.split("/"):
-        if part in PROTECTED_PATHS:
-            return part
+    raw = arguments.get("path")
+    for candidate in (raw, path):  # as written, and as resolved (through symlinks)
+        if not isinstance(candidate, str):
+            continue
+        normalized = posixpath.normpath(candidate.replace("\\", "/"))
+        for part in normalized.split("/"):
+            if part in PROTECTED_PATHS:
+                return part
     return None
+
+
+SEARCH_TOOLS = ("grep", "list_files")
+"""Tools whose path is a directory they search: rules on paths below it apply too."""
+
+
+def resolve_rule_path(workspace: Path, raw: str) -> str:
+    """``raw`` as path rules see it: resolved against the workspace, symlinks followed.
+
+    Relative to the workspace (``.`` for the root) when inside it, so ``./s/k``,
+    ``m/../s/k`` and ``/abs/ws/s/k`` are all ``s/k``; absolute when outside (the
+    file tools refuse it anyway, and no relative pattern allows it).
+    """
+    try:
+        path = Path(raw)
+        resolved = (path if path.is_absolute() else workspace / path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return posixpath.normpath(raw)
+    if resolved == workspace:
+        return "."
+    if resolved.is_relative_to(workspace):
+        return resolved.relative_to(workspace).as_posix()
+    return resolved.as_posix()
+
+
+def _may_cover(directory: str, pattern: str) -> bool:
+    """Whether a search of ``directory`` may reach a path ``pattern`` matches."""
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    if directory == ".":
+        return not literal.startswith(("/", "../"))
+    prefix = directory.rstrip("/") + "/"
+    return literal.startswith(prefix) or prefix.startswith(literal)
+
+
+def _evaluate_path(
+    rules: list[PermissionRule], tool_name: str, path: str, action: Action, *, search: bool
+) -> Action:
+    """Rules over a resolved path; a search also meets deny/ask rules on paths below it.
+
+    An absolute path (outside the workspace) is never allowed by a rule.
+    """
+    covered: list[Action] = []
+    for rule in rules:
+        if not fnmatch.fnmatchcase(tool_name, rule.tool):
+            continue
+        if fnmatch.fnmatchcase(path, rule.pattern):
+            if rule.action == "allow" and path.startswith("/") and rule.pattern != "*":
+                continue
+            action = rule.action
+        elif search and rule.action != "allow" and _may_cover(path, rule.pattern):
+            covered.append(rule.action)
+    for extra in covered:
+        action = _strictest(action, extra)
+    return action
 
 
 def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: Action) -> Action:

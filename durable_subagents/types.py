@@ -87,6 +87,10 @@ class ToolCall(BaseModel):
     arguments_ref: str | None = None
     rule_target_truncated: bool = False
     """The argument permission rules match (command, path...) was too long to keep inline."""
+    path: str | None = None
+    """For a tool that takes a path: that path (or its default) resolved against the
+    workspace, symlinks followed, relative to it (``.`` for the root; absolute when it
+    lies outside). Path rules match this, not the raw argument."""
 
 
 class Message(BaseModel):

@@ -473,3 +473,29 @@ async def test_network_only_for_agents_that_allow_it(client: SubagentClient, wor
         _, offline = await run_attack(client, probe)
     assert online == ["hello from the host\n"]
     assert "REFUSED" in narrowed[0] and "REFUSED" in offline[0]
+
+
+async def test_path_rules_hold_against_rewritten_paths(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    (workspace / "secrets").mkdir()
+    (workspace / "mod").mkdir()
+    (workspace / "secrets" / "key.txt").write_text("the-key-material\n")
+    client.agents["guarded"] = AgentSpec(
+        name="guarded",
+        permission_mode="dont_ask",
+        tools=["read_file", "grep", "list_files"],
+        permissions=[PermissionRule(tool="*", pattern="secrets/*", action="deny")],
+    )
+    _, outputs = await run_attack(
+        client,
+        call("read_file", path="./secrets/key.txt"),
+        call("read_file", path="mod/../secrets/key.txt"),
+        call("read_file", path=str(workspace / "secrets" / "key.txt")),
+        call("grep", pattern="key-material"),
+        call("read_file", path="mod/../README.md"),
+        agent="guarded",
+    )
+    assert all("denied by this agent's permission rules" in out for out in outputs[:4]), outputs
+    assert "the-key-material" not in "\n".join(outputs)
+    assert "file not found" in outputs[4]  # an ordinary path still runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -162,3 +163,59 @@ def test_rule_evaluation_stays_under_a_millisecond_for_10kb() -> None:
     per_call = (time.perf_counter() - start) / 20
     # A sanity bound only (bench/ measures); generous for a loaded CI machine.
     assert per_call < 0.05
+
+
+# ---------------------------------------------------------------- path rules
+
+SECRETS_DENIED = AgentSpec(
+    name="no-secrets",
+    permission_mode="dont_ask",
+    permissions=[PermissionRule(tool="*", pattern="secrets/*", action="deny")],
+)
+
+
+def test_path_rules_match_the_resolved_path(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "secrets").mkdir(parents=True)
+    (ws / "mod").mkdir()
+    (ws / "secrets" / "key.txt").write_text("k")
+    (ws / "innocent").symlink_to(ws / "secrets")
+    for raw in (
+        "secrets/key.txt",
+        "./secrets/key.txt",
+        "mod/../secrets/key.txt",
+        str(ws / "secrets" / "key.txt"),
+        "secrets//key.txt",
+        "innocent/key.txt",
+    ):
+        path = policy.resolve_rule_path(ws, raw)
+        assert path == "secrets/key.txt", raw
+        action = policy.decide(SECRETS_DENIED, "read_file", {"path": raw}, path=path)
+        assert action == "deny", raw
+    assert policy.resolve_rule_path(ws, ".") == "."
+    assert policy.resolve_rule_path(ws, "../x") == (tmp_path / "x").as_posix()
+
+
+@pytest.mark.parametrize(
+    ("tool", "path", "expected"),
+    [
+        ("grep", ".", "deny"),  # a search of the root reaches secrets/
+        ("list_files", ".", "deny"),
+        ("grep", "secrets", "deny"),
+        ("grep", "src", "allow"),
+        ("read_file", "src/a.py", "allow"),
+    ],
+)
+def test_searches_meet_the_rules_of_what_they_cover(tool: str, path: str, expected: str) -> None:
+    action = policy.decide(SECRETS_DENIED, tool, {"pattern": "key"}, path=path, read_only=True)
+    assert action == expected
+
+
+def test_allow_rules_never_match_a_path_outside_the_workspace() -> None:
+    spec = AgentSpec(
+        name="a",
+        permission_mode="default",
+        permissions=[PermissionRule(tool="write_file", pattern="*secrets*", action="allow")],
+    )
+    assert policy.decide(spec, "write_file", {}, path="/etc/secrets.txt") == "ask"
+    assert policy.decide(spec, "write_file", {}, path="my-secrets.txt") == "allow"

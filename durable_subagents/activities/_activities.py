@@ -112,7 +112,7 @@ class SubagentActivities:
                 type="TaskCancelled",
                 non_retryable=True,
             )
-        self.workspace(input.workspace)
+        workspace = self.workspace(input.workspace)
         offered = self.offered_tools(input)
         messages = self.transcript.load(task_id, input.head) + input.new_messages
         system = "\n\n".join(m.content for m in messages if m.role == "system")
@@ -145,7 +145,10 @@ class SubagentActivities:
                     "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
                 )
             raise
-        calls = [self.transcript.store_call(task_id, c) for c in response.tool_calls]
+        calls = [
+            self.transcript.store_call(task_id, self.with_path(c, workspace))
+            for c in response.tool_calls
+        ]
         text, text_ref = self.transcript.store_text(task_id, response.text)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
         return ModelTurnResult(
@@ -180,6 +183,19 @@ class SubagentActivities:
         if input.read_only:
             allowed &= {n for n in available if self.read_only(n)}
         return [t for t in available if t in allowed]
+
+    def with_path(self, call: ToolCall, workspace: Path) -> ToolCall:
+        """The call with its path resolved for the rules (tools that take a ``path``)."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return call
+        spec = tool.parameters.get("properties", {}).get("path")
+        if not isinstance(spec, dict):
+            return call
+        raw = call.arguments.get("path", spec.get("default"))
+        if not isinstance(raw, str):
+            return call
+        return call.model_copy(update={"path": policy.resolve_rule_path(workspace, raw)})
 
     def read_only(self, name: str) -> bool:
         """Whether a tool never changes anything (built-in read-only or marked so)."""

@@ -413,14 +413,21 @@ class SubagentWorkflow:
                 and workflow.patched("parsed-bash-rules")
             )
             action = policy.decide(
-                spec, call.name, call.arguments, read_only=read_only, parse_bash=parse
+                spec,
+                call.name,
+                call.arguments,
+                read_only=read_only,
+                parse_bash=parse,
+                path=call.path,  # set by workers that resolve paths for the rules
             )
         else:
             action = policy.decide_v1(spec, call.name, call.arguments)
         if (
             action == "allow"
             and not spec.write_protected_paths
-            and policy.protected_write(call.name, call.arguments, read_only=read_only)
+            and policy.protected_write(
+                call.name, call.arguments, read_only=read_only, path=call.path
+            )
             and workflow.patched("protected-paths")
         ):
             action = "ask"  # agent definitions and hooks: a person decides
