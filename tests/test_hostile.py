@@ -499,3 +499,36 @@ async def test_path_rules_hold_against_rewritten_paths(
     assert all("denied by this agent's permission rules" in out for out in outputs[:4]), outputs
     assert "the-key-material" not in "\n".join(outputs)
     assert "file not found" in outputs[4]  # an ordinary path still runs
+
+
+async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    client.agents["careful"] = AgentSpec(
+        name="careful", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    nested: Any = "x"
+    for _ in range(200):
+        nested = {"a": nested}
+    turns = [
+        {
+            "tool_calls": [
+                {"id": "child/pause/evil", "name": "bash", "arguments": {"command": "echo a"}},
+                {"id": "child/pause/evil", "name": "bash", "arguments": {"command": "echo b"}},
+            ]
+        },
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo c", "x": nested}}]},
+        {"text": "done"},
+    ]
+    task_id = await client.spawn_task("careful", "x", model=script(*turns))
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    ids = [p.call_id for p in paused.pending_approvals]
+    assert len(set(ids)) == 2 and all("/" not in i for i in ids)
+    await client.approve(task_id)
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    outputs = await tool_outputs(client, task_id)
+    assert outputs[:2] == ["a\n", "b\n"]
+    assert "not valid JSON" in outputs[2]
+    assert done.turns == 3

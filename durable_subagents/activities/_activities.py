@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
+import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -147,7 +149,7 @@ class SubagentActivities:
             raise
         calls = [
             self.transcript.store_call(task_id, self.with_path(c, workspace))
-            for c in response.tool_calls
+            for c in _well_formed(response.tool_calls, input.turn)
         ]
         text, text_ref = self.transcript.store_text(task_id, response.text)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
@@ -299,6 +301,51 @@ class SubagentActivities:
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
         return [self.model_turn, self.run_tool]
+
+
+_CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_ARGUMENT_DEPTH = 32
+"""Deeper tool arguments go back to the model as an error (no schema needs more)."""
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of JSON-like data, counting no further than ``limit + 1``."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        depth += 1
+        nxt: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                nxt.extend(item.values())
+            elif isinstance(item, list):
+                nxt.extend(item)
+        level = nxt
+    return depth if not level else limit + 1
+
+
+def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
+    """Calls every later step can carry: safe unique ids, bounded argument depth.
+
+    A provider's call id becomes part of a pause's call id (``child/pause/call``), so
+    an id with a ``/`` or odd characters could make a pause impossible to decide; such
+    ids are replaced consistently (the transcript keeps the new one, for both the call
+    and its result). Arguments nested deeper than any schema needs would fail to
+    serialize further on; they become ``_raw``, which the workflow answers with a tool
+    error, so the model hears of it instead of the turn being retried.
+    """
+    out: list[ToolCall] = []
+    seen: set[str] = set()
+    for index, call in enumerate(calls):
+        update: dict[str, Any] = {}
+        if not _CALL_ID.match(call.id) or call.id in seen:
+            digest = hashlib.sha256(call.id.encode(errors="replace")).hexdigest()[:8]
+            update["id"] = f"call_{turn}_{index}_{digest}"
+        if _depth(call.arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+            update["arguments"] = {"_raw": f"arguments nested over {MAX_ARGUMENT_DEPTH} levels"}
+        fixed = call.model_copy(update=update) if update else call
+        seen.add(fixed.id)
+        out.append(fixed)
+    return out
 
 
 def _heartbeat() -> None:

@@ -24,8 +24,8 @@ def parse_arguments(raw: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
-        return {"_raw": raw}
+    except (ValueError, RecursionError):
+        return {"_raw": raw[:2000]}
     return value if isinstance(value, dict) else {"_raw": raw}
 
 

@@ -118,6 +118,8 @@ class ScriptToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+    """The call id (default ``call_<turn>_<n>``), e.g. to play a provider's odd ids."""
 
 
 class ScriptTurn(BaseModel):
@@ -283,7 +285,11 @@ class ScriptedProvider:
             await asyncio.sleep(turn.delay)
         text = _fill(turn.text, request)
         calls = [
-            ToolCall(id=f"call_{index}_{i}", name=c.name, arguments=copy.deepcopy(c.arguments))
+            ToolCall(
+                id=c.id or f"call_{index}_{i}",
+                name=c.name,
+                arguments=copy.deepcopy(c.arguments),
+            )
             for i, c in enumerate(turn.tool_calls)
         ]
         return ModelResponse(
