@@ -62,35 +62,49 @@ def split_commands(line: str) -> list[SimpleCommand]:
     A line that does not parse yields one unknown command (the whole line), so a
     rule can never allow what could not be read.
     """
+    return list(_split(line))
+
+
+@functools.lru_cache(maxsize=64)
+def _split(line: str) -> tuple[SimpleCommand, ...]:
+    """Cached: one call is judged against the agent's rules and the spawn's."""
     data = line.encode("utf-8", errors="surrogateescape")
     tree = _parser().parse(data)
     root = tree.root_node
+    unknown = (SimpleCommand(words=(line,), known=False),)
     if root.has_error:
-        return [SimpleCommand(words=(line,), known=False)]
+        return unknown
     found: list[SimpleCommand] = []
-    _walk(root, found)
-    return found
+    try:
+        _walk(root, found)
+    except RecursionError:  # substitutions nested hundreds deep: nobody can judge that
+        return unknown
+    return tuple(found)
 
 
 def _walk(node: tree_sitter.Node, found: list[SimpleCommand]) -> None:
-    if node.type == "command":
-        _command(node, found)
-        return
-    if node.type == "declaration_command" or node.type == "unset_command":
-        words: list[str] = []
-        known = True
-        for child in node.named_children:
-            word, ok = _word(child, found)
-            words.append(word)
-            known = known and ok
-        first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
-        found.append(SimpleCommand(words=(first, *words), known=known))
-        return
-    for child in node.children:
-        if child.type in ("command_substitution", "process_substitution"):
-            _walk_inner(child, found)
-        else:
-            _walk(child, found)
+    """Every command under ``node``, in source order (iterative: lists nest deeply)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if node.type == "command":
+            _command(node, found)
+            continue
+        if node.type in ("declaration_command", "unset_command"):
+            _declaration(node, found)
+            continue
+        stack.extend(reversed(node.children))
+
+
+def _declaration(node: tree_sitter.Node, found: list[SimpleCommand]) -> None:
+    words: list[str] = []
+    known = True
+    for child in node.named_children:
+        word, ok = _word(child, found)
+        words.append(word)
+        known = known and ok
+    first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
+    found.append(SimpleCommand(words=(first, *words), known=known))
 
 
 def _walk_inner(node: tree_sitter.Node, found: list[SimpleCommand]) -> None:
@@ -192,6 +206,8 @@ def _concat(nodes: list[tree_sitter.Node], found: list[SimpleCommand]) -> tuple[
 
 def _unescape(text: str) -> str:
     """Unquoted word: a backslash keeps the next character literally."""
+    if "\\" not in text:
+        return text
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text):
@@ -206,6 +222,8 @@ def _unescape(text: str) -> str:
 
 def _unescape_double(text: str) -> str:
     """Inside double quotes a backslash escapes only dollar, backquote, quote, itself, newline."""
+    if "\\" not in text:
+        return text
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':

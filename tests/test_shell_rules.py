@@ -219,3 +219,12 @@ def test_allow_rules_never_match_a_path_outside_the_workspace() -> None:
     )
     assert policy.decide(spec, "write_file", {}, path="/etc/secrets.txt") == "ask"
     assert policy.decide(spec, "write_file", {}, path="my-secrets.txt") == "allow"
+
+
+def test_deeply_nested_lines_are_judged_not_crashed() -> None:
+    chain = " && ".join(f"ls {i}" for i in range(3000))
+    assert len(split_commands(chain)) == 3000
+    assert decide(GIT_ONLY, chain) == "allow"
+    deep = "echo " + "$(" * 600 + "touch pwned" + ")" * 600
+    assert decide(GIT_ONLY, deep) == "ask"
+    assert decide(NO_RM, "echo " + "$(" * 600 + "x" + ")" * 600) == "ask"
