@@ -455,7 +455,7 @@ async def wait_present(argvs: list[list[str]], within: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def wait_gone(argvs: list[list[str]], within: float = 3.0) -> None:
+async def wait_gone(argvs: list[list[str]], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while left := running(argvs):
         assert time.monotonic() < deadline, f"still running: {left}"
@@ -585,3 +585,49 @@ def test_registry() -> None:
     empty = ToolRegistry([])
     assert empty.names == [] and empty.specs() == []
     assert ToolRegistry(dict(BUILTIN_TOOLS)).names == list(BUILTIN_TOOLS)
+
+
+# ---------------------------------------------------------------- pathological input
+
+
+async def test_file_tools_refuse_fifos_instead_of_blocking(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    ctx = context(ws)
+    start = time.monotonic()
+    with pytest.raises(ToolError, match=r"not a regular file"):
+        await read_file.run(ctx, {"path": "pipe"})
+    with pytest.raises(ToolError, match=r"symlink or a FIFO|not a regular file"):
+        await write_file.run(ctx, {"path": "pipe", "content": "x"})
+    (ws / "a.txt").write_text("needle\n")
+    assert await grep.run(ctx, {"pattern": "needle"}) == "a.txt:1: needle"
+    assert time.monotonic() - start < 5
+
+
+async def test_catastrophic_patterns_run_in_linear_time(ws: Path) -> None:
+    for i in range(20):
+        (ws / f"f{i}.py").write_text(("word " * 2000 + "\n") * 20)
+    ctx = context(ws)
+    start = time.monotonic()
+    assert (await grep.run(ctx, {"pattern": r"(\w+)+\x00"})).startswith("no matches")
+    deep = "/".join(["**"] * 30) + "/*.py"
+    listing = await list_files.run(ctx, {"pattern": deep})
+    assert "f0.py" in listing
+    assert time.monotonic() - start < 10
+    with pytest.raises(ToolError, match=r"RE2 syntax"):
+        await grep.run(ctx, {"pattern": r"(a)\1"})
+
+
+async def test_undecodable_names_and_huge_lines_do_not_fail_the_tools(ws: Path) -> None:
+    (ws / os.fsdecode(b"caf\xe9.txt")).write_text("needle\n")
+    (ws / "ok.txt").write_text("needle\n")
+    ctx = context(ws)
+    found = await grep.run(ctx, {"pattern": "needle"})
+    assert "ok.txt:1: needle" in found and "caf\ufffd.txt:1: needle" in found
+    assert "caf\ufffd.txt" in await list_files.run(ctx, {})
+    with (ws / "one-line.txt").open("w") as f:
+        for _ in range(50):
+            f.write("y" * 1_000_000)
+        f.write("\nsecond\n")
+    out = await read_file.run(ctx, {"path": "one-line.txt"})
+    assert "[... line cut: 49998000 more characters]" in out
+    assert out.endswith("second")

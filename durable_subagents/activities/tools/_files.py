@@ -8,11 +8,17 @@ without following symlinked directories and skip symlinked files that point out.
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO
+
+import re2
 
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 
@@ -25,6 +31,7 @@ MAX_GREP_MATCHES = 500
 MAX_GREP_LINE_CHARS = 300
 MAX_GREP_FILE_BYTES = 10_000_000
 _SNIFF_BYTES = 8_192
+_READ_BLOCK = 1 << 16
 _SKIP_DIRS = {".git"}
 
 
@@ -60,7 +67,9 @@ def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
 
 
 def _display(ctx: ToolContext, path: Path) -> str:
-    return path.relative_to(ctx.workspace).as_posix() if path != ctx.workspace else "."
+    """A path for the model; undecodable bytes of a name show as U+FFFD, never fail."""
+    text = path.relative_to(ctx.workspace).as_posix() if path != ctx.workspace else "."
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 @contextmanager
@@ -74,8 +83,51 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
 
 
 def _is_binary(path: Path) -> bool:
-    with path.open("rb") as f:
+    with _open_regular(path) as f:
         return b"\0" in f.read(_SNIFF_BYTES)
+
+
+def _write_regular(path: Path, data: bytes) -> None:
+    """Replace a regular file's content; never follow a final symlink or block on a FIFO."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO):
+            raise ToolError(
+                f"'{path.name}' is a symlink or a FIFO; only regular files can be written"
+            ) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"'{path.name}' is not a regular file; it cannot be written")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for reading; never block on a FIFO or a device.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once; the type is then checked on
+    the open descriptor (no race with a swap after a check by name).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(
+                f"'{path.name}' is not a regular file (a FIFO, socket or device); "
+                "only regular files can be read"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _existing_file(ctx: ToolContext, path: str) -> Path:
@@ -113,8 +165,8 @@ def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -
         size = 0
         total = 0
         next_offset: int | None = None
-        with resolved.open(encoding="utf-8", errors="replace") as f:
-            for total, line in enumerate(f, start=1):
+        with io.TextIOWrapper(_open_regular(resolved), encoding="utf-8", errors="replace") as f:
+            for total, line in enumerate(_bounded_lines(f), start=1):
                 index = total - 1
                 if index < offset or next_offset is not None:
                     continue
@@ -122,9 +174,6 @@ def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -
                     next_offset = index
                     continue
                 text = line.rstrip("\r\n")
-                if len(text) > MAX_LINE_CHARS:
-                    cut = len(text) - MAX_LINE_CHARS
-                    text = f"{text[:MAX_LINE_CHARS]} [... line cut: {cut} more characters]"
                 numbered = f"{total:6}\t{text}"
                 if size + len(numbered) > MAX_READ_CHARS and out:
                     next_offset = index
@@ -143,9 +192,70 @@ def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -
     return "\n".join(out)
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
+def _re2_options(ignore_case: bool = False) -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    return options
+
+
+def _linear_regex(pattern: str, *, ignore_case: bool = False) -> Any:
+    """A regex that matches in linear time (RE2): no pattern can hang a worker."""
+    try:
+        return re2.compile(pattern, options=_re2_options(ignore_case))
+    except re2.error as e:
+        detail = (
+            e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else e
+        )
+        raise ToolError(
+            f"grep: invalid regular expression {pattern!r}: {detail}. Patterns use RE2 "
+            "syntax (like Python's re, without backreferences or lookaround)"
+        ) from None
+
+
+class _Glob:
+    """A compiled glob: RE2, so repeated ``**`` or ``*`` cannot blow up."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re2.compile(_glob_regex(pattern), options=_re2_options())
+
+    def match(self, path: str) -> bool:
+        safe = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return self.pattern.fullmatch(safe) is not None
+
+
+def _glob(pattern: str) -> _Glob:
+    try:
+        return _Glob(pattern)
+    except re2.error:
+        raise ToolError(f"invalid glob pattern {pattern!r}") from None
+
+
+def _bounded_lines(f: io.TextIOWrapper) -> Iterator[str]:
+    """Lines of at most ``MAX_LINE_CHARS`` + 1 characters: a 1 GB line costs no memory.
+
+    A longer line is cut there and keeps a marker with the number of characters cut.
+    """
+    while True:
+        line = f.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            cut = len(line) - MAX_LINE_CHARS
+            while True:
+                rest = f.readline(_READ_BLOCK)
+                cut += len(rest.rstrip("\r\n"))
+                if not rest or rest.endswith("\n"):
+                    break
+            line = f"{line[:MAX_LINE_CHARS]} [... line cut: {cut} more characters]\n"
+        yield line
+
+
+def _glob_regex(pattern: str) -> str:
     """Translate a glob (``**`` spans directories, ``{a,b}`` alternatives) to a regex."""
     pattern = pattern.removeprefix("./")
+    while "**/**" in pattern:
+        pattern = pattern.replace("**/**", "**")
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -169,12 +279,12 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             i = end
         elif c == "{" and end != -1:
             choices = pattern[i + 1 : end].split(",")
-            out.append("(?:" + "|".join(_glob_regex(x).pattern[:-2] for x in choices) + ")")
+            out.append("(?:" + "|".join(_glob_regex(x) for x in choices) + ")")
             i = end
         else:
             out.append(re.escape(c))
         i += 1
-    return re.compile("".join(out) + r"\Z")
+    return "".join(out)
 
 
 def _walk_files(ctx: ToolContext, base: Path) -> Iterator[Path]:
@@ -221,7 +331,7 @@ def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
         pattern: Glob pattern matched against paths relative to `path`.
         path: Directory to list, relative to the workspace root.
     """
-    regex = _glob_regex(pattern)
+    regex = _glob(pattern)
     with _os_errors("list", path):
         base = _search_root(ctx, path)
         matches = []
@@ -262,11 +372,8 @@ def grep(
             (`src/**/*.ts`).
         ignore_case: Match without regard to letter case.
     """
-    try:
-        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
-        raise ToolError(f"grep: invalid regular expression {pattern!r}: {e}") from None
-    name_filter = _glob_regex(glob) if glob else None
+    regex = _linear_regex(pattern, ignore_case=ignore_case)
+    name_filter = _glob(glob) if glob else None
     results: list[str] = []
     capped = False
     with _os_errors("search", path):
@@ -279,8 +386,8 @@ def grep(
             try:
                 if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
                     continue
-                with file.open(encoding="utf-8", errors="replace") as f:
-                    for number, line in enumerate(f, start=1):
+                with io.TextIOWrapper(_open_regular(file), encoding="utf-8", errors="replace") as f:
+                    for number, line in enumerate(_bounded_lines(f), start=1):
                         if not regex.search(line):
                             continue
                         if len(results) == MAX_GREP_MATCHES:
@@ -290,7 +397,7 @@ def grep(
                         if len(text) > MAX_GREP_LINE_CHARS:
                             text = text[:MAX_GREP_LINE_CHARS] + " [...]"
                         results.append(f"{_display(ctx, file)}:{number}: {text}")
-            except OSError:
+            except (OSError, ToolError):
                 continue
             if capped:
                 break
@@ -321,7 +428,7 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
             raise ToolError(f"'{path}' is a directory; give a file path")
         resolved.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode("utf-8")
-        resolved.write_bytes(data)
+        _write_regular(resolved, data)
     return f"wrote {len(data)} bytes to {_display(ctx, resolved)}"
 
 
@@ -362,7 +469,6 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
                 f"edit_file: old text occurs {count} times in '{path}'; include more "
                 "surrounding lines to make it unique, or set replace_all to true"
             )
-        with resolved.open("w", encoding="utf-8", newline="") as f:
-            f.write(text.replace(old, new))
+        _write_regular(resolved, text.replace(old, new).encode("utf-8"))
     plural = "" if count == 1 else "s"
     return f"replaced {count} occurrence{plural} in {_display(ctx, resolved)}"
