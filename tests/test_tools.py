@@ -631,3 +631,20 @@ async def test_undecodable_names_and_huge_lines_do_not_fail_the_tools(ws: Path) 
     out = await read_file.run(ctx, {"path": "one-line.txt"})
     assert "[... line cut: 49998000 more characters]" in out
     assert out.endswith("second")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancel_while_the_command_starts_still_kills_everything(
+    ws: Path, mode: str
+) -> None:
+    require(mode)
+    for delay in (0, 0.001, 0.003, 0.01, 0.03):
+        sleepers = [["sleep", unique(3005)], ["sleep", unique(3006)]]
+        command = f"{' '.join(sleepers[0])} & {' '.join(sleepers[1])}; wait"
+        task = asyncio.create_task(bash.run(context(ws, mode), {"command": command}))
+        await asyncio.sleep(delay)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # anything that did start has had time to show
+        await wait_gone(sleepers)

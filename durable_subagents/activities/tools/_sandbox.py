@@ -510,8 +510,8 @@ async def spawn_sandboxed(
     used, command, workdir, environment, setup, cgroup, placeholders = await asyncio.to_thread(
         _prepare, argv, cwd, mode, profile, env
     )
-    try:
-        process = await asyncio.create_subprocess_exec(
+    creating = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *command,
             cwd=workdir,
             env=environment,
@@ -521,8 +521,28 @@ async def spawn_sandboxed(
             start_new_session=True,
             preexec_fn=_preexec(os.getpid(), setup),
         )
+    )
+    try:
+        # Shielded: a cancel that lands while the process starts must still find it,
+        # or what it started in the background would outlive the call.
+        process = await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        try:
+            process = await creating
+        except BaseException:
+            await _abandon(cgroup, placeholders)
+            raise
+        started = SandboxedProcess(process, used, cgroup if cgroup.dirs else None, placeholders)
+        started.kill()
+        await started.exited()
+        await started.release()
+        raise
     except BaseException:
-        await asyncio.to_thread(cgroup.remove)
-        _release_placeholders(placeholders)
+        await _abandon(cgroup, placeholders)
         raise
     return SandboxedProcess(process, used, cgroup if cgroup.dirs else None, placeholders)
+
+
+async def _abandon(cgroup: CallCgroup, placeholders: list[Path]) -> None:
+    await asyncio.to_thread(cgroup.remove)
+    _release_placeholders(placeholders)
