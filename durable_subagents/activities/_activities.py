@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,7 @@ from durable_subagents.activities.tools import (
     ToolError,
     ToolRegistry,
 )
+from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
 from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
@@ -44,6 +46,8 @@ from durable_subagents.types import (
     ToolCallInput,
     ToolCallResult,
 )
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 1.0
 """Seconds between heartbeats of a running activity (cancellation arrives with them)."""
@@ -93,6 +97,13 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
+        mechanisms = limit_mechanisms()
+        log.info("tool limits enforced by: %s", mechanisms)
+        if mechanisms["processes"].startswith("not enforced"):
+            log.warning(
+                "the tool process limit is not enforced: this worker runs as root and "
+                "cannot create a pids cgroup; run the worker as another user"
+            )
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
