@@ -648,3 +648,13 @@ async def test_a_cancel_while_the_command_starts_still_kills_everything(
             await task
         await asyncio.sleep(0.3)  # anything that did start has had time to show
         await wait_gone(sleepers)
+
+
+def test_a_worker_may_allow_more_than_the_default_limits(ws: Path) -> None:
+    from durable_subagents.agents import ToolLimits
+    from durable_subagents.config import DEFAULT_LIMITS
+
+    raised = ToolLimits(memory_mb=8192, processes=1024)
+    limits = context(ws, limits=raised).profile().effective_limits()
+    assert (limits.memory_mb, limits.processes) == (8192, 1024)
+    assert limits.file_size_mb == DEFAULT_LIMITS.file_size_mb  # unset: the default

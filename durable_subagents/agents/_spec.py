@@ -62,6 +62,15 @@ class ToolLimits(BaseModel):
             merged[name] = min(values) if values else None
         return ToolLimits(**merged)
 
+    def filled_from(self, defaults: ToolLimits) -> ToolLimits:
+        """These limits, with each unset field taken from ``defaults``."""
+        return ToolLimits(
+            **{
+                name: getattr(self, name) if getattr(self, name) is not None else value
+                for name, value in defaults.model_dump().items()
+            }
+        )
+
 
 class PermissionRule(BaseModel):
     """``tool`` + glob ``pattern`` (matched against the call's main argument) -> action.

@@ -114,8 +114,11 @@ class SandboxProfile:
     read_paths: tuple[Path, ...] = ()
 
     def effective_limits(self) -> ToolLimits:
-        """The profile's limits with the defaults filled in."""
-        return self.limits.capped_by(DEFAULT_LIMITS)
+        """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
+
+        Never capped by the defaults: a worker may allow more than they do.
+        """
+        return self.limits.filled_from(DEFAULT_LIMITS)
 
 
 # ---------------------------------------------------------------- finding bwrap
