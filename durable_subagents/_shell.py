@@ -29,6 +29,8 @@ _RUNS_ITS_ARGUMENTS = {"eval", "source", ".", "exec", "xargs", "command", "built
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"}
 _WRAPPERS = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
 """Prefixes that run the rest of their words as a command: that command is judged too."""
+_DOUBLE_QUOTED_ESCAPES = '$`"\\\n'
+"""What a backslash escapes inside double quotes."""
 _SKIP_WORD_NODES = {"comment", "heredoc_body", "heredoc_end", "heredoc_start", "file_redirect"}
 
 
@@ -172,7 +174,7 @@ def _word(node: tree_sitter.Node, found: list[SimpleCommand]) -> tuple[str, bool
             for part in parts:
                 _word(part, found)
             return _UNKNOWN, False
-        return _unescape_double(text[1:-1]), True
+        return _unescape(text[1:-1], _DOUBLE_QUOTED_ESCAPES), True
     if kind == "ansi_c_string":
         return _UNKNOWN, False
     if kind == "concatenation":
@@ -204,31 +206,20 @@ def _concat(nodes: list[tree_sitter.Node], found: list[SimpleCommand]) -> tuple[
     return ("".join(out) if known else _UNKNOWN), known
 
 
-def _unescape(text: str) -> str:
-    """Unquoted word: a backslash keeps the next character literally."""
+def _unescape(text: str, escapable: str | None = None) -> str:
+    """Remove quoting backslashes; a line continuation (backslash, newline) vanishes.
+
+    Unquoted (``escapable`` None) a backslash keeps any next character literally;
+    inside double quotes it escapes only the characters in ``escapable``.
+    """
     if "\\" not in text:
         return text
     out, i = [], 0
     while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            if text[i + 1] != "\n":  # a line continuation vanishes
-                out.append(text[i + 1])
-            i += 2
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
-
-
-def _unescape_double(text: str) -> str:
-    """Inside double quotes a backslash escapes only dollar, backquote, quote, itself, newline."""
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
-            if text[i + 1] != "\n":
-                out.append(text[i + 1])
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if text[i] == "\\" and nxt and (escapable is None or nxt in escapable):
+            if nxt != "\n":
+                out.append(nxt)
             i += 2
             continue
         out.append(text[i])

@@ -24,7 +24,15 @@ DEFAULT_LIMITS = ToolLimits(
 """What a worker allows each tool call unless configured otherwise."""
 
 SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-"""Environment variable names treated as secrets: kept from tool commands, scrubbed from spans."""
+"""Environment variable names treated as secrets: their values are scrubbed from spans.
+(Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
+
+
+def _default_limit(name: str) -> int:
+    value = getattr(DEFAULT_LIMITS, name)
+    assert isinstance(value, int)
+    return value
+
 
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
@@ -86,25 +94,25 @@ class Settings(BaseSettings):
     """Extra host directories tool processes see read-only (``os.pathsep``-separated),
     e.g. a toolchain outside /usr and /opt."""
     tool_max_processes: int = Field(
-        DEFAULT_LIMITS.processes or 256,
+        _default_limit("processes"),
         ge=1,
         validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_PROCESSES", "tool_max_processes"),
     )
     """Processes (and threads) one tool call may have at once."""
     tool_max_memory_mb: int = Field(
-        DEFAULT_LIMITS.memory_mb or 2048,
+        _default_limit("memory_mb"),
         ge=16,
         validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_MEMORY_MB", "tool_max_memory_mb"),
     )
     """Memory of one tool call, in MiB (per process where no cgroup can be made)."""
     tool_max_file_mb: int = Field(
-        DEFAULT_LIMITS.file_size_mb or 512,
+        _default_limit("file_size_mb"),
         ge=1,
         validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_FILE_MB", "tool_max_file_mb"),
     )
     """Largest file a tool call may write, in MiB."""
     tool_max_cpu_seconds: int = Field(
-        DEFAULT_LIMITS.cpu_seconds or 600,
+        _default_limit("cpu_seconds"),
         ge=1,
         validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_CPU_SECONDS", "tool_max_cpu_seconds"),
     )

@@ -10,7 +10,6 @@ import hashlib
 import json
 import posixpath
 import re
-from pathlib import Path
 from typing import Any
 
 from durable_subagents._shell import split_commands
@@ -177,25 +176,6 @@ def protected_write(
 
 SEARCH_TOOLS = ("grep", "list_files")
 """Tools whose path is a directory they search: rules on paths below it apply too."""
-
-
-def resolve_rule_path(workspace: Path, raw: str) -> str:
-    """``raw`` as path rules see it: resolved against the workspace, symlinks followed.
-
-    Relative to the workspace (``.`` for the root) when inside it, so ``./s/k``,
-    ``m/../s/k`` and ``/abs/ws/s/k`` are all ``s/k``; absolute when outside (the
-    file tools refuse it anyway, and no relative pattern allows it).
-    """
-    try:
-        path = Path(raw)
-        resolved = (path if path.is_absolute() else workspace / path).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return posixpath.normpath(raw)
-    if resolved == workspace:
-        return "."
-    if resolved.is_relative_to(workspace):
-        return resolved.relative_to(workspace).as_posix()
-    return resolved.as_posix()
 
 
 def _may_cover(directory: str, pattern: str) -> bool:

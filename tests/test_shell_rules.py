@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from durable_subagents import policy
 from durable_subagents._shell import split_commands
+from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.agents import AgentSpec, PermissionRule
 
 GIT_ONLY = AgentSpec(
@@ -188,12 +189,12 @@ def test_path_rules_match_the_resolved_path(tmp_path: Path) -> None:
         "secrets//key.txt",
         "innocent/key.txt",
     ):
-        path = policy.resolve_rule_path(ws, raw)
+        path = rule_path(ws, raw)
         assert path == "secrets/key.txt", raw
         action = policy.decide(SECRETS_DENIED, "read_file", {"path": raw}, path=path)
         assert action == "deny", raw
-    assert policy.resolve_rule_path(ws, ".") == "."
-    assert policy.resolve_rule_path(ws, "../x") == (tmp_path / "x").as_posix()
+    assert rule_path(ws, ".") == "."
+    assert rule_path(ws, "../x") == (tmp_path / "x").as_posix()
 
 
 @pytest.mark.parametrize(

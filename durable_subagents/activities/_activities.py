@@ -32,6 +32,7 @@ from durable_subagents.activities.tools import (
     ToolError,
     ToolRegistry,
 )
+from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
 from durable_subagents.agents import READ_ONLY_TOOLS
@@ -208,7 +209,7 @@ class SubagentActivities:
         raw = call.arguments.get("path", spec.get("default"))
         if not isinstance(raw, str):
             return call
-        return call.model_copy(update={"path": policy.resolve_rule_path(workspace, raw)})
+        return call.model_copy(update={"path": rule_path(workspace, raw)})
 
     def read_only(self, name: str) -> bool:
         """Whether a tool never changes anything (built-in read-only or marked so)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import re2
 
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 
-__all__ = ["edit_file", "grep", "list_files", "read_file", "write_file"]
+__all__ = ["edit_file", "grep", "list_files", "read_file", "rule_path", "write_file"]
 
 MAX_READ_CHARS = 256_000
 MAX_LINE_CHARS = 2_000
@@ -64,6 +65,25 @@ def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
         f"path '{path}' is outside the workspace root {root}; "
         "use a path relative to the workspace root"
     )
+
+
+def rule_path(workspace: Path, raw: str) -> str:
+    """``raw`` as path rules see it: resolved against the workspace, symlinks followed.
+
+    Relative to the workspace (``.`` for the root) when inside it, so ``./s/k``,
+    ``m/../s/k`` and ``/abs/ws/s/k`` are all ``s/k``; absolute when outside (the
+    file tools refuse it anyway, and no relative pattern allows it).
+    """
+    try:
+        path = Path(raw)
+        resolved = (path if path.is_absolute() else workspace / path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return posixpath.normpath(raw)
+    if resolved == workspace:
+        return "."
+    if resolved.is_relative_to(workspace):
+        return resolved.relative_to(workspace).as_posix()
+    return resolved.as_posix()
 
 
 def _display(ctx: ToolContext, path: Path) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -249,11 +250,15 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
-def _bwrap_argv(exe: str, profile: SandboxProfile, argv: Sequence[str]) -> list[str]:
-    ws = profile.workspace
-    out = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
-    if profile.network:
-        out.append("--share-net")
+@functools.lru_cache(maxsize=16)
+def _system_view(
+    network: bool, read_paths: tuple[Path, ...]
+) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """The part of the profile every call of a worker shares, and the host paths it shows.
+
+    Looked up once per process: what the system directories are does not change.
+    """
+    out: list[str] = []
     visible: list[Path] = []
     for name in _SYSTEM_DIRS:
         path = Path(name)
@@ -262,11 +267,11 @@ def _bwrap_argv(exe: str, profile: SandboxProfile, argv: Sequence[str]) -> list[
         elif path.is_dir():
             out += ["--ro-bind", name, name]
             visible.append(path)
-    for extra in profile.read_paths:
+    for extra in read_paths:
         if extra.exists():
             out += ["--ro-bind", str(extra), str(extra)]
             visible.append(extra)
-    if profile.network:
+    if network:
         for name in ("/run/systemd/resolve", "/run/resolvconf"):
             if Path(name).is_dir():
                 out += ["--ro-bind", name, name]
@@ -278,7 +283,19 @@ def _bwrap_argv(exe: str, profile: SandboxProfile, argv: Sequence[str]) -> list[
     for name in _MASKED_DIRS:
         if Path(name).is_dir():
             out += ["--tmpfs", name]
-    hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, visible)]
+    return tuple(out), tuple(visible)
+
+
+def _bwrap_argv(
+    exe: str, profile: SandboxProfile, argv: Sequence[str], cwd: Path | None = None
+) -> list[str]:
+    ws = profile.workspace
+    out = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    if profile.network:
+        out.append("--share-net")
+    system, visible = _system_view(profile.network, profile.read_paths)
+    out += system
+    hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
     out += ["--bind", str(ws), str(ws)]
     for name in profile.protected:
@@ -293,7 +310,7 @@ def _bwrap_argv(exe: str, profile: SandboxProfile, argv: Sequence[str]) -> list[
         elif name in _PLACEHOLDERS:
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
-    out += ["--chdir", str(ws), "--", *argv]
+    out += ["--chdir", str(cwd or ws), "--", *argv]
     return out
 
 
@@ -470,8 +487,7 @@ def _prepare(
         exe = bwrap_executable()
         assert exe is not None
         placeholders = _take_placeholders(profile)
-        command = _bwrap_argv(exe, profile, argv)
-        command[command.index("--chdir") + 1] = str(workdir)
+        command = _bwrap_argv(exe, profile, argv, workdir)
     else:
         command = list(argv)
     return used, command, workdir, environment, setup, cgroup, placeholders
