@@ -532,3 +532,60 @@ async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
     assert outputs[:2] == ["a\n", "b\n"]
     assert "not valid JSON" in outputs[2]
     assert done.turns == 3
+
+
+async def test_chained_commands_cannot_ride_on_an_allowed_one(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    client.agents["git-only"] = AgentSpec(
+        name="git-only",
+        tools=["bash"],
+        permission_mode="dont_ask",
+        permissions=[
+            PermissionRule(tool="bash", pattern="*", action="ask"),
+            PermissionRule(tool="bash", pattern="git status*", action="allow"),
+        ],
+    )
+    attacks = [
+        "git status; touch pwned1",
+        "git status && touch pwned2",
+        "git status | tee pwned3",
+        "git status $(touch pwned4)",
+        "git status\ntouch pwned5",
+    ]
+    task_id = await client.spawn_task(
+        "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    assert len(paused.pending_approvals) == len(attacks)  # every one asks; none ran
+    await client.reject(task_id, reason="no")
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED  # the plain `git status` ran unasked
+    assert not list(workspace.glob("pwned*"))
+
+
+async def test_hostile_files_and_paths_get_tool_errors_not_stalls(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    (workspace / "loop").symlink_to(workspace / "loop")
+    (workspace / "src.py").write_text("word " * 5000 + "\n")
+    started = asyncio.get_running_loop().time()
+    _, outputs = await run_attack(
+        client,
+        bash("mkfifo pipe && echo made"),
+        call("read_file", path="pipe"),
+        call("write_file", path="pipe", content="x"),
+        call("grep", pattern=r"(\w+)+\x00"),
+        call("read_file", path="loop/x"),
+        call("read_file", path="a/" * 3000 + "x"),
+        call("list_files", pattern="/".join(["**"] * 40) + "/*.py"),
+    )
+    assert outputs[0] == "made\n"
+    assert "not a regular file" in outputs[1]
+    assert "FIFO" in outputs[2] or "not a regular file" in outputs[2]
+    assert outputs[3].startswith("no matches")
+    assert outputs[4].startswith("cannot resolve path 'loop/x': Symlink loop")
+    assert outputs[5].startswith("cannot read 'a/a/") and "name too long" in outputs[5]
+    assert outputs[6] == "src.py"
+    assert asyncio.get_running_loop().time() - started < 30
