@@ -61,10 +61,15 @@ def build_task_input(
         raise InvalidRequest("prompt is empty; give the subagent a task to do")
     size = len(prompt.encode())
     if size > max_prompt_bytes:
-        raise InvalidRequest(
+        raise PayloadTooLarge(
             f"prompt is {size} bytes, over the {max_prompt_bytes}-byte limit; write the "
             "material to a file in the workspace and ask the subagent to read it"
         )
+    _check_size("description", description, MAX_DESCRIPTION_BYTES, "keep it to one line")
+    _check_size("parent_id", parent_id, MAX_ID_BYTES, "pass the parent task's id")
+    _check_size(
+        "model", model, max_prompt_bytes, "put a long script in a file the worker reads"
+    )
     if max_turns is not None and (
         isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
     ):
@@ -102,6 +107,20 @@ def build_task_input(
 MAX_SECONDS = 366 * 24 * 3600
 """Longest time limit or approval timeout accepted (a year)."""
 MAX_METADATA_BYTES = 16 * 1024
+MAX_DESCRIPTION_BYTES = 2_000
+"""Longest description: it is the Web UI summary and a memo field."""
+MAX_ID_BYTES = 1_000
+"""Longest task id (Temporal's workflow id limit)."""
+
+
+def _check_size(name: str, value: object, limit: int, hint: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise PayloadTooLarge(f"{name} is {size} bytes, over the {limit}-byte limit; {hint}")
 
 
 def _check_seconds(name: str, value: object) -> None:

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SUBAGENTS_TOOL_MAX_CPU_SECONDS", "tool_max_cpu_seconds"),
     )
     """CPU seconds each process of a tool call may use."""
+    script_files: bool = Field(
+        False, validation_alias=AliasChoices("SUBAGENTS_SCRIPT_FILES", "script_files")
+    )
+    """Let tasks use ``scripted:@/abs/path.json`` models, read on the worker (tests and
+    demos); off by default, since a spawner would choose a file the worker reads."""
     otel: bool | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_OTEL", "otel"))
     """OpenTelemetry tracing at the edges: ``1`` on (installs an OTLP exporter), ``0`` off;
     unset: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set or a provider is configured."""

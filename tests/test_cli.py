@@ -710,9 +710,7 @@ async def test_check_shows_the_full_arguments_of_pending_calls(
         },
         {"text": "done"},
     ]
-    script_file = tmp_path / "script.json"  # read on the worker; keeps the spawn input small
-    script_file.write_text(json.dumps(turns))
-    task_id = await _spawn_asking(f"scripted:@{script_file}", env)
+    task_id = await _spawn_asking(script(*turns), env)
     info = await _paused(task_id, env)
     shell, write = info["pending_approvals"]
     assert "END-OF-COMMAND" not in shell["arguments_preview"]  # the preview is cut

@@ -8,6 +8,7 @@ import pytest
 
 from durable_subagents import (
     InvalidRequest,
+    PayloadTooLarge,
     SubagentClient,
     TaskNotFound,
     TemporalUnavailable,
@@ -46,6 +47,23 @@ async def test_max_turns_below_one(client: SubagentClient, turns: int) -> None:
 async def test_oversized_prompt_is_refused_before_starting(client: SubagentClient) -> None:
     with pytest.raises(InvalidRequest, match="write the material to a file"):
         await client.spawn_task("explore", "z" * 200_000)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("description", "d" * 5_000, "description is 5000 bytes, over the 2000-byte limit"),
+        ("parent_id", "p" * 3_000, "parent_id is 3000 bytes, over the 1000-byte limit"),
+        ("model", "scripted:[" + " " * 200_000 + "]", "model is 200011 bytes"),
+        ("metadata", {"k": "v" * 20_000}, "over the 16384-byte limit"),
+    ],
+)
+async def test_oversized_fields_are_payload_too_large(
+    client: SubagentClient, option: str, value: object, problem: str
+) -> None:
+    with pytest.raises(PayloadTooLarge, match=re.escape(problem)):
+        await client.spawn_task("explore", "x", **{option: value})  # type: ignore[arg-type]
+    await _no_task_started(client)
 
 
 async def test_options_may_only_narrow(client: SubagentClient) -> None:

@@ -518,9 +518,11 @@ def test_providers_are_cached_per_key(clean_env: None, monkeypatch: pytest.Monke
 # --------------------------------------------------------------------------- scripted
 
 
-async def play(model: str, prompt: str = "explain", max_turns: int = 20) -> list[Any]:
+async def play(
+    model: str, prompt: str = "explain", max_turns: int = 20, script_files: bool = False
+) -> list[Any]:
     """Run a scripted conversation, feeding back a fake tool result per call."""
-    provider, _, name = resolve_provider(model)
+    provider, _, name = resolve_provider(model, script_files=script_files)
     messages = [user(prompt)]
     responses = []
     for _ in range(max_turns):
@@ -594,7 +596,9 @@ async def test_scripted_repeat_and_final_from_file(tmp_path: Path) -> None:
             }
         )
     )
-    responses = await play(f"scripted:@{path}", max_turns=300)
+    with pytest.raises(ApplicationError, match="SUBAGENTS_SCRIPT_FILES=1"):
+        await play(f"scripted:@{path}")  # off unless the worker turns it on
+    responses = await play(f"scripted:@{path}", max_turns=300, script_files=True)
     assert len(responses) == 201
     assert all(r.tool_calls[0].name == "grep" for r in responses[:200])
     assert responses[199].tool_calls[0].id == "call_199_0"

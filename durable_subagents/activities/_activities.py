@@ -73,6 +73,8 @@ class SubagentActivities:
             each chunk) before the attempt fails, retryably (``Settings.model_idle_timeout``).
         model_turn_timeout: Seconds one model-turn attempt may take before it fails,
             retryably (``Settings.model_turn_timeout``); None: no limit of its own.
+        script_files: Whether tasks may use ``scripted:@FILE`` models, which read a
+            file the spawner names on this worker (``Settings.script_files``).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class SubagentActivities:
         telemetry: ActivityTelemetry | None = None,
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
+        script_files: bool = False,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -112,6 +115,7 @@ class SubagentActivities:
         self.telemetry = telemetry or ActivityTelemetry.off()
         self.model_idle_timeout = model_idle_timeout
         self.model_turn_timeout = model_turn_timeout
+        self.script_files = script_files
 
     # ------------------------------------------------------------------ model turn
 
@@ -132,7 +136,10 @@ class SubagentActivities:
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
         provider, full_name, provider_model = resolve_provider(
-            input.model, default_model=self.default_model, idle_timeout=self.model_idle_timeout
+            input.model,
+            default_model=self.default_model,
+            idle_timeout=self.model_idle_timeout,
+            script_files=self.script_files,
         )
         request = ModelRequest(
             model=provider_model,

@@ -88,6 +88,7 @@ def create_worker(
         read_paths=settings.tool_read_path_list,
         model_idle_timeout=settings.model_idle_timeout,
         model_turn_timeout=settings.model_turn_timeout,
+        script_files=settings.script_files,
         telemetry=ActivityTelemetry.for_worker(
             client,
             tracer_provider,

@@ -102,7 +102,11 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
 
 
 def resolve_provider(
-    model: str, *, default_model: str | None = None, idle_timeout: float | None = None
+    model: str,
+    *,
+    default_model: str | None = None,
+    idle_timeout: float | None = None,
+    script_files: bool = False,
 ) -> tuple[ModelProvider, str, str]:
     """Find (or build) the provider for a model name.
 
@@ -116,6 +120,7 @@ def resolve_provider(
         idle_timeout: Seconds a streaming provider waits for data (response headers,
             then each stream event) before it abandons the attempt with a retryable
             error (the worker's ``SUBAGENTS_MODEL_IDLE_TIMEOUT``); None: no limit.
+        script_files: Whether ``scripted:@FILE`` may be read (``SUBAGENTS_SCRIPT_FILES``).
 
     Returns:
         ``(provider, full_name, provider_model)``; put ``provider_model`` into
@@ -132,18 +137,18 @@ def resolve_provider(
         ('scripted', 'scripted:demo-explore', 'demo-explore')
     """
     provider_name, full, provider_model = parse_model(model, default_model=default_model)
-    return _build(provider_name, idle_timeout), full, provider_model
+    return _build(provider_name, idle_timeout, script_files), full, provider_model
 
 
 def _fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _build(provider_name: str, idle_timeout: float | None) -> ModelProvider:
+def _build(provider_name: str, idle_timeout: float | None, script_files: bool) -> ModelProvider:
     if provider_name == "scripted":
-        cache_key: tuple[str, str, str, float | None] = ("scripted", "", "", None)
+        cache_key: tuple[str, str, str, float | None] = ("scripted", str(script_files), "", None)
         if cache_key not in _cache:
-            _cache[cache_key] = ScriptedProvider()
+            _cache[cache_key] = ScriptedProvider(script_files=script_files)
         return _cache[cache_key]
     if provider_name == "openai":
         base_url = os.environ.get("OPENAI_BASE_URL") or None

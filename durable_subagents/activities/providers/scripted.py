@@ -199,13 +199,16 @@ def check_script(spec: str) -> None:
     load_script(selector)
 
 
-def load_script(spec: str) -> Script:
+def load_script(spec: str, *, files: bool = True) -> Script:
     """Load the script a ``scripted`` model selector names.
 
     Args:
         spec: ``""`` (default script), a name from ``SCRIPTS``, ``@/abs/path.json``
             or inline JSON starting with ``[`` or ``{``; a ``scripted:`` prefix is
             accepted.
+        files: Whether ``@/abs/path.json`` may be read. Workers pass
+            ``Settings.script_files`` (off by default): whoever can spawn a task must
+            not make the worker read a file of its choosing.
 
     Returns:
         The parsed script.
@@ -219,6 +222,12 @@ def load_script(spec: str) -> Script:
     if selector[0] in "[{":
         return _parse_text(selector, "(inline)")
     if selector.startswith("@"):
+        if not files:
+            raise InvalidRequest(
+                "scripted:@FILE models are off on this worker (they make the worker read "
+                "a file the spawner names); start the worker with SUBAGENTS_SCRIPT_FILES=1 "
+                "to allow them, or pass the script inline as scripted:[...]"
+            )
         path = Path(selector[1:])
         try:
             text = path.read_text(encoding="utf-8")
@@ -255,9 +264,15 @@ class ScriptedProvider:
     """Plays a script instead of calling a model: offline and deterministic.
 
     ``request.model`` selects the script (see ``load_script``).
+
+    Args:
+        script_files: Whether ``scripted:@/abs/path.json`` may be read on this worker.
     """
 
     name = "scripted"
+
+    def __init__(self, *, script_files: bool = False) -> None:
+        self.script_files = script_files
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer with the scripted turn for this point of the conversation.
@@ -274,7 +289,7 @@ class ScriptedProvider:
                 (non-retryable ``ModelRequestError``).
         """
         try:
-            script = load_script(request.model)
+            script = load_script(request.model, files=self.script_files)
         except InvalidRequest as exc:
             raise model_request_error(str(exc)) from exc
         index = sum(1 for m in request.messages if m.role == "assistant")
