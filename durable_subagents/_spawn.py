@@ -67,9 +67,7 @@ def build_task_input(
         )
     _check_size("description", description, MAX_DESCRIPTION_BYTES, "keep it to one line")
     _check_size("parent_id", parent_id, MAX_ID_BYTES, "pass the parent task's id")
-    _check_size(
-        "model", model, max_prompt_bytes, "put a long script in a file the worker reads"
-    )
+    _check_size("model", model, max_prompt_bytes, "put a long script in a file the worker reads")
     if max_turns is not None and (
         isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
     ):

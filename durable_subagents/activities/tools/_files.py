@@ -1,9 +1,10 @@
 """File tools, jailed to the task's workspace root.
 
-Every path is resolved against ``ToolContext.workspace`` with symlinks followed, and
-refused when the result lies outside the root: ``..`` escapes, absolute paths elsewhere,
-symlinks (or symlinked parent directories) pointing out. Listing and grep walk the tree
-without following symlinked directories and skip symlinked files that point out.
+Every path is opened in one walk from a descriptor of ``ToolContext.workspace`` (see
+``_beneath``): symlinks inside are followed, and ``..`` escapes, absolute paths
+elsewhere and symlinks pointing out are refused, even when the tree changes while the
+tool runs. Listing and grep walk the tree by descriptors, never entering a symlinked
+directory, and skip symlinked files that point out.
 """
 
 from __future__ import annotations
@@ -16,14 +17,30 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import re2
 
+from durable_subagents.activities.tools._beneath import (
+    Escape,
+    Opened,
+    open_beneath,
+    resolve_beneath,
+)
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 
-__all__ = ["edit_file", "grep", "list_files", "read_file", "rule_path", "write_file"]
+__all__ = [
+    "edit_file",
+    "grep",
+    "list_files",
+    "open_in_workspace",
+    "read_file",
+    "resolve_in_workspace",
+    "rule_path",
+    "write_file",
+]
 
 MAX_READ_CHARS = 256_000
 MAX_LINE_CHARS = 2_000
@@ -31,40 +48,80 @@ MAX_LIST_ENTRIES = 1_000
 MAX_GREP_MATCHES = 500
 MAX_GREP_LINE_CHARS = 300
 MAX_GREP_FILE_BYTES = 10_000_000
+MAX_EDIT_BYTES = 10_000_000
 _SNIFF_BYTES = 8_192
 _READ_BLOCK = 1 << 16
 _SKIP_DIRS = {".git"}
 
 
-def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
-    """Resolve ``path`` (relative to the workspace, or absolute inside it), symlinks followed.
-
-    Raises:
-        ToolError: The path, or what a symlink on it points to, is outside the workspace.
-    """
+def _refuse(ctx: ToolContext, path: str, err: Escape) -> ToolError:
     root = ctx.workspace
-    raw = Path(path)
-    candidate = raw if raw.is_absolute() else root / raw
-    try:
-        resolved = candidate.resolve()
-    except (OSError, RuntimeError, ValueError) as e:
-        raise ToolError(f"cannot resolve path '{path}': {e}") from None
-    if resolved.is_relative_to(root):
-        if any(resolved == h or resolved.is_relative_to(h) for h in ctx.hidden):
+    if err.through_link:
+        return ToolError(
+            f"path '{path}' leads through a symlink outside the workspace root {root} "
+            f"({err}); only files inside the workspace can be used"
+        )
+    return ToolError(
+        f"path '{path}' is outside the workspace root {root}; "
+        "use a path relative to the workspace root"
+    )
+
+
+def _check_hidden(ctx: ToolContext, path: str, parts: tuple[str, ...]) -> None:
+    if ctx.hidden:
+        where = ctx.workspace.joinpath(*parts)
+        if any(where == h or where.is_relative_to(h) for h in ctx.hidden):
             raise ToolError(
                 f"path '{path}' is in this worker's own data (blob store, configuration); "
                 "tools cannot read or change it"
             )
-        return resolved
-    if Path(os.path.normpath(candidate)).is_relative_to(root):
-        raise ToolError(
-            f"path '{path}' leads through a symlink to {resolved}, which is outside the "
-            f"workspace root {root}; only files inside the workspace can be used"
-        )
-    raise ToolError(
-        f"path '{path}' is outside the workspace root {root}; "
-        "use a path relative to the workspace root"
-    )
+
+
+def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
+    """Where ``path`` (relative to the workspace, or absolute inside it) leads.
+
+    Symlinks are followed as far as entries exist, never out of the workspace. The
+    answer can be out of date by the time it is used: a tool that opens the path
+    should call ``open_in_workspace``, which checks and opens in one walk.
+
+    Raises:
+        ToolError: The path, or what a symlink on it points to, is outside the workspace,
+            or in the worker's own data.
+    """
+    try:
+        parts = resolve_beneath(ctx.workspace, path)
+    except Escape as err:
+        raise _refuse(ctx, path, err) from None
+    except (OSError, ValueError) as err:
+        raise ToolError(f"cannot resolve path '{path}': {err}") from None
+    _check_hidden(ctx, path, parts)
+    return ctx.workspace.joinpath(*parts)
+
+
+def open_in_workspace(
+    ctx: ToolContext, path: str, flags: int, *, make_parents: bool = False
+) -> Opened:
+    """Open ``path`` inside the workspace in one race-free walk (see ``open_beneath``).
+
+    Returns:
+        The descriptor (the caller closes it) and where it lies in the workspace.
+
+    Raises:
+        ToolError: The path leads outside the workspace or into the worker's own data.
+        OSError: As ``open`` would.
+    """
+    try:
+        opened = open_beneath(ctx.workspace, path, flags, make_parents=make_parents)
+    except Escape as err:
+        raise _refuse(ctx, path, err) from None
+    except ValueError as err:
+        raise ToolError(f"path '{path}': {err}") from None
+    try:
+        _check_hidden(ctx, path, opened.parts)
+    except ToolError:
+        os.close(opened.fd)
+        raise
+    return opened
 
 
 def rule_path(workspace: Path, raw: str) -> str:
@@ -75,20 +132,15 @@ def rule_path(workspace: Path, raw: str) -> str:
     file tools refuse it anyway, and no relative pattern allows it).
     """
     try:
+        return "/".join(resolve_beneath(workspace, raw)) or "."
+    except (Escape, OSError, ValueError):
         path = Path(raw)
-        resolved = (path if path.is_absolute() else workspace / path).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return posixpath.normpath(raw)
-    if resolved == workspace:
-        return "."
-    if resolved.is_relative_to(workspace):
-        return resolved.relative_to(workspace).as_posix()
-    return resolved.as_posix()
+        return posixpath.normpath((path if path.is_absolute() else workspace / path).as_posix())
 
 
-def _display(ctx: ToolContext, path: Path) -> str:
-    """A path for the model; undecodable bytes of a name show as U+FFFD, never fail."""
-    text = path.relative_to(ctx.workspace).as_posix() if path != ctx.workspace else "."
+def _display(parts: tuple[str, ...]) -> str:
+    """A workspace path for the model; undecodable bytes of a name show as U+FFFD."""
+    text = "/".join(parts) or "."
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -102,45 +154,22 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
         raise ToolError(f"cannot {action} '{path}': {e.strerror or e}") from None
 
 
-def _is_binary(path: Path) -> bool:
-    with _open_regular(path) as f:
-        return b"\0" in f.read(_SNIFF_BYTES)
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+"""Never blocks on a FIFO or device: the type is checked on the open descriptor."""
+_DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+MAX_WALK_DEPTH = 128
+"""Deeper directories are not searched (each level holds a descriptor)."""
 
 
-def _write_regular(path: Path, data: bytes) -> None:
-    """Replace a regular file's content; never follow a final symlink or block on a FIFO."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+def _regular_reader(fd: int, name: str) -> BinaryIO:
+    """A blocking reader on ``fd`` if it is a regular file; closes ``fd`` otherwise."""
     try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENXIO):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ToolError(f"'{name}' is a directory; use list_files to see what it contains")
+        if not stat.S_ISREG(mode):
             raise ToolError(
-                f"'{path.name}' is a symlink or a FIFO; only regular files can be written"
-            ) from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError(f"'{path.name}' is not a regular file; it cannot be written")
-        os.set_blocking(fd, True)
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def _open_regular(path: Path) -> BinaryIO:
-    """Open a regular file for reading; never block on a FIFO or a device.
-
-    ``O_NONBLOCK`` makes opening a FIFO return at once; the type is then checked on
-    the open descriptor (no race with a swap after a check by name).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError(
-                f"'{path.name}' is not a regular file (a FIFO, socket or device); "
+                f"'{name}' is not a regular file (a FIFO, socket or device); "
                 "only regular files can be read"
             )
         os.set_blocking(fd, True)
@@ -150,15 +179,52 @@ def _open_regular(path: Path) -> BinaryIO:
         raise
 
 
-def _existing_file(ctx: ToolContext, path: str) -> Path:
-    resolved = resolve_in_workspace(ctx, path)
-    if not resolved.exists():
-        raise ToolError(f"file not found: '{path}' (workspace root {ctx.workspace})")
-    if resolved.is_dir():
-        raise ToolError(f"'{path}' is a directory; use list_files to see what it contains")
-    if _is_binary(resolved):
+def _is_binary(f: BinaryIO) -> bool:
+    head = f.read(_SNIFF_BYTES)
+    f.seek(0)
+    return b"\0" in head
+
+
+def _open_text(ctx: ToolContext, path: str) -> tuple[BinaryIO, tuple[str, ...]]:
+    """Open an existing text file of the workspace for reading, in one race-free walk."""
+    try:
+        opened = open_in_workspace(ctx, path, _READ)
+    except FileNotFoundError:
+        raise ToolError(f"file not found: '{path}' (workspace root {ctx.workspace})") from None
+    f = _regular_reader(opened.fd, path)
+    if _is_binary(f):
+        f.close()
         raise ToolError(f"'{path}' is a binary file; only text files can be read or edited")
-    return resolved
+    return f, opened.parts
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    os.set_blocking(fd, True)
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
+
+
+def _open_for_write(ctx: ToolContext, path: str) -> Opened:
+    """Open (creating it and its directories) a regular file of the workspace to replace."""
+    try:
+        opened = open_in_workspace(
+            ctx, path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, make_parents=True
+        )
+    except IsADirectoryError:
+        raise ToolError(f"'{path}' is a directory; give a file path") from None
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise ToolError(
+                f"'{path}' is a FIFO, not a regular file; it cannot be written"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(opened.fd).st_mode):
+        os.close(opened.fd)
+        raise ToolError(f"'{path}' is not a regular file; it cannot be written")
+    return opened
 
 
 @tool(read_only=True)
@@ -180,12 +246,12 @@ def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -
     if limit < 1:
         raise ToolError("read_file: limit must be at least 1")
     with _os_errors("read", path):
-        resolved = _existing_file(ctx, path)
+        raw, _ = _open_text(ctx, path)
         out: list[str] = []
         size = 0
         total = 0
         next_offset: int | None = None
-        with io.TextIOWrapper(_open_regular(resolved), encoding="utf-8", errors="replace") as f:
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
             for total, line in enumerate(_bounded_lines(f), start=1):
                 index = total - 1
                 if index < offset or next_offset is not None:
@@ -307,34 +373,107 @@ def _glob_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def _walk_files(ctx: ToolContext, base: Path) -> Iterator[Path]:
-    """Files under ``base`` in sorted order, never leaving the workspace through a symlink."""
-    if base.is_file():
-        yield base
+@dataclass
+class _Found:
+    """A non-directory entry met by a search, and how to open it."""
+
+    parts: tuple[str, ...]
+    """Where it is in the workspace (as found: a symlink's own path)."""
+    relative: str
+    """Its path relative to the search's base (for globs)."""
+    dirfd: int | None
+    """The descriptor of its directory; None when it is the base itself."""
+    entry: os.DirEntry[str] | None
+
+    @property
+    def is_link(self) -> bool:
+        return self.entry is not None and self.entry.is_symlink()
+
+    def is_regular(self) -> bool:
+        return self.entry is None or self.entry.is_file(follow_symlinks=False)
+
+
+def _open_found(ctx: ToolContext, found: _Found, base: Opened) -> BinaryIO | None:
+    """A reader for a found file, or None to skip it (not regular, or leads out)."""
+    try:
+        if found.dirfd is None:
+            fd = os.dup(base.fd)
+        elif found.is_link:
+            fd = open_in_workspace(ctx, "/".join(found.parts), _READ).fd
+        else:
+            assert found.entry is not None
+            fd = os.open(found.entry.name, _READ | os.O_NOFOLLOW, dir_fd=found.dirfd)
+        return _regular_reader(fd, found.entry.name if found.entry else found.relative)
+    except (OSError, ToolError):
+        return None
+
+
+def _listing(fd: int) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(fd) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
+    """What lies under ``base``, sorted, a directory's files before its subdirectories.
+
+    Directories are opened from their parent's descriptor with ``O_NOFOLLOW``: a
+    symlinked directory is never entered, and a directory swapped for a symlink
+    mid-walk is skipped, not followed. ``.git`` and the worker's hidden paths are
+    skipped.
+    """
+    if not stat.S_ISDIR(os.fstat(base.fd).st_mode):
+        yield _Found(base.parts, base.parts[-1] if base.parts else ".", None, None)
         return
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d not in _SKIP_DIRS and not (ctx.hidden and Path(dirpath, d).resolve() in ctx.hidden)
-        )
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
-            if path.is_symlink():
+    stack: list[tuple[tuple[str, ...], int, Iterator[str]]] = []
+    try:
+        parts, fd = base.parts, os.dup(base.fd)
+        while True:
+            subdirs: list[os.DirEntry[str]] = []
+            files: list[os.DirEntry[str]] = []
+            for entry in _listing(fd):
                 try:
-                    target = path.resolve(strict=True)
-                except (OSError, RuntimeError):
+                    (subdirs if entry.is_dir(follow_symlinks=False) else files).append(entry)
+                except OSError:
                     continue
-                if not target.is_relative_to(ctx.workspace) or not target.is_file():
+            stack.append((parts, fd, iter([e.name for e in subdirs])))
+            inner = parts[len(base.parts) :]
+            for entry in files:
+                yield _Found((*parts, entry.name), "/".join((*inner, entry.name)), fd, entry)
+            while stack:
+                parent, parent_fd, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    os.close(parent_fd)
+                    stack.pop()
                     continue
-            yield path
+                child = (*parent, name)
+                if name in _SKIP_DIRS or len(stack) >= MAX_WALK_DEPTH or _hidden(ctx, child):
+                    continue
+                try:
+                    fd = os.open(name, _DIR_READ, dir_fd=parent_fd)
+                except OSError:
+                    continue  # gone, or swapped for a symlink since it was listed
+                parts = child
+                break
+            else:
+                return
+    finally:
+        for _, open_fd, _ in stack:
+            os.close(open_fd)
 
 
-def _search_root(ctx: ToolContext, path: str) -> Path:
-    base = resolve_in_workspace(ctx, path)
-    if not base.exists():
-        raise ToolError(f"path not found: '{path}' (workspace root {ctx.workspace})")
-    return base
+def _hidden(ctx: ToolContext, parts: tuple[str, ...]) -> bool:
+    return bool(ctx.hidden) and ctx.workspace.joinpath(*parts) in ctx.hidden
+
+
+def _search_base(ctx: ToolContext, path: str) -> Opened:
+    try:
+        return open_in_workspace(ctx, path, _READ)
+    except FileNotFoundError:
+        raise ToolError(f"path not found: '{path}' (workspace root {ctx.workspace})") from None
 
 
 @tool(read_only=True)
@@ -353,12 +492,22 @@ def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
     """
     regex = _glob(pattern)
     with _os_errors("list", path):
-        base = _search_root(ctx, path)
-        matches = []
-        for file in _walk_files(ctx, base):
-            relative = file.relative_to(base).as_posix() if file != base else file.name
-            if regex.match(relative):
-                matches.append(_display(ctx, file))
+        base = _search_base(ctx, path)
+        try:
+            matches = []
+            for found in _walk(ctx, base):
+                if not regex.match(found.relative):
+                    continue
+                if found.is_link:
+                    reader = _open_found(ctx, found, base)  # listed if it leads to a file inside
+                    if reader is None:
+                        continue
+                    reader.close()
+                elif not found.is_regular():
+                    continue
+                matches.append(_display(found.parts))
+        finally:
+            os.close(base.fd)
     matches.sort()
     if not matches:
         return f"no files match '{pattern}' under '{path}'"
@@ -397,30 +546,18 @@ def grep(
     results: list[str] = []
     capped = False
     with _os_errors("search", path):
-        base = _search_root(ctx, path)
-        for file in _walk_files(ctx, base):
-            if name_filter is not None:
-                relative = file.relative_to(base).as_posix() if file != base else file.name
-                if not name_filter.match(relative if "/" in (glob or "") else file.name):
+        base = _search_base(ctx, path)
+        try:
+            for found in _walk(ctx, base):
+                if name_filter is not None and not name_filter.match(
+                    found.relative if "/" in (glob or "") else found.parts[-1]
+                ):
                     continue
-            try:
-                if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
-                    continue
-                with io.TextIOWrapper(_open_regular(file), encoding="utf-8", errors="replace") as f:
-                    for number, line in enumerate(_bounded_lines(f), start=1):
-                        if not regex.search(line):
-                            continue
-                        if len(results) == MAX_GREP_MATCHES:
-                            capped = True
-                            break
-                        text = line.rstrip("\r\n")
-                        if len(text) > MAX_GREP_LINE_CHARS:
-                            text = text[:MAX_GREP_LINE_CHARS] + " [...]"
-                        results.append(f"{_display(ctx, file)}:{number}: {text}")
-            except (OSError, ToolError):
-                continue
-            if capped:
-                break
+                capped = _grep_file(ctx, found, base, regex, results)
+                if capped:
+                    break
+        finally:
+            os.close(base.fd)
     if not results:
         return f"no matches for {pattern!r} under '{path}'"
     if capped:
@@ -428,6 +565,34 @@ def grep(
             f"[... stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob ...]"
         )
     return "\n".join(results)
+
+
+def _grep_file(
+    ctx: ToolContext, found: _Found, base: Opened, regex: Any, results: list[str]
+) -> bool:
+    """Add one file's matching lines to ``results``; True once the cap is reached."""
+    reader = _open_found(ctx, found, base)
+    if reader is None:
+        return False
+    with reader:
+        try:
+            if os.fstat(reader.fileno()).st_size > MAX_GREP_FILE_BYTES or _is_binary(reader):
+                return False
+            shown = _display(found.parts)
+            text_reader = io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
+            for number, line in enumerate(_bounded_lines(text_reader), start=1):
+                if not regex.search(line):
+                    continue
+                if len(results) == MAX_GREP_MATCHES:
+                    return True
+                text = line.rstrip("\r\n")
+                if len(text) > MAX_GREP_LINE_CHARS:
+                    text = text[:MAX_GREP_LINE_CHARS] + " [...]"
+                results.append(f"{shown}:{number}: {text}")
+            text_reader.detach()
+        except OSError:
+            pass
+    return False
 
 
 @tool
@@ -442,14 +607,14 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
         path: File path relative to the workspace root.
         content: The complete new content of the file.
     """
+    data = content.encode("utf-8")
     with _os_errors("write", path):
-        resolved = resolve_in_workspace(ctx, path)
-        if resolved.is_dir():
-            raise ToolError(f"'{path}' is a directory; give a file path")
-        resolved.parent.mkdir(parents=True, exist_ok=True)
-        data = content.encode("utf-8")
-        _write_regular(resolved, data)
-    return f"wrote {len(data)} bytes to {_display(ctx, resolved)}"
+        opened = _open_for_write(ctx, path)
+        try:
+            _write_fd(opened.fd, data)
+        finally:
+            os.close(opened.fd)
+    return f"wrote {len(data)} bytes to {_display(opened.parts)}"
 
 
 @tool
@@ -472,23 +637,37 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     if old == new:
         raise ToolError("edit_file: old and new are the same; nothing to change")
     with _os_errors("edit", path):
-        resolved = _existing_file(ctx, path)
+        # One descriptor for the read and the write: the file edited is the file read.
         try:
-            with resolved.open(encoding="utf-8", errors="strict", newline="") as f:
-                text = f.read()
-        except UnicodeDecodeError:
-            raise ToolError(f"edit_file: '{path}' is not UTF-8 text; it cannot be edited") from None
-        count = text.count(old)
-        if count == 0:
-            raise ToolError(
-                f"edit_file: old text not found in '{path}'; read the file and copy the "
-                "exact text, including whitespace and indentation"
-            )
-        if count > 1 and not replace_all:
-            raise ToolError(
-                f"edit_file: old text occurs {count} times in '{path}'; include more "
-                "surrounding lines to make it unique, or set replace_all to true"
-            )
-        _write_regular(resolved, text.replace(old, new).encode("utf-8"))
+            opened = open_in_workspace(ctx, path, os.O_RDWR | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise ToolError(f"file not found: '{path}' (workspace root {ctx.workspace})") from None
+        with _regular_reader(opened.fd, path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_EDIT_BYTES:
+                raise ToolError(
+                    f"edit_file: '{path}' is {size} bytes, over the {MAX_EDIT_BYTES}-byte "
+                    "limit for edits; change it with a command instead"
+                )
+            if _is_binary(f):
+                raise ToolError(f"'{path}' is a binary file; only text files can be read or edited")
+            try:
+                text = f.read().decode("utf-8", errors="strict")
+            except UnicodeDecodeError:
+                raise ToolError(
+                    f"edit_file: '{path}' is not UTF-8 text; it cannot be edited"
+                ) from None
+            count = text.count(old)
+            if count == 0:
+                raise ToolError(
+                    f"edit_file: old text not found in '{path}'; read the file and copy the "
+                    "exact text, including whitespace and indentation"
+                )
+            if count > 1 and not replace_all:
+                raise ToolError(
+                    f"edit_file: old text occurs {count} times in '{path}'; include more "
+                    "surrounding lines to make it unique, or set replace_all to true"
+                )
+            _write_fd(f.fileno(), text.replace(old, new).encode("utf-8"))
     plural = "" if count == 1 else "s"
-    return f"replaced {count} occurrence{plural} in {_display(ctx, resolved)}"
+    return f"replaced {count} occurrence{plural} in {_display(opened.parts)}"
