@@ -8,9 +8,12 @@ documented once, in the place a Python reader looks too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import re
+import threading
+import time
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +55,8 @@ class ToolContext:
         protected: Workspace entries commands see read-only (empty: opted in to writes).
         hidden: Host paths no tool may read (the blob store, data and config directories).
         read_paths: Extra host paths commands see read-only.
+        time_limit: Seconds a call of a sync tool may run; then it is stopped (its
+            thread is told to stop, and the model gets a tool error).
     """
 
     workspace: Path
@@ -64,6 +69,33 @@ class ToolContext:
     protected: tuple[str, ...] = PROTECTED_PATHS
     hidden: tuple[Path, ...] = ()
     read_paths: tuple[Path, ...] = ()
+    time_limit: float = 120.0
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _deadline: float | None = field(default=None, repr=False)
+
+    def check(self) -> None:
+        """Raise ``ToolError`` once the call is cancelled or over its time limit.
+
+        Long-running sync tools call it between steps (each file, each line), so a
+        cancelled call stops instead of running on in its thread.
+        """
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            self._stop.set()
+        if self._stop.is_set():
+            raise ToolError(self._stopped_message())
+
+    def _stopped_message(self) -> str:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            return (
+                f"ran over its {self.time_limit:g} s time limit and was stopped; "
+                "narrow the path or pattern"
+            )
+        return "the call was cancelled"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the call was cancelled or timed out."""
+        return self._stop.is_set()
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -82,6 +114,39 @@ class ToolContext:
             hidden=self.hidden,
             read_paths=self.read_paths,
         )
+
+
+MAX_THREADS_PER_TASK = 8
+"""Sync tool calls one task may have running at once (see ``Tool._in_thread``)."""
+
+
+class _ThreadCounts:
+    """Threads of sync tool calls per task, counted until they return."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def take(self, task_id: str) -> bool:
+        with self._lock:
+            count = self._counts.get(task_id, 0)
+            if count >= MAX_THREADS_PER_TASK:
+                return False
+            self._counts[task_id] = count + 1
+            return True
+
+    def give_back(self, task_id: str) -> None:
+        with self._lock:
+            count = self._counts.pop(task_id, 1) - 1
+            if count > 0:
+                self._counts[task_id] = count
+
+    def running(self, task_id: str) -> int:
+        with self._lock:
+            return self._counts.get(task_id, 0)
+
+
+_THREADS = _ThreadCounts()
 
 
 class Tool:
@@ -145,8 +210,65 @@ class Tool:
         if self._is_async:
             result = await self.fn(*args, **kwargs)
         else:
-            result = await asyncio.to_thread(self.fn, *args, **kwargs)
+            result = await self._in_thread(ctx, args, kwargs)
         return _as_text(result)
+
+    async def _in_thread(self, ctx: ToolContext, args: tuple[Any, ...], kwargs: Any) -> Any:
+        """Run the sync function in a thread of its own, within the call's time limit.
+
+        Not a shared pool: a call that blocks (a slow disk, a custom tool that hangs)
+        holds only its own thread, so it cannot starve other tasks' calls. A task may
+        have ``MAX_THREADS_PER_TASK`` such threads alive, counting calls that were
+        cancelled or timed out but have not returned yet. The threads are daemons: a
+        stuck one never stops the worker from exiting.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while not _THREADS.take(ctx.task_id):
+            if loop.time() - started > ctx.time_limit:
+                raise ToolError(
+                    f"{self.name}: {MAX_THREADS_PER_TASK} earlier calls of this task are "
+                    "still running (cancelled or over their time limit); try again later"
+                )
+            await asyncio.sleep(0.05)
+        ctx._deadline = time.monotonic() + ctx.time_limit - (loop.time() - started)
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: Exception | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(result)
+            else:
+                done.set_exception(error)
+
+        def target() -> None:
+            result: Any = None
+            error: Exception | None = None
+            try:
+                result = self.fn(*args, **kwargs)
+            except Exception as err:  # handed to the awaiting side
+                error = err
+            finally:
+                _THREADS.give_back(ctx.task_id)
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=target, name=f"tool-{self.name}", daemon=True).start()
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(done), max(0.0, ctx._deadline - time.monotonic())
+            )
+        except TimeoutError:
+            ctx._stop.set()
+            raise ToolError(f"{self.name} {ctx._stopped_message()}") from None
+        except ToolError as err:
+            if ctx.stopped:  # the thread saw the deadline first
+                raise ToolError(f"{self.name} {ctx._stopped_message()}") from None
+            raise err
+        except asyncio.CancelledError:
+            ctx._stop.set()
+            raise
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the undecorated function directly (no validation)."""

@@ -252,7 +252,7 @@ def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -
         total = 0
         next_offset: int | None = None
         with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
-            for total, line in enumerate(_bounded_lines(f), start=1):
+            for total, line in enumerate(_bounded_lines(f, ctx), start=1):
                 index = total - 1
                 if index < offset or next_offset is not None:
                     continue
@@ -317,18 +317,21 @@ def _glob(pattern: str) -> _Glob:
         raise ToolError(f"invalid glob pattern {pattern!r}") from None
 
 
-def _bounded_lines(f: io.TextIOWrapper) -> Iterator[str]:
+def _bounded_lines(f: io.TextIOWrapper, ctx: ToolContext) -> Iterator[str]:
     """Lines of at most ``MAX_LINE_CHARS`` + 1 characters: a 1 GB line costs no memory.
 
     A longer line is cut there and keeps a marker with the number of characters cut.
+    Stops (``ToolError``) once the call is cancelled or over its time limit.
     """
     while True:
+        ctx.check()
         line = f.readline(MAX_LINE_CHARS + 1)
         if not line:
             return
         if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
             cut = len(line) - MAX_LINE_CHARS
             while True:
+                ctx.check()
                 rest = f.readline(_READ_BLOCK)
                 cut += len(rest.rstrip("\r\n"))
                 if not rest or rest.endswith("\n"):
@@ -441,8 +444,10 @@ def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
             stack.append((parts, fd, iter([e.name for e in subdirs])))
             inner = parts[len(base.parts) :]
             for entry in files:
+                ctx.check()
                 yield _Found((*parts, entry.name), "/".join((*inner, entry.name)), fd, entry)
             while stack:
+                ctx.check()
                 parent, parent_fd, names = stack[-1]
                 name = next(names, None)
                 if name is None:
@@ -580,7 +585,7 @@ def _grep_file(
                 return False
             shown = _display(found.parts)
             text_reader = io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
-            for number, line in enumerate(_bounded_lines(text_reader), start=1):
+            for number, line in enumerate(_bounded_lines(text_reader, ctx), start=1):
                 if not regex.search(line):
                     continue
                 if len(results) == MAX_GREP_MATCHES:

@@ -1,0 +1,141 @@
+"""No task can stall another: a blocked or endless tool call holds only its own task.
+
+Each stall is played by an attacker task while a bystander task must finish on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents.activities.tools import ToolContext, ToolError, grep, read_file
+from durable_subagents.activities.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
+from durable_subagents.config import Settings
+from durable_subagents.worker import create_worker
+
+from . import stall_worker
+from .conftest import script
+from .stall_worker import RELEASE, hang
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def released() -> Iterator[None]:
+    RELEASE.clear()
+    try:
+        yield
+    finally:
+        RELEASE.set()
+
+
+async def _until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_blocked_call_holds_only_its_own_thread(tmp_path: Path, released: None) -> None:
+    (tmp_path / "f.txt").write_text("hello\n")
+    attacker = ToolContext(workspace=tmp_path, task_id="attacker")
+    blocked = [
+        asyncio.create_task(hang.run(attacker, {"label": str(i)}))
+        for i in range(MAX_THREADS_PER_TASK)
+    ]
+    await _until(lambda: _THREADS.running("attacker") == MAX_THREADS_PER_TASK, 5, "the calls")
+
+    # the attacker's next call waits for a thread of its own task, then gives up
+    more = ToolContext(workspace=tmp_path, task_id="attacker", time_limit=0.3)
+    with pytest.raises(ToolError, match="earlier calls of this task are still running"):
+        await hang.run(more, {"label": "extra"})
+    # a bystander's calls run at once
+    bystander = ToolContext(workspace=tmp_path, task_id="bystander")
+    started = time.monotonic()
+    for _ in range(20):
+        assert "hello" in await read_file.run(bystander, {"path": "f.txt"})
+    assert time.monotonic() - started < 2
+
+    for call in blocked:  # a cancel returns at once, even though the thread is stuck
+        call.cancel()
+    results = await asyncio.gather(*blocked, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    RELEASE.set()
+    await _until(lambda: _THREADS.running("attacker") == 0, 5, "the threads to end")
+
+
+async def test_an_endless_search_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
+    (tmp_path / "big.txt").write_text("a line of text\n" * 600_000)
+    ctx = ToolContext(workspace=tmp_path, task_id="searcher", time_limit=0.2)
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"grep ran over its 0\.2 s time limit and was stopped"):
+        await grep.run(ctx, {"pattern": "no such text"})
+    assert time.monotonic() - started < 1
+    # the thread itself stops at the next line, not after the whole file
+    await _until(lambda: _THREADS.running("searcher") == 0, 1, "the search to stop")
+
+
+async def test_a_stalled_task_leaves_other_tasks_on_time(
+    client: SubagentClient, temporal_client: Client, settings: Settings, released: None
+) -> None:
+    workspace = settings.workspace
+    assert workspace is not None
+    (workspace / "notes.md").write_text("the bystander reads this\n")
+    client.agents["attacker"] = AgentSpec(name="attacker", tools=None, permission_mode="dont_ask")
+    calls = [
+        {"name": "hang", "arguments": {"label": str(i)}} for i in range(3 * MAX_THREADS_PER_TASK)
+    ]
+    async with create_worker(temporal_client, settings, tools=stall_worker.registry()):
+        attacker = await client.spawn_task("attacker", "x", model=script({"tool_calls": calls}))
+        # six at least: as many threads as a default asyncio executor has on two cores
+        await _until(
+            lambda: len(list(workspace.glob("hang-*.started"))) >= 6,
+            30,
+            "the attacker's calls to block",
+        )
+        started = time.monotonic()
+        reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
+        bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
+        info = await client.check_task(bystander, wait=True, timeout=30)
+        assert info.status == TaskStatus.COMPLETED and info.result == "ok"
+        assert time.monotonic() - started < 10
+        outputs = [m.content for m in await client.get_transcript(bystander) if m.role == "tool"]
+        assert all("the bystander reads this" in o for o in outputs)
+
+        assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+
+
+async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
+    client: SubagentClient, settings: Settings, tmp_path: Path
+) -> None:
+    workspace = settings.workspace
+    assert workspace is not None
+    client.agents["attacker"] = AgentSpec(name="attacker", tools=None, permission_mode="dont_ask")
+    argv = [sys.executable, "-m", "tests.stall_worker", settings.address, settings.task_queue]
+    argv += [str(workspace), str(settings.resolved_blob_dir)]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        calls = [{"name": "hang", "arguments": {"label": str(i)}} for i in range(6)]
+        await client.spawn_task("attacker", "x", model=script({"tool_calls": calls}))
+        await _until(
+            lambda: len(list(workspace.glob("hang-*.started"))) == 6, 60, "the calls to block"
+        )
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert b"stopped" in out
+        assert time.monotonic() - started < 20
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
