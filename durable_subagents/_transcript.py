@@ -17,9 +17,9 @@ from durable_subagents.types import Message, ToolCall
 PREVIEW_CHARS = 1000
 """Characters of a large text kept inline as its preview."""
 INLINE_LIMIT = 8 * 1024
+"""Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
 RULE_TARGET_LIMIT = 64 * 1024
 """A command or path up to this size stays inline in full, so permission rules see it."""
-"""Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
 
 
 class Transcript:

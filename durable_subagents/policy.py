@@ -235,6 +235,15 @@ def call_hash(call: ToolCall) -> str:
     return arguments_hash(arguments)
 
 
+def result_record_name(call: ToolCall) -> str:
+    """Where a finished call's result is kept in the blob store: by id and argument hash.
+
+    ``run_tool`` writes it (a retried attempt answers from it); ``model_turn`` reads it
+    for results the workflow passes by name, not inline (see ``ModelTurnInput``).
+    """
+    return f"call-{call.id}-{call_hash(call)}"
+
+
 def arguments_preview(tool_name: str, arguments: dict[str, Any], limit: int = 80) -> str:
     """A one-line preview of a call, as shown in the Web UI (``bash · ls -la``)."""
     text = main_argument(arguments) or json.dumps(arguments, sort_keys=True)

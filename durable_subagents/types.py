@@ -204,6 +204,10 @@ class ModelTurnInput(BaseModel):
     workspace: str | None = None
     agent_name: str = ""
     max_tokens: int = 8192
+    result_records: dict[str, str] = Field(default_factory=dict)
+    """Tool results passed by name, not inline: call id -> record name. The workflow
+    does this when a turn's results together are too large for one payload (many
+    parallel calls); their messages in ``new_messages`` then have empty content."""
 
 
 class ModelTurnResult(BaseModel):

@@ -534,6 +534,24 @@ async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
     assert done.turns == 3
 
 
+async def test_many_parallel_results_in_one_turn_never_fail_the_task(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    for i in range(40):  # each under the inline limit, together over the payload limit
+        (workspace / f"f{i}.txt").write_text(f"file {i}\n" + ("x" * 99 + "\n") * 67 + f"end {i}\n")
+    reads = [{"name": "read_file", "arguments": {"path": f"f{i}.txt"}} for i in range(40)]
+    task_id = await client.spawn_task(
+        "explore", "x", model=script({"tool_calls": reads}, {"text": "{last_tool_result}"})
+    )
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info
+    outputs = await tool_outputs(client, task_id)
+    assert len(outputs) == 40
+    short = [(i, out[:80]) for i, out in enumerate(outputs) if f"end {i}" not in out]
+    assert not short and all(7_000 < len(out) < 8 * 1024 for out in outputs)
+    assert (info.result or "").startswith("1\tfile 39")  # the model read them
+
+
 async def test_chained_commands_cannot_ride_on_an_allowed_one(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:

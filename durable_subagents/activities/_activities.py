@@ -132,7 +132,8 @@ class SubagentActivities:
             )
         workspace = self.workspace(input.workspace)
         offered = self.offered_tools(input)
-        messages = self.transcript.load(task_id, input.head) + input.new_messages
+        new_messages = self.with_stored_results(input)
+        messages = self.transcript.load(task_id, input.head) + new_messages
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
         provider, full_name, provider_model = resolve_provider(
@@ -174,7 +175,7 @@ class SubagentActivities:
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
         return ModelTurnResult(
             # one node per turn: what was new, and the answer
-            head=self.transcript.append(task_id, input.head, [*input.new_messages, answer]),
+            head=self.transcript.append(task_id, input.head, [*new_messages, answer]),
             text=text,
             text_ref=text_ref,
             tool_calls=calls,
@@ -232,7 +233,7 @@ class SubagentActivities:
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         info = activity.info()
-        record = _call_record_name(input.call)
+        record = policy.result_record_name(input.call)
         if _may_be_stale(info) and await _cancel_requested():
             raise ApplicationError(
                 "the task was cancelled; not running the tool call",
@@ -276,6 +277,27 @@ class SubagentActivities:
         return result
 
     # ------------------------------------------------------------------ helpers
+
+    def with_stored_results(self, input: ModelTurnInput) -> list[Message]:
+        """The turn's new messages, with results passed by record name read back in full."""
+        if not input.result_records:
+            return input.new_messages
+        out = []
+        for message in input.new_messages:
+            record = input.result_records.get(message.tool_call_id or "")
+            if record is None:
+                out.append(message)
+                continue
+            data = self.store.get_record(input.task_id, record)
+            if data is None:
+                raise ApplicationError(
+                    f"the result of tool call {message.tool_call_id} is missing from the "
+                    f"blob store ({record}); the store must be shared by all workers",
+                    type="BlobNotFound",
+                    non_retryable=True,
+                )
+            out.append(ToolCallResult.model_validate_json(data).to_message())
+        return out
 
     def tool_context(self, input: ToolCallInput) -> ToolContext:
         """What a call's tool may see and use: the agent's choices within the worker's."""
@@ -406,11 +428,6 @@ def _may_be_stale(info: activity.Info) -> bool:
         return True
     scheduled = info.current_attempt_scheduled_time
     return datetime.now(UTC) - scheduled > STALE_AFTER
-
-
-def _call_record_name(call: ToolCall) -> str:
-    """Where a finished call's result is kept: by call id and argument hash."""
-    return f"call-{call.id}-{policy.call_hash(call)}"
 
 
 async def _cancel_requested() -> bool:

@@ -55,6 +55,8 @@ with workflow.unsafe.imports_passed_through():
 
 _INPUT_PER_TURN = 128 * 1024
 """Bytes of queued input one model turn takes in (the rest waits for the next)."""
+_RESULTS_PER_TURN = 128 * 1024
+"""Bytes of tool results a model-turn input carries inline; larger ones go by name."""
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""
 
@@ -112,6 +114,8 @@ class SubagentWorkflow:
         self._time_limit_from: datetime | None = None
         self._adopted: list[str] = []
         self._unread_pending = 0
+        self._records: dict[str, str] = {}
+        """Record names of this turn's ``run_tool`` results, by call id."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -356,13 +360,40 @@ class SubagentWorkflow:
             taken.append(Message(role="user", content=self._inbox.pop(0)))
         return taken
 
+    def _results_by_record(self, new: list[Message]) -> tuple[list[Message], dict[str, str]]:
+        """Pass the largest tool results by record name when together they are too large.
+
+        Each result is small (a long output is a preview and a blob reference), but a
+        turn may have many: 40 parallel reads of 7 KB were over the payload limit.
+        ``run_tool`` keeps every result as a record, which ``model_turn`` reads back.
+        """
+        sizes = [len(m.content.encode()) for m in new]
+        total = sum(sizes)
+        if total <= _RESULTS_PER_TURN or not workflow.patched("turn-results-by-record"):
+            return new, {}
+        out = list(new)
+        records: dict[str, str] = {}
+        stored = [i for i, m in enumerate(new) if m.tool_call_id in self._records]
+        for i in sorted(stored, key=lambda i: -sizes[i]):
+            if total <= _RESULTS_PER_TURN:
+                break
+            call_id = new[i].tool_call_id
+            assert call_id is not None
+            records[call_id] = self._records[call_id]
+            out[i] = new[i].model_copy(update={"content": ""})
+            total -= sizes[i]
+        return out, records
+
     async def _model_turn(self, new: list[Message]) -> ModelTurnResult:
         assert self._input is not None
         spec = self._input.agent
+        new, records = self._results_by_record(new)
+        self._records = {}
         turn_input = ModelTurnInput(
             task_id=workflow.info().workflow_id,
             head=self._head,
             new_messages=new,
+            result_records=records,
             model=self._model,
             tools=spec.tools,
             disallowed_tools=spec.disallowed_tools,
@@ -508,6 +539,7 @@ class SubagentWorkflow:
             write_protected_paths=spec.write_protected_paths,
         )
         self._check_size(tool_input, f"{call.name} call input")
+        self._records[call.id] = policy.result_record_name(call)
         timeout = tool_timeout(call.arguments.get("timeout"))
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
