@@ -31,7 +31,7 @@ from durable_subagents.agents import (
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
 from durable_subagents.errors import SubagentError
-from durable_subagents.types import Message, TaskInfo, TaskStatus
+from durable_subagents.types import TaskInfo, TaskStatus
 
 app = typer.Typer(
     help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
@@ -132,33 +132,6 @@ def _show(
 
 Arguments = dict[str, dict[str, Any] | None]
 """Full arguments by pending call id; None where they could not be read."""
-
-
-async def pending_arguments(client: SubagentClient, info: TaskInfo) -> Arguments:
-    """The full arguments of each pending call, read from the transcript.
-
-    ``arguments_preview`` is at most 200 characters; the transcript has the whole
-    call (large arguments expanded from the blob store). None for a call whose
-    transcript this machine cannot read (no access to the workers' blob store).
-    """
-    transcripts: dict[str, list[Message] | None] = {}
-
-    async def find(task_id: str, call_id: str) -> dict[str, Any] | None:
-        if "/" in call_id:  # a child's call: <child task id>/<child pause id>/<call id>
-            child, _, rest = call_id.partition("/")
-            return await find(child, rest.partition("/")[2])
-        if task_id not in transcripts:
-            try:
-                transcripts[task_id] = await client.get_transcript(task_id)
-            except (SubagentError, OSError, ValueError):
-                transcripts[task_id] = None
-        for message in reversed(transcripts[task_id] or []):
-            for call in message.tool_calls if message.role == "assistant" else []:
-                if call.id == call_id and not call.arguments_ref:
-                    return call.arguments
-        return None
-
-    return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
 
 
 def _info_json(info: TaskInfo, arguments: Arguments | None = None, **extra: Any) -> str:
@@ -361,7 +334,7 @@ def spawn(
         )
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)
-            _print_info(info, as_json, await pending_arguments(client, info))
+            _print_info(info, as_json, await client.pending_arguments(info))
         elif as_json:
             print(json.dumps({"id": tid}))
         else:
@@ -397,7 +370,7 @@ def check(
     async def main() -> None:
         client = await _client(_settings(address, namespace, task_queue))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
-        _print_info(info, as_json, await pending_arguments(client, info))
+        _print_info(info, as_json, await client.pending_arguments(info))
 
     _run(main())
 

@@ -171,7 +171,7 @@ async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> T
     Approves bash calls that only run read-only programs, rejects anything else, and
     waits for the task to finish (or to pause again, up to ``_MAX_PAUSES`` times).
     """
-    from durable_subagents.cli import indented_json, pending_arguments
+    from durable_subagents.cli import indented_json
 
     for pauses in range(1, _MAX_PAUSES + 1):
         if info.status != TaskStatus.PAUSED or info.pause_id is None:
@@ -181,7 +181,7 @@ async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> T
             'permission_mode="default", its calls that change something wait for the '
             f"parent's decision. Pending in {info.pause_id}:"
         )
-        arguments = await pending_arguments(client, info)
+        arguments = await client.pending_arguments(info)
         approve: list[str] = []
         reject: list[str] = []
         for p in info.pending_approvals:

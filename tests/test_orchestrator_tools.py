@@ -30,6 +30,7 @@ NAMES = [
     "reject_tool_calls",
     "send_subagent_input",
     "cancel_subagent",
+    "show_tool_call",
     "list_subagents",
 ]
 CAREFUL = AgentSpec(
@@ -174,7 +175,8 @@ async def test_pause_approve_then_immediate_check_skips_the_decided_pause(
     paused = await call(tools, "check_subagent", task_id=task_id, wait=True)
     assert paused["status"] == "paused" and paused["pause_id"]
     [pending] = paused["pending_approvals"]
-    assert pending["tool"] == "bash" and "echo approved" in pending["preview"]
+    assert pending["tool"] == "bash"
+    assert pending["arguments"] == {"command": "echo approved > out.txt"}
     assert "approve_tool_calls" in paused["next"] and "reject_tool_calls" in paused["next"]
 
     approved = await call(tools, "approve_tool_calls", task_id=task_id)
@@ -183,6 +185,38 @@ async def test_pause_approve_then_immediate_check_skips_the_decided_pause(
     assert done["status"] == "completed", done
     assert "pending_approvals" not in done and "pause_id" not in done
     assert (workspace / "out.txt").read_text() == "approved\n"
+
+
+async def test_approvers_see_the_whole_command_not_a_preview(
+    tools: SubagentTools, worker: None, workspace: Path
+) -> None:
+    benign = "echo " + " ".join(f"checking-{i}" for i in range(40))
+    hidden = benign + " | sh; rm -rf ~/important"  # the tail a 200-character preview hid
+    huge = "echo " + "y" * 40_000 + " ; rm -rf ~/also-important"
+    model = script(bash(hidden, huge), {"text": "done"})
+    task_id = (await call(tools, "spawn_subagent", agent="careful", prompt="x", model=model))[
+        "task_id"
+    ]
+    paused = await call(tools, "check_subagent", task_id=task_id, wait=True)
+    first, second = paused["pending_approvals"]
+    assert first["arguments"] == {"command": hidden} and "arguments_note" not in first
+    assert "rm -rf ~/also-important" not in second["arguments"]
+    assert "cut: 16000 of" in second["arguments_note"]
+    assert "show_tool_call" in second["arguments_note"]
+
+    pages, offset = [], 0
+    while True:
+        page = await call(
+            tools, "show_tool_call", task_id=task_id, call_id=second["call_id"], offset=offset
+        )
+        pages.append(page["arguments"])
+        if "next_offset" not in page:
+            break
+        offset = page["next_offset"]
+    assert json.loads("".join(pages)) == {"command": huge}
+    unknown = await call(tools, "show_tool_call", task_id=task_id, call_id="nope")
+    assert "no pending call 'nope'" in unknown["error"]
+    await call(tools, "reject_tool_calls", task_id=task_id, reason="no")
 
 
 async def test_decided_pause_is_not_returned_while_no_worker_applies_it(

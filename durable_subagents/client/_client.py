@@ -52,7 +52,7 @@ from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, TaskNotFound, WrongTaskState
+from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, WrongTaskState
 from durable_subagents.types import (
     Message,
     TaskEvent,
@@ -617,6 +617,34 @@ class SubagentClient:
         head = info.head
         messages = self.transcript.load(task_id, head)
         return self.transcript.expand(task_id, messages)
+
+    async def pending_arguments(self, info: TaskInfo) -> dict[str, dict[str, Any] | None]:
+        """The full arguments of each pending call of a paused task, by call id.
+
+        ``PendingApproval.arguments_preview`` is at most 200 characters: approve what
+        you have read in full. The arguments come from the transcript (large ones
+        expanded from the blob store); a child's call (``<child>/<pause>/<call>``) from
+        the child's. None for a call whose transcript this client cannot read (no
+        access to the workers' blob store).
+        """
+        transcripts: dict[str, list[Message] | None] = {}
+
+        async def find(task_id: str, call_id: str) -> dict[str, Any] | None:
+            if "/" in call_id:  # a child's call: <child task id>/<child pause id>/<call id>
+                child, _, rest = call_id.partition("/")
+                return await find(child, rest.partition("/")[2])
+            if task_id not in transcripts:
+                try:
+                    transcripts[task_id] = await self.get_transcript(task_id)
+                except (SubagentError, OSError, ValueError):
+                    transcripts[task_id] = None
+            for message in reversed(transcripts[task_id] or []):
+                for call in message.tool_calls if message.role == "assistant" else []:
+                    if call.id == call_id and not call.arguments_ref:
+                        return call.arguments
+            return None
+
+        return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
 
     async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
         """Events of a task as they happen (status, turns, tool calls) until it closes.

@@ -1,6 +1,6 @@
 """The orchestrator tools as an MCP server, for Claude Code and any other MCP client.
 
-The server publishes exactly ``SubagentTools``' eight tools (names, descriptions,
+The server publishes exactly ``SubagentTools``' nine tools (names, descriptions,
 JSON schemas) and answers a call with the dispatcher's JSON text. It speaks MCP on
 stdio, so stdout carries the protocol only; logs go to stderr.
 

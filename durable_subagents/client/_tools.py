@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.client._client import SubagentClient
-from durable_subagents.errors import SubagentError
-from durable_subagents.types import TaskInfo, TaskStatus
+from durable_subagents.errors import SubagentError, UnknownCallId
+from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
 
 MAX_WAIT = 600.0
 """Seconds any single wait may block, whatever the model asks for."""
@@ -92,7 +92,8 @@ class WaitSubagents(_Args):
 class ApproveToolCalls(_Args):
     """Let a paused subagent run the tool calls it asked permission for.
 
-    Read pending_approvals (tool and argument preview) first. Then check_subagent.
+    Read each pending call's full arguments first (pending_approvals; show_tool_call
+    when they were cut). Then check_subagent.
     """
 
     task_id: str = Field(description="The paused task.")
@@ -121,6 +122,17 @@ class CancelSubagent(_Args):
     """Stop a subagent now (its model call and commands are killed). Returns its state."""
 
     task_id: str = Field(description="The task to cancel.")
+
+
+class ShowToolCall(_Args):
+    """Show the full arguments of a pending tool call, in pages, before deciding it.
+
+    Use it when a pending approval says its arguments were cut.
+    """
+
+    task_id: str = Field(description="The paused task.")
+    call_id: str = Field(description="The pending call.")
+    offset: int = Field(0, ge=0, description="Character to start from (the last 'next_offset').")
 
 
 class ListSubagents(_Args):
@@ -187,6 +199,7 @@ class SubagentTools:
             "reject_tool_calls": (RejectToolCalls, self._reject),
             "send_subagent_input": (SendSubagentInput, self._send),
             "cancel_subagent": (CancelSubagent, self._cancel),
+            "show_tool_call": (ShowToolCall, self._show_call),
             "list_subagents": (ListSubagents, self._list),
         }
 
@@ -260,7 +273,7 @@ class SubagentTools:
         info = await self.client.check_task(
             a.task_id, a.wait, self._timeout(a.timeout), after_pause=self._after_pause(a.task_id)
         )
-        return self._view(info)
+        return await self._view(info)
 
     async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
         timeout = self._timeout(a.timeout)
@@ -278,7 +291,7 @@ class SubagentTools:
         finally:
             for w in waits:
                 w.cancel()
-        return {"tasks": [self._view(i) for i in infos]}
+        return {"tasks": [await self._view(i) for i in infos]}
 
     async def _approve(self, a: ApproveToolCalls) -> dict[str, Any]:
         info = await self.client.approve(a.task_id, a.call_ids)
@@ -290,12 +303,32 @@ class SubagentTools:
 
     async def _send(self, a: SendSubagentInput) -> dict[str, Any]:
         info = await self.client.send_input(a.task_id, a.text)
-        view = self._view(info)
+        view = await self._view(info)
         view["next"] = "input sent: call check_subagent to wait for the answer"
         return view
 
     async def _cancel(self, a: CancelSubagent) -> dict[str, Any]:
-        return self._view(await self.client.cancel_task(a.task_id))
+        return await self._view(await self.client.cancel_task(a.task_id))
+
+    async def _show_call(self, a: ShowToolCall) -> dict[str, Any]:
+        info = await self.client.check_task(a.task_id)
+        pending = {p.call_id: p for p in info.pending_approvals}
+        if a.call_id not in pending:
+            raise UnknownCallId(
+                f"task {a.task_id!r} has no pending call {a.call_id!r}; pending: "
+                + (", ".join(pending) or "none (check_subagent shows its state)")
+            )
+        arguments = (await self.client.pending_arguments(info)).get(a.call_id)
+        if arguments is None:
+            return {"error": _UNREADABLE, "preview": pending[a.call_id].arguments_preview}
+        text = json.dumps(arguments, ensure_ascii=False, indent=1)
+        page = text[a.offset : a.offset + ARGUMENTS_SHOWN]
+        out: dict[str, Any] = {"tool": pending[a.call_id].tool_name, "arguments": page}
+        end = a.offset + len(page)
+        out["shown"] = f"characters {a.offset}-{end} of {len(text)}"
+        if end < len(text):
+            out["next_offset"] = end
+        return out
 
     async def _list(self, a: ListSubagents) -> dict[str, Any]:
         tasks = await self.client.list_tasks(parent_id=self.parent_id, status=a.status)
@@ -327,23 +360,53 @@ class SubagentTools:
         hint = f"still undecided: {', '.join(left)}" if left else _DECIDED
         return {"task_id": info.id, verb: sorted(new), "next": hint}
 
-    def _view(self, info: TaskInfo) -> dict[str, Any]:
-        """A compact task view for the model, minus calls it already decided."""
+    async def _view(self, info: TaskInfo) -> dict[str, Any]:
+        """A compact task view for the model, minus calls it already decided.
+
+        Pending calls carry their full arguments (read from the transcript), cut at
+        ``ARGUMENTS_SHOWN`` characters with a note naming ``show_tool_call``.
+        """
         decided = self._decided.get(info.id)
         if decided and decided.pause_id != info.pause_id:
             del self._decided[info.id]
             decided = None
-        pending = [
-            {"call_id": p.call_id, "tool": p.tool_name, "preview": p.arguments_preview}
-            for p in info.pending_approvals
-            if decided is None or p.call_id not in decided.calls
+        undecided = [
+            p for p in info.pending_approvals if decided is None or p.call_id not in decided.calls
         ]
+        full = await self.client.pending_arguments(info) if undecided else {}
+        pending = [_pending_view(p, full.get(p.call_id)) for p in undecided]
         view = info.model_dump(mode="json", include=_VIEW)
         view["pending_approvals"] = pending
         view = {k: v for k, v in view.items() if v not in (None, [])}
         paused_decided = info.status == TaskStatus.PAUSED and not pending
         view["next"] = _DECIDED if paused_decided else _NEXT[info.status]
         return view
+
+
+ARGUMENTS_SHOWN = 16_000
+"""Characters of a pending call's arguments shown at once (``show_tool_call`` pages)."""
+_UNREADABLE = (
+    "the full arguments are not readable here (no access to the workers' blob store); "
+    "only the preview is known: reject the call unless the preview is enough"
+)
+
+
+def _pending_view(p: PendingApproval, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"call_id": p.call_id, "tool": p.tool_name}
+    if arguments is None:
+        out["preview"] = p.arguments_preview
+        out["arguments_note"] = _UNREADABLE
+        return out
+    text = json.dumps(arguments, ensure_ascii=False)
+    if len(text) <= ARGUMENTS_SHOWN:
+        out["arguments"] = arguments
+    else:
+        out["arguments"] = text[:ARGUMENTS_SHOWN]
+        out["arguments_note"] = (
+            f"cut: {ARGUMENTS_SHOWN} of {len(text)} characters shown; call show_tool_call "
+            "to read the rest before deciding"
+        )
+    return out
 
 
 def _dump(value: Mapping[str, Any]) -> str:
