@@ -51,6 +51,7 @@ def build_task_input(
     created_at: datetime | None = None,
     check_model: bool = True,
     network: bool | None = None,
+    token_budget: int | None = None,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
 
@@ -75,6 +76,14 @@ def build_task_input(
     if max_turns is not None and max_turns > MAX_TURNS_LIMIT:
         raise InvalidRequest(f"max_turns must be at most {MAX_TURNS_LIMIT}, got {max_turns}")
     _check_seconds("time_limit", time_limit)
+    if token_budget is not None and (
+        isinstance(token_budget, bool)
+        or not isinstance(token_budget, int)
+        or not 1 <= token_budget <= MAX_TOKEN_BUDGET
+    ):
+        raise InvalidRequest(
+            f"token_budget must be an integer from 1 to {MAX_TOKEN_BUDGET}, got {token_budget!r}"
+        )
     if approval_timeout is None:
         approval_timeout = spec.approval_timeout
     _check_seconds("approval_timeout", approval_timeout)
@@ -98,6 +107,7 @@ def build_task_input(
         workspace=workspace,
         time_limit=time_limit,
         approval_timeout=approval_timeout,
+        token_budget=token_budget,
         created_at=created_at or datetime.now(UTC),
     )
 
@@ -105,6 +115,7 @@ def build_task_input(
 MAX_SECONDS = 366 * 24 * 3600
 """Longest time limit or approval timeout accepted (a year)."""
 MAX_METADATA_BYTES = 16 * 1024
+MAX_TOKEN_BUDGET = 10**10
 MAX_DESCRIPTION_BYTES = 2_000
 """Longest description: it is the Web UI summary and a memo field."""
 MAX_ID_BYTES = 1_000
@@ -209,7 +220,7 @@ def narrow(
 def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAttributes]:
     """The memo and search attributes a task starts with (readable with no worker)."""
     spec = task_input.agent
-    memo = {
+    memo: dict[str, Any] = {
         "agent": spec.name,
         "description": task_input.description,
         "parent_id": task_input.parent_id,
@@ -218,7 +229,12 @@ def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAt
         "model": model_label(task_input.model),  # an inline script is not repeated
         "turns": 0,
         "may_pause": may_pause(spec),
+        "max_turns": task_input.max_turns,
     }
+    if task_input.time_limit:
+        memo["time_limit"] = task_input.time_limit
+    if task_input.token_budget:
+        memo["token_budget"] = task_input.token_budget
     attributes: list[SearchAttributePair[Any]] = [
         SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
         SearchAttributePair(sa.AGENT, spec.name),

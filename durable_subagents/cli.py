@@ -299,6 +299,9 @@ def spawn(
         float | None, typer.Option(help="Seconds a pause waits before rejecting")
     ] = None,
     time_limit: Annotated[float | None, typer.Option(help="Seconds before timed_out")] = None,
+    token_budget: Annotated[
+        int | None, typer.Option(help="Tokens the task and its subagents may use in all")
+    ] = None,
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
     ] = None,
@@ -329,6 +332,7 @@ def spawn(
             permissions=_rules(ask, "ask") + _rules(deny, "deny"),
             approval_timeout=approval_timeout,
             time_limit=time_limit,
+            token_budget=token_budget,
             workspace=workspace,
             task_id=task_id,
         )

@@ -161,6 +161,10 @@ class TaskInput(BaseModel):
     time_limit: float | None = None
     approval_timeout: float | None = None
     """Seconds a pause waits for decisions; undecided calls are then rejected."""
+    token_budget: int | None = None
+    """Input plus output tokens this task and its children may use in all; then it
+    stops with stop_reason ``token_budget``. Children spawned in one turn share what is
+    left with their parent: n children get n/(n+1) of it, reserved until they finish."""
     parent_is_subagent: bool = False
     """Spawned by another subagent task: report pauses to it (it surfaces them)."""
     created_at: datetime | None = None
@@ -356,6 +360,14 @@ class TaskInfo(BaseModel):
     """Inputs the task received but never read, because it ended first."""
     settling: list[str] = Field(default_factory=list)
     """Set by ``cancel_task`` at its timeout: what the cancelling task still waits for."""
+    max_turns: int | None = None
+    """The task's turn limit (a child's is capped by what its parent had left)."""
+    time_limit: float | None = None
+    """Seconds the task may run (a child's is capped by what its parent had left)."""
+    token_budget: int | None = None
+    """Tokens the task and its children may use in all; None: no budget."""
+    children: int = 0
+    """Subagents this task has spawned (``spawn_subagent``), at most ``MAX_CHILDREN``."""
     sandbox: str | None = None
     """``none`` when the worker runs this task's commands on the host, ``unavailable``
     when it has no sandbox and refuses them; None: sandboxed (the default)."""

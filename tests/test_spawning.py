@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
 
 from .conftest import script
 from .test_durability import processes_matching, wait_for
@@ -147,3 +147,53 @@ async def test_a_follow_up_run_still_knows_the_children_of_earlier_runs(
     second = await lead.check_task(task_id, wait=True, timeout=60)
     assert second.status == TaskStatus.COMPLETED and second.run_id != first.run_id
     assert "child answer" in (second.result or ""), second.result
+
+
+async def test_limits_flow_down_the_tree(lead: SubagentClient, worker: None) -> None:
+    child_model = script(
+        {"text": "child done", "usage": {"input_tokens": 700, "output_tokens": 300}}
+    )
+    calls = [
+        {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": f"part {i}"}}
+        for i in range(10)
+    ]
+    for call in calls:
+        call["arguments"]["model"] = child_model
+    model = script({"tool_calls": calls}, WAIT, {"text": "lead done"})
+    task_id = await lead.spawn_task(
+        "lead", "split", model=model, max_turns=3, time_limit=300, token_budget=100_000
+    )
+    info = await lead.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert (info.max_turns, info.time_limit, info.token_budget) == (3, 300, 100_000)
+    assert info.children == 8  # at most 8 spawns in one turn
+
+    results = [m for m in await lead.get_transcript(task_id) if m.role == "tool"][:10]
+    started = [json.loads(m.content)["task_id"] for m in results[:8]]
+    assert all("at most 8 subagents may be spawned in one turn" in m.content for m in results[8:])
+    budgets = []
+    for child in started:
+        child_info = await lead.check_task(child)
+        assert child_info.max_turns == 2  # the parent had 2 turns left, not explore's 30
+        assert child_info.time_limit is not None and child_info.time_limit <= 300
+        assert child_info.token_budget is not None
+        budgets.append(child_info.token_budget)
+    # 8 children of one turn share what was left with their parent: 1/9 each
+    assert len(set(budgets)) == 1 and 100_000 // 10 < budgets[0] <= 100_000 // 9
+    assert sum(budgets) < 100_000
+
+
+async def test_a_token_budget_stops_the_task(client: SubagentClient, worker: None) -> None:
+    turn = {
+        "tool_calls": [{"name": "list_files", "arguments": {}}],
+        "usage": {"input_tokens": 400, "output_tokens": 100},
+    }
+    task_id = await client.spawn_task(
+        "explore", "x", model=script(turn, repeat=10), token_budget=1_200
+    )
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED
+    assert info.stop_reason == "token_budget" and info.turns == 3
+    assert info.usage.input_tokens + info.usage.output_tokens == 1_500
+    with pytest.raises(InvalidRequest, match="token_budget must be an integer"):
+        await client.spawn_task("explore", "x", token_budget=0)

@@ -156,6 +156,7 @@ class SubagentClient:
         workspace: str | None = None,
         task_id: str | None = None,
         network: bool | None = None,
+        token_budget: int | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -184,6 +185,8 @@ class SubagentClient:
             task_id: Your own id; spawning again with it returns the same task.
             network: ``False`` takes the network from an agent that has it (its tool
                 processes get loopback only); ``True`` only if the agent allows it.
+            token_budget: Input plus output tokens the task and the subagents it
+                spawns may use in all; then it stops (``stop_reason="token_budget"``).
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -211,6 +214,7 @@ class SubagentClient:
             workspace=workspace,
             max_prompt_bytes=self.max_prompt_bytes,
             network=network,
+            token_budget=token_budget,
         )
         if task_id is not None:
             validate_task_id(task_id)

@@ -76,6 +76,10 @@ def info_from(
         ],
         unread_input=int(memo.get("unread_input") or 0),
         sandbox=memo.get("sandbox") or None,
+        max_turns=memo.get("max_turns"),
+        time_limit=memo.get("time_limit"),
+        token_budget=memo.get("token_budget"),
+        children=int(memo.get("children") or 0),
         may_pause=bool(memo.get("may_pause", True)),
     )
 

@@ -46,6 +46,7 @@ async def start_subagent(
     task_id: str | None = None,
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
+    token_budget: int | None = None,
 ) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
     """Start a subagent as a child of the calling workflow; await the handle for its result.
 
@@ -70,6 +71,7 @@ async def start_subagent(
         permissions: Extra ``deny`` or ``ask`` rules.
         approval_timeout: Seconds a pause may wait for a decision.
         time_limit: Seconds the subagent may run; then it stops as ``timed_out``.
+        token_budget: Tokens the subagent (and its children) may use in all.
         workspace: A directory inside the worker's workspace root.
         task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
@@ -103,6 +105,7 @@ async def start_subagent(
             max_prompt_bytes=128 * 1024,
             created_at=workflow.now(),
             check_model=False,
+            token_budget=token_budget,
         )
         if task_id is not None:
             validate_task_id(task_id)

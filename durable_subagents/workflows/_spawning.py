@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -92,6 +93,29 @@ SPAWN_TOOL_SPECS = [
 ]
 
 
+MAX_CHILDREN = 16
+"""Subagents one task may spawn in all (children cannot spawn in turn: depth 1)."""
+MAX_SPAWNS_PER_TURN = 8
+"""``spawn_subagent`` calls one model turn may make; more are refused."""
+MIN_CHILD_TOKENS = 1_000
+"""A child's token budget is never smaller; with less left, spawning is refused."""
+
+
+@dataclass
+class ParentLeft:
+    """What the spawning task has left: a child gets no more.
+
+    Attributes:
+        turns: Turns the parent may still take.
+        seconds: Seconds until the parent's time limit; None: it has none.
+        tokens: Tokens the child may have (the parent's share for it); None: no budget.
+    """
+
+    turns: int
+    seconds: float | None
+    tokens: int | None
+
+
 def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> AgentSpec:
     """The child's spec: its agent narrowed to what the parent may do."""
     own = agent.tools if agent.tools is not None else parent_tools
@@ -157,6 +181,8 @@ class ChildTasks:
         self._told: set[tuple[str, str]] = set()
         self._known: list[str] = []
         """Every child id, registered before its start resolves (its signals may come first)."""
+        self._budgets: dict[str, int] = {}
+        """Token budgets given to children, reserved until they finish."""
 
     @property
     def running(self) -> bool:
@@ -167,6 +193,28 @@ class ChildTasks:
     def finished(self) -> dict[str, dict[str, Any]]:
         """Summaries of finished children (carried over a continue-as-new)."""
         return dict(self._done)
+
+    @property
+    def count(self) -> int:
+        """Children spawned so far (this run and earlier ones)."""
+        return len(self._known)
+
+    def tokens(self) -> tuple[int, int]:
+        """``(used, reserved)``: tokens finished children used, and budgets of running ones.
+
+        A child that failed or was cancelled reports no usage: its whole budget counts.
+        """
+        used = reserved = 0
+        for task_id in self._known:
+            budget = self._budgets.get(task_id, 0)
+            done = self._done.get(task_id)
+            if done is None:
+                reserved += budget
+            elif "tokens" in done:
+                used += int(done["tokens"])
+            else:
+                used += budget
+        return used, reserved
 
     def restore(self, finished: dict[str, dict[str, Any]]) -> None:
         """Take over the finished children of an earlier run."""
@@ -182,9 +230,29 @@ class ChildTasks:
         parent: TaskInput,
         parent_tools: list[str],
         parent_model: str,
+        left: ParentLeft | None = None,
     ) -> str:
-        """Start a child for a ``spawn_subagent`` call; the model gets its task id."""
+        """Start a child for a ``spawn_subagent`` call; the model gets its task id.
+
+        With ``left`` (recorded since the patch ``limits-down-the-tree``), the child's
+        turns, time and tokens are capped by what the parent has left, and a task
+        spawns at most ``MAX_CHILDREN``.
+        """
         args = call.arguments
+        budget: int | None = None
+        if left is not None:
+            if len(self._known) >= MAX_CHILDREN:
+                raise ToolCallRefused(
+                    f"this task has spawned {MAX_CHILDREN} subagents, the most one task may; "
+                    "wait for them and use their results"
+                )
+            if left.tokens is not None:
+                budget = left.tokens
+                if budget < MIN_CHILD_TOKENS:
+                    raise ToolCallRefused(
+                        f"only {budget} tokens of this task's budget are left for a subagent, "
+                        f"under the {MIN_CHILD_TOKENS} one needs: finish the work yourself"
+                    )
         model = str(args.get("model") or "")
         provider = parent_model.split(":", 1)[0]
         if model and (model.split(":", 1)[0] != provider or model.startswith("scripted:@")):
@@ -202,28 +270,32 @@ class ChildTasks:
                 description=str(args.get("description") or ""),
                 parent_id=workflow.info().workflow_id,
                 model=model or (agent.model if agent.model != "inherit" else parent_model),
-                max_turns=None,
+                max_turns=min(spec.max_turns, left.turns) if left else None,
                 metadata=None,
                 tools=None,
                 disallowed_tools=None,
                 permission_mode=None,
                 permissions=None,
                 approval_timeout=parent.approval_timeout,
-                time_limit=None,
+                time_limit=max(left.seconds, 1.0) if left and left.seconds is not None else None,
                 workspace=parent.workspace,
                 max_prompt_bytes=128 * 1024,
                 created_at=workflow.now(),
                 check_model=False,
+                token_budget=budget,
             )
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         self._known.append(child_id)
+        if budget is not None:
+            self._budgets[child_id] = budget
         try:
             handle = await start_child(task_input, child_id, workflow.info().task_queue)
         except BaseException:
             self._known.remove(child_id)
+            self._budgets.pop(child_id, None)
             raise
         self._handles[child_id] = handle
         self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
@@ -335,6 +407,7 @@ class ChildTasks:
                 "result": result.result[:4000],
                 "error": result.error,
                 "turns": result.turns,
+                "tokens": result.usage.input_tokens + result.usage.output_tokens,
             }
         except ChildWorkflowError as err:
             cause = err.cause

@@ -24,10 +24,12 @@ from durable_subagents.workflows._helpers import (
     tool_timeout,
 )
 from durable_subagents.workflows._spawning import (
+    MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
     SPAWN_TOOL_SPECS,
     SPAWN_TOOLS,
     ChildTasks,
+    ParentLeft,
     ToolCallRefused,
 )
 
@@ -116,6 +118,8 @@ class SubagentWorkflow:
         self._unread_pending = 0
         self._records: dict[str, str] = {}
         """Record names of this turn's ``run_tool`` results, by call id."""
+        self._child_share: int | None = None
+        """Each child's token budget when this turn spawns (see ``_share``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -304,6 +308,8 @@ class SubagentWorkflow:
             new += self._take_input()
             if self._turns >= inp.max_turns:
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns", pending=new)
+            if self._over_budget():
+                return self._finish(TaskStatus.COMPLETED, stop_reason="token_budget", pending=new)
             if (
                 self._turns > first_turn_of_run
                 and workflow.info().is_continue_as_new_suggested()
@@ -325,17 +331,27 @@ class SubagentWorkflow:
                 if self._inbox:
                     continue  # input came while the model answered: it goes on
                 return self._finish(TaskStatus.COMPLETED, stop_reason=final_stop_reason(turn))
-            if self._turns >= inp.max_turns:
+            stop = "max_turns" if self._turns >= inp.max_turns else None
+            stop = stop or ("token_budget" if self._over_budget() else None)
+            if stop is not None:
                 # Answer the calls, so a follow-up run continues a well-formed conversation.
+                why = "its max_turns" if stop == "max_turns" else "the end of its token budget"
                 unanswered = [
-                    tool_error(c, "not run: the task reached its max_turns").to_message()
+                    tool_error(c, f"not run: the task reached {why}").to_message()
                     for c in turn.tool_calls
                 ]
-                return self._finish(
-                    TaskStatus.COMPLETED, stop_reason="max_turns", pending=unanswered
-                )
+                return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=unanswered)
             self._publish(TaskStatus.RUNNING)
             verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
+            spawns = [c for c in turn.tool_calls if c.name == SPAWN_SUBAGENT]
+            self._child_share = self._share(min(len(spawns), MAX_SPAWNS_PER_TURN))
+            if len(spawns) > MAX_SPAWNS_PER_TURN and workflow.patched("limits-down-the-tree"):
+                for c in spawns[MAX_SPAWNS_PER_TURN:]:
+                    verdicts[c.id] = (
+                        "deny",
+                        f"not run: at most {MAX_SPAWNS_PER_TURN} subagents may be spawned in "
+                        "one turn; wait for these, then spawn more if still needed",
+                    )
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(await self._pause(asks))
@@ -359,6 +375,40 @@ class SubagentWorkflow:
             size += len(text.encode())
             taken.append(Message(role="user", content=self._inbox.pop(0)))
         return taken
+
+    def _tokens_used(self) -> int:
+        """Tokens this task and its finished children used."""
+        own = self._usage.input_tokens + self._usage.output_tokens
+        return own + self._children.tokens()[0]
+
+    def _over_budget(self) -> bool:
+        budget = self._input.token_budget if self._input else None
+        return budget is not None and self._tokens_used() >= budget
+
+    def _share(self, spawns: int) -> int | None:
+        """Each child's token budget when a turn spawns ``spawns`` children.
+
+        The parent keeps one share for itself: n children get n/(n+1) of what is free.
+        """
+        budget = self._input.token_budget if self._input else None
+        if budget is None or not spawns:
+            return None
+        free = max(budget - self._tokens_used() - self._children.tokens()[1], 0)
+        return free // (spawns + 1)
+
+    def _left(self) -> ParentLeft:
+        """What this task has left for a child: turns, seconds and tokens."""
+        assert self._input is not None
+        inp = self._input
+        seconds = None
+        if inp.time_limit and self._time_limit_from is not None:
+            elapsed = (workflow.now() - self._time_limit_from).total_seconds()
+            seconds = max(inp.time_limit - elapsed, 0.0)
+        tokens = None
+        if inp.token_budget is not None:
+            free = max(inp.token_budget - self._tokens_used() - self._children.tokens()[1], 0)
+            tokens = min(free, self._child_share) if self._child_share is not None else free // 2
+        return ParentLeft(turns=max(inp.max_turns - self._turns, 1), seconds=seconds, tokens=tokens)
 
     def _results_by_record(self, new: list[Message]) -> tuple[list[Message], dict[str, str]]:
         """Pass the largest tool results by record name when together they are too large.
@@ -561,6 +611,7 @@ class SubagentWorkflow:
                     parent=self._input,
                     parent_tools=[t for t in self._offered if t not in SPAWN_TOOLS],
                     parent_model=self._model,
+                    left=self._left() if workflow.patched("limits-down-the-tree") else None,
                 )
             else:
                 content = await self._children.wait(call)
@@ -654,6 +705,8 @@ class SubagentWorkflow:
         }
         if self._sandbox in ("none", "unavailable"):
             memo["sandbox"] = self._sandbox  # never silent: every task says so
+        if self._children.count:
+            memo["children"] = self._children.count
         if stop_reason is not None:
             memo["stop_reason"] = stop_reason
         if error is not None:
