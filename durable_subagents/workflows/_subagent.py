@@ -390,11 +390,15 @@ class SubagentWorkflow:
 
         The parent keeps one share for itself: n children get n/(n+1) of what is free.
         """
+        free = self._free_tokens()
+        return None if free is None or not spawns else free // (spawns + 1)
+
+    def _free_tokens(self) -> int | None:
+        """Budget neither used (by this task and finished children) nor reserved."""
         budget = self._input.token_budget if self._input else None
-        if budget is None or not spawns:
+        if budget is None:
             return None
-        free = max(budget - self._tokens_used() - self._children.tokens()[1], 0)
-        return free // (spawns + 1)
+        return max(budget - self._tokens_used() - self._children.tokens()[1], 0)
 
     def _left(self) -> ParentLeft:
         """What this task has left for a child: turns, seconds and tokens."""
@@ -404,10 +408,8 @@ class SubagentWorkflow:
         if inp.time_limit and self._time_limit_from is not None:
             elapsed = (workflow.now() - self._time_limit_from).total_seconds()
             seconds = max(inp.time_limit - elapsed, 0.0)
-        tokens = None
-        if inp.token_budget is not None:
-            free = max(inp.token_budget - self._tokens_used() - self._children.tokens()[1], 0)
-            tokens = min(free, self._child_share) if self._child_share is not None else free // 2
+        free, share = self._free_tokens(), self._child_share
+        tokens = None if free is None or share is None else min(free, share)
         return ParentLeft(turns=max(inp.max_turns - self._turns, 1), seconds=seconds, tokens=tokens)
 
     def _results_by_record(self, new: list[Message]) -> tuple[list[Message], dict[str, str]]:

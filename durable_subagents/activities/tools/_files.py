@@ -67,14 +67,20 @@ def _refuse(ctx: ToolContext, path: str, err: Escape) -> ToolError:
     )
 
 
+def _is_hidden(ctx: ToolContext, parts: tuple[str, ...]) -> bool:
+    """Whether workspace path ``parts`` is, or lies in, the worker's own data."""
+    if not ctx.hidden:
+        return False
+    where = ctx.workspace.joinpath(*parts)
+    return any(where == h or where.is_relative_to(h) for h in ctx.hidden)
+
+
 def _check_hidden(ctx: ToolContext, path: str, parts: tuple[str, ...]) -> None:
-    if ctx.hidden:
-        where = ctx.workspace.joinpath(*parts)
-        if any(where == h or where.is_relative_to(h) for h in ctx.hidden):
-            raise ToolError(
-                f"path '{path}' is in this worker's own data (blob store, configuration); "
-                "tools cannot read or change it"
-            )
+    if _is_hidden(ctx, parts):
+        raise ToolError(
+            f"path '{path}' is in this worker's own data (blob store, configuration); "
+            "tools cannot read or change it"
+        )
 
 
 def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
@@ -455,7 +461,7 @@ def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
                     stack.pop()
                     continue
                 child = (*parent, name)
-                if name in _SKIP_DIRS or len(stack) >= MAX_WALK_DEPTH or _hidden(ctx, child):
+                if name in _SKIP_DIRS or len(stack) >= MAX_WALK_DEPTH or _is_hidden(ctx, child):
                     continue
                 try:
                     fd = os.open(name, _DIR_READ, dir_fd=parent_fd)
@@ -468,10 +474,6 @@ def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
     finally:
         for _, open_fd, _ in stack:
             os.close(open_fd)
-
-
-def _hidden(ctx: ToolContext, parts: tuple[str, ...]) -> bool:
-    return bool(ctx.hidden) and ctx.workspace.joinpath(*parts) in ctx.hidden
 
 
 def _search_base(ctx: ToolContext, path: str) -> Opened:
