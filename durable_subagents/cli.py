@@ -98,18 +98,34 @@ async def _stop_on_sigterm(coro: Awaitable[T]) -> T:
             loop.remove_signal_handler(signal.SIGTERM)
 
 
+def _exit_if_tool_calls_stuck(code: int) -> None:
+    """End the process at once if a worker it ran left tool calls stuck in threads.
+
+    See ``worker.exit_if_tool_calls_stuck``. Only a command that ran a worker can
+    have such threads; the others must not pay for importing the worker.
+    """
+    worker = sys.modules.get("durable_subagents.worker")
+    if worker is not None:
+        worker.exit_if_tool_calls_stuck(code)
+
+
 def _run(coro: Awaitable[T]) -> T:
     """Run a coroutine; typed errors become a red message and exit code 1."""
     try:
-        return asyncio.run(_stop_on_sigterm(coro))
+        result = asyncio.run(_stop_on_sigterm(coro))
     except SubagentError as err:
         # soft_wrap: commands in the message must stay on one line to be copied
         err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        _exit_if_tool_calls_stuck(1)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
+        _exit_if_tool_calls_stuck(130)
         raise typer.Exit(130) from None
     except asyncio.CancelledError:  # SIGTERM
+        _exit_if_tool_calls_stuck(128 + signal.SIGTERM)
         raise typer.Exit(128 + signal.SIGTERM) from None
+    _exit_if_tool_calls_stuck(0)
+    return result
 
 
 async def _client(settings: Settings) -> SubagentClient:

@@ -14,7 +14,7 @@ from pathlib import Path
 from durable_subagents._connect import connect_client
 from durable_subagents.activities.tools import BUILTIN_TOOLS, ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
-from durable_subagents.worker import create_worker
+from durable_subagents.worker import create_worker, exit_if_tool_calls_stuck
 
 RELEASE = threading.Event()
 """Set to let every blocked ``hang`` call return."""
@@ -54,3 +54,4 @@ if __name__ == "__main__":
         asyncio.run(main(*sys.argv[1:5]))
     except KeyboardInterrupt:
         print("stopped", flush=True)
+        exit_if_tool_calls_stuck(0)  # as the CLI does

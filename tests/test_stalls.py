@@ -134,6 +134,7 @@ async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
         out, err = await asyncio.to_thread(proc.communicate, timeout=30)
         assert proc.returncode == 0, err.decode()[-2000:]
         assert b"stopped" in out
+        assert b"tool call(s) still stuck in their threads" in err
         assert time.monotonic() - started < 20
     finally:
         if proc.poll() is None:

@@ -6,6 +6,7 @@ from durable_subagents.worker._worker import (
     check_search_attributes,
     connect_client,
     create_worker,
+    exit_if_tool_calls_stuck,
     run_worker,
 )
 
@@ -14,6 +15,7 @@ __all__ = [
     "check_search_attributes",
     "connect_client",
     "create_worker",
+    "exit_if_tool_calls_stuck",
     "run_worker",
     "sweep_blobs",
     "sweep_forever",

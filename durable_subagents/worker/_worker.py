@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -23,6 +25,7 @@ from durable_subagents._connect import connect_client
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
+from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
 from durable_subagents.worker._sweep import sweep_forever
@@ -161,3 +164,22 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
             await asyncio.Future()
     finally:
         sweeper.cancel()
+
+
+def exit_if_tool_calls_stuck(code: int) -> None:
+    """End the process at once if tool calls are still stuck in their threads.
+
+    Call it after the worker has shut down, when the process is about to exit. A
+    cancelled tool call whose thread never returns (a custom tool that hangs) would
+    otherwise meet interpreter finalization, which can abort while the Temporal
+    runtime's own threads are still winding down. With no stuck call it returns and
+    the process exits normally.
+    """
+    stuck = _THREADS.running()
+    if not stuck:
+        return
+    log.warning("%d tool call(s) still stuck in their threads; exiting without them", stuck)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

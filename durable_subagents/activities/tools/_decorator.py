@@ -141,8 +141,11 @@ class _ThreadCounts:
             if count > 0:
                 self._counts[task_id] = count
 
-    def running(self, task_id: str) -> int:
+    def running(self, task_id: str | None = None) -> int:
+        """Threads alive for ``task_id``, or for every task."""
         with self._lock:
+            if task_id is None:
+                return sum(self._counts.values())
             return self._counts.get(task_id, 0)
 
 
