@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -50,6 +51,9 @@ LOW_LATENCY_DYNAMIC_CONFIG: dict[str, str] = {
 default, which made an activity hop take ~63 ms here instead of ~24 ms."""
 
 _START_TIMEOUT = 30.0
+_START_ATTEMPTS = 3
+_LOWEST_PICKED_PORT = 20000
+_PORT_TAKEN = re.compile(r"listen tcp [^\s:]*:(\d+): bind: address already in use")
 _STOP_GRACE = 5.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -72,8 +76,27 @@ def temporal_binary() -> Path:
     )
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(ip: str = "127.0.0.1") -> int:
-    """Return a TCP port that is free on ``ip`` right now."""
+    """Return a TCP port that is free on ``ip`` right now.
+
+    The port is picked below the kernel's ephemeral range when there is room, so that
+    no outgoing connection, and no other program asking the kernel for "any free
+    port", can take it between this call and the listener's bind.
+    """
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(64) if low > _LOWEST_PICKED_PORT + 1000 else ():
+        port = rng.randrange(_LOWEST_PICKED_PORT, low)
+        if not _port_in_use(ip, port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((ip, 0))
         return int(sock.getsockname()[1])
@@ -183,6 +206,11 @@ class DevServer:
         self.log_level = log_level
         self.dynamic_config = {**LOW_LATENCY_DYNAMIC_CONFIG, **(dynamic_config or {})}
         self._process: asyncio.subprocess.Process | None = None
+        self._pick_internal_ports()
+
+    def _pick_internal_ports(self) -> None:
+        self._http_port = free_port(self.ip)
+        self._metrics_port = free_port(self.ip)
 
     @property
     def address(self) -> str:
@@ -208,6 +236,7 @@ class DevServer:
         """The command line :meth:`start` runs."""
         cmd = [str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db)]
         cmd += ["--ip", self.ip, "--port", str(self.port), "--log-level", self.log_level]
+        cmd += ["--http-port", str(self._http_port), "--metrics-port", str(self._metrics_port)]
         cmd += _search_attributes.cli_flags()
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
         if self._namespace != "default":
@@ -232,22 +261,36 @@ class DevServer:
                     "or choose other ports (--port / --ui-port)"
                 )
         self.db.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._process = await asyncio.create_subprocess_exec(
-                *self.command(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
         try:
-            client = await self._wait_for_frontend()
+            client = await self._launch()
             await ensure_search_attributes(client, self._namespace)
             if self.retention is not None:
                 await set_retention(client, self._namespace, self.retention)
         except BaseException:
             await self.stop()
             raise
+
+    async def _launch(self) -> Client:
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with self.log_path.open("ab") as log:
+                self._process = await asyncio.create_subprocess_exec(
+                    *self.command(),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            try:
+                return await self._wait_for_frontend()
+            except SubagentError:
+                if attempt == _START_ATTEMPTS or not self._lost_an_internal_port(log_start):
+                    raise
+            # The server also binds ports it picks itself (its internal services), and
+            # another program took one between the pick and the bind: start it again.
+            await self.stop()
+            self._pick_internal_ports()
+        raise AssertionError("unreachable")
 
     async def _wait_for_frontend(self) -> Client:
         assert self._process is not None
@@ -274,6 +317,13 @@ class DevServer:
                     f"{_START_TIMEOUT:.0f} s; log {self.log_path}:\n{self._log_tail()}"
                 )
             await asyncio.sleep(0.05)
+
+    def _lost_an_internal_port(self, log_start: int) -> bool:
+        with self.log_path.open("rb") as log:
+            log.seek(log_start)
+            text = log.read().decode(errors="replace")
+        taken = {int(port) for port in _PORT_TAKEN.findall(text)}
+        return bool(taken) and not taken & {self.port, self.ui_port}
 
     def _log_tail(self, lines: int = 20) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -182,6 +182,29 @@ async def test_start_on_a_busy_port_fails_fast(tmp_path: Path) -> None:
         assert server.pid is None
 
 
+async def test_a_port_the_server_picks_for_itself_taken_meanwhile_is_picked_again(
+    tmp_path: Path,
+) -> None:
+    server = _server(tmp_path, ui=False)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        # Another program binds the server's HTTP API port between the pick and the bind.
+        squatter.bind(("127.0.0.1", server._http_port))
+        squatter.listen()
+        taken = server._http_port
+        async with server:
+            assert server._http_port != taken
+            assert await server_answers(server.address)
+    log = server.log_path.read_text()
+    assert f"127.0.0.1:{taken}: bind: address already in use" in log
+
+
+def test_free_ports_come_from_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(port < low for port in ports)
+    assert len(ports) > 15
+
+
 async def test_process_exit_reports_the_log_tail(tmp_path: Path) -> None:
     server = _server(tmp_path, ui=False, log_level="not-a-level")
     with pytest.raises(SubagentError, match="exited with code") as info:
