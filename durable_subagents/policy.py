@@ -6,13 +6,14 @@ Pure functions, safe to call from workflow code.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import posixpath
 import re
 from typing import Any
 
-from durable_subagents._shell import split_commands
+from durable_subagents._shell import command_words
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
 from durable_subagents.types import ToolCall
@@ -110,25 +111,81 @@ def _evaluate_bash(rules: list[PermissionRule], command: str, default: Action) -
     if not relevant:
         return default
     guarded = any(r.action != "allow" for r in relevant)
-    whole = _evaluate(relevant, "bash", command, "allow")
-    actions: list[Action] = [whole] if whole != "allow" else []
-    pieces = split_commands(command)
-    for piece in pieces:
-        action: Action | None = None
-        for rule in relevant:
-            if fnmatch.fnmatchcase(piece.text, rule.pattern):
-                action = rule.action
-        if action is None:
-            action = "ask" if default == "allow" and guarded and not piece.known else default
-        elif action == "allow" and not piece.known:
-            action = "ask"
-        actions.append(action)
+    matcher = _Matcher.of(tuple(r.pattern for r in relevant))
+    stop_at = "ask" if "deny" not in {default, *(r.action for r in relevant)} else "deny"
+    result: Action = "allow"
+    if guarded:
+        whole = matcher.last(command)
+        result = relevant[whole].action if whole is not None else "allow"
+    pieces = command_words(command)
+    for words, known in pieces:
+        index = matcher.last(" ".join(words))
+        action: Action
+        if index is None:
+            action = "ask" if default == "allow" and guarded and not known else default
+        else:
+            action = relevant[index].action
+            if action == "allow" and not known:
+                action = "ask"
+        if _ORDER[action] > _ORDER[result]:
+            result = action
+            if result == stop_at:
+                break  # nothing later can make it stricter
     if not pieces:
-        actions.append(default)
-    result = actions[0]
-    for action in actions[1:]:
-        result = _strictest(result, action)
+        result = _strictest(result, default)
     return result
+
+
+_ANY, _EQUALS, _PREFIX, _CONTAINS, _GLOB = range(5)
+
+
+class _Matcher:
+    """Glob patterns ready to say which of them matched a text last.
+
+    The shapes rules mostly have (``*``, a literal, ``git log*``, ``*rm -rf*``) are
+    tested as strings; any other pattern as a regular expression.
+    """
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self._checks: list[tuple[int, int, str, re.Pattern[str] | None]] = []
+        for index in reversed(range(len(patterns))):  # the last rule that matches wins
+            pattern = patterns[index]
+            inner = pattern.strip("*")
+            kind = _GLOB
+            if not any(c in inner for c in "*?["):
+                if not inner:
+                    kind = _ANY if pattern else _EQUALS
+                elif pattern == inner:
+                    kind = _EQUALS
+                elif pattern == inner + "*" * (len(pattern) - len(inner)):
+                    kind = _PREFIX
+                elif pattern.startswith("*") and pattern.endswith("*"):
+                    kind = _CONTAINS
+            regex = re.compile(fnmatch.translate(pattern)) if kind == _GLOB else None
+            self._checks.append((index, kind, inner, regex))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def of(patterns: tuple[str, ...]) -> _Matcher:
+        return _Matcher(patterns)
+
+    def last(self, text: str) -> int | None:
+        """The index of the last pattern that matches all of ``text``, or None."""
+        for index, kind, inner, regex in self._checks:
+            if kind == _PREFIX:
+                if text.startswith(inner):
+                    return index
+            elif kind == _CONTAINS:
+                if inner in text:
+                    return index
+            elif kind == _ANY:
+                return index
+            elif kind == _EQUALS:
+                if text == inner:
+                    return index
+            elif regex is not None and regex.match(text):
+                return index
+        return None
 
 
 def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
@@ -216,9 +273,11 @@ def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: 
     return action
 
 
+_ORDER: dict[Action, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
 def _strictest(a: Action, b: Action) -> Action:
-    order = {"allow": 0, "ask": 1, "deny": 2}
-    return a if order[a] >= order[b] else b
+    return a if _ORDER[a] >= _ORDER[b] else b
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:

@@ -570,6 +570,10 @@ async def test_chained_commands_cannot_ride_on_an_allowed_one(
         "git status | tee pwned3",
         "git status $(touch pwned4)",
         "git status\ntouch pwned5",
+        "git status | git status | git status\ntouch pwned6 && git status",
+        # tree-sitter-bash 0.25 dies with SIGSEGV on a `{` and a four-byte character
+        # after it: that would have taken the worker down with every task on it.
+        "git status {\U00031860 $(touch pwned7)",
     ]
     task_id = await client.spawn_task(
         "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})

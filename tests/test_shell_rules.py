@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_subagents import policy
-from durable_subagents._shell import split_commands
+from durable_subagents._shell import SimpleCommand, _parse, _parser, _split_plain, split_commands
 from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.policy import _Matcher
 
 GIT_ONLY = AgentSpec(
     name="git-only",
@@ -58,6 +62,9 @@ def decide(spec: AgentSpec, command: str) -> str:
         "git status; bash -c 'touch pwned'",
         "git status; $CMD",
         'git status; "$(echo touch)" pwned',
+        # tree-sitter-bash reads the second line's command as more words of ``git log``:
+        "git status | git status | git log\ntouch pwned && ls",
+        "git status | git status | git log\ntouch pwned && ls > /dev/null",
     ],
 )
 def test_compound_commands_are_never_allowed_by_a_part(command: str) -> None:
@@ -153,6 +160,107 @@ def test_any_text_parses_without_error_and_is_never_allowed_unless_known(text: s
         assert isinstance(command.text, str)
         if not command.known:
             assert decide(GIT_ONLY, text) != "allow"
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "git", "ls", "rm", "-rf", "status", "a", "b1", "x.py", "*.py", "x?y", "%h",
+        "--format=%s", "a=b", "=", "-", "@", "^", ",", ":", "+", "/usr/bin/env", "env",
+        "timeout", "5", "sudo", "bash", "-c", "eval", "xargs", "if", "then", "fi", "do",
+        "time", "export", "unset", "in", "case", "!", "{", "}", "[", "]", "[[", "(", ")",
+        "~", "$", "$X", "`", "\\", "<", ">", "2>&1", "&", "|&", ";;", "#", "#c", "\t",
+        "'", "'a b'", "''", "'$x'", "'a\nb'", '"', '"a b"', '""', '"$x"', '"{a}"', '"a!"',
+        "é", "\r",
+    ]
+)  # fmt: skip
+_GLUE = st.sampled_from([" ", " ", " ", "", "; ", ";", " && ", "&&", " || ", " | ", "|", "\n"])
+
+
+_CHARACTERS = st.sampled_from(
+    [*"aZ09_./,:=+%@^*-", " ", " ", "\t", "\n", ";", "&&", "||", "|", "&", "#", "'", '"',
+     "$", "\\", "\x0e", "\x0f", "\xa0", "if", "fi", "env ", "sudo ", "bash -c ", "=="]
+)  # fmt: skip
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.tuples(_FRAGMENTS, _GLUE), max_size=12).map(
+            lambda pieces: "".join(fragment + glue for fragment, glue in pieces)
+        ),
+        st.lists(_CHARACTERS, max_size=40).map("".join),
+    )
+)
+def test_the_plain_line_splitter_agrees_with_the_parser(line: str) -> None:
+    plain = _split_plain(line)
+    parsed = _parse(line)
+    misread = (
+        parsed == (SimpleCommand((line,), False),)
+        and not _parser().parse(line.encode()).root_node.has_error
+    )  # the parser joined two lines' words (tested above)
+    if plain is not None and not misread:
+        assert plain == parsed, line
+
+
+_PLAIN_WORDS = {  # as written: as the shell passes it
+    "git": "git", "log": "log", "-1": "-1", "--format='%h %s'": "--format=%h %s",
+    '"src/a b.py"': "src/a b.py", "x'y'z": "xyz", "''": "", "*.md": "*.md",
+}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(sorted(_PLAIN_WORDS)), min_size=1, max_size=5),
+            st.sampled_from([" && ", " || ", " | ", "; ", "\n"]),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_plain_lines_take_the_fast_path_and_agree(
+    commands: list[tuple[list[str], str]],
+) -> None:
+    line = "".join(" ".join(["git", *words]) + glue for words, glue in commands[:-1])
+    line += " ".join(["git", *commands[-1][0]])
+    plain = _split_plain(line)
+    assert plain is not None, line
+    assert [words for words, _ in plain] == [
+        ("git", *(_PLAIN_WORDS[w] for w in words)) for words, _ in commands
+    ]
+    parsed = _parse(line)
+    if parsed != (SimpleCommand((line,), False),):  # else the parser misread it (see above)
+        assert plain == parsed, line
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab *?[]!-", max_size=6), min_size=1, max_size=5),
+    st.text(alphabet="ab *?[]-", max_size=8),
+)
+def test_compiled_rule_patterns_pick_the_last_match_fnmatch_would(
+    patterns: list[str], text: str
+) -> None:
+    matching = [i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(text, p)]
+    expected = matching[-1] if matching else None
+    assert _Matcher(tuple(patterns)).last(text) == expected
+
+
+def test_lines_that_crash_the_bash_grammar_never_reach_it() -> None:
+    """tree-sitter-bash 0.25 reads past its buffer on a ``{`` followed by a character
+    beyond the BMP (tree-sitter/tree-sitter-bash#337): the process dies with SIGSEGV,
+    often but not always. Such a line is unknown instead, in a child process here."""
+    code = (
+        "from durable_subagents._shell import _parse\n"
+        "for cp in (0x31860, 0xE0001, 0xFDABB, 0x1F600):\n"
+        "    for i in range(10000):\n"
+        "        line = 'git status {' + chr(cp) + 'Y' + str(i)\n"
+        "        assert _parse(line) == (((line,), False),)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert decide(GIT_ONLY, "git status {\U00031860") == "ask"
 
 
 def test_rule_evaluation_stays_under_a_millisecond_for_10kb() -> None:
