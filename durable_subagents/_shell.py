@@ -20,6 +20,7 @@ Pure and deterministic: workflow code calls it.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import itertools
 import re
@@ -28,7 +29,7 @@ from typing import NamedTuple
 import tree_sitter
 import tree_sitter_bash
 
-__all__ = ["Command", "SimpleCommand", "command_words", "split_commands"]
+__all__ = ["Command", "SimpleCommand", "command_words", "command_words_v1", "split_commands"]
 
 _UNKNOWN = "\x00"
 """Stands for a word nobody can know before the command runs."""
@@ -133,6 +134,19 @@ def command_words(line: str) -> tuple[Command, ...]:
     return plain if plain is not None else _parse(line)
 
 
+def command_words_v1(line: str) -> tuple[Command, ...]:
+    """What :func:`command_words` gave before lines were checked to be read apart.
+
+    For replaying runs that started then: the parser alone, which reads
+    ``a | b | c<newline>d`` with ``c d`` as one command.
+    """
+    token = _ONE_COMMAND_PER_LINE.set(False)
+    try:
+        return _parse(line)
+    finally:
+        _ONE_COMMAND_PER_LINE.reset(token)
+
+
 def _split_plain(line: str) -> tuple[Command, ...] | None:
     """The commands of a plain line (see the module docstring), or None if not plain.
 
@@ -220,6 +234,9 @@ def _parse(line: str) -> tuple[Command, ...]:
     return tuple(found)
 
 
+_ONE_COMMAND_PER_LINE = contextvars.ContextVar("one_command_per_line", default=True)
+
+
 class _Misparsed(Exception):
     """The parser read a line break as a space between one command's words."""
 
@@ -231,7 +248,7 @@ def _check_one_line(node: tree_sitter.Node) -> None:
     rule allowing ``c *`` would then allow ``d``. No simple command spans lines in bash.
     """
     text = node.text or b""
-    if b"\n" not in text:
+    if b"\n" not in text or not _ONE_COMMAND_PER_LINE.get():
         return
     start = node.start_byte
     children = node.children

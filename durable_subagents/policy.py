@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import Any
 
-from durable_subagents._shell import command_words
+from durable_subagents._shell import command_words, command_words_v1
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
 from durable_subagents.types import ToolCall
@@ -66,6 +66,7 @@ def decide(
     *,
     read_only: bool | None = None,
     parse_bash: bool = False,
+    bash_v1: bool = False,
     path: str | None = None,
 ) -> Action:
     """The action for one call.
@@ -75,7 +76,8 @@ def decide(
     read-only. The spawn's restrictions are evaluated apart (no match means allow) and
     the stricter of the two answers wins, so a restriction can never widen the agent.
     ``read_only`` says whether the tool never changes anything (default: whether it is
-    one of the built-in read-only tools).
+    one of the built-in read-only tools). ``bash_v1`` splits bash lines as runs that
+    started before lines were checked to be read apart did (replay only).
     """
     if read_only is None:
         read_only = tool_name in READ_ONLY_TOOLS
@@ -92,14 +94,16 @@ def decide(
         )
     if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
         return _strictest(
-            _evaluate_bash(spec.permissions, target, default),
-            _evaluate_bash(spec.restrictions, target, "allow"),
+            _evaluate_bash(spec.permissions, target, default, v1=bash_v1),
+            _evaluate_bash(spec.restrictions, target, "allow", v1=bash_v1),
         )
     agent = _evaluate(spec.permissions, tool_name, target, default)
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
 
 
-def _evaluate_bash(rules: list[PermissionRule], command: str, default: Action) -> Action:
+def _evaluate_bash(
+    rules: list[PermissionRule], command: str, default: Action, *, v1: bool = False
+) -> Action:
     """Rules applied to each simple command the line runs; the strictest answer wins.
 
     A command that cannot be known before it runs (an expansion, a substitution,
@@ -117,7 +121,7 @@ def _evaluate_bash(rules: list[PermissionRule], command: str, default: Action) -
     if guarded:
         whole = matcher.last(command)
         result = relevant[whole].action if whole is not None else "allow"
-    pieces = command_words(command)
+    pieces = command_words_v1(command) if v1 else command_words(command)
     for words, known in pieces:
         index = matcher.last(" ".join(words))
         action: Action
@@ -163,6 +167,7 @@ class _Matcher:
                     kind = _CONTAINS
             regex = re.compile(fnmatch.translate(pattern)) if kind == _GLOB else None
             self._checks.append((index, kind, inner, regex))
+        self._by_first_word: dict[str, list[tuple[int, int, str, re.Pattern[str] | None]]] = {}
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -171,7 +176,14 @@ class _Matcher:
 
     def last(self, text: str) -> int | None:
         """The index of the last pattern that matches all of ``text``, or None."""
-        for index, kind, inner, regex in self._checks:
+        first = text.partition(" ")[0]
+        checks = self._by_first_word.get(first)
+        if checks is None:
+            checks = [c for c in self._checks if _may_match(c[1], c[2], first)]
+            if len(self._by_first_word) >= _FIRST_WORDS_KEPT:
+                self._by_first_word.clear()
+            self._by_first_word[first] = checks
+        for index, kind, inner, regex in checks:
             if kind == _PREFIX:
                 if text.startswith(inner):
                     return index
@@ -186,6 +198,21 @@ class _Matcher:
             elif regex is not None and regex.match(text):
                 return index
         return None
+
+
+_FIRST_WORDS_KEPT = 512
+
+
+def _may_match(kind: int, inner: str, first: str) -> bool:
+    """Whether a pattern may match a text whose first word is ``first``.
+
+    A literal or a prefix must start with that word; other patterns may match anything.
+    """
+    if kind == _EQUALS or (kind == _PREFIX and " " in inner):
+        return inner.partition(" ")[0] == first
+    if kind == _PREFIX:
+        return first.startswith(inner)
+    return True
 
 
 def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:

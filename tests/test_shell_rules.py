@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_subagents import policy
-from durable_subagents._shell import SimpleCommand, _parse, _parser, _split_plain, split_commands
+from durable_subagents._shell import (
+    SimpleCommand,
+    _parse,
+    _parser,
+    _split_plain,
+    command_words_v1,
+    split_commands,
+)
 from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.policy import _Matcher
@@ -245,6 +252,14 @@ def test_compiled_rule_patterns_pick_the_last_match_fnmatch_would(
     matching = [i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(text, p)]
     expected = matching[-1] if matching else None
     assert _Matcher(tuple(patterns)).last(text) == expected
+
+
+def test_runs_started_before_lines_were_read_apart_replay_as_they_ran() -> None:
+    line = "git status | git status | git log\ntouch pwned && ls > /dev/null"
+    assert decide(GIT_ONLY, line) == "ask"
+    joined = policy.decide(GIT_ONLY, "bash", {"command": line}, parse_bash=True, bash_v1=True)
+    assert joined == "allow"  # what such a run decided then; a replay must decide it again
+    assert ("git", "log", "touch", "pwned") in [w for w, _ in command_words_v1(line)]
 
 
 def test_lines_that_crash_the_bash_grammar_never_reach_it() -> None:

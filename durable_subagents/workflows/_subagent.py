@@ -501,6 +501,8 @@ class SubagentWorkflow:
                 call.arguments,
                 read_only=read_only,
                 parse_bash=parse,
+                # Runs started before this patch let the parser join two lines' words.
+                bash_v1=parse and not workflow.patched("bash-lines-read-apart"),
                 path=call.path,  # set by workers that resolve paths for the rules
             )
         else:
