@@ -79,13 +79,13 @@ _TEST_OPERATOR = re.compile(r"(?<![^ \t\n;|&])==")
 _NOT_PLAIN_FIRST_WORDS = {
     "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
     "esac", "function", "select", "time", "coproc", "in",
-    "export", "declare", "local", "readonly", "typeset", "unset",
 }  # fmt: skip
-"""Reserved words and declaration builtins: the parser's to read."""
+"""Reserved words: the parser's to read."""
 _NOT_PLAIN_FIRST = re.compile(
     "^-|^(?:export|declare|local|readonly|typeset|unset)|[=+%@" + _MARK + "]"
 )
-"""In a command's name: an assignment, a quoted string, or what the grammar misreads."""
+"""In a command's name: a declaration builtin (or a word the grammar reads as one, such
+as ``unsetenv``), an assignment, a quoted string, or what the grammar misreads."""
 
 
 class SimpleCommand(NamedTuple):
