@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from durable_subagents.agents._spec import AgentSpec, ToolLimits
 
@@ -191,7 +191,59 @@ class TaskState(BaseModel):
     """When the time limit started counting (the first run's start, by the server)."""
 
 
-class ModelTurnInput(BaseModel):
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The serialized default of each optional field of ``model``."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if not field.is_required():
+            value = field.get_default(call_default_factory=True)
+            out[name] = value.model_dump() if isinstance(value, BaseModel) else value
+    return out
+
+
+def _strip(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
+
+
+class _Compact(BaseModel):
+    """An activity's input or result, serialized without defaults.
+
+    Fields that hold their default (its own, and those of the messages and calls it
+    holds) are left out: they would otherwise be repeated in every history event.
+    """
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if "new_messages" in data:
+            data["new_messages"] = [_compact_message(m) for m in data["new_messages"]]
+        if "tool_calls" in data:
+            data["tool_calls"] = [_strip(c, _defaults_of(ToolCall)) for c in data["tool_calls"]]
+        if "call" in data:
+            data["call"] = _strip(data["call"], _defaults_of(ToolCall))
+        return _strip(data, _defaults_of(type(self)))
+
+
+def _compact_message(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("tool_calls"):
+        data = {
+            **data,
+            "tool_calls": [_strip(c, _defaults_of(ToolCall)) for c in data["tool_calls"]],
+        }
+    return _strip(data, _defaults_of(Message))
+
+
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _defaults_of(model: type[BaseModel]) -> dict[str, Any]:
+    found = _DEFAULTS.get(model)
+    if found is None:
+        found = _DEFAULTS[model] = _defaults(model)
+    return found
+
+
+class ModelTurnInput(_Compact):
     """Input of the ``model_turn`` activity: the transcript head plus what is new."""
 
     task_id: str
@@ -214,7 +266,7 @@ class ModelTurnInput(BaseModel):
     parallel calls); their messages in ``new_messages`` then have empty content."""
 
 
-class ModelTurnResult(BaseModel):
+class ModelTurnResult(_Compact):
     """Result of the ``model_turn`` activity."""
 
     head: str
@@ -233,7 +285,7 @@ class ModelTurnResult(BaseModel):
     """How the worker runs commands: ``bwrap``, ``none`` (on the host), or ``unavailable``."""
 
 
-class ToolCallInput(BaseModel):
+class ToolCallInput(_Compact):
     """Input of the ``run_tool`` activity."""
 
     task_id: str
@@ -249,7 +301,7 @@ class ToolCallInput(BaseModel):
     """The agent opted in to writes to ``.git``, ``.claude`` and the like."""
 
 
-class ToolCallResult(BaseModel):
+class ToolCallResult(_Compact):
     """Result of the ``run_tool`` activity: the output, or a preview and a blob reference."""
 
     call_id: str

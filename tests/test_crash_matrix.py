@@ -1,11 +1,11 @@
 """Crash matrix: a real ``subagents worker`` process is SIGKILLed at each phase of a task.
 
 Each case runs its own fake OpenAI server and worker subprocess on its own task queue,
-kills the worker at one phase (mid model stream, mid tool call, while paused for an
-approval, between turns), starts a new worker process, and checks that the task ends
-with the right answer, that tool side effects happened once (only a call that was in
-flight at the kill may run twice) and that no turn the history had recorded was sent to
-the model again. The last test is a small run of ``bench/bench_faults.py``'s load: 12
+kills the worker at one phase (mid model stream, mid tool call, mid local read, while
+paused for an approval, between turns), starts a new worker process, and checks that
+the task ends with the right answer, that tool side effects happened once (only a call
+that was in flight at the kill may run twice) and that no turn the history had recorded
+was sent to the model again. The last test is a small run of ``bench/bench_faults.py``'s load: 12
 tasks, a 10 % 5xx rate and a kill. All of them run concurrently in one module fixture;
 each test asserts on its own part.
 
@@ -79,6 +79,9 @@ class Phase:
     tool_results: list[str]
     """What the model saw of each tool call, in order."""
     permissions: list[dict[str, str]] | None = None
+
+    def prepare(self, workspace: Path) -> None:
+        """Files the phase needs in the workspace."""
 
     def script(self, srv: FakeOpenAIServer) -> None:
         raise NotImplementedError
@@ -271,8 +274,61 @@ class BetweenTurns(Phase):
         raise AssertionError("never caught the worker between turns")
 
 
+class LocalRead(Phase):
+    """The worker dies while turn 2's ``grep`` runs as a local activity.
+
+    Its model turn is recorded; the workflow task that runs the read is not, so another
+    worker runs that task again: the read runs again, the model is not asked again.
+    """
+
+    name = "local_read"
+    turns = 3
+    expect_side = {"one": 1}
+    expect_requests = 3
+    files = 4
+    tool_results = [
+        "one",
+        "\n".join(f"big{i}.txt:270001: needle here" for i in range(files)),
+    ]
+
+    def prepare(self, workspace: Path) -> None:
+        for i in range(self.files):  # about a second of searching each
+            (workspace / f"big{i}.txt").write_text(
+                "no match on this line\n" * 270_000 + "needle here\n"
+            )
+
+    def script(self, srv: FakeOpenAIServer) -> None:
+        srv.add_reply(tool_calls=append("one"))
+        srv.add_reply(tool_calls=[{"name": "grep", "arguments": {"pattern": "needle"}}])
+        srv.add_reply(text=self.result)
+
+    async def kill(self, ctx: CaseContext) -> None:
+        await wait_until(lambda: ctx.srv.completed_streams >= 2, "the grep call")
+        await asyncio.sleep(0.5)  # the search has begun; it needs seconds more
+        await ctx.kill()
+        self.reads_at_kill = await local_reads(ctx.temporal, ctx.task_id)
+
+    reads_at_kill: int = -1
+
+
+async def local_reads(temporal: Client, task_id: str) -> int:
+    """How many tool calls the task's history recorded as local activities."""
+    count = 0
+    async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
+        count += e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    return count
+
+
 PHASES: dict[str, Phase] = {
-    p.name: p for p in (ModelCall(), ToolCall(), Paused(), PausedApprovedLater(), BetweenTurns())
+    p.name: p
+    for p in (
+        ModelCall(),
+        ToolCall(),
+        Paused(),
+        PausedApprovedLater(),
+        BetweenTurns(),
+        LocalRead(),
+    )
 }
 
 
@@ -280,6 +336,7 @@ async def run_case(phase: Phase, temporal: Client, server: DevServer, tmp: Path)
     case = Case(phase.name)
     workspace, blobs = tmp / "ws", tmp / "blobs"
     workspace.mkdir(parents=True)
+    phase.prepare(workspace)
     queue = f"crash-{phase.name}-{uuid.uuid4().hex[:6]}"
     client = SubagentClient(
         temporal, task_queue=queue, blob_store=LocalBlobStore(blobs / server.namespace)
@@ -389,7 +446,7 @@ def conversation(body: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
-async def test_worker_sigkill_at(phase: str, runs: dict[str, Any]) -> None:
+async def test_worker_sigkill_at(phase: str, runs: dict[str, Any], temporal_client: Client) -> None:
     case = runs[phase]
     if isinstance(case, BaseException):
         raise case
@@ -415,6 +472,11 @@ async def test_worker_sigkill_at(phase: str, runs: dict[str, Any]) -> None:
         # the retry sent exactly the conversation of the attempt that died
         assert conversation(case.requests[1]) == conversation(case.requests[2])
         assert case.killed_after == ["model_turn", "run_tool"]
+    if phase == "local_read":
+        assert isinstance(spec, LocalRead)
+        assert case.killed_after == ["model_turn", "run_tool", "model_turn"]
+        assert spec.reads_at_kill == 0, "killed after the read was recorded"
+        assert await local_reads(temporal_client, case.task_id) == 1
     if phase == "between_turns":
         assert case.killed_after, "killed before the first turn"
         assert len(case.killed_after) < 2 * spec.turns - 1, "killed after the last turn"

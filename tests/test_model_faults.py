@@ -61,18 +61,25 @@ class Attempt:
     attempt: int
     last_failure: str
     last_failure_type: str
+    local: bool = False
 
 
 async def activity_runs(temporal: Client, task_id: str) -> list[Attempt]:
-    """Every activity of the task, from its history.
+    """Every activity of the task, from its history; a local activity from its marker.
 
     Temporal writes an activity's started event once, for the attempt that ended it,
     with the failure of the attempt before.
     """
     names: dict[int, str] = {}
     runs = []
+    converter = temporal.data_converter.payload_converter
     async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name == "core_local_activity":
+                data = converter.from_payload(marker.details["data"].payloads[0], dict)
+                runs.append(Attempt(data["activity_type"], data["attempt"], "", "", local=True))
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = e.activity_task_started_event_attributes
@@ -368,10 +375,10 @@ async def test_random_5xx_failures_never_lose_or_repeat_a_turn(
     [grep_result] = tool_results(srv.requests[-1])
     assert "a.py" in grep_result
     runs = await activity_runs(temporal_client, info.id)
-    assert [(r.activity, r.attempt) for r in runs] == [
-        ("model_turn", 2),
-        ("run_tool", 1),
-        ("model_turn", 2),
+    assert [(r.activity, r.attempt, r.local) for r in runs] == [
+        ("model_turn", 2, False),
+        ("run_tool", 1, True),  # grep reads only: a local activity
+        ("model_turn", 2, False),
     ]
 
 

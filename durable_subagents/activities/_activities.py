@@ -391,7 +391,8 @@ def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
 
 def _heartbeat() -> None:
     with contextlib.suppress(RuntimeError):
-        activity.heartbeat()
+        if not activity.info().is_local:  # a local activity's workflow task beats for it
+            activity.heartbeat()
 
 
 @contextlib.asynccontextmanager

@@ -116,6 +116,12 @@ class AgentSpec(BaseModel):
     """Resource limits of each tool call, below the worker's (never above)."""
     write_protected_paths: bool = False
     """Opt in to writes to ``PROTECTED_PATHS`` (``.git``, ``.claude``...) without asking."""
+    local_read_tools: bool = True
+    """Run ``read_file``, ``list_files`` and ``grep`` as local activities: one server round
+    trip per turn instead of two, and fewer history events. Their results are recorded
+    when the workflow task that ran them completes: a worker crash mid-call runs the call
+    again elsewhere (they change nothing), and a cancel reaches a running one within the
+    workflow task heartbeat (about 8 s) instead of the next activity heartbeat (1 s)."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -70,6 +70,9 @@ async def history_events(
                         summary=summary,
                         error=kind.name if failed else None,  # type: ignore[attr-defined]
                     )
+            elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+                for tool_event in _local_tool_events(task_id, time, event, converter):
+                    yield tool_event
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 signal = _signal_event(task_id, time, event, converter)
                 if signal is not None:
@@ -101,6 +104,44 @@ async def history_events(
         if next_run is None:
             return
         run_id = next_run
+
+
+def _local_tool_events(
+    task_id: str, time: datetime | None, event: HistoryEvent, converter: Any
+) -> list[TaskEvent]:
+    """A tool call run as a local activity: its start and its end, from its marker.
+
+    The marker is written when the workflow task that ran the call completes, so both
+    events arrive together; the start carries the time the call was scheduled.
+    """
+    attrs = event.marker_recorded_event_attributes
+    if attrs.marker_name != "core_local_activity" or "data" not in attrs.details:
+        return []
+    try:
+        data = converter.from_payload(attrs.details["data"].payloads[0], dict)
+    except Exception:
+        return []
+    if data.get("activity_type") != "run_tool":
+        return []
+    summary = _summary(event, converter)
+    tool = summary.split(" · ")[0]
+    scheduled = data.get("original_schedule_time") or {}
+    started = time
+    if isinstance(scheduled, dict) and "seconds" in scheduled:
+        seconds = scheduled["seconds"] + scheduled.get("nanos", 0) / 1e9
+        started = datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)  # as history
+    failed = attrs.HasField("failure")
+    return [
+        TaskEvent(kind="tool_started", task_id=task_id, time=started, tool=tool, summary=summary),
+        TaskEvent(
+            kind="tool_finished",
+            task_id=task_id,
+            time=time,
+            tool=tool,
+            summary=summary,
+            error="LOCAL_ACTIVITY_FAILED" if failed else None,
+        ),
+    ]
 
 
 def _signal_event(

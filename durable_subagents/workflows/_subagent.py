@@ -20,6 +20,7 @@ from durable_subagents.workflows._helpers import (
     error_message,
     final_stop_reason,
     model_label,
+    patched,
     tool_error,
     tool_timeout,
 )
@@ -61,6 +62,9 @@ _RESULTS_PER_TURN = 128 * 1024
 """Bytes of tool results a model-turn input carries inline; larger ones go by name."""
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""
+
+_PROGRESS_EVERY = timedelta(seconds=1)
+"""Least workflow time between two memo writes of progress alone (see ``_progress``)."""
 
 _IGNORED_KEPT = 10
 """How many ignored decisions the memo keeps (the newest)."""
@@ -119,6 +123,8 @@ class SubagentWorkflow:
         self._records: dict[str, str] = {}
         """Record names of this turn's ``run_tool`` results, by call id."""
         self._child_share: int | None = None
+        self._progress_at: datetime | None = None
+        """When the memo was last written (see ``_progress``)."""
         """Each child's token budget when this turn spawns (see ``_share``)."""
 
     # ------------------------------------------------------------------ signals / queries
@@ -183,7 +189,7 @@ class SubagentWorkflow:
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None = None) -> None:
         """Drop a stale decision, and say so in the memo (and so in the task's events)."""
         workflow.logger.warning("ignoring decision: %s", why)
-        if not workflow.patched("record-ignored-input"):
+        if not patched("record-ignored-input"):
             return
         ids = call_ids if call_ids is not None else [d.call_id for d in decisions.decisions]
         entry = {"pause_id": decisions.pause_id, "call_ids": ids, "reason": why}
@@ -251,7 +257,7 @@ class SubagentWorkflow:
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
             return None
-        if workflow.patched("time-limit-from-run-start"):
+        if patched("time-limit-from-run-start"):
             # Counted by the server's clock from this chain of runs' first start; a
             # follow-up run gets a fresh limit.
             state = input.state
@@ -317,7 +323,7 @@ class SubagentWorkflow:
             ):
                 await self._continue_as_new(new)
             self._turns += 1
-            self._publish(TaskStatus.RUNNING)
+            self._progress()
             turn = await self._model_turn(new)
             self._head = turn.head
             self._usage = self._usage + turn.usage
@@ -341,11 +347,11 @@ class SubagentWorkflow:
                     for c in turn.tool_calls
                 ]
                 return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=unanswered)
-            self._publish(TaskStatus.RUNNING)
+            self._progress()
             verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
             spawns = [c for c in turn.tool_calls if c.name == SPAWN_SUBAGENT]
             self._child_share = self._share(min(len(spawns), MAX_SPAWNS_PER_TURN))
-            if len(spawns) > MAX_SPAWNS_PER_TURN and workflow.patched("limits-down-the-tree"):
+            if len(spawns) > MAX_SPAWNS_PER_TURN and patched("limits-down-the-tree"):
                 for c in spawns[MAX_SPAWNS_PER_TURN:]:
                     verdicts[c.id] = (
                         "deny",
@@ -421,7 +427,7 @@ class SubagentWorkflow:
         """
         sizes = [len(m.content.encode()) for m in new]
         total = sum(sizes)
-        if total <= _RESULTS_PER_TURN or not workflow.patched("turn-results-by-record"):
+        if total <= _RESULTS_PER_TURN or not patched("turn-results-by-record"):
             return new, {}
         out = list(new)
         records: dict[str, str] = {}
@@ -479,7 +485,7 @@ class SubagentWorkflow:
             return "allow", None  # may_spawn is the permission; the children are narrowed
         spec = self._input.agent
         # Runs started before this patch had no per-mode defaults (no match meant allow).
-        modes = workflow.patched("permission-mode-defaults")
+        modes = patched("permission-mode-defaults")
         if call.rule_target_truncated and policy.has_rules_for(
             spec, call.name, include_allow=modes
         ):
@@ -493,7 +499,7 @@ class SubagentWorkflow:
             parse = (
                 call.name == "bash"
                 and policy.has_rules_for(spec, "bash")
-                and workflow.patched("parsed-bash-rules")
+                and patched("parsed-bash-rules")
             )
             action = policy.decide(
                 spec,
@@ -502,7 +508,7 @@ class SubagentWorkflow:
                 read_only=read_only,
                 parse_bash=parse,
                 # Runs started before this patch let the parser join two lines' words.
-                bash_v1=parse and not workflow.patched("bash-lines-read-apart"),
+                bash_v1=parse and not patched("bash-lines-read-apart"),
                 path=call.path,  # set by workers that resolve paths for the rules
             )
         else:
@@ -513,7 +519,7 @@ class SubagentWorkflow:
             and policy.protected_write(
                 call.name, call.arguments, read_only=read_only, path=call.path
             )
-            and workflow.patched("protected-paths")
+            and patched("protected-paths")
         ):
             action = "ask"  # agent definitions and hooks: a person decides
         if action == "deny":
@@ -595,6 +601,21 @@ class SubagentWorkflow:
         self._check_size(tool_input, f"{call.name} call input")
         self._records[call.id] = policy.result_record_name(call)
         timeout = tool_timeout(call.arguments.get("timeout"))
+        if (
+            spec.local_read_tools
+            and call.name in policy.READ_ONLY_TOOLS
+            and patched("local-read-tools")
+        ):
+            # In-process, bounded and read-only: run within this workflow task.
+            return await workflow.execute_local_activity(
+                RUN_TOOL_ACTIVITY,
+                tool_input,
+                result_type=ToolCallResult,
+                start_to_close_timeout=timedelta(seconds=timeout + 60),
+                retry_policy=_TOOL_RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=policy.arguments_preview(call.name, call.arguments),
+            )
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
             tool_input,
@@ -615,7 +636,7 @@ class SubagentWorkflow:
                     parent=self._input,
                     parent_tools=[t for t in self._offered if t not in SPAWN_TOOLS],
                     parent_model=self._model,
-                    left=self._left() if workflow.patched("limits-down-the-tree") else None,
+                    left=self._left() if patched("limits-down-the-tree") else None,
                 )
             else:
                 content = await self._children.wait(call)
@@ -677,6 +698,18 @@ class SubagentWorkflow:
             children=self._children.finished,
         )
 
+    def _progress(self) -> None:
+        """Publish the turn's progress (turns, usage, head) while running.
+
+        A status change is published at once; progress alone at most once per
+        ``_PROGRESS_EVERY`` of workflow time, so fast turns do not add a memo event each.
+        """
+        if self._status == TaskStatus.RUNNING and patched("memo-progress-throttled"):
+            last = self._progress_at
+            if last is not None and workflow.now() - last < _PROGRESS_EVERY:
+                return
+        self._publish(TaskStatus.RUNNING)
+
     def _publish(
         self, status: TaskStatus, *, stop_reason: str | None = None, error: str | None = None
     ) -> None:
@@ -718,16 +751,17 @@ class SubagentWorkflow:
         if status.terminal and self._last_text:
             memo["result_preview"] = self._last_text[:500]
         unread = len(self._inbox) + self._unread_pending
-        if status.terminal and unread and workflow.patched("record-ignored-input"):
+        if status.terminal and unread and patched("record-ignored-input"):
             memo["unread_input"] = unread  # it arrived after the last turn began
         changed = {k: v for k, v in memo.items() if self._memo.get(k) != v}
         if changed:
             self._memo.update(changed)
             workflow.upsert_memo(changed)
+            self._progress_at = workflow.now()
         # Runs recorded before this patch upserted the search attributes every turn.
         sa_state = (status.value, self._turns)
         last = self._published_sa
-        if workflow.patched("search-attributes-on-status-change"):
+        if patched("search-attributes-on-status-change"):
             if last is not None and last[0] == status.value:
                 sa_state = last
         if sa_state != last:

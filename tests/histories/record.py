@@ -23,7 +23,7 @@ from durable_subagents.types import Decisions
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v3"
+VERSION = "v4"
 """Bump when recording after a workflow change; keep the older files."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
