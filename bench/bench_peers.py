@@ -914,7 +914,7 @@ def report_long(runs: dict[str, Run], sides: dict[str, Side], turns: int, kb: in
         row("ms per turn, median of turns 1-10", lambda r: turn_ms(r, 1, 10)),
     ]
     windows = [(1, 10)]
-    if common and common[1] > 10:
+    if common and 10 < common[1] < turns:  # the last window has its own rows
         windows.append(common)
         rows.append(
             row(
