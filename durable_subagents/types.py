@@ -7,6 +7,8 @@ Field names are part of recorded histories: add fields with defaults, never rena
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -264,6 +266,10 @@ class ModelTurnInput(_Compact):
     """Tool results passed by name, not inline: call id -> record name. The workflow
     does this when a turn's results together are too large for one payload (many
     parallel calls); their messages in ``new_messages`` then have empty content."""
+    known_tools: str | None = None
+    """``tools_digest`` of the offered tools, read-only tools and sandbox the workflow
+    holds from the turn before: a worker that would answer the same says so with
+    ``ModelTurnResult.same_tools`` instead of repeating them in every turn's result."""
 
 
 class ModelTurnResult(_Compact):
@@ -283,6 +289,15 @@ class ModelTurnResult(_Compact):
     """Which of the offered tools never change anything (permission modes allow them)."""
     sandbox: str | None = None
     """How the worker runs commands: ``bwrap``, ``none`` (on the host), or ``unavailable``."""
+    same_tools: bool = False
+    """The offered tools, read-only tools and sandbox are those of ``known_tools`` (the
+    three fields above are then left empty)."""
+
+
+def tools_digest(offered: list[str], read_only: list[str], sandbox: str | None) -> str:
+    """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``)."""
+    text = json.dumps([offered, sorted(read_only), sandbox])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class ToolCallInput(_Compact):

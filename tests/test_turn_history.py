@@ -157,3 +157,28 @@ async def test_slow_turns_publish_progress_every_turn(
     assert seen[-1] == 4 and {1, 2, 3} <= set(seen), seen  # each turn showed while running
     _, memo_writes = await history_counts(temporal_client, task_id)
     assert memo_writes >= 4
+
+
+async def test_later_turns_name_the_offered_tools_by_digest_and_rules_still_hold(
+    client: SubagentClient, temporal_client: Client, worker: None, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("alpha\n")
+    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}
+    write = {"tool_calls": [{"name": "write_file", "arguments": {"path": "x", "content": "x"}}]}
+    task_id = await client.spawn_task(
+        "explore", "read", model=script(read, read, write, {"text": "ok"})
+    )
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED
+    converter = temporal_client.data_converter.payload_converter
+    results = []
+    async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            payload = e.activity_task_completed_event_attributes.result.payloads[0]
+            results.append(converter.from_payload(payload, dict))
+    assert results[0]["offered_tools"] == ["read_file", "list_files", "grep"]
+    assert all(r.get("same_tools") and "offered_tools" not in r for r in results[1:])
+    # explore never offered write_file: turn 3's call is refused as before
+    tool_messages = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert tool_messages[-1].is_error and "unknown tool 'write_file'" in tool_messages[-1].content
+    assert not (workspace / "x").exists()

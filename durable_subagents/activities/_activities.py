@@ -46,6 +46,7 @@ from durable_subagents.types import (
     ToolCall,
     ToolCallInput,
     ToolCallResult,
+    tools_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -182,10 +183,16 @@ class SubagentActivities:
             usage=response.usage,
             stop_reason=response.stop_reason,
             model=full_name,
-            offered_tools=[*offered, *(t.name for t in input.extra_tools)],
-            read_only_tools=[t for t in offered if self.read_only(t)],
-            sandbox=self.sandbox_state,
+            **self.tools_offered(input, offered),
         )
+
+    def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
+        """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
+        names = [*offered, *(t.name for t in input.extra_tools)]
+        read_only = [t for t in offered if self.read_only(t)]
+        if input.known_tools == tools_digest(names, read_only, self.sandbox_state):
+            return {"same_tools": True}
+        return {"offered_tools": names, "read_only_tools": read_only, "sandbox": self.sandbox_state}
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
         """The tools the agent may use on this worker; refuses tools the worker lacks."""

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolCallResult,
         Usage,
+        tools_digest,
     )
 
 _INPUT_PER_TURN = 128 * 1024
@@ -328,9 +329,10 @@ class SubagentWorkflow:
             self._head = turn.head
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
-            self._offered = turn.offered_tools
-            self._read_only = set(turn.read_only_tools)
-            self._sandbox = turn.sandbox
+            if not turn.same_tools:
+                self._offered = turn.offered_tools
+                self._read_only = set(turn.read_only_tools)
+                self._sandbox = turn.sandbox
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             new = []
             if not turn.tool_calls:
@@ -460,6 +462,11 @@ class SubagentWorkflow:
             workspace=self._input.workspace,
             agent_name=spec.name,
             extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
+            known_tools=(
+                tools_digest(self._offered, sorted(self._read_only), self._sandbox)
+                if self._offered
+                else None
+            ),
         )
         self._check_size(turn_input, f"model turn {self._turns} input")
         return await workflow.execute_activity(
