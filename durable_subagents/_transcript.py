@@ -23,12 +23,19 @@ RULE_TARGET_LIMIT = 64 * 1024
 
 
 class Transcript:
-    """Reads and appends transcript chains, caching materialized conversations."""
+    """Reads and appends transcript chains, caching each task's latest conversation.
 
-    def __init__(self, store: BlobStore, cache_entries: int = 64) -> None:
+    The cache keeps, per task, the conversation at its newest head (what the next turn
+    extends), up to ``cache_bytes`` of message text over all tasks, least recently used
+    first out: a worker running a thousand tasks reads no chain back from the store
+    while they fit.
+    """
+
+    def __init__(self, store: BlobStore, cache_bytes: int = 256 * 1024 * 1024) -> None:
         self.store = store
-        self._cache: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
-        self._cache_entries = cache_entries
+        self._cache: OrderedDict[str, tuple[str, list[Message], int]] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._cached = 0
 
     def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
         """Append ``messages`` after ``head``; return the new head."""
@@ -37,9 +44,10 @@ class Transcript:
         if head is None:
             self._remember(task_id, ref, list(messages))
         else:
-            base = self._cache.get((task_id, head))
-            if base is not None:
-                self._remember(task_id, ref, base + list(messages))
+            entry = self._cache.get(task_id)
+            if entry is not None and entry[0] == head:
+                size = entry[2] + sum(_size(m) for m in messages)
+                self._remember(task_id, ref, entry[1] + list(messages), size)
         return ref
 
     def load(self, task_id: str, head: str | None) -> list[Message]:
@@ -49,7 +57,7 @@ class Transcript:
         chunks: list[list[Message]] = []
         ref: str | None = head
         while ref is not None:
-            cached = self._cache.get((task_id, ref))
+            cached = self._cached_at(task_id, ref)
             if cached is not None:
                 chunks.append(cached)
                 break
@@ -115,11 +123,31 @@ class Transcript:
         ref = self.store.put(task_id, data)
         return preview(text), ref
 
-    def _remember(self, task_id: str, head: str, messages: list[Message]) -> None:
-        self._cache[(task_id, head)] = messages
-        self._cache.move_to_end((task_id, head))
-        while len(self._cache) > self._cache_entries:
-            self._cache.popitem(last=False)
+    def _cached_at(self, task_id: str, head: str) -> list[Message] | None:
+        entry = self._cache.get(task_id)
+        return entry[1] if entry is not None and entry[0] == head else None
+
+    def _remember(
+        self, task_id: str, head: str, messages: list[Message], size: int | None = None
+    ) -> None:
+        if size is None:
+            size = sum(_size(m) for m in messages)
+        old = self._cache.pop(task_id, None)
+        if old is not None:
+            self._cached -= old[2]
+        if size > self._cache_bytes:
+            return
+        self._cache[task_id] = (head, messages, size)
+        self._cached += size
+        while self._cached > self._cache_bytes:
+            _, (_, _, dropped) = self._cache.popitem(last=False)
+            self._cached -= dropped
+
+
+def _size(message: Message) -> int:
+    """About what a cached message holds, in bytes (text, arguments and overhead)."""
+    calls = sum(len(str(c.arguments)) + 100 for c in message.tool_calls)
+    return len(message.content) + calls + 200
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
