@@ -199,8 +199,12 @@ async def test_tracing_off_makes_no_spans_and_the_same_history(
     traced = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
     _, traced_events = await run_task(traced, settings)
     assert finished(otel)
-    # the plugin adds headers, never events
-    assert [e.event_type for e in traced_events] == [e.event_type for e in untraced]
+    # the plugin adds headers, never events (memo writes of progress alone depend on
+    # how fast the turns went: at most one a second)
+    memo = EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED
+    assert [e.event_type for e in traced_events if e.event_type != memo] == [
+        e.event_type for e in untraced if e.event_type != memo
+    ]
     scheduled = [
         e.activity_task_scheduled_event_attributes
         for e in traced_events
