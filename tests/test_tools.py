@@ -538,7 +538,8 @@ async def test_worker_death_kills_the_process_tree(ws: Path, mode: str) -> None:
         sys.executable, "-c", WORKER, mode, command, str(ws), stdout=subprocess.PIPE, env=env
     )
     try:
-        await wait_present(sleepers)
+        # a fresh interpreter importing the library: slow on a busy machine
+        await wait_present(sleepers, within=30)
         os.kill(worker.pid, signal.SIGKILL)
         assert await asyncio.wait_for(worker.wait(), 5) == -signal.SIGKILL
         assert worker.stdout is not None
