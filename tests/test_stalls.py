@@ -21,6 +21,7 @@ from durable_subagents.activities.tools import ToolContext, ToolError, grep, rea
 from durable_subagents.activities.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
+from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from . import stall_worker
 from .conftest import script
@@ -140,3 +141,30 @@ async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_many_slow_local_reads_leave_other_tasks_on_time(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """Reads run as local activities, inside the attacker's workflow task: a turn of
+    more slow searches than the worker has slots must not hold the bystander's reads."""
+    workspace = settings.workspace
+    assert workspace is not None
+    (workspace / "notes.md").write_text("the bystander reads this\n")
+    for i in range(3):  # each search takes seconds
+        (workspace / f"big{i}.txt").write_text("no match on this line\n" * 270_000)
+    assert TOOL_CALLS_AT_ONCE == MAX_THREADS_PER_TASK
+    searches = [{"name": "grep", "arguments": {"pattern": f"needle{i}"}} for i in range(150)]
+    async with create_worker(temporal_client, settings):
+        attacker = await client.spawn_task("explore", "x", model=script({"tool_calls": searches}))
+        started = time.monotonic()
+        while _THREADS.running(attacker) < MAX_THREADS_PER_TASK:
+            assert time.monotonic() - started < 30, "the searches never started"
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
+        bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
+        info = await client.check_task(bystander, wait=True, timeout=60)
+        assert info.status == TaskStatus.COMPLETED and info.result == "ok"
+        assert time.monotonic() - started < 10
+        assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED

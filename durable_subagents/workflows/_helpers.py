@@ -27,6 +27,7 @@ _IN_BASELINE = frozenset(
         "record-ignored-input",
         "search-attributes-on-status-change",
         "time-limit-from-run-start",
+        "tool-calls-at-once",
         "turn-results-by-record",
     }
 )

@@ -64,6 +64,9 @@ _RESULTS_PER_TURN = 128 * 1024
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""
 
+TOOL_CALLS_AT_ONCE = 8
+"""Tool calls of one task that run at once: as many as it has tool threads
+(``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
 _PROGRESS_EVERY = timedelta(seconds=1)
 """Least workflow time between two memo writes of progress alone (see ``_progress``)."""
 
@@ -124,9 +127,10 @@ class SubagentWorkflow:
         self._records: dict[str, str] = {}
         """Record names of this turn's ``run_tool`` results, by call id."""
         self._child_share: int | None = None
+        """Each child's token budget when this turn spawns (see ``_share``)."""
         self._progress_at: datetime | None = None
         """When the memo was last written (see ``_progress``)."""
-        """Each child's token budget when this turn spawns (see ``_share``)."""
+        self._calls_at_once = asyncio.Semaphore(TOOL_CALLS_AT_ONCE)
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -607,9 +611,19 @@ class SubagentWorkflow:
         )
         self._check_size(tool_input, f"{call.name} call input")
         self._records[call.id] = policy.result_record_name(call)
+        if not patched("tool-calls-at-once"):
+            return await self._run_tool(call, tool_input)
+        # A turn of many slow calls holds only this many of the worker's slots; the
+        # rest wait here, in the workflow, where they hold nothing.
+        async with self._calls_at_once:
+            return await self._run_tool(call, tool_input)
+
+    async def _run_tool(self, call: ToolCall, tool_input: ToolCallInput) -> ToolCallResult:
+        assert self._input is not None
         timeout = tool_timeout(call.arguments.get("timeout"))
+        summary = policy.arguments_preview(call.name, call.arguments)
         if (
-            spec.local_read_tools
+            self._input.agent.local_read_tools
             and call.name in policy.READ_ONLY_TOOLS
             and patched("local-read-tools")
         ):
@@ -621,7 +635,7 @@ class SubagentWorkflow:
                 start_to_close_timeout=timedelta(seconds=timeout + 60),
                 retry_policy=_TOOL_RETRY,
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=policy.arguments_preview(call.name, call.arguments),
+                summary=summary,
             )
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
@@ -631,7 +645,7 @@ class SubagentWorkflow:
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=_TOOL_RETRY,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=policy.arguments_preview(call.name, call.arguments),
+            summary=summary,
         )
 
     async def _spawn_tool(self, call: ToolCall) -> ToolCallResult:
