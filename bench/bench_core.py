@@ -248,22 +248,47 @@ async def run_bare(bench: Bench) -> RunStats:
     return RunStats(seconds, first, hist.size, hist.counts, hist.phases)
 
 
-def machine_facts() -> list[str]:
-    cpu = "?"
+def cpu_model() -> str:
+    """The CPU's model name, from ``/proc/cpuinfo``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "?"
+
+
+def server_version() -> str:
+    """What the bundled Temporal CLI says its version is."""
     try:
         out = subprocess.run(
             [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
         )
-        cli = out.stdout.strip() or "?"
+        return out.stdout.strip() or "?"
     except Exception:
-        cli = "?"
+        return "?"
+
+
+def code_commit(changed: str = " + uncommitted changes to durable_subagents") -> str:
+    """The checkout's commit, and whether the library has changes on top of it."""
+    git = ["git", "-C", str(Path(__file__).resolve().parent.parent)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "durable_subagents"],
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return "?"
+    return (head.stdout.strip() or "?") + (changed if dirty.stdout.strip() else "")
+
+
+def machine_facts() -> list[str]:
+    cpu, cli = cpu_model(), server_version()
     return [
         f"date        {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
         f"machine     {platform.node()} · {platform.system()} {platform.release()} · {cpu}",

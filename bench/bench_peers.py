@@ -30,7 +30,6 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +45,6 @@ from types import ModuleType
 from typing import Any
 
 from aiohttp import web
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -58,9 +56,6 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
     Worker,
 )
 
@@ -72,6 +67,8 @@ from durable_subagents.dev import DevServer, free_port, temporal_binary
 from durable_subagents.worker import create_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_core import FirstActivityClock, code_commit, cpu_model, server_version
 
 TOOL = "read_file"
 FINAL = "done"
@@ -201,28 +198,6 @@ class ChatServer:
 
 
 # --- the sides -----------------------------------------------------------------------
-
-
-class FirstActivityClock(Interceptor):
-    """Records when each workflow's first activity starts (the bare side's "request")."""
-
-    def __init__(self) -> None:
-        self.first: dict[str, float] = {}
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _ClockInbound(next, self.first)
-
-
-class _ClockInbound(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, first: dict[str, float]) -> None:
-        super().__init__(next)
-        self._first = first
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        workflow_id = activity.info().workflow_id
-        if workflow_id is not None:
-            self._first.setdefault(workflow_id, time.time())
-        return await super().execute_activity(input)
 
 
 Starter = Callable[[str, int], Awaitable[WorkflowHandle[Any, Any]]]
@@ -663,19 +638,7 @@ async def run_once(
 
 
 def machine_facts() -> list[str]:
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    try:
-        out = subprocess.run(
-            [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
-        )
-        cli = out.stdout.strip() or "?"
-    except Exception:
-        cli = "?"
+    cpu, cli = cpu_model(), server_version()
 
     def ver(dist: str) -> str:
         try:
@@ -683,21 +646,7 @@ def machine_facts() -> list[str]:
         except PackageNotFoundError:
             return "not installed"
 
-    root = Path(__file__).resolve().parent.parent
-    git = ["git", "-C", str(root)]
-    try:
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "durable_subagents"],
-            capture_output=True,
-            text=True,
-        )
-        commit = head.stdout.strip() or "?"
-        commit += " + uncommitted changes to durable_subagents" if dirty.stdout.strip() else ""
-    except OSError:
-        commit = "?"
+    commit = code_commit()
     return [
         f"date        {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
         f"commit      {commit}",

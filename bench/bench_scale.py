@@ -40,7 +40,6 @@ import platform
 import resource
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +56,7 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     from aiohttp import web
+    from bench_core import code_commit, cpu_model, server_version
     from temporalio.api.enums.v1 import EventType, TaskQueueType
     from temporalio.api.history.v1 import HistoryEvent
     from temporalio.api.taskqueue.v1 import TaskQueue
@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents._connect import connect_client
     from durable_subagents.agents import resolve_agent
     from durable_subagents.config import Settings
-    from durable_subagents.dev import DevServer, free_port, temporal_binary
+    from durable_subagents.dev import DevServer, free_port
     from durable_subagents.testing import FakeOpenAIServer, FakeReply
     from durable_subagents.types import TaskResult
 
@@ -770,29 +770,7 @@ async def sample_phases(temporal: Client, ids: list[str], sample: int) -> dict[s
 
 
 def machine_facts() -> list[str]:
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    try:
-        out = subprocess.run(
-            [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
-        )
-        cli = out.stdout.strip() or "?"
-    except Exception:
-        cli = "?"
-    root = Path(__file__).resolve().parent.parent
-    git = ["git", "-C", str(root)]
-    try:
-        rev = [*git, "rev-parse", "--short", "HEAD"]
-        head = subprocess.run(rev, capture_output=True, text=True)
-        changed = [*git, "status", "--porcelain", "--", "durable_subagents"]
-        dirty = subprocess.run(changed, capture_output=True, text=True)
-        commit = head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
-    except OSError:
-        commit = "?"
+    cpu, cli, commit = cpu_model(), server_version(), code_commit(" + uncommitted changes")
     return [
         f"date        {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
         f"commit      {commit}",

@@ -7,6 +7,7 @@ Field names are part of recorded histories: add fields with defaults, never rena
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from datetime import datetime
@@ -193,6 +194,7 @@ class TaskState(BaseModel):
     """When the time limit started counting (the first run's start, by the server)."""
 
 
+@functools.cache
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     """The serialized default of each optional field of ``model``."""
     out: dict[str, Any] = {}
@@ -203,8 +205,17 @@ def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _strip(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+def _strip(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """``data`` (a serialized ``model``) without the fields that hold their default."""
+    defaults = _defaults(model)
     return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
+
+
+def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its ``tool_calls`` stripped of defaults, if it has any."""
+    if data.get("tool_calls"):
+        data = {**data, "tool_calls": [_strip(c, ToolCall) for c in data["tool_calls"]]}
+    return data
 
 
 class _Compact(BaseModel):
@@ -216,33 +227,12 @@ class _Compact(BaseModel):
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
+        data: dict[str, Any] = _strip_calls(handler(self))
         if "new_messages" in data:
-            data["new_messages"] = [_compact_message(m) for m in data["new_messages"]]
-        if "tool_calls" in data:
-            data["tool_calls"] = [_strip(c, _defaults_of(ToolCall)) for c in data["tool_calls"]]
+            data["new_messages"] = [_strip(_strip_calls(m), Message) for m in data["new_messages"]]
         if "call" in data:
-            data["call"] = _strip(data["call"], _defaults_of(ToolCall))
-        return _strip(data, _defaults_of(type(self)))
-
-
-def _compact_message(data: dict[str, Any]) -> dict[str, Any]:
-    if data.get("tool_calls"):
-        data = {
-            **data,
-            "tool_calls": [_strip(c, _defaults_of(ToolCall)) for c in data["tool_calls"]],
-        }
-    return _strip(data, _defaults_of(Message))
-
-
-_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {}
-
-
-def _defaults_of(model: type[BaseModel]) -> dict[str, Any]:
-    found = _DEFAULTS.get(model)
-    if found is None:
-        found = _DEFAULTS[model] = _defaults(model)
-    return found
+            data["call"] = _strip(data["call"], ToolCall)
+        return _strip(data, type(self))
 
 
 class ModelTurnInput(_Compact):

@@ -467,7 +467,7 @@ class SubagentWorkflow:
             agent_name=spec.name,
             extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
             known_tools=(
-                tools_digest(self._offered, sorted(self._read_only), self._sandbox)
+                tools_digest(self._offered, list(self._read_only), self._sandbox)
                 if self._offered
                 else None
             ),
