@@ -296,6 +296,7 @@ class Child:
         self.log = log
         self.env = {**os.environ, **(env or {})}
         self.proc: asyncio.subprocess.Process | None = None
+        self._drain: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int:
@@ -321,7 +322,22 @@ class Child:
             await self.stop()
             tail = self.log.read_text(errors="replace").splitlines()[-30:]
             raise RuntimeError(f"{self.argv[2]} did not start:\n" + "\n".join(tail))
+        self._drain = asyncio.create_task(self._copy_stdout())
         return line.decode().strip()
+
+    async def _copy_stdout(self) -> None:
+        """Copy what the child prints after its first line into its log.
+
+        Temporal core writes its warnings to stdout: a pipe nobody reads fills after
+        64 KB, and the next warning blocks the core thread that writes it, which stops
+        the worker's pollers without a word.
+        """
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        with self.log.open("ab") as log:
+            while chunk := await stdout.read(65536):
+                log.write(chunk)
+                log.flush()
 
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL after 15 s."""
@@ -336,6 +352,8 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+        if self._drain is not None:
+            await self._drain
 
 
 class BenchServer(DevServer):

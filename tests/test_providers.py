@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from temporalio.api.failure.v1 import Failure
@@ -75,10 +76,12 @@ def tool_transcript() -> list[Message]:
     ]
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["aiohttp", "httpx"])
+def clean_env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """No provider variables; the SDKs' HTTP transport is each of the two choices."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SUBAGENTS_MODEL_HTTP", request.param)
     clear_provider_cache()
 
 
@@ -284,6 +287,123 @@ async def test_openai_connection_refused_is_retryable(
     error = await failure(provider, "gpt-test")
     assert error.non_retryable is False
     assert "connection failed" in error.message
+
+
+class RawSSEServer:
+    """Answers every POST with one fixed SSE body; records each request's client port."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.ports: list[int] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> RawSSEServer:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.ports.append(peer[1] if peer else 0)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(self.body)
+        await response.write_eof()
+        return response
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"model": "gpt-raw", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def openai_over_raw_sse(
+    monkeypatch: pytest.MonkeyPatch, body: bytes, requests: int = 1
+) -> tuple[list[Any], RawSSEServer]:
+    """``requests`` turns of the OpenAI provider against a server sending ``body``."""
+    outcomes: list[Any] = []
+    async with RawSSEServer(body) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+        provider, _, _ = resolve_provider("openai:gpt-raw")
+        for _ in range(requests):
+            try:
+                outcomes.append(
+                    await provider.complete(ModelRequest(model="gpt-raw", messages=[user("x")]))
+                )
+            except ApplicationError as err:
+                outcomes.append(err)
+        await provider.aclose()  # type: ignore[attr-defined]
+    clear_provider_cache()
+    return outcomes, srv
+
+
+async def test_openai_reads_server_sent_events_as_the_format_allows(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CRLF lines, comments, ``event:`` and ``id:`` fields, ``data:`` with no space, one
+    event's JSON split over two ``data:`` lines, and a last event with no blank line."""
+    call = {"index": 0, "id": "call_1", "function": {"name": "grep", "arguments": '{"pat'}}
+    more = {"index": 0, "function": {"arguments": 'tern": "x"}'}}
+    counts = {"prompt_tokens": 7, "completion_tokens": 2}
+    usage = {"model": "gpt-raw", "choices": [], "usage": counts}
+    split = json.dumps(_chunk({"content": "Hel"})).replace(", ", ",\r\ndata: ", 1)
+    body = (
+        ": keep-alive\r\n\r\n"
+        f"event: message\r\nid: 1\r\ndata: {split}\r\n\r\n"
+        f"data:{json.dumps(_chunk({'content': 'lo'}))}\r\n\r\n"
+        f"data: {json.dumps(_chunk({'tool_calls': [call]}))}\n\n"
+        f"data: {json.dumps(_chunk({'tool_calls': [more]}, 'tool_calls'))}\n\n"
+        f"data: {json.dumps(usage)}"
+    ).encode()
+    [response], _ = await openai_over_raw_sse(monkeypatch, body)
+    assert response.text == "Hello"
+    assert response.tool_calls == [ToolCall(id="call_1", name="grep", arguments={"pattern": "x"})]
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (7, 2)
+    assert (response.stop_reason, response.model) == ("tool_calls", "gpt-raw")
+
+
+async def test_openai_keeps_the_connection_after_done(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is read to its end after ``[DONE]``, so the next turn reuses the
+    connection instead of opening one per turn."""
+    body = (f"data: {json.dumps(_chunk({'content': 'hi'}, 'stop'))}\n\ndata: [DONE]\n\n").encode()
+    responses, srv = await openai_over_raw_sse(monkeypatch, body, requests=3)
+    assert [r.text for r in responses] == ["hi", "hi", "hi"]
+    assert len(srv.ports) == 3 and len(set(srv.ports)) == 1, srv.ports
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (
+            {"error": {"message": "the server is overloaded", "type": "server_error"}},
+            "openai API error during the response: the server is overloaded (will retry)",
+        ),
+        ("{not json", "openai stream sent an event that is not JSON: '{not json' (will retry)"),
+    ],
+)
+async def test_openai_bad_events_inside_a_stream_are_retryable(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, event: Any, expected: str
+) -> None:
+    data = event if isinstance(event, str) else json.dumps(event)
+    body = f"data: {json.dumps(_chunk({'content': 'partial'}))}\n\ndata: {data}\n\n".encode()
+    [error], _ = await openai_over_raw_sse(monkeypatch, body)
+    assert isinstance(error, ApplicationError)
+    assert (error.type, error.non_retryable) == ("ModelUnavailable", False)
+    assert error.message == expected
 
 
 async def test_openai_cancel_closes_the_stream(

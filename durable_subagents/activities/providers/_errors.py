@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 import openai
@@ -241,15 +242,22 @@ def to_application_error(
             non_retryable=True,
         )
     if isinstance(exc, (*_CONNECTION_ERRORS, httpx2.TransportError)):
-        if isinstance(exc, _TIMEOUT_ERRORS):
+        # the SDKs say "Connection error."; the transport error under it says what broke,
+        # and under that aiohttp's own (its httpx adapter calls a refused connection
+        # a connect timeout)
+        cause = exc.__cause__ if isinstance(exc, _CONNECTION_ERRORS) else exc
+        cause = cause if isinstance(cause, Exception) else exc
+        timed_out = isinstance(exc, _TIMEOUT_ERRORS) or isinstance(cause, _TIMEOUT_ERRORS)
+        if isinstance(cause.__cause__, aiohttp.ClientError):
+            cause = cause.__cause__
+            timed_out = isinstance(cause, (aiohttp.ServerTimeoutError, TimeoutError))
+        if timed_out:
             kind = "timed out"
         elif streaming:
             kind = "connection lost during the response"
         else:
             kind = "connection failed"
-        # the SDKs say "Connection error."; the transport error under it says what broke
-        cause = exc.__cause__ if isinstance(exc, _CONNECTION_ERRORS) else exc
-        detail = _redact(_describe(cause if isinstance(cause, Exception) else exc), secrets)
+        detail = _redact(_describe(cause), secrets)
         return model_unavailable(f"{provider} API {kind}: {detail} (will retry)")
     if isinstance(exc, _API_ERRORS):
         detail = _redact(_server_message(getattr(exc, "body", None), str(exc)), secrets)

@@ -9,23 +9,40 @@ instead of the task taking half an answer for a whole one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+import json
+import os
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
+import aiohttp
 import anthropic
 import httpx2
 import openai
 
 from durable_subagents.types import ModelResponse
 
-from ._errors import empty_response_error, stalled_error, to_application_error, truncated_error
+from ._errors import (
+    empty_response_error,
+    model_unavailable,
+    stalled_error,
+    to_application_error,
+    truncated_error,
+)
 
-__all__ = ["StreamReader", "within"]
+__all__ = ["PerLoop", "SSEEvents", "StreamReader", "use_aiohttp", "within"]
 
 T = TypeVar("T")
+C = TypeVar("C")
 
-_STREAM_ERRORS = (openai.OpenAIError, anthropic.AnthropicError, httpx2.HTTPError)
-"""What reading a stream may raise: the SDKs wrap some transport errors, not all."""
+_STREAM_ERRORS = (
+    openai.OpenAIError,
+    anthropic.AnthropicError,
+    httpx2.HTTPError,
+    aiohttp.ClientError,
+)
+"""What reading a stream may raise: the SDKs wrap some transport errors, not all, and
+the aiohttp transport maps most of its own to httpx's."""
 
 
 async def within(
@@ -45,6 +62,114 @@ async def within(
         if limit.expired():
             raise error() from None
         raise
+
+
+def use_aiohttp() -> bool:
+    """Whether the model SDKs send over aiohttp (the default) or their own httpx pool.
+
+    ``SUBAGENTS_MODEL_HTTP=httpx`` picks the SDKs' default transport. aiohttp took about
+    half the CPU per streamed request with hundreds of requests in flight: httpx's pool
+    probes every idle connection's socket on each request.
+    """
+    return os.environ.get("SUBAGENTS_MODEL_HTTP", "").strip().lower() != "httpx"
+
+
+class PerLoop(Generic[C]):
+    """One SDK client per running event loop.
+
+    An HTTP session belongs to the loop it was made in, and a process may run more
+    than one loop in turn.
+    """
+
+    def __init__(self, make: Callable[[], C]) -> None:
+        self._make = make
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, C] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> C:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._make()
+        return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's client, if it made one."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()  # type: ignore[attr-defined]
+
+
+class SSEEvents:
+    """A streamed response's server-sent events, as decoded JSON objects.
+
+    The SDK sends the request (auth, headers, status errors) and hands over the raw
+    response (``with_streaming_response``); this reads its events: ``data:`` lines up
+    to a blank line make one event, ``data: [DONE]`` ends the stream, and an event
+    carrying ``error`` is an error sent inside the response (raised as ``error``, the
+    SDK's ``APIError``). Plain dicts cost a third of the SDK's event models, which
+    dominated a busy worker's CPU.
+    """
+
+    def __init__(
+        self, manager: Any, *, provider: str, error: type[openai.APIError | anthropic.APIError]
+    ) -> None:
+        self._manager = manager
+        self._provider = provider
+        self._error = error
+        self._response: Any = None
+        self._lines: AsyncIterator[str] | None = None
+
+    async def open(self) -> SSEEvents:
+        """Send the request; the SDK raises its errors (status, connection)."""
+        self._response = await self._manager.__aenter__()
+        self._lines = self._response.iter_lines()
+        return self
+
+    async def __aenter__(self) -> SSEEvents:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._manager.__aexit__(*exc)
+
+    async def __anext__(self) -> dict[str, Any]:
+        assert self._lines is not None, "open() first"
+        data: list[str] = []
+        async for line in self._lines:
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            elif not line and data:
+                break
+        if not data:
+            raise StopAsyncIteration
+        text = "\n".join(data)
+        if text.startswith("[DONE]"):
+            # read to the end: a response closed early also closes its connection
+            async for _ in self._lines:
+                pass
+            raise StopAsyncIteration
+        return self._event(text)
+
+    def _event(self, data: str) -> dict[str, Any]:
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            raise model_unavailable(
+                f"{self._provider} stream sent an event that is not JSON: {data[:200]!r} "
+                "(will retry)"
+            ) from None
+        if not isinstance(event, dict):
+            return {}
+        error = event.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            raise self._error(
+                message if isinstance(message, str) and message else "error in the stream",
+                self._response.http_request,
+                body=error,
+            )
+        return event
 
 
 class StreamReader:

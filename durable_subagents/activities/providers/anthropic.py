@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anthropic import AsyncAnthropic
+from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
 
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
-from ._stream import StreamReader
+from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from .openai import parse_arguments
 
 __all__ = ["AnthropicProvider", "to_anthropic_messages", "to_anthropic_tools"]
@@ -76,6 +76,15 @@ class _Block:
     start_input: dict[str, Any] = field(default_factory=dict)
 
 
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else 0
+
+
 @dataclass
 class _Accumulator:
     """Builds a ``ModelResponse`` out of raw Messages API stream events."""
@@ -89,45 +98,60 @@ class _Accumulator:
     """``message_stop`` arrived: the answer is complete."""
 
     def add(self, event: Any) -> None:
-        kind = event.type
+        """Take one stream event (its decoded JSON)."""
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
         if kind == "message_stop":
             self.stopped = True
         elif kind == "message_start":
-            message = event.message
-            self.model = message.model or self.model
-            self._usage(message.usage)
+            message = _dict(event.get("message"))
+            self.model = str(message.get("model") or self.model)
+            self._usage(message.get("usage"))
         elif kind == "content_block_start":
-            block = event.content_block
-            if block.type == "tool_use":
-                start = block.input if isinstance(block.input, dict) else {}
-                self.blocks[event.index] = _Block("tool_use", block.id, block.name, [], start)
-            elif block.type == "text":
-                self.blocks[event.index] = _Block("text", parts=[block.text or ""])
-            else:
-                self.blocks[event.index] = _Block(block.type)
+            self._start(_index(event), _dict(event.get("content_block")))
         elif kind == "content_block_delta":
-            target = self.blocks.setdefault(event.index, _Block("text"))
-            delta = event.delta
-            if delta.type == "text_delta":
-                target.parts.append(delta.text)
-            elif delta.type == "input_json_delta":
-                target.parts.append(delta.partial_json)
+            target = self.blocks.setdefault(_index(event), _Block("text"))
+            delta = _dict(event.get("delta"))
+            if delta.get("type") == "text_delta":
+                target.parts.append(str(delta.get("text") or ""))
+            elif delta.get("type") == "input_json_delta":
+                target.parts.append(str(delta.get("partial_json") or ""))
         elif kind == "message_delta":
-            if event.delta.stop_reason:
-                self.stop_reason = event.delta.stop_reason
-            self._usage(event.usage)
+            stop_reason = _dict(event.get("delta")).get("stop_reason")
+            if stop_reason:
+                self.stop_reason = str(stop_reason)
+            self._usage(event.get("usage"))
+
+    def _start(self, index: int, block: dict[str, Any]) -> None:
+        kind = str(block.get("type") or "")
+        if kind == "tool_use":
+            start = block.get("input")
+            self.blocks[index] = _Block(
+                "tool_use",
+                str(block.get("id") or ""),
+                str(block.get("name") or ""),
+                [],
+                start if isinstance(start, dict) else {},
+            )
+        elif kind == "text":
+            self.blocks[index] = _Block("text", parts=[str(block.get("text") or "")])
+        else:
+            self.blocks[index] = _Block(kind)
 
     def _usage(self, usage: Any) -> None:
-        if usage is None:
+        if not isinstance(usage, dict):
             return
         inputs = [
-            getattr(usage, name, None)
+            usage.get(name)
             for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         ]
-        if any(value is not None for value in inputs):
-            self.input_tokens = max(self.input_tokens, sum(value or 0 for value in inputs))
-        if getattr(usage, "output_tokens", None) is not None:
-            self.output_tokens = usage.output_tokens
+        if any(isinstance(value, int) for value in inputs):
+            self.input_tokens = max(
+                self.input_tokens, sum(value for value in inputs if isinstance(value, int))
+            )
+        if isinstance(usage.get("output_tokens"), int):
+            self.output_tokens = usage["output_tokens"]
 
     def response(self) -> ModelResponse:
         text: list[str] = []
@@ -168,7 +192,14 @@ class AnthropicProvider:
         self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
     ) -> None:
         self._key = api_key
-        self._client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0)
+        self._clients = PerLoop(
+            lambda: AsyncAnthropic(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                http_client=DefaultAioHttpClient() if use_aiohttp() else None,
+            )
+        )
         self.idle_timeout = idle_timeout
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -204,11 +235,19 @@ class AnthropicProvider:
             secrets=[self._key],
             idle_timeout=self.idle_timeout,
         )
-        await reader.read(lambda: self._client.messages.create(**params), accumulator.add)
+        client = self._clients.get()
+        await reader.read(
+            lambda: SSEEvents(
+                client.messages.with_streaming_response.create(**params),
+                provider="anthropic",
+                error=APIError,
+            ).open(),
+            accumulator.add,
+        )
         return reader.check(
             accumulator.response(), finished=accumulator.stopped, what="message_stop"
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
+        """Close the HTTP client of the running event loop."""
+        await self._clients.aclose()
