@@ -52,27 +52,25 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
+from aiohttp import web
+from bench_core import code_commit, cpu_model, server_version
+from peers.scale_bare import BareScaleWorkflow, bare_model, bare_tool
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-with workflow.unsafe.imports_passed_through():
-    from aiohttp import web
-    from bench_core import code_commit, cpu_model, server_version
-    from temporalio.api.enums.v1 import EventType, TaskQueueType
-    from temporalio.api.history.v1 import HistoryEvent
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-    from temporalio.client import Client, WorkflowExecutionStatus
-    from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
-    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-
-    from durable_subagents import SubagentClient, TaskStatus
-    from durable_subagents._blobstore import LocalBlobStore
-    from durable_subagents._connect import connect_client
-    from durable_subagents.agents import resolve_agent
-    from durable_subagents.config import Settings
-    from durable_subagents.dev import DevServer, free_port
-    from durable_subagents.testing import FakeOpenAIServer, FakeReply
-    from durable_subagents.types import TaskResult
+from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents._connect import connect_client
+from durable_subagents.agents import resolve_agent
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import FakeOpenAIServer, FakeReply
+from durable_subagents.types import TaskResult
 
 AGENT = "explore"
 MODEL = "openai:bench-scale"
@@ -161,41 +159,6 @@ async def serve_model(args: argparse.Namespace) -> None:
     print(f"port {server.port}", flush=True)
     await stop.wait()
     await server.close()
-
-
-# ---------------------------------------------------------------------- the bare side
-
-
-@activity.defn(name="bare_model")
-async def bare_model(latency: float) -> str:
-    """The bare side's model call: waits as long as the model server does."""
-    await asyncio.sleep(latency)
-    return "tool_call"
-
-
-@activity.defn(name="bare_tool")
-async def bare_tool(step: int) -> int:
-    """The bare side's tool call: returns at once."""
-    return step
-
-
-@workflow.defn(name="BareScaleWorkflow")
-class BareScaleWorkflow:
-    """Per turn a model activity then a tool activity; then a final model activity."""
-
-    @workflow.run
-    async def run(self, turns: int, latency: float, local_tool: bool = False) -> int:
-        timeout = timedelta(minutes=10)
-        for step in range(turns):
-            await workflow.execute_activity(bare_model, latency, start_to_close_timeout=timeout)
-            if local_tool:
-                await workflow.execute_local_activity(
-                    bare_tool, step, start_to_close_timeout=timeout
-                )
-            else:
-                await workflow.execute_activity(bare_tool, step, start_to_close_timeout=timeout)
-        await workflow.execute_activity(bare_model, latency, start_to_close_timeout=timeout)
-        return turns + 1
 
 
 # ---------------------------------------------------------------------- worker processes

@@ -9,6 +9,7 @@ retried activity that writes again writes nothing new.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -149,14 +150,30 @@ class LocalBlobStore:
             self._cache_size -= len(old)
 
 
+_TEMP_NAMES = itertools.count()
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temp file beside ``path``, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    """Write to a temp file beside ``path``, then rename: readers never see half a file.
+
+    The directory is made only when the first write into it finds none (a worker writes
+    a few files per turn; a ``mkdir`` and a random temp name each time showed in its
+    profile).
+    """
+    tmp = path.parent / f".tmp-{os.getpid()}-{next(_TEMP_NAMES)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:  # left by a crashed process that had the same pid
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
