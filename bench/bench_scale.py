@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -391,6 +392,8 @@ class Run:
     phases: dict[str, float] = field(default_factory=dict)
     stall: str = ""
     """What happened when no task finished for ``--stall`` seconds (empty: it never did)."""
+    log_lines: Counter[str] = field(default_factory=Counter)
+    """Warnings and errors in the worker's log, counted by kind."""
 
     @property
     def completed(self) -> int:
@@ -536,9 +539,27 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
     finally:
         for child in [worker, *rescuers]:
             await child.stop()
+        run.log_lines = log_kinds(log)
     await tally(bench.temporal, queue, run)
     run.phases = await sample_phases(bench.temporal, ids, args.sample)
     return run
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_LEVEL = re.compile(r"\b(WARN|WARNING|ERROR)\b\s*(.*)")
+_IDS = re.compile(r"[0-9a-f]{8}-[0-9a-f-]{27,}(:\d+)*|\b\d+\b")
+
+
+def log_kinds(log: Path) -> Counter[str]:
+    """Warning and error lines of a worker log, counted by message (ids and numbers out)."""
+    kinds: Counter[str] = Counter()
+    if not log.exists():
+        return kinds
+    for line in log.read_text(errors="replace").splitlines():
+        match = _LEVEL.search(_ANSI.sub("", line))
+        if match:
+            kinds[_IDS.sub("N", f"{match[1]} {match[2]}")[:140]] += 1
+    return kinds
 
 
 async def watch(
@@ -850,6 +871,8 @@ def report(runs: list[Run]) -> None:
             phase_rows,
         )
     for r in runs:
+        for kind, count in r.log_lines.most_common(5):
+            print(f"{r.tasks} {r.side} worker log: {count} x {kind}")
         if r.stall:
             print(f"{r.tasks} {r.side}: {r.stall}")
         if r.wrong:

@@ -263,6 +263,23 @@ def worker(
             max=60,
         ),
     ] = None,
+    max_activities: Annotated[
+        int | None,
+        typer.Option(
+            help="Model turns and tool calls run at once (SUBAGENTS_MAX_ACTIVITIES; default 100)",
+            min=1,
+            max=100_000,
+        ),
+    ] = None,
+    max_cached_tasks: Annotated[
+        int | None,
+        typer.Option(
+            help="Running tasks kept in memory; others are replayed at their next step "
+            "(SUBAGENTS_MAX_CACHED_TASKS; default 1000)",
+            min=1,
+            max=1_000_000,
+        ),
+    ] = None,
 ) -> None:
     """Run a worker against an existing Temporal server."""
     from durable_subagents.worker import run_worker
@@ -273,6 +290,8 @@ def worker(
         task_queue,
         workspace=workspace,
         sticky_queue_timeout=sticky_queue_timeout,
+        max_activities=max_activities,
+        max_cached_tasks=max_cached_tasks,
     )
     ready = asyncio.Event()
 

@@ -152,6 +152,25 @@ class Settings(BaseSettings):
     worker may take it: after a worker crash, its replacement picks tasks up this soon
     (1 is fine on a quiet deployment; longer keeps more tasks on warm workers)."""
 
+    max_activities: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        validation_alias=AliasChoices("SUBAGENTS_MAX_ACTIVITIES", "max_activities"),
+    )
+    """Model turns and tool calls one worker runs at once (besides the reads it runs as
+    local activities). Each model turn in flight holds one, so this caps a worker's
+    turns per second at this many over the model's latency."""
+    max_cached_tasks: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        validation_alias=AliasChoices("SUBAGENTS_MAX_CACHED_TASKS", "max_cached_tasks"),
+    )
+    """Running tasks a worker keeps in memory (Temporal's sticky cache, ~100 KB each).
+    A task pushed out is replayed from its history at its next step: keep this at
+    least the number of tasks one worker runs at once."""
+
     @field_validator("tool_sandbox")
     @classmethod
     def _known_sandbox(cls, value: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -254,3 +255,29 @@ async def test_malformed_tool_arguments_never_break_the_workflow(
     assert len(tool_msgs) == 6
     assert tool_msgs[2].is_error and "command" in tool_msgs[2].content
     assert tool_msgs[3].is_error
+
+
+async def test_max_activities_bounds_the_model_turns_in_flight(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """``SUBAGENTS_MAX_ACTIVITIES=1``: three tasks' model turns run one after another."""
+    one = settings.model_copy(update={"max_activities": 1})
+    model = script({"text": "slow answer", "delay": 0.5})
+    async with create_worker(temporal_client, one):
+        ids = [await client.spawn_task("explore", f"task {i}", model=model) for i in range(3)]
+        for task_id in ids:
+            info = await client.check_task(task_id, wait=True, timeout=60)
+            assert info.status == TaskStatus.COMPLETED, info.error
+    spans = []
+    for task_id in ids:
+        started = None
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events():
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started = e.event_time.ToDatetime()
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                assert started is not None
+                spans.append((started, e.event_time.ToDatetime()))
+    assert len(spans) == 3
+    spans.sort()
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end, spans  # never two at once

@@ -54,7 +54,7 @@ def create_worker(
     task_queue: str | None = None,
     tools: ToolRegistry | None = None,
     workflows: Sequence[type] = (),
-    max_concurrent_activities: int = 100,
+    max_concurrent_activities: int | None = None,
     sticky_queue_timeout: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
     **worker_options: Any,
@@ -68,7 +68,8 @@ def create_worker(
         tools: The tools to offer (default: the built-ins).
         workflows: Your own workflows to run on this worker too (e.g. ones that start
             subagents with ``start_subagent``).
-        max_concurrent_activities: Model turns and tool calls run at once.
+        max_concurrent_activities: Model turns and tool calls run at once (default:
+            ``settings.max_activities``).
         sticky_queue_timeout: How long a workflow task waits on this worker's sticky
             queue before any worker may take it (default: ``settings.sticky_queue_timeout``;
             short means a replacement worker picks a crashed worker's tasks up fast).
@@ -99,6 +100,7 @@ def create_worker(
         ),
     )
     worker_options.setdefault("workflow_runner", workflow_runner())
+    worker_options.setdefault("max_cached_workflows", settings.max_cached_tasks)
     # Heartbeats carry cancellation: throttled to 0.8 x the heartbeat timeout by default
     # (8 s for tools), a cancel took that long to reach a running command.
     worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
@@ -108,7 +110,7 @@ def create_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[SubagentWorkflow, *workflows],
         activities=activities.activities,
-        max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_activities=max_concurrent_activities or settings.max_activities,
         sticky_queue_schedule_to_start_timeout=sticky_queue_timeout
         or timedelta(seconds=settings.sticky_queue_timeout),
         graceful_shutdown_timeout=timedelta(seconds=5),
