@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus
 from durable_subagents.activities.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
@@ -172,6 +172,31 @@ async def test_watch_reports_turns_tools_and_close(client: SubagentClient, worke
     assert [e.turn for e in events if e.kind == "turn"] == [1, 2]
     assert "tool_started" in kinds and "tool_finished" in kinds
     assert any(e.kind == "status" and e.status == TaskStatus.RUNNING for e in events)
+
+
+async def test_watch_reports_a_cancelled_tool_call(client: SubagentClient, worker: None) -> None:
+    """A cancelled call ends as ``tool_finished`` with ``error="cancelled"``, live and on
+    every later watch (it had raised AttributeError)."""
+    call = {"name": "bash", "arguments": {"command": "echo started; sleep 60"}}
+    task_id = await client.spawn_task("general", "run it", model=script({"tool_calls": [call]}))
+    live: list[TaskEvent] = []
+
+    async def follow() -> None:
+        async for event in client.watch(task_id):
+            live.append(event)
+
+    follower = asyncio.create_task(follow())
+    deadline = asyncio.get_running_loop().time() + 30
+    while not any(e.kind == "tool_started" for e in live):
+        assert asyncio.get_running_loop().time() < deadline, live
+        await asyncio.sleep(0.1)
+    await client.cancel_task(task_id)
+    await asyncio.wait_for(follower, 30)
+    again = [e async for e in client.watch(task_id)]
+    for events in (live, again):
+        [finished] = [e for e in events if e.kind == "tool_finished"]
+        assert (finished.tool, finished.error) == ("bash", "cancelled")
+        assert events[-1].kind == "closed" and events[-1].status == TaskStatus.CANCELLED
 
 
 async def _eventually(fetch, timeout: float = 10.0):  # type: ignore[no-untyped-def]

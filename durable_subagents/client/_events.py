@@ -61,14 +61,13 @@ async def history_events(
                 attrs = getattr(event, _ACTIVITY_DONE[kind])
                 name, summary = scheduled.get(attrs.scheduled_event_id, ("", ""))
                 if name == "run_tool":
-                    failed = kind != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
                     yield TaskEvent(
                         kind="tool_finished",
                         task_id=task_id,
                         time=time,
                         tool=summary.split(" · ")[0],
                         summary=summary,
-                        error=kind.name if failed else None,  # type: ignore[attr-defined]
+                        error=_call_error(kind, attrs),
                     )
             elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
                 for tool_event in _local_tool_events(task_id, time, event, converter):
@@ -104,6 +103,18 @@ async def history_events(
         if next_run is None:
             return
         run_id = next_run
+
+
+def _call_error(kind: int, attrs: Any) -> str | None:
+    """How an ordinary tool-call activity ended, if not completed."""
+    if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+        return "cancelled"
+    if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+        return "timed out"
+    if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+        message = attrs.failure.message if attrs.HasField("failure") else ""
+        return f"failed: {message}" if message else "failed"
+    return None
 
 
 def _local_tool_events(
