@@ -8,7 +8,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_subagents._telemetry import tracing_enabled, tracing_plugin
-from durable_subagents.errors import TemporalUnavailable
+from durable_subagents.errors import InvalidRequest, TemporalUnavailable
 
 
 async def connect_client(
@@ -26,6 +26,7 @@ async def connect_client(
         **kwargs: Passed to ``temporalio.client.Client.connect``.
 
     Raises:
+        InvalidRequest: ``address`` is not a ``host:port``.
         TemporalUnavailable: the server did not answer on ``address``.
     """
     if tracing_enabled(tracing):
@@ -34,6 +35,11 @@ async def connect_client(
         return await Client.connect(
             address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
         )
+    except ValueError as err:
+        raise InvalidRequest(
+            f"{address!r} is not a Temporal address ({err}); give host:port, e.g. "
+            "localhost:7233 (--address or TEMPORAL_ADDRESS)"
+        ) from None
     except RuntimeError as err:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {address} (namespace {namespace!r}): {err}. "

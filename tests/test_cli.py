@@ -322,6 +322,14 @@ def test_unreachable_server_names_the_address_and_subagents_dev(tmp_path: Path) 
     assert "127.0.0.1:1" in spawn.flat_err and "subagents dev" in spawn.flat_err
 
 
+@pytest.mark.parametrize("address", ["localhost:abc", "not a host"])
+def test_a_malformed_address_is_one_line(tmp_path: Path, address: str) -> None:
+    result = failed(run("ls", "--address", address, env=_env(tmp_path)))
+    assert "Traceback" not in result.err and result.err.count("\n") == 1, result.err
+    assert f"{address!r} is not a Temporal address" in result.flat_err
+    assert "host:port" in result.flat_err
+
+
 def test_bad_status_is_a_usage_error(env: dict[str, str]) -> None:
     result = run("ls", "--status", "bogus", env=env)
     assert result.code == 2
