@@ -206,7 +206,7 @@ def _print_info(info: TaskInfo, as_json: bool, arguments: Arguments | None = Non
     )
     if info.error:
         console.print(f"  [red]error:[/red] {info.error}")
-    if info.pending_approvals:
+    if info.pending_approvals and info.status == TaskStatus.PAUSED:
         _print_pending(info, arguments)
     if info.result:
         console.print()

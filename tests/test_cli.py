@@ -703,6 +703,16 @@ async def test_send_to_a_cancelled_task_is_refused(env: dict[str, str], worker: 
     assert ok(await arun("check", task_id, "--json", env=env)).json()["status"] == "cancelled"
 
 
+async def test_cancel_no_wait_of_a_paused_task_offers_no_decision(
+    env: dict[str, str], worker: None
+) -> None:
+    task_id = await _spawn_asking(script({"tool_calls": [_bash("echo hi")]}, {"text": "x"}), env)
+    await _paused(task_id, env)
+    out = ok(await arun("cancel", task_id, "--no-wait", env=env)).out
+    assert "cancelling" in out or "cancelled" in out, out
+    assert "decide with one of" not in out and "subagents approve" not in out, out
+
+
 async def test_check_shows_the_full_arguments_of_pending_calls(
     env: dict[str, str], worker: None, tmp_path: Path
 ) -> None:
