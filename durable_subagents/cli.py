@@ -37,6 +37,8 @@ app = typer.Typer(
     help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
     no_args_is_help=True,
     add_completion=False,
+    # help texts are plain: "[env TEMPORAL_ADDRESS; ...]" must not be read as Rich markup
+    rich_markup_mode=None,
 )
 console = Console()
 err_console = Console(stderr=True)

@@ -322,6 +322,14 @@ def test_unreachable_server_names_the_address_and_subagents_dev(tmp_path: Path) 
     assert "127.0.0.1:1" in spawn.flat_err and "subagents dev" in spawn.flat_err
 
 
+def test_help_keeps_bracketed_text(tmp_path: Path) -> None:
+    out = " ".join(ok(run("ls", "--help", env=_env(tmp_path))).out.split())
+    assert "[env TEMPORAL_ADDRESS; localhost:7233]" in out
+    assert "[env SUBAGENTS_TASK_QUEUE; subagents]" in out
+    dev = " ".join(ok(run("dev", "--help", env=_env(tmp_path))).out.split())
+    assert "[default: per-user data dir]" in dev
+
+
 @pytest.mark.parametrize("address", ["localhost:abc", "not a host"])
 def test_a_malformed_address_is_one_line(tmp_path: Path, address: str) -> None:
     result = failed(run("ls", "--address", address, env=_env(tmp_path)))
