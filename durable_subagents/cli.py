@@ -130,6 +130,12 @@ def _run(coro: Awaitable[T]) -> T:
     return result
 
 
+def _exit_if_unsuccessful(status: TaskStatus | None) -> None:
+    """``--wait`` ends with exit code 1 when the task failed, timed out or was cancelled."""
+    if status in (TaskStatus.FAILED, TaskStatus.TIMED_OUT, TaskStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
 async def _client(settings: Settings) -> SubagentClient:
     # Only spawning resolves agents: a broken agent file must not block check or cancel.
     return await SubagentClient.connect(settings=settings, agents={})
@@ -353,7 +359,7 @@ def spawn(
     """Spawn a subagent task and print its id."""
     text = sys.stdin.read() if prompt == "-" else prompt
 
-    async def main() -> None:
+    async def main() -> TaskStatus | None:
         settings = _settings(address, namespace, task_queue)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(
@@ -376,12 +382,14 @@ def spawn(
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)
             _print_info(info, as_json, await client.pending_arguments(info))
-        elif as_json:
+            return info.status
+        if as_json:
             print(json.dumps({"id": tid}))
         else:
             console.print(tid)
+        return None
 
-    _run(main())
+    _exit_if_unsuccessful(_run(main()))
 
 
 def _rules(specs: list[str] | None, action: str) -> list[dict[str, str]]:
@@ -408,12 +416,15 @@ def check(
 ) -> None:
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
 
-    async def main() -> None:
+    async def main() -> TaskStatus:
         client = await _client(_settings(address, namespace, task_queue))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         _print_info(info, as_json, await client.pending_arguments(info))
+        return info.status
 
-    _run(main())
+    status = _run(main())
+    if wait:
+        _exit_if_unsuccessful(status)
 
 
 @app.command()

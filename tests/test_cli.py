@@ -696,6 +696,19 @@ async def test_send_steers_a_paused_task_then_continues_it_when_completed(
     assert (last.role, last.content) == ("user", "and the second?")
 
 
+async def test_wait_exits_1_for_a_failed_task(env: dict[str, str], worker: None) -> None:
+    """A task whose model fails for good: ``spawn --wait`` and ``check --wait`` print it
+    and exit 1, so a script sees the failure."""
+    bad = "scripted:@/no/such/script.json"  # the worker refuses it: the task fails
+    spawned = await arun("spawn", "explore", "fail", "--model", bad, "--wait", "--json", env=env)
+    assert spawned.code == 1, spawned
+    info = spawned.json()
+    assert info["status"] == "failed" and info["error"]
+    checked = await arun("check", info["id"], "--wait", "--json", env=env)
+    assert checked.code == 1 and checked.json()["status"] == "failed"
+    assert ok(await arun("check", info["id"], "--json", env=env)).json()["status"] == "failed"
+
+
 async def test_send_to_a_cancelled_task_is_refused(env: dict[str, str], worker: None) -> None:
     spawned = ok(
         await arun(
