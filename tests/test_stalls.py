@@ -103,16 +103,22 @@ async def test_a_stalled_task_leaves_other_tasks_on_time(
             30,
             "the attacker's calls to block",
         )
-        started = time.monotonic()
-        reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
-        bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
-        info = await client.check_task(bystander, wait=True, timeout=30)
-        assert info.status == TaskStatus.COMPLETED and info.result == "ok"
-        assert time.monotonic() - started < 10
+        bystander = await _bystander_reads_on_time(client, wait=30)
         outputs = [m.content for m in await client.get_transcript(bystander) if m.role == "tool"]
         assert all("the bystander reads this" in o for o in outputs)
 
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+
+
+async def _bystander_reads_on_time(client: SubagentClient, *, wait: float) -> str:
+    """A task of three ``read_file`` turns completes within 10 s; its id."""
+    started = time.monotonic()
+    reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
+    bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
+    info = await client.check_task(bystander, wait=True, timeout=wait)
+    assert info.status == TaskStatus.COMPLETED and info.result == "ok"
+    assert time.monotonic() - started < 10
+    return bystander
 
 
 async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
@@ -161,10 +167,5 @@ async def test_many_slow_local_reads_leave_other_tasks_on_time(
         while _THREADS.running(attacker) < MAX_THREADS_PER_TASK:
             assert time.monotonic() - started < 30, "the searches never started"
             await asyncio.sleep(0.05)
-        started = time.monotonic()
-        reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
-        bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
-        info = await client.check_task(bystander, wait=True, timeout=60)
-        assert info.status == TaskStatus.COMPLETED and info.result == "ok"
-        assert time.monotonic() - started < 10
+        await _bystander_reads_on_time(client, wait=60)
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED

@@ -97,10 +97,8 @@ class _Accumulator:
     stopped: bool = False
     """``message_stop`` arrived: the answer is complete."""
 
-    def add(self, event: Any) -> None:
-        """Take one stream event (its decoded JSON)."""
-        if not isinstance(event, dict):
-            return
+    def add(self, event: dict[str, Any]) -> None:
+        """Take one stream event (an event of ``SSEEvents``: always a dict)."""
         kind = event.get("type")
         if kind == "message_stop":
             self.stopped = True

@@ -99,9 +99,8 @@ class _Accumulator:
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
 
-    def add(self, chunk: Any) -> None:
-        if not isinstance(chunk, dict):
-            return
+    def add(self, chunk: dict[str, Any]) -> None:
+        """Take one chunk (an event of ``SSEEvents``: always a dict)."""
         if chunk.get("model"):
             self.model = str(chunk["model"])
         usage = chunk.get("usage")
