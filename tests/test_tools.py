@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,38 @@ async def sample(ctx: ToolContext, path: str, count: int = 3, tags: list[str] | 
         Something.
     """
     return f"{ctx.task_id}:{path}:{count}:{tags}"
+
+
+async def test_an_abandoned_call_that_fails_later_logs_nothing(tmp_path: Path) -> None:
+    """The awaiter is cancelled; the thread then raises: nobody reads that error, and
+    asyncio must not log "Future exception was never retrieved" for it."""
+    release = threading.Event()
+
+    @tool
+    def slow(ctx: ToolContext) -> str:
+        """Wait, then fail."""
+        release.wait(10)
+        raise ToolError("failed after its caller left")
+
+    loop = asyncio.get_running_loop()
+    logged: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        call = asyncio.create_task(slow.run(context(tmp_path), {}))
+        await asyncio.sleep(0.2)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        release.set()
+        for _ in range(50):  # the thread settles the future through the loop
+            await asyncio.sleep(0.02)
+        del call
+        gc.collect()
+        await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(previous)
+    assert logged == []
 
 
 def test_schema_from_signature_and_docstring() -> None:

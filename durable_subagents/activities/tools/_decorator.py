@@ -236,6 +236,9 @@ class Tool:
             await asyncio.sleep(0.05)
         ctx._deadline = time.monotonic() + ctx.time_limit - (loop.time() - started)
         done: asyncio.Future[Any] = loop.create_future()
+        # A call whose awaiter was cancelled or timed out ends with nobody to read its
+        # error: mark it read, or asyncio logs a traceback per abandoned call.
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
 
         def settle(result: Any, error: Exception | None) -> None:
             if done.done():
