@@ -631,17 +631,47 @@ def watch(
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
+    ] = False,
 ) -> None:
-    """Follow a task's turns, tool calls and status until it closes."""
+    """Follow a task until it closes: the model's text as it streams, turns, tool calls,
+    input, decisions and status."""
 
     async def main() -> None:
         client = await _client(_settings(address, namespace, task_queue))
+        in_text = False
         async for event in client.watch(task_id):
+            if as_json:
+                print(event.model_dump_json(exclude_none=True), flush=True)
+                continue
             when = event.time.strftime("%H:%M:%S") if event.time else ""
+            if event.kind == "text" and event.text is not None:
+                restarted = event.summary == "restarted"
+                if not in_text or restarted:
+                    if in_text:
+                        console.line()
+                    head = "[restarted] " if restarted else ""
+                    console.print(f"{when} {'text':<13} {head}", end="", markup=False)
+                    in_text = True
+                body = event.text.replace("\n", "\n" + " " * _TEXT_INDENT)
+                console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+                console.file.flush()
+                continue
+            if in_text:
+                console.line()
+                in_text = False
             detail = event.summary or (event.status.value if event.status else "")
+            if event.error:
+                detail = f"{detail} ({event.error})" if detail else event.error
             console.print(f"{when} {event.kind:<13} {detail}", markup=False, highlight=False)
+            console.file.flush()
 
     _run(main())
+
+
+_TEXT_INDENT = len("00:00:00 ") + 14
+"""Where a streamed text's further lines start in ``watch``: under its first line."""
 
 
 @app.command()

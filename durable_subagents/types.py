@@ -436,10 +436,18 @@ class TaskInfo(BaseModel):
 
 
 class TaskEvent(BaseModel):
-    """One event of ``SubagentClient.watch``."""
+    """One event of ``SubagentClient.watch``.
+
+    A model turn shows as its ``text`` events (the answer as it streams: each carries
+    the new piece), then one ``turn`` event when the turn is recorded (``error`` set if
+    it failed); then the turn's tool calls. The ``text`` pieces of a turn add up to its
+    answer; a piece with ``summary="restarted"`` starts that text over (the model call
+    was retried after part of an answer was shown).
+    """
 
     kind: Literal[
         "status",
+        "text",
         "turn",
         "tool_started",
         "tool_finished",
@@ -455,6 +463,8 @@ class TaskEvent(BaseModel):
     tool: str | None = None
     summary: str | None = None
     error: str | None = None
+    text: str | None = None
+    """A ``text`` event's new piece of the turn's answer."""
 
 
 TaskInput.model_rebuild()

@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_subagents import policy
 from durable_subagents._blobstore import BlobStore
+from durable_subagents._live import LiveText
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import Transcript
 from durable_subagents.activities.providers import model_unavailable, resolve_provider, within
@@ -150,12 +151,13 @@ class SubagentActivities:
             tools=[*self.tools.specs(offered), *input.extra_tools],
             max_tokens=input.max_tokens,
         )
+        live = LiveText(input.turn, activity.info().attempt)
         try:
-            async with _heartbeating():
+            async with _heartbeating(live):
                 # The provider's idle watchdog catches a stalled stream; this limit
                 # catches one that trickles on forever.
                 response = await within(
-                    provider.complete(request),
+                    provider.complete(request, on_text=live.add),
                     self.model_turn_timeout,
                     lambda: model_unavailable(
                         f"the model turn took longer than {self.model_turn_timeout:g}s "
@@ -396,21 +398,38 @@ def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
     return out
 
 
-def _heartbeat() -> None:
+def _heartbeat(*details: Any) -> None:
     with contextlib.suppress(RuntimeError):
         if not activity.info().is_local:  # a local activity's workflow task beats for it
-            activity.heartbeat()
+            activity.heartbeat(*details)
+
+
+LIVE_EVERY = 0.25
+"""Seconds between looks for new live text (the worker sends at most one heartbeat a
+second and keeps the latest details for the next)."""
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
-    """Heartbeat in the background so a stalled call still notices cancellation."""
+async def _heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
+    """Heartbeat in the background so a stalled call still notices cancellation.
+
+    With ``live``, every heartbeat carries the model's text so far (see ``_live``).
+    """
 
     async def beat() -> None:
         # Sleep first: a call that ends within a second costs no heartbeat round trip.
+        await asyncio.sleep(HEARTBEAT_EVERY)
+        since = HEARTBEAT_EVERY
         while True:
-            await asyncio.sleep(HEARTBEAT_EVERY)
-            _heartbeat()
+            if live is not None and (live.changed or since >= HEARTBEAT_EVERY):
+                _heartbeat(live.details())
+                since = 0.0
+            elif live is None:
+                _heartbeat()
+                since = 0.0
+            step = LIVE_EVERY if live is not None else HEARTBEAT_EVERY
+            await asyncio.sleep(step)
+            since += step
 
     task = asyncio.create_task(beat())
     try:

@@ -32,7 +32,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobNotFound, BlobStore
+from durable_subagents._blobstore import BlobCorrupt, BlobNotFound, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._spawn import (
     build_task_input,
@@ -651,13 +651,27 @@ class SubagentClient:
         return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
 
     async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
-        """Events of a task as they happen (status, turns, tool calls) until it closes.
+        """Events of a task as they happen until it closes.
+
+        Each model turn's answer streams as ``text`` events (new pieces, read from the
+        turn's heartbeats while it runs, completed from its recorded result), then a
+        ``turn`` event; then tool calls, input and decisions received, status changes
+        and, last, ``closed``. A finished task's events replay the same way.
 
         Raises:
             TaskNotFound: no task has this id.
         """
         info = await self._info(task_id)
-        async for event in history_events(self.temporal, task_id, info.run_id):
+
+        async def resolve(ref: str) -> str | None:
+            if self.transcript is None:
+                return None
+            try:
+                return self.transcript.store.get(task_id, ref).decode("utf-8", "replace")
+            except (BlobNotFound, BlobCorrupt):
+                return None
+
+        async for event in history_events(self.temporal, task_id, info.run_id, resolve):
             yield event
 
     # ------------------------------------------------------------------ internals

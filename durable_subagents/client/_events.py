@@ -10,6 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
+from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
 from durable_subagents.types import Decisions, TaskEvent, TaskStatus
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {
@@ -28,16 +29,29 @@ _ACTIVITY_DONE = {
 
 
 async def history_events(
-    client: Client, task_id: str, run_id: str | None
+    client: Client,
+    task_id: str,
+    run_id: str | None,
+    resolve_text: TextResolver | None = None,
 ) -> AsyncIterator[TaskEvent]:
-    """Translate history events into ``TaskEvent``s, following continue-as-new."""
+    """Translate history events into ``TaskEvent``s, following continue-as-new.
+
+    While a model turn is open, its live text is polled in between (see ``_live``).
+    """
     converter = client.data_converter.payload_converter
     status: TaskStatus | None = None
+    live = LiveTurn(client, task_id, resolve_text)
     while True:
         handle = client.get_workflow_handle(task_id, run_id=run_id)
+        live.run_id = run_id
         scheduled: dict[int, tuple[str, str]] = {}
         next_run: str | None = None
-        async for event in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
+        history = handle.fetch_history_events(wait_new_event=True, skip_archival=True)
+        async for event in ticking(history, LIVE_POLL, lambda: live.open is not None):
+            if event is None:
+                for text_event in await live.poll():
+                    yield text_event
+                continue
             time = event.event_time.ToDatetime() if event.HasField("event_time") else None
             kind = event.event_type
             if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -45,10 +59,7 @@ async def history_events(
                 summary = _summary(event, converter)
                 scheduled[event.event_id] = (attrs.activity_type.name, summary)
                 if attrs.activity_type.name == "model_turn":
-                    turn = _turn_of(summary)
-                    yield TaskEvent(
-                        kind="turn", task_id=task_id, time=time, turn=turn, summary=summary
-                    )
+                    live.start(event.event_id, _turn_of(summary))
                 else:
                     yield TaskEvent(
                         kind="tool_started",
@@ -60,7 +71,20 @@ async def history_events(
             elif kind in _ACTIVITY_DONE:
                 attrs = getattr(event, _ACTIVITY_DONE[kind])
                 name, summary = scheduled.get(attrs.scheduled_event_id, ("", ""))
-                if name == "run_tool":
+                if name == "model_turn":
+                    completed = kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    result = await _result(client, attrs) if completed else None
+                    for text_event in await live.finish(result):
+                        yield text_event
+                    yield TaskEvent(
+                        kind="turn",
+                        task_id=task_id,
+                        time=time,
+                        turn=_turn_of(summary),
+                        summary=summary,
+                        error=None if completed else _call_error(kind, attrs),
+                    )
+                elif name == "run_tool":
                     yield TaskEvent(
                         kind="tool_finished",
                         task_id=task_id,
@@ -105,8 +129,20 @@ async def history_events(
         run_id = next_run
 
 
+async def _result(client: Client, attrs: Any) -> dict[str, Any] | None:
+    """A completed activity's result as a dict (None if it cannot be read)."""
+    payloads = list(attrs.result.payloads) if attrs.HasField("result") else []
+    if not payloads:
+        return None
+    try:
+        values = await client.data_converter.decode(payloads[:1])
+    except Exception:
+        return None
+    return values[0] if values and isinstance(values[0], dict) else None
+
+
 def _call_error(kind: int, attrs: Any) -> str | None:
-    """How an ordinary tool-call activity ended, if not completed."""
+    """How a model-turn or tool-call activity ended, if not completed."""
     if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
         return "cancelled"
     if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from durable_subagents.errors import InvalidRequest
@@ -23,6 +24,7 @@ from .scripted import ScriptedProvider, check_script
 __all__ = [
     "PROVIDERS",
     "ModelProvider",
+    "TextSink",
     "clear_provider_cache",
     "parse_model",
     "resolve_provider",
@@ -34,6 +36,9 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 _VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
 
 _cache: dict[tuple[str, str, str, float | None], ModelProvider] = {}
+
+TextSink = Callable[[str], None]
+"""Receives the answer's text as it streams, one delta at a time (live text)."""
 
 
 @runtime_checkable
@@ -48,11 +53,15 @@ class ModelProvider(Protocol):
     name: str
     """``openai``, ``anthropic`` or ``scripted``."""
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, on_text: TextSink | None = None
+    ) -> ModelResponse:
         """Run one model turn.
 
         Args:
             request: The neutral request; ``request.model`` is the provider's own name.
+            on_text: Called with each piece of the answer's text as it arrives; the
+                pieces joined are the response's ``text``.
 
         Returns:
             The neutral response (text, tool calls, usage, stop reason).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,7 @@ class _Accumulator:
     stop_reason: str | None = None
     stopped: bool = False
     """``message_stop`` arrived: the answer is complete."""
+    on_text: Callable[[str], None] | None = None
 
     def add(self, event: dict[str, Any]) -> None:
         """Take one stream event (an event of ``SSEEvents``: always a dict)."""
@@ -113,6 +115,8 @@ class _Accumulator:
             delta = _dict(event.get("delta"))
             if delta.get("type") == "text_delta":
                 target.parts.append(str(delta.get("text") or ""))
+                if target.kind == "text":
+                    self._live(target.parts[-1])
             elif delta.get("type") == "input_json_delta":
                 target.parts.append(str(delta.get("partial_json") or ""))
         elif kind == "message_delta":
@@ -134,8 +138,13 @@ class _Accumulator:
             )
         elif kind == "text":
             self.blocks[index] = _Block("text", parts=[str(block.get("text") or "")])
+            self._live(self.blocks[index].parts[0])
         else:
             self.blocks[index] = _Block(kind)
+
+    def _live(self, text: str) -> None:
+        if text and self.on_text is not None:
+            self.on_text(text)
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -200,11 +209,14 @@ class AnthropicProvider:
         )
         self.idle_timeout = idle_timeout
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+    ) -> ModelResponse:
         """Run one streamed Messages API turn.
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``claude-haiku-4-5``.
+            on_text: Called with each text delta as it arrives.
 
         Returns:
             Text, tool calls, usage (input from ``message_start``, output from
@@ -226,7 +238,7 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
-        accumulator = _Accumulator(model=request.model)
+        accumulator = _Accumulator(model=request.model, on_text=on_text)
         reader = StreamReader(
             provider="anthropic",
             key_env="ANTHROPIC_API_KEY",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,7 @@ class _Accumulator:
     calls: dict[int, _PendingCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+    on_text: Callable[[str], None] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Take one chunk (an event of ``SSEEvents``: always a dict)."""
@@ -119,6 +121,8 @@ class _Accumulator:
                 continue
             if content := delta.get("content"):
                 self.text.append(str(content))
+                if self.on_text is not None:
+                    self.on_text(self.text[-1])
             for fragment in delta.get("tool_calls") or ():
                 if isinstance(fragment, dict):
                     self._add_call(fragment)
@@ -188,11 +192,14 @@ class OpenAIProvider:
         )
         self.idle_timeout = idle_timeout
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+    ) -> ModelResponse:
         """Run one streamed Chat Completions turn.
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``gpt-4.1-mini``.
+            on_text: Called with each text delta as it arrives.
 
         Returns:
             Text, tool calls (arguments decoded), usage and finish reason.
@@ -220,7 +227,7 @@ class OpenAIProvider:
         )
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        accumulator = _Accumulator(model=request.model)
+        accumulator = _Accumulator(model=request.model, on_text=on_text)
         reader = StreamReader(
             provider="openai",
             key_env="OPENAI_API_KEY",

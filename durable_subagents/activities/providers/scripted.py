@@ -7,7 +7,8 @@
 A script is a list of turns, or ``{"turns": [...], "repeat": N, "final": "text"}``
 (the turns played N times in a row, then an optional final text). A turn is
 ``{"text": str, "tool_calls": [{"name": str, "arguments": {...}}], "delay": float,
-"usage": {"input_tokens": int, "output_tokens": int}}``, every key optional. The turn
+"stream": float, "usage": {"input_tokens": int, "output_tokens": int}}``, every key
+optional. The turn
 played is the number of assistant messages already in the request, so a retried turn
 gives the same answer. ``{last_tool_result}`` and ``{prompt}`` in a text are replaced
 by the last tool message (first 2000 characters) and the first user message.
@@ -18,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -130,6 +133,8 @@ class ScriptTurn(BaseModel):
     tool_calls: list[ScriptToolCall] = Field(default_factory=list)
     delay: float = Field(default=0.0, ge=0)
     """Seconds to wait before answering (simulated latency; cancellable)."""
+    stream: float = Field(default=0.0, ge=0)
+    """Seconds over which the text streams out word by word (live text; cancellable)."""
     usage: Usage | None = None
     """Reported usage; default: characters // 4 in, text // 4 + 10 per call out."""
 
@@ -252,6 +257,14 @@ def _fill(text: str, request: ModelRequest) -> str:
     return text
 
 
+async def _stream(text: str, seconds: float, on_text: Callable[[str], None]) -> None:
+    words = re.findall(r"\S+\s*|\s+", text) if seconds else [text]
+    for word in words:
+        on_text(word)
+        if seconds:
+            await asyncio.sleep(seconds / len(words))
+
+
 def _default_usage(request: ModelRequest, text: str, calls: int) -> Usage:
     chars = len(request.system) + sum(
         len(m.content) + sum(len(json.dumps(c.arguments)) for c in m.tool_calls)
@@ -274,11 +287,15 @@ class ScriptedProvider:
     def __init__(self, *, script_files: bool = False) -> None:
         self.script_files = script_files
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+    ) -> ModelResponse:
         """Answer with the scripted turn for this point of the conversation.
 
         Args:
             request: The neutral request; ``model`` is the script selector.
+            on_text: Called with the text: at once, or word by word over the turn's
+                ``stream`` seconds.
 
         Returns:
             The turn's text and tool calls (ids ``call_<turn>_<index>``), or
@@ -299,6 +316,8 @@ class ScriptedProvider:
         if turn.delay:
             await asyncio.sleep(turn.delay)
         text = _fill(turn.text, request)
+        if on_text is not None and text:
+            await _stream(text, turn.stream, on_text)
         calls = [
             ToolCall(
                 id=c.id or f"call_{index}_{i}",
