@@ -16,11 +16,12 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
+from durable_subagents._terminal import json_shown, shown
 from durable_subagents.agents import (
     ALL_TOOLS,
     BUILTIN_AGENTS,
@@ -163,12 +164,14 @@ def _info_json(info: TaskInfo, arguments: Arguments | None = None, **extra: Any)
     if arguments is not None:
         for pending in data["pending_approvals"]:
             pending["arguments"] = arguments.get(pending["call_id"])
-    return json.dumps({**data, **extra}, indent=2, ensure_ascii=False)
+    return json_shown(json.dumps({**data, **extra}, indent=2, ensure_ascii=False))
 
 
 def indented_json(data: Any, indent: int) -> Text:
     """Pretty JSON, highlighted on a terminal, every line indented; strings never cut."""
-    lines = JSON.from_data(data, indent=2, ensure_ascii=False).text.split("\n", allow_blank=True)
+    text = Text(json_shown(json.dumps(data, indent=2, ensure_ascii=False)))
+    JSONHighlighter().highlight(text)
+    lines = text.split("\n", allow_blank=True)
     return Text("\n").join(Text(" " * indent) + line for line in lines)
 
 
@@ -177,7 +180,9 @@ def _print_pending(info: TaskInfo, arguments: Arguments | None) -> None:
     for p in info.pending_approvals:
         full = arguments.get(p.call_id) if arguments is not None else None
         if full is None:
-            console.print(f"    {p.call_id}  {p.arguments_preview}", markup=False, soft_wrap=True)
+            console.print(
+                f"    {p.call_id}  {shown(p.arguments_preview)}", markup=False, soft_wrap=True
+            )
             if arguments is not None:
                 console.print(
                     "      (a preview: the full arguments are not readable here; is the "
@@ -186,7 +191,7 @@ def _print_pending(info: TaskInfo, arguments: Arguments | None) -> None:
                     highlight=False,
                 )
             continue
-        console.print(f"    {p.call_id}  {p.tool_name}", markup=False, highlight=False)
+        console.print(f"    {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
         console.print(indented_json(full, 6), soft_wrap=True)
     task = shlex.quote(info.id)
     first = shlex.quote(info.pending_approvals[0].call_id)
@@ -206,19 +211,22 @@ def _print_info(info: TaskInfo, as_json: bool, arguments: Arguments | None = Non
         print(_info_json(info, arguments))
         return
     color = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(info.status, "cyan")
-    console.print(f"[bold]{info.id}[/bold]  [{color}]{info.status.value}[/{color}]")
-    console.print(f"  agent {info.agent} · turns {info.turns} · model {info.model or '-'}")
+    console.print(f"[bold]{escape(shown(info.id))}[/bold]  [{color}]{info.status.value}[/{color}]")
+    console.print(
+        f"  agent {shown(info.agent)} · turns {info.turns} · model {shown(info.model or '-')}",
+        markup=False,
+    )
     console.print(
         f"  tokens in {info.usage.input_tokens} / out {info.usage.output_tokens}"
         + (f" · stop {info.stop_reason}" if info.stop_reason else "")
     )
     if info.error:
-        console.print(f"  [red]error:[/red] {info.error}")
+        console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
     if info.pending_approvals and info.status == TaskStatus.PAUSED:
         _print_pending(info, arguments)
     if info.result:
         console.print()
-        console.print(info.result, markup=False, highlight=False)
+        console.print(shown(info.result), markup=False, highlight=False)
 
 
 @app.command()
@@ -503,7 +511,7 @@ def _decide(
             console.print("  still waiting for a decision:", highlight=False)
             for p in rest:
                 console.print(
-                    f"    {p.call_id}  {p.arguments_preview}", markup=False, soft_wrap=True
+                    f"    {p.call_id}  {shown(p.arguments_preview)}", markup=False, soft_wrap=True
                 )
             command = f"subagents check {quoted}"
         else:
@@ -608,7 +616,8 @@ def list_command(
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--status") from None
         if as_json:
-            print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
+            rows = [t.model_dump(mode="json") for t in tasks]
+            print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
             return
         # ids are what check/cancel take: never shorten them to fit the width
         table = Table(
@@ -619,7 +628,10 @@ def list_command(
             "description",
         )
         for t in tasks:
-            table.add_row(t.id, t.agent, t.status.value, str(t.turns), t.description)
+            table.add_row(
+                *(Text(shown(v)) for v in (t.id, t.agent, t.status.value, str(t.turns))),
+                Text(shown(t.description)),
+            )
         console.print(table)
 
     _run(main())
@@ -635,15 +647,14 @@ def watch(
         bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
     ] = False,
 ) -> None:
-    """Follow a task until it closes: the model's text as it streams, turns, tool calls,
-    input, decisions and status."""
+    """Follow a task until it closes: the model's live text, turns, tool calls, status."""
 
     async def main() -> None:
         client = await _client(_settings(address, namespace, task_queue))
         in_text = False
         async for event in client.watch(task_id):
             if as_json:
-                print(event.model_dump_json(exclude_none=True), flush=True)
+                print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
                 continue
             when = event.time.strftime("%H:%M:%S") if event.time else ""
             if event.kind == "text" and event.text is not None:
@@ -654,7 +665,7 @@ def watch(
                     head = "[restarted] " if restarted else ""
                     console.print(f"{when} {'text':<13} {head}", end="", markup=False)
                     in_text = True
-                body = event.text.replace("\n", "\n" + " " * _TEXT_INDENT)
+                body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
                 console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
                 console.file.flush()
                 continue
@@ -664,7 +675,7 @@ def watch(
             detail = event.summary or (event.status.value if event.status else "")
             if event.error:
                 detail = f"{detail} ({event.error})" if detail else event.error
-            console.print(f"{when} {event.kind:<13} {detail}", markup=False, highlight=False)
+            console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)
             console.file.flush()
 
     _run(main())

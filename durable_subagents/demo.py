@@ -18,8 +18,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from durable_subagents._connect import connect_client
+from durable_subagents._terminal import shown
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, ensure_search_attributes, server_answers
@@ -137,7 +139,7 @@ async def _follow(client: SubagentClient, ids: list[str], console: Console) -> l
     def table() -> Table:
         t = Table("task", "status", "turn", "doing")
         for task_id, row in rows.items():
-            t.add_row(task_id, row["status"], row["turn"], row["doing"])
+            t.add_row(Text(task_id), *(Text(shown(row[k])) for k in ("status", "turn", "doing")))
         return t
 
     async def follow(task_id: str, live: Live) -> None:
@@ -186,9 +188,9 @@ async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> T
         reject: list[str] = []
         for p in info.pending_approvals:
             full = arguments.get(p.call_id)
-            console.print(f"  {p.call_id}  {p.tool_name}", markup=False, highlight=False)
+            console.print(f"  {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
             if full is None:  # not readable here: the preview is all there is
-                console.print(f"      {p.arguments_preview}", markup=False, soft_wrap=True)
+                console.print(f"      {shown(p.arguments_preview)}", markup=False, soft_wrap=True)
             else:
                 console.print(indented_json(full, 6), soft_wrap=True)
             harmless = pauses < _MAX_PAUSES and _read_only_bash(p.tool_name, full)
@@ -245,7 +247,7 @@ async def _follow_up(
         info = await client.check_task(first.id, wait=True, timeout=900)
     title = f"{info.agent} · {info.status.value} · {info.turns} turns in all · follow-up run"
     body = info.result or info.error or ""
-    console.print(Panel(body, title=title, subtitle=info.id, expand=False))
+    console.print(Panel(Text(shown(body)), title=title, subtitle=info.id, expand=False))
     return info
 
 
@@ -253,7 +255,7 @@ def _report(infos: list[TaskInfo], console: Console, ui_base: str) -> None:
     for info in infos:
         title = f"{info.agent} · {info.status.value} · {info.turns} turns"
         body = info.result or info.error or ""
-        console.print(Panel(body, title=title, subtitle=info.id, expand=False))
+        console.print(Panel(Text(shown(body)), title=title, subtitle=info.id, expand=False))
         console.print(f"  Web UI: {ui_base}/{info.id}", soft_wrap=True)
 
 

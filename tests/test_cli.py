@@ -775,3 +775,29 @@ async def test_check_shows_the_full_arguments_of_pending_calls(
     assert f"call_0_0  {shell['arguments_preview']}" in human
     assert "not readable here" in " ".join(human.split())
     ok(await arun("reject", task_id, "--all", env=env))
+
+
+async def test_what_a_model_writes_cannot_rewrite_the_terminal(
+    env: dict[str, str], worker: None
+) -> None:
+    """Escape sequences and bidi overrides in a model's answer, live text and pending
+    arguments are printed as visible escapes (``--json`` keeps the exact strings)."""
+    trick = "ls\u202e ~ fr- mr\u202c\x1b[2J\x1b]52;c;cGF3bmVk\x07"
+    answer = f"done\x1b[1A\x1b[2Kcompleted {trick}"
+    task_id = await _spawn_asking(script({"tool_calls": [_bash(trick)]}, {"text": answer}), env)
+    info = await _paused(task_id, env)
+    assert info["pending_approvals"][0]["arguments"] == {"command": trick}  # exact in JSON
+    raw = ok(await arun("check", task_id, "--json", env=env)).out
+    human = ok(await arun("check", task_id, env=env)).out
+    for out in (raw, human):
+        assert not set(out) & {"\x1b", "\x07", "\u202e", "\u202c"}, repr(out)
+    assert "\\u202e" in human and "\\x1b[2J" in human.replace("\\u001b", "\\x1b")
+    ok(await arun("approve", task_id, "--all", env=env))
+    done = ok(await arun("check", task_id, "--wait", "--after-pause", info["pause_id"], env=env))
+    watched = ok(await arun("watch", task_id, env=env, timeout=30)).out
+    for out in (done.out, watched):
+        assert not set(out) & {"\x1b", "\x07", "\u202e", "\u202c"}, repr(out)
+        assert "\\x1b[1A" in out and "\\u202e" in out
+    events = ok(await arun("watch", task_id, "--json", env=env, timeout=30)).out
+    texts = [json.loads(line) for line in events.splitlines()]
+    assert "".join(e.get("text", "") for e in texts if e.get("turn") == 2) == answer
