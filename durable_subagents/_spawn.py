@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
+from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import MODE_RANK
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
@@ -259,22 +260,35 @@ def may_pause(spec: AgentSpec) -> bool:
     return tools is None or any(t not in READ_ONLY_TOOLS for t in tools)
 
 
+def static_summary(task_input: TaskInput) -> str:
+    """The task's summary in the Temporal Web UI: its description, shown literally."""
+    return escape(task_input.description)
+
+
 def static_details(task_input: TaskInput, workflow_id: str) -> str:
-    """Markdown shown as the workflow's details in the Temporal Web UI."""
+    """Markdown shown as the workflow's details in the Temporal Web UI.
+
+    Names, ids and the prompt are code spans and other text is escaped (see
+    ``_markdown``): they show literally and cannot add lines of their own.
+    """
     spec = task_input.agent
-    tools = ", ".join(spec.tools) if spec.tools is not None else "all worker tools"
-    head = " ".join(task_input.prompt.split())[:300]
+    tools = escape(", ".join(spec.tools)) if spec.tools is not None else "all worker tools"
+    if task_input.model == "default":
+        # Resolved by the worker; the current details name it after the first turn.
+        model = "the worker's default (`SUBAGENTS_MODEL`)"
+    else:
+        model = code_span(model_label(task_input.model))
     lines = [
-        f"**Subagent** `{spec.name}` · task `{workflow_id}`",
-        f"**Model** `{model_label(task_input.model)}` · **max turns** {task_input.max_turns}"
+        f"**Subagent** {code_span(spec.name)} · task {code_span(workflow_id)}",
+        f"**Model** {model} · **max turns** {task_input.max_turns}"
         + (f" · **time limit** {task_input.time_limit:g}s" if task_input.time_limit else ""),
-        f"**Tools** {tools} · **mode** {spec.permission_mode}",
+        f"**Tools** {tools} · **mode** {escape(spec.permission_mode)}",
     ]
     if task_input.parent_id:
-        lines.append(f"**Parent** `{task_input.parent_id}`")
+        lines.append(f"**Parent** {code_span(task_input.parent_id)}")
     if task_input.workspace:
-        lines.append(f"**Workspace** `{task_input.workspace}`")
-    lines.append(f"**Prompt** {head}{'…' if len(task_input.prompt) > 300 else ''}")
+        lines.append(f"**Workspace** {code_span(task_input.workspace)}")
+    lines.append(f"**Prompt** {code_span(one_line(task_input.prompt, limit=300))}")
     return "\n\n".join(lines)
 
 

@@ -20,7 +20,12 @@ from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._spawn import build_task_input, start_metadata, static_details
+    from durable_subagents._spawn import (
+        build_task_input,
+        start_metadata,
+        static_details,
+        static_summary,
+    )
     from durable_subagents.agents import AgentSpec, resolve_agent
     from durable_subagents.agents._spec import MODE_RANK
     from durable_subagents.errors import InvalidRequest
@@ -159,7 +164,7 @@ async def start_child(
         task_queue=task_queue,
         memo=memo,
         search_attributes=attributes,
-        static_summary=task_input.description,
+        static_summary=static_summary(task_input),
         static_details=static_details(task_input, child_id),
         parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
         cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
