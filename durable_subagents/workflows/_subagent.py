@@ -8,6 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
+from durable_subagents.workflows._details import TaskView, current_details
 from durable_subagents.workflows._helpers import (
     call_hash,
     error_message,
@@ -131,6 +133,13 @@ class SubagentWorkflow:
         self._progress_at: datetime | None = None
         """When the memo was last written (see ``_progress``)."""
         self._calls_at_once = asyncio.Semaphore(TOOL_CALLS_AT_ONCE)
+        self._running: dict[str, str] = {}
+        """Previews of the tool calls running now, by call id (for the current details)."""
+        self._queued = 0
+        """Tool calls waiting for one of the ``TOOL_CALLS_AT_ONCE`` slots."""
+        self._waiting_for_model = False
+        self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
+        """What ``_publish`` last published: status, pause id and pending calls."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -473,16 +482,22 @@ class SubagentWorkflow:
             ),
         )
         self._check_size(turn_input, f"model turn {self._turns} input")
-        return await workflow.execute_activity(
-            MODEL_TURN_ACTIVITY,
-            turn_input,
-            result_type=ModelTurnResult,
-            start_to_close_timeout=timedelta(minutes=10),
-            heartbeat_timeout=timedelta(seconds=15),
-            retry_policy=_MODEL_RETRY,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"turn {self._turns} · {model_label(self._model)}",
-        )
+        self._waiting_for_model = True
+        self._show_details()
+        try:
+            return await workflow.execute_activity(
+                MODEL_TURN_ACTIVITY,
+                turn_input,
+                result_type=ModelTurnResult,
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=_MODEL_RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                # The model's name is known from the first answer on (``default`` before).
+                summary=f"turn {self._turns} · {model_label(self._model)}",
+            )
+        finally:
+            self._waiting_for_model = False
 
     def _verdict(self, call: ToolCall) -> _Verdict:
         """Whether a call runs, waits for a decision, or goes back as an error."""
@@ -578,19 +593,26 @@ class SubagentWorkflow:
         self._publish(TaskStatus.RUNNING)
         return verdicts
 
-    def _pause_details(self, pause_id: str | None, pending: list[PendingApproval]) -> str:
-        """The Web UI's current details while paused: what the task waits for."""
-        assert self._input is not None
-        task_id = workflow.info().workflow_id
-        timeout = self._input.approval_timeout if self._pending else None
-        lines = [
-            f"**Waiting for approval** of {len(pending)} tool call(s) · pause `{pause_id}`"
-            + (f" · rejected automatically after {timeout:g}s" if timeout else ""),
-            *(f"- `{p.call_id}` {p.arguments_preview}" for p in pending),
-            f"Approve: `subagents approve {task_id} --all` (or name call ids) · "
-            f"reject: `subagents reject {task_id} --all --reason TEXT`",
-        ]
-        return "\n\n".join(lines)
+    def _show_details(self) -> None:
+        """Set what the Web UI shows as current details (no command, no history event)."""
+        if self._input is None or self._shown is None:
+            return
+        status, pause_id, pending = self._shown
+        view = TaskView(
+            task_id=workflow.info().workflow_id,
+            status=status,
+            turns=self._turns,
+            max_turns=self._input.max_turns,
+            model=model_label(self._model),
+            pause_id=pause_id,
+            pending=pending,
+            approval_timeout=self._input.approval_timeout if self._pending else None,
+            waiting_for_model=self._waiting_for_model,
+            running=list(self._running.values()),
+            queued=self._queued,
+            sandbox=self._sandbox,
+        )
+        workflow.set_current_details(current_details(view))
 
     async def _tool_call(self, call: ToolCall, verdict: _Verdict) -> ToolCallResult:
         assert self._input is not None
@@ -598,7 +620,7 @@ class SubagentWorkflow:
         if action != "allow":
             return tool_error(call, error or f"{call.name} was not run")
         if call.name in SPAWN_TOOLS:
-            return await self._spawn_tool(call)
+            return await self._shown_running(call, self._spawn_tool(call))
         spec = self._input.agent
         tool_input = ToolCallInput(
             task_id=workflow.info().workflow_id,
@@ -612,11 +634,32 @@ class SubagentWorkflow:
         self._check_size(tool_input, f"{call.name} call input")
         self._records[call.id] = policy.result_record_name(call)
         if not patched("tool-calls-at-once"):
-            return await self._run_tool(call, tool_input)
+            return await self._shown_running(call, self._run_tool(call, tool_input))
         # A turn of many slow calls holds only this many of the worker's slots; the
         # rest wait here, in the workflow, where they hold nothing.
-        async with self._calls_at_once:
-            return await self._run_tool(call, tool_input)
+        queued = True
+        self._queued += 1
+        try:
+            async with self._calls_at_once:
+                self._queued, queued = self._queued - 1, False
+                return await self._shown_running(call, self._run_tool(call, tool_input))
+        finally:
+            if queued:
+                self._queued -= 1
+
+    async def _shown_running(
+        self, call: ToolCall, run: Coroutine[Any, Any, ToolCallResult]
+    ) -> ToolCallResult:
+        """Await ``run`` with ``call`` listed in the current details meanwhile."""
+        self._running[call.id] = policy.arguments_preview(call.name, call.arguments, limit=200)
+        self._show_details()
+        try:
+            result = await run
+        finally:
+            # No workflow call here: on eviction the SDK unwinds with its own exception.
+            self._running.pop(call.id, None)
+        self._show_details()
+        return result
 
     async def _run_tool(self, call: ToolCall, tool_input: ToolCallInput) -> ToolCallResult:
         assert self._input is not None
@@ -727,9 +770,22 @@ class SubagentWorkflow:
         """
         if self._status == TaskStatus.RUNNING and patched("memo-progress-throttled"):
             last = self._progress_at
-            if last is not None and workflow.now() - last < _PROGRESS_EVERY:
+            if (
+                last is not None
+                and workflow.now() - last < _PROGRESS_EVERY
+                and not self._new_model_name()
+            ):
+                self._show_details()
                 return
         self._publish(TaskStatus.RUNNING)
+
+    def _new_model_name(self) -> bool:
+        """Whether the first turn just named the model (``default`` -> the worker's).
+
+        Published at once, so ``check`` never shows ``default`` for a task whose model
+        has answered; runs recorded before this patch waited for the next memo write.
+        """
+        return self._memo.get("model") != model_label(self._model) and patched("memo-model-at-once")
 
     def _publish(
         self, status: TaskStatus, *, stop_reason: str | None = None, error: str | None = None
@@ -741,17 +797,8 @@ class SubagentWorkflow:
         pending = [*self._pending, *child_calls]
         if pending and not status.terminal and status != TaskStatus.CANCELLING:
             status = TaskStatus.PAUSED  # this task, or a child of it, waits for a decision
-        # Not a command (no history event): what the Web UI shows as current details.
-        paused = status == TaskStatus.PAUSED
-        details = self._pause_details(pause_id, pending) if paused else ""
-        if self._sandbox in ("none", "unavailable"):
-            warning = (
-                "**Tools run unsandboxed on the host** (worker SUBAGENTS_TOOL_SANDBOX=none)"
-                if self._sandbox == "none"
-                else "**No sandbox on this worker**: bash and command tools are refused"
-            )
-            details = f"{warning}\n\n{details}" if details else warning
-        workflow.set_current_details(details)
+        self._shown = (status, pause_id, pending)
+        self._show_details()
         memo: dict[str, Any] = {
             "status": status.value,
             "turns": self._turns,
