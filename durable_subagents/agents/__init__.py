@@ -6,7 +6,9 @@ from collections.abc import Mapping
 
 from durable_subagents.agents._builtin import BUILTIN_AGENTS
 from durable_subagents.agents._files import (
+    AgentFileError,
     AgentFiles,
+    UnloadableAgent,
     discover_agents,
     find_project_root,
     load_agent_file,
@@ -29,11 +31,13 @@ __all__ = [
     "BUILTIN_AGENTS",
     "PROTECTED_PATHS",
     "READ_ONLY_TOOLS",
+    "AgentFileError",
     "AgentFiles",
     "AgentSpec",
     "PermissionMode",
     "PermissionRule",
     "ToolLimits",
+    "UnloadableAgent",
     "discover_agents",
     "find_project_root",
     "load_agent_file",
@@ -46,12 +50,20 @@ __all__ = [
 def resolve_agent(name: str, extra: Mapping[str, AgentSpec] | None = None) -> AgentSpec:
     """Look an agent up by name among ``extra`` (first) and the built-ins.
 
+    A namespaced name (``plugin:agent``) also finds the agent its file defines, which
+    is named ``plugin.agent``.
+
     Raises:
-        InvalidRequest: no agent has that name; the message lists the known ones.
+        InvalidRequest: no agent has that name (the message lists the known ones), or
+            its file is broken (the message names the file, the line and the problem).
     """
     agents = {**BUILTIN_AGENTS, **(extra or {})}
-    try:
-        return agents[name]
-    except KeyError:
+    spec = agents.get(name)
+    if spec is None and ":" in name:
+        spec = agents.get(name.replace(":", "."))
+    if spec is None:
         known = ", ".join(agents)
-        raise InvalidRequest(f"unknown agent {name!r}; known: {known}") from None
+        raise InvalidRequest(f"unknown agent {name!r}; known: {known}")
+    if isinstance(spec, UnloadableAgent):
+        raise InvalidRequest(f"agent {name!r} cannot be used: {spec.error}")
+    return spec

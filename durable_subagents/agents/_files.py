@@ -1,4 +1,4 @@
-"""Custom agents from Markdown files with YAML front matter.
+"""Custom agents from Markdown files with front matter.
 
 Two layouts are read, so a project's existing agents work unchanged:
 
@@ -8,10 +8,19 @@ Two layouts are read, so a project's existing agents work unchanged:
   ``model``, ``tools`` (``{tool: true/false}``), ``permission``, ``steps``/``maxSteps``
   and ``mode``; the agent's name is the file's stem.
 
-In both the Markdown body is the system prompt. What cannot be honoured (a tool we do
-not have, a field we do not use) is dropped with a warning rather than refused, so one
-foreign tool name does not make a whole agent unusable; a file that cannot be read as
-an agent at all is an ``InvalidRequest`` naming the file.
+In both the Markdown body is the system prompt. Files are read as leniently as Claude
+Code reads them (see ``_front_matter``: front matter YAML rejects, such as an unquoted
+description with ``Examples: <example>Context: ...``, is read field by field). What
+cannot be honoured is dropped with a warning rather than refused, so one foreign value
+does not make a whole agent unusable: a tool we do not have, a field we do not use, an
+unknown ``permissionMode`` (``default`` is used), a model we cannot run (the spawner's
+or the worker's is used). A name with ``:`` (a plugin namespace, ``plugin:agent``) is
+addressed as ``plugin.agent``. Only what would widen an agent or cannot be guessed
+(tools of the wrong type, an invalid permission action or limit) makes a file broken.
+
+Each file of a project is loaded on its own: a broken one is skipped with one warning
+naming the file and line, the others load, and only spawning the broken agent fails
+(``UnloadableAgent``), with the same message.
 
 Modes map to ours: ``default``, ``acceptEdits`` and ``plan`` as named; ``dontAsk``
 and ``bypassPermissions`` both become ``dont_ask`` (every tool the agent lists runs).
@@ -29,11 +38,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
-import yaml
 from pydantic import ValidationError
 
+from durable_subagents.agents._front_matter import (
+    FrontMatter,
+    FrontMatterError,
+    parse_front_matter,
+)
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
     EDIT_TOOLS,
@@ -46,8 +59,10 @@ from durable_subagents.errors import InvalidRequest
 
 __all__ = [
     "AGENT_DIRS",
+    "AgentFileError",
     "AgentFiles",
     "AgentFormat",
+    "UnloadableAgent",
     "discover_agents",
     "find_project_root",
     "load_agent_file",
@@ -96,6 +111,9 @@ MODEL_ALIASES = {
     "opus": "anthropic:claude-opus-4-1",
     "haiku": "anthropic:claude-haiku-4-5",
 }
+MODEL_PROVIDERS = ("openai", "anthropic", "scripted")
+"""Provider prefixes a worker runs: ``activities.providers.PROVIDERS`` (a test keeps
+them equal), repeated because the provider SDKs stay out of the workflow sandbox."""
 _PERMISSION_MODES = {
     "default": "default",
     "acceptEdits": "accept_edits",
@@ -107,16 +125,46 @@ _OPENCODE_MODES = ("primary", "subagent", "all")
 _CLAUDE_IGNORED = {"color"}
 _OPENCODE_IGNORED = {"color", "temperature", "top_p", "hidden", "prompt", "disable"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^---[ \t]*$\r?\n?", re.S | re.M)
+
+
+class AgentFileError(InvalidRequest):
+    """An agent file that cannot be loaded; the message names the file and line.
+
+    ``agent`` is the name the file would have given its agent (its ``name`` field, or
+    its stem when that cannot be read).
+    """
+
+    def __init__(self, message: str, *, path: Path, line: int | None, agent: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.agent = agent
+
+
+class UnloadableAgent(AgentSpec):
+    """Stands in for an agent whose file is broken: ``resolve_agent`` refuses it.
+
+    It keeps the name taken, so a broken ``explore.md`` is reported at spawn instead of
+    silently running the built-in ``explore``.
+    """
+
+    error: str
+    """What is wrong and where (``agent file <path>:<line>: ...``)."""
 
 
 @dataclass
 class AgentFiles:
-    """What a scan found: the agents, the file each came from, and what was dropped."""
+    """What a scan found: the agents, the file each came from, what was dropped.
+
+    ``broken`` maps the name of each agent whose file could not be loaded to the
+    problem (file, line, what to fix); those agents are in neither ``agents`` nor
+    ``sources``.
+    """
 
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     sources: dict[str, Path] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
 
 
 def load_agent_file(
@@ -128,18 +176,20 @@ def load_agent_file(
     """Read one agent file.
 
     Args:
-        path: A Markdown file with YAML front matter.
+        path: A Markdown file with front matter.
         format: ``claude`` or ``opencode``; default: from the directory it is in
             (``.claude``/``.opencode``), else from its fields.
         warnings: Receives what was dropped (unknown tools, unused fields); without
             it, they are logged.
 
     Returns:
-        The agent, named by its ``name`` field (Claude Code) or its file stem.
+        The agent, named by its ``name`` field (Claude Code; ``:`` becomes ``.``) or its
+        file stem.
 
     Raises:
-        InvalidRequest: The file is unreadable, has no front matter or bad YAML, lacks a
-            required field, or has a value we cannot map; the message names the file.
+        AgentFileError: An ``InvalidRequest``: the file is unreadable, has no front
+            matter, lacks a description, or has a value that cannot be mapped without
+            widening the agent; the message names the file and line.
 
     Example:
         >>> spec = load_agent_file(".claude/agents/reviewer.md")
@@ -155,11 +205,14 @@ def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
 
     ``root`` is a project directory (agents in ``.claude/agents``, ``.opencode/agent``
     and ``.opencode/agents``, read in that order); given one of these directories, its
-    project's agents are read. Other Markdown files (a README) are never read as agents.
-    A later file with an already-seen name overrides the earlier one, with a warning.
+    project's agents are read. Other Markdown files are never read as agents, nor is a
+    ``README.md`` in an agents directory. A later file with an already-seen name
+    overrides the earlier one, with a warning.
+    Each file is loaded on its own: a broken one adds exactly one warning (file, line,
+    problem) and an entry in ``broken``, and the scan goes on.
 
     Raises:
-        InvalidRequest: ``root`` is not a directory, or a file in it is malformed.
+        InvalidRequest: ``root`` is not a directory.
     """
     root = Path(root)
     if not root.is_dir():
@@ -170,9 +223,17 @@ def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
     for sub, fmt in AGENT_DIRS:
         directory = root / sub
         for path in sorted(directory.glob("*.md")):
-            if not path.is_file():
+            if not path.is_file() or path.name.lower() == "readme.md":
                 continue
-            spec, disabled = _load(path, fmt, found.warnings)
+            file_warnings: list[str] = []
+            try:
+                spec, disabled = _load(path, fmt, file_warnings)
+            except AgentFileError as err:
+                _warn(found.warnings, f"{err} (agent {err.agent!r} skipped)")
+                if err.agent not in found.agents:
+                    found.broken[err.agent] = str(err)
+                continue
+            found.warnings += file_warnings
             if disabled:
                 continue
             if spec.name in found.agents:
@@ -180,6 +241,7 @@ def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
                     found.warnings,
                     f"{path}: agent {spec.name!r} overrides the one in {found.sources[spec.name]}",
                 )
+            found.broken.pop(spec.name, None)
             found.agents[spec.name] = spec
             found.sources[spec.name] = path
     return found
@@ -190,15 +252,22 @@ def load_agents(
 ) -> dict[str, AgentSpec]:
     """The agents defined under a project directory, by name (see ``scan_agents``).
 
-    A name may shadow a built-in agent: the project's own definition wins. Warnings go
-    to ``warnings`` if given, else to the log.
+    A name may shadow a built-in agent: the project's own definition wins. An agent
+    whose file is broken is an ``UnloadableAgent``: resolving it (spawning it) raises
+    ``InvalidRequest`` with the file's problem, while every other agent works. Warnings
+    go to ``warnings`` if given, else to the log.
 
     Raises:
-        InvalidRequest: ``root`` is not a directory, or a file in it is malformed.
+        InvalidRequest: ``root`` is not a directory.
     """
     found = scan_agents(root)
     _hand_over(found.warnings, warnings)
-    return found.agents
+    agents = dict(found.agents)
+    for name, error in found.broken.items():
+        agents[name] = UnloadableAgent(
+            name=name, description=f"(cannot be used: {error})", error=error
+        )
+    return agents
 
 
 def find_project_root(start: str | os.PathLike[str] | None = None) -> Path | None:
@@ -219,8 +288,8 @@ def discover_agents(
 ) -> dict[str, AgentSpec]:
     """The agents of the project ``start`` (default: cwd) is in; see ``find_project_root``.
 
-    Raises:
-        InvalidRequest: An agent file in the project is malformed.
+    Broken files are skipped with a warning and their agents are ``UnloadableAgent``s,
+    as in ``load_agents``.
     """
     root = find_project_root(start)
     return {} if root is None else load_agents(root, warnings=warnings)
@@ -229,38 +298,55 @@ def discover_agents(
 # ------------------------------------------------------------------ parsing
 
 
+@dataclass
+class _File:
+    """One agent file being read: where problems are, and where warnings go."""
+
+    path: Path
+    front: FrontMatter
+    warnings: list[str]
+    agent: str
+    """The agent's name as far as it is known (the stem until ``name`` is read)."""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.front.fields
+
+    def fail(self, key: str | None, message: str) -> AgentFileError:
+        line = self.front.line(key) if key is not None else 1
+        return AgentFileError(
+            f"agent file {self.path}:{line}: {message}", path=self.path, line=line, agent=self.agent
+        )
+
+    def warn(self, key: str, message: str) -> None:
+        _warn(self.warnings, f"{self.path}:{self.front.line(key)}: {message}")
+
+
 def _load(path: Path, fmt: AgentFormat | None, warnings: list[str]) -> tuple[AgentSpec, bool]:
     """The agent in ``path`` and whether it is disabled (OpenCode's ``disable: true``)."""
-    meta, body = _read(path)
-    fmt = fmt or _guess_format(path, meta)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise AgentFileError(
+            f"agent file {path}: cannot be read: {err.strerror or err}",
+            path=path,
+            line=None,
+            agent=path.stem,
+        ) from None
+    try:
+        front = parse_front_matter(data)
+    except FrontMatterError as err:
+        raise AgentFileError(
+            f"agent file {path}:{err.line}: {err.message}",
+            path=path,
+            line=err.line,
+            agent=path.stem,
+        ) from None
+    fmt = fmt or _guess_format(path, front.fields)
+    file = _File(path, front, warnings, path.stem)
     if fmt == "claude":
-        return _claude(path, meta, body, warnings), False
-    return _opencode(path, meta, body, warnings), meta.get("disable") is True
-
-
-def _read(path: Path) -> tuple[dict[str, Any], str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidRequest(f"agent file {path}: cannot be read: {err}") from None
-    match = _FRONT_MATTER.match(text)
-    if match is None:
-        raise InvalidRequest(
-            f"agent file {path}: no YAML front matter; start the file with a '---' line, "
-            "the fields (name, description, ...), then another '---' line"
-        )
-    try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as err:
-        raise InvalidRequest(f"agent file {path}: front matter is not valid YAML: {err}") from None
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        raise InvalidRequest(
-            f"agent file {path}: front matter must be a mapping of fields, "
-            f"got {type(meta).__name__}"
-        )
-    return cast(dict[str, Any], meta), text[match.end() :].strip()
+        return _claude(file), False
+    return _opencode(file), front.fields.get("disable") is True
 
 
 def _guess_format(path: Path, meta: Mapping[str, Any]) -> AgentFormat:
@@ -275,43 +361,51 @@ def _guess_format(path: Path, meta: Mapping[str, Any]) -> AgentFormat:
     return "claude"
 
 
-def _claude(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) -> AgentSpec:
-    name = _name(path, meta.get("name", path.stem))
-    description = meta.get("description")
-    if not isinstance(description, str) or not description.strip():
-        raise InvalidRequest(
-            f"agent file {path}: 'description' is missing or empty; Claude Code agents "
-            "need one saying when to use the agent"
-        )
-    mode = meta.get("permissionMode", "default")
-    if mode not in _PERMISSION_MODES:
-        raise InvalidRequest(
-            f"agent file {path}: unknown permissionMode {mode!r}; use one of: "
-            + ", ".join(_PERMISSION_MODES)
+def _claude(f: _File) -> AgentSpec:
+    f.agent = _name(f, f.meta.get("name"))
+    description = _text(f.meta.get("description"))
+    if not description:
+        raise f.fail(
+            "description",
+            "'description' is missing or empty; Claude Code agents need one saying when "
+            "to use the agent (add a 'description: ...' line to the front matter)",
         )
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
-    _warn_unused(path, meta, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS, warnings)
-    tools = _claude_tools(path, "tools", meta.get("tools"), warnings)
-    disallowed = _claude_tools(path, "disallowedTools", meta.get("disallowedTools"), warnings)
+    _warn_unused(f, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS)
     return _spec(
-        name=name,
-        description=description.strip(),
-        system_prompt=body,
-        model=_model(path, meta.get("model")),
-        tools=tools,
-        disallowed_tools=disallowed or [],
-        permission_mode=_PERMISSION_MODES[mode],
-        max_turns=_turns(path, "maxTurns", meta.get("maxTurns")),
-        **_sandbox_fields(path, meta),
+        name=f.agent,
+        description=description,
+        system_prompt=f.front.body,
+        model=_model(f),
+        tools=_claude_tools(f, "tools"),
+        disallowed_tools=_claude_tools(f, "disallowedTools") or [],
+        permission_mode=_permission_mode(f),
+        max_turns=_turns(f, "maxTurns"),
+        **_sandbox_fields(f),
     )
 
 
-def _claude_tools(path: Path, key: str, value: Any, warnings: list[str]) -> list[str] | None:
+def _permission_mode(f: _File) -> str:
+    mode = f.meta.get("permissionMode")
+    if mode is None:
+        return "default"
+    if isinstance(mode, str) and mode.strip() in _PERMISSION_MODES:
+        return _PERMISSION_MODES[mode.strip()]
+    f.warn(
+        "permissionMode",
+        f"permissionMode {mode!r} is not one we know ({', '.join(_PERMISSION_MODES)}); "
+        "using default (edits and commands ask first)",
+    )
+    return "default"
+
+
+def _claude_tools(f: _File, key: str) -> list[str] | None:
     """Claude Code tool names (a comma-separated string or a list) as ours.
 
     Returns None when the field is absent (every tool, for ``tools``); ``*`` is every
     tool we have.
     """
+    value = f.meta.get(key)
     if value is None:
         return None
     if isinstance(value, str):
@@ -319,182 +413,211 @@ def _claude_tools(path: Path, key: str, value: Any, warnings: list[str]) -> list
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
         names = [n.strip() for n in value]
     else:
-        raise InvalidRequest(
-            f"agent file {path}: {key!r} must be a comma-separated string or a list of tool "
-            f"names, got {value!r}"
+        raise f.fail(
+            key,
+            f"{key!r} must be a comma-separated string or a list of tool names, got {value!r}",
         )
     if "*" in names:
         return list(ALL_TOOLS)
-    return _map_tools(path, key, [n for n in names if n], CLAUDE_TOOLS, warnings)
+    return _map_tools(f, key, [n for n in names if n], CLAUDE_TOOLS)
 
 
-def _opencode(path: Path, meta: dict[str, Any], body: str, warnings: list[str]) -> AgentSpec:
-    description = meta.get("description", "")
+def _opencode(f: _File) -> AgentSpec:
+    f.agent = _name(f, None)
+    description = f.meta.get("description", "")
+    if isinstance(description, (int, float)) and not isinstance(description, bool):
+        description = str(description)
     if not isinstance(description, str):
-        raise InvalidRequest(
-            f"agent file {path}: 'description' must be text, got {description!r}; "
-            "quote it if YAML read it as another type"
+        raise f.fail(
+            "description",
+            f"'description' must be text, got {description!r}; quote it if YAML read it as "
+            "another type",
         )
-    mode = meta.get("mode", "all")
+    mode = f.meta.get("mode", "all")
     if mode not in _OPENCODE_MODES:
-        raise InvalidRequest(
-            f"agent file {path}: unknown mode {mode!r}; use one of: " + ", ".join(_OPENCODE_MODES)
-        )
-    steps_key = "steps" if "steps" in meta else "maxSteps"
+        f.warn("mode", f"mode {mode!r} is not one of {', '.join(_OPENCODE_MODES)}; ignored")
+    steps_key = "steps" if "steps" in f.meta else "maxSteps"
     known = {"description", "model", "tools", "permission", "mode", "steps", "maxSteps"}
-    _warn_unused(path, meta, known | _OPENCODE_IGNORED | _SANDBOX_KEYS, warnings)
+    _warn_unused(f, known | _OPENCODE_IGNORED | _SANDBOX_KEYS)
     return _spec(
-        name=_name(path, path.stem),
+        name=f.agent,
         description=description.strip(),
-        system_prompt=body,
-        model=_model(path, meta.get("model")),
+        system_prompt=f.front.body,
+        model=_model(f),
         tools=None,
-        disallowed_tools=_opencode_disabled(path, meta.get("tools"), warnings),
-        permissions=_opencode_permissions(path, meta.get("permission"), warnings),
+        disallowed_tools=_opencode_disabled(f),
+        permissions=_opencode_permissions(f),
         permission_mode="dont_ask",
-        max_turns=_turns(path, steps_key, meta.get(steps_key)),
-        **_sandbox_fields(path, meta),
+        max_turns=_turns(f, steps_key),
+        **_sandbox_fields(f),
     )
 
 
-def _opencode_disabled(path: Path, value: Any, warnings: list[str]) -> list[str]:
+def _opencode_disabled(f: _File) -> list[str]:
     """Our tools an OpenCode ``tools`` map turns off.
 
     Every tool starts enabled; keys are globs over OpenCode's names, applied in order,
     the last key that matches one of a tool's names deciding (so ``{"*": false, read:
     true}`` leaves only read_file).
     """
+    value = f.meta.get("tools")
     if value is None:
         return []
     if not isinstance(value, dict) or not all(isinstance(v, bool) for v in value.values()):
-        raise InvalidRequest(
-            f"agent file {path}: 'tools' must map tool names to true or false, got {value!r}"
-        )
+        raise f.fail("tools", f"'tools' must map tool names to true or false, got {value!r}")
     enabled: dict[str, bool] = {}
     for key, on in value.items():
         names = [n for n in OPENCODE_TOOLS if fnmatch.fnmatchcase(n, str(key))]
         if not names:
-            _warn(warnings, f"{path}: tool {key!r} is not one of ours; dropped")
+            f.warn("tools", f"tool {key!r} is not one of ours; dropped")
         for n in names:
             for ours in OPENCODE_TOOLS[n]:
                 enabled[ours] = on
     return [t for t, on in enabled.items() if not on]
 
 
-def _opencode_permissions(path: Path, value: Any, warnings: list[str]) -> list[PermissionRule]:
+def _opencode_permissions(f: _File) -> list[PermissionRule]:
     """OpenCode's ``permission`` map as our rules.
 
     Our rules are evaluated last-match-wins, so each ``*`` (the catch-all) comes first
     and the specific patterns after it, in the file's order.
     """
+    value = f.meta.get("permission")
     if value is None:
         return []
     if isinstance(value, str):
         value = {"*": value}
     if not isinstance(value, dict):
-        raise InvalidRequest(
-            f"agent file {path}: 'permission' must map tools to allow/ask/deny, got {value!r}"
-        )
+        raise f.fail("permission", f"'permission' must map tools to allow/ask/deny, got {value!r}")
     rules: list[PermissionRule] = []
     for key, setting in sorted(value.items(), key=lambda kv: kv[0] != "*"):
         tools = _OPENCODE_PERMISSION_TOOLS.get(str(key))
         if tools is None:
-            _warn(warnings, f"{path}: permission for {key!r} is not for one of our tools; dropped")
+            f.warn("permission", f"permission for {key!r} is not for one of our tools; dropped")
             continue
         patterns = setting if isinstance(setting, dict) else {"*": setting}
         for pattern, action in sorted(patterns.items(), key=lambda kv: kv[0] != "*"):
             if action not in get_args(Action):
-                raise InvalidRequest(
-                    f"agent file {path}: permission {key}: {pattern!r} is {action!r}; "
-                    "use allow, ask or deny"
+                raise f.fail(
+                    "permission",
+                    f"permission {key}: {pattern!r} is {action!r}; use allow, ask or deny",
                 )
             rules += [PermissionRule(tool=t, pattern=str(pattern), action=action) for t in tools]
     return rules
 
 
 def _map_tools(
-    path: Path,
-    key: str,
-    names: list[str],
-    table: Mapping[str, tuple[str, ...]],
-    warnings: list[str],
+    f: _File, key: str, names: list[str], table: Mapping[str, tuple[str, ...]]
 ) -> list[str]:
     out: list[str] = []
     for n in names:
         if n not in table:
-            _warn(warnings, f"{path}: {key}: tool {n!r} is not one of ours; dropped")
+            f.warn(key, f"{key}: tool {n!r} is not one of ours; dropped")
         out += [t for t in table.get(n, ()) if t not in out]
     return out
 
 
-def _model(path: Path, value: Any) -> str:
-    """A model name as ours: ``inherit``, an alias, ``provider/model`` or ``provider:model``."""
+def _model(f: _File) -> str:
+    """A model name as ours: ``inherit``, an alias, ``provider/model`` or ``provider:model``.
+
+    A name no worker can run (an unknown alias, another provider) is dropped with a
+    warning: the agent runs on the spawner's or the worker's model instead.
+    """
+    value = f.meta.get("model")
     if value is None:
         return "inherit"
-    if not isinstance(value, str):
-        raise InvalidRequest(f"agent file {path}: 'model' must be text, got {value!r}")
-    name = value.strip()
-    if name in ("", "inherit"):
+    name = value.strip() if isinstance(value, str) else ""
+    if name in ("", "inherit") and isinstance(value, str):
         return "inherit"
     if name.lower() in MODEL_ALIASES:
         return MODEL_ALIASES[name.lower()]
     slash, colon = name.find("/"), name.find(":")
     if slash > 0 and (colon < 0 or slash < colon):
         provider, _, model = name.partition("/")
-        return f"{provider}:{model}"
-    if colon < 0 and name.startswith("claude-"):
-        return f"anthropic:{name}"
-    if colon < 0 and name.startswith(("gpt-", "o1", "o3", "o4")):
-        return f"openai:{name}"
-    return name  # an unknown provider is reported, with the valid forms, at spawn
+        name = f"{provider}:{model}"
+    elif colon < 0 and name.startswith("claude-"):
+        name = f"anthropic:{name}"
+    elif colon < 0 and name.startswith(("gpt-", "o1", "o3", "o4")):
+        name = f"openai:{name}"
+    if name == "scripted" or (":" in name and name.partition(":")[0] in MODEL_PROVIDERS):
+        return name
+    f.warn(
+        "model",
+        f"model {value!r} is not one we run (sonnet, opus, haiku, inherit, or "
+        f"{'/'.join(MODEL_PROVIDERS)}:<model>); the spawner's or the worker's model is used",
+    )
+    return "inherit"
 
 
-def _turns(path: Path, key: str, value: Any) -> int | None:
+def _turns(f: _File, key: str) -> int | None:
+    value = f.meta.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequest(f"agent file {path}: {key!r} must be an integer >= 1, got {value!r}")
+        raise f.fail(key, f"{key!r} must be an integer >= 1, got {value!r}")
     return value
 
 
-def _name(path: Path, value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise InvalidRequest(
-            f"agent file {path}: agent name {value!r} is not valid: use 1-64 letters, digits, "
-            "'.', '_' or '-', starting with a letter or digit"
+def _name(f: _File, value: Any) -> str:
+    """The agent's name: ``value`` (or the stem when None), with ``:`` as ``.``.
+
+    A name we cannot use as written (spaces, other punctuation) gives way to the file's
+    stem, with a warning; the file is broken only when neither works.
+    """
+    written = _text(value) if value is not None else f.path.stem
+    name = written.replace(":", ".")
+    if _NAME.match(name):
+        return name
+    if value is not None and _NAME.match(f.path.stem):
+        f.warn(
+            "name",
+            f"agent name {written!r} is not valid (1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit); named {f.path.stem!r} after the file",
         )
-    return value
+        return f.path.stem
+    raise f.fail(
+        "name" if value is not None else None,
+        f"agent name {written!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit",
+    )
+
+
+def _text(value: Any) -> str:
+    """A scalar field as text (YAML reads ``description: 2024`` as a number)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return ""
 
 
 _SANDBOX_KEYS = {"network", "env", "limits"}
 """Our own front matter for the tool sandbox (neither Claude Code nor OpenCode has it)."""
 
 
-def _sandbox_fields(path: Path, meta: Mapping[str, Any]) -> dict[str, Any]:
+def _sandbox_fields(f: _File) -> dict[str, Any]:
     """``network: true``, ``env: [NAME, ...]`` and ``limits: {memory_mb: 512, ...}``."""
+    meta = f.meta
     fields: dict[str, Any] = {}
     if "network" in meta:
         if not isinstance(meta["network"], bool):
-            raise InvalidRequest(
-                f"agent file {path}: 'network' must be true or false, got {meta['network']!r}"
-            )
+            raise f.fail("network", f"'network' must be true or false, got {meta['network']!r}")
         fields["network"] = meta["network"]
     if "env" in meta:
         env = meta["env"]
         if isinstance(env, str):
             env = [n.strip() for n in env.split(",") if n.strip()]
         if not isinstance(env, list) or not all(isinstance(n, str) for n in env):
-            raise InvalidRequest(
-                f"agent file {path}: 'env' must be a list of variable names, got {env!r}"
-            )
+            raise f.fail("env", f"'env' must be a list of variable names, got {env!r}")
         fields["env"] = env
     if "limits" in meta:
         try:
             fields["limits"] = ToolLimits.model_validate(meta["limits"])
         except ValidationError as err:
-            raise InvalidRequest(
-                f"agent file {path}: invalid 'limits' ({err.errors()[0]['msg']}); use "
-                "processes, memory_mb, file_size_mb, cpu_seconds, open_files"
+            raise f.fail(
+                "limits",
+                f"invalid 'limits' ({err.errors()[0]['msg']}); use processes, memory_mb, "
+                "file_size_mb, cpu_seconds, open_files",
             ) from None
     return fields
 
@@ -505,10 +628,10 @@ def _spec(*, max_turns: int | None, **fields: Any) -> AgentSpec:
     return AgentSpec(**fields)
 
 
-def _warn_unused(path: Path, meta: Mapping[str, Any], known: set[str], warnings: list[str]) -> None:
-    for key in meta:
+def _warn_unused(f: _File, known: set[str]) -> None:
+    for key in f.meta:
         if key not in known:
-            _warn(warnings, f"{path}: field {key!r} is not used; ignored")
+            f.warn(key, f"field {key!r} is not used; ignored")
 
 
 def _warn(warnings: list[str], message: str) -> None:
