@@ -10,6 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
+from durable_subagents._spawn import model_label
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
 from durable_subagents.types import Decisions, TaskEvent, TaskStatus
 
@@ -65,7 +66,7 @@ async def history_events(
                         kind="tool_started",
                         task_id=task_id,
                         time=time,
-                        tool=summary.split(" · ")[0],
+                        tool=_tool_of(summary),
                         summary=summary,
                     )
             elif kind in _ACTIVITY_DONE:
@@ -81,7 +82,7 @@ async def history_events(
                         task_id=task_id,
                         time=time,
                         turn=_turn_of(summary),
-                        summary=summary,
+                        summary=_turn_summary(summary, result),
                         error=None if completed else _call_error(kind, attrs),
                     )
                 elif name == "run_tool":
@@ -89,7 +90,7 @@ async def history_events(
                         kind="tool_finished",
                         task_id=task_id,
                         time=time,
-                        tool=summary.split(" · ")[0],
+                        tool=_tool_of(summary),
                         summary=summary,
                         error=_call_error(kind, attrs),
                     )
@@ -171,7 +172,7 @@ def _local_tool_events(
     if data.get("activity_type") != "run_tool":
         return []
     summary = _summary(event, converter)
-    tool = summary.split(" · ")[0]
+    tool = _tool_of(summary)
     scheduled = data.get("original_schedule_time") or {}
     started = time
     if isinstance(scheduled, dict) and "seconds" in scheduled:
@@ -228,7 +229,26 @@ def _summary(event: HistoryEvent, converter: Any) -> str:
 
 
 def _turn_of(summary: str) -> int | None:
-    parts = summary.split()
-    if len(parts) >= 2 and parts[0] == "turn" and parts[1].isdigit():
+    """The turn number of a model turn's summary (``turn 3 · openai:gpt-4.1-mini``)."""
+    parts = summary.partition(" · ")[0].split()
+    if len(parts) == 2 and parts[0] == "turn" and parts[1].isdecimal():
         return int(parts[1])
     return None
+
+
+def _turn_summary(summary: str, result: dict[str, Any] | None) -> str:
+    """A finished turn's summary naming the model that answered.
+
+    The summary was written when the turn was scheduled: the first turn of a task on the
+    worker's default model says ``default`` there; the turn's result names the model.
+    """
+    model = result.get("model") if result else None
+    turn = _turn_of(summary)
+    if not isinstance(model, str) or not model or turn is None:
+        return summary
+    return f"turn {turn} · {model_label(model)}"
+
+
+def _tool_of(summary: str) -> str:
+    """The tool name of a tool call's summary (``bash · ls -la``); names hold no ``·``."""
+    return summary.partition(" · ")[0]
