@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -395,6 +398,59 @@ def test_opencode_unknown_mode_is_ignored_with_a_warning(tmp_path: Path) -> None
     warnings: list[str] = []
     assert load_agent_file(path, warnings=warnings).system_prompt == "Go."
     assert warnings == [f"{path}:3: mode 'boss' is not one of primary, subagent, all; ignored"]
+
+
+# ---------------------------------------------------------------- a corpus of real files
+
+
+def _corpus() -> Path | None:
+    """The corpus of public agent files (tests/data/agent_corpus/SOURCES.md lists it).
+
+    It lives beside the repository in ``shared/agent_corpus`` (or where
+    ``SUBAGENTS_AGENT_CORPUS`` says, or in tests/data/agent_corpus): third-party files
+    are kept out of this repository's history.
+    """
+    here = Path(__file__).resolve().parent
+    candidates = [
+        os.environ.get("SUBAGENTS_AGENT_CORPUS"),
+        here / "data/agent_corpus",
+        here.parent.parent / "shared/agent_corpus",
+    ]
+    for candidate in candidates:
+        if candidate and any(Path(candidate).glob("*__*/**/*.md")):
+            return Path(candidate)
+    return None
+
+
+def test_public_agent_files_load() -> None:
+    corpus = _corpus()
+    if corpus is None:
+        pytest.skip("no agent corpus: see tests/data/agent_corpus/SOURCES.md")
+    files = sorted(corpus.glob("*__*/**/*.md"))
+    # the corpus is the one SOURCES.md lists, byte for byte
+    sources = (Path(__file__).parent / "data/agent_corpus/SOURCES.md").read_text()
+    listed = dict(
+        re.findall(r"^\| `([^`]+)` \| `[0-9a-f]+` \| `([0-9a-f]{16})` \|$", sources, re.M)
+    )
+    assert {str(p.relative_to(corpus)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in files} == listed  # fmt: skip
+    failed: dict[str, str] = {}
+    for path in files:
+        fmt = "opencode" if ".opencode" in path.parts else "claude"
+        try:
+            load_agent_file(path, format=fmt, warnings=[])
+        except InvalidRequest as err:
+            failed[str(path.relative_to(corpus))] = str(err)
+    repos = {path.relative_to(corpus).parts[0] for path in files}
+    loaded = 1 - len(failed) / len(files)
+    print(f"{len(files) - len(failed)} of {len(files)} files from {len(repos)} repositories load")
+    for name, error in failed.items():
+        print(f"  {name}: {error}")
+    assert len(files) >= 100 and len(repos) >= 8
+    assert loaded >= 0.95, failed
+    # what does fail is reported with its file and line
+    for name, error in failed.items():
+        assert re.match(rf"agent file {re.escape(str(corpus / name))}:\d+: ", error), error
 
 
 # ---------------------------------------------------------------- broken files
