@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -36,6 +38,32 @@ def register_command(namespace: str = "default") -> str:
         f"temporal operator search-attribute create --namespace {namespace} "
         f"--name {key.name} --type {_type_name(key)}"
         for key in ALL
+    )
+
+
+def tasks_query(*, status: str | None = None, agent: str | None = None) -> str:
+    """A list filter on this library's search attributes, as the Web UI's query box takes it.
+
+    Example:
+        >>> tasks_query(status="paused")
+        'SubagentStatus="paused"'
+    """
+    terms = [f'{key.name}="{value}"' for key, value in ((STATUS, status), (AGENT, agent)) if value]
+    return " AND ".join(terms)
+
+
+def web_ui_tasks_url(ui_url: str, namespace: str, query: str) -> str:
+    """The Web UI's workflow list of ``namespace`` filtered by ``query``.
+
+    A paused task is a running workflow to Temporal; ``SubagentStatus="paused"`` finds it.
+
+    Example:
+        >>> web_ui_tasks_url("http://127.0.0.1:8233", "default", 'SubagentStatus="paused"')
+        'http://127.0.0.1:8233/namespaces/default/workflows?query=SubagentStatus%3D%22paused%22'
+    """
+    namespace_part = quote(namespace, safe="")
+    return (
+        f"{ui_url.rstrip('/')}/namespaces/{namespace_part}/workflows?query={quote(query, safe='')}"
     )
 
 

@@ -387,7 +387,8 @@ async def run_dev(
     workspace = workspace or settings.workspace
     settings = settings.model_copy(update={"address": address, "workspace": workspace})
     server: DevServer | None = None
-    ui_url = f"http://127.0.0.1:{ui_port} (if the existing server serves one)"
+    ui_base = f"http://127.0.0.1:{ui_port}"
+    ui_url = f"{ui_base} (if the existing server serves one)"
     db_text = "(the existing server's own)"
     if await server_answers(address, namespace):
         console.print(f"[yellow]A Temporal server already answers on {address}; using it.[/]")
@@ -402,15 +403,19 @@ async def run_dev(
         )
         with console.status("Starting the Temporal dev server..."):
             await server.start()
-        ui_url, db_text = server.ui_url, str(server.db)
+        ui_base, db_text = server.ui_url, str(server.db)
+        ui_url = ui_base
     try:
         client = await connect_client(address, namespace, tracing=setup_tracing(settings))
         worker = create_worker(client, settings)
         sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
+        paused = _search_attributes.tasks_query(status="paused")
+        paused_url = _search_attributes.web_ui_tasks_url(ui_base, namespace, paused)
         async with worker:
             console.print(
                 f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
-                f"  Web UI:       {ui_url}\n  Database:     {db_text}\n"
+                f"  Web UI:       {ui_url}\n"
+                f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
                 f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}\n"
                 "Ctrl-C to stop."
             )
