@@ -515,7 +515,7 @@ def _decide(
                 )
             command = f"subagents check {quoted}"
         else:
-            command = f"subagents check {quoted} --wait --after-pause {info.pause_id}"
+            command = f"subagents check {quoted} --wait"
         console.print(f"  next: {command}", markup=False, highlight=False, soft_wrap=True)
 
     _run(main())

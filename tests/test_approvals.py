@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
@@ -69,6 +71,42 @@ async def test_pause_approve_some_reject_the_rest(
     assert not (workspace / "no.txt").exists()
     tool_msgs = [m for m in await careful.get_transcript(task_id) if m.role == "tool"]
     assert "the parent rejected this call: not that one" in tool_msgs[1].content
+
+
+async def test_a_wait_after_a_decision_skips_the_pause_it_decided(
+    careful: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """No ``after_pause`` needed, even while no worker has applied the decisions yet: the
+    client that decided remembers them, and another one finds them in the history."""
+    model = script(bash("echo one", "echo two"), bash("echo three"), {"text": "done"})
+    async with create_worker(temporal_client, settings):
+        task_id = await careful.spawn_task("careful", "x", model=model)
+        first = await careful.check_task(task_id, wait=True, timeout=30)
+    assert first.status == TaskStatus.PAUSED
+    one, two = (p.call_id for p in first.pending_approvals)
+    await careful.approve(task_id, [one])
+    # a partly decided pause still needs the caller: returned at once
+    partly = await careful.check_task(task_id, wait=True, timeout=30)
+    assert partly.pause_id == first.pause_id
+    await careful.reject(task_id, [two], reason="no")
+    await careful.approve(task_id, [one])  # a repeat sends nothing
+    for waiter in (careful, SubagentClient(temporal_client, task_queue=settings.task_queue)):
+        started = time.monotonic()
+        still = await waiter.check_task(task_id, wait=True, timeout=1)
+        assert time.monotonic() - started >= 1  # waited past it, to the timeout
+        assert still.pause_id == first.pause_id
+    async with create_worker(temporal_client, settings):
+        second = await careful.check_task(task_id, wait=True, timeout=30)
+        assert second.status == TaskStatus.PAUSED and second.pause_id != first.pause_id
+        await careful.approve(task_id)
+        done = await careful.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED
+    decided = [
+        e
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert len(decided) == 3  # one, two, and the second pause: the repeat was not sent
 
 
 async def test_pause_is_visible_and_decidable_with_no_worker(

@@ -539,10 +539,10 @@ async def test_ask_pause_and_approve_from_the_shell(
     assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
     human = ok(await arun("check", task_id, env=env))
     assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
-    ok(await arun("approve", task_id, "--all", "--json", env=env))
-    done = ok(
-        await arun("check", task_id, "--wait", "--after-pause", info["pause_id"], "--json", env=env)
-    )
+    approved = ok(await arun("approve", task_id, "--all", env=env))
+    assert f"next: subagents check {task_id} --wait" in approved.out
+    # no --after-pause: check finds the decision in the history and waits past the pause
+    done = ok(await arun("check", task_id, "--wait", "--json", env=env))
     assert done.json()["status"] == "completed"
     assert (workspace / "approved.txt").read_text() == "yes\n"
 

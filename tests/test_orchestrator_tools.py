@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, get_args
 
 import pytest
 from openai import AsyncOpenAI
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
@@ -231,13 +233,28 @@ async def test_decided_pause_is_not_returned_while_no_worker_applies_it(
         paused = await call(tools, "check_subagent", task_id=task_id)
     assert paused["status"] == "paused"
     await call(tools, "approve_tool_calls", task_id=task_id)
-    # the plain client still sees the decided pause and would return it at once...
-    raw = await tools.client.check_task(task_id, wait=True, timeout=5)
+    # the task still reads as paused on the decided pause, but a wait goes past it
+    # (here to its timeout: no worker applies the decision)...
+    started = time.monotonic()
+    raw = await tools.client.check_task(task_id, wait=True, timeout=1)
+    assert time.monotonic() - started >= 1
     assert raw.pause_id == paused["pause_id"] and raw.pending_approvals
-    # ...the tools wait past it, and do not offer the decided calls again
+    # ...and the tools do not offer the decided calls again
     again = await call(tools, "check_subagent", task_id=task_id, wait=True, timeout=1)
     assert again["status"] == "paused" and "pending_approvals" not in again
     assert again["next"].startswith("decision sent")
+    # deciding again sends nothing, and says so
+    repeated = await call(tools, "approve_tool_calls", task_id=task_id)
+    assert repeated["approved"] == [] and repeated["already_decided"] == [
+        raw.pending_approvals[0].call_id
+    ]
+    assert repeated["next"].startswith("nothing was sent again")
+    signals = [
+        e
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert len(signals) == 1
     async with create_worker(temporal_client, settings):
         done = await call(tools, "check_subagent", task_id=task_id)
     assert done["status"] == "completed"

@@ -49,11 +49,12 @@ from durable_subagents.agents import (
     resolve_agent,
 )
 from durable_subagents.client._events import CLOSE_STATUS, history_events
-from durable_subagents.client._followup import decisions_for, start_follow_up
+from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, WrongTaskState
 from durable_subagents.types import (
+    Decisions,
     Message,
     TaskEvent,
     TaskInfo,
@@ -91,6 +92,8 @@ class SubagentClient:
         self.temporal = client
         self.task_queue = task_queue
         self.transcript = Transcript(blob_store) if blob_store is not None else None
+        self.decisions = DecisionMemory()
+        """The decisions this client sent (internal: its waits skip a decided pause)."""
         self.agents = dict(agents or {})
         self.default_model = default_model
         self.max_prompt_bytes = max_prompt_bytes
@@ -293,13 +296,18 @@ class SubagentClient:
         With ``wait=True`` this returns as soon as the task is terminal or paused
         (with a ``pause_id`` other than ``after_pause``), or at ``timeout`` with the
         current state. It waits by long-polling the run's history, so it costs a few
-        calls per minute and works while no worker runs.
+        calls per minute and works while no worker runs. A pause whose every call this
+        client decided (``approve``/``reject``) is skipped without ``after_pause``.
 
         Raises:
             TaskNotFound: no task has this id.
         """
         _check_timeout(timeout)
+        if after_pause is None:
+            after_pause = self.decisions.skip(task_id)
         info = await self._info(task_id)
+        if wait and after_pause is None and await self._decided_already(info):
+            after_pause = info.pause_id
         if not wait or settled(info, after_pause):
             return info.public()
         try:
@@ -388,6 +396,32 @@ class SubagentClient:
                 info = await self._info(task_id)
             if settled(info, after_pause):
                 return info
+
+    async def _decided_already(self, info: InternalInfo) -> bool:
+        """Whether a paused task received decisions on every pending call, from anyone.
+
+        Such a pause needs no caller: the task goes on once a worker reads them. (A
+        client that decided remembers it; this finds decisions sent by another
+        process, such as ``subagents approve`` before ``subagents check --wait``.)
+        """
+        if info.status != TaskStatus.PAUSED or not info.pause_id:
+            return False
+        pending = {p.call_id for p in info.pending_approvals}
+        handle = self.temporal.get_workflow_handle(info.id, run_id=info.run_id)
+        converter = self.temporal.data_converter
+        async for event in handle.fetch_history_events(skip_archival=True):
+            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                continue
+            attrs = event.workflow_execution_signaled_event_attributes
+            if attrs.signal_name != "decide" or not attrs.input.payloads:
+                continue
+            try:
+                [sent] = await converter.decode(attrs.input.payloads[:1], [Decisions])
+            except Exception:  # a malformed signal decides nothing
+                continue
+            if sent.pause_id == info.pause_id:
+                pending -= {d.call_id for d in sent.decisions}
+        return not pending
 
     def _may_settle(self, event: HistoryEvent) -> bool:
         """Whether an event can make a wait return (so not every memo write costs a call)."""
@@ -547,6 +581,8 @@ class SubagentClient:
                 info.status.value,
             )
         decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
+        if self.decisions.repeats(info, decisions):
+            return info.public()  # sent already: the task reads it when it resumes
         try:
             await self.temporal.get_workflow_handle(task_id).signal(
                 SubagentWorkflow.decide, decisions
@@ -559,6 +595,7 @@ class SubagentClient:
                 f"task {task_id!r} is {now.status.value}: it ended before the decision arrived",
                 now.status.value,
             ) from None
+        self.decisions.record(info, decisions)
         return info.public()
 
     async def send_input(self, task_id: str, text: str) -> TaskInfo:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,6 +67,67 @@ def decisions_for(
         ],
     )
     return decisions
+
+
+@dataclass
+class Decided:
+    """The calls of one pause this client decided (call id -> approved)."""
+
+    pause_id: str
+    calls: dict[str, bool] = field(default_factory=dict)
+    complete: bool = False
+    """Every call of the pause is decided: the task resumes once it reads them."""
+
+
+class DecisionMemory:
+    """The decisions a client sent, per task, so that its waits skip a decided pause.
+
+    Between a decision and the task taking it in (at once with a worker, whenever one
+    comes back without), the task still reads as paused on that pause; a wait that
+    returned it would hand the caller a pause it already answered.
+    """
+
+    LIMIT = 10_000
+    """Tasks remembered at most (the oldest are forgotten first)."""
+
+    def __init__(self) -> None:
+        self._tasks: OrderedDict[str, Decided] = OrderedDict()
+
+    def get(self, task_id: str, pause_id: str | None) -> Decided | None:
+        """What was decided of ``pause_id`` (forgetting an older pause's decisions)."""
+        decided = self._tasks.get(task_id)
+        if decided is not None and decided.pause_id != pause_id:
+            del self._tasks[task_id]
+            return None
+        return decided
+
+    def peek(self, task_id: str) -> Decided | None:
+        """What was decided on ``task_id``'s latest decided pause."""
+        return self._tasks.get(task_id)
+
+    def skip(self, task_id: str) -> str | None:
+        """The pause of ``task_id`` this client decided completely, if any."""
+        decided = self._tasks.get(task_id)
+        return decided.pause_id if decided is not None and decided.complete else None
+
+    def repeats(self, info: InternalInfo, decisions: Decisions) -> bool:
+        """Whether every decision was sent before, with the same verdict."""
+        decided = self.get(info.id, info.pause_id)
+        return decided is not None and all(
+            decided.calls.get(d.call_id) is d.approved for d in decisions.decisions
+        )
+
+    def record(self, info: InternalInfo, decisions: Decisions) -> None:
+        """Remember decisions sent on ``info``'s pause."""
+        assert info.pause_id is not None
+        decided = self.get(info.id, info.pause_id) or Decided(info.pause_id)
+        for d in decisions.decisions:
+            decided.calls.setdefault(d.call_id, d.approved)
+        decided.complete = {p.call_id for p in info.pending_approvals} <= decided.calls.keys()
+        self._tasks[info.id] = decided
+        self._tasks.move_to_end(info.id)
+        while len(self._tasks) > self.LIMIT:
+            self._tasks.popitem(last=False)
 
 
 async def start_follow_up(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -141,15 +140,6 @@ class ListSubagents(_Args):
     status: StatusName | None = Field(None, description="Only tasks in this status.")
 
 
-@dataclass
-class _Decided:
-    """Calls of one pause the model decided; ``complete`` when none is left undecided."""
-
-    pause_id: str
-    calls: set[str] = field(default_factory=set)
-    complete: bool = False
-
-
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     """A compact JSON Schema: no titles, optional fields as plain types (not nullable)."""
     schema = model.model_json_schema()
@@ -190,7 +180,6 @@ class SubagentTools:
         self.client = client
         self.parent_id = parent_id
         self.default_wait = min(default_wait, MAX_WAIT)
-        self._decided: dict[str, _Decided] = {}
         self._tools: dict[str, tuple[type[_Args], Callable[[Any], Awaitable[Any]]]] = {
             "spawn_subagent": (SpawnSubagent, self._spawn),
             "check_subagent": (CheckSubagent, self._check),
@@ -270,16 +259,13 @@ class SubagentTools:
         return {"task_id": task_id, "next": "call check_subagent to wait for its result"}
 
     async def _check(self, a: CheckSubagent) -> dict[str, Any]:
-        info = await self.client.check_task(
-            a.task_id, a.wait, self._timeout(a.timeout), after_pause=self._after_pause(a.task_id)
-        )
+        info = await self.client.check_task(a.task_id, a.wait, self._timeout(a.timeout))
         return await self._view(info)
 
     async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
         timeout = self._timeout(a.timeout)
         waits = [
-            asyncio.ensure_future(self.client.check_task(t, True, timeout, self._after_pause(t)))
-            for t in a.task_ids
+            asyncio.ensure_future(self.client.check_task(t, True, timeout)) for t in a.task_ids
         ]
         try:
             when = asyncio.FIRST_COMPLETED if a.mode == "any" else asyncio.ALL_COMPLETED
@@ -294,12 +280,14 @@ class SubagentTools:
         return {"tasks": [await self._view(i) for i in infos]}
 
     async def _approve(self, a: ApproveToolCalls) -> dict[str, Any]:
+        before = self._sent(a.task_id)
         info = await self.client.approve(a.task_id, a.call_ids)
-        return self._remember(info, a.call_ids, "approved")
+        return self._report(info, a.call_ids, "approved", before)
 
     async def _reject(self, a: RejectToolCalls) -> dict[str, Any]:
+        before = self._sent(a.task_id)
         info = await self.client.reject(a.task_id, a.call_ids, a.reason)
-        return self._remember(info, a.call_ids, "rejected")
+        return self._report(info, a.call_ids, "rejected", before)
 
     async def _send(self, a: SendSubagentInput) -> dict[str, Any]:
         info = await self.client.send_input(a.task_id, a.text)
@@ -340,25 +328,33 @@ class SubagentTools:
     def _timeout(self, timeout: float | None) -> float:
         return min(self.default_wait if timeout is None else timeout, MAX_WAIT)
 
-    def _after_pause(self, task_id: str) -> str | None:
-        """The pause the model fully decided, so a wait does not return it again."""
-        decided = self._decided.get(task_id)
-        return decided.pause_id if decided and decided.complete else None
+    def _sent(self, task_id: str) -> tuple[str | None, set[str]]:
+        """The pause and calls decided so far (the client remembers what it sent)."""
+        decided = self.client.decisions.peek(task_id)
+        return (decided.pause_id, set(decided.calls)) if decided else (None, set())
 
-    def _remember(
-        self, info: TaskInfo, call_ids: Sequence[str] | None, verb: str
+    def _report(
+        self,
+        info: TaskInfo,
+        call_ids: Sequence[str] | None,
+        verb: str,
+        before: tuple[str | None, set[str]],
     ) -> dict[str, Any]:
         pending = {p.call_id for p in info.pending_approvals}
         chosen = set(pending if call_ids is None else call_ids)
-        assert info.pause_id is not None  # approve/reject raise unless the task is paused
-        decided = self._decided.get(info.id)
-        if decided is None or decided.pause_id != info.pause_id:
-            decided = self._decided[info.id] = _Decided(info.pause_id)
-        new, decided.calls = chosen - decided.calls, decided.calls | chosen
-        decided.complete = pending <= decided.calls
-        left = sorted(pending - decided.calls)
+        earlier = before[1] if before[0] == info.pause_id else set()
+        decided = self.client.decisions.get(info.id, info.pause_id)
+        left = sorted(pending - (decided.calls.keys() if decided else set()))
         hint = f"still undecided: {', '.join(left)}" if left else _DECIDED
-        return {"task_id": info.id, verb: sorted(new), "next": hint}
+        report: dict[str, Any] = {"task_id": info.id, verb: sorted(chosen - earlier)}
+        if chosen & earlier:
+            report["already_decided"] = sorted(chosen & earlier)
+            if not chosen - earlier:
+                hint = "nothing was sent again: you decided these calls before; " + (
+                    hint if left else "the subagent resumes shortly: call check_subagent"
+                )
+        report["next"] = hint
+        return report
 
     async def _view(self, info: TaskInfo) -> dict[str, Any]:
         """A compact task view for the model, minus calls it already decided.
@@ -366,10 +362,7 @@ class SubagentTools:
         Pending calls carry their full arguments (read from the transcript), cut at
         ``ARGUMENTS_SHOWN`` characters with a note naming ``show_tool_call``.
         """
-        decided = self._decided.get(info.id)
-        if decided and decided.pause_id != info.pause_id:
-            del self._decided[info.id]
-            decided = None
+        decided = self.client.decisions.get(info.id, info.pause_id)
         undecided = [
             p for p in info.pending_approvals if decided is None or p.call_id not in decided.calls
         ]
