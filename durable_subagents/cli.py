@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 from rich.text import Text
 
+from durable_subagents._audience import for_shell
 from durable_subagents._terminal import json_shown, shown
 from durable_subagents.agents import (
     ALL_TOOLS,
@@ -118,7 +119,9 @@ def _run(coro: Awaitable[T]) -> T:
         result = asyncio.run(_stop_on_sigterm(coro))
     except SubagentError as err:
         # soft_wrap: commands in the message must stay on one line to be copied
-        err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        err_console.print(
+            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
+        )
         _exit_if_tool_calls_stuck(1)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
@@ -582,12 +585,13 @@ def send(
         if as_json:
             print(_info_json(info, follow_up=follow_up))
             return
-        _print_info(info, as_json=False)
-        what = (
-            "started a follow-up run with this input"
-            if follow_up
-            else "the task reads this input at its next turn"
-        )
+        _print_info(info, as_json=False, arguments=await client.pending_arguments(info))
+        if follow_up:
+            what = "started a follow-up run with this input"
+        elif info.status == TaskStatus.PAUSED:
+            what = "the task reads this input once the calls above are decided"
+        else:
+            what = "the task reads this input at its next turn"
         console.print(
             f"\nsent: {what}. Wait for the answer: subagents check {shlex.quote(info.id)} --wait",
             markup=False,
@@ -692,7 +696,9 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         root = agents_dir or find_project_root()
         found = scan_agents(root) if root is not None else AgentFiles()
     except SubagentError as err:
-        err_console.print(f"[red]error:[/red] {escape(str(err))}", soft_wrap=True, highlight=False)
+        err_console.print(
+            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
+        )
         raise typer.Exit(1) from None
     for warning in found.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)

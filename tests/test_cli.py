@@ -273,7 +273,7 @@ def test_agents_lists_the_builtins() -> None:
             ["unknown agent 'nope'", "known: explore, plan, research, general"],
         ),
         (["spawn", "explore", "   "], ["prompt is empty"]),
-        (["spawn", "explore", "do it", "--max-turns", "0"], ["max_turns must be", "got 0"]),
+        (["spawn", "explore", "do it", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
         (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
         (["watch", "no-such-task"], ["no task 'no-such-task'"]),
@@ -281,10 +281,10 @@ def test_agents_lists_the_builtins() -> None:
         (["approve", "no-such-task", "--all"], ["no task 'no-such-task'"]),
         (["reject", "no-such-task", "c1", "--reason", "no"], ["no task 'no-such-task'"]),
         (["send", "no-such-task", "more"], ["no task 'no-such-task'"]),
-        (["spawn", "explore", "x", "--time-limit", "0"], ["time_limit must be more than 0"]),
-        (["spawn", "explore", "x", "--time-limit", "inf"], ["time_limit must be more than 0"]),
-        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["approval_timeout must be"]),
-        (["spawn", "explore", "x", "--max-turns", "100000000"], ["max_turns must be at most"]),
+        (["spawn", "explore", "x", "--time-limit", "0"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--time-limit", "inf"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["--approval-timeout must be"]),
+        (["spawn", "explore", "x", "--max-turns", "100000000"], ["--max-turns must be at most"]),
         (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
         (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
@@ -671,7 +671,9 @@ async def test_send_steers_a_paused_task_then_continues_it_when_completed(
     task_id = await _spawn_asking(model, env)
     paused = await _paused(task_id, env)
     steered = ok(await arun("send", task_id, "prefer short flags", env=env)).out
-    assert "reads this input at its next turn" in " ".join(steered.split())
+    assert "reads this input once the calls above are decided" in " ".join(steered.split())
+    assert '"command": "echo hi"' in steered  # the pending call in full, not a preview
+    assert f"subagents approve {task_id} --all" in steered
     ok(await arun("approve", task_id, "--all", env=env))
     first = ok(
         await arun(

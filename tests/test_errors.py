@@ -13,6 +13,7 @@ from durable_subagents import (
     TaskNotFound,
     TemporalUnavailable,
 )
+from durable_subagents._audience import for_model, for_shell
 from durable_subagents.config import Settings
 
 
@@ -106,7 +107,7 @@ async def test_narrowing_options_take_effect(
 
 
 async def test_unknown_task_id(client: SubagentClient) -> None:
-    with pytest.raises(TaskNotFound, match=r"no task 'subagent-nope'.*subagents ls"):
+    with pytest.raises(TaskNotFound, match=r"no task 'subagent-nope'.*list_tasks\(\) lists"):
         await client.check_task("subagent-nope")
     with pytest.raises(TaskNotFound):
         await client.cancel_task("subagent-nope")
@@ -208,3 +209,19 @@ async def test_after_bad_requests_the_worker_still_runs_tasks(
     task_id = await client.spawn_task("explore", "x", model=script({"text": "fine"}))
     info = await client.check_task(task_id, wait=True, timeout=30)
     assert info.status == "completed" and info.result == "fine"
+
+
+def test_messages_speak_to_their_reader() -> None:
+    """The API's names become flags and commands for a shell user, tools for a model."""
+    api = (
+        "task 't' is completed, not paused; there is nothing to decide (check_task shows "
+        "pending approvals while it is paused); max_turns must be at most 200; "
+        "no task 'x'; list_tasks() lists the tasks"
+    )
+    shell = for_shell(api)
+    assert "`subagents check` shows" in shell and "--max-turns must" in shell
+    assert "`subagents ls` lists the tasks" in shell
+    model = for_model(api)
+    assert "check_subagent shows" in model and "list_subagents lists" in model
+    assert "max_turns must" in model  # the tool's own argument name
+    assert for_shell("a my_max_turns or max_turns_x") == "a my_max_turns or max_turns_x"

@@ -370,3 +370,10 @@ async def test_cancel_a_running_subagent(tools: SubagentTools, worker: None) -> 
     info = await tools.client.check_task(task_id)
     assert info.status == TaskStatus.CANCELLED
     await eventually(lambda: poll(sleeping), lambda running: not running)
+
+
+async def test_errors_name_the_tools_the_model_has(tools: SubagentTools) -> None:
+    """Not the Python API or the shell: an unknown id points at list_subagents."""
+    unknown = await call(tools, "check_subagent", task_id="subagent-nope", wait=False)
+    assert "list_subagents" in unknown["error"] and "subagents ls" not in unknown["error"]
+    assert "list_tasks" not in unknown["error"]

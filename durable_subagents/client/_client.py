@@ -120,11 +120,11 @@ class SubagentClient:
                 files are read.
             agents_dir: A project directory whose agent files (``.claude/agents``,
                 ``.opencode/agent[s]``) to load; default: the project the current
-                directory is in (see ``discover_agents``).
+                directory is in (see ``discover_agents``). A broken agent file is
+                skipped with a warning; only a spawn of its agent fails.
 
         Raises:
             TemporalUnavailable: nothing answers on the address.
-            InvalidRequest: an agent file is malformed (the message names it).
         """
         settings = settings or Settings()
         if agents is None:
@@ -721,7 +721,7 @@ class SubagentClient:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise TaskNotFound(
                     f"no task {task_id!r} in namespace {self.temporal.namespace!r}; "
-                    "`subagents ls` lists the tasks"
+                    "list_tasks() lists the tasks"
                 ) from None
             raise
         if desc.workflow_type != "SubagentWorkflow":

@@ -137,8 +137,7 @@ async def run_mcp(
         default_wait: Seconds ``check_subagent`` blocks when the model gives no timeout;
             below the 60 s many MCP clients allow a tool call by default.
 
-    Raises:
-        InvalidRequest: an agent file is malformed (before serving anything).
+    A broken agent file is skipped with a warning; only a spawn of its agent fails.
     """
     agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
     async with stdio_server() as (read, write):

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_subagents.agents import BUILTIN_AGENTS
+from durable_subagents._audience import for_model
+from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import SubagentError, UnknownCallId
 from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
@@ -203,7 +204,11 @@ class SubagentTools:
         for name, (model, _) in self._tools.items():
             description, parameters = _describe(model), _schema(model)
             if model is SpawnSubagent:
-                agents = {**BUILTIN_AGENTS, **self.client.agents}
+                agents = {
+                    n: spec
+                    for n, spec in {**BUILTIN_AGENTS, **self.client.agents}.items()
+                    if not isinstance(spec, UnloadableAgent)  # a broken file: not offered
+                }
                 parameters["properties"]["agent"]["enum"] = list(agents)
                 description += "\nAgents:" + "".join(
                     f"\n- {n}: {spec.description or '(no description)'}"
@@ -250,7 +255,7 @@ class SubagentTools:
             )
             return _dump({"error": f"invalid arguments for {name}: {problems}"})
         except SubagentError as err:
-            return _dump({"error": str(err)})
+            return _dump({"error": for_model(str(err))})
 
     # ------------------------------------------------------------------ handlers
 
