@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -89,6 +90,7 @@ def build_task_input(
         approval_timeout = spec.approval_timeout
     _check_seconds("approval_timeout", approval_timeout)
     _check_metadata(metadata)
+    _check_workspace(workspace)
     if model is not None and check_model:
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
         from durable_subagents.activities.providers import parse_model
@@ -112,6 +114,35 @@ def build_task_input(
         created_at=created_at or datetime.now(UTC),
     )
 
+
+def _check_workspace(workspace: str | None) -> None:
+    """What a client can tell of a workspace: a path that stays inside the worker's root.
+
+    Whether the directory exists only the worker knows (its root may be on another
+    machine); a task whose workspace it cannot use fails at its first turn.
+    """
+    if workspace is None:
+        return
+    if (
+        not isinstance(workspace, str)
+        or not workspace.strip()
+        or "\x00" in workspace
+        or len(workspace.encode()) > MAX_WORKSPACE_BYTES
+    ):
+        raise InvalidRequest(
+            f"workspace must be a directory path of 1-{MAX_WORKSPACE_BYTES} bytes, got "
+            f"{workspace!r:.100}; name a directory inside the worker's workspace root"
+        )
+    normal = posixpath.normpath(workspace)
+    if not posixpath.isabs(normal) and (normal == ".." or normal.startswith("../")):
+        raise InvalidRequest(
+            f"workspace {workspace!r} leaves the worker's workspace root; name a directory "
+            "inside it, relative to the root (e.g. 'services/api'), or start the worker "
+            "with a wider --workspace"
+        )
+
+
+MAX_WORKSPACE_BYTES = 4096
 
 MAX_SECONDS = 366 * 24 * 3600
 """Longest time limit or approval timeout accepted (a year)."""

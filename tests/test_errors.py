@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -122,13 +123,38 @@ async def test_unreachable_temporal_names_the_address(tmp_path: object) -> None:
     assert "127.0.0.1:1" in str(err.value) and "subagents dev" in str(err.value)
 
 
-async def test_workspace_outside_the_root_fails_the_task_clearly(
-    client: SubagentClient, worker: None
+@pytest.mark.parametrize(
+    ("workspace", "problem"),
+    [
+        ("/etc", "outside this worker's workspace root"),
+        ("no-such-dir", "is not a directory under"),
+    ],
+)
+async def test_a_workspace_the_worker_cannot_use_fails_the_task_in_one_log_line(
+    client: SubagentClient,
+    worker: None,
+    caplog: pytest.LogCaptureFixture,
+    workspace: str,
+    problem: str,
 ) -> None:
-    task_id = await client.spawn_task("explore", "x", model="scripted", workspace="/etc")
+    caplog.set_level(logging.DEBUG)
+    task_id = await client.spawn_task("explore", "x", model="scripted", workspace=workspace)
     info = await client.check_task(task_id, wait=True, timeout=30)
     assert info.status == "failed"
-    assert info.error is not None and "outside this worker's workspace root" in info.error
+    assert info.error is not None and problem in info.error
+    mine = [r for r in caplog.records if task_id in r.getMessage() and r.levelno >= logging.INFO]
+    assert [(r.levelno, problem in r.getMessage()) for r in mine] == [(logging.WARNING, True)]
+    tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
+    assert not tracebacks, [r.getMessage() for r in tracebacks]
+
+
+@pytest.mark.parametrize("workspace", ["../..", "..", "a/../../b", "", "   ", "x\x00y", "a" * 5000])
+async def test_a_workspace_outside_any_root_is_refused_at_spawn(
+    client: SubagentClient, workspace: str
+) -> None:
+    with pytest.raises(InvalidRequest, match="workspace") as err:
+        await client.spawn_task("explore", "x", workspace=workspace)
+    assert len(str(err.value)) < 400
 
 
 async def test_bad_model_name_is_refused_at_spawn(client: SubagentClient) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_subagents import policy
 from durable_subagents._blobstore import BlobStore
@@ -333,17 +333,14 @@ class SubagentActivities:
         path = Path(requested)
         path = (path if path.is_absolute() else root / path).resolve()
         if not path.is_relative_to(root):
-            raise ApplicationError(
+            raise _workspace_error(
                 f"workspace {requested!r} is outside this worker's workspace root {root}; "
-                "spawn with a directory inside it, or start the worker with --workspace",
-                type="WorkspaceError",
-                non_retryable=True,
+                "spawn with a directory inside it, or start the worker with --workspace"
             )
         if not path.is_dir():
-            raise ApplicationError(
-                f"workspace {requested!r} is not a directory under {root}",
-                type="WorkspaceError",
-                non_retryable=True,
+            raise _workspace_error(
+                f"workspace {requested!r} is not a directory under {root}; create it, or "
+                "spawn with an existing one"
             )
         return path
 
@@ -396,6 +393,18 @@ def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
         seen.add(fixed.id)
         out.append(fixed)
     return out
+
+
+def _workspace_error(message: str) -> ApplicationError:
+    """A spawner's mistake, not the worker's: one log line, and the task fails with it."""
+    info = activity.info()
+    log.warning("task %s: %s", info.workflow_id, message)
+    return ApplicationError(
+        message,
+        type="WorkspaceError",
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # no traceback: it says it all
+    )
 
 
 def _heartbeat(*details: Any) -> None:
