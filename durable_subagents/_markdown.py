@@ -10,7 +10,8 @@ stars), and a hostile model's arguments could add lines of their own: a fake
 - :func:`code_span` for what must read exactly (commands, prompts, ids): a code span
   whose fence is longer than any run of backticks inside it.
 - :func:`escape` for prose (a description, a list of tools): every ASCII punctuation
-  character a Markdown renderer gives a meaning is backslash-escaped.
+  character a Markdown renderer gives a meaning is backslash-escaped. The UI's
+  typographer still curls straight quotes in prose (no escape stops it there).
 
 Both put the text on one line first (:func:`one_line`): a line break could start a
 block (a heading, a list item, a quote) outside the span. Activity summaries are not
@@ -23,12 +24,15 @@ import re
 import string
 import unicodedata
 
-_INERT = "\"',;?/%"
+_INERT = "\"',%/;=?@"
 """ASCII punctuation that means nothing to a renderer on its own, left as it is.
 
-Quotes in particular: the UI's typographer turns an escaped quote into a curly one
-and still shows the backslash (``\\"`` renders as ``\\“``)."""
+The UI's renderer takes no backslash before these (``\\=`` shows the backslash); and
+its typographer turns even an escaped quote into a curly one (``\\"`` shows as
+``\\“``)."""
 _SPECIAL = re.compile("([" + re.escape("".join(set(string.punctuation) - set(_INERT))) + "])")
+_FRACTION = re.compile(r"(?<=[0-9])/")
+"""The UI's typographer shows ``1/2`` as a fraction; a character reference keeps it."""
 _BACKTICKS = re.compile("`+")
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """Direction controls: they could make a command read otherwise than it runs."""
@@ -57,7 +61,7 @@ def escape(text: str) -> str:
         >>> print(escape("check __init__ in *.py"))
         check \_\_init\_\_ in \*\.py
     """
-    return _SPECIAL.sub(r"\\\1", one_line(text))
+    return _FRACTION.sub("&#47;", _SPECIAL.sub(r"\\\1", one_line(text)))
 
 
 def code_span(text: str) -> str:
@@ -65,7 +69,8 @@ def code_span(text: str) -> str:
 
     The fence is one backtick longer than the longest run inside, so no run inside can
     close it; a space pads text that starts or ends with a backtick or a space (the
-    renderer strips one on each side). Empty text gives an empty string.
+    renderer strips one on each side). Empty text is a span of one no-break space
+    (the UI's renderer drops a span of spaces).
 
     Example:
         >>> code_span("wc -l *.py")
@@ -75,7 +80,7 @@ def code_span(text: str) -> str:
     """
     line = one_line(text)
     if not line:
-        return ""
+        return "`\u00a0`"
     longest = max((len(run) for run in _BACKTICKS.findall(line)), default=0)
     fence = "`" * (longest + 1)
     if line[:1] in ("`", " ") or line[-1:] in ("`", " "):

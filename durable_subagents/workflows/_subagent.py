@@ -639,6 +639,8 @@ class SubagentWorkflow:
         # rest wait here, in the workflow, where they hold nothing.
         queued = True
         self._queued += 1
+        if self._calls_at_once.locked():
+            self._show_details()  # it waits: say so
         try:
             async with self._calls_at_once:
                 self._queued, queued = self._queued - 1, False

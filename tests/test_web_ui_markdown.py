@@ -1,0 +1,313 @@
+"""What the Web UI renders shows untrusted text literally, and nothing else of it.
+
+The summary, details and current details are Markdown. Hostile prompts, descriptions
+and tool arguments are rendered by two renderers: markdown-it (CommonMark, in
+process) and the dev server's own Web UI (its ``/render`` page, which the UI frames
+show). The text they show must be the text given, and everything outside the code
+spans must be ours, whatever the arguments hold: no forged line, link or image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import string
+import urllib.parse
+import urllib.request
+from html.parser import HTMLParser
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
+
+from durable_subagents import AgentSpec
+from durable_subagents._markdown import code_span, escape, one_line
+from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
+from durable_subagents._spawn import static_details, static_summary
+from durable_subagents.client._events import _tool_of, _turn_of, _turn_summary
+from durable_subagents.dev import DevServer
+from durable_subagents.policy import arguments_preview
+from durable_subagents.types import PendingApproval, TaskInput, TaskStatus
+from durable_subagents.workflows._details import TaskView, current_details
+
+HOSTILE = [
+    "check __init__ in *.py",
+    "wc -l inventory/*.py tests/*.py",
+    "rm -rf build\n\nApprove: `subagents approve other-task --all`",
+    "x` [approve here](http://evil.example) `y",
+    "![img](http://evil.example/i.png) <img src=x onerror=alert(1)> <b>bold</b>",
+    "```` ``` `` ` a `",
+    "`",
+    " `lead` ",
+    "# heading\n- item\n> quote\n1. one\n---\n| a | b |\n|---|---|",
+    'echo "q" it\'s -- ... (c) << >> http://evil.example www.evil.example a@b.example',
+    "&lt;b&gt; &#42; &amp; \\*not emphasis\\* \\",
+    "rm -rf / #\u202e gnp.olleh\u202c",
+    "a\r\nb\u2028c\x00d\x85e",
+    "[link]: http://evil.example\n[link]",
+    ":smile: ~~gone~~ ^sup^ $math$ {#id} [^1]",
+]
+"""Strings that broke the Web UI before (the first two) or try to break out of it."""
+
+hostile_text = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.text(
+        alphabet=st.sampled_from([*string.punctuation, " ", "\n", "a", "1", "\u202e", "é"]),
+        max_size=40,
+    ),
+    st.text(max_size=40),
+)
+
+
+class Rendered(HTMLParser):
+    """Rendered HTML read back: the text outside code, the code texts, the tags used."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.outside: list[str] = []
+        self.codes: list[str] = []
+        self.tags: list[str] = []
+        self._in_code = 0
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag == "code":
+            self._in_code += 1
+            self.codes.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "code":
+            self._in_code -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._in_code:
+            self.codes[-1] += data
+        else:
+            self.outside.append(data)
+
+    @property
+    def text(self) -> str:
+        return " ".join("".join(self.outside).split())
+
+
+def commonmark(markdown: str) -> Rendered:
+    return Rendered(MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown))
+
+
+_QUOTES = re.compile("[\"'\u201c\u201d\u2018\u2019]")
+
+
+def unquoted(text: str) -> str:
+    """``text`` without quotes: the UI's typographer curls (and merges) them in prose."""
+    return _QUOTES.sub("", text)
+
+
+def shown(text: str) -> str:
+    """What a renderer shows of ``text`` at best: one line, spaces collapsed."""
+    return " ".join(one_line(text).split())
+
+
+# ------------------------------------------------------------------ in process (CommonMark)
+
+
+@given(hostile_text)
+@example("check __init__ in *.py")
+@settings(max_examples=400)
+def test_escaped_prose_renders_as_the_text(text: str) -> None:
+    rendered = commonmark(escape(text))
+    assert rendered.text == shown(text)
+    assert not rendered.codes and set(rendered.tags) <= {"p"}
+
+
+@given(hostile_text)
+@example("wc -l inventory/*.py tests/*.py")
+@settings(max_examples=400)
+def test_a_code_span_renders_as_the_text(text: str) -> None:
+    rendered = commonmark("before " + code_span(text) + " after")
+    assert rendered.codes == [one_line(text) or "\xa0"]
+    assert rendered.text == "before after"
+
+
+def _pending(call_id: str, command: str) -> PendingApproval:
+    preview = arguments_preview("bash", {"command": command}, limit=200)
+    return PendingApproval(
+        call_id=call_id, tool_name="bash", arguments_preview=preview, arguments_hash="h"
+    )
+
+
+def _view(status: TaskStatus, call_id: str, command: str, model: str = "m") -> TaskView:
+    return TaskView(
+        task_id="subagent-careful-0123",
+        status=status,
+        turns=2,
+        max_turns=50,
+        model=model,
+        pause_id="pause-2-abcd",
+        pending=[_pending(call_id, command)] if status == TaskStatus.PAUSED else [],
+        approval_timeout=600,
+        running=[arguments_preview("bash", {"command": command}, limit=200)],
+    )
+
+
+@given(hostile_text, hostile_text, hostile_text)
+@settings(max_examples=300)
+def test_hostile_arguments_cannot_add_to_the_current_details(
+    call_id: str, command: str, model: str
+) -> None:
+    for status in (TaskStatus.PAUSED, TaskStatus.RUNNING):
+        benign = commonmark(current_details(_view(status, "c", "ls", "m")))
+        hostile = commonmark(current_details(_view(status, call_id, command, model)))
+        # Everything outside the code spans is ours; the arguments show literally.
+        assert hostile.text == benign.text
+        assert hostile.tags == benign.tags
+        preview = one_line(arguments_preview("bash", {"command": command}, limit=200))
+        assert preview in hostile.codes
+
+
+def test_the_paused_details_read_right() -> None:
+    details = current_details(_view(TaskStatus.PAUSED, "call_0_0", "wc -l inventory/*.py"))
+    rendered = commonmark(details)
+    assert rendered.text == (
+        "Waiting for approval of 1 tool call · pause · rejected automatically after 600s "
+        "Approve: (or name call ids) · reject: Turn 2 of 50 · model"
+    )
+    assert rendered.codes == [
+        "pause-2-abcd",
+        "call_0_0",
+        "bash · wc -l inventory/*.py",
+        "subagents approve subagent-careful-0123 --all",
+        "subagents reject subagent-careful-0123 --all --reason TEXT",
+        "m",
+    ]
+
+
+def test_the_running_details_say_what_runs() -> None:
+    view = _view(TaskStatus.RUNNING, "c", "sleep 400")
+    view.queued = 2
+    rendered = commonmark(current_details(view))
+    assert rendered.text == (
+        "Running turn 2 of 50 · model 1 tool call running 2 waiting for a free slot"
+    )
+    assert rendered.codes == ["m", "bash · sleep 400"]
+    view.running, view.queued, view.waiting_for_model, view.model = [], 0, True, "default"
+    assert commonmark(current_details(view)).text == (
+        "Running turn 2 of 50 · model the worker's default Waiting for the model's answer"
+    )
+    view.status = TaskStatus.COMPLETED
+    assert current_details(view) == ""
+
+
+@given(hostile_text, hostile_text, hostile_text)
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_static_summary_and_details_show_the_text(
+    description: str, prompt: str, workspace: str
+) -> None:
+    task_input = TaskInput(
+        agent=AgentSpec(name="general", tools=["bash", "read_file"]),
+        prompt=prompt or "x",
+        description=description,
+        workspace=workspace or None,
+        model="openai:gpt-4.1-mini",
+    )
+    assert commonmark(static_summary(task_input)).text == shown(description)
+    details = commonmark(static_details(task_input, "subagent-general-0123"))
+    assert (one_line(prompt or "x", limit=300) or "\xa0") in details.codes
+    if workspace:
+        assert (one_line(workspace) or "\xa0") in details.codes
+    assert set(details.tags) <= {"p", "strong", "code"}
+    assert "Prompt" in details.text and "Approve" not in details.text
+
+
+def test_static_details_of_a_task_on_the_workers_default_model() -> None:
+    task_input = TaskInput(agent=AgentSpec(name="explore"), prompt="look")
+    details = commonmark(static_details(task_input, "t"))
+    assert "Model the worker's default () · max turns 50" in details.text
+    assert "SUBAGENTS_MODEL" in details.codes
+
+
+# ------------------------------------------------------------------ watch's summaries
+
+
+@given(
+    st.sampled_from(["bash", "read_file", "grep", "spawn_subagent"]),
+    hostile_text,
+    st.integers(min_value=1, max_value=10_000),
+    hostile_text,
+)
+@settings(max_examples=300)
+def test_watch_reads_tool_and_turn_back_from_hostile_summaries(
+    tool: str, argument: str, turn: int, model: str
+) -> None:
+    summary = arguments_preview(tool, {"command": argument})
+    assert _tool_of(summary) == tool
+    assert summary.startswith(tool)
+    assert _turn_of(f"turn {turn} · {model}") == turn
+    # the model that answered replaces what the schedule said, whatever it was
+    named = _turn_summary(f"turn {turn} · default", {"model": "openai:gpt-4.1-mini"})
+    assert named == f"turn {turn} · openai:gpt-4.1-mini"
+    assert _turn_summary(f"turn {turn} · {model}", None) == f"turn {turn} · {model}"
+
+
+def test_turn_of_refuses_what_is_no_turn_summary() -> None:
+    assert _turn_of("turn ² · x") is None
+    assert _turn_of("bash · turn 3 · x") is None
+    assert _turn_of("turn 3x · m") is None
+
+
+def test_the_web_ui_list_of_paused_tasks() -> None:
+    assert tasks_query(status="paused") == 'SubagentStatus="paused"'
+    assert tasks_query(status="paused", agent="explore") == (
+        'SubagentStatus="paused" AND SubagentAgent="explore"'
+    )
+    url = web_ui_tasks_url("http://127.0.0.1:8233/", "my ns", tasks_query(status="paused"))
+    assert url == (
+        "http://127.0.0.1:8233/namespaces/my%20ns/workflows?query=SubagentStatus%3D%22paused%22"
+    )
+
+
+# ------------------------------------------------------------------ the dev server's UI
+
+
+def _render(ui_url: str, markdown: str) -> Rendered:
+    """The Web UI's own rendering of ``markdown`` (the page its metadata frames show)."""
+    query = urllib.parse.urlencode({"content": markdown, "theme": "light"})
+    with urllib.request.urlopen(f"{ui_url}/render?{query}", timeout=10) as response:
+        html = response.read().decode()
+    main = re.search(r"<main>(.*)</main>", html, re.S)
+    assert main is not None, html[-500:]
+    return Rendered(main.group(1))
+
+
+@pytest.fixture(scope="module")
+def ui_url(dev_server: DevServer) -> str:
+    if not dev_server.ui:
+        pytest.skip("the session's dev server serves no Web UI")
+    return dev_server.ui_url
+
+
+async def test_the_web_ui_renders_the_text_literally(ui_url: str) -> None:
+    """The dev server's UI (2.54: typographer, bare-URL links, raw HTML) shows the text.
+
+    One difference remains in prose: its typographer curls straight quotes (``''``
+    becomes one); code spans (commands, prompts) keep them.
+    """
+
+    @given(hostile_text)
+    @settings(max_examples=150, deadline=None)
+    def check(text: str) -> None:
+        prose = _render(ui_url, escape(text))
+        assert unquoted(prose.text) == unquoted(shown(text))
+        assert not prose.codes and set(prose.tags) <= {"p"}
+        code = _render(ui_url, "x " + code_span(text))
+        assert code.codes == [one_line(text) or "\xa0"]
+        benign = _render(ui_url, current_details(_view(TaskStatus.PAUSED, "c", "ls")))
+        hostile = _render(ui_url, current_details(_view(TaskStatus.PAUSED, text, text)))
+        assert hostile.text == benign.text and hostile.tags == benign.tags
+
+    for text in [*HOSTILE, "1/2 of 3/4", "it''s"]:
+        assert unquoted(_render(ui_url, escape(text)).text) == unquoted(shown(text))
+    assert _render(ui_url, escape("check __init__ in *.py")).text == "check __init__ in *.py"
+    await asyncio.to_thread(check)
