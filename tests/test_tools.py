@@ -407,6 +407,263 @@ async def test_paths_inside_the_root_are_fine(ws: Path) -> None:
     assert await read_file.run(ctx, {"path": "real/../real/f.txt"}) == "     1\tok"
 
 
+# ---------------------------------------------------------------- ignored paths
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+PACKAGE = {
+    "pkg/a.py": "def one():\n    pass\ndef two():\n    pass\n",
+    "pkg/sub/b.py": "def three():\n    pass\n",
+    "dist/c.py": "def four():\n    pass\n",  # not a cache: skipped only when gitignored
+    "Lib/venv/__init__.py": "def five():\n    pass\n",  # a package named venv, no pyvenv.cfg
+}
+IGNORED = {
+    ".gitignore": "build/\n*.log\n",
+    "build/gen.py": "def built():\n",
+    "debug.log": "def logged():\n",
+    "pkg/__pycache__/a.py": "def cached():\n",
+    "pkg/.mypy_cache/x.py": "def typed():\n",
+    "pkg.egg-info/SOURCES.py": "def egg():\n",
+    "node_modules/left-pad/index.py": "def pad():\n",
+    "env312/pyvenv.cfg": "home = /usr/bin\n",  # a virtualenv by another name
+    "env312/lib/site.py": "def env():\n",
+    ".venv/lib/site-packages/big.py": "def v():\n" * 600,
+}
+
+
+async def test_searches_skip_ignored_paths_and_caches_unless_asked(ws: Path) -> None:
+    write_tree(ws, {**PACKAGE, **IGNORED})
+    ctx = context(ws)
+    assert (await grep.run(ctx, {"pattern": "def "})).splitlines() == [
+        "Lib/venv/__init__.py:1: def five():",
+        "dist/c.py:1: def four():",
+        "pkg/a.py:1: def one():",
+        "pkg/a.py:3: def two():",
+        "pkg/sub/b.py:1: def three():",
+    ]
+    assert (await list_files.run(ctx, {})).splitlines() == [".gitignore", *sorted(PACKAGE)]
+    assert await grep.run(ctx, {"pattern": "def v"}) == (
+        "no matches for 'def v' under '.' (8 ignored paths skipped: debug.log, .venv, build, "
+        "...; set include_ignored=true, or give one as path, to search them)"
+    )
+
+    everything = await grep.run(ctx, {"pattern": "def [a-z]+\\(", "include_ignored": True})
+    assert everything.splitlines()[-1].startswith("[... stopped after 500 matches")
+    assert ".venv/lib/site-packages/big.py:1: def v():" in everything
+    listed = (await list_files.run(ctx, {"include_ignored": True})).splitlines()
+    assert listed == sorted([*PACKAGE, *IGNORED])
+    found = await grep.run(ctx, {"pattern": "def [^v]", "include_ignored": True})
+    assert len(found.splitlines()) == len(PACKAGE) + 1 + len(IGNORED) - 3
+
+
+async def test_nested_ignore_files_negations_and_git_exclude(ws: Path) -> None:
+    write_tree(
+        ws,
+        {
+            ".git/info/exclude": "secret_local.py\n*.tmp\n",
+            ".git/HEAD": "ref: refs/heads/main\n",
+            ".gitignore": "*.gen.py\n/only_top.txt\n!keep.tmp\n",
+            ".ignore": "notes/\n",
+            ".rgignore": "!b.gen.py\n",  # the later file wins in its directory
+            "a.gen.py": "",
+            "b.gen.py": "",
+            "only_top.txt": "",
+            "keep.tmp": "",
+            "x.tmp": "",
+            "secret_local.py": "",
+            "notes/n.txt": "",
+            "local/z.py": "",
+            "other/keep.gen.py": "",
+            "sub/.gitignore": "!keep.gen.py\nlocal/\n/here.txt\n",
+            "sub/only_top.txt": "",
+            "sub/x.gen.py": "",
+            "sub/keep.gen.py": "",
+            "sub/local/y.py": "",
+            "sub/here.txt": "",
+            "sub/secret_local.py": "",
+            "sub/deeper/here.txt": "",
+            "sub/deeper/keep.gen.py": "",
+        },
+    )
+    ctx = context(ws)
+    assert (await list_files.run(ctx, {})).splitlines() == [
+        ".gitignore",
+        ".ignore",
+        ".rgignore",
+        "b.gen.py",
+        "keep.tmp",
+        "local/z.py",
+        "sub/.gitignore",
+        "sub/deeper/here.txt",
+        "sub/deeper/keep.gen.py",
+        "sub/keep.gen.py",
+        "sub/only_top.txt",
+    ]
+    # A search below the root still applies the root's rules, and its own directory's.
+    assert (await list_files.run(ctx, {"path": "sub"})).splitlines() == [
+        "sub/.gitignore",
+        "sub/deeper/here.txt",
+        "sub/deeper/keep.gen.py",
+        "sub/keep.gen.py",
+        "sub/only_top.txt",
+    ]
+    assert (await list_files.run(ctx, {"pattern": "**/*.gen.py", "include_ignored": True})) == (
+        "a.gen.py\nb.gen.py\nother/keep.gen.py\nsub/deeper/keep.gen.py\nsub/keep.gen.py\n"
+        "sub/x.gen.py"
+    )
+
+
+async def test_a_path_the_model_names_is_searched_even_when_ignored(ws: Path) -> None:
+    write_tree(
+        ws,
+        {
+            ".gitignore": "build/\nlogs/\n",
+            ".venv/.gitignore": "*\n",  # what uv and virtualenv write
+            ".venv/pyvenv.cfg": "home = /usr/bin\n",
+            ".venv/lib/site.py": "def v():\n",
+            "node_modules/left-pad/index.js": "function pad() {}\n",
+            "node_modules/left-pad/node_modules/dep/x.js": "function dep() {}\n",
+            "build/out.py": "def built():\n",
+            "logs/2024/today.txt": "def logged():\n",
+            "tmp/.gitignore": "*\n!.gitignore\n",
+            "tmp/x.txt": "def tmp():\n",
+        },
+    )
+    ctx = context(ws)
+    for path in [".venv", ".venv/lib", ".venv/lib/site.py", str(ws / ".venv")]:
+        assert await grep.run(ctx, {"pattern": "def", "path": path}) == (
+            ".venv/lib/site.py:1: def v():"
+        )
+    assert await read_file.run(ctx, {"path": ".venv/lib/site.py"}) == "     1\tdef v():"
+    assert (await list_files.run(ctx, {"path": "node_modules"})).splitlines() == [
+        "node_modules/left-pad/index.js",
+        "node_modules/left-pad/node_modules/dep/x.js",
+    ]
+    assert (
+        await grep.run(ctx, {"pattern": "def", "path": "build"}) == "build/out.py:1: def built():"
+    )
+    assert await grep.run(ctx, {"pattern": "def", "path": "logs/2024"}) == (
+        "logs/2024/today.txt:1: def logged():"
+    )
+    # Naming a directory undoes the rules that ignore it, not the directory's own.
+    assert (await grep.run(ctx, {"pattern": "def", "path": "tmp"})).startswith(
+        "no matches for 'def' under 'tmp' (1 ignored path skipped: tmp/x.txt;"
+    )
+    assert await grep.run(ctx, {"pattern": "def", "path": "tmp", "include_ignored": True}) == (
+        "tmp/x.txt:1: def tmp():"
+    )
+
+
+async def test_ignore_files_are_never_followed_out_of_the_workspace(
+    ws: Path, outside: Path
+) -> None:
+    (outside / "ignore_all").write_text("*\n")
+    (outside / "gitdir" / "info").mkdir(parents=True)
+    (outside / "gitdir" / "info" / "exclude").write_text("*\n")
+    write_tree(ws, {"a.py": "def a():\n", "real_ignore": "*\n", "sub/b.py": "def b():\n"})
+    (ws / ".gitignore").symlink_to(outside / "ignore_all")
+    (ws / ".ignore").symlink_to(ws / "real_ignore")  # git reads no symlink, inside or out
+    (ws / ".git").symlink_to(outside / "gitdir")
+    os.mkfifo(ws / ".rgignore")  # opened without blocking, then passed over
+    (ws / "sub" / ".gitignore").mkdir()
+    ctx = context(ws)
+    start = time.monotonic()
+    assert await grep.run(ctx, {"pattern": "def"}) == "a.py:1: def a():\nsub/b.py:1: def b():"
+    assert "a.py" in (await list_files.run(ctx, {"path": "sub/.."})).splitlines()
+    assert time.monotonic() - start < 5
+    assert (outside / "ignore_all").read_text() == "*\n"
+
+
+async def test_ignore_rules_cannot_unhide_git_worker_data_or_links_out(
+    ws: Path, outside: Path
+) -> None:
+    write_tree(
+        ws,
+        {
+            ".gitignore": f"!.git/\n!.store/\n!**\n!/**/.git\n../outside\n{outside}\n!*\n",
+            ".git/config": "TOP SECRET\n",
+            ".store/blob": "TOP SECRET\n",
+            "a.py": "visible = 1\n",
+            "sub/.gitignore": "*\n",
+            "sub/b.py": "visible = 2\n",
+        },
+    )
+    (ws / "leak.txt").symlink_to(outside / "secret.txt")
+    (ws / "leakdir").symlink_to(outside)
+    # The worker's data may be a file that happens to sit where an ignore file would.
+    ctx = context(ws, hidden=(ws / ".store", ws / "sub" / ".gitignore"))
+    for extra in ({}, {"include_ignored": True}):
+        assert await grep.run(ctx, {"pattern": "SECRET|visible", **extra}) == (
+            "a.py:1: visible = 1\nsub/b.py:1: visible = 2"
+        )
+        assert (await list_files.run(ctx, extra)).splitlines() == [
+            ".gitignore",
+            "a.py",
+            "sub/.gitignore",
+            "sub/b.py",
+        ]
+
+
+async def test_huge_and_pathological_ignore_files_stay_bounded(ws: Path) -> None:
+    from durable_subagents.activities.tools import _ignore
+
+    padding = "# padding line\n" * (_ignore.MAX_IGNORE_FILE_BYTES // 15 + 1000)
+    many = "".join(f"f{i}.txt\n" for i in range(_ignore.MAX_IGNORE_PATTERNS + 500))
+    wildcards = "*a*a*a*a*a*a*a*a*a*a*a*a*b\n" * 500
+    write_tree(
+        ws,
+        {
+            "big/.gitignore": f"*.early\n{padding}*.late\n",  # only the first MiB is read
+            "big/x.early": "",
+            "big/x.late": "",
+            "many/.gitignore": many,
+            "many/f0.txt": "",
+            "many/f1999.txt": "",
+            "many/f2000.txt": "",
+            "odd/.gitignore": "!\n[\n\\\n[z-a]\n" + wildcards + "*.tmp\n",
+            "odd/x.tmp": "",
+            **{f"odd/{'a' * 200}{i}": "" for i in range(50)},
+        },
+    )
+    ctx = context(ws)
+    start = time.monotonic()
+    listed = (await list_files.run(ctx, {})).splitlines()
+    assert time.monotonic() - start < 10
+    assert "big/x.late" in listed and "big/x.early" not in listed
+    assert "many/f2000.txt" in listed and "many/f1999.txt" not in listed
+    assert "many/f0.txt" not in listed
+    assert f"odd/{'a' * 200}0" in listed and "odd/x.tmp" not in listed
+
+
+async def test_heavy_ignore_files_neither_stall_the_worker_nor_pile_up(ws: Path) -> None:
+    from durable_subagents.activities.tools import _ignore
+
+    heavy = "".join(f"{'?' * 16}{i}\n" for i in range(_ignore.MAX_IGNORE_PATTERNS))
+    level = ws
+    for depth in range(30):
+        level = level / f"d{depth}"
+        level.mkdir()
+        # A pattern past the budget of patterns in force at once is not used.
+        (level / ".gitignore").write_text(f"hidden{depth}.txt\n{heavy}")
+        (level / f"hidden{depth}.txt").write_text("")
+    ctx = context(ws)
+    lags: list[float] = []
+    listing = asyncio.create_task(list_files.run(ctx, {"pattern": "**/hidden*"}))
+    while not listing.done():
+        before = time.monotonic()
+        await asyncio.sleep(0.005)
+        lags.append(time.monotonic() - before - 0.005)
+    listed = (await listing).splitlines()
+    assert "d0/hidden0.txt" not in listed  # the first levels' rules apply...
+    assert any(p.endswith("/d29/hidden29.txt") for p in listed)  # ...deeper ones fit no budget
+    assert max(lags) < 0.2, max(lags)  # the event loop kept running throughout
+
+
 # ---------------------------------------------------------------- bash
 
 

@@ -4,7 +4,8 @@ Every path is opened in one walk from a descriptor of ``ToolContext.workspace`` 
 ``_beneath``): symlinks inside are followed, and ``..`` escapes, absolute paths
 elsewhere and symlinks pointing out are refused, even when the tree changes while the
 tool runs. Listing and grep walk the tree by descriptors, never entering a symlinked
-directory, and skip symlinked files that point out.
+directory, and skip symlinked files that point out; by default they also skip what
+``.gitignore`` ignores, virtualenvs, ``node_modules`` and caches (see ``_ignore``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from durable_subagents.activities.tools._beneath import (
     resolve_beneath,
 )
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
+from durable_subagents.activities.tools._ignore import Ignorer, Scope
 
 __all__ = [
     "edit_file",
@@ -425,18 +427,38 @@ def _listing(fd: int) -> list[os.DirEntry[str]]:
         return []
 
 
-def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
+def _ignorer(ctx: ToolContext, include_ignored: bool) -> Ignorer | None:
+    """What a search skips by default; None when the model asked for everything."""
+    return None if include_ignored else Ignorer(hidden=lambda parts: _is_hidden(ctx, parts))
+
+
+def _base_scope(ctx: ToolContext, base: Opened, ignorer: Ignorer | None) -> Scope | None:
+    if ignorer is None:
+        return None
+    try:
+        root_fd = os.open(ctx.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None  # the base was opened; search it without rules rather than fail
+    try:
+        return ignorer.base_scope(root_fd, base.parts)
+    finally:
+        os.close(root_fd)
+
+
+def _walk(ctx: ToolContext, base: Opened, ignorer: Ignorer | None = None) -> Iterator[_Found]:
     """What lies under ``base``, sorted, a directory's files before its subdirectories.
 
     Directories are opened from their parent's descriptor with ``O_NOFOLLOW``: a
     symlinked directory is never entered, and a directory swapped for a symlink
     mid-walk is skipped, not followed. ``.git`` and the worker's hidden paths are
-    skipped.
+    skipped. With an ``ignorer``, so is what the ignore rules ignore below ``base``: an
+    ignored directory is not opened, a virtualenv not listed.
     """
     if not stat.S_ISDIR(os.fstat(base.fd).st_mode):
         yield _Found(base.parts, base.parts[-1] if base.parts else ".", None, None)
         return
-    stack: list[tuple[tuple[str, ...], int, Iterator[str]]] = []
+    scope = _base_scope(ctx, base, ignorer)
+    stack: list[tuple[tuple[str, ...], int, Iterator[str], Scope | None]] = []
     try:
         parts, fd = base.parts, os.dup(base.fd)
         while True:
@@ -447,14 +469,24 @@ def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
                     (subdirs if entry.is_dir(follow_symlinks=False) else files).append(entry)
                 except OSError:
                     continue
-            stack.append((parts, fd, iter([e.name for e in subdirs])))
+            if scope is not None and ignorer is not None:
+                try:
+                    scope = ignorer.enter(scope, fd, parts, {e.name for e in files})
+                except BaseException:
+                    os.close(fd)
+                    raise
+            stack.append((parts, fd, iter([e.name for e in subdirs]), scope))
             inner = parts[len(base.parts) :]
             for entry in files:
                 ctx.check()
-                yield _Found((*parts, entry.name), "/".join((*inner, entry.name)), fd, entry)
+                found = (*parts, entry.name)
+                if scope is not None and scope.ignores(found, is_dir=False):
+                    _skipped(ignorer, found)
+                    continue
+                yield _Found(found, "/".join((*inner, entry.name)), fd, entry)
             while stack:
                 ctx.check()
-                parent, parent_fd, names = stack[-1]
+                parent, parent_fd, names, scope = stack[-1]
                 name = next(names, None)
                 if name is None:
                     os.close(parent_fd)
@@ -463,17 +495,33 @@ def _walk(ctx: ToolContext, base: Opened) -> Iterator[_Found]:
                 child = (*parent, name)
                 if name in _SKIP_DIRS or len(stack) >= MAX_WALK_DEPTH or _is_hidden(ctx, child):
                     continue
+                if scope is not None and scope.ignores(child, is_dir=True):
+                    _skipped(ignorer, child)
+                    continue
                 try:
                     fd = os.open(name, _DIR_READ, dir_fd=parent_fd)
                 except OSError:
                     continue  # gone, or swapped for a symlink since it was listed
+                if scope is not None and Ignorer.is_virtualenv(fd):
+                    os.close(fd)
+                    _skipped(ignorer, child)
+                    continue
                 parts = child
                 break
             else:
                 return
     finally:
-        for _, open_fd, _ in stack:
+        for _, open_fd, _, _ in stack:
             os.close(open_fd)
+
+
+def _skipped(ignorer: Ignorer | None, parts: tuple[str, ...]) -> None:
+    if ignorer is not None:
+        ignorer.skip(_display(parts))
+
+
+def _note(ignorer: Ignorer | None) -> str:
+    return ignorer.note() if ignorer is not None else ""
 
 
 def _search_base(ctx: ToolContext, path: str) -> Opened:
@@ -484,25 +532,32 @@ def _search_base(ctx: ToolContext, path: str) -> Opened:
 
 
 @tool(read_only=True)
-def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
+def list_files(
+    ctx: ToolContext, pattern: str = "**/*", path: str = ".", include_ignored: bool = False
+) -> str:
     """List files in the workspace whose path matches a glob pattern.
 
     Returns one path per line, relative to the workspace root, sorted. Only files are
-    listed (not directories); `.git` is skipped. `*` matches within one directory, `**`
-    spans directories, `{a,b}` gives alternatives: `**/*.py` finds Python files at any
-    depth, `*.md` only at the top of `path`, `src/**/*.{ts,tsx}` TypeScript under src.
+    listed (not directories). `*` matches within one directory, `**` spans directories,
+    `{a,b}` gives alternatives: `**/*.py` finds Python files at any depth, `*.md` only at
+    the top of `path`, `src/**/*.{ts,tsx}` TypeScript under src. `.git` is skipped, and
+    so is what `.gitignore` ignores, virtualenvs, `node_modules` and caches, unless
+    `include_ignored` is true or `path` names such a directory.
 
     Args:
         ctx: Supplied by the worker (the workspace root); not a model argument.
         pattern: Glob pattern matched against paths relative to `path`.
         path: Directory to list, relative to the workspace root.
+        include_ignored: Also list files that `.gitignore` ignores, virtualenvs,
+            `node_modules` and caches.
     """
     regex = _glob(pattern)
+    ignorer = _ignorer(ctx, include_ignored)
     with _os_errors("list", path):
         base = _search_base(ctx, path)
         try:
             matches = []
-            for found in _walk(ctx, base):
+            for found in _walk(ctx, base, ignorer):
                 if not regex.match(found.relative):
                     continue
                 if found.is_link:
@@ -517,7 +572,7 @@ def list_files(ctx: ToolContext, pattern: str = "**/*", path: str = ".") -> str:
             os.close(base.fd)
     matches.sort()
     if not matches:
-        return f"no files match '{pattern}' under '{path}'"
+        return f"no files match '{pattern}' under '{path}'{_note(ignorer)}"
     if len(matches) > MAX_LIST_ENTRIES:
         hidden = len(matches) - MAX_LIST_ENTRIES
         matches = matches[:MAX_LIST_ENTRIES]
@@ -532,11 +587,14 @@ def grep(
     path: str = ".",
     glob: str | None = None,
     ignore_case: bool = False,
+    include_ignored: bool = False,
 ) -> str:
     """Search text files in the workspace for lines matching a regular expression.
 
     Returns matches as `file:line: text` (file relative to the workspace root, lines
-    numbered from 1), in file order. Binary files and `.git` are skipped; results stop
+    numbered from 1), in file order. Binary files and `.git` are skipped, and so is
+    what `.gitignore` ignores, virtualenvs, `node_modules` and caches, unless
+    `include_ignored` is true or `path` names such a directory or file. Results stop
     after 500 matches with a note.
 
     Args:
@@ -547,15 +605,18 @@ def grep(
             name at any depth (`*.py`), with one the path relative to `path`
             (`src/**/*.ts`).
         ignore_case: Match without regard to letter case.
+        include_ignored: Also search files that `.gitignore` ignores, virtualenvs,
+            `node_modules` and caches.
     """
     regex = _linear_regex(pattern, ignore_case=ignore_case)
     name_filter = _glob(glob) if glob else None
+    ignorer = _ignorer(ctx, include_ignored)
     results: list[str] = []
     capped = False
     with _os_errors("search", path):
         base = _search_base(ctx, path)
         try:
-            for found in _walk(ctx, base):
+            for found in _walk(ctx, base, ignorer):
                 if name_filter is not None and not name_filter.match(
                     found.relative if "/" in (glob or "") else found.parts[-1]
                 ):
@@ -566,7 +627,7 @@ def grep(
         finally:
             os.close(base.fd)
     if not results:
-        return f"no matches for {pattern!r} under '{path}'"
+        return f"no matches for {pattern!r} under '{path}'{_note(ignorer)}"
     if capped:
         results.append(
             f"[... stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob ...]"
