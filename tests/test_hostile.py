@@ -157,6 +157,40 @@ async def test_blob_store_inside_the_workspace_is_still_hidden(
     assert "worker's own data" in outputs[2]
 
 
+async def test_ignore_files_the_model_writes_cannot_widen_or_redirect_a_search(
+    temporal_client: Client, tmp_path: Path, settings: Settings, workspace: Path
+) -> None:
+    inner = settings.model_copy(update={"blob_dir": workspace / ".store"})
+    client = SubagentClient(
+        temporal_client, task_queue=inner.task_queue, blob_store=inner.blob_store()
+    )
+    (tmp_path / "ignore_all").write_text("*\n")
+    (tmp_path / "exclude").write_text("*\n")
+    (workspace / "notes.md").write_text("needle in the workspace\n")
+    async with create_worker(temporal_client, inner):
+        victim = await client.spawn_task(
+            "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
+        )
+        await client.check_task(victim, wait=True, timeout=30)
+        _, outputs = await run_attack(
+            client,
+            call("write_file", path=".gitignore", content="!.store/\n!/.store/**\n!**\n"),
+            call("grep", pattern="victim-", include_ignored=True),
+            call("list_files", pattern=".store/**"),
+            # Ignore files pointing out of the workspace: if read, they would hide everything.
+            bash(
+                f"rm .gitignore && ln -s {tmp_path / 'ignore_all'} .gitignore"
+                f" && mkdir .git && ln -s {tmp_path} .git/info && echo linked"
+            ),
+            call("grep", pattern="needle"),
+        )
+    assert outputs[1] == "no matches for 'victim-' under '.'"
+    assert outputs[2].startswith("no files match '.store/**'")
+    assert outputs[3] == "linked\n"
+    assert outputs[4] == "notes.md:1: needle in the workspace"
+    assert (tmp_path / "ignore_all").read_text() == "*\n"
+
+
 # ---------------------------------------------------------------- Temporal
 
 
