@@ -177,11 +177,6 @@ async def test_a_spawned_childs_summary_shows_its_description_literally(
     await careful.cancel_task(task_id, wait=True, timeout=30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="client/_client.py (and _followup.py) pass the raw description as the static "
-    "summary; they need durable_subagents._spawn.static_summary(task_input)",
-)
 async def test_a_spawned_tasks_summary_shows_its_description_literally(
     client: SubagentClient,
 ) -> None:

@@ -38,6 +38,7 @@ from durable_subagents._spawn import (
     build_task_input,
     start_metadata,
     static_details,
+    static_summary,
     validate_task_id,
 )
 from durable_subagents._transcript import Transcript
@@ -232,7 +233,7 @@ class SubagentClient:
                 task_queue=self.task_queue,
                 memo=memo,
                 search_attributes=attributes,
-                static_summary=task_input.description,
+                static_summary=static_summary(task_input),
                 static_details=static_details(task_input, workflow_id),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

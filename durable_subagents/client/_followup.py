@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
 
-from durable_subagents._spawn import static_details
+from durable_subagents._spawn import static_details, static_summary
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
 from durable_subagents.types import (
@@ -170,7 +170,7 @@ async def start_follow_up(
         task_queue=task_queue,
         memo=memo,
         search_attributes=desc.typed_search_attributes,
-        static_summary=previous.description,
+        static_summary=static_summary(previous),
         static_details=static_details(follow_up, task_id),
         start_signal="send_input",
         start_signal_args=[text],
