@@ -24,7 +24,13 @@ from durable_subagents._connect import connect_client
 from durable_subagents._terminal import shown
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, ensure_search_attributes, server_answers
+from durable_subagents.dev import (
+    DEV_RECORD,
+    DevServer,
+    ensure_search_attributes,
+    read_dev_record,
+    server_answers,
+)
 from durable_subagents.errors import SubagentError
 from durable_subagents.types import TaskInfo, TaskStatus
 from durable_subagents.worker import create_worker
@@ -92,7 +98,7 @@ async def run_demo(
         else:
             console.print(f"[bold]Model:[/] {settings.model}")
         console.print(f"Workspace: {workspace}\n")
-        ui_base = _ui_base(server, ui_port, settings.namespace)
+        ui_base = _ui_base(server, settings.namespace, settings.data_dir / DEV_RECORD, port)
         async with create_worker(temporal, worker_settings):
             client = SubagentClient(
                 temporal,
@@ -259,8 +265,12 @@ def _report(infos: list[TaskInfo], console: Console, ui_base: str) -> None:
         console.print(f"  Web UI: {ui_base}/{info.id}", soft_wrap=True)
 
 
-def _ui_base(server: DevServer | None, ui_port: int, namespace: str) -> str:
-    base = server.ui_url if server is not None else f"http://127.0.0.1:{ui_port}"
+def _ui_base(server: DevServer | None, namespace: str, record: Path, port: int) -> str:
+    if server is not None:
+        base = server.ui_url
+    else:  # the running server's, if subagents dev started it; else its default
+        running = read_dev_record(record, port)
+        base = f"http://127.0.0.1:{running['ui_port'] if running else port + 1000}"
     return f"{base}/namespaces/{namespace}/workflows"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import re
@@ -19,7 +20,7 @@ import sysconfig
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.namespace.v1 import NamespaceConfig
@@ -387,8 +388,8 @@ async def run_dev(
     workspace = workspace or settings.workspace
     settings = settings.model_copy(update={"address": address, "workspace": workspace})
     server: DevServer | None = None
-    ui_base = f"http://127.0.0.1:{ui_port}"
-    ui_url = f"{ui_base} (if the existing server serves one)"
+    record = settings.data_dir / DEV_RECORD
+    ui_base: str | None = None
     db_text = "(the existing server's own)"
     if await server_answers(address, namespace):
         console.print(f"[yellow]A Temporal server already answers on {address}; using it.[/]")
@@ -396,6 +397,14 @@ async def run_dev(
         await ensure_search_attributes(admin, namespace)
         if retention is not None:
             await set_retention(admin, namespace, retention)
+        running = read_dev_record(record, port)
+        if running is not None:
+            ui_base, db_text = f"http://127.0.0.1:{running['ui_port']}", str(running["db"])
+            if running["ui_port"] != ui_port:
+                console.print(
+                    f"[yellow]--ui-port {ui_port} is not used: the server already running "
+                    f"serves its Web UI on port {running['ui_port']}.[/]"
+                )
     else:
         db = db or settings.data_dir / "temporal.db"
         server = DevServer(
@@ -404,13 +413,21 @@ async def run_dev(
         with console.status("Starting the Temporal dev server..."):
             await server.start()
         ui_base, db_text = server.ui_url, str(server.db)
-        ui_url = ui_base
+        write_dev_record(record, port=port, ui_port=ui_port, db=server.db)
+    ui_url = ui_base or (
+        "the running server's own (it was not started by subagents dev; "
+        "`temporal server start-dev` serves it on the gRPC port + 1000 by default)"
+    )
     try:
         client = await connect_client(address, namespace, tracing=setup_tracing(settings))
         worker = create_worker(client, settings)
         sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
         paused = _search_attributes.tasks_query(status="paused")
-        paused_url = _search_attributes.web_ui_tasks_url(ui_base, namespace, paused)
+        paused_url = (
+            _search_attributes.web_ui_tasks_url(ui_base, namespace, paused)
+            if ui_base
+            else f"the Web UI's workflow list, query {paused}"
+        )
         async with worker:
             console.print(
                 f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
@@ -424,5 +441,45 @@ async def run_dev(
         sweeper.cancel()
     finally:
         if server is not None:
+            with contextlib.suppress(OSError):
+                record.unlink()
             await server.stop()
     console.print("Stopped.")
+
+
+DEV_RECORD = "dev-server.json"
+"""In the data directory: the server ``subagents dev`` runs, for a second one to find."""
+
+
+def write_dev_record(path: Path, *, port: int, ui_port: int, db: Path) -> None:
+    """Note the server this process started, for another ``subagents dev`` to find.
+
+    A second ``subagents dev`` (or the demo) on the same port then says where the Web UI
+    of the running server is, rather than the port it was asked for.
+    """
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"port": port, "ui_port": ui_port, "db": str(db), "pid": os.getpid()}
+        path.write_text(json.dumps(data))
+
+
+def read_dev_record(path: Path, port: int) -> dict[str, Any] | None:
+    """The running server's record if it is the one on ``port`` and its owner lives."""
+    try:
+        data = json.loads(path.read_text())
+        owner, recorded, ui_port = int(data["pid"]), int(data["port"]), int(data["ui_port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if recorded != port or not _alive(owner):
+        return None
+    return {"port": recorded, "ui_port": ui_port, "db": str(data.get("db", ""))}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

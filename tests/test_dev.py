@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import socket
 import time
@@ -24,15 +25,18 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, TaskStatus, _search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.dev import (
+    DEV_RECORD,
     DevServer,
     ensure_search_attributes,
     free_port,
     missing_search_attributes,
     parse_duration,
+    read_dev_record,
     run_dev,
     server_answers,
     set_retention,
     temporal_binary,
+    write_dev_record,
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
@@ -234,6 +238,8 @@ async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
         assert server.address in text
         assert "dev-test-queue" in text
         assert not (tmp_path / "data" / "temporal.db").exists()
+        # not started by subagents dev: no port is claimed for its Web UI
+        assert "Web UI:       the running server's own" in text
 
         task.cancel()
         await asyncio.wait_for(task, 15)
@@ -295,3 +301,47 @@ async def test_run_dev_starts_and_stops_its_own_server(
     await asyncio.wait_for(task, 15)
     assert "Stopped." in out.getvalue()
     assert not await server_answers(f"127.0.0.1:{port}")
+
+
+async def test_a_second_dev_names_the_running_servers_web_ui(tmp_path: Path) -> None:
+    """A second ``subagents dev`` on the port of a first one shows the first's Web UI
+    port, not the ``--ui-port`` it was given (and says so)."""
+    pytest.importorskip("durable_subagents.worker", exc_type=ImportError)
+    data = tmp_path / "data"
+    async with _server(tmp_path, ui=False) as server:
+        write_dev_record(data / DEV_RECORD, port=server.port, ui_port=18234, db=tmp_path / "x.db")
+        out = io.StringIO()
+        task = asyncio.create_task(
+            run_dev(
+                settings=Settings(data_dir=data, task_queue="dev-second-queue"),
+                port=server.port,
+                ui_port=18999,
+                db=None,
+                retention=None,
+                workspace=tmp_path,
+                console=Console(file=out, width=300, force_terminal=False),
+            )
+        )
+        text = await _wait_ready(task, out)
+        task.cancel()
+        await asyncio.wait_for(task, 15)
+    assert "Web UI:       http://127.0.0.1:18234" in text
+    assert "--ui-port 18999 is not used" in text and "18999" not in text.split("not used")[1]
+    assert "Paused tasks: http://127.0.0.1:18234/" in text
+    assert (data / DEV_RECORD).exists()  # the first one's record stays while it runs
+
+
+def test_a_dev_record_of_a_dead_process_or_another_port_is_ignored(tmp_path: Path) -> None:
+    record = tmp_path / DEV_RECORD
+    write_dev_record(record, port=7233, ui_port=8233, db=tmp_path / "t.db")
+    assert read_dev_record(record, 7233) == {
+        "port": 7233,
+        "ui_port": 8233,
+        "db": str(tmp_path / "t.db"),
+    }
+    assert read_dev_record(record, 7234) is None
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "pid": 2**22 + 12345}))  # no such process
+    assert read_dev_record(record, 7233) is None
+    record.write_text("not json")
+    assert read_dev_record(record, 7233) is None
