@@ -633,7 +633,9 @@ def list_command(
         )
         for t in tasks:
             table.add_row(
-                *(Text(shown(v)) for v in (t.id, t.agent, t.status.value, str(t.turns))),
+                *(Text(shown(v)) for v in (t.id, t.agent)),
+                t.status.value,
+                str(t.turns),
                 Text(shown(t.description)),
             )
         console.print(table)

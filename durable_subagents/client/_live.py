@@ -47,16 +47,20 @@ class LiveTurn:
         """The scheduled event id of the open turn, or None."""
         self.turn: int | None = None
         self._attempt = 0
-        self._shown = 0
-        """Characters of the turn's text (this attempt) that were yielded."""
         self._tail = ""
         self._tail_start = 0
-        """The shown text, from ``_tail_start`` (all of it unless a gap was skipped)."""
+        """The text (this attempt) yielded, from ``_tail_start`` (0 unless a gap was
+        skipped); it ends at ``_shown``."""
+
+    @property
+    def _shown(self) -> int:
+        """Characters of the turn's text (this attempt) that were yielded."""
+        return self._tail_start + len(self._tail)
 
     def start(self, scheduled_id: int, turn: int | None) -> None:
         """A model turn was scheduled."""
         self.open, self.turn = scheduled_id, turn
-        self._attempt, self._shown, self._tail, self._tail_start = 0, 0, "", 0
+        self._attempt, self._tail, self._tail_start = 0, "", 0
 
     async def poll(self) -> list[TaskEvent]:
         """New text of the open turn since the last look (none if nothing is known)."""
@@ -65,22 +69,19 @@ class LiveTurn:
         snapshot = await self._snapshot()
         if snapshot is None or (self.turn is not None and snapshot.turn != self.turn):
             return []
-        events: list[TaskEvent] = []
         restarted = False
         if snapshot.attempt != self._attempt:
             restarted = self._shown > 0
-            self._attempt, self._shown, self._tail, self._tail_start = snapshot.attempt, 0, "", 0
+            self._attempt, self._tail, self._tail_start = snapshot.attempt, "", 0
         if snapshot.end <= self._shown:
-            return events
+            return []
         if snapshot.start > self._shown:  # more arrived than a heartbeat carries
             new = "…" + snapshot.text
             self._tail, self._tail_start = snapshot.text, snapshot.start
         else:
             new = snapshot.text[self._shown - snapshot.start :]
             self._tail += new
-        self._shown = snapshot.end
-        events.append(self._event(new, restarted))
-        return events
+        return [self._event(new, restarted)]
 
     async def finish(self, result: dict[str, Any] | None) -> list[TaskEvent]:
         """The turn ended: the rest of its text from its result (None: it failed)."""
@@ -93,8 +94,8 @@ class LiveTurn:
             text = await self._resolve(ref) if self._resolve is not None else None
         if not isinstance(text, str) or not text:
             return []
-        end = self._tail_start + len(self._tail)
-        if self._shown == 0:
+        end = self._shown
+        if end == 0:
             return [self._event(text, False)]
         if text[self._tail_start : end] == self._tail and len(text) >= end:
             rest = text[end:]
