@@ -258,3 +258,33 @@ async def test_watch_prints_text_live(
     assert text_line.split(maxsplit=2)[2] == WORDS
     kinds = [line.split()[1] for line in lines if line[:1].isdigit()]
     assert kinds.index("text") < kinds.index("turn")
+
+
+async def test_a_model_that_writes_a_flood_cannot_swell_the_heartbeats(
+    monkeypatch: pytest.MonkeyPatch,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """A hostile answer of 400,000 characters: each heartbeat carries at most the latest
+    32 K of it, and a watcher still ends with the exact answer."""
+    flood = " ".join(f"{i:04d}" + "x" * 995 for i in range(400))
+    largest = 0
+    events: list[TaskEvent] = []
+    async with model_api(monkeypatch, "openai") as api:
+        api.add_reply(text=flood, chunk_delay=0.012)
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MODELS["openai"])
+            async for event in client.watch(task_id):
+                events.append(event)
+                if event.kind == "text":
+                    desc = await temporal_client.get_workflow_handle(task_id).describe()
+                    for pending in desc.raw_description.pending_activities:
+                        largest = max(largest, pending.heartbeat_details.ByteSize())
+    assert 0 < largest <= LIVE_TEXT_LIMIT + 1024, largest
+    pieces = [e.text or "" for e in events if e.kind == "text"]
+    assert len(pieces) >= 2 and all(len(p) <= LIVE_TEXT_LIMIT + 1 for p in pieces[:-1])
+    assert any(p.startswith("…") for p in pieces)  # it outran a heartbeat's window
+    assert "".join(pieces).endswith(flood[-LIVE_TEXT_LIMIT:])
+    info = await client.check_task(task_id)
+    assert info.result == flood
