@@ -1,9 +1,13 @@
 """Content-addressed blob store for transcripts and large tool outputs.
 
-Blobs are grouped per task (``<root>/<task id>/<hash[:2]>/<hash>``) so that everything
-a task wrote can be dropped once Temporal has dropped the task's closed runs.
-A reference is ``sha256:<hex>``; the same bytes always give the same reference, so a
-retried activity that writes again writes nothing new.
+Blobs are grouped per task so that everything a task wrote can be dropped once
+Temporal has dropped the task's closed runs. A reference is ``sha256:<hex>``; the same
+bytes always give the same reference, so a retried activity that writes again writes
+nothing new, and every read is checked against its reference.
+
+Two stores: ``LocalBlobStore`` (a directory, ``<root>/<task id>/<hash[:2]>/<hash>``)
+and ``S3BlobStore`` (any S3-compatible service, ``<prefix>/<task id>/sha256/<hash>``).
+``open_blob_store`` picks one from ``SUBAGENTS_BLOB_URL``.
 """
 
 from __future__ import annotations
@@ -15,40 +19,76 @@ import re
 import shutil
 import tempfile
 from collections import OrderedDict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote, urlparse
 
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import InvalidRequest, SubagentError
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
 
 
-class BlobNotFound(SubagentError, LookupError):
+class BlobError(SubagentError):
+    """A blob could not be read or written; ``store`` and ``key`` say where."""
+
+    def __init__(self, message: str, *, store: str = "", key: str = "") -> None:
+        super().__init__(message)
+        self.store = store
+        self.key = key
+
+
+class BlobNotFound(BlobError, LookupError):
     """A referenced blob is not in the store (wrong store configured, or expired)."""
 
 
-class BlobCorrupt(SubagentError, ValueError):
+class BlobCorrupt(BlobError, ValueError):
     """A stored blob's bytes do not match its reference: the store was changed."""
 
 
-class BlobStore(Protocol):
-    """Where large transcript parts live. Workers and clients must share one."""
+class BlobStoreUnavailable(BlobError, ConnectionError):
+    """The store did not answer (after its own retries) or refused the request."""
 
-    def put(self, task_id: str, data: bytes) -> str:
+
+class BlobStore(Protocol):
+    """Where large transcript parts live. Workers and clients must use the same one.
+
+    ``url`` names the store in messages (``file:///...`` or ``s3://bucket/prefix``).
+    """
+
+    url: str
+
+    async def put(self, task_id: str, data: bytes) -> str:
         """Store ``data`` for ``task_id``; return its reference."""
         ...
 
-    def get(self, task_id: str, ref: str) -> bytes:
-        """Return the bytes a reference names. Raises ``BlobNotFound``."""
+    async def get(self, task_id: str, ref: str) -> bytes:
+        """The bytes a reference names, checked against it.
+
+        Raises:
+            BlobNotFound, BlobCorrupt, BlobStoreUnavailable.
+        """
         ...
 
-    def put_record(self, task_id: str, name: str, data: bytes) -> None:
+    async def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store ``data`` under a name of the task's (overwriting)."""
         ...
 
-    def get_record(self, task_id: str, name: str) -> bytes | None:
+    async def get_record(self, task_id: str, name: str) -> bytes | None:
         """The bytes stored under ``name``, or None."""
+        ...
+
+    async def task_ids(self) -> list[str]:
+        """The (store-safe) ids of the tasks that have blobs."""
+        ...
+
+    async def last_write(self, task_id: str) -> datetime | None:
+        """When anything of the task's was last written; None if nothing is stored."""
+        ...
+
+    async def delete_task(self, task_id: str) -> None:
+        """Remove everything the task stored."""
         ...
 
 
@@ -57,64 +97,163 @@ def blob_ref(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def safe_task_id(task_id: str) -> str:
+    """A task id as a directory name or key segment (unsafe characters become ``_``)."""
+    return _SAFE_ID.sub("_", task_id)
+
+
+def digest_of(ref: str) -> str:
+    """The hex digest a reference names.
+
+    Raises:
+        BlobNotFound: ``ref`` is not a blob reference.
+    """
+    m = _REF.match(ref)
+    if not m:
+        raise BlobNotFound(f"not a blob reference: {ref!r}")
+    return m.group(1)
+
+
+def open_blob_store(url: str | None, directory: Path, namespace: str) -> BlobStore:
+    """The namespace's blob store.
+
+    Args:
+        url: ``s3://BUCKET[/PREFIX]``, ``file:///PATH``, or None for ``directory``.
+        directory: The local blob directory used when ``url`` is None.
+        namespace: The Temporal namespace; its blobs live under ``<root>/<namespace>``.
+
+    Raises:
+        InvalidRequest: ``url`` is not one of those forms.
+    """
+    if not url:
+        return LocalBlobStore(directory / safe_task_id(namespace))
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path:
+            raise InvalidRequest(
+                f"SUBAGENTS_BLOB_URL {url!r} is not a local path: write file:///ABSOLUTE/PATH"
+            )
+        return LocalBlobStore(Path(unquote(parsed.path)) / safe_task_id(namespace))
+    if parsed.scheme == "s3":
+        from durable_subagents._s3 import S3BlobStore
+
+        return S3BlobStore.from_url(url, namespace)
+    raise InvalidRequest(
+        f"SUBAGENTS_BLOB_URL {url!r} is not supported: use s3://BUCKET/PREFIX (with "
+        "AWS_ENDPOINT_URL for MinIO, Ceph or R2) or file:///PATH"
+    )
+
+
+class BlobCache:
+    """Blobs read or written lately, by task and reference (blobs never change)."""
+
+    def __init__(self, limit: int) -> None:
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._limit = limit
+
+    def get(self, task_id: str, ref: str) -> bytes | None:
+        key = f"{task_id}/{ref}"
+        data = self._cache.get(key)
+        if data is not None:
+            self._cache.move_to_end(key)
+        return data
+
+    def add(self, task_id: str, ref: str, data: bytes) -> None:
+        if len(data) > self._limit // 4:
+            return
+        key = f"{task_id}/{ref}"
+        if key in self._cache:
+            return
+        self._cache[key] = data
+        self._size += len(data)
+        while self._size > self._limit:
+            _, old = self._cache.popitem(last=False)
+            self._size -= len(old)
+
+    def drop_task(self, task_id: str) -> None:
+        prefix = f"{task_id}/"
+        for key in [k for k in self._cache if k.startswith(prefix)]:
+            self._size -= len(self._cache.pop(key))
+
+
+def corrupt(store: str, key: str, task_id: str, ref: str) -> BlobCorrupt:
+    """The error for a blob whose bytes do not match its reference."""
+    return BlobCorrupt(
+        f"blob {ref} of task {task_id} at {key} in {store} does not match its hash: "
+        "something changed the blob store; the task cannot trust it and stops",
+        store=store,
+        key=key,
+    )
+
+
+def missing(store: str, key: str, task_id: str, ref: str) -> BlobNotFound:
+    """The error for a blob the store does not have."""
+    return BlobNotFound(
+        f"blob {ref} of task {task_id} is not in the blob store {store} (key {key}). "
+        "Every worker and client of a deployment must use the same store "
+        "(SUBAGENTS_BLOB_URL, e.g. s3://BUCKET/PREFIX, or one shared SUBAGENTS_BLOB_DIR); "
+        "blobs of closed tasks are removed after the namespace retention",
+        store=store,
+        key=key,
+    )
+
+
 class LocalBlobStore:
-    """A blob store in a local (or shared network) directory."""
+    """A blob store in a local (or shared network) directory.
+
+    Reads and writes are small local file operations, done inline.
+    """
 
     def __init__(self, root: Path | str, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.root = Path(root)
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        self._cache_size = 0
-        self._cache_limit = cache_bytes
+        self.url = self.root.resolve().as_uri() if self.root.is_absolute() else str(self.root)
+        self._cache = BlobCache(cache_bytes)
 
     def task_dir(self, task_id: str) -> Path:
         """The directory holding one task's blobs."""
-        return self.root / _SAFE_ID.sub("_", task_id)
+        return self.root / safe_task_id(task_id)
 
     def _path(self, task_id: str, ref: str) -> Path:
-        m = _REF.match(ref)
-        if not m:
-            raise BlobNotFound(f"not a blob reference: {ref!r}")
-        digest = m.group(1)
+        digest = digest_of(ref)
         return self.task_dir(task_id) / digest[:2] / digest
 
-    def put(self, task_id: str, data: bytes) -> str:
+    async def put(self, task_id: str, data: bytes) -> str:
         """Store ``data`` atomically (write to a temp file, then rename)."""
         ref = blob_ref(data)
-        path = self._path(task_id, ref)
-        if not path.exists():
-            _write_atomically(path, data)
-        self._remember(task_id, ref, data)
+        if self._cache.get(task_id, ref) is None:
+            path = self._path(task_id, ref)
+            if not path.exists():
+                _write_atomically(path, data)
+            self._cache.add(task_id, ref, data)
         return ref
 
-    def get(self, task_id: str, ref: str) -> bytes:
-        """Read a blob, from the in-process cache when possible (blobs never change)."""
-        key = f"{task_id}/{ref}"
-        cached = self._cache.get(key)
+    async def get(self, task_id: str, ref: str) -> bytes:
+        """Read a blob, from the in-process cache when possible."""
+        cached = self._cache.get(task_id, ref)
         if cached is not None:
-            self._cache.move_to_end(key)
             return cached
         path = self._path(task_id, ref)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise BlobNotFound(
-                f"blob {ref} of task {task_id} is not in {self.root}; the client and the "
-                "worker must use the same blob store (SUBAGENTS_BLOB_DIR), and blobs of "
-                "closed tasks are removed after the namespace retention"
-            ) from None
+            raise missing(self.url, str(path), task_id, ref) from None
+        except OSError as err:
+            raise BlobStoreUnavailable(
+                f"cannot read {path} in the blob store {self.url}: {err}",
+                store=self.url,
+                key=str(path),
+            ) from err
         if blob_ref(data) != ref:
-            raise BlobCorrupt(
-                f"blob {ref} of task {task_id} in {self.root} does not match its hash: "
-                "something changed the blob store; the task cannot trust it and stops"
-            )
-        self._remember(task_id, ref, data)
+            raise corrupt(self.url, str(path), task_id, ref)
+        self._cache.add(task_id, ref, data)
         return data
 
-    def put_record(self, task_id: str, name: str, data: bytes) -> None:
+    async def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store a named record atomically (``records/<name>`` in the task's directory)."""
         _write_atomically(self._record_path(task_id, name), data)
 
-    def get_record(self, task_id: str, name: str) -> bytes | None:
+    async def get_record(self, task_id: str, name: str) -> bytes | None:
         """A named record, or None."""
         try:
             return self._record_path(task_id, name).read_bytes()
@@ -122,32 +261,27 @@ class LocalBlobStore:
             return None
 
     def _record_path(self, task_id: str, name: str) -> Path:
-        return self.task_dir(task_id) / "records" / _SAFE_ID.sub("_", name)
+        return self.task_dir(task_id) / "records" / safe_task_id(name)
 
-    def delete_task(self, task_id: str) -> None:
+    async def delete_task(self, task_id: str) -> None:
         """Remove every blob of a task."""
         shutil.rmtree(self.task_dir(task_id), ignore_errors=True)
-        prefix = f"{task_id}/"
-        for key in [k for k in self._cache if k.startswith(prefix)]:
-            self._cache_size -= len(self._cache.pop(key))
+        self._cache.drop_task(task_id)
 
-    def task_ids(self) -> list[str]:
-        """Directory names of the tasks that have blobs (ids with unsafe chars replaced)."""
+    async def task_ids(self) -> list[str]:
+        """Directory names of the tasks that have blobs."""
         if not self.root.exists():
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
-    def _remember(self, task_id: str, ref: str, data: bytes) -> None:
-        if len(data) > self._cache_limit // 4:
-            return
-        key = f"{task_id}/{ref}"
-        if key in self._cache:
-            return
-        self._cache[key] = data
-        self._cache_size += len(data)
-        while self._cache_size > self._cache_limit:
-            _, old = self._cache.popitem(last=False)
-            self._cache_size -= len(old)
+    async def last_write(self, task_id: str) -> datetime | None:
+        """The newest modification time of the task's directory and its entries."""
+        directory = self.task_dir(task_id)
+        try:
+            times = [directory.stat().st_mtime] + [p.stat().st_mtime for p in directory.iterdir()]
+        except FileNotFoundError:
+            return None
+        return datetime.fromtimestamp(max(times), UTC)
 
 
 _TEMP_NAMES = itertools.count()

@@ -18,6 +18,10 @@ PREVIEW_CHARS = 1000
 """Characters of a large text kept inline as its preview."""
 INLINE_LIMIT = 8 * 1024
 """Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
+RESULT_INLINE_LIMIT = 64 * 1024
+"""A final answer up to this size (in UTF-8 bytes) stays inline whole: the task's result
+carries it, so a parent needs no blob store access to read it. (An answer within the
+default ``max_tokens`` of 8,192 is about 32 KB.)"""
 RULE_TARGET_LIMIT = 64 * 1024
 """A command or path up to this size stays inline in full, so permission rules see it."""
 
@@ -37,10 +41,10 @@ class Transcript:
         self._cache_bytes = cache_bytes
         self._cached = 0
 
-    def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
+    async def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
         """Append ``messages`` after ``head``; return the new head."""
         node = {"parent": head, "messages": [m.model_dump(exclude_defaults=True) for m in messages]}
-        ref = self.store.put(task_id, json.dumps(node, sort_keys=True).encode())
+        ref = await self.store.put(task_id, json.dumps(node, sort_keys=True).encode())
         if head is None:
             self._remember(task_id, ref, list(messages))
         else:
@@ -50,7 +54,7 @@ class Transcript:
                 self._remember(task_id, ref, entry[1] + list(messages), size)
         return ref
 
-    def load(self, task_id: str, head: str | None) -> list[Message]:
+    async def load(self, task_id: str, head: str | None) -> list[Message]:
         """The whole conversation up to ``head`` (blob references not expanded)."""
         if head is None:
             return []
@@ -61,34 +65,34 @@ class Transcript:
             if cached is not None:
                 chunks.append(cached)
                 break
-            node = json.loads(self.store.get(task_id, ref))
+            node = json.loads(await self.store.get(task_id, ref))
             chunks.append([Message.model_validate(m) for m in node["messages"]])
             ref = node["parent"]
         messages = [m for chunk in reversed(chunks) for m in chunk]
         self._remember(task_id, head, messages)
         return list(messages)
 
-    def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
+    async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
         """Copies of ``messages`` with every ``content_ref`` replaced by the full text."""
         out = []
         for m in messages:
             if m.content_ref:
-                full = self.store.get(task_id, m.content_ref).decode("utf-8", "replace")
+                full = (await self.store.get(task_id, m.content_ref)).decode("utf-8", "replace")
                 m = m.model_copy(update={"content": full, "content_ref": None})
             if any(c.arguments_ref for c in m.tool_calls):
-                calls = [self.full_call(task_id, c) for c in m.tool_calls]
+                calls = [await self.full_call(task_id, c) for c in m.tool_calls]
                 m = m.model_copy(update={"tool_calls": calls})
             out.append(m)
         return out
 
-    def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
+    async def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
         """A tool call with its full arguments loaded from the store."""
         if not call.arguments_ref:
             return call
-        arguments = json.loads(self.store.get(task_id, call.arguments_ref))
+        arguments = json.loads(await self.store.get(task_id, call.arguments_ref))
         return call.model_copy(update={"arguments": arguments, "arguments_ref": None})
 
-    def store_call(self, task_id: str, call: ToolCall) -> ToolCall:
+    async def store_call(self, task_id: str, call: ToolCall) -> ToolCall:
         """Move large arguments to the store, keeping short previews inline.
 
         The previews keep the workflow's policy checks and summaries meaningful.
@@ -106,21 +110,23 @@ class Transcript:
             # Too long to carry inline: the workflow refuses it where a rule could apply.
             previews[target] = preview(call.arguments[target], 200)
             truncated = True
-        ref = self.store.put(task_id, data)
+        ref = await self.store.put(task_id, data)
         return call.model_copy(
             update={"arguments": previews, "arguments_ref": ref, "rule_target_truncated": truncated}
         )
 
-    def store_text(self, task_id: str, text: str) -> tuple[str, str | None]:
-        """Keep a short text inline; put a long one in the store.
+    async def store_text(
+        self, task_id: str, text: str, limit: int = INLINE_LIMIT
+    ) -> tuple[str, str | None]:
+        """Keep a text of up to ``limit`` bytes inline; put a longer one in the store.
 
         Returns:
             ``(inline text or preview, blob reference or None)``.
         """
         data = text.encode()
-        if len(data) <= INLINE_LIMIT:
+        if len(data) <= limit:
             return text, None
-        ref = self.store.put(task_id, data)
+        ref = await self.store.put(task_id, data)
         return preview(text), ref
 
     def _cached_at(self, task_id: str, head: str) -> list[Message] | None:

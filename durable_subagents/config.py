@@ -15,7 +15,7 @@ import platformdirs
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents.agents._spec import ToolLimits
 
 DEFAULT_LIMITS = ToolLimits(
@@ -72,7 +72,14 @@ class Settings(BaseSettings):
     blob_dir: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_BLOB_DIR", "blob_dir")
     )
-    """Blob store directory. Workers and clients of one deployment must share it."""
+    """Blob store directory (when ``blob_url`` is unset). Workers and clients of one
+    deployment must share it: one host, or a network filesystem."""
+    blob_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_BLOB_URL", "blob_url")
+    )
+    """The blob store as a URL: ``s3://BUCKET/PREFIX`` (S3 or an S3-compatible service,
+    configured by ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_REGION``) or ``file:///PATH``. Unset: the directory ``blob_dir``."""
     model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
     """Default ``provider:model`` when neither the spawn nor the agent names one."""
     workspace: Path | None = Field(
@@ -202,10 +209,11 @@ class Settings(BaseSettings):
         return [n.strip() for n in self.tool_env.split(",") if n.strip()]
 
     def hidden_paths(self) -> list[Path]:
-        """What no tool may read: the blob store, data and config dirs, Temporal credentials."""
+        """What no tool may read: blob store, data and config dirs, Temporal and AWS keys."""
         paths = [
             self.resolved_blob_dir,
             self.data_dir,
+            Path.home() / ".aws",
             Path(platformdirs.user_config_dir("durable-subagents")),
             Path(platformdirs.user_config_dir("temporalio")),
         ]
@@ -217,10 +225,16 @@ class Settings(BaseSettings):
             "TEMPORAL_TLS_CERT",
             "TEMPORAL_TLS_KEY",
             "TEMPORAL_TLS_CA",
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_CONFIG_FILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
         ):
             value = os.environ.get(name)
             if value:
                 paths.append(Path(value))
+        store = self.blob_store()
+        if isinstance(store, LocalBlobStore):
+            paths.append(store.root.parent)  # a file:// URL's directory
         return [p.resolve() for p in paths]
 
     @property
@@ -233,6 +247,11 @@ class Settings(BaseSettings):
     def _blank_turn_timeout_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("blob_url", mode="before")
+    @classmethod
+    def _blank_blob_url_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("otel", mode="before")
     @classmethod
     def _blank_otel_is_unset(cls, value: object) -> object:
@@ -243,9 +262,13 @@ class Settings(BaseSettings):
         """The blob directory, defaulting to ``<data_dir>/blobs``."""
         return self.blob_dir or (self.data_dir / "blobs")
 
-    def blob_store(self) -> LocalBlobStore:
-        """The namespace's blob store: ``<blob dir>/<namespace>``."""
-        return LocalBlobStore(self.resolved_blob_dir / self.namespace)
+    def blob_store(self) -> BlobStore:
+        """The namespace's blob store: ``<blob URL or dir>/<namespace>``.
+
+        Raises:
+            InvalidRequest: ``blob_url`` is not an ``s3://`` or ``file://`` URL.
+        """
+        return open_blob_store(self.blob_url, self.resolved_blob_dir, self.namespace)
 
     @property
     def resolved_workspace(self) -> Path:

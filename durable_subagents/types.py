@@ -400,6 +400,9 @@ class TaskInfo(BaseModel):
     description: str = ""
     status: TaskStatus
     result: str | None = None
+    result_truncated: bool = False
+    """The final answer is over 64 KiB: ``result`` is its head, and
+    ``SubagentClient.get_result`` reads it whole from the blob store."""
     error: str | None = None
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)

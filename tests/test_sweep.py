@@ -9,6 +9,7 @@ from datetime import timedelta
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.config import Settings
 from durable_subagents.worker import sweep_blobs
 
@@ -19,6 +20,7 @@ async def test_sweep_removes_only_expired_tasks(
     client: SubagentClient, temporal_client: Client, settings: Settings, worker: None
 ) -> None:
     store = settings.blob_store()
+    assert isinstance(store, LocalBlobStore)
     done = await client.spawn_task("explore", "quick", model="scripted")
     assert (await client.check_task(done, wait=True, timeout=30)).status == TaskStatus.COMPLETED
     slow = await client.spawn_task(
@@ -32,7 +34,7 @@ async def test_sweep_removes_only_expired_tasks(
     orphan_old = store.task_dir("subagent-gone-old")
     orphan_new = store.task_dir("subagent-gone-new")
     for orphan in (orphan_old, orphan_new):
-        store.put(orphan.name, b"left behind")
+        await store.put(orphan.name, b"left behind")
     old = time.time() - 3 * 86400
     for path in (orphan_old, *orphan_old.iterdir()):
         os.utime(path, (old, old))

@@ -14,45 +14,45 @@ class CountingStore(LocalBlobStore):
         super().__init__(root)
         self.gets = 0
 
-    def get(self, task_id: str, ref: str) -> bytes:
+    async def get(self, task_id: str, ref: str) -> bytes:
         self.gets += 1
-        return super().get(task_id, ref)
+        return await super().get(task_id, ref)
 
 
-def turns(transcript: Transcript, tasks: int, count: int) -> dict[str, str]:
+async def turns(transcript: Transcript, tasks: int, count: int) -> dict[str, str]:
     """``count`` turns of ``tasks`` tasks, interleaved as a busy worker runs them."""
     heads: dict[str, str] = {}
     for turn in range(count):
         for t in range(tasks):
             task_id = f"task-{t}"
             head = heads.get(task_id)
-            before = transcript.load(task_id, head)
+            before = await transcript.load(task_id, head)
             assert len(before) == 2 * turn
             new = [
                 Message(role="user", content=f"{task_id} turn {turn}"),
                 Message(role="assistant", content="x" * 500),
             ]
-            heads[task_id] = transcript.append(task_id, head, new)
+            heads[task_id] = await transcript.append(task_id, head, new)
     return heads
 
 
-def test_a_thousand_tasks_read_no_chain_back(tmp_path: Path) -> None:
+async def test_a_thousand_tasks_read_no_chain_back(tmp_path: Path) -> None:
     store = CountingStore(tmp_path)
-    heads = turns(Transcript(store), tasks=1000, count=5)
+    heads = await turns(Transcript(store), tasks=1000, count=5)
     assert store.gets == 0
     # a fresh reader (another worker) reads the chain from the store, the same
     other = Transcript(store)
-    messages = other.load("task-7", heads["task-7"])
+    messages = await other.load("task-7", heads["task-7"])
     assert [m.content for m in messages[::2]] == [f"task-7 turn {t}" for t in range(5)]
     assert store.gets == 5
 
 
-def test_a_small_cache_evicts_and_reads_back_right(tmp_path: Path) -> None:
+async def test_a_small_cache_evicts_and_reads_back_right(tmp_path: Path) -> None:
     store = CountingStore(tmp_path)
     transcript = Transcript(store, cache_bytes=20_000)  # a dozen tasks' worth
-    heads = turns(transcript, tasks=50, count=4)
+    heads = await turns(transcript, tasks=50, count=4)
     assert store.gets > 0  # evicted tasks were read back from the store
     assert transcript._cached <= 20_000
     for t in (0, 49):
-        messages = transcript.load(f"task-{t}", heads[f"task-{t}"])
+        messages = await transcript.load(f"task-{t}", heads[f"task-{t}"])
         assert [m.content for m in messages[::2]] == [f"task-{t} turn {n}" for n in range(4)]

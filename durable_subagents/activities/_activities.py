@@ -23,10 +23,15 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_subagents import policy
-from durable_subagents._blobstore import BlobStore
+from durable_subagents._blobstore import (
+    BlobCorrupt,
+    BlobError,
+    BlobNotFound,
+    BlobStore,
+)
 from durable_subagents._live import LiveText
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
-from durable_subagents._transcript import Transcript
+from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
 from durable_subagents.activities.providers import model_unavailable, resolve_provider, within
 from durable_subagents.activities.tools import (
     ToolContext,
@@ -125,6 +130,12 @@ class SubagentActivities:
     @traced_model_turn
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Append the new messages, call the model once, append its answer."""
+        try:
+            return await self._model_turn(input)
+        except BlobError as err:
+            raise _blob_failure(err) from err
+
+    async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         task_id = input.task_id
         if _may_be_stale(activity.info()) and await _cancel_requested():
             raise ApplicationError(
@@ -134,10 +145,12 @@ class SubagentActivities:
             )
         workspace = self.workspace(input.workspace)
         offered = self.offered_tools(input)
-        new_messages = self.with_stored_results(input)
-        messages = self.transcript.load(task_id, input.head) + new_messages
+        new_messages = await self.with_stored_results(input)
+        messages = await self.transcript.load(task_id, input.head) + new_messages
         system = "\n\n".join(m.content for m in messages if m.role == "system")
-        conversation = self.transcript.expand(task_id, [m for m in messages if m.role != "system"])
+        conversation = await self.transcript.expand(
+            task_id, [m for m in messages if m.role != "system"]
+        )
         provider, full_name, provider_model = resolve_provider(
             input.model,
             default_model=self.default_model,
@@ -171,14 +184,17 @@ class SubagentActivities:
                 )
             raise
         calls = [
-            self.transcript.store_call(task_id, self.with_path(c, workspace))
+            await self.transcript.store_call(task_id, self.with_path(c, workspace))
             for c in _well_formed(response.tool_calls, input.turn)
         ]
-        text, text_ref = self.transcript.store_text(task_id, response.text)
+        # A final answer comes back whole up to RESULT_INLINE_LIMIT: a parent reads it
+        # from the task's result with no access to the blob store.
+        limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT
+        text, text_ref = await self.transcript.store_text(task_id, response.text, limit)
         answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
         return ModelTurnResult(
             # one node per turn: what was new, and the answer
-            head=self.transcript.append(task_id, input.head, [*new_messages, answer]),
+            head=await self.transcript.append(task_id, input.head, [*new_messages, answer]),
             text=text,
             text_ref=text_ref,
             tool_calls=calls,
@@ -241,6 +257,12 @@ class SubagentActivities:
     @traced_tool
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
+        try:
+            return await self._run_tool(input)
+        except BlobError as err:
+            raise _blob_failure(err) from err
+
+    async def _run_tool(self, input: ToolCallInput) -> ToolCallResult:
         info = activity.info()
         record = policy.result_record_name(input.call)
         if _may_be_stale(info) and await _cancel_requested():
@@ -253,11 +275,11 @@ class SubagentActivities:
             # An earlier attempt ran the call but its result never reached the server
             # (the worker died, or the server was down): answer with that result instead
             # of running the command again.
-            done = self.store.get_record(input.task_id, record)
+            done = await self.store.get_record(input.task_id, record)
             if done is not None:
                 activity.logger.info("call %s ran already; returning its result", input.call.id)
                 return ToolCallResult.model_validate_json(done)
-        call = self.transcript.full_call(input.task_id, input.call)
+        call = await self.transcript.full_call(input.task_id, input.call)
         tool = self.tools.get(call.name)
         if tool is None:
             output, is_error = f"unknown tool {call.name!r}", True
@@ -273,7 +295,7 @@ class SubagentActivities:
                     activity.logger.exception("tool %s raised", call.name)
                     output = f"{call.name} failed: {type(err).__name__}: {err}"
                     is_error = True
-        content, ref = self.transcript.store_text(input.task_id, output)
+        content, ref = await self.transcript.store_text(input.task_id, output)
         result = ToolCallResult(
             call_id=call.id,
             tool_name=call.name,
@@ -282,12 +304,12 @@ class SubagentActivities:
             is_error=is_error,
             size=len(output),
         )
-        self.store.put_record(input.task_id, record, result.model_dump_json().encode())
+        await self.store.put_record(input.task_id, record, result.model_dump_json().encode())
         return result
 
     # ------------------------------------------------------------------ helpers
 
-    def with_stored_results(self, input: ModelTurnInput) -> list[Message]:
+    async def with_stored_results(self, input: ModelTurnInput) -> list[Message]:
         """The turn's new messages, with results passed by record name read back in full."""
         if not input.result_records:
             return input.new_messages
@@ -297,13 +319,14 @@ class SubagentActivities:
             if record is None:
                 out.append(message)
                 continue
-            data = self.store.get_record(input.task_id, record)
+            data = await self.store.get_record(input.task_id, record)
             if data is None:
-                raise ApplicationError(
-                    f"the result of tool call {message.tool_call_id} is missing from the "
-                    f"blob store ({record}); the store must be shared by all workers",
-                    type="BlobNotFound",
-                    non_retryable=True,
+                raise BlobNotFound(
+                    f"the result of tool call {message.tool_call_id} (record {record}) is "
+                    f"not in the blob store {self.store.url}; every worker of a deployment "
+                    "must use the same store (SUBAGENTS_BLOB_URL)",
+                    store=self.store.url,
+                    key=record,
                 )
             out.append(ToolCallResult.model_validate_json(data).to_message())
         return out
@@ -404,6 +427,35 @@ def _workspace_error(message: str) -> ApplicationError:
         type="WorkspaceError",
         non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,  # no traceback: it says it all
+    )
+
+
+MISSING_BLOB_ATTEMPTS = 3
+"""Attempts of an activity that finds a blob missing before the task fails (a shared
+network filesystem may show a new file late; S3 never does)."""
+
+
+def _blob_failure(err: BlobError) -> ApplicationError:
+    """The activity's failure for a blob that cannot be read or written.
+
+    A corrupt blob fails the task at once; a missing one after ``MISSING_BLOB_ATTEMPTS``
+    attempts; an unreachable store is retried like any outage (the message, naming the
+    store and the key, is the activity's last failure meanwhile).
+    """
+    attempt = activity.info().attempt
+    if isinstance(err, BlobCorrupt):
+        kind, final = "BlobCorrupt", True
+    elif isinstance(err, BlobNotFound):
+        kind, final = "BlobNotFound", attempt >= MISSING_BLOB_ATTEMPTS
+    else:
+        kind, final = "BlobStoreUnavailable", False
+    log.warning("task %s, attempt %d: %s", activity.info().workflow_id, attempt, err)
+    return ApplicationError(
+        str(err),
+        {"store": err.store, "key": err.key},
+        type=kind,
+        non_retryable=final,
+        category=ApplicationErrorCategory.BENIGN,  # the message says it all
     )
 
 

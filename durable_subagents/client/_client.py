@@ -32,7 +32,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobCorrupt, BlobNotFound, BlobStore
+from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._spawn import (
     build_task_input,
@@ -657,8 +657,35 @@ class SubagentClient:
             raise InvalidRequest("this client has no blob store; connect with settings")
         info = await self._info(task_id)
         head = info.head
-        messages = self.transcript.load(task_id, head)
-        return self.transcript.expand(task_id, messages)
+        messages = await self.transcript.load(task_id, head)
+        return await self.transcript.expand(task_id, messages)
+
+    async def get_result(self, task_id: str) -> str:
+        """A finished task's final answer, whole, however long.
+
+        ``check_task`` carries answers up to 64 KiB whole and needs no blob store; a
+        longer one (``TaskInfo.result_truncated``) is read here from the store.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            WrongTaskState: the task has not finished.
+            InvalidRequest: this client has no blob store.
+            BlobNotFound, BlobStoreUnavailable: the store does not have the answer, or
+                does not answer (the message names the store and the key).
+        """
+        info = await self._info(task_id)
+        if not info.status.terminal:
+            raise WrongTaskState(
+                f"task {task_id!r} is {info.status.value}; it has no result yet. "
+                "check_task(task_id, wait=True) waits for it",
+                info.status.value,
+            )
+        if info.result_ref is None:
+            return info.result or ""
+        if self.transcript is None:
+            raise InvalidRequest("this client has no blob store; connect with settings")
+        data = await self.transcript.store.get(task_id, info.result_ref)
+        return data.decode("utf-8", "replace")
 
     async def pending_arguments(self, info: TaskInfo) -> dict[str, dict[str, Any] | None]:
         """The full arguments of each pending call of a paused task, by call id.
@@ -705,8 +732,8 @@ class SubagentClient:
             if self.transcript is None:
                 return None
             try:
-                return self.transcript.store.get(task_id, ref).decode("utf-8", "replace")
-            except (BlobNotFound, BlobCorrupt):
+                return (await self.transcript.store.get(task_id, ref)).decode("utf-8", "replace")
+            except BlobError:
                 return None
 
         async for event in history_events(self.temporal, task_id, info.run_id, resolve):
@@ -760,12 +787,9 @@ class SubagentClient:
         info.usage = result.usage
         info.model = result.model
         info.head = result.head
-        if result.result_ref and self.transcript is not None:
-            try:
-                full = self.transcript.store.get(desc.id, result.result_ref)
-                info.result = full.decode("utf-8", "replace")
-            except BlobNotFound:
-                pass
+        # A longer answer stays in the store until asked for (get_result).
+        info.result_ref = result.result_ref
+        info.result_truncated = result.result_ref is not None
 
     async def _failure(self, task_id: str, run_id: str | None) -> str:
         handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)

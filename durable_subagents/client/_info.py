@@ -24,11 +24,12 @@ class InternalInfo(TaskInfo):
     history_length: int = 0
     head: str | None = None
     may_pause: bool = True
+    result_ref: str | None = None
 
     def public(self) -> TaskInfo:
         """The public ``TaskInfo`` without the internal fields."""
         return TaskInfo.model_validate(
-            self.model_dump(exclude={"history_length", "head", "may_pause"})
+            self.model_dump(exclude={"history_length", "head", "may_pause", "result_ref"})
         )
 
 

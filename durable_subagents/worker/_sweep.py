@@ -1,8 +1,10 @@
 """Removal of blobs that belong to tasks Temporal no longer keeps.
 
 Blobs of a task live as long as its closed runs: once the namespace retention has
-passed since the task closed (or Temporal no longer knows the task), its blob
-directory goes.
+passed since the task closed (or Temporal no longer knows the task and nothing of
+it was written for as long), everything it stored goes. This works for every store;
+on S3 a lifecycle rule expiring objects under the prefix can back it up (see the
+README), as long as it is longer than the longest-running task.
 """
 
 from __future__ import annotations
@@ -10,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents._blobstore import BlobStore
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,12 @@ async def namespace_retention(client: Client) -> timedelta:
 
 async def sweep_blobs(
     client: Client,
-    store: LocalBlobStore,
+    store: BlobStore,
     *,
     retention: timedelta | None = None,
     now: datetime | None = None,
 ) -> list[str]:
-    """Delete the blob directories of tasks closed longer ago than the retention.
+    """Delete the blobs of tasks closed longer ago than the retention.
 
     Args:
         client: Connected to the namespace the store belongs to.
@@ -50,23 +51,24 @@ async def sweep_blobs(
     keep = retention if retention is not None else await namespace_retention(client)
     now = now or datetime.now(UTC)
     removed = []
-    for task_id in store.task_ids():
+    for task_id in await store.task_ids():
         try:
             desc = await client.get_workflow_handle(task_id).describe()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            if now - _last_write(store.task_dir(task_id)) > keep:
-                store.delete_task(task_id)
+            written = await store.last_write(task_id)
+            if written is None or now - written > keep:
+                await store.delete_task(task_id)
                 removed.append(task_id)
             continue
         if desc.close_time is not None and now - desc.close_time > keep:
-            store.delete_task(task_id)
+            await store.delete_task(task_id)
             removed.append(task_id)
     return removed
 
 
-async def sweep_forever(client: Client, store: LocalBlobStore, every: float = 3600.0) -> None:
+async def sweep_forever(client: Client, store: BlobStore, every: float = 3600.0) -> None:
     """Sweep now and then every ``every`` seconds until cancelled; errors are logged."""
     while True:
         try:
@@ -76,8 +78,3 @@ async def sweep_forever(client: Client, store: LocalBlobStore, every: float = 36
         except Exception:
             log.exception("blob sweep failed; will retry")
         await asyncio.sleep(every)
-
-
-def _last_write(directory: Path) -> datetime:
-    times = [directory.stat().st_mtime] + [p.stat().st_mtime for p in directory.iterdir()]
-    return datetime.fromtimestamp(max(times), UTC)
