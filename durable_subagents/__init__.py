@@ -7,6 +7,10 @@ is a Temporal workflow, so it survives crashes of workers and of the parent.
 from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
 from durable_subagents.client import SubagentClient
 from durable_subagents.errors import (
+    BlobCorrupt,
+    BlobError,
+    BlobNotFound,
+    BlobStoreUnavailable,
     InvalidRequest,
     PayloadTooLarge,
     SubagentError,
@@ -19,6 +23,10 @@ from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Us
 
 __all__ = [
     "AgentSpec",
+    "BlobCorrupt",
+    "BlobError",
+    "BlobNotFound",
+    "BlobStoreUnavailable",
     "InvalidRequest",
     "Message",
     "PayloadTooLarge",

@@ -24,31 +24,27 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
-from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.errors import (
+    BlobCorrupt,
+    BlobError,
+    BlobNotFound,
+    BlobStoreUnavailable,
+    InvalidRequest,
+)
+
+__all__ = [
+    "BlobCorrupt",
+    "BlobError",
+    "BlobNotFound",
+    "BlobStore",
+    "BlobStoreUnavailable",
+    "LocalBlobStore",
+    "blob_ref",
+    "open_blob_store",
+]
 
 _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class BlobError(SubagentError):
-    """A blob could not be read or written; ``store`` and ``key`` say where."""
-
-    def __init__(self, message: str, *, store: str = "", key: str = "") -> None:
-        super().__init__(message)
-        self.store = store
-        self.key = key
-
-
-class BlobNotFound(BlobError, LookupError):
-    """A referenced blob is not in the store (wrong store configured, or expired)."""
-
-
-class BlobCorrupt(BlobError, ValueError):
-    """A stored blob's bytes do not match its reference: the store was changed."""
-
-
-class BlobStoreUnavailable(BlobError, ConnectionError):
-    """The store did not answer (after its own retries) or refused the request."""
 
 
 class BlobStore(Protocol):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 __all__ = [
     "NON_RETRYABLE_ERROR_TYPES",
+    "BlobCorrupt",
+    "BlobError",
+    "BlobNotFound",
+    "BlobStoreUnavailable",
     "InvalidRequest",
     "PayloadTooLarge",
     "SubagentError",
@@ -47,6 +51,27 @@ class UnknownCallId(InvalidRequest):
 
 class PayloadTooLarge(InvalidRequest):
     """A workflow or activity payload would exceed the configured size limit."""
+
+
+class BlobError(SubagentError):
+    """A blob could not be read or written; ``store`` and ``key`` say where."""
+
+    def __init__(self, message: str, *, store: str = "", key: str = "") -> None:
+        super().__init__(message)
+        self.store = store
+        self.key = key
+
+
+class BlobNotFound(BlobError, LookupError):
+    """A referenced blob is not in the store (wrong store configured, or expired)."""
+
+
+class BlobCorrupt(BlobError, ValueError):
+    """A stored blob's bytes do not match its reference: the store was changed."""
+
+
+class BlobStoreUnavailable(BlobError, ConnectionError):
+    """The store did not answer (after its own retries) or refused the request."""
 
 
 NON_RETRYABLE_ERROR_TYPES = [
