@@ -7,6 +7,7 @@ not grow with the conversation.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import OrderedDict
 
@@ -22,6 +23,8 @@ RESULT_INLINE_LIMIT = 64 * 1024
 """A final answer up to this size (in UTF-8 bytes) stays inline whole: the task's result
 carries it, so a parent needs no blob store access to read it. (An answer within the
 default ``max_tokens`` of 8,192 is about 32 KB.)"""
+READ_CONCURRENCY = 16
+"""Blobs one ``expand`` reads at once."""
 RULE_TARGET_LIMIT = 64 * 1024
 """A command or path up to this size stays inline in full, so permission rules see it."""
 
@@ -73,16 +76,29 @@ class Transcript:
         return list(messages)
 
     async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
-        """Copies of ``messages`` with every ``content_ref`` replaced by the full text."""
-        out = []
-        for m in messages:
-            if m.content_ref:
-                full = (await self.store.get(task_id, m.content_ref)).decode("utf-8", "replace")
-                m = m.model_copy(update={"content": full, "content_ref": None})
-            if any(c.arguments_ref for c in m.tool_calls):
-                calls = [await self.full_call(task_id, c) for c in m.tool_calls]
-                m = m.model_copy(update={"tool_calls": calls})
-            out.append(m)
+        """Copies of ``messages`` with every ``content_ref`` replaced by the full text.
+
+        The blobs are read ``READ_CONCURRENCY`` at a time: a worker taking a long task
+        over from another reads them from a remote store in a few round trips.
+        """
+        limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def full(m: Message) -> Message:
+            async with limit:
+                if m.content_ref:
+                    data = await self.store.get(task_id, m.content_ref)
+                    m = m.model_copy(
+                        update={"content": data.decode("utf-8", "replace"), "content_ref": None}
+                    )
+                if _has_call_refs(m):
+                    calls = [await self.full_call(task_id, c) for c in m.tool_calls]
+                    m = m.model_copy(update={"tool_calls": calls})
+                return m
+
+        out = list(messages)
+        todo = [i for i, m in enumerate(out) if m.content_ref or _has_call_refs(m)]
+        for i, m in zip(todo, await asyncio.gather(*(full(out[i]) for i in todo)), strict=True):
+            out[i] = m
         return out
 
     async def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
@@ -148,6 +164,10 @@ class Transcript:
         while self._cached > self._cache_bytes:
             _, (_, _, dropped) = self._cache.popitem(last=False)
             self._cached -= dropped
+
+
+def _has_call_refs(message: Message) -> bool:
+    return any(c.arguments_ref for c in message.tool_calls)
 
 
 def _size(message: Message) -> int:
