@@ -40,9 +40,19 @@ def compose_config(**env: str) -> dict:  # type: ignore[type-arg]
         text=True,
         check=True,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", **env},
+        env={"PATH": "/usr/bin:/bin", "MINIO_ROOT_PASSWORD": PASSWORD, **env},
     )
     return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+PASSWORD = "a-password-from-the-environment"
+
+
+def test_the_blob_store_password_has_no_default() -> None:
+    """Every transcript is in the bucket and its port is published: no known password."""
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        compose_config(MINIO_ROOT_PASSWORD="")
+    assert "set MINIO_ROOT_PASSWORD" in failed.value.stderr
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +179,8 @@ def test_the_host_client_in_the_header_reaches_the_same_store(
     text = " ".join(header).replace("\\ ", " ")
     command = re.search(r"TEMPORAL_ADDRESS=.*?subagents ls", text)
     assert command, "the header shows no host client command"
-    host = dict(w.split("=", 1) for w in shlex.split(command.group(0)) if "=" in w)
+    words = shlex.split(command.group(0).replace("$MINIO_ROOT_PASSWORD", PASSWORD))
+    host = dict(w.split("=", 1) for w in words if "=" in w)
     services = config["services"]
     env = services["worker"]["environment"]
     assert host["SUBAGENTS_BLOB_URL"] == env["SUBAGENTS_BLOB_URL"]
