@@ -418,6 +418,9 @@ class TaskInfo(BaseModel):
     """The newest decisions the task dropped as stale (also in ``watch``'s events)."""
     unread_input: int = 0
     """Inputs the task received but never read, because it ended first."""
+    retrying: str | None = None
+    """While the task runs: the failure a model turn or tool call is being retried after
+    (a model outage, a blob store that does not answer), with the attempt number."""
     settling: list[str] = Field(default_factory=list)
     """Set by ``cancel_task`` at its timeout: what the cancelling task still waits for."""
     max_turns: int | None = None

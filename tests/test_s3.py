@@ -336,3 +336,31 @@ async def test_hosts_with_separate_local_stores_fail_the_task_loudly(
     assert str(tmp_path / "host-b" / "data" / "blobs") in error  # the store it looked in
     assert f"/{task_id}/" in error  # and the key
     assert time.monotonic() - started < 60
+
+
+async def test_a_store_that_does_not_answer_shows_while_the_turn_is_retried(
+    temporal_client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage of the store is retried like a model outage, and a parent sees why."""
+    from durable_subagents.worker import create_worker
+
+    from .s3server import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    down = settings.model_copy(update={"blob_url": "s3://bucket/p"})
+    parent = SubagentClient(temporal_client, task_queue=settings.task_queue)
+    async with create_worker(temporal_client, down):
+        task_id = await parent.spawn_task("explore", "x", model=script({"text": "y" * 20}))
+        deadline = time.monotonic() + 60
+        while (info := await parent.check_task(task_id)).retrying is None:
+            assert time.monotonic() < deadline, "no retry shown"
+            await asyncio.sleep(0.2)
+        assert info.status == TaskStatus.RUNNING
+        assert info.retrying.startswith("model turn, attempt ")
+        assert f"s3://bucket/p/{settings.namespace} at {endpoint}" in info.retrying
+        assert f"p/{settings.namespace}/{task_id}/sha256/" in info.retrying
+        cancelled = await parent.cancel_task(task_id, timeout=30)
+    assert cancelled.status == TaskStatus.CANCELLED

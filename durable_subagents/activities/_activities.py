@@ -133,7 +133,7 @@ class SubagentActivities:
         try:
             return await self._model_turn(input)
         except BlobError as err:
-            raise _blob_failure(err) from err
+            raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         task_id = input.task_id
@@ -260,7 +260,7 @@ class SubagentActivities:
         try:
             return await self._run_tool(input)
         except BlobError as err:
-            raise _blob_failure(err) from err
+            raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _run_tool(self, input: ToolCallInput) -> ToolCallResult:
         info = activity.info()

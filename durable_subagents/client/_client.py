@@ -763,6 +763,8 @@ class SubagentClient:
         extended = desc.raw_description.workflow_extended_info
         if desc.status == WorkflowExecutionStatus.RUNNING and extended.cancel_requested:
             info.status = TaskStatus.CANCELLING
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            info.retrying = _retrying(desc)
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             await self._fill_result(info, desc)
         elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:
@@ -799,6 +801,15 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
+
+
+def _retrying(desc: WorkflowExecutionDescription) -> str | None:
+    """The last failure of a pending activity on its second attempt or later."""
+    for pending in desc.raw_description.pending_activities:
+        if pending.attempt > 1 and pending.HasField("last_failure"):
+            name = pending.activity_type.name.replace("_", " ")
+            return f"{name}, attempt {pending.attempt}: {pending.last_failure.message}"
+    return None
 
 
 def _check_timeout(timeout: object) -> None:
