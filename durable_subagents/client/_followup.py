@@ -9,7 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.converter import DataConverter
 
 from durable_subagents._spawn import static_details, static_summary
@@ -169,13 +173,25 @@ async def start_follow_up(
         id=task_id,
         task_queue=task_queue,
         memo=memo,
-        search_attributes=desc.typed_search_attributes,
+        search_attributes=_settable(desc.typed_search_attributes),
         static_summary=static_summary(previous),
         static_details=static_details(follow_up, task_id),
         start_signal="send_input",
         start_signal_args=[text],
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+def _settable(attributes: TypedSearchAttributes) -> TypedSearchAttributes:
+    """The closed run's search attributes less the server's own (``Temporal*``).
+
+    The server adds some to a run (``TemporalUsedWorkerDeploymentVersions`` on versioned
+    workers, ``TemporalChangeVersion`` where a patch was used) and refuses a start that
+    sets them.
+    """
+    return TypedSearchAttributes(
+        [pair for pair in attributes if not pair.key.name.startswith("Temporal")]
     )
 
 
