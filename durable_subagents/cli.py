@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -34,6 +34,9 @@ from durable_subagents.client import SubagentClient
 from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
 from durable_subagents.errors import SubagentError
 from durable_subagents.types import TaskInfo, TaskStatus
+
+if TYPE_CHECKING:
+    from temporalio.common import WorkerDeploymentVersion
 
 app = typer.Typer(
     help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
@@ -70,6 +73,22 @@ AgentsDir = Annotated[
 Workspace = Annotated[
     Path | None,
     typer.Option("--workspace", help="Root the file tools are jailed to [default: current dir]"),
+]
+DeploymentName = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment-name",
+        help="Temporal Worker Deployment of a versioned worker, with --build-id "
+        "[env SUBAGENTS_DEPLOYMENT_NAME; unversioned]",
+    ),
+]
+BuildId = Annotated[
+    str | None,
+    typer.Option(
+        "--build-id",
+        help="This code's build ID in the deployment; each task run stays on the build it "
+        "started on [env SUBAGENTS_BUILD_ID]",
+    ),
 ]
 
 
@@ -245,6 +264,8 @@ def dev(
     ] = None,
     workspace: Workspace = None,
     task_queue: TaskQueue = None,
+    deployment_name: DeploymentName = None,
+    build_id: BuildId = None,
 ) -> None:
     """Run the embedded Temporal dev server and a worker (Ctrl-C stops both)."""
     from durable_subagents.dev import parse_duration, run_dev
@@ -253,7 +274,7 @@ def dev(
         keep = parse_duration(retention) if retention else None
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--retention") from None
-    settings = _settings(task_queue=task_queue)
+    settings = _settings(task_queue=task_queue, deployment_name=deployment_name, build_id=build_id)
     _run(
         run_dev(
             settings=settings,
@@ -299,10 +320,10 @@ def worker(
             max=1_000_000,
         ),
     ] = None,
+    deployment_name: DeploymentName = None,
+    build_id: BuildId = None,
 ) -> None:
     """Run a worker against an existing Temporal server."""
-    from durable_subagents.worker import run_worker
-
     settings = _settings(
         address,
         namespace,
@@ -311,10 +332,15 @@ def worker(
         sticky_queue_timeout=sticky_queue_timeout,
         max_activities=max_activities,
         max_cached_tasks=max_cached_tasks,
+        deployment_name=deployment_name,
+        build_id=build_id,
     )
     ready = asyncio.Event()
 
     async def main() -> None:
+        version = settings.worker_deployment()  # before the worker's slow imports
+        from durable_subagents.worker import run_worker
+
         runner = asyncio.create_task(run_worker(settings, ready=ready))
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -324,9 +350,41 @@ def worker(
                 f"task queue [bold]{settings.task_queue}[/bold] · workspace "
                 f"{settings.resolved_workspace} · Ctrl-C to stop"
             )
+            if version is not None:
+                await _print_version(settings, version)
         await runner
 
     _run(main())
+
+
+async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -> None:
+    """Say whether the worker's version is current, and how to make it so if not."""
+    from temporalio.service import RPCError
+
+    from durable_subagents._connect import connect_client
+    from durable_subagents.worker._deployment import current_build_id, set_current_command
+
+    where = f"deployment {version.deployment_name} build ID {version.build_id}"
+    client = await connect_client(settings.address, settings.namespace)
+    try:
+        current = await current_build_id(
+            client, version.deployment_name, registered=version.build_id
+        )
+    except RPCError as err:
+        console.print(f"{where} (its routing is unknown: {err.message})", markup=False)
+        return
+    if current == version.build_id:
+        console.print(f"{where}: current (new tasks start here)", markup=False, highlight=False)
+        return
+    elsewhere = f"build {current}" if current else "unversioned workers"
+    console.print(
+        f"{where}: not current, new tasks go to {elsewhere} (this worker runs the task "
+        f"runs pinned to {version.build_id}). To make it current:\n  "
+        + set_current_command(version, settings.address, settings.namespace),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()

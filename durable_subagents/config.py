@@ -14,9 +14,11 @@ from pathlib import Path
 import platformdirs
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.errors import InvalidRequest
 
 DEFAULT_LIMITS = ToolLimits(
     processes=256, memory_mb=2048, file_size_mb=512, cpu_seconds=600, open_files=1024
@@ -177,6 +179,55 @@ class Settings(BaseSettings):
     """Running tasks a worker keeps in memory (Temporal's sticky cache, ~100 KB each).
     A task pushed out is replayed from its history at its next step: keep this at
     least the number of tasks one worker runs at once."""
+    deployment_name: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_DEPLOYMENT_NAME", "deployment_name")
+    )
+    """Temporal Worker Deployment the worker belongs to (worker versioning, with
+    ``build_id``; both or neither). A versioned worker pins each task run to its build:
+    the run finishes on the code it started on, while new tasks go to the deployment's
+    current version. Unset: an unversioned worker."""
+    build_id: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_BUILD_ID", "build_id")
+    )
+    """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
+    per code version, shared by every worker of that code."""
+
+    @field_validator("deployment_name", "build_id", mode="before")
+    @classmethod
+    def _blank_version_is_unset(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    def worker_deployment(self) -> WorkerDeploymentVersion | None:
+        """The worker's Worker Deployment Version, or ``None`` for an unversioned worker.
+
+        Raises:
+            InvalidRequest: Only one of ``deployment_name`` and ``build_id`` is set, or
+                the deployment name has a ``.`` (Temporal writes a version as
+                ``<deployment>.<build ID>``).
+        """
+        name, build = self.deployment_name, self.build_id
+        if name is None and build is None:
+            return None
+        if build is None:
+            raise InvalidRequest(
+                f"deployment name {name!r} without a build ID: add --build-id ID "
+                "(SUBAGENTS_BUILD_ID) for a versioned worker, or drop --deployment-name "
+                "(SUBAGENTS_DEPLOYMENT_NAME) for an unversioned one"
+            )
+        if name is None:
+            raise InvalidRequest(
+                f"build ID {build!r} without a deployment name: add --deployment-name NAME "
+                "(SUBAGENTS_DEPLOYMENT_NAME) for a versioned worker, or drop --build-id "
+                "(SUBAGENTS_BUILD_ID) for an unversioned one"
+            )
+        if "." in name:
+            raise InvalidRequest(
+                f"deployment name {name!r} has a '.'; Temporal writes a version as "
+                "<deployment>.<build ID>: choose a name without one"
+            )
+        return WorkerDeploymentVersion(deployment_name=name, build_id=build)
 
     @field_validator("tool_sandbox")
     @classmethod

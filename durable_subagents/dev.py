@@ -26,6 +26,7 @@ from google.protobuf.duration_pb2 import Duration
 from temporalio.api.namespace.v1 import NamespaceConfig
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from durable_subagents import _search_attributes
@@ -50,6 +51,15 @@ LOW_LATENCY_DYNAMIC_CONFIG: dict[str, str] = {
 }
 """Dynamic config for the dev server: its history queues poll 20 times a second by
 default, which made an activity hop take ~63 ms here instead of ~24 ms."""
+
+DRAINAGE_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.wv.VersionDrainageStatusVisibilityGracePeriod": '"5s"',
+    "matching.wv.VersionDrainageStatusRefreshInterval": '"2s"',
+}
+"""Dynamic config for the dev server: a Worker Deployment Version that is no longer
+current shows ``drained`` seconds after its last pinned run closed, rather than after
+the server's default 3-minute grace period and 3-minute checks. (Worker versioning
+itself needs no setting on this server: it is on by default.)"""
 
 _START_TIMEOUT = 30.0
 _START_ATTEMPTS = 3
@@ -205,7 +215,11 @@ class DevServer:
         self.retention = retention
         self.ui = ui
         self.log_level = log_level
-        self.dynamic_config = {**LOW_LATENCY_DYNAMIC_CONFIG, **(dynamic_config or {})}
+        self.dynamic_config = {
+            **LOW_LATENCY_DYNAMIC_CONFIG,
+            **DRAINAGE_DYNAMIC_CONFIG,
+            **(dynamic_config or {}),
+        }
         self._process: asyncio.subprocess.Process | None = None
         self._pick_internal_ports()
 
@@ -383,6 +397,7 @@ async def run_dev(
     from durable_subagents._telemetry import setup_tracing
     from durable_subagents.worker import create_worker, sweep_forever
 
+    version = settings.worker_deployment()  # a half-given version fails before starting
     address = f"127.0.0.1:{port}"
     namespace = settings.namespace
     workspace = workspace or settings.workspace
@@ -429,13 +444,23 @@ async def run_dev(
             else f"the Web UI's workflow list, query {paused}"
         )
         async with worker:
+            versioning = await _versioning_text(
+                client,
+                version,
+                address=address,
+                namespace=namespace,
+                queue=worker.task_queue,
+                owns_server=server is not None,
+            )
             console.print(
                 f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
                 f"  Web UI:       {ui_url}\n"
                 f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
-                f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}\n"
-                "Ctrl-C to stop."
+                f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}"
             )
+            # one command per line, unwrapped, ready to copy
+            console.print(versioning, markup=False, highlight=False, soft_wrap=True)
+            console.print("Ctrl-C to stop.")
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.Event().wait()
         sweeper.cancel()
@@ -445,6 +470,59 @@ async def run_dev(
                 record.unlink()
             await server.stop()
     console.print("Stopped.")
+
+
+async def _versioning_text(
+    client: Client,
+    version: WorkerDeploymentVersion | None,
+    *,
+    address: str,
+    namespace: str,
+    queue: str,
+    owns_server: bool,
+) -> str:
+    """The dev worker's version and how to upgrade from it.
+
+    A deployment with no current version sends new tasks to unversioned workers only,
+    so the dev worker's version is made current then; another current version is left
+    as it is, with the command that would change it.
+    """
+    from durable_subagents.worker._deployment import (
+        current_build_id,
+        make_current,
+        set_current_command,
+        upgrade_steps,
+    )
+
+    if version is None:
+        return (
+            "  Versioning:   off (--deployment-name and --build-id run a versioned worker "
+            "for upgrades that leave running tasks on their code)"
+        )
+    current = await current_build_id(client, version.deployment_name, registered=version.build_id)
+    if current is None:
+        await make_current(client, version)
+        state = "current (made current: the deployment had no current version)"
+    elif current == version.build_id:
+        state = "current"
+    else:
+        state = (
+            f"not current: new tasks go to build {current}; to make this one current:\n"
+            f"    {set_current_command(version, address, namespace)}"
+        )
+    lines = [
+        f"  Deployment:   {version.deployment_name}, build ID {version.build_id}, {state}",
+        "Upgrade to new code without disturbing running tasks:",
+    ]
+    for number, (what, command) in enumerate(
+        upgrade_steps(version, address, namespace, queue), start=1
+    ):
+        lines.append(f"  {number}. {what}")
+        if command:
+            lines.append(f"     {command}")
+    if owns_server:
+        lines[-1] += " (This process runs one; stopping it also stops the dev server.)"
+    return "\n".join(lines)
 
 
 DEV_RECORD = "dev-server.json"

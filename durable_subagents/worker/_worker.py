@@ -16,6 +16,7 @@ from typing import Any
 
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -28,6 +29,7 @@ from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
+from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.workflows import SubagentWorkflow
 
@@ -57,6 +59,7 @@ def create_worker(
     max_concurrent_activities: int | None = None,
     sticky_queue_timeout: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
+    deployment: WorkerDeploymentVersion | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -75,11 +78,21 @@ def create_worker(
             short means a replacement worker picks a crashed worker's tasks up fast).
         tracer_provider: Where the ``subagent.*`` spans go when the client traces
             (default: the global provider; Temporal's own spans always use the global).
+        deployment: Run as this Worker Deployment Version (worker versioning): every
+            task run, and the children it starts, stays on the version it started on;
+            new tasks go to the deployment's current version. Default:
+            ``settings.worker_deployment()``, unversioned when the settings name none.
         **worker_options: Passed to ``temporalio.worker.Worker``.
 
     Returns:
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
+
+    Raises:
+        InvalidRequest: The settings name only one of a deployment and a build ID.
     """
+    version = deployment or settings.worker_deployment()
+    if version is not None:
+        worker_options.setdefault("deployment_config", deployment_config(version))
     activities = SubagentActivities(
         settings.blob_store(),
         workspace_root=settings.resolved_workspace,
@@ -146,7 +159,9 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         TemporalUnavailable: the server did not answer.
         SearchAttributesMissing: the namespace lacks the custom search attributes; the
             message has the commands that register them.
+        InvalidRequest: the settings name only one of a deployment and a build ID.
     """
+    settings.worker_deployment()  # a half-given version fails before connecting
     tracing = setup_tracing(settings)
     client = await connect_client(settings.address, settings.namespace, tracing=tracing)
     missing = await check_search_attributes(client)

@@ -729,10 +729,16 @@ class SubagentWorkflow:
             adopted=self._adopted,
             time_limit_from=self._time_limit_from,
         )
+        # On versioned workers the new run starts on the deployment's current version,
+        # like a follow-up run. Temporal's default would keep it on this run's version,
+        # and a long task would hold that version's workers up for as long as it lives.
+        # What it carries (the input and its state) is a replay-bound payload: newer
+        # code reads it.
         workflow.continue_as_new(
             self._input.model_copy(update={"state": state}),
             memo=self._memo,
             search_attributes=workflow.info().typed_search_attributes,
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
     # ------------------------------------------------------------------ state
