@@ -40,6 +40,7 @@ __all__ = [
     "BlobStoreUnavailable",
     "LocalBlobStore",
     "blob_ref",
+    "check_blob_store",
     "open_blob_store",
 ]
 
@@ -138,6 +139,29 @@ def open_blob_store(url: str | None, directory: Path, namespace: str) -> BlobSto
         f"SUBAGENTS_BLOB_URL {url!r} is not supported: use s3://BUCKET/PREFIX (with "
         "AWS_ENDPOINT_URL for MinIO, Ceph or R2) or file:///PATH"
     )
+
+
+PROBE_TASK = "_probe"
+"""Where ``check_blob_store`` writes (the sweep removes it like an unknown task's)."""
+
+
+async def check_blob_store(store: BlobStore) -> None:
+    """Write a small record and read it back: a worker checks its store at start.
+
+    Raises:
+        BlobStoreUnavailable: the store cannot be written or read (the message names it
+            and says what to check: the bucket, the credentials, the endpoint).
+    """
+    data = f"probe {os.getpid()} {datetime.now(UTC).isoformat()}".encode()
+    await store.put_record(PROBE_TASK, "probe", data)
+    back = await store.get_record(PROBE_TASK, "probe")
+    if back != data:
+        raise BlobStoreUnavailable(
+            f"the blob store {store.url} did not give back what was just written to it; "
+            "check that the bucket or directory is not shared with something else",
+            store=store.url,
+            key=f"{PROBE_TASK}/records/probe",
+        )
 
 
 class BlobCache:

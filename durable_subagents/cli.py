@@ -244,6 +244,8 @@ def _print_info(info: TaskInfo, as_json: bool, arguments: Arguments | None = Non
     )
     if info.error:
         console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
+    if info.retrying:
+        console.print(f"  [yellow]retrying:[/yellow] {escape(shown(info.retrying))}")
     if info.pending_approvals and info.status == TaskStatus.PAUSED:
         _print_pending(info, arguments)
     if info.result:
@@ -488,6 +490,13 @@ def check(
     async def main() -> TaskStatus:
         client = await _client(_settings(address, namespace, task_queue))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
+        if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
+            try:
+                info.result = await client.get_result(task_id)
+                info.result_truncated = False
+            except SubagentError as err:  # the store is not reachable from here
+                if not as_json:
+                    info.result = f"{info.result}\n[cannot read the whole answer: {err}]"
         _print_info(info, as_json, await client.pending_arguments(info))
         return info.status
 

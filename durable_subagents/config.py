@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     """The blob store as a URL: ``s3://BUCKET/PREFIX`` (S3 or an S3-compatible service,
     configured by ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
     ``AWS_REGION``) or ``file:///PATH``. Unset: the directory ``blob_dir``."""
+    blob_sweep: bool = Field(
+        True, validation_alias=AliasChoices("SUBAGENTS_BLOB_SWEEP", "blob_sweep")
+    )
+    """Whether this worker removes expired tasks' blobs (hourly; each sweep lists the
+    store and asks Temporal about every task in it). With many workers, leave it on in
+    a few and turn it off (``false``) in the rest."""
     model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
     """Default ``provider:model`` when neither the spawn nor the agent names one."""
     workspace: Path | None = Field(

@@ -313,6 +313,30 @@ async def test_a_long_answer_comes_whole_only_when_asked_for(
     )
     assert await reader.get_result(ids[1]) == long
 
+    # The command line reads the whole answer where it can reach the store...
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))}
+    base = {
+        **clean,
+        "TEMPORAL_ADDRESS": settings.address,
+        "TEMPORAL_NAMESPACE": settings.namespace,
+        "SUBAGENTS_DATA_DIR": str(tmp_path / "cli"),
+        "COLUMNS": "200",
+    }
+    check = [sys.executable, "-m", "durable_subagents", "check", ids[1]]
+    with_store = {**base, **s3.env(), "SUBAGENTS_BLOB_URL": url}
+    whole = await asyncio.to_thread(
+        subprocess.run, check, env=with_store, capture_output=True, text=True, timeout=60
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert long in whole.stdout.replace("\n", "")
+    # ... and says why not where it cannot.
+    head = await asyncio.to_thread(
+        subprocess.run, check, env=base, capture_output=True, text=True, timeout=60
+    )
+    assert head.returncode == 0, head.stderr
+    assert "l" * 1000 in head.stdout.replace("\n", "") and long not in head.stdout
+    assert "cannot read the whole answer" in head.stdout
+
 
 async def test_hosts_with_separate_local_stores_fail_the_task_loudly(
     temporal_client: Client, settings: Settings, hosts: list[Host], tmp_path: Path
@@ -364,3 +388,33 @@ async def test_a_store_that_does_not_answer_shows_while_the_turn_is_retried(
         assert f"p/{settings.namespace}/{task_id}/sha256/" in info.retrying
         cancelled = await parent.cancel_task(task_id, timeout=30)
     assert cancelled.status == TaskStatus.CANCELLED
+
+
+async def test_a_worker_checks_its_store_at_start(s3: S3Server, bucket: str) -> None:
+    from durable_subagents._blobstore import check_blob_store
+
+    await check_blob_store(open_blob_store(f"s3://{bucket}", Path("/unused"), "ns"))
+    with pytest.raises(BlobStoreUnavailable, match="'missing-bucket' does not exist: create it"):
+        await check_blob_store(open_blob_store("s3://missing-bucket", Path("/unused"), "ns"))
+
+
+async def test_a_worker_refuses_to_start_on_a_store_it_cannot_use(
+    s3: S3Server, settings: Settings, tmp_path: Path
+) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))}
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "durable_subagents", "worker", "--address", settings.address],
+        env={
+            **clean,
+            **s3.env(),
+            "SUBAGENTS_BLOB_URL": "s3://no-bucket-by-this-name/x",
+            "SUBAGENTS_DATA_DIR": str(tmp_path / "data"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "bucket 'no-bucket-by-this-name' does not exist: create it" in proc.stderr
+    assert "Traceback" not in proc.stderr

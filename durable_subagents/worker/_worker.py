@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
+from durable_subagents._blobstore import check_blob_store
 from durable_subagents._connect import connect_client
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import SubagentActivities
@@ -159,7 +160,10 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         TemporalUnavailable: the server did not answer.
         SearchAttributesMissing: the namespace lacks the custom search attributes; the
             message has the commands that register them.
-        InvalidRequest: the settings name only one of a deployment and a build ID.
+        InvalidRequest: the settings name only one of a deployment and a build ID, or
+            a blob URL that is not ``s3://`` or ``file://``.
+        BlobStoreUnavailable: the blob store cannot be written and read back (the
+            message names it and what to check).
     """
     settings.worker_deployment()  # a half-given version fails before connecting
     tracing = setup_tracing(settings)
@@ -172,15 +176,18 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
             + sa.register_command(settings.namespace)
             + "\n(`subagents dev` registers them on its own server)"
         )
+    store = settings.blob_store()
+    await check_blob_store(store)
     worker = create_worker(client, settings)
-    sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
+    sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:
             if ready is not None:
                 ready.set()
             await asyncio.Future()
     finally:
-        sweeper.cancel()
+        if sweeper is not None:
+            sweeper.cancel()
 
 
 def exit_if_tool_calls_stuck(code: int) -> None:
