@@ -219,55 +219,91 @@ def missing(store: str, key: str, task_id: str, ref: str) -> BlobNotFound:
     )
 
 
-class LocalBlobStore:
+class CachedBlobStore:
+    """What every store shares: blobs kept in memory, and every read checked.
+
+    Blobs never change, so one read or written lately is served from memory.
+    A store says where a blob lives (``_blob_key``) and how to write and read bytes
+    there (``_write_blob``, ``_read_blob``); ``_shown`` is how a key appears in messages.
+    """
+
+    url: str
+
+    def __init__(self, cache_bytes: int) -> None:
+        self._cache = BlobCache(cache_bytes)
+
+    def _blob_key(self, task_id: str, ref: str) -> str:
+        raise NotImplementedError
+
+    async def _write_blob(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _read_blob(self, key: str) -> bytes | None:
+        """The bytes at ``key``, or None if there are none."""
+        raise NotImplementedError
+
+    def _shown(self, key: str) -> str:
+        return key
+
+    async def put(self, task_id: str, data: bytes) -> str:
+        """Store ``data``; return its reference (writing nothing it wrote lately)."""
+        ref = blob_ref(data)
+        if self._cache.get(task_id, ref) is None:
+            await self._write_blob(self._blob_key(task_id, ref), data)
+            self._cache.add(task_id, ref, data)
+        return ref
+
+    async def get(self, task_id: str, ref: str) -> bytes:
+        """The bytes ``ref`` names, from memory when read or written lately.
+
+        Raises:
+            BlobNotFound, BlobCorrupt, BlobStoreUnavailable (naming the store and key).
+        """
+        cached = self._cache.get(task_id, ref)
+        if cached is not None:
+            return cached
+        key = self._blob_key(task_id, ref)
+        data = await self._read_blob(key)
+        if data is None:
+            raise missing(self.url, self._shown(key), task_id, ref)
+        if blob_ref(data) != ref:
+            raise corrupt(self.url, self._shown(key), task_id, ref)
+        self._cache.add(task_id, ref, data)
+        return data
+
+
+class LocalBlobStore(CachedBlobStore):
     """A blob store in a local (or shared network) directory.
 
-    Reads and writes are small local file operations, done inline.
+    Reads and writes are small local file operations, done inline; writes are atomic
+    (a temp file, then a rename).
     """
 
     def __init__(self, root: Path | str, cache_bytes: int = 64 * 1024 * 1024) -> None:
+        super().__init__(cache_bytes)
         self.root = Path(root)
         self.url = self.root.resolve().as_uri() if self.root.is_absolute() else str(self.root)
-        self._cache = BlobCache(cache_bytes)
 
     def task_dir(self, task_id: str) -> Path:
         """The directory holding one task's blobs."""
         return self.root / safe_task_id(task_id)
 
-    def _path(self, task_id: str, ref: str) -> Path:
+    def _blob_key(self, task_id: str, ref: str) -> str:
         digest = digest_of(ref)
-        return self.task_dir(task_id) / digest[:2] / digest
+        return str(self.task_dir(task_id) / digest[:2] / digest)
 
-    async def put(self, task_id: str, data: bytes) -> str:
-        """Store ``data`` atomically (write to a temp file, then rename)."""
-        ref = blob_ref(data)
-        if self._cache.get(task_id, ref) is None:
-            path = self._path(task_id, ref)
-            if not path.exists():
-                _write_atomically(path, data)
-            self._cache.add(task_id, ref, data)
-        return ref
+    async def _write_blob(self, key: str, data: bytes) -> None:
+        _write_new(Path(key), data)
 
-    async def get(self, task_id: str, ref: str) -> bytes:
-        """Read a blob, from the in-process cache when possible."""
-        cached = self._cache.get(task_id, ref)
-        if cached is not None:
-            return cached
-        path = self._path(task_id, ref)
+    async def _read_blob(self, key: str) -> bytes | None:
         try:
-            data = path.read_bytes()
+            return _read(Path(key))
         except FileNotFoundError:
-            raise missing(self.url, str(path), task_id, ref) from None
+            return None
         except OSError as err:
             raise BlobStoreUnavailable(
-                f"cannot read {path} in the blob store {self.url}: {err}",
-                store=self.url,
-                key=str(path),
+                f"cannot read {key} in the blob store {self.url}: {err}", store=self.url, key=key
             ) from err
-        if blob_ref(data) != ref:
-            raise corrupt(self.url, str(path), task_id, ref)
-        self._cache.add(task_id, ref, data)
-        return data
 
     async def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store a named record atomically (``records/<name>`` in the task's directory)."""
@@ -302,6 +338,15 @@ class LocalBlobStore:
         except FileNotFoundError:
             return None
         return datetime.fromtimestamp(max(times), UTC)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    if not path.exists():  # content-addressed: what is there is these bytes
+        _write_atomically(path, data)
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes()
 
 
 _TEMP_NAMES = itertools.count()

@@ -23,12 +23,9 @@ import obstore
 from obstore.store import S3Store
 
 from durable_subagents._blobstore import (
-    BlobCache,
     BlobStoreUnavailable,
-    blob_ref,
-    corrupt,
+    CachedBlobStore,
     digest_of,
-    missing,
     safe_task_id,
 )
 from durable_subagents.errors import InvalidRequest
@@ -45,7 +42,7 @@ REQUEST_TIMEOUT = timedelta(seconds=60)
 CONNECT_TIMEOUT = timedelta(seconds=5)
 
 
-class S3BlobStore:
+class S3BlobStore(CachedBlobStore):
     """Blobs as objects of one bucket, under a prefix per namespace.
 
     Args:
@@ -65,6 +62,7 @@ class S3BlobStore:
         cache_bytes: int = 64 * 1024 * 1024,
         config: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(cache_bytes)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
@@ -99,7 +97,6 @@ class S3BlobStore:
                 f"cannot use the blob store {self.url}: {_first_line(err)}; check "
                 "AWS_ENDPOINT_URL, AWS_REGION and the credentials variables"
             ) from err
-        self._cache = BlobCache(cache_bytes)
 
     @classmethod
     def from_url(cls, url: str, namespace: str, **kwargs: Any) -> S3BlobStore:
@@ -122,33 +119,13 @@ class S3BlobStore:
         """The object key (below the prefix) a task's blob is stored under."""
         return f"{safe_task_id(task_id)}/sha256/{digest_of(ref)}"
 
+    _blob_key = key
+
     def _record_key(self, task_id: str, name: str) -> str:
         return f"{safe_task_id(task_id)}/records/{safe_task_id(name)}"
 
-    def _where(self, key: str) -> str:
+    def _shown(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
-
-    async def put(self, task_id: str, data: bytes) -> str:
-        """Store ``data`` (an object per distinct content; a rewrite writes the same)."""
-        ref = blob_ref(data)
-        if self._cache.get(task_id, ref) is None:
-            await self._put(self.key(task_id, ref), data)
-            self._cache.add(task_id, ref, data)
-        return ref
-
-    async def get(self, task_id: str, ref: str) -> bytes:
-        """Read a blob (from memory when read or written lately), checked against ``ref``."""
-        cached = self._cache.get(task_id, ref)
-        if cached is not None:
-            return cached
-        key = self.key(task_id, ref)
-        data = await self._get(key)
-        if data is None:
-            raise missing(self.url, self._where(key), task_id, ref)
-        if blob_ref(data) != ref:
-            raise corrupt(self.url, self._where(key), task_id, ref)
-        self._cache.add(task_id, ref, data)
-        return data
 
     async def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store a named record (overwriting)."""
@@ -190,6 +167,12 @@ class S3BlobStore:
         except Exception as err:
             raise self._unavailable("list", prefix, err) from err
 
+    async def _write_blob(self, key: str, data: bytes) -> None:
+        await self._put(key, data)
+
+    async def _read_blob(self, key: str) -> bytes | None:
+        return await self._get(key)
+
     async def _put(self, key: str, data: bytes) -> None:
         try:
             await obstore.put_async(self._store, key, data)
@@ -213,9 +196,9 @@ class S3BlobStore:
         elif "403" in detail or "AccessDenied" in str(err):
             hint = "access denied: check the credentials and the bucket policy"
         return BlobStoreUnavailable(
-            f"cannot {action} {self._where(key)} in the blob store {self.url}: {detail}; {hint}",
+            f"cannot {action} {self._shown(key)} in the blob store {self.url}: {detail}; {hint}",
             store=self.url,
-            key=self._where(key),
+            key=self._shown(key),
         )
 
 
