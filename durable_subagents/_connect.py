@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 from typing import Any
 
+import temporalio.runtime
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -29,6 +32,7 @@ async def connect_client(
         InvalidRequest: ``address`` is not a ``host:port``.
         TemporalUnavailable: the server did not answer on ``address``.
     """
+    _release_runtime_at_exit()
     if tracing_enabled(tracing):
         kwargs["plugins"] = [*kwargs.get("plugins", ()), tracing_plugin()]
     try:
@@ -46,3 +50,29 @@ async def connect_client(
             "Start a local server with `subagents dev`, or point TEMPORAL_ADDRESS / "
             "--address at a running one"
         ) from err
+
+
+_registered = False
+
+
+def _release_runtime_at_exit() -> None:
+    """Let go of Temporal's default runtime before the interpreter starts finalizing.
+
+    A process that used a client and then ends can abort at exit (``PyGILState_Release:
+    thread state ... must be current``, or a segfault; temporalio/sdk-python#300): the
+    runtime's Rust threads, dropped during finalization, call into an interpreter that
+    is going away. At ``atexit`` time the interpreter is still whole, so the runtime and
+    the clients no longer referenced are dropped there instead. A process that keeps a
+    client in a global keeps the runtime, as before.
+    """
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_drop_default_runtime)
+
+
+def _drop_default_runtime() -> None:
+    ref = getattr(temporalio.runtime, "_runtime_ref", None)
+    if ref is not None and hasattr(ref, "_default_runtime"):
+        ref._default_runtime = None
+    gc.collect()
