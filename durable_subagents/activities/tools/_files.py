@@ -405,10 +405,16 @@ class _Found:
 
 
 def _open_found(ctx: ToolContext, found: _Found, base: Opened) -> BinaryIO | None:
-    """A reader for a found file, or None to skip it (not regular, or leads out)."""
+    """A reader for a found file, or None to skip it.
+
+    Skipped: what is not a regular file, leads out of the workspace, or is the worker's
+    own data (such as a credentials file that sits in the workspace).
+    """
     try:
         if found.dirfd is None:
-            fd = os.dup(base.fd)
+            fd = os.dup(base.fd)  # the base itself: opened with its hidden check
+        elif _is_hidden(ctx, found.parts):
+            return None
         elif found.is_link:
             fd = open_in_workspace(ctx, "/".join(found.parts), _READ).fd
         else:
