@@ -54,7 +54,7 @@ def count_requests(store: BlobStore) -> Counter[str]:
     calls: Counter[str] = Counter()
     if not isinstance(store, S3BlobStore):
         return calls
-    get, put = store._get, store._put
+    get, put = store._read_blob, store._write_blob
 
     async def counted_get(key: str) -> bytes | None:
         calls["GET"] += 1
@@ -64,7 +64,7 @@ def count_requests(store: BlobStore) -> Counter[str]:
         calls["PUT"] += 1
         await put(key, data)
 
-    store._get, store._put = counted_get, counted_put  # type: ignore[method-assign]
+    store._read_blob, store._write_blob = counted_get, counted_put  # type: ignore[method-assign]
     return calls
 
 

@@ -59,6 +59,7 @@ from bench_scale import (
     Child,
     Run,
     WorkerLimits,
+    _ms,
     _right_answer,
     bounded,
     cpu_seconds,
@@ -323,10 +324,6 @@ class Histories:
     """Per model turn, ms: the time since the previous turn's end (or the start) minus the
     model server's latency: workflow tasks, the tool call, dispatch and the activity's
     own work around the HTTP call."""
-
-
-def _ms(event: HistoryEvent) -> float:
-    return event.event_time.ToNanoseconds() / 1e6
 
 
 async def read_histories(

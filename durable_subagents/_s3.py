@@ -115,11 +115,9 @@ class S3BlobStore(CachedBlobStore):
         prefix = "/".join([*parts, safe_task_id(namespace)])
         return cls(parsed.netloc, prefix, **kwargs)
 
-    def key(self, task_id: str, ref: str) -> str:
+    def _blob_key(self, task_id: str, ref: str) -> str:
         """The object key (below the prefix) a task's blob is stored under."""
         return f"{safe_task_id(task_id)}/sha256/{digest_of(ref)}"
-
-    _blob_key = key
 
     def _record_key(self, task_id: str, name: str) -> str:
         return f"{safe_task_id(task_id)}/records/{safe_task_id(name)}"
@@ -129,11 +127,11 @@ class S3BlobStore(CachedBlobStore):
 
     async def put_record(self, task_id: str, name: str, data: bytes) -> None:
         """Store a named record (overwriting)."""
-        await self._put(self._record_key(task_id, name), data)
+        await self._write_blob(self._record_key(task_id, name), data)
 
     async def get_record(self, task_id: str, name: str) -> bytes | None:
         """A named record, or None."""
-        return await self._get(self._record_key(task_id, name))
+        return await self._read_blob(self._record_key(task_id, name))
 
     async def task_ids(self) -> list[str]:
         """The task key segments under the prefix."""
@@ -168,18 +166,12 @@ class S3BlobStore(CachedBlobStore):
             raise self._unavailable("list", prefix, err) from err
 
     async def _write_blob(self, key: str, data: bytes) -> None:
-        await self._put(key, data)
-
-    async def _read_blob(self, key: str) -> bytes | None:
-        return await self._get(key)
-
-    async def _put(self, key: str, data: bytes) -> None:
         try:
             await obstore.put_async(self._store, key, data)
         except Exception as err:
             raise self._unavailable("write", key, err) from err
 
-    async def _get(self, key: str) -> bytes | None:
+    async def _read_blob(self, key: str) -> bytes | None:
         try:
             result = await obstore.get_async(self._store, key)
             return bytes(await result.bytes_async())
