@@ -1,9 +1,12 @@
 """Content-addressed blob store for transcripts and large tool outputs.
 
 Blobs are grouped per task so that everything a task wrote can be dropped once
-Temporal has dropped the task's closed runs. A reference is ``sha256:<hex>``; the same
-bytes always give the same reference, so a retried activity that writes again writes
-nothing new, and every read is checked against its reference.
+Temporal has dropped the task's closed runs. A reference is ``sha256:<hex>``, or, with a
+payload key set, ``hmac:<hex>`` (a keyed digest, so the address tells nothing about the
+content to whoever can list the bucket). The same bytes always give the same reference,
+so a retried activity that writes again writes nothing new, and every read is checked
+against its reference. With a payload key, blobs and records are sealed (AES-256-GCM,
+bound to their address; see ``_codec``).
 
 Two stores: ``LocalBlobStore`` (a directory, ``<root>/<task id>/<hash[:2]>/<hash>``)
 and ``S3BlobStore`` (any S3-compatible service, ``<prefix>/<task id>/sha256/<hash>``).
@@ -24,12 +27,14 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
+from durable_subagents._codec import KeyRing, is_sealed, missing_key, sealed_key_id
 from durable_subagents.errors import (
     BlobCorrupt,
     BlobError,
     BlobNotFound,
     BlobStoreUnavailable,
     InvalidRequest,
+    PayloadCorrupt,
 )
 
 __all__ = [
@@ -44,7 +49,7 @@ __all__ = [
     "open_blob_store",
 ]
 
-_REF = re.compile(r"^sha256:([0-9a-f]{64})$")
+_REF = re.compile(r"^(sha256|hmac):([0-9a-f]{64})$")
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -99,8 +104,8 @@ def safe_task_id(task_id: str) -> str:
     return _SAFE_ID.sub("_", task_id)
 
 
-def digest_of(ref: str) -> str:
-    """The hex digest a reference names.
+def split_ref(ref: str) -> tuple[str, str]:
+    """``(scheme, hex digest)`` of a reference: ``sha256`` or ``hmac``.
 
     Raises:
         BlobNotFound: ``ref`` is not a blob reference.
@@ -108,33 +113,45 @@ def digest_of(ref: str) -> str:
     m = _REF.match(ref)
     if not m:
         raise BlobNotFound(f"not a blob reference: {ref!r}")
-    return m.group(1)
+    return m.group(1), m.group(2)
 
 
-def open_blob_store(url: str | None, directory: Path, namespace: str) -> BlobStore:
+def digest_of(ref: str) -> str:
+    """The hex digest a reference names.
+
+    Raises:
+        BlobNotFound: ``ref`` is not a blob reference.
+    """
+    return split_ref(ref)[1]
+
+
+def open_blob_store(
+    url: str | None, directory: Path, namespace: str, *, keys: KeyRing | None = None
+) -> BlobStore:
     """The namespace's blob store.
 
     Args:
         url: ``s3://BUCKET[/PREFIX]``, ``file:///PATH``, or None for ``directory``.
         directory: The local blob directory used when ``url`` is None.
         namespace: The Temporal namespace; its blobs live under ``<root>/<namespace>``.
+        keys: Payload keys: blobs and records are sealed with the current one.
 
     Raises:
         InvalidRequest: ``url`` is not one of those forms.
     """
     if not url:
-        return LocalBlobStore(directory / safe_task_id(namespace))
+        return LocalBlobStore(directory / safe_task_id(namespace), keys=keys)
     parsed = urlparse(url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path:
             raise InvalidRequest(
                 f"SUBAGENTS_BLOB_URL {url!r} is not a local path: write file:///ABSOLUTE/PATH"
             )
-        return LocalBlobStore(Path(unquote(parsed.path)) / safe_task_id(namespace))
+        return LocalBlobStore(Path(unquote(parsed.path)) / safe_task_id(namespace), keys=keys)
     if parsed.scheme == "s3":
         from durable_subagents._s3 import S3BlobStore
 
-        return S3BlobStore.from_url(url, namespace)
+        return S3BlobStore.from_url(url, namespace, keys=keys)
     raise InvalidRequest(
         f"SUBAGENTS_BLOB_URL {url!r} is not supported: use s3://BUCKET/PREFIX (with "
         "AWS_ENDPOINT_URL for MinIO, Ceph or R2) or file:///PATH"
@@ -220,23 +237,33 @@ def missing(store: str, key: str, task_id: str, ref: str) -> BlobNotFound:
 
 
 class CachedBlobStore:
-    """What every store shares: blobs kept in memory, and every read checked.
+    """What every store shares: blobs kept in memory, every read checked, and sealing.
 
     Blobs never change, so one read or written lately is served from memory.
-    A store says where a blob lives (``_blob_key``) and how to write and read bytes
-    there (``_write_blob``, ``_read_blob``); ``_shown`` is how a key appears in messages.
+    A store says where a blob or record lives (``_blob_key``, ``_record_key``) and how
+    to write and read bytes there (``_write_blob``, ``_read_blob``); ``_shown`` is how a
+    key appears in messages. With ``keys``, what is written is sealed under the current
+    key and what is read is opened by the key it names.
     """
 
     url: str
 
-    def __init__(self, cache_bytes: int) -> None:
+    def __init__(self, cache_bytes: int, keys: KeyRing | None = None) -> None:
         self._cache = BlobCache(cache_bytes)
+        self.keys = keys
 
     def _blob_key(self, task_id: str, ref: str) -> str:
         raise NotImplementedError
 
+    def _record_key(self, task_id: str, name: str) -> str:
+        raise NotImplementedError
+
     async def _write_blob(self, key: str, data: bytes) -> None:
         raise NotImplementedError
+
+    async def _write_record(self, key: str, data: bytes) -> None:
+        """Write a record (which, unlike a blob, may be overwritten)."""
+        await self._write_blob(key, data)
 
     async def _read_blob(self, key: str) -> bytes | None:
         """The bytes at ``key``, or None if there are none."""
@@ -247,9 +274,11 @@ class CachedBlobStore:
 
     async def put(self, task_id: str, data: bytes) -> str:
         """Store ``data``; return its reference (writing nothing it wrote lately)."""
-        ref = blob_ref(data)
+        keys = self.keys
+        ref = blob_ref(data) if keys is None else "hmac:" + keys.mac(data)
         if self._cache.get(task_id, ref) is None:
-            await self._write_blob(self._blob_key(task_id, ref), data)
+            stored = data if keys is None else keys.seal(data, b"blob:" + ref.encode())
+            await self._write_blob(self._blob_key(task_id, ref), stored)
             self._cache.add(task_id, ref, data)
         return ref
 
@@ -258,18 +287,63 @@ class CachedBlobStore:
 
         Raises:
             BlobNotFound, BlobCorrupt, BlobStoreUnavailable (naming the store and key).
+            PayloadKeyMissing: the blob is sealed with a key this process lacks.
         """
         cached = self._cache.get(task_id, ref)
         if cached is not None:
             return cached
         key = self._blob_key(task_id, ref)
-        data = await self._read_blob(key)
-        if data is None:
+        stored = await self._read_blob(key)
+        if stored is None:
             raise missing(self.url, self._shown(key), task_id, ref)
-        if blob_ref(data) != ref:
+        scheme, digest = split_ref(ref)
+        what = f"blob {ref} of task {task_id} ({self._shown(key)} in {self.url})"
+        if is_sealed(stored):
+            kid, data = self._open(stored, b"blob:" + ref.encode(), what, key)
+        else:
+            kid, data = None, stored
+        if scheme == "sha256":
+            good = hashlib.sha256(data).hexdigest() == digest
+        else:  # a keyed address: only sealed bytes may be there
+            good = kid is not None and self.keys is not None and self.keys.mac(data, kid) == digest
+        if not good:
             raise corrupt(self.url, self._shown(key), task_id, ref)
         self._cache.add(task_id, ref, data)
         return data
+
+    async def put_record(self, task_id: str, name: str, data: bytes) -> None:
+        """Store ``data`` under a name of the task's (overwriting)."""
+        key = self._record_key(task_id, name)
+        if self.keys is not None:
+            data = self.keys.seal(data, b"record:" + key.encode())
+        await self._write_record(key, data)
+
+    async def get_record(self, task_id: str, name: str) -> bytes | None:
+        """The bytes stored under ``name``, or None.
+
+        A plain record is read as it is, also with keys set: it was written before
+        encryption was turned on.
+
+        Raises:
+            BlobCorrupt: a sealed record does not open (changed, or moved from elsewhere).
+            PayloadKeyMissing: it is sealed with a key this process lacks.
+        """
+        key = self._record_key(task_id, name)
+        stored = await self._read_blob(key)
+        if stored is None or not is_sealed(stored):
+            return stored
+        what = f"record {name} of task {task_id} ({self._shown(key)} in {self.url})"
+        return self._open(stored, b"record:" + key.encode(), what, key)[1]
+
+    def _open(self, stored: bytes, aad: bytes, what: str, key: str) -> tuple[str, bytes]:
+        if self.keys is None:
+            raise missing_key(sealed_key_id(stored), [], what)
+        try:
+            return self.keys.open(stored, aad, what)
+        except PayloadCorrupt as err:
+            raise BlobCorrupt(
+                f"{err}; the task cannot trust it and stops", store=self.url, key=self._shown(key)
+            ) from None
 
 
 class LocalBlobStore(CachedBlobStore):
@@ -279,8 +353,10 @@ class LocalBlobStore(CachedBlobStore):
     (a temp file, then a rename).
     """
 
-    def __init__(self, root: Path | str, cache_bytes: int = 64 * 1024 * 1024) -> None:
-        super().__init__(cache_bytes)
+    def __init__(
+        self, root: Path | str, cache_bytes: int = 64 * 1024 * 1024, keys: KeyRing | None = None
+    ) -> None:
+        super().__init__(cache_bytes, keys)
         self.root = Path(root)
         self.url = self.root.resolve().as_uri() if self.root.is_absolute() else str(self.root)
 
@@ -305,19 +381,12 @@ class LocalBlobStore(CachedBlobStore):
                 f"cannot read {key} in the blob store {self.url}: {err}", store=self.url, key=key
             ) from err
 
-    async def put_record(self, task_id: str, name: str, data: bytes) -> None:
-        """Store a named record atomically (``records/<name>`` in the task's directory)."""
-        _write_atomically(self._record_path(task_id, name), data)
+    def _record_key(self, task_id: str, name: str) -> str:
+        """Records live in ``records/<name>`` in the task's directory."""
+        return str(self.task_dir(task_id) / "records" / safe_task_id(name))
 
-    async def get_record(self, task_id: str, name: str) -> bytes | None:
-        """A named record, or None."""
-        try:
-            return self._record_path(task_id, name).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def _record_path(self, task_id: str, name: str) -> Path:
-        return self.task_dir(task_id) / "records" / safe_task_id(name)
+    async def _write_record(self, key: str, data: bytes) -> None:
+        _write_atomically(Path(key), data)
 
     async def delete_task(self, task_id: str) -> None:
         """Remove every blob of a task."""

@@ -8,20 +8,28 @@ from typing import Any
 
 import temporalio.runtime
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_subagents._codec import KeyRing, data_converter
 from durable_subagents._telemetry import tracing_enabled, tracing_plugin
 from durable_subagents.errors import InvalidRequest, TemporalUnavailable
 
 
 async def connect_client(
-    address: str, namespace: str = "default", *, tracing: bool | None = None, **kwargs: Any
+    address: str,
+    namespace: str = "default",
+    *,
+    tracing: bool | None = None,
+    keys: KeyRing | None = None,
+    **kwargs: Any,
 ) -> Client:
-    """Connect with the pydantic data converter; a clear error if nothing answers.
+    """Connect with the project's data converter; a clear error if nothing answers.
 
     Args:
         address: Temporal frontend ``host:port``.
         namespace: The namespace.
+        keys: Payload keys (``Settings.payload_keys()``): every payload is encrypted
+            with the current one. None: plain payloads (an encrypted one is refused with
+            an error naming its key).
         tracing: Add Temporal's ``OpenTelemetryPlugin`` so task starts, workflow runs
             and activities are spans of one trace per task (workers built from this
             client inherit it). ``None``: on when the application set a global
@@ -37,7 +45,7 @@ async def connect_client(
         kwargs["plugins"] = [*kwargs.get("plugins", ()), tracing_plugin()]
     try:
         return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+            address, namespace=namespace, data_converter=data_converter(keys), **kwargs
         )
     except ValueError as err:
         raise InvalidRequest(

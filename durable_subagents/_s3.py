@@ -1,6 +1,7 @@
 """The blob store on S3 or any S3-compatible service (MinIO, Ceph, R2).
 
-Keys: ``<prefix>/<namespace>/<task id>/sha256/<hash>`` for blobs and
+Keys: ``<prefix>/<namespace>/<task id>/sha256/<hash>`` (``.../hmac/<hash>`` with a
+payload key) for blobs and
 ``<prefix>/<namespace>/<task id>/records/<name>`` for records, so one task's objects
 share a key prefix (the sweep lists and deletes them together) and tasks spread over
 S3's per-prefix request limits.
@@ -25,9 +26,10 @@ from obstore.store import S3Store
 from durable_subagents._blobstore import (
     BlobStoreUnavailable,
     CachedBlobStore,
-    digest_of,
     safe_task_id,
+    split_ref,
 )
+from durable_subagents._codec import KeyRing
 from durable_subagents.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ class S3BlobStore(CachedBlobStore):
         endpoint: An S3-compatible endpoint (default: ``AWS_ENDPOINT_URL``, else AWS).
         cache_bytes: Blobs read or written lately that are kept in memory.
         config: More obstore ``S3Config`` keys (credentials, region...).
+        keys: Payload keys: blobs and records are sealed with the current one.
     """
 
     def __init__(
@@ -61,8 +64,9 @@ class S3BlobStore(CachedBlobStore):
         endpoint: str | None = None,
         cache_bytes: int = 64 * 1024 * 1024,
         config: dict[str, Any] | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
-        super().__init__(cache_bytes)
+        super().__init__(cache_bytes, keys)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
@@ -117,21 +121,14 @@ class S3BlobStore(CachedBlobStore):
 
     def _blob_key(self, task_id: str, ref: str) -> str:
         """The object key (below the prefix) a task's blob is stored under."""
-        return f"{safe_task_id(task_id)}/sha256/{digest_of(ref)}"
+        scheme, digest = split_ref(ref)
+        return f"{safe_task_id(task_id)}/{scheme}/{digest}"
 
     def _record_key(self, task_id: str, name: str) -> str:
         return f"{safe_task_id(task_id)}/records/{safe_task_id(name)}"
 
     def _shown(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
-
-    async def put_record(self, task_id: str, name: str, data: bytes) -> None:
-        """Store a named record (overwriting)."""
-        await self._write_blob(self._record_key(task_id, name), data)
-
-    async def get_record(self, task_id: str, name: str) -> bytes | None:
-        """A named record, or None."""
-        return await self._read_blob(self._record_key(task_id, name))
 
     async def task_ids(self) -> list[str]:
         """The task key segments under the prefix."""

@@ -367,7 +367,9 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"
-    client = await connect_client(settings.address, settings.namespace)
+    client = await connect_client(
+        settings.address, settings.namespace, keys=settings.payload_keys()
+    )
     try:
         current = await current_build_id(
             client, version.deployment_name, registered=version.build_id

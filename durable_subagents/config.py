@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 import platformdirs
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
+from durable_subagents._codec import KeyRing
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.errors import InvalidRequest
 
@@ -25,7 +26,9 @@ DEFAULT_LIMITS = ToolLimits(
 )
 """What a worker allows each tool call unless configured otherwise."""
 
-SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SECRET_ENV_NAME = re.compile(
+    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+)
 """Environment variable names treated as secrets: their values are scrubbed from spans.
 (Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
 
@@ -88,6 +91,17 @@ class Settings(BaseSettings):
     """Whether this worker removes expired tasks' blobs (hourly; each sweep lists the
     store and asks Temporal about every task in it). With many workers, leave it on in
     a few and turn it off (``false``) in the rest."""
+    payload_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_PAYLOAD_KEY", "payload_key")
+    )
+    """Base64 of 32 random bytes (``subagents keygen``): every payload written to Temporal
+    and every blob is encrypted with it (AES-256-GCM). Set the same key on every worker
+    and client of a deployment. Unset: plain payloads."""
+    payload_old_keys: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_PAYLOAD_OLD_KEYS", "payload_old_keys")
+    )
+    """Comma-separated earlier keys, kept to decrypt what was written under them while
+    tasks run across a rotation."""
     model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
     """Default ``provider:model`` when neither the spawn nor the agent names one."""
     workspace: Path | None = Field(
@@ -319,13 +333,30 @@ class Settings(BaseSettings):
         """The blob directory, defaulting to ``<data_dir>/blobs``."""
         return self.blob_dir or (self.data_dir / "blobs")
 
+    def payload_keys(self) -> KeyRing | None:
+        """The payload keys, or None when ``payload_key`` is unset.
+
+        Raises:
+            InvalidRequest: a key is not the base64 of 32 bytes (the message names the
+                setting), or old keys are set without a current one.
+        """
+        return KeyRing.parse(
+            self.payload_key.get_secret_value() if self.payload_key else None,
+            self.payload_old_keys.get_secret_value() if self.payload_old_keys else None,
+        )
+
     def blob_store(self) -> BlobStore:
         """The namespace's blob store: ``<blob URL or dir>/<namespace>``.
 
+        With payload keys set, what it writes is sealed with the current one.
+
         Raises:
-            InvalidRequest: ``blob_url`` is not an ``s3://`` or ``file://`` URL.
+            InvalidRequest: ``blob_url`` is not an ``s3://`` or ``file://`` URL, or a
+                payload key is malformed.
         """
-        return open_blob_store(self.blob_url, self.resolved_blob_dir, self.namespace)
+        return open_blob_store(
+            self.blob_url, self.resolved_blob_dir, self.namespace, keys=self.payload_keys()
+        )
 
     @property
     def resolved_workspace(self) -> Path:

@@ -78,7 +78,7 @@ async def run_demo(
         with console.status("Starting the embedded Temporal dev server..."):
             await server.start()
     try:
-        temporal = await connect_client(address, settings.namespace)
+        temporal = await connect_client(address, settings.namespace, keys=settings.payload_keys())
         await ensure_search_attributes(temporal, settings.namespace)
         workspace = _fresh_workspace(settings.data_dir / "demo-workspace")
         worker_settings = settings.model_copy(

@@ -434,7 +434,9 @@ async def run_dev(
         "`temporal server start-dev` serves it on the gRPC port + 1000 by default)"
     )
     try:
-        client = await connect_client(address, namespace, tracing=setup_tracing(settings))
+        client = await connect_client(
+            address, namespace, tracing=setup_tracing(settings), keys=settings.payload_keys()
+        )
         worker = create_worker(client, settings)
         sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
         paused = _search_attributes.tasks_query(status="paused")

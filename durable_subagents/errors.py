@@ -9,6 +9,9 @@ __all__ = [
     "BlobNotFound",
     "BlobStoreUnavailable",
     "InvalidRequest",
+    "PayloadCorrupt",
+    "PayloadEncryptionError",
+    "PayloadKeyMissing",
     "PayloadTooLarge",
     "SubagentError",
     "TaskNotFound",
@@ -74,8 +77,32 @@ class BlobStoreUnavailable(BlobError, ConnectionError):
     """The store did not answer (after its own retries) or refused the request."""
 
 
+class PayloadEncryptionError(SubagentError):
+    """Encrypted data could not be opened; ``key_id`` names the key it was written with."""
+
+    def __init__(self, message: str, *, key_id: str) -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
+class PayloadKeyMissing(PayloadEncryptionError, LookupError):
+    """Data is encrypted with a key this process does not hold.
+
+    The keys are ``SUBAGENTS_PAYLOAD_KEY`` and ``SUBAGENTS_PAYLOAD_OLD_KEYS``. A worker
+    lacking the key fails the task's step and Temporal retries it until a worker with the
+    key takes it: nothing is lost.
+    """
+
+
+class PayloadCorrupt(PayloadEncryptionError, ValueError):
+    """Encrypted data does not open under the key it names: it was changed after writing."""
+
+
 NON_RETRYABLE_ERROR_TYPES = [
     "InvalidRequest",
+    "PayloadCorrupt",
+    "PayloadEncryptionError",
+    "PayloadKeyMissing",
     "PayloadTooLarge",
     "ModelRequestError",
     "ToolNotAllowed",

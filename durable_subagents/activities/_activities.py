@@ -44,6 +44,7 @@ from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
 from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -132,7 +133,7 @@ class SubagentActivities:
         """Append the new messages, call the model once, append its answer."""
         try:
             return await self._model_turn(input)
-        except BlobError as err:
+        except (BlobError, PayloadEncryptionError) as err:
             raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
@@ -259,7 +260,7 @@ class SubagentActivities:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         try:
             return await self._run_tool(input)
-        except BlobError as err:
+        except (BlobError, PayloadEncryptionError) as err:
             raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _run_tool(self, input: ToolCallInput) -> ToolCallResult:
@@ -435,14 +436,24 @@ MISSING_BLOB_ATTEMPTS = 3
 network filesystem may show a new file late; S3 never does)."""
 
 
-def _blob_failure(err: BlobError) -> ApplicationError:
+def _blob_failure(err: BlobError | PayloadEncryptionError) -> ApplicationError:
     """The activity's failure for a blob that cannot be read or written.
 
     A corrupt blob fails the task at once; a missing one after ``MISSING_BLOB_ATTEMPTS``
     attempts; an unreachable store is retried like any outage (the message, naming the
-    store and the key, is the activity's last failure meanwhile).
+    store and the key, is the activity's last failure meanwhile), and so is a blob sealed
+    with a key this worker lacks (another worker may hold it; the message names it).
     """
     attempt = activity.info().attempt
+    if isinstance(err, PayloadEncryptionError):
+        log.warning("task %s, attempt %d: %s", activity.info().workflow_id, attempt, err)
+        return ApplicationError(
+            str(err),
+            {"key_id": err.key_id},
+            type=type(err).__name__,
+            non_retryable=isinstance(err, PayloadCorrupt),
+            category=ApplicationErrorCategory.BENIGN,
+        )
     if isinstance(err, BlobCorrupt):
         kind, final = "BlobCorrupt", True
     elif isinstance(err, BlobNotFound):

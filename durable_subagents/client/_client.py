@@ -14,8 +14,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -49,6 +52,7 @@ from durable_subagents.agents import (
     load_agents,
     resolve_agent,
 )
+from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
@@ -130,7 +134,11 @@ class SubagentClient:
         settings = settings or Settings()
         if agents is None:
             agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
-        client = await connect_client(address or settings.address, namespace or settings.namespace)
+        client = await connect_client(
+            address or settings.address,
+            namespace or settings.namespace,
+            keys=settings.payload_keys(),
+        )
         return cls(
             client,
             task_queue=task_queue or settings.task_queue,
@@ -388,7 +396,7 @@ class SubagentClient:
                 else WorkflowHistoryEventFilterType.ALL_EVENT,
             )
             async for event in events:
-                if event.event_id <= seen or not self._may_settle(event):
+                if event.event_id <= seen or not await self._may_settle(event):
                     continue
                 info = await self._info(task_id)
                 if settled(info, after_pause) or info.run_id != run_id:
@@ -424,7 +432,7 @@ class SubagentClient:
                 pending -= {d.call_id for d in sent.decisions}
         return not pending
 
-    def _may_settle(self, event: HistoryEvent) -> bool:
+    async def _may_settle(self, event: HistoryEvent) -> bool:
         """Whether an event can make a wait return (so not every memo write costs a call)."""
         if event.event_type in _CLOSE_EVENTS:
             return True
@@ -434,8 +442,7 @@ class SubagentClient:
         if "status" not in fields and "pause_id" not in fields:
             return False
         if "status" in fields:
-            converter = self.temporal.data_converter.payload_converter
-            status = TaskStatus(converter.from_payload(fields["status"], str))
+            status = TaskStatus(await decoded(self.temporal.data_converter, fields["status"], str))
             return status.terminal or status == TaskStatus.PAUSED
         return True
 
@@ -764,7 +771,7 @@ class SubagentClient:
         if desc.status == WorkflowExecutionStatus.RUNNING and extended.cancel_requested:
             info.status = TaskStatus.CANCELLING
         if desc.status == WorkflowExecutionStatus.RUNNING:
-            info.retrying = _retrying(desc)
+            info.retrying = await self._retrying(desc)
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             await self._fill_result(info, desc)
         elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:
@@ -793,6 +800,42 @@ class SubagentClient:
         info.result_ref = result.result_ref
         info.result_truncated = result.result_ref is not None
 
+    async def _retrying(self, desc: WorkflowExecutionDescription) -> str | None:
+        """What a running task's step is being retried after, if it is.
+
+        A pending activity on its second attempt or later gives its last failure. A
+        workflow task failing again and again (a worker that cannot decrypt the task, a
+        bug) gives the failure its history recorded: the task is not stuck in silence.
+        """
+        converter = self.temporal.data_converter
+        raw = desc.raw_description
+        for pending in raw.pending_activities:
+            if pending.attempt > 1 and pending.HasField("last_failure"):
+                name = pending.activity_type.name.replace("_", " ")
+                message = await failure_message(converter, pending.last_failure)
+                return f"{name}, attempt {pending.attempt}: {message}"
+        if raw.HasField("pending_workflow_task") and raw.pending_workflow_task.attempt > 1:
+            attempt = raw.pending_workflow_task.attempt
+            failure = await self._last_workflow_task_failure(desc.id, desc.run_id)
+            message = await failure_message(converter, failure) if failure else "no failure shown"
+            return f"workflow task, attempt {attempt}: {message}"
+        return None
+
+    async def _last_workflow_task_failure(self, task_id: str, run_id: str | None) -> Failure | None:
+        """The newest workflow task failure in a run's history (read from its end)."""
+        response = await self.temporal.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=self.temporal.namespace,
+                execution=WorkflowExecution(workflow_id=task_id, run_id=run_id or ""),
+                maximum_page_size=50,
+            )
+        )
+        for event in response.history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                attrs = event.workflow_task_failed_event_attributes
+                return attrs.failure if attrs.HasField("failure") else None
+        return None
+
     async def _failure(self, task_id: str, run_id: str | None) -> str:
         handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
         try:
@@ -801,15 +844,6 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
-
-
-def _retrying(desc: WorkflowExecutionDescription) -> str | None:
-    """The last failure of a pending activity on its second attempt or later."""
-    for pending in desc.raw_description.pending_activities:
-        if pending.attempt > 1 and pending.HasField("last_failure"):
-            name = pending.activity_type.name.replace("_", " ")
-            return f"{name}, attempt {pending.attempt}: {pending.last_failure.message}"
-    return None
 
 
 def _check_timeout(timeout: object) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 
 from durable_subagents._spawn import model_label
+from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
 from durable_subagents.types import Decisions, TaskEvent, TaskStatus
 
@@ -39,7 +41,7 @@ async def history_events(
 
     While a model turn is open, its live text is polled in between (see ``_live``).
     """
-    converter = client.data_converter.payload_converter
+    converter = client.data_converter
     status: TaskStatus | None = None
     live = LiveTurn(client, task_id, resolve_text)
     while True:
@@ -57,7 +59,7 @@ async def history_events(
             kind = event.event_type
             if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
-                summary = _summary(event, converter)
+                summary = await _summary(event, converter)
                 scheduled[event.event_id] = (attrs.activity_type.name, summary)
                 if attrs.activity_type.name == "model_turn":
                     live.start(event.event_id, _turn_of(summary))
@@ -83,7 +85,7 @@ async def history_events(
                         time=time,
                         turn=_turn_of(summary),
                         summary=_turn_summary(summary, result),
-                        error=None if completed else _call_error(kind, attrs),
+                        error=None if completed else await _call_error(converter, kind, attrs),
                     )
                 elif name == "run_tool":
                     yield TaskEvent(
@@ -92,19 +94,19 @@ async def history_events(
                         time=time,
                         tool=_tool_of(summary),
                         summary=summary,
-                        error=_call_error(kind, attrs),
+                        error=await _call_error(converter, kind, attrs),
                     )
             elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-                for tool_event in _local_tool_events(task_id, time, event, converter):
+                for tool_event in await _local_tool_events(task_id, time, event, converter):
                     yield tool_event
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                signal = _signal_event(task_id, time, event, converter)
+                signal = await _signal_event(task_id, time, event, converter)
                 if signal is not None:
                     yield signal
             elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if "ignored_decisions" in fields:
-                    ignored = converter.from_payload(fields["ignored_decisions"], list)
+                    ignored = await decoded(converter, fields["ignored_decisions"], list)
                     if ignored:
                         last = ignored[-1]
                         yield TaskEvent(
@@ -114,7 +116,7 @@ async def history_events(
                             summary=f"pause {last['pause_id']}: {last['reason']}",
                         )
                 if "status" in fields:
-                    new = TaskStatus(converter.from_payload(fields["status"], str))
+                    new = TaskStatus(await decoded(converter, fields["status"], str))
                     if new != status:
                         status = new
                         yield TaskEvent(kind="status", task_id=task_id, time=time, status=new)
@@ -142,20 +144,22 @@ async def _result(client: Client, attrs: Any) -> dict[str, Any] | None:
     return values[0] if values and isinstance(values[0], dict) else None
 
 
-def _call_error(kind: int, attrs: Any) -> str | None:
+async def _call_error(converter: DataConverter, kind: int, attrs: Any) -> str | None:
     """How a model-turn or tool-call activity ended, if not completed."""
     if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
         return "cancelled"
     if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
         return "timed out"
     if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-        message = attrs.failure.message if attrs.HasField("failure") else ""
+        if not attrs.HasField("failure"):
+            return "failed"
+        message = await failure_message(converter, attrs.failure)
         return f"failed: {message}" if message else "failed"
     return None
 
 
-def _local_tool_events(
-    task_id: str, time: datetime | None, event: HistoryEvent, converter: Any
+async def _local_tool_events(
+    task_id: str, time: datetime | None, event: HistoryEvent, converter: DataConverter
 ) -> list[TaskEvent]:
     """A tool call run as a local activity: its start and its end, from its marker.
 
@@ -166,12 +170,12 @@ def _local_tool_events(
     if attrs.marker_name != "core_local_activity" or "data" not in attrs.details:
         return []
     try:
-        data = converter.from_payload(attrs.details["data"].payloads[0], dict)
+        data = await decoded(converter, attrs.details["data"].payloads[0], dict)
     except Exception:
         return []
     if data.get("activity_type") != "run_tool":
         return []
-    summary = _summary(event, converter)
+    summary = await _summary(event, converter)
     tool = _tool_of(summary)
     scheduled = data.get("original_schedule_time") or {}
     started = time
@@ -192,8 +196,8 @@ def _local_tool_events(
     ]
 
 
-def _signal_event(
-    task_id: str, time: datetime | None, event: HistoryEvent, converter: Any
+async def _signal_event(
+    task_id: str, time: datetime | None, event: HistoryEvent, converter: DataConverter
 ) -> TaskEvent | None:
     """An input or decision signal as an event (what was sent, before the task reads it)."""
     attrs = event.workflow_execution_signaled_event_attributes
@@ -202,11 +206,11 @@ def _signal_event(
         return None
     try:
         if attrs.signal_name == "send_input":
-            text = " ".join(str(converter.from_payload(payloads[0], str)).split())
+            text = " ".join(str(await decoded(converter, payloads[0], str)).split())
             summary = text if len(text) <= 200 else text[:199] + "…"
             return TaskEvent(kind="input", task_id=task_id, time=time, summary=summary)
         if attrs.signal_name == "decide":
-            sent = Decisions.model_validate(converter.from_payload(payloads[0], dict))
+            sent = Decisions.model_validate(await decoded(converter, payloads[0], dict))
             parts = [
                 f"{'approve' if d.approved else 'reject'} {d.call_id}"
                 + (f" ({d.reason})" if d.reason else "")
@@ -219,10 +223,10 @@ def _signal_event(
     return None
 
 
-def _summary(event: HistoryEvent, converter: Any) -> str:
+async def _summary(event: HistoryEvent, converter: DataConverter) -> str:
     if event.HasField("user_metadata") and event.user_metadata.HasField("summary"):
         try:
-            return str(converter.from_payload(event.user_metadata.summary, str))
+            return str(await decoded(converter, event.user_metadata.summary, str))
         except Exception:
             return ""
     return ""

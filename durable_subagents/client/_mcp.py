@@ -156,7 +156,9 @@ async def run_mcp(
 
 async def _unconnected(settings: Settings, agents: Mapping[str, AgentSpec]) -> SubagentClient:
     """A client that has not dialled Temporal yet: enough to list the tools."""
-    lazy = await connect_client(settings.address, settings.namespace, lazy=True)
+    lazy = await connect_client(
+        settings.address, settings.namespace, keys=settings.payload_keys(), lazy=True
+    )
     return SubagentClient(lazy, task_queue=settings.task_queue, agents=agents)
 
 

@@ -167,7 +167,9 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     """
     settings.worker_deployment()  # a half-given version fails before connecting
     tracing = setup_tracing(settings)
-    client = await connect_client(settings.address, settings.namespace, tracing=tracing)
+    client = await connect_client(
+        settings.address, settings.namespace, tracing=tracing, keys=settings.payload_keys()
+    )
     missing = await check_search_attributes(client)
     if missing:
         raise SearchAttributesMissing(

@@ -1,0 +1,264 @@
+"""Encrypted payloads and blobs (``SUBAGENTS_PAYLOAD_KEY``): nothing of a task in plain text.
+
+Tasks run on the session's real dev server; what Temporal stored is read back raw, as
+someone with the database or the Web UI but without the key would see it, through the
+``temporal`` CLI's JSON with every base64 field decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import Payload
+
+from durable_subagents import (
+    AgentSpec,
+    PayloadKeyMissing,
+    PermissionRule,
+    SubagentClient,
+    TaskStatus,
+)
+from durable_subagents._blobstore import LocalBlobStore
+from durable_subagents._codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, KeyRing, new_key
+from durable_subagents._connect import connect_client
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer, temporal_binary
+from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt
+from durable_subagents.worker import create_worker
+
+from .conftest import script
+
+PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
+OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
+ANSWER = "ANSWER-e5f6: the ledger balances"
+INPUT = "FOLLOW-UP-INPUT-9b1d please also check March"
+DESCRIPTION = "DESCRIPTION-audit-4c2e"
+SECRETS = (PROMPT, OUTPUT, ANSWER, INPUT, DESCRIPTION, "ACCOUNT-PROMPT", "c0ffee", "e5f6")
+
+CAREFUL = AgentSpec(
+    name="careful",
+    system_prompt="SYSTEM-PROMPT-d00d: you ask before running commands.",
+    tools=["bash"],
+    permissions=[PermissionRule(tool="bash", action="ask")],
+)
+
+
+def with_keys(settings: Settings, key: str | None, old: str | None = None) -> Settings:
+    return Settings.model_validate(
+        {**settings.model_dump(), "payload_key": key, "payload_old_keys": old}
+    )
+
+
+async def keyed_client(own: Settings) -> tuple[Client, SubagentClient]:
+    """A Temporal client and a SubagentClient with ``own``'s keys."""
+    temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
+    client = SubagentClient(
+        temporal,
+        task_queue=own.task_queue,
+        blob_store=own.blob_store(),
+        agents={"careful": CAREFUL},
+    )
+    return temporal, client
+
+
+async def temporal_cli(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(temporal_binary()),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+def decoded_strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, and the base64-decoded text of each that is base64."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from decoded_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from decoded_strings(v)
+    elif isinstance(value, str):
+        yield value
+        if len(value) >= 8 and re.fullmatch(r"[A-Za-z0-9+/=_-]+", value):
+            for decode in (base64.b64decode, base64.urlsafe_b64decode):
+                try:
+                    yield decode(value + "=" * (-len(value) % 4)).decode("utf-8", "replace")
+                except ValueError:
+                    pass
+
+
+async def raw_texts(dev_server: DevServer, task_id: str) -> str:
+    """What ``temporal workflow show`` and ``describe`` print, every payload decoded."""
+    texts = []
+    for command in ("show", "describe"):
+        out = await temporal_cli(
+            "workflow",
+            command,
+            "--address",
+            dev_server.address,
+            "--namespace",
+            dev_server.namespace,
+            "--workflow-id",
+            task_id,
+            "--output",
+            "json",
+        )
+        texts.extend(decoded_strings(json.loads(out)))
+    return "\n".join(texts)
+
+
+def stored_bytes(root: Path) -> bytes:
+    return b"\n".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+# ---------------------------------------------------------------- the codec itself
+
+
+def test_keys_are_parsed_with_errors_that_name_the_setting() -> None:
+    key = new_key()
+    ring = KeyRing.parse(key)
+    assert ring is not None and len(ring.current_id) == 16
+    assert KeyRing.parse(None) is None and KeyRing.parse("  ") is None
+    with pytest.raises(InvalidRequest, match=r"SUBAGENTS_PAYLOAD_KEY is not a key.*keygen"):
+        KeyRing.parse("c2hvcnQ=")
+    with pytest.raises(InvalidRequest, match="SUBAGENTS_PAYLOAD_OLD_KEYS item 2"):
+        KeyRing.parse(key, f"{new_key()},not base64!")
+    with pytest.raises(InvalidRequest, match="without SUBAGENTS_PAYLOAD_KEY"):
+        KeyRing.parse(None, new_key())
+    with pytest.raises(InvalidRequest, match="SUBAGENTS_PAYLOAD_KEY"):
+        Settings(payload_key="nope").payload_keys()
+    assert "nope" not in repr(Settings(payload_key="nope"))
+
+
+async def test_the_codec_encrypts_every_payload_and_opens_it_by_key_id() -> None:
+    old, new = new_key(), new_key()
+    before = EncryptionCodec(KeyRing.parse(old))
+    after = EncryptionCodec(KeyRing.parse(new, old))
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(PROMPT).encode())
+    [sealed] = await before.encode([plain])
+    assert sealed.metadata["encoding"] == ENCODING
+    assert sealed.metadata[KEY_ID_METADATA].decode() == KeyRing.parse(old).current_id  # type: ignore[union-attr]
+    assert PROMPT.encode() not in sealed.SerializeToString()
+    assert await after.decode([sealed]) == [plain]  # the old key still opens it
+    [resealed] = await after.encode([plain])
+    assert resealed.metadata[KEY_ID_METADATA] != sealed.metadata[KEY_ID_METADATA]
+    # A plain payload (written before the key was set) is read as it is.
+    assert await after.decode([plain]) == [plain]
+
+    with pytest.raises(PayloadKeyMissing, match=f"key {after.keys.current_id}.*holds key") as e:  # type: ignore[union-attr]
+        await before.decode([resealed])
+    assert e.value.key_id == after.keys.current_id  # type: ignore[union-attr]
+    with pytest.raises(PayloadKeyMissing, match="no SUBAGENTS_PAYLOAD_KEY"):
+        await EncryptionCodec(None).decode([sealed])
+    tampered = Payload()
+    tampered.CopyFrom(sealed)
+    tampered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
+    with pytest.raises(PayloadCorrupt, match="changed after it was written"):
+        await before.decode([tampered])
+
+
+async def test_blobs_and_records_are_sealed_at_addresses_that_reveal_nothing(
+    tmp_path: Path,
+) -> None:
+    keys = KeyRing.parse(new_key())
+    store = LocalBlobStore(tmp_path / "s", keys=keys)
+    ref = await store.put("t1", OUTPUT.encode())
+    assert ref.startswith("hmac:")
+    assert ref != "hmac:" + __import__("hashlib").sha256(OUTPUT.encode()).hexdigest()
+    await store.put_record("t1", "call-1", ANSWER.encode())
+    assert OUTPUT.encode() not in stored_bytes(tmp_path) and b"e5f6" not in stored_bytes(tmp_path)
+
+    fresh = LocalBlobStore(tmp_path / "s", keys=keys)  # no cache
+    assert await fresh.get("t1", ref) == OUTPUT.encode()
+    assert await fresh.get_record("t1", "call-1") == ANSWER.encode()
+    # A sealed record copied to another task's name does not open there.
+    (tmp_path / "s" / "t2" / "records").mkdir(parents=True)
+    (tmp_path / "s" / "t2" / "records" / "call-1").write_bytes(
+        (tmp_path / "s" / "t1" / "records" / "call-1").read_bytes()
+    )
+    with pytest.raises(BlobCorrupt, match="does not open"):
+        await fresh.get_record("t2", "call-1")
+    # Without the key: a clear error naming it.
+    keyless = LocalBlobStore(tmp_path / "s")
+    with pytest.raises(PayloadKeyMissing, match=keys.current_id):  # type: ignore[union-attr]
+        await keyless.get("t1", ref)
+    # Blobs written before the key was set still read (their hash checks them).
+    plain_ref = await keyless.put("t1", b"from before")
+    assert await fresh.get("t1", plain_ref) == b"from before"
+
+
+# ---------------------------------------------------------------- tasks, end to end
+
+
+@pytest.fixture
+def key() -> str:
+    return new_key()
+
+
+async def test_history_memo_and_metadata_hold_none_of_the_task_in_plain_text(
+    settings: Settings, dev_server: DevServer, key: str
+) -> None:
+    own = with_keys(settings, key)
+    temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
+    client = SubagentClient(
+        temporal,
+        task_queue=own.task_queue,
+        blob_store=own.blob_store(),
+        agents={"careful": CAREFUL},
+    )
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": f"echo {OUTPUT}"}}]},
+        {"text": ANSWER},
+        {"text": ANSWER + " and March"},
+    )
+    async with create_worker(temporal, own):
+        task_id = await client.spawn_task("careful", PROMPT, description=DESCRIPTION, model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=30)
+        assert paused.status == TaskStatus.PAUSED, paused
+        assert paused.description == DESCRIPTION
+        assert OUTPUT in paused.pending_approvals[0].arguments_preview
+        await client.approve(task_id)
+        done = await client.check_task(task_id, wait=True, timeout=30)
+        assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
+        events = [e async for e in client.watch(task_id)]
+        assert any(e.kind == "tool_finished" and OUTPUT in (e.summary or "") for e in events)
+        assert any(e.kind == "decision" and "approve" in (e.summary or "") for e in events)
+        await client.send_input(task_id, INPUT)
+        again = await client.check_task(task_id, wait=True, timeout=30)
+        assert again.result == ANSWER + " and March", again
+        transcript = await client.get_transcript(task_id)
+        assert any(OUTPUT in m.content for m in transcript if m.role == "tool")
+        assert any(INPUT in m.content for m in transcript if m.role == "user")
+        events = [e async for e in client.watch(task_id)]
+        assert any(e.kind == "input" and INPUT in (e.summary or "") for e in events)
+
+    raw = await raw_texts(dev_server, task_id)
+    assert "SubagentWorkflow" in raw and "careful" in raw  # the plain parts are there
+    assert KeyRing.parse(key).current_id in raw  # type: ignore[union-attr]
+    for secret in (*SECRETS, "SYSTEM-PROMPT-d00d"):
+        assert secret not in raw, secret
+    blobs = stored_bytes(settings.resolved_blob_dir)
+    assert blobs, "the transcript went to the blob store"
+    for secret in (*SECRETS, "SYSTEM-PROMPT-d00d"):
+        assert secret.encode() not in blobs, secret
+
+    # A client without the key is told which key it needs.
+    keyless = SubagentClient(
+        await connect_client(own.address, own.namespace),
+        task_queue=own.task_queue,
+        blob_store=settings.blob_store(),
+    )
+    with pytest.raises(PayloadKeyMissing, match=KeyRing.parse(key).current_id):  # type: ignore[union-attr]
+        await keyless.check_task(task_id)
