@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
 
 from durable_subagents import (
     AgentSpec,
