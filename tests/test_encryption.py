@@ -263,3 +263,130 @@ async def test_history_memo_and_metadata_hold_none_of_the_task_in_plain_text(
     )
     with pytest.raises(PayloadKeyMissing, match=KeyRing.parse(key).current_id):  # type: ignore[union-attr]
         await keyless.check_task(task_id)
+
+
+async def test_a_worker_without_the_key_or_with_another_names_the_key_it_needs(
+    settings: Settings, key: str
+) -> None:
+    """Misconfiguration is loud and loses nothing: the task waits, saying which key it
+    needs (``retrying``), and finishes once a worker with that key takes it."""
+    own = with_keys(settings, key)
+    kid = KeyRing.parse(key).current_id  # type: ignore[union-attr]
+    other_key = new_key()
+    other_id = KeyRing.parse(other_key).current_id  # type: ignore[union-attr]
+    temporal, client = await keyed_client(own)
+    for wrong, held in (
+        (settings, "this process has no SUBAGENTS_PAYLOAD_KEY"),
+        (with_keys(settings, other_key), f"this process holds key(s) {other_id}"),
+    ):
+        task_id = await client.spawn_task("general", PROMPT, model=script({"text": ANSWER}))
+        wrong_temporal = await connect_client(
+            wrong.address, wrong.namespace, keys=wrong.payload_keys()
+        )
+        async with create_worker(wrong_temporal, wrong):
+            info = await until(client, task_id, lambda i: bool(i.retrying))
+        assert info.status == TaskStatus.PENDING, info
+        assert info.retrying is not None and "workflow task" in info.retrying, info
+        assert f"encrypted with key {kid}, and {held}" in info.retrying, info.retrying
+    # The last task waited through both; a worker with the key finishes it.
+    async with create_worker(temporal, own):
+        done = await client.check_task(task_id, wait=True, timeout=60)
+    assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
+
+
+async def until(client: SubagentClient, task_id: str, test: Any, timeout: float = 30) -> Any:
+    """The task's info once ``test(info)`` holds (polled)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        info = await client.check_task(task_id)
+        if test(info) or asyncio.get_running_loop().time() > deadline:
+            return info
+        await asyncio.sleep(0.2)
+
+
+async def test_a_key_rotates_while_a_task_runs_across_the_change(
+    settings: Settings, dev_server: DevServer
+) -> None:
+    """Paused under key A; workers and clients move to key B keeping A as an old key; the
+    task is approved, runs its tool, answers, and its whole transcript reads back."""
+    key_a, key_b = new_key(), new_key()
+    id_a = KeyRing.parse(key_a).current_id  # type: ignore[union-attr]
+    id_b = KeyRing.parse(key_b).current_id  # type: ignore[union-attr]
+    before = with_keys(settings, key_a)
+    after = with_keys(settings, key_b, key_a)
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": f"echo {OUTPUT}"}}]},
+        {"text": ANSWER},
+    )
+    temporal_a, client_a = await keyed_client(before)
+    async with create_worker(temporal_a, before):
+        task_id = await client_a.spawn_task("careful", PROMPT, model=model)
+        paused = await client_a.check_task(task_id, wait=True, timeout=30)
+        assert paused.status == TaskStatus.PAUSED, paused
+
+    temporal_b, client_b = await keyed_client(after)
+    async with create_worker(temporal_b, after):
+        assert (await client_b.check_task(task_id)).pause_id == paused.pause_id
+        await client_b.approve(task_id)
+        done = await client_b.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
+    transcript = await client_b.get_transcript(task_id)
+    assert [m.role for m in transcript][:2] == ["system", "user"] and PROMPT in transcript[
+        1
+    ].content
+    assert any(OUTPUT in m.content for m in transcript if m.role == "tool")
+
+    raw = await raw_texts(dev_server, task_id)
+    assert id_a in raw and id_b in raw  # written under both keys
+    assert not any(secret in raw for secret in SECRETS)
+    # Dropping the old key too early is named, not silent.
+    _, only_b = await keyed_client(with_keys(settings, key_b))
+    with pytest.raises(PayloadKeyMissing, match=f"key {id_a}.*SUBAGENTS_PAYLOAD_OLD_KEYS"):
+        await only_b.check_task(task_id)
+
+
+async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
+    tmp_path: Path, settings: Settings, dev_server: DevServer, key: str
+) -> None:
+    """``subagents spawn/check/watch/ls`` and ``subagents mcp``, configured only by the
+    environment, against an encrypted worker; a CLI without the key names the one it needs."""
+    from .test_cli import _env, arun, failed, ok
+    from .test_mcp import call, mcp_session
+
+    own = with_keys(settings, key)
+    temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
+    env = _env(
+        tmp_path,
+        TEMPORAL_ADDRESS=settings.address,
+        SUBAGENTS_TASK_QUEUE=settings.task_queue,
+        SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
+        SUBAGENTS_PAYLOAD_KEY=key,
+    )
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": f"echo {OUTPUT}"}}]},
+        {"text": ANSWER},
+    )
+    async with create_worker(temporal, own):
+        spawned = ok(await arun("spawn", "general", PROMPT, "--model", model, "--json", env=env))
+        task_id = json.loads(spawned.out)["id"]
+        checked = ok(await arun("check", task_id, "--wait", "--json", env=env))
+        assert json.loads(checked.out)["result"] == ANSWER
+        watched = ok(await arun("watch", task_id, env=env))
+        assert OUTPUT in watched.out and "closed" in watched.out.lower()
+        listed = ok(await arun("ls", "--json", env=env))
+        assert task_id in listed.out
+
+        async with asyncio.timeout(30), mcp_session(tmp_path, env) as session:
+            is_error, started = await call(
+                session, "spawn_subagent", agent="general", prompt=PROMPT, model=model
+            )
+            assert not is_error, started
+            is_error, answer = await call(
+                session, "check_subagent", task_id=started["task_id"], timeout=20
+            )
+            assert not is_error and answer["result"] == ANSWER, answer
+
+    keyless = {k: v for k, v in env.items() if k != "SUBAGENTS_PAYLOAD_KEY"}
+    refused = failed(await arun("check", task_id, env=keyless))
+    assert f"key {KeyRing.parse(key).current_id}" in refused.flat_err  # type: ignore[union-attr]
+    assert "SUBAGENTS_PAYLOAD_KEY" in refused.flat_err
