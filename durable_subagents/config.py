@@ -249,6 +249,17 @@ class Settings(BaseSettings):
             )
         return WorkerDeploymentVersion(deployment_name=name, build_id=build)
 
+    @field_validator("tool_env")
+    @classmethod
+    def _no_payload_key_for_tools(cls, value: str) -> str:
+        for name in value.split(","):
+            if name.strip().upper().startswith("SUBAGENTS_PAYLOAD_"):
+                raise ValueError(
+                    f"SUBAGENTS_TOOL_ENV names {name.strip()}: the payload keys decrypt every "
+                    "task and never reach a tool; remove it from the list"
+                )
+        return value
+
     @field_validator("tool_sandbox")
     @classmethod
     def _known_sandbox(cls, value: str) -> str:

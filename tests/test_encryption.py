@@ -390,3 +390,33 @@ async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
     refused = failed(await arun("check", task_id, env=keyless))
     assert f"key {KeyRing.parse(key).current_id}" in refused.flat_err  # type: ignore[union-attr]
     assert "SUBAGENTS_PAYLOAD_KEY" in refused.flat_err
+
+
+async def test_a_hostile_model_cannot_read_the_payload_key(
+    settings: Settings, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is in the worker's environment; the attacker tries every way to it."""
+    from .test_hostile import bash, call, run_attack
+
+    monkeypatch.setenv("SUBAGENTS_PAYLOAD_KEY", key)
+    own = with_keys(settings, key)
+    temporal, client = await keyed_client(own)
+    raw_key = base64.b64decode(key)
+    async with create_worker(temporal, own):
+        _, outputs = await run_attack(
+            client,
+            bash(
+                'echo "key=$SUBAGENTS_PAYLOAD_KEY"; env; cat /proc/1/environ /proc/self/environ',
+                "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null",
+                'python3 -c "import os; print(dict(os.environ))"',
+            ),
+            call("read_file", path="/proc/1/environ"),
+            call("grep", pattern="SUBAGENTS_PAYLOAD", path="/proc/self"),
+        )
+    text = "\n".join(outputs)
+    assert "PATH=" in text and "HOME" in text  # the commands ran
+    assert key not in text and raw_key.hex() not in text
+    assert "key=" in [line.strip() for line in text.splitlines()]  # the variable is unset
+    # Nor can an operator hand it to tools by mistake.
+    with pytest.raises(ValueError, match="SUBAGENTS_PAYLOAD_KEY.*never reach a tool"):
+        Settings(tool_env="HOME, SUBAGENTS_PAYLOAD_KEY")
