@@ -418,5 +418,5 @@ async def test_a_hostile_model_cannot_read_the_payload_key(
     assert key not in text and raw_key.hex() not in text
     assert "key=" in [line.strip() for line in text.splitlines()]  # the variable is unset
     # Nor can an operator hand it to tools by mistake.
-    with pytest.raises(ValueError, match="SUBAGENTS_PAYLOAD_KEY.*never reach a tool"):
+    with pytest.raises(ValueError, match=r"SUBAGENTS_PAYLOAD_KEY.*never reach a tool"):
         Settings(tool_env="HOME, SUBAGENTS_PAYLOAD_KEY")
