@@ -44,8 +44,14 @@ from temporalio.converter import (
     PayloadCodec,
     PayloadConverter,
 )
+from temporalio.exceptions import ApplicationError
 
-from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadKeyMissing
+from durable_subagents.errors import (
+    InvalidRequest,
+    PayloadCorrupt,
+    PayloadEncryptionError,
+    PayloadKeyMissing,
+)
 
 __all__ = [
     "ENCODING",
@@ -281,14 +287,15 @@ class EncryptedFailureConverter(DefaultFailureConverter):
             super().to_failure(exception, payload_converter, failure)
 
 
-def _is_key_error(exception: BaseException | None) -> bool:
-    seen = 0
-    while exception is not None and seen < 10:
-        if isinstance(exception, (PayloadKeyMissing, PayloadCorrupt)):
-            return True
-        exception = exception.__cause__ or exception.__context__
-        seen += 1
-    return False
+def _is_key_error(exception: BaseException) -> bool:
+    """A key error itself, or an activity's failure made of one (``_blob_failure``)."""
+    if isinstance(exception, PayloadEncryptionError):
+        return True
+    return isinstance(exception, ApplicationError) and exception.type in KEY_ERROR_TYPES
+
+
+KEY_ERROR_TYPES = ("PayloadKeyMissing", "PayloadCorrupt")
+"""Failure types whose message is written in plain text: it names a key, never content."""
 
 
 def data_converter(keys: KeyRing | None) -> DataConverter:

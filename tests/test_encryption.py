@@ -27,7 +27,14 @@ from durable_subagents import (
     TaskStatus,
 )
 from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents._codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, KeyRing, new_key
+from durable_subagents._codec import (
+    ENCODING,
+    KEY_ID_METADATA,
+    EncryptionCodec,
+    KeyRing,
+    data_converter,
+    new_key,
+)
 from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, temporal_binary
@@ -168,6 +175,28 @@ async def test_the_codec_encrypts_every_payload_and_opens_it_by_key_id() -> None
     tampered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
     with pytest.raises(PayloadCorrupt, match="changed after it was written"):
         await before.decode([tampered])
+
+
+async def test_failures_are_encrypted_except_the_ones_that_name_a_missing_key() -> None:
+    """A failure's message can carry content (a provider's error quoting the prompt, a
+    tool's stderr); a key error names only a key, and must be readable by whoever holds
+    a different key than the worker that failed."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    keys = KeyRing.parse(new_key())
+    converter = data_converter(keys)
+    for error, plain in (
+        (RuntimeError(f"provider said: {PROMPT}"), False),
+        (ApplicationError(f"tool failed: {OUTPUT}", type="ToolError"), False),
+        (PayloadKeyMissing("a payload is encrypted with key 0011", key_id="0011"), True),
+        (ApplicationError("blob sealed with key 0011", type="PayloadKeyMissing"), True),
+    ):
+        failure = Failure()
+        await converter.encode_failure(error, failure)
+        message = getattr(error, "message", None) or str(error)
+        assert (message.encode() in failure.SerializeToString()) is plain, error
+        assert message in str(await converter.decode_failure(failure))
 
 
 async def test_blobs_and_records_are_sealed_at_addresses_that_reveal_nothing(
