@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf.duration_pb2 import Duration
+from rich.markup import escape
 from temporalio.api.namespace.v1 import NamespaceConfig
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
 from temporalio.client import Client
@@ -30,6 +31,8 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from durable_subagents import _search_attributes
+from durable_subagents._codec import KeyRing
+from durable_subagents._codec_server import CodecServer, web_ui_origins
 
 # Re-exported: part of this module's public API (DevServer registers them on start).
 from durable_subagents._search_attributes import (
@@ -186,6 +189,9 @@ class DevServer:
         ui: Whether to serve the Web UI.
         log_level: Server log level; the log goes to ``<db>.log``.
         dynamic_config: Extra ``--dynamic-config-value`` settings (key -> JSON value).
+        codec_endpoint: A codec server the Web UI decodes payloads through, in the
+            browser (``--ui-codec-endpoint``); it must answer the UI's origin
+            (:attr:`ui_url`, and the same port on localhost).
 
     Example:
         >>> async with DevServer(port=free_port(), ui_port=free_port()) as server:
@@ -204,6 +210,7 @@ class DevServer:
         ui: bool = True,
         log_level: str = "error",
         dynamic_config: dict[str, str] | None = None,
+        codec_endpoint: str | None = None,
     ) -> None:
         self.port = port
         self.ui_port = ui_port
@@ -220,6 +227,7 @@ class DevServer:
             **DRAINAGE_DYNAMIC_CONFIG,
             **(dynamic_config or {}),
         }
+        self.codec_endpoint = codec_endpoint
         self._process: asyncio.subprocess.Process | None = None
         self._pick_internal_ports()
 
@@ -254,6 +262,8 @@ class DevServer:
         cmd += ["--http-port", str(self._http_port), "--metrics-port", str(self._metrics_port)]
         cmd += _search_attributes.cli_flags()
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
+        if self.ui and self.codec_endpoint:
+            cmd += ["--ui-codec-endpoint", self.codec_endpoint]
         if self._namespace != "default":
             cmd += ["--namespace", self._namespace]
         for key, value in self.dynamic_config.items():
@@ -374,11 +384,16 @@ async def run_dev(
     retention: timedelta | None,
     workspace: Path | None,
     console: Console,
+    codec_port: int | None = None,
 ) -> None:
     """Run ``subagents dev``: a dev server (or the one already on ``port``) and a worker.
 
     Returns once cancelled (Ctrl-C), after the worker has shut down and the server this
     call started has stopped; a server that was already running is left running.
+
+    With a payload key set, a codec server runs too (on 127.0.0.1, answering only the
+    Web UI's origin), and the server this call starts gets it as the Web UI's codec
+    endpoint, so the UI shows tasks decrypted out of the box.
 
     Args:
         settings: Base settings; the address becomes ``127.0.0.1:<port>``.
@@ -389,89 +404,160 @@ async def run_dev(
             ``None`` keeps the server's current setting.
         workspace: Root the worker's file tools are jailed to.
         console: Where the connection details are printed.
+        codec_port: The codec server's port; ``None`` picks a free one.
 
     Raises:
-        SubagentError: If the server cannot be started.
+        SubagentError: If the server or the codec server cannot be started.
     """
     from durable_subagents._connect import connect_client
     from durable_subagents._telemetry import setup_tracing
     from durable_subagents.worker import create_worker, sweep_forever
 
     version = settings.worker_deployment()  # a half-given version fails before starting
+    keys = settings.payload_keys()  # so does a malformed key
     address = f"127.0.0.1:{port}"
     namespace = settings.namespace
     workspace = workspace or settings.workspace
     settings = settings.model_copy(update={"address": address, "workspace": workspace})
     server: DevServer | None = None
+    codec: CodecServer | None = None
     record = settings.data_dir / DEV_RECORD
     ui_base: str | None = None
     db_text = "(the existing server's own)"
-    if await server_answers(address, namespace):
-        console.print(f"[yellow]A Temporal server already answers on {address}; using it.[/]")
-        admin = await Client.connect(address, namespace=namespace)
-        await ensure_search_attributes(admin, namespace)
-        if retention is not None:
-            await set_retention(admin, namespace, retention)
-        running = read_dev_record(record, port)
-        if running is not None:
-            ui_base, db_text = f"http://127.0.0.1:{running['ui_port']}", str(running["db"])
-            if running["ui_port"] != ui_port:
-                console.print(
-                    f"[yellow]--ui-port {ui_port} is not used: the server already running "
-                    f"serves its Web UI on port {running['ui_port']}.[/]"
-                )
-    else:
-        db = db or settings.data_dir / "temporal.db"
-        server = DevServer(
-            port=port, ui_port=ui_port, db=db, namespace=namespace, retention=retention
+    codec_text = ""
+    if keys is None and codec_port is not None:
+        console.print(
+            f"[yellow]--codec-port {codec_port} is not used: no SUBAGENTS_PAYLOAD_KEY is set, "
+            "so payloads are plain and need no codec server.[/]"
         )
-        with console.status("Starting the Temporal dev server..."):
-            await server.start()
-        ui_base, db_text = server.ui_url, str(server.db)
-        write_dev_record(record, port=port, ui_port=ui_port, db=server.db)
-    ui_url = ui_base or (
-        "the running server's own (it was not started by subagents dev; "
-        "`temporal server start-dev` serves it on the gRPC port + 1000 by default)"
-    )
     try:
-        client = await connect_client(
-            address, namespace, tracing=setup_tracing(settings), keys=settings.payload_keys()
-        )
-        worker = create_worker(client, settings)
-        sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
-        paused = _search_attributes.tasks_query(status="paused")
-        paused_url = (
-            _search_attributes.web_ui_tasks_url(ui_base, namespace, paused)
-            if ui_base
-            else f"the Web UI's workflow list, query {paused}"
-        )
-        async with worker:
-            versioning = await _versioning_text(
-                client,
-                version,
-                address=address,
+        if await server_answers(address, namespace):
+            console.print(f"[yellow]A Temporal server already answers on {address}; using it.[/]")
+            admin = await Client.connect(address, namespace=namespace)
+            await ensure_search_attributes(admin, namespace)
+            if retention is not None:
+                await set_retention(admin, namespace, retention)
+            running = read_dev_record(record, port)
+            if running is not None:
+                ui_base, db_text = f"http://127.0.0.1:{running['ui_port']}", str(running["db"])
+                if running["ui_port"] != ui_port:
+                    console.print(
+                        f"[yellow]--ui-port {ui_port} is not used: the server already running "
+                        f"serves its Web UI on port {running['ui_port']}.[/]"
+                    )
+            if keys is not None:
+                ui_ports = [running["ui_port"]] if running else [ui_port, port + 1000]
+                codec = _start_codec(keys, codec_port, ui_ports)
+                codec_text = _reused_server_codec_text(codec, running)
+        else:
+            if keys is not None:
+                codec = _start_codec(keys, codec_port, [ui_port])
+                codec_text = (
+                    f"  Codec server: {codec.endpoint} (the Web UI decrypts tasks through it; so "
+                    f"does temporal workflow show --codec-endpoint {codec.endpoint} -w ID)\n"
+                )
+            db = db or settings.data_dir / "temporal.db"
+            server = DevServer(
+                port=port,
+                ui_port=ui_port,
+                db=db,
                 namespace=namespace,
-                queue=worker.task_queue,
-                owns_server=server is not None,
+                retention=retention,
+                codec_endpoint=codec.endpoint if codec else None,
             )
-            console.print(
-                f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
-                f"  Web UI:       {ui_url}\n"
-                f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
-                f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}"
+            with console.status("Starting the Temporal dev server..."):
+                await server.start()
+            ui_base, db_text = server.ui_url, str(server.db)
+            write_dev_record(
+                record,
+                port=port,
+                ui_port=ui_port,
+                db=server.db,
+                codec_endpoint=codec.endpoint if codec else None,
             )
-            # one command per line, unwrapped, ready to copy
-            console.print(versioning, markup=False, highlight=False, soft_wrap=True)
-            console.print("Ctrl-C to stop.")
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.Event().wait()
-        sweeper.cancel()
+        ui_url = ui_base or (
+            "the running server's own (it was not started by subagents dev; "
+            "`temporal server start-dev` serves it on the gRPC port + 1000 by default)"
+        )
+        try:
+            client = await connect_client(
+                address, namespace, tracing=setup_tracing(settings), keys=keys
+            )
+            worker = create_worker(client, settings)
+            sweeper = asyncio.create_task(sweep_forever(client, settings.blob_store()))
+            paused = _search_attributes.tasks_query(status="paused")
+            paused_url = (
+                _search_attributes.web_ui_tasks_url(ui_base, namespace, paused)
+                if ui_base
+                else f"the Web UI's workflow list, query {paused}"
+            )
+            async with worker:
+                versioning = await _versioning_text(
+                    client,
+                    version,
+                    address=address,
+                    namespace=namespace,
+                    queue=worker.task_queue,
+                    owns_server=server is not None,
+                )
+                console.print(
+                    f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
+                    f"  Web UI:       {ui_url}\n{escape(codec_text)}"
+                    f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
+                    f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}",
+                    soft_wrap=True,  # addresses and commands stay whole, to be copied
+                )
+                # one command per line, unwrapped, ready to copy
+                console.print(versioning, markup=False, highlight=False, soft_wrap=True)
+                console.print("Ctrl-C to stop.")
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.Event().wait()
+            sweeper.cancel()
+        finally:
+            if server is not None:
+                with contextlib.suppress(OSError):
+                    record.unlink()
+                await server.stop()
     finally:
-        if server is not None:
-            with contextlib.suppress(OSError):
-                record.unlink()
-            await server.stop()
+        if codec is not None:
+            await asyncio.to_thread(codec.stop)
     console.print("Stopped.")
+
+
+def _start_codec(keys: KeyRing, port: int | None, ui_ports: list[int]) -> CodecServer:
+    """A codec server for the Web UI on ``ui_ports`` of this machine, started.
+
+    No token: it listens on 127.0.0.1 only and answers no browser page but the dev
+    Web UI's, and the UI sends a token only to an https endpoint anyway.
+    """
+    origins = [origin for ui_port in ui_ports for origin in web_ui_origins(ui_port)]
+    codec = CodecServer(keys, host="127.0.0.1", port=port or 0, origins=origins)
+    codec.start()
+    return codec
+
+
+def _reused_server_codec_text(codec: CodecServer, running: dict[str, Any] | None) -> str:
+    """The banner's codec lines when the server was already running.
+
+    A running server's Web UI keeps the codec endpoint it was started with, so it may
+    use another codec server (a first ``subagents dev``'s) or none.
+    """
+    text = (
+        f"  Codec server: {codec.endpoint} (temporal workflow show --codec-endpoint "
+        f"{codec.endpoint} -w ID)\n"
+    )
+    theirs = running.get("codec_endpoint") if running else None
+    if theirs:
+        return text + (
+            f"                the Web UI decrypts through {theirs}, the codec server of the "
+            "subagents dev that started the Temporal server\n"
+        )
+    return text + (
+        "                the Temporal server already running was not started with it, so "
+        "its Web UI shows payloads encrypted: enter this endpoint in the Web UI's Codec "
+        "Server setting (kept by that browser), or stop that server and run subagents dev "
+        "again\n"
+    )
 
 
 async def _versioning_text(
@@ -531,15 +617,20 @@ DEV_RECORD = "dev-server.json"
 """In the data directory: the server ``subagents dev`` runs, for a second one to find."""
 
 
-def write_dev_record(path: Path, *, port: int, ui_port: int, db: Path) -> None:
+def write_dev_record(
+    path: Path, *, port: int, ui_port: int, db: Path, codec_endpoint: str | None = None
+) -> None:
     """Note the server this process started, for another ``subagents dev`` to find.
 
     A second ``subagents dev`` (or the demo) on the same port then says where the Web UI
-    of the running server is, rather than the port it was asked for.
+    of the running server is, rather than the port it was asked for, and which codec
+    server that UI decrypts through.
     """
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {"port": port, "ui_port": ui_port, "db": str(db), "pid": os.getpid()}
+        if codec_endpoint:
+            data["codec_endpoint"] = codec_endpoint
         path.write_text(json.dumps(data))
 
 
@@ -552,7 +643,10 @@ def read_dev_record(path: Path, port: int) -> dict[str, Any] | None:
         return None
     if recorded != port or not _alive(owner):
         return None
-    return {"port": recorded, "ui_port": ui_port, "db": str(data.get("db", ""))}
+    found = {"port": recorded, "ui_port": ui_port, "db": str(data.get("db", ""))}
+    if isinstance(data.get("codec_endpoint"), str):
+        found["codec_endpoint"] = data["codec_endpoint"]
+    return found
 
 
 def _alive(pid: int) -> bool:
