@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -268,8 +268,21 @@ def dev(
     task_queue: TaskQueue = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
+    codec_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of the codec server that decrypts payloads for the Web UI, when "
+            "SUBAGENTS_PAYLOAD_KEY is set [default: a free one]",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
-    """Run the embedded Temporal dev server and a worker (Ctrl-C stops both)."""
+    """Run the embedded Temporal dev server and a worker (Ctrl-C stops both).
+
+    With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
+    tasks through it.
+    """
     from durable_subagents.dev import parse_duration, run_dev
 
     try:
@@ -286,6 +299,7 @@ def dev(
             retention=keep,
             workspace=workspace,
             console=console,
+            codec_port=codec_port,
         )
     )
 
@@ -385,6 +399,138 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
         f"{where}: not current, new tasks go to {elsewhere} (this worker runs the task "
         f"runs pinned to {version.build_id}). To make it current:\n  "
         + set_current_command(version, settings.address, settings.namespace),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    """Print an error for the user and exit with code 1."""
+    err_console.print(
+        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
+    )
+    raise typer.Exit(1)
+
+
+@app.command("codec-server")
+def codec_server(
+    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8081,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; other than 127.0.0.1, set a token too "
+            "(whoever reaches it reads every task)"
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUBAGENTS_CODEC_TOKEN",
+            show_envvar=False,
+            help="Require Authorization: Bearer TOKEN on /encode and /decode "
+            "[env SUBAGENTS_CODEC_TOKEN, which keeps it out of the process list]",
+        ),
+    ] = None,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Browser origin (scheme://host:port) of a Web UI allowed to call it; "
+            "repeat for several [default: http://127.0.0.1:8233 and http://localhost:8233]",
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace",
+            help="Only answer requests for this namespace (their X-Namespace header); "
+            "repeat for several [default: any]",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log each request (never its payloads)")
+    ] = False,
+) -> None:
+    """Decrypt tasks for the Temporal Web UI and temporal CLI (needs the payload key).
+
+    Serves Temporal's remote codec protocol (POST /encode, /decode) with the
+    deployment's payload keys, so `temporal workflow show --codec-endpoint` and the Web
+    UI show tasks decrypted. Ctrl-C stops it.
+    """
+    from durable_subagents._codec_server import DEFAULT_ORIGINS, CodecServer, serve
+
+    try:
+        keys = _settings().payload_keys()
+    except SubagentError as err:
+        _fail(str(err))
+    if keys is None:
+        _fail(
+            "no payload key: set SUBAGENTS_PAYLOAD_KEY to the key the deployment's workers "
+            "and clients use (SUBAGENTS_PAYLOAD_OLD_KEYS too, for data written before a "
+            "rotation); for a new deployment, make one with `subagents keygen`"
+        )
+    if verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s")
+        logging.getLogger("durable_subagents._codec_server").setLevel(logging.DEBUG)
+
+    def ready(server: CodecServer) -> None:
+        endpoint = server.endpoint
+        auth = ' --codec-auth "Bearer $SUBAGENTS_CODEC_TOKEN"' if token else ""
+        held = ", ".join(keys.ids)
+        origins = ", ".join(sorted(server.origins)) or "none"
+        lines = [
+            f"codec server on {endpoint} · key(s) {held} · "
+            + ("bearer token required" if token else "no token"),
+            "Decrypted task histories with the temporal CLI:",
+            f"  temporal workflow show --workflow-id ID --codec-endpoint {endpoint}{auth}",
+            f"  (or export TEMPORAL_CODEC_ENDPOINT={endpoint}"
+            + (' TEMPORAL_CODEC_AUTH="Bearer $SUBAGENTS_CODEC_TOKEN")' if token else ")"),
+            f"In the Web UI (allowed origins: {origins}): enter {endpoint} in its Codec "
+            f"Server setting, or start the server with --ui-codec-endpoint {endpoint}",
+            "Ctrl-C to stop.",
+        ]
+        if host not in ("127.0.0.1", "localhost", "::1") and not token:
+            lines.insert(
+                1,
+                f"warning: listening on {host} without a token: anyone who reaches this "
+                "port can decrypt every task; set SUBAGENTS_CODEC_TOKEN",
+            )
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        serve(
+            keys,
+            host=host,
+            port=port,
+            token=token,
+            origins=origin or DEFAULT_ORIGINS,
+            namespaces=namespace or None,
+            on_ready=ready,
+        )
+    except SubagentError as err:
+        _fail(str(err))
+    console.print("Stopped.")
+
+
+@app.command()
+def keygen() -> None:
+    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
+
+    Give the same key to every worker and client of the deployment. To rotate, make a
+    new one current and keep the old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
+    """
+    import base64
+
+    from durable_subagents._codec import key_id, new_key
+
+    key = new_key()
+    print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")
+    print(f"SUBAGENTS_PAYLOAD_KEY={key}")
+    err_console.print(
+        "Set it on every worker and client (and the codec server); keep it secret. When "
+        "rotating, move the previous key to SUBAGENTS_PAYLOAD_OLD_KEYS.",
         markup=False,
         highlight=False,
         soft_wrap=True,
