@@ -20,6 +20,7 @@ import hmac
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -136,8 +137,8 @@ class CodecServer:
 
     @property
     def port(self) -> int:
-        """The port it listens on (the one picked, once started with port 0)."""
-        return self._httpd.server_address[1] if self._httpd else self._port
+        """The port it listens on: once started with port 0, the one picked (and kept)."""
+        return self._port
 
     @property
     def endpoint(self) -> str:
@@ -156,6 +157,7 @@ class CodecServer:
                 f"the codec server cannot listen on {self.host}:{self._port}: {err.strerror}; "
                 "choose another port (--codec-port / --port) or stop what listens there"
             ) from None
+        self._port = int(self._httpd.server_address[1])
         return self._httpd
 
     def start(self) -> None:
@@ -249,6 +251,15 @@ class _HTTPServer(ThreadingHTTPServer):
         self.owner = owner
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The default prints a traceback to stderr even for a client that hung up,
+        # which is routine (a browser leaving the page); anything else is a bug.
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            logger.debug("codec server: %s went away: %s", client_address[0], error)
+        else:
+            logger.warning("codec server: a request failed", exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
