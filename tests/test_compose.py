@@ -26,12 +26,13 @@ def compose_binary() -> Path:
     return Path(compose.__file__).parent / "docker-compose"
 
 
-def compose_config(**env: str) -> dict:  # type: ignore[type-arg]
+def compose_config(*flags: str, **env: str) -> dict:  # type: ignore[type-arg]
     out = subprocess.run(
         [
             str(compose_binary()),
             "-f",
             str(ROOT / "docker-compose.yml"),
+            *flags,
             "config",
             "--format",
             "json",
@@ -166,6 +167,36 @@ def test_variables_reach_minio_the_bucket_service_and_the_workers() -> None:
         assert env["AWS_ACCESS_KEY_ID"] == "alice"
         assert env["AWS_SECRET_ACCESS_KEY"] == "alice-secret-1"
     assert services[BUCKET_SERVICE]["environment"]["BLOB_EXPIRE_DAYS"] == "45"
+
+
+def test_the_payload_key_reaches_the_workers_and_the_encryption_profile_serves_the_ui() -> None:
+    key = "a2V5LWZvci10aGUtdGVzdC1vbmx5LTMyLWJ5dGVzISE="
+    plain = compose_config()["services"]
+    assert "codec-server" not in plain  # only with the profile
+    assert plain["temporal-ui"]["environment"]["TEMPORAL_CODEC_ENDPOINT"] == ""
+    assert plain["worker"]["environment"]["SUBAGENTS_PAYLOAD_KEY"] == ""
+
+    services = compose_config(
+        "--profile",
+        "encryption",
+        SUBAGENTS_PAYLOAD_KEY=key,
+        SUBAGENTS_PAYLOAD_OLD_KEYS="old",
+        CODEC_ENDPOINT="http://localhost:8081",
+    )["services"]
+    for name in ("worker", "codec-server"):
+        assert services[name]["environment"]["SUBAGENTS_PAYLOAD_KEY"] == key
+        assert services[name]["environment"]["SUBAGENTS_PAYLOAD_OLD_KEYS"] == "old"
+    codec = services["codec-server"]
+    assert codec["image"] == services["worker"]["image"]
+    command = codec["command"]
+    assert command[0] == "codec-server"
+    port = command[command.index("--port") + 1]
+    assert command[command.index("--origin") + 1] == "http://localhost:8233"
+    [published] = codec["ports"]
+    assert published["host_ip"] == "127.0.0.1" and published["target"] == int(port)
+    ui = services["temporal-ui"]["environment"]
+    assert ui["TEMPORAL_CODEC_ENDPOINT"] == f"http://localhost:{published['published']}"
+    assert ui["TEMPORAL_CORS_ORIGINS"] == "http://localhost:8233"
 
 
 def test_the_host_client_in_the_header_reaches_the_same_store(
