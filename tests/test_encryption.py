@@ -415,10 +415,14 @@ async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
             )
             assert not is_error and answer["result"] == ANSWER, answer
 
+    kid = KeyRing.parse(key).current_id  # type: ignore[union-attr]
     keyless = {k: v for k, v in env.items() if k != "SUBAGENTS_PAYLOAD_KEY"}
     refused = failed(await arun("check", task_id, env=keyless))
-    assert f"key {KeyRing.parse(key).current_id}" in refused.flat_err  # type: ignore[union-attr]
-    assert "SUBAGENTS_PAYLOAD_KEY" in refused.flat_err
+    assert f"key {kid}" in refused.flat_err and "SUBAGENTS_PAYLOAD_KEY" in refused.flat_err
+    # A listing shows what the plain search attributes say, and which key the rest needs.
+    [mine] = [t for t in ok(await arun("ls", "--json", env=keyless)).json() if t["id"] == task_id]
+    assert mine["agent"] == "general" and mine["status"] == "completed", mine
+    assert mine["turns"] == 2 and f"key {kid}" in mine["description"], mine
 
 
 async def test_a_hostile_model_cannot_read_the_payload_key(

@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.common.v1 import WorkflowExecution as RunRef
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -57,7 +58,13 @@ from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, WrongTaskState
+from durable_subagents.errors import (
+    InvalidRequest,
+    PayloadEncryptionError,
+    SubagentError,
+    TaskNotFound,
+    WrongTaskState,
+)
 from durable_subagents.types import (
     Decisions,
     Message,
@@ -534,7 +541,10 @@ class SubagentClient:
                 latest[execution.id] = execution
         infos = []
         for execution in sorted(latest.values(), key=lambda e: e.start_time, reverse=True):
-            memo = await execution.memo()
+            try:
+                memo = await execution.memo()
+            except PayloadEncryptionError as err:
+                memo = _visible_memo(execution, err)
             info = info_from(execution.id, execution.run_id, execution.status, memo)
             info.finished_at = execution.close_time
             if wanted is None or info.status == wanted:
@@ -826,7 +836,7 @@ class SubagentClient:
         response = await self.temporal.workflow_service.get_workflow_execution_history_reverse(
             GetWorkflowExecutionHistoryReverseRequest(
                 namespace=self.temporal.namespace,
-                execution=WorkflowExecution(workflow_id=task_id, run_id=run_id or ""),
+                execution=RunRef(workflow_id=task_id, run_id=run_id or ""),
                 maximum_page_size=50,
             )
         )
@@ -844,6 +854,22 @@ class SubagentClient:
             cause = err.cause
             return getattr(cause, "message", None) or str(cause)
         return "failed"
+
+
+def _visible_memo(execution: WorkflowExecution, err: PayloadEncryptionError) -> dict[str, Any]:
+    """What a task's plain search attributes say, for a memo this client cannot decrypt.
+
+    One task under a key this client lacks (an old key dropped while its tasks are
+    still kept, another team's key) must not hide the rest of the list.
+    """
+    attrs = execution.typed_search_attributes
+    return {
+        "status": attrs.get(sa.STATUS),
+        "agent": attrs.get(sa.AGENT),
+        "parent_id": attrs.get(sa.PARENT),
+        "turns": attrs.get(sa.TURNS),
+        "description": f"(encrypted with key {err.key_id}, which this client does not hold)",
+    }
 
 
 def _check_timeout(timeout: object) -> None:
