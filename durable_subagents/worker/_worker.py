@@ -10,7 +10,8 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import check_blob_store
+from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._connect import connect_client
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import SubagentActivities
@@ -48,6 +49,74 @@ async def check_search_attributes(client: Client) -> list[str]:
     except RPCError as err:
         log.warning("could not list search attributes: %s", err)
         return []
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a subagent worker registers, and the worker options its settings ask for."""
+
+    workflows: list[type]
+    activities: list[Callable[..., Any]]
+    options: dict[str, Any]
+    """``temporalio.worker.Worker`` keyword arguments (limits, sandbox, versioning)."""
+
+
+def worker_setup(
+    client: Client,
+    settings: Settings,
+    *,
+    tools: ToolRegistry | None = None,
+    tracer_provider: TracerProvider | None = None,
+    deployment: WorkerDeploymentVersion | None = None,
+    blob_store: BlobStore | None = None,
+    extra: Sequence[object] = (),
+) -> WorkerSetup:
+    """The workflows, activities and worker options of a subagent worker.
+
+    ``create_worker`` and ``SubagentsPlugin`` both build their workers from it.
+
+    Args:
+        client: The worker's client (whether it traces decides the activities' spans).
+        settings: Blob store, workspace root, default model, sandbox mode, limits.
+        tools: The tools to offer (default: the built-ins).
+        tracer_provider: Where the ``subagent.*`` spans go when the client traces.
+        deployment: The Worker Deployment Version (default: ``settings.worker_deployment()``).
+        blob_store: The blob store (default: ``settings.blob_store()``).
+        extra: The worker's own plugins and interceptors (they may trace too).
+
+    Raises:
+        InvalidRequest: The settings name only one of a deployment and a build ID.
+    """
+    version = deployment or settings.worker_deployment()
+    activities = SubagentActivities(
+        settings.blob_store() if blob_store is None else blob_store,
+        workspace_root=settings.resolved_workspace,
+        tools=tools,
+        default_model=settings.model,
+        sandbox=settings.tool_sandbox,
+        tool_env=settings.tool_env_names,
+        tool_limits=settings.tool_limits,
+        hidden_paths=settings.hidden_paths(),
+        read_paths=settings.tool_read_path_list,
+        model_idle_timeout=settings.model_idle_timeout,
+        model_turn_timeout=settings.model_turn_timeout,
+        script_files=settings.script_files,
+        telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
+    )
+    options: dict[str, Any] = {
+        "workflow_runner": workflow_runner(),
+        "max_cached_workflows": settings.max_cached_tasks,
+        "max_concurrent_activities": settings.max_activities,
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.sticky_queue_timeout),
+        # Heartbeats carry cancellation: throttled to 0.8 x the heartbeat timeout by
+        # default (8 s for tools), a cancel took that long to reach a running command.
+        "max_heartbeat_throttle_interval": timedelta(seconds=1),
+        "default_heartbeat_throttle_interval": timedelta(seconds=1),
+        "graceful_shutdown_timeout": timedelta(seconds=5),
+    }
+    if version is not None:
+        options["deployment_config"] = deployment_config(version)
+    return WorkerSetup([SubagentWorkflow], list(activities.activities), options)
 
 
 def create_worker(
@@ -83,7 +152,8 @@ def create_worker(
             task run, and the children it starts, stays on the version it started on;
             new tasks go to the deployment's current version. Default:
             ``settings.worker_deployment()``, unversioned when the settings name none.
-        **worker_options: Passed to ``temporalio.worker.Worker``.
+        **worker_options: Passed to ``temporalio.worker.Worker`` (they win over the
+            options the settings give).
 
     Returns:
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
@@ -91,45 +161,37 @@ def create_worker(
     Raises:
         InvalidRequest: The settings name only one of a deployment and a build ID.
     """
-    version = deployment or settings.worker_deployment()
-    if version is not None:
-        worker_options.setdefault("deployment_config", deployment_config(version))
-    activities = SubagentActivities(
-        settings.blob_store(),
-        workspace_root=settings.resolved_workspace,
+    setup = worker_setup(
+        client,
+        settings,
         tools=tools,
-        default_model=settings.model,
-        sandbox=settings.tool_sandbox,
-        tool_env=settings.tool_env_names,
-        tool_limits=settings.tool_limits,
-        hidden_paths=settings.hidden_paths(),
-        read_paths=settings.tool_read_path_list,
-        model_idle_timeout=settings.model_idle_timeout,
-        model_turn_timeout=settings.model_turn_timeout,
-        script_files=settings.script_files,
-        telemetry=ActivityTelemetry.for_worker(
-            client,
-            tracer_provider,
-            [*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
-        ),
+        tracer_provider=tracer_provider,
+        deployment=deployment,
+        extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
     )
-    worker_options.setdefault("workflow_runner", workflow_runner())
-    worker_options.setdefault("max_cached_workflows", settings.max_cached_tasks)
-    # Heartbeats carry cancellation: throttled to 0.8 x the heartbeat timeout by default
-    # (8 s for tools), a cancel took that long to reach a running command.
-    worker_options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
-    worker_options.setdefault("default_heartbeat_throttle_interval", timedelta(seconds=1))
+    options = {**setup.options, **worker_options}
+    if max_concurrent_activities:
+        options["max_concurrent_activities"] = max_concurrent_activities
+    if sticky_queue_timeout:
+        options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[SubagentWorkflow, *workflows],
-        activities=activities.activities,
-        max_concurrent_activities=max_concurrent_activities or settings.max_activities,
-        sticky_queue_schedule_to_start_timeout=sticky_queue_timeout
-        or timedelta(seconds=settings.sticky_queue_timeout),
-        graceful_shutdown_timeout=timedelta(seconds=5),
-        **worker_options,
+        workflows=[*setup.workflows, *workflows],
+        activities=setup.activities,
+        **options,
     )
+
+
+PASSTHROUGH_MODULES = (
+    "durable_subagents",
+    "pydantic",
+    "pydantic_core",
+    "pydantic_settings",
+    "tree_sitter",
+    "tree_sitter_bash",
+)
+"""Modules the workflow sandbox imports once, outside it."""
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -139,14 +201,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     pydantic-settings...) inside the sandbox for every new run cost ~45 ms per run.
     """
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "durable_subagents",
-            "pydantic",
-            "pydantic_core",
-            "pydantic_settings",
-            "tree_sitter",
-            "tree_sitter_bash",
-        )
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
 
