@@ -4,6 +4,8 @@ Spawn a subagent and get its id at once; check it, wait on it, cancel it. Each t
 is a Temporal workflow, so it survives crashes of workers and of the parent.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
 from durable_subagents.client import SubagentClient
 from durable_subagents.errors import (
@@ -24,6 +26,9 @@ from durable_subagents.errors import (
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
 
+if TYPE_CHECKING:
+    from durable_subagents.worker import SubagentsPlugin
+
 __all__ = [
     "AgentSpec",
     "BlobCorrupt",
@@ -39,6 +44,7 @@ __all__ = [
     "PermissionRule",
     "SubagentClient",
     "SubagentError",
+    "SubagentsPlugin",
     "TaskEvent",
     "TaskInfo",
     "TaskNotFound",
@@ -49,3 +55,12 @@ __all__ = [
     "Usage",
     "WrongTaskState",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The worker side (activities, tools, workflow code) is imported only when asked for.
+    if name == "SubagentsPlugin":
+        from durable_subagents.worker import SubagentsPlugin
+
+        return SubagentsPlugin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

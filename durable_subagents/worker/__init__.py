@@ -1,5 +1,6 @@
 """Builds and runs the worker: workflows, activities, data converter, limits."""
 
+from durable_subagents.worker._plugin import SubagentsPlugin
 from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
     SearchAttributesMissing,
@@ -12,6 +13,7 @@ from durable_subagents.worker._worker import (
 
 __all__ = [
     "SearchAttributesMissing",
+    "SubagentsPlugin",
     "check_search_attributes",
     "connect_client",
     "create_worker",

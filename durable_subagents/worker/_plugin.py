@@ -1,0 +1,209 @@
+"""``SubagentsPlugin``: subagents on your own Temporal clients and workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.trace import TracerProvider
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverter,
+    DefaultPayloadConverter,
+)
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from durable_subagents._blobstore import open_blob_store
+from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter
+from durable_subagents.activities.tools import ToolRegistry
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
+from durable_subagents.workflows import SubagentWorkflow
+
+_WORKER_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(Worker.__init__).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
+
+
+class SubagentsPlugin(SimplePlugin):
+    """Runs subagents on your own Temporal clients and workers.
+
+    On a client (``Client.connect(..., plugins=[SubagentsPlugin()])``) it sets the
+    project's data converter: pydantic payloads, encrypted when the settings have a
+    ``payload_key``. Workers built from that client inherit it, and it registers
+    ``SubagentWorkflow`` and the model-turn and tool activities on them next to your
+    own workflows and activities, with the worker options the settings give (activity
+    slots, sticky queue timeout, cached workflows, heartbeat throttling, worker
+    versioning, the workflow sandbox's pass-through modules). Options you pass to
+    ``Worker`` yourself win over the settings'.
+
+    Example::
+
+        client = await Client.connect(
+            "localhost:7233", plugins=[SubagentsPlugin(Settings())]
+        )
+        worker = Worker(client, task_queue="subagents", workflows=[ReviewWorkflow])
+
+    Args:
+        settings: Blob store, workspace root, default model, sandbox mode, limits and
+            payload keys (default: ``Settings()``, from the environment).
+        keys: Payload keys for payloads and blobs (default: ``settings.payload_keys()``);
+            every client and worker of a deployment needs the same ones.
+        tools: The tools to offer (default: the built-ins).
+        tracer_provider: Where the ``subagent.*`` spans go when the client traces.
+
+    Raises:
+        InvalidRequest: A payload key in the settings is malformed, or the settings
+            name only one of a worker deployment and a build ID.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        keys: KeyRing | None = None,
+        tools: ToolRegistry | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.keys = keys or self.settings.payload_keys()
+        self._converter = data_converter(self.keys)
+        self.settings.worker_deployment()  # a half-given version fails here, not later
+        self._tools = tools
+        self._tracer_provider = tracer_provider
+        super().__init__(
+            "durable_subagents.SubagentsPlugin",
+            data_converter=self._data_converter,
+            workflows=_with_subagent_workflow,
+            workflow_runner=_with_passthrough,
+        )
+
+    def _data_converter(self, existing: DataConverter | None) -> DataConverter:
+        if existing is None or _is_default(existing):
+            return self._converter
+        if self._is_ours(existing):
+            return existing
+        if _is_projects(existing):
+            raise InvalidRequest(
+                f"this client was given {_describe(existing)}, but SubagentsPlugin has "
+                f"payload keys {_key_ids(self.keys) or 'none'}: give both the same keys "
+                "(SUBAGENTS_PAYLOAD_KEY / payload_key in the settings), or connect "
+                "without data_converter= and let the plugin set it"
+            )
+        raise InvalidRequest(
+            "SubagentsPlugin sets the client's data converter (pydantic payloads, "
+            "encrypted with the settings' payload_key), but this client was given "
+            f"another one ({_describe(existing)}) that it would replace. Connect without "
+            "data_converter=; to encrypt payloads, set SUBAGENTS_PAYLOAD_KEY (or "
+            "payload_key in the settings) for every client and worker"
+        )
+
+    def _is_ours(self, converter: DataConverter) -> bool:
+        codec = converter.payload_codec
+        return (
+            _is_projects(converter)
+            and isinstance(codec, EncryptionCodec)
+            and _key_ids(codec.keys) == _key_ids(self.keys)
+            and converter.failure_converter_class is self._converter.failure_converter_class
+        )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Register the subagent workflow and activities, with the settings' options.
+
+        Raises:
+            InvalidRequest: The worker's client does not have the project's data
+                converter with the same keys (the plugin was given to the worker only).
+        """
+        client = config["client"]
+        if not self._is_ours(client.data_converter):
+            raise InvalidRequest(
+                "SubagentsPlugin needs the worker's client to use the project's data "
+                f"converter with keys {_key_ids(self.keys) or 'none'}, and this one has "
+                f"{_describe(client.data_converter)}: give "
+                "the plugin to Client.connect(..., plugins=[SubagentsPlugin(...)]) "
+                "(workers built from that client inherit it), not only to the Worker"
+            )
+        registered = SubagentWorkflow in config.get("workflows", ())
+        config = super().configure_worker(config)
+        if registered:  # built by create_worker, or the plugin is on client and worker
+            return config
+        setup = worker_setup(
+            client,
+            self.settings,
+            tools=self._tools,
+            tracer_provider=self._tracer_provider,
+            blob_store=open_blob_store(
+                self.settings.blob_url,
+                self.settings.resolved_blob_dir,
+                self.settings.namespace,
+                keys=self.keys,
+            ),
+            extra=[*config.get("plugins", ()), *config.get("interceptors", ())],
+        )
+        config["activities"] = [*config.get("activities", ()), *setup.activities]
+        for name, value in setup.options.items():
+            if name == "workflow_runner":  # see _with_passthrough
+                continue
+            if name == "deployment_config" and config.get("use_worker_versioning"):
+                continue  # the worker's own (legacy) versioning
+            if name not in config or config.get(name) == _WORKER_DEFAULTS.get(name):
+                config[name] = value  # type: ignore[literal-required]
+        return config
+
+
+def _with_subagent_workflow(workflows: Sequence[type] | None) -> Sequence[type]:
+    workflows = list(workflows or ())
+    return workflows if SubagentWorkflow in workflows else [SubagentWorkflow, *workflows]
+
+
+def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner:
+    """The worker's sandbox, importing this package (and pydantic...) once, outside it."""
+    if runner is None:
+        runner = SandboxedWorkflowRunner()
+    if isinstance(runner, SandboxedWorkflowRunner):
+        return dataclasses.replace(
+            runner,
+            restrictions=runner.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES),
+        )
+    return runner
+
+
+def _is_default(converter: DataConverter) -> bool:
+    return converter is DataConverter.default or (
+        converter.payload_converter_class is DefaultPayloadConverter
+        and converter.payload_codec is None
+        and converter.failure_converter_class is DefaultFailureConverter
+        and getattr(converter, "external_storage", None) is None
+    )
+
+
+def _is_projects(converter: DataConverter) -> bool:
+    """Whether ``converter`` is one ``data_converter()`` built, whatever its keys."""
+    return converter.payload_converter_class is PydanticPayloadConverter and isinstance(
+        converter.payload_codec, EncryptionCodec
+    )
+
+
+def _key_ids(keys: KeyRing | None) -> list[str]:
+    return keys.ids if keys is not None else []
+
+
+def _describe(converter: DataConverter) -> str:
+    if _is_default(converter):
+        return "Temporal's default data converter"
+    codec = converter.payload_codec
+    if _is_projects(converter):
+        assert isinstance(codec, EncryptionCodec)
+        return f"the project's converter with payload keys {_key_ids(codec.keys) or 'none'}"
+    parts: list[Any] = [converter.payload_converter_class.__name__]
+    if codec is not None:
+        parts.append(f"codec {type(codec).__name__}")
+    return "a data converter with " + ", ".join(parts)
