@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import durable_subagents
@@ -22,6 +22,7 @@ from durable_subagents.workflows import SubagentWorkflow
 
 from .conftest import script
 from .parent_workflows import FanOutWorkflow
+from .test_replay import HISTORIES
 
 
 def keyed(settings: Settings) -> Settings:
@@ -145,6 +146,12 @@ async def test_with_a_payload_key_the_history_is_encrypted(
     for payload in started[0].input.payloads:
         assert payload.metadata["encoding"] == ENCODING
         assert b"What is the answer" not in payload.data
+    # The replayer takes the plugin too: the subagent workflow, with the key.
+    history = await temporal.get_workflow_handle(task_id).fetch_history()
+    replayed = await Replayer(workflows=[], plugins=[SubagentsPlugin(own)]).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
+    assert replayed.replay_failure is None, replayed.replay_failure
     # A client connected the project's usual way, with the same key, reads the task.
     same = await connect_client(own.address, own.namespace, keys=own.payload_keys())
     info = await subagents(same, own).check_task(task_id)
@@ -211,3 +218,11 @@ async def test_the_plugin_on_the_worker_only_needs_the_projects_client(
         temporal, task_queue=settings.task_queue, plugins=[SubagentsPlugin(settings)]
     ):
         await run_task(subagents(temporal, settings))
+
+
+async def test_the_replayer_replays_recorded_histories_with_the_plugin(settings: Settings) -> None:
+    replayer = Replayer(workflows=[], plugins=[SubagentsPlugin(settings)])
+    for path in (HISTORIES[0], HISTORIES[-1]):
+        history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (path.name, result.replay_failure)
