@@ -115,7 +115,7 @@ async def test_worker_options_come_from_the_settings_unless_given(
         "default_heartbeat_throttle_interval",
         "deployment_config",
     ):
-        assert config[name] == expected[name], name  # type: ignore[literal-required]
+        assert config[name] == expected[name], name
 
     mine = Worker(
         temporal,
