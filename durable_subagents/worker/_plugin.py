@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import temporalio.activity
 from opentelemetry.trace import TracerProvider
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
@@ -25,6 +26,7 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
 from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows._subagent import MODEL_TURN_ACTIVITY
 
 _WORKER_DEFAULTS = {
     name: p.default
@@ -131,7 +133,7 @@ class SubagentsPlugin(SimplePlugin):
                 "the plugin to Client.connect(..., plugins=[SubagentsPlugin(...)]) "
                 "(workers built from that client inherit it), not only to the Worker"
             )
-        registered = SubagentWorkflow in config.get("workflows", ())
+        registered = _has_model_turn(config.get("activities", ()))
         config = super().configure_worker(config)
         if registered:  # built by create_worker, or the plugin is on client and worker
             return config
@@ -157,6 +159,14 @@ class SubagentsPlugin(SimplePlugin):
             if name not in config or config.get(name) == _WORKER_DEFAULTS.get(name):
                 config[name] = value  # type: ignore[literal-required]
         return config
+
+
+def _has_model_turn(activities: Sequence[Callable[..., Any]]) -> bool:
+    for fn in activities:
+        defn = temporalio.activity._Definition.from_callable(fn)
+        if defn is not None and defn.name == MODEL_TURN_ACTIVITY:
+            return True
+    return False
 
 
 def _with_subagent_workflow(workflows: Sequence[type] | None) -> Sequence[type]:
