@@ -70,7 +70,7 @@ async def test_text_streams_before_its_turn_event(
 async def test_a_late_watcher_gets_the_text_so_far(
     client: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
-    task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 5}))
+    task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 8}))
     await asyncio.sleep(3)
     assert await turn_open(temporal_client, task_id)
     stream = client.watch(task_id).__aiter__()
@@ -227,7 +227,7 @@ async def test_watch_prints_text_live(
     temporal_client: Client,
 ) -> None:
     """``subagents watch`` prints the pieces as they come, before the turn's line."""
-    task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 5}))
+    task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 8}))
     env = _env(
         tmp_path, TEMPORAL_ADDRESS=settings.address, SUBAGENTS_TASK_QUEUE=settings.task_queue
     )

@@ -55,6 +55,8 @@ PYTHON = snippets("python")
 def kind(snippet: Snippet) -> str:
     """Which check a snippet gets (each must be one of the known kinds)."""
     code = snippet.code
+    if "SubagentsPlugin" in code:
+        return "plugin"
     if "@workflow.defn" in code:
         return "workflow"
     if "@tool(" in code:
@@ -146,6 +148,16 @@ async def test_snippet_runs_as_shown(
         [child] = await client.list_tasks(parent_id="orchestrator-1")
         done = await client.check_task(child.id, wait=True, timeout=30)
         assert done.status == TaskStatus.COMPLETED
+        return
+    if what == "plugin":
+        # The snippet's own worker, on a queue of its own, runs the task.
+        env = {
+            **served,
+            "SUBAGENTS_TASK_QUEUE": settings.task_queue + "-plugin",
+            "SUBAGENTS_MODEL": "scripted:demo-general",
+        }
+        out = await run_snippet(snippet, env, tmp_path)
+        assert out.startswith("completed ") and "offline" in out.lower(), out
         return
     out = await run_snippet(snippet, served, tmp_path)
     if what == "spawn":
