@@ -200,3 +200,19 @@ async def test_a_symlink_swapped_in_a_loop_never_leads_a_tool_out(race_ws: Path)
     assert outside.read_text() == SECRET + "\n"  # never written
     assert not any(SECRET in out for out in outputs)  # never read
     assert sum("inside" in out for out in outputs) > 100  # and the tools still worked
+
+
+def test_a_missing_name_and_its_dotdot_do_not_hide_a_symlink_out(tmp_path: Path) -> None:
+    """``missing/../b`` is ``b``: when ``b`` is a symlink out of the workspace, the path
+    escapes like ``b`` itself (found by the property test above; the part after a missing
+    name used to be taken as written, ``..`` included)."""
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    (ws / "b").symlink_to("..")
+    for path in ("b", "a/../b", "a/x/../../b/y", "d/a/../../b"):
+        with pytest.raises(Escape):
+            resolve_beneath(ws, path)
+    assert resolve_beneath(ws, "a/../d/new") == ("d", "new")
+    assert resolve_beneath(ws, "d/a/b/../c") == ("d", "a", "c")
+    with pytest.raises(Escape):
+        resolve_beneath(ws, "a/../../x")

@@ -204,16 +204,10 @@ def resolve_beneath(root: Path, path: str) -> tuple[str, ...]:
             try:
                 fd = os.open(name, _DIR, dir_fd=walk.here)
             except FileNotFoundError:
-                rest = [name, *pending]
-                parts = list(walk.parts)
-                for item in rest:
-                    if item == "..":
-                        if not parts:
-                            raise Escape(f".. leads above {root}", through_link=False) from None
-                        parts.pop()
-                    elif item not in ("", "."):
-                        parts.append(item)
-                return tuple(parts)
+                missing = _missing_part(name, pending)
+                if missing is None:
+                    continue  # a ``..`` came back out of the missing part: walk on for real
+                return (*walk.parts, *missing)
             if stat.S_ISLNK(os.fstat(fd).st_mode):
                 os.close(fd)
                 walk.link(name, pending)
@@ -225,6 +219,24 @@ def resolve_beneath(root: Path, path: str) -> tuple[str, ...]:
             where = "/".join([*walk.parts, name])
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", where)
         return tuple(walk.parts)
+
+
+def _missing_part(name: str, pending: deque[str]) -> list[str] | None:
+    """The components below a missing ``name``, taken as written; None if a ``..`` leaves.
+
+    ``missing/../x`` is back where the walk is, and ``x`` may exist (a symlink out, say):
+    then the rest stays in ``pending`` for the real walk, which follows and checks it.
+    """
+    missing = [name]
+    while pending:
+        item = pending.popleft()
+        if item == "..":
+            missing.pop()
+            if not missing:
+                return None
+        elif item not in ("", "."):
+            missing.append(item)
+    return missing
 
 
 def _next_name(walk: _Walk, pending: deque[str]) -> str | None:
