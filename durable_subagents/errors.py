@@ -13,6 +13,7 @@ __all__ = [
     "PayloadEncryptionError",
     "PayloadKeyMissing",
     "PayloadTooLarge",
+    "SearchAttributesMissing",
     "SubagentError",
     "TaskNotFound",
     "TemporalUnavailable",
@@ -50,6 +51,10 @@ class WrongTaskState(InvalidRequest):
 
 class UnknownCallId(InvalidRequest):
     """A decision names a call that is not pending in the task's current pause."""
+
+
+class SearchAttributesMissing(SubagentError):
+    """The namespace lacks the custom search attributes the workflow writes."""
 
 
 class PayloadTooLarge(InvalidRequest):

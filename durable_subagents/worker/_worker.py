@@ -30,16 +30,12 @@ from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import SearchAttributesMissing
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.workflows import SubagentWorkflow
 
 log = logging.getLogger(__name__)
-
-
-class SearchAttributesMissing(SubagentError):
-    """The namespace lacks the custom search attributes the workflow writes."""
 
 
 async def check_search_attributes(client: Client) -> list[str]:
