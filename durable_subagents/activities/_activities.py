@@ -32,7 +32,8 @@ from durable_subagents._blobstore import (
 from durable_subagents._live import LiveText
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
-from durable_subagents.activities.providers import model_unavailable, resolve_provider, within
+from durable_subagents.activities.providers import model_unavailable, resolve_provider
+from durable_subagents.activities.providers._stream import within
 from durable_subagents.activities.tools import (
     ToolContext,
     ToolError,

@@ -11,8 +11,7 @@ from ._base import (
     parse_model,
     resolve_provider,
 )
-from ._errors import model_unavailable, retry_after, to_application_error
-from ._stream import within
+from ._errors import model_unavailable
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
 from .scripted import SCRIPTS, Script, ScriptedProvider, ScriptTurn, load_script
@@ -31,7 +30,4 @@ __all__ = [
     "model_unavailable",
     "parse_model",
     "resolve_provider",
-    "retry_after",
-    "to_application_error",
-    "within",
 ]

@@ -1,6 +1,6 @@
 """Tools a subagent can call: the ``@tool`` decorator, the built-ins and the registry."""
 
-from durable_subagents.activities.tools._bash import bash, truncate_middle
+from durable_subagents.activities.tools._bash import bash
 from durable_subagents.activities.tools._decorator import Tool, ToolContext, ToolError, tool
 from durable_subagents.activities.tools._files import (
     edit_file,
@@ -39,6 +39,5 @@ __all__ = [
     "resolve_in_workspace",
     "spawn_sandboxed",
     "tool",
-    "truncate_middle",
     "write_file",
 ]
