@@ -15,10 +15,11 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
+from durable_subagents._payloads import TaskInput
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import MODE_RANK
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
-from durable_subagents.types import TaskInput, TaskStatus
+from durable_subagents.types import TaskStatus
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 MAX_TURNS_LIMIT = 10_000

@@ -35,9 +35,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from durable_subagents._payloads import (
+    ModelTurnInput,
+    ModelTurnResult,
+    ToolCallInput,
+    ToolCallResult,
+)
 from durable_subagents.config import SECRET_ENV_NAME
 from durable_subagents.errors import InvalidRequest, SubagentError
-from durable_subagents.types import ModelTurnInput, ModelTurnResult, ToolCallInput, ToolCallResult
 
 if TYPE_CHECKING:
     from temporalio.client import Client

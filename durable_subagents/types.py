@@ -1,43 +1,38 @@
-"""Pydantic models shared by the client, the workflow and the activities.
+"""Public models: what ``SubagentClient`` returns, and what providers and tools see.
 
-Every workflow, activity and signal takes one of these models as its single argument
-and returns one, so the pydantic data converter can evolve them field by field.
-Field names are part of recorded histories: add fields with defaults, never rename.
+Compatibility rule: API stability. These are imported by users (``TaskInfo``,
+``TaskEvent``, ``TaskStatus``...), so a name or field here changes only with a
+deprecation. Some of them are also parts of what histories record (``Message``,
+``ToolCall``, ``Usage``, ``TaskStatus``, ``PendingApproval``, ``ToolSpec``, and
+``TaskResult``, the workflow's result): for those, the rule of recorded histories
+holds as well, so their fields are only added, with defaults.
+
+The workflow's, activities' and signals' own payloads, which only recorded histories
+constrain, are in the private ``durable_subagents._payloads``.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field
 
-from durable_subagents.agents._spec import AgentSpec, ToolLimits
+from durable_subagents.agents._spec import AgentSpec
 
 __all__ = [
     "AgentSpec",
-    "CallDecision",
-    "ChildState",
-    "Decisions",
+    "IgnoredDecision",
     "Message",
     "ModelRequest",
     "ModelResponse",
-    "ModelTurnInput",
-    "ModelTurnResult",
     "PendingApproval",
     "TaskEvent",
     "TaskInfo",
-    "TaskInput",
     "TaskResult",
-    "TaskState",
     "TaskStatus",
     "ToolCall",
-    "ToolCallInput",
-    "ToolCallResult",
     "ToolSpec",
     "Usage",
 ]
@@ -141,191 +136,7 @@ class ModelResponse(BaseModel):
     model: str = ""
 
 
-# ---------------------------------------------------------------- workflow and activities
-
-
-class TaskInput(BaseModel):
-    """The input of a ``SubagentWorkflow`` run.
-
-    Carries a snapshot of the resolved agent, so a task runs the agent as it was when
-    it was spawned, and spawning needs no worker.
-    """
-
-    agent: AgentSpec
-    prompt: str
-    description: str = ""
-    parent_id: str | None = None
-    model: str = "default"
-    max_turns: int = 50
-    turns_per_run: int | None = None
-    """The spawn's turn budget; ``max_turns`` of a follow-up run is its start plus this."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    workspace: str | None = None
-    time_limit: float | None = None
-    approval_timeout: float | None = None
-    """Seconds a pause waits for decisions; undecided calls are then rejected."""
-    token_budget: int | None = None
-    """Input plus output tokens this task and its children may use in all; then it
-    stops with stop_reason ``token_budget``. Children spawned in one turn share what is
-    left with their parent: n children get n/(n+1) of it, reserved until they finish."""
-    parent_is_subagent: bool = False
-    """Spawned by another subagent task: report pauses to it (it surfaces them)."""
-    created_at: datetime | None = None
-    state: TaskState | None = None
-    """Set when the run continues an earlier one (continue-as-new or follow-up)."""
-
-
-class TaskState(BaseModel):
-    """What a run hands to the next run of the same task."""
-
-    head: str | None = None
-    turns: int = 0
-    usage: Usage = Field(default_factory=Usage)
-    pending_messages: list[Message] = Field(default_factory=list)
-    model: str | None = None
-    runs: int = 1
-    awaiting_input: bool = False
-    """A follow-up run: wait for the input that comes with the start signal."""
-    children: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Finished children of an earlier run (task id -> status, result, error)."""
-    adopted: list[str] = Field(default_factory=list)
-    """Tasks spawned through the client with this task as parent (cancelled with it)."""
-    time_limit_from: datetime | None = None
-    """When the time limit started counting (the first run's start, by the server)."""
-
-
-@functools.cache
-def _defaults(model: type[BaseModel]) -> dict[str, Any]:
-    """The serialized default of each optional field of ``model``."""
-    out: dict[str, Any] = {}
-    for name, field in model.model_fields.items():
-        if not field.is_required():
-            value = field.get_default(call_default_factory=True)
-            out[name] = value.model_dump() if isinstance(value, BaseModel) else value
-    return out
-
-
-def _strip(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
-    """``data`` (a serialized ``model``) without the fields that hold their default."""
-    defaults = _defaults(model)
-    return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
-
-
-def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its ``tool_calls`` stripped of defaults, if it has any."""
-    if data.get("tool_calls"):
-        data = {**data, "tool_calls": [_strip(c, ToolCall) for c in data["tool_calls"]]}
-    return data
-
-
-class _Compact(BaseModel):
-    """An activity's input or result, serialized without defaults.
-
-    Fields that hold their default (its own, and those of the messages and calls it
-    holds) are left out: they would otherwise be repeated in every history event.
-    """
-
-    @model_serializer(mode="wrap")
-    def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = _strip_calls(handler(self))
-        if "new_messages" in data:
-            data["new_messages"] = [_strip(_strip_calls(m), Message) for m in data["new_messages"]]
-        if "call" in data:
-            data["call"] = _strip(data["call"], ToolCall)
-        return _strip(data, type(self))
-
-
-class ModelTurnInput(_Compact):
-    """Input of the ``model_turn`` activity: the transcript head plus what is new."""
-
-    task_id: str
-    head: str | None
-    new_messages: list[Message]
-    model: str
-    tools: list[str] | None = None
-    """Allowed tool names; ``None`` means every tool the worker has."""
-    disallowed_tools: list[str] = Field(default_factory=list)
-    read_only: bool = False
-    extra_tools: list[ToolSpec] = Field(default_factory=list)
-    """Tools the workflow itself handles (spawning subagents), offered besides the worker's."""
-    turn: int
-    workspace: str | None = None
-    agent_name: str = ""
-    max_tokens: int = 8192
-    result_records: dict[str, str] = Field(default_factory=dict)
-    """Tool results passed by name, not inline: call id -> record name. The workflow
-    does this when a turn's results together are too large for one payload (many
-    parallel calls); their messages in ``new_messages`` then have empty content."""
-    known_tools: str | None = None
-    """``tools_digest`` of the offered tools, read-only tools and sandbox the workflow
-    holds from the turn before: a worker that would answer the same says so with
-    ``ModelTurnResult.same_tools`` instead of repeating them in every turn's result."""
-
-
-class ModelTurnResult(_Compact):
-    """Result of the ``model_turn`` activity."""
-
-    head: str
-    text: str = ""
-    text_ref: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    usage: Usage = Field(default_factory=Usage)
-    stop_reason: str | None = None
-    model: str = ""
-    """The resolved ``provider:model`` that answered."""
-    offered_tools: list[str] = Field(default_factory=list)
-    """The tools the model was offered; calls to any other tool are refused."""
-    read_only_tools: list[str] = Field(default_factory=list)
-    """Which of the offered tools never change anything (permission modes allow them)."""
-    sandbox: str | None = None
-    """How the worker runs commands: ``bwrap``, ``none`` (on the host), or ``unavailable``."""
-    same_tools: bool = False
-    """The offered tools, read-only tools and sandbox are those of ``known_tools`` (the
-    three fields above are then left empty)."""
-
-
-def tools_digest(offered: list[str], read_only: list[str], sandbox: str | None) -> str:
-    """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``)."""
-    text = json.dumps([offered, sorted(read_only), sandbox])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class ToolCallInput(_Compact):
-    """Input of the ``run_tool`` activity."""
-
-    task_id: str
-    call: ToolCall
-    workspace: str | None = None
-    network: bool = False
-    """Whether the call's processes may use the network (the agent's ``network``)."""
-    env: list[str] | None = None
-    """The agent's ``env``: worker variables the call's processes may see."""
-    limits: ToolLimits = Field(default_factory=ToolLimits)
-    """The agent's resource limits (the worker's own are the ceiling)."""
-    write_protected_paths: bool = False
-    """The agent opted in to writes to ``.git``, ``.claude`` and the like."""
-
-
-class ToolCallResult(_Compact):
-    """Result of the ``run_tool`` activity: the output, or a preview and a blob reference."""
-
-    call_id: str
-    tool_name: str
-    content: str = ""
-    content_ref: str | None = None
-    is_error: bool = False
-    size: int = 0
-
-    def to_message(self) -> Message:
-        """The tool message the model sees next turn."""
-        return Message(
-            role="tool",
-            content=self.content,
-            content_ref=self.content_ref,
-            tool_call_id=self.call_id,
-            tool_name=self.tool_name,
-            is_error=self.is_error,
-        )
+# ---------------------------------------------------------------- what a parent sees
 
 
 class PendingApproval(BaseModel):
@@ -338,33 +149,12 @@ class PendingApproval(BaseModel):
     arguments_ref: str | None = None
 
 
-class CallDecision(BaseModel):
-    """A parent's decision on one paused tool call, bound to the call's arguments."""
-
-    call_id: str
-    arguments_hash: str
-    approved: bool
-    reason: str | None = None
-
-
-class Decisions(BaseModel):
-    """The ``decide`` signal: decisions on calls of one pause."""
-
-    pause_id: str
-    decisions: list[CallDecision]
-
-
-class ChildState(BaseModel):
-    """The ``child_state`` signal: a child subagent's pause state, for its parent task."""
-
-    task_id: str
-    status: TaskStatus
-    pause_id: str | None = None
-    pending_approvals: list[PendingApproval] = Field(default_factory=list)
-
-
 class TaskResult(BaseModel):
-    """The result of a ``SubagentWorkflow`` run that returned normally."""
+    """The result of a ``SubagentWorkflow`` run that returned normally.
+
+    What awaiting a ``start_subagent`` handle gives, and what a history records as the
+    run's result.
+    """
 
     status: TaskStatus
     result: str = ""
@@ -379,9 +169,6 @@ class TaskResult(BaseModel):
     """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Subagents this run spawned that had finished (a follow-up run can still wait on them)."""
-
-
-# ---------------------------------------------------------------- client-facing
 
 
 class IgnoredDecision(BaseModel):
@@ -471,6 +258,3 @@ class TaskEvent(BaseModel):
     error: str | None = None
     text: str | None = None
     """A ``text`` event's new piece of the turn's answer."""
-
-
-TaskInput.model_rebuild()

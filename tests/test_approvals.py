@@ -23,9 +23,9 @@ from durable_subagents import (
     UnknownCallId,
     WrongTaskState,
 )
+from durable_subagents._payloads import CallDecision, Decisions
 from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
-from durable_subagents.types import CallDecision, Decisions
 from durable_subagents.worker import create_worker
 
 from .conftest import script

@@ -26,6 +26,7 @@ from temporalio.worker import Replayer
 
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
 from durable_subagents._connect import connect_client
+from durable_subagents._payloads import ModelTurnInput, ModelTurnResult
 from durable_subagents._telemetry import (
     MODEL_TURN_SPAN,
     TOOL_SPAN,
@@ -38,7 +39,6 @@ from durable_subagents._telemetry import (
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.errors import SubagentError
-from durable_subagents.types import ModelTurnInput, ModelTurnResult
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow

@@ -30,6 +30,13 @@ from durable_subagents._blobstore import (
     BlobStore,
 )
 from durable_subagents._live import LiveText
+from durable_subagents._payloads import (
+    ModelTurnInput,
+    ModelTurnResult,
+    ToolCallInput,
+    ToolCallResult,
+    tools_digest,
+)
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
 from durable_subagents.activities.providers import model_unavailable, resolve_provider
@@ -46,16 +53,7 @@ from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
-from durable_subagents.types import (
-    Message,
-    ModelRequest,
-    ModelTurnInput,
-    ModelTurnResult,
-    ToolCall,
-    ToolCallInput,
-    ToolCallResult,
-    tools_digest,
-)
+from durable_subagents.types import Message, ModelRequest, ToolCall
 
 log = logging.getLogger(__name__)
 

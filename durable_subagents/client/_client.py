@@ -38,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
+from durable_subagents._payloads import Decisions
 from durable_subagents._spawn import (
     build_task_input,
     start_metadata,
@@ -65,14 +66,7 @@ from durable_subagents.errors import (
     TaskNotFound,
     WrongTaskState,
 )
-from durable_subagents.types import (
-    Decisions,
-    Message,
-    TaskEvent,
-    TaskInfo,
-    TaskResult,
-    TaskStatus,
-)
+from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
 
 MAX_REASON_BYTES = 4096

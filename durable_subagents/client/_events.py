@@ -11,10 +11,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
+from durable_subagents._payloads import Decisions
 from durable_subagents._spawn import model_label
 from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
-from durable_subagents.types import Decisions, TaskEvent, TaskStatus
+from durable_subagents.types import TaskEvent, TaskStatus
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,

@@ -16,17 +16,11 @@ from temporalio.common import (
 )
 from temporalio.converter import DataConverter
 
+from durable_subagents._payloads import CallDecision, Decisions, TaskInput, TaskState
 from durable_subagents._spawn import static_details, static_summary
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
-from durable_subagents.types import (
-    CallDecision,
-    Decisions,
-    TaskInput,
-    TaskResult,
-    TaskState,
-    TaskStatus,
-)
+from durable_subagents.types import TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
 
 

@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_subagents._payloads import CallDecision, ChildState, Decisions, TaskInput
     from durable_subagents._spawn import (
         build_task_input,
         start_metadata,
@@ -29,17 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.agents import AgentSpec, resolve_agent
     from durable_subagents.agents._spec import MODE_RANK
     from durable_subagents.errors import InvalidRequest
-    from durable_subagents.types import (
-        CallDecision,
-        ChildState,
-        Decisions,
-        PendingApproval,
-        TaskInput,
-        TaskResult,
-        TaskStatus,
-        ToolCall,
-        ToolSpec,
-    )
+    from durable_subagents.types import PendingApproval, TaskResult, TaskStatus, ToolCall, ToolSpec
 
 SPAWN_SUBAGENT = "spawn_subagent"
 WAIT_SUBAGENTS = "wait_subagents"

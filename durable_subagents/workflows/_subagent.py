@@ -39,24 +39,26 @@ from durable_subagents.workflows._spawning import (
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
     from durable_subagents import policy
-    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
-    from durable_subagents.types import (
+    from durable_subagents._payloads import (
         CallDecision,
         ChildState,
         Decisions,
-        Message,
         ModelTurnInput,
         ModelTurnResult,
-        PendingApproval,
         TaskInput,
-        TaskResult,
         TaskState,
-        TaskStatus,
-        ToolCall,
         ToolCallInput,
         ToolCallResult,
-        Usage,
         tools_digest,
+    )
+    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.types import (
+        Message,
+        PendingApproval,
+        TaskResult,
+        TaskStatus,
+        ToolCall,
+        Usage,
     )
 
 _INPUT_PER_TURN = 128 * 1024

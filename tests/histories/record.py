@@ -17,9 +17,9 @@ from pathlib import Path
 
 from durable_subagents import AgentSpec, SubagentClient
 from durable_subagents._connect import connect_client
+from durable_subagents._payloads import Decisions
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
-from durable_subagents.types import Decisions
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
