@@ -1,13 +1,18 @@
-"""What the workflow, its activities and its signals send and receive.
+"""What the workflow, its activities and its signals send and receive, and their names.
 
 Compatibility rule: recorded histories. Everything here is written into Temporal
-histories (workflow and activity inputs and results, signal arguments), and a
-running or paused task replays its history on newer code. So a model's fields are
-only ever added, with a default; never renamed, removed or given another type or
-default. The pydantic JSON of a model is what a history holds (the class's name and
-module are not in it, so classes may move).
+histories (workflow and activity inputs and results, signal arguments, the names
+events are recorded under), and a running or paused task replays its history on
+newer code. So:
 
-This module is private: it is not API, and changes here need no deprecation. The
+- a model's fields are only ever added, with a default; never renamed, removed or
+  given another type or default. The pydantic JSON of a model is what a history holds
+  (the class's name and module are not in it, so classes may move);
+- a name below never changes: the workflow, activities and signals are called by it,
+  and the client reads histories by it.
+
+This module is private: it is not API, and changes here need no deprecation (the two
+activity names are also exported, as before, by ``durable_subagents.workflows``). The
 public models it uses (``Message``, ``ToolCall``, ``Usage``...) live in
 ``durable_subagents.types``; being inside these payloads, they obey this rule too.
 """
@@ -33,6 +38,14 @@ from durable_subagents.types import (
 )
 
 __all__ = [
+    "CHILD_STATE_SIGNAL",
+    "DECIDE_SIGNAL",
+    "MODEL_TURN_ACTIVITY",
+    "REGISTER_CHILD_SIGNAL",
+    "RUN_TOOL_ACTIVITY",
+    "SEND_INPUT_SIGNAL",
+    "STATUS_QUERY",
+    "WORKFLOW",
     "CallDecision",
     "ChildState",
     "Decisions",
@@ -44,6 +57,26 @@ __all__ = [
     "ToolCallResult",
     "tools_digest",
 ]
+
+# ---------------------------------------------------------------- names
+
+WORKFLOW = "SubagentWorkflow"
+"""The workflow type of a subagent task (input ``TaskInput``, result ``TaskResult``)."""
+MODEL_TURN_ACTIVITY = "model_turn"
+"""The activity that runs one model turn: ``ModelTurnInput`` -> ``ModelTurnResult``."""
+RUN_TOOL_ACTIVITY = "run_tool"
+"""The activity (or local activity) that runs one tool call: ``ToolCallInput`` ->
+``ToolCallResult``."""
+SEND_INPUT_SIGNAL = "send_input"
+"""Steering or follow-up input (a ``str``); also the start signal of a follow-up run."""
+DECIDE_SIGNAL = "decide"
+"""Decisions on the calls of a pause (``Decisions``)."""
+CHILD_STATE_SIGNAL = "child_state"
+"""A child subagent's pause state, sent to its parent task (``ChildState``)."""
+REGISTER_CHILD_SIGNAL = "register_child"
+"""A task spawned through the client names its parent task (the child's id, a ``str``)."""
+STATUS_QUERY = "status"
+"""The live state of a task (the memo's fields), answered by a worker."""
 
 # ---------------------------------------------------------------- workflow and activities
 

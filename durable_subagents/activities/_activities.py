@@ -31,6 +31,8 @@ from durable_subagents._blobstore import (
 )
 from durable_subagents._live import LiveText
 from durable_subagents._payloads import (
+    MODEL_TURN_ACTIVITY,
+    RUN_TOOL_ACTIVITY,
     ModelTurnInput,
     ModelTurnResult,
     ToolCallInput,
@@ -126,7 +128,7 @@ class SubagentActivities:
 
     # ------------------------------------------------------------------ model turn
 
-    @activity.defn(name="model_turn")
+    @activity.defn(name=MODEL_TURN_ACTIVITY)
     @traced_model_turn
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Append the new messages, call the model once, append its answer."""
@@ -253,7 +255,7 @@ class SubagentActivities:
 
     # ------------------------------------------------------------------ tool call
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=RUN_TOOL_ACTIVITY)
     @traced_tool
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""

@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
-from durable_subagents._payloads import Decisions
+from durable_subagents._payloads import DECIDE_SIGNAL, WORKFLOW, Decisions
 from durable_subagents._spawn import (
     build_task_input,
     start_metadata,
@@ -423,7 +423,7 @@ class SubagentClient:
             if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
                 continue
             attrs = event.workflow_execution_signaled_event_attributes
-            if attrs.signal_name != "decide" or not attrs.input.payloads:
+            if attrs.signal_name != DECIDE_SIGNAL or not attrs.input.payloads:
                 continue
             try:
                 [sent] = await converter.decode(attrs.input.payloads[:1], [Decisions])
@@ -519,7 +519,7 @@ class SubagentClient:
             parent_id: Only tasks spawned with this parent id.
             status: Only tasks in this status.
         """
-        query = "WorkflowType = 'SubagentWorkflow'"
+        query = f"WorkflowType = '{WORKFLOW}'"
         if parent_id is not None:
             query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
         try:
@@ -763,7 +763,7 @@ class SubagentClient:
                     "list_tasks() lists the tasks"
                 ) from None
             raise
-        if desc.workflow_type != "SubagentWorkflow":
+        if desc.workflow_type != WORKFLOW:
             raise TaskNotFound(
                 f"{task_id!r} is a {desc.workflow_type} workflow, not a subagent task"
             )

@@ -11,7 +11,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from durable_subagents._payloads import Decisions
+from durable_subagents._payloads import (
+    DECIDE_SIGNAL,
+    MODEL_TURN_ACTIVITY,
+    RUN_TOOL_ACTIVITY,
+    SEND_INPUT_SIGNAL,
+    Decisions,
+)
 from durable_subagents._spawn import model_label
 from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
@@ -62,7 +68,7 @@ async def history_events(
                 attrs = event.activity_task_scheduled_event_attributes
                 summary = await _summary(event, converter)
                 scheduled[event.event_id] = (attrs.activity_type.name, summary)
-                if attrs.activity_type.name == "model_turn":
+                if attrs.activity_type.name == MODEL_TURN_ACTIVITY:
                     live.start(event.event_id, _turn_of(summary))
                 else:
                     yield TaskEvent(
@@ -75,7 +81,7 @@ async def history_events(
             elif kind in _ACTIVITY_DONE:
                 attrs = getattr(event, _ACTIVITY_DONE[kind])
                 name, summary = scheduled.get(attrs.scheduled_event_id, ("", ""))
-                if name == "model_turn":
+                if name == MODEL_TURN_ACTIVITY:
                     completed = kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
                     result = await _result(client, attrs) if completed else None
                     for text_event in await live.finish(result):
@@ -88,7 +94,7 @@ async def history_events(
                         summary=_turn_summary(summary, result),
                         error=None if completed else await _call_error(converter, kind, attrs),
                     )
-                elif name == "run_tool":
+                elif name == RUN_TOOL_ACTIVITY:
                     yield TaskEvent(
                         kind="tool_finished",
                         task_id=task_id,
@@ -174,7 +180,7 @@ async def _local_tool_events(
         data = await decoded(converter, attrs.details["data"].payloads[0], dict)
     except Exception:
         return []
-    if data.get("activity_type") != "run_tool":
+    if data.get("activity_type") != RUN_TOOL_ACTIVITY:
         return []
     summary = await _summary(event, converter)
     tool = _tool_of(summary)
@@ -206,11 +212,11 @@ async def _signal_event(
     if not payloads:
         return None
     try:
-        if attrs.signal_name == "send_input":
+        if attrs.signal_name == SEND_INPUT_SIGNAL:
             text = " ".join(str(await decoded(converter, payloads[0], str)).split())
             summary = text if len(text) <= 200 else text[:199] + "…"
             return TaskEvent(kind="input", task_id=task_id, time=time, summary=summary)
-        if attrs.signal_name == "decide":
+        if attrs.signal_name == DECIDE_SIGNAL:
             sent = Decisions.model_validate(await decoded(converter, payloads[0], dict))
             parts = [
                 f"{'approve' if d.approved else 'reject'} {d.call_id}"

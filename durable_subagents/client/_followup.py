@@ -16,7 +16,13 @@ from temporalio.common import (
 )
 from temporalio.converter import DataConverter
 
-from durable_subagents._payloads import CallDecision, Decisions, TaskInput, TaskState
+from durable_subagents._payloads import (
+    SEND_INPUT_SIGNAL,
+    CallDecision,
+    Decisions,
+    TaskInput,
+    TaskState,
+)
 from durable_subagents._spawn import static_details, static_summary
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
@@ -170,7 +176,7 @@ async def start_follow_up(
         search_attributes=_settable(desc.typed_search_attributes),
         static_summary=static_summary(previous),
         static_details=static_details(follow_up, task_id),
-        start_signal="send_input",
+        start_signal=SEND_INPUT_SIGNAL,
         start_signal_args=[text],
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

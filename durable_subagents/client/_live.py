@@ -19,6 +19,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
 from durable_subagents._live import LiveSnapshot, parse_live
+from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.types import TaskEvent
 
 __all__ = ["LIVE_POLL", "RESTARTED", "LiveTurn", "TextResolver", "ticking"]
@@ -119,7 +120,7 @@ class LiveTurn:
         except Exception:  # a watcher shows less rather than stopping
             return None
         for pending in desc.raw_description.pending_activities:
-            if pending.activity_type.name != "model_turn":
+            if pending.activity_type.name != MODEL_TURN_ACTIVITY:
                 continue
             payloads: list[Payload] = list(pending.heartbeat_details.payloads)
             if not payloads:

@@ -21,12 +21,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_subagents._blobstore import open_blob_store
 from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter
+from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
 from durable_subagents.workflows import SubagentWorkflow
-from durable_subagents.workflows._subagent import MODEL_TURN_ACTIVITY
 
 _WORKER_DEFAULTS = {
     name: p.default

@@ -20,7 +20,14 @@ from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import CallDecision, ChildState, Decisions, TaskInput
+    from durable_subagents._payloads import (
+        DECIDE_SIGNAL,
+        WORKFLOW,
+        CallDecision,
+        ChildState,
+        Decisions,
+        TaskInput,
+    )
     from durable_subagents._spawn import (
         build_task_input,
         start_metadata,
@@ -148,7 +155,7 @@ async def start_child(
     """
     memo, attributes = start_metadata(task_input)
     return await workflow.start_child_workflow(
-        "SubagentWorkflow",
+        WORKFLOW,
         task_input,
         result_type=TaskResult,
         id=child_id,
@@ -371,7 +378,9 @@ class ChildTasks:
         for (task_id, pause_id), own_decisions in by_pause.items():
             handle = self._handles.get(task_id)
             if handle is not None and pause_id:
-                await handle.signal("decide", Decisions(pause_id=pause_id, decisions=own_decisions))
+                await handle.signal(
+                    DECIDE_SIGNAL, Decisions(pause_id=pause_id, decisions=own_decisions)
+                )
 
     async def cancel_all(self) -> None:
         """Cancel running children and wait until they acknowledged."""

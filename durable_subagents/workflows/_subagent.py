@@ -40,6 +40,14 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
     from durable_subagents import policy
     from durable_subagents._payloads import (
+        CHILD_STATE_SIGNAL,
+        DECIDE_SIGNAL,
+        MODEL_TURN_ACTIVITY,
+        REGISTER_CHILD_SIGNAL,
+        RUN_TOOL_ACTIVITY,
+        SEND_INPUT_SIGNAL,
+        STATUS_QUERY,
+        WORKFLOW,
         CallDecision,
         ChildState,
         Decisions,
@@ -80,8 +88,6 @@ _IGNORED_KEPT = 10
 _Verdict = tuple[str, str | None]
 """``(action, error)``: ``allow``, ``ask``, or ``deny`` with the error the model sees."""
 
-MODEL_TURN_ACTIVITY = "model_turn"
-RUN_TOOL_ACTIVITY = "run_tool"
 MAX_PAYLOAD_BYTES = 256 * 1024
 """Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
 
@@ -99,7 +105,7 @@ _TOOL_RETRY = RetryPolicy(
 )
 
 
-@workflow.defn(name="SubagentWorkflow")
+@workflow.defn(name=WORKFLOW)
 class SubagentWorkflow:
     """One subagent task: model turns and tool calls until a final answer or a limit."""
 
@@ -145,12 +151,12 @@ class SubagentWorkflow:
 
     # ------------------------------------------------------------------ signals / queries
 
-    @workflow.signal(name="send_input")
+    @workflow.signal(name=SEND_INPUT_SIGNAL)
     def send_input(self, text: str) -> None:
         """Queue follow-up or steering input; the next turn takes it in."""
         self._inbox.append(text)
 
-    @workflow.signal(name="register_child")
+    @workflow.signal(name=REGISTER_CHILD_SIGNAL)
     def register_child(self, task_id: str) -> None:
         """A task spawned through the client names this one as its parent.
 
@@ -161,12 +167,12 @@ class SubagentWorkflow:
         if task_id not in self._adopted:
             self._adopted.append(task_id)
 
-    @workflow.signal(name="child_state")
+    @workflow.signal(name=CHILD_STATE_SIGNAL)
     def child_state(self, state: ChildState) -> None:
         """A child subagent paused or resumed: its pending calls surface on this task."""
         self._children.update(state)
 
-    @workflow.signal(name="decide")
+    @workflow.signal(name=DECIDE_SIGNAL)
     def decide(self, decisions: Decisions) -> None:
         """Approve or reject calls of the current pause (stale or mismatched ones are ignored).
 
@@ -213,7 +219,7 @@ class SubagentWorkflow:
         self._memo["ignored_decisions"] = self._ignored
         workflow.upsert_memo({"ignored_decisions": self._ignored})
 
-    @workflow.query(name="status")
+    @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
         """The live state (needs a worker; prefer the memo, which does not)."""
         return dict(self._memo)
@@ -868,7 +874,7 @@ class SubagentWorkflow:
             pending_approvals=pending,
         )
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        asyncio.create_task(handle.signal("child_state", state))  # noqa: RUF006
+        asyncio.create_task(handle.signal(CHILD_STATE_SIGNAL, state))  # noqa: RUF006
 
     def _check_size(self, value: object, what: str) -> None:
         """Fail the task clearly instead of letting Temporal retry an oversized task forever."""
@@ -883,4 +889,4 @@ class SubagentWorkflow:
             )
 
 
-__all__ = ["MODEL_TURN_ACTIVITY", "RUN_TOOL_ACTIVITY", "SubagentWorkflow"]
+__all__ = ["SubagentWorkflow"]
