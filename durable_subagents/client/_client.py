@@ -39,7 +39,7 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._payloads import DECIDE_SIGNAL, WORKFLOW, Decisions
-from durable_subagents._spawn import (
+from durable_subagents._spawn_request import (
     build_task_input,
     start_metadata,
     static_details,

@@ -23,7 +23,7 @@ from durable_subagents._payloads import (
     TaskInput,
     TaskState,
 )
-from durable_subagents._spawn import static_details, static_summary
+from durable_subagents._spawn_request import static_details, static_summary
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
 from durable_subagents.types import TaskResult, TaskStatus

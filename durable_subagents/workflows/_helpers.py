@@ -8,8 +8,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
-    from durable_subagents._spawn import model_label as model_label
-    from durable_subagents.policy import call_hash as call_hash
     from durable_subagents.types import ToolCall
 
 

@@ -18,15 +18,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from durable_subagents.workflows._details import TaskView, current_details
 from durable_subagents.workflows._helpers import (
-    call_hash,
     error_message,
     final_stop_reason,
-    model_label,
     patched,
     tool_error,
     tool_timeout,
 )
-from durable_subagents.workflows._spawning import (
+from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
     SPAWN_TOOL_SPECS,
@@ -59,7 +57,9 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         tools_digest,
     )
+    from durable_subagents._spawn_request import model_label
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.policy import call_hash
     from durable_subagents.types import (
         Message,
         PendingApproval,

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         TaskInput,
     )
-    from durable_subagents._spawn import (
+    from durable_subagents._spawn_request import (
         build_task_input,
         start_metadata,
         static_details,
