@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.highlighter import JSONHighlighter
 from rich.markup import escape
-from rich.table import Column, Table
-from rich.text import Text
+from rich.table import Table
 
 from durable_subagents._audience import for_shell
+from durable_subagents._render import info_json, print_info, task_table
 from durable_subagents._terminal import json_shown, shown
 from durable_subagents.agents import (
     ALL_TOOLS,
@@ -172,85 +171,9 @@ def _show(
     """Connect, run one call on a task, print the task it returns."""
 
     async def main() -> None:
-        _print_info(await action(await _client(settings)), as_json)
+        print_info(console, await action(await _client(settings)), as_json)
 
     _run(main())
-
-
-Arguments = dict[str, dict[str, Any] | None]
-"""Full arguments by pending call id; None where they could not be read."""
-
-
-def _info_json(info: TaskInfo, arguments: Arguments | None = None, **extra: Any) -> str:
-    data = info.model_dump(mode="json")
-    if arguments is not None:
-        for pending in data["pending_approvals"]:
-            pending["arguments"] = arguments.get(pending["call_id"])
-    return json_shown(json.dumps({**data, **extra}, indent=2, ensure_ascii=False))
-
-
-def indented_json(data: Any, indent: int) -> Text:
-    """Pretty JSON, highlighted on a terminal, every line indented; strings never cut."""
-    text = Text(json_shown(json.dumps(data, indent=2, ensure_ascii=False)))
-    JSONHighlighter().highlight(text)
-    lines = text.split("\n", allow_blank=True)
-    return Text("\n").join(Text(" " * indent) + line for line in lines)
-
-
-def _print_pending(info: TaskInfo, arguments: Arguments | None) -> None:
-    console.print(f"  [yellow]waiting for approval[/yellow] (pause {escape(info.pause_id or '')}):")
-    for p in info.pending_approvals:
-        full = arguments.get(p.call_id) if arguments is not None else None
-        if full is None:
-            console.print(
-                f"    {p.call_id}  {shown(p.arguments_preview)}", markup=False, soft_wrap=True
-            )
-            if arguments is not None:
-                console.print(
-                    "      (a preview: the full arguments are not readable here; is the "
-                    "workers' blob store reachable from this machine?)",
-                    style="dim",
-                    highlight=False,
-                )
-            continue
-        console.print(f"    {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
-        console.print(indented_json(full, 6), soft_wrap=True)
-    task = shlex.quote(info.id)
-    first = shlex.quote(info.pending_approvals[0].call_id)
-    console.print("  decide with one of:", highlight=False)
-    for command in (
-        f"subagents approve {task} {first}",
-        f"subagents approve {task} --all",
-        f"subagents reject {task} {first} --reason TEXT",
-        f"subagents reject {task} --all --reason TEXT",
-    ):
-        console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
-
-
-def _print_info(info: TaskInfo, as_json: bool, arguments: Arguments | None = None) -> None:
-    """Print a task; ``arguments`` (full arguments of the pending calls) if read."""
-    if as_json:
-        print(_info_json(info, arguments))
-        return
-    color = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(info.status, "cyan")
-    console.print(f"[bold]{escape(shown(info.id))}[/bold]  [{color}]{info.status.value}[/{color}]")
-    console.print(
-        f"  agent {shown(info.agent)} · turns {info.turns} · model {shown(info.model or '-')}",
-        markup=False,
-    )
-    console.print(
-        f"  tokens in {info.usage.input_tokens} / out {info.usage.output_tokens}"
-        + (f" · stop {info.stop_reason}" if info.stop_reason else "")
-    )
-    if info.error:
-        console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
-    if info.retrying:
-        console.print(f"  [yellow]retrying:[/yellow] {escape(shown(info.retrying))}")
-    if info.pending_approvals and info.status == TaskStatus.PAUSED:
-        _print_pending(info, arguments)
-    if info.result:
-        console.print()
-        console.print(shown(info.result), markup=False, highlight=False)
 
 
 @app.command()
@@ -600,7 +523,7 @@ def spawn(
         )
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)
-            _print_info(info, as_json, await client.pending_arguments(info))
+            print_info(console, info, as_json, await client.pending_arguments(info))
             return info.status
         if as_json:
             print(json.dumps({"id": tid}))
@@ -645,7 +568,7 @@ def check(
             except SubagentError as err:  # the store is not reachable from here
                 if not as_json:
                     info.result = f"{info.result}\n[cannot read the whole answer: {err}]"
-        _print_info(info, as_json, await client.pending_arguments(info))
+        print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
     status = _run(main())
@@ -714,7 +637,7 @@ def _decide(
         rest = [p for p in info.pending_approvals if p.call_id not in decided]
         if as_json:
             decision = {"approved": approved, "call_ids": decided, "reason": reason}
-            print(_info_json(info, decision=decision))
+            print(info_json(info, decision=decision))
             return
         verb = "approved" if approved else "rejected"
         console.print(
@@ -798,9 +721,9 @@ def send(
             info.run_id != before.run_id and info.status == TaskStatus.PENDING
         )
         if as_json:
-            print(_info_json(info, follow_up=follow_up))
+            print(info_json(info, follow_up=follow_up))
             return
-        _print_info(info, as_json=False, arguments=await client.pending_arguments(info))
+        print_info(console, info, as_json=False, arguments=await client.pending_arguments(info))
         if follow_up:
             what = "started a follow-up run with this input"
         elif info.status == TaskStatus.PAUSED:
@@ -838,22 +761,7 @@ def list_command(
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
             return
-        # ids are what check/cancel take: never shorten them to fit the width
-        table = Table(
-            Column("id", no_wrap=True),
-            "agent",
-            Column("status", no_wrap=True),
-            "turns",
-            "description",
-        )
-        for t in tasks:
-            table.add_row(
-                *(Text(shown(v)) for v in (t.id, t.agent)),
-                t.status.value,
-                str(t.turns),
-                Text(shown(t.description)),
-            )
-        console.print(table)
+        console.print(task_table(tasks))
 
     _run(main())
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_subagents._connect import connect_client
+from durable_subagents._render import indented_json
 from durable_subagents._terminal import shown
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
@@ -179,8 +180,6 @@ async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> T
     Approves bash calls that only run read-only programs, rejects anything else, and
     waits for the task to finish (or to pause again, up to ``_MAX_PAUSES`` times).
     """
-    from durable_subagents.cli import indented_json
-
     for pauses in range(1, _MAX_PAUSES + 1):
         if info.status != TaskStatus.PAUSED or info.pause_id is None:
             return info

@@ -1,0 +1,124 @@
+"""Tasks as people and scripts read them: the ``subagents`` command's and the demo's.
+
+A task's status block (with the calls awaiting approval and how to decide them), its
+JSON for scripts, the task table of ``subagents ls``, and tool arguments as indented
+JSON. Everything a model wrote goes through ``_terminal.shown`` before it is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.highlighter import JSONHighlighter
+from rich.markup import escape
+from rich.table import Column, Table
+from rich.text import Text
+
+from durable_subagents._terminal import json_shown, shown
+from durable_subagents.types import TaskInfo, TaskStatus
+
+Arguments = dict[str, dict[str, Any] | None]
+"""Full arguments by pending call id; None where they could not be read."""
+
+
+def info_json(info: TaskInfo, arguments: Arguments | None = None, **extra: Any) -> str:
+    """A task as JSON, with the full arguments of its pending calls if read."""
+    data = info.model_dump(mode="json")
+    if arguments is not None:
+        for pending in data["pending_approvals"]:
+            pending["arguments"] = arguments.get(pending["call_id"])
+    return json_shown(json.dumps({**data, **extra}, indent=2, ensure_ascii=False))
+
+
+def indented_json(data: Any, indent: int) -> Text:
+    """Pretty JSON, highlighted on a terminal, every line indented; strings never cut."""
+    text = Text(json_shown(json.dumps(data, indent=2, ensure_ascii=False)))
+    JSONHighlighter().highlight(text)
+    lines = text.split("\n", allow_blank=True)
+    return Text("\n").join(Text(" " * indent) + line for line in lines)
+
+
+def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None) -> None:
+    """The calls a paused task waits on, in full where read, and the commands to decide."""
+    console.print(f"  [yellow]waiting for approval[/yellow] (pause {escape(info.pause_id or '')}):")
+    for p in info.pending_approvals:
+        full = arguments.get(p.call_id) if arguments is not None else None
+        if full is None:
+            console.print(
+                f"    {p.call_id}  {shown(p.arguments_preview)}", markup=False, soft_wrap=True
+            )
+            if arguments is not None:
+                console.print(
+                    "      (a preview: the full arguments are not readable here; is the "
+                    "workers' blob store reachable from this machine?)",
+                    style="dim",
+                    highlight=False,
+                )
+            continue
+        console.print(f"    {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
+        console.print(indented_json(full, 6), soft_wrap=True)
+    task = shlex.quote(info.id)
+    first = shlex.quote(info.pending_approvals[0].call_id)
+    console.print("  decide with one of:", highlight=False)
+    for command in (
+        f"subagents approve {task} {first}",
+        f"subagents approve {task} --all",
+        f"subagents reject {task} {first} --reason TEXT",
+        f"subagents reject {task} --all --reason TEXT",
+    ):
+        console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_info(
+    console: Console, info: TaskInfo, as_json: bool, arguments: Arguments | None = None
+) -> None:
+    """Print a task; ``arguments`` (full arguments of the pending calls) if read.
+
+    JSON goes to stdout with ``print``, not through ``console``: scripts read it whole.
+    """
+    if as_json:
+        print(info_json(info, arguments))
+        return
+    color = {"completed": "green", "failed": "red", "cancelled": "yellow"}.get(info.status, "cyan")
+    console.print(f"[bold]{escape(shown(info.id))}[/bold]  [{color}]{info.status.value}[/{color}]")
+    console.print(
+        f"  agent {shown(info.agent)} · turns {info.turns} · model {shown(info.model or '-')}",
+        markup=False,
+    )
+    console.print(
+        f"  tokens in {info.usage.input_tokens} / out {info.usage.output_tokens}"
+        + (f" · stop {info.stop_reason}" if info.stop_reason else "")
+    )
+    if info.error:
+        console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
+    if info.retrying:
+        console.print(f"  [yellow]retrying:[/yellow] {escape(shown(info.retrying))}")
+    if info.pending_approvals and info.status == TaskStatus.PAUSED:
+        print_pending(console, info, arguments)
+    if info.result:
+        console.print()
+        console.print(shown(info.result), markup=False, highlight=False)
+
+
+def task_table(tasks: Sequence[TaskInfo]) -> Table:
+    """Tasks as rows of id, agent, status, turns and description."""
+    # ids are what check/cancel take: never shorten them to fit the width
+    table = Table(
+        Column("id", no_wrap=True),
+        "agent",
+        Column("status", no_wrap=True),
+        "turns",
+        "description",
+    )
+    for t in tasks:
+        table.add_row(
+            *(Text(shown(v)) for v in (t.id, t.agent)),
+            t.status.value,
+            str(t.turns),
+            Text(shown(t.description)),
+        )
+    return table
