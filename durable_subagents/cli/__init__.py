@@ -1,0 +1,91 @@
+"""The ``subagents`` command: its Typer app, and ``main``, the console script's entry.
+
+The commands live in ``_serve`` (servers, worker, setup) and ``_tasks`` (commands on
+tasks), what they share in ``_common``, and the task rendering, which the demo uses
+too, in ``durable_subagents._render``. They are registered here, in the order
+``subagents --help`` lists them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+import typer
+
+from durable_subagents.cli import _serve, _tasks
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="Durable LLM subagents on Temporal: spawn, check, cancel and list tasks.",
+    no_args_is_help=True,
+    add_completion=False,
+    # help texts are plain: "[env TEMPORAL_ADDRESS; ...]" must not be read as Rich markup
+    rich_markup_mode=None,
+)
+
+# typer lists commands in the order they are registered
+for _name, _command in (
+    ("dev", _serve.dev),
+    ("worker", _serve.worker),
+    ("codec-server", _serve.codec_server),
+    ("keygen", _serve.keygen),
+    ("spawn", _tasks.spawn),
+    ("check", _tasks.check),
+    ("cancel", _tasks.cancel),
+    ("approve", _tasks.approve),
+    ("reject", _tasks.reject),
+    ("send", _tasks.send),
+    ("ls", _tasks.list_command),
+    ("watch", _tasks.watch),
+    ("agents", _serve.agents),
+    ("mcp", _serve.mcp),
+    ("demo", _serve.demo),
+):
+    app.command(_name)(_command)
+
+
+def _core_logs_to_stderr() -> None:
+    """Send Temporal core's log lines through Python logging (stderr), not stdout.
+
+    Core writes warnings (e.g. a payload over 2 KB) to stdout by default, which would
+    corrupt ``--json`` output.
+    """
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    logging_config = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+    )
+    Runtime.set_default(
+        Runtime(telemetry=TelemetryConfig(logging=logging_config)), error_if_already_set=False
+    )
+
+
+def main() -> None:
+    """Entry point of the ``subagents`` command."""
+    _core_logs_to_stderr()
+    try:
+        app()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    # Skip interpreter finalization: temporalio's Rust threads can still run then and
+    # abort or crash the process after its work is done (temporalio/sdk-python#300),
+    # which turned ~5% of successful commands into exit 134 or 139.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)

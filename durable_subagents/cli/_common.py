@@ -1,0 +1,131 @@
+"""What the commands share: the consoles, the common options, settings from them.
+
+``run`` runs a command's coroutine: a ``SubagentError`` becomes a red message and exit
+code 1, Ctrl-C exit code 130, SIGTERM 143 (after the coroutine's cleanup ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from durable_subagents._audience import for_shell
+from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
+from durable_subagents.errors import SubagentError
+
+console = Console()
+err_console = Console(stderr=True)
+T = TypeVar("T")
+
+Address = Annotated[
+    str | None,
+    typer.Option("--address", help="Temporal host:port [env TEMPORAL_ADDRESS; localhost:7233]"),
+]
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", help="Temporal namespace [env TEMPORAL_NAMESPACE]")
+]
+TaskQueue = Annotated[
+    str | None,
+    typer.Option(
+        "--task-queue", help=f"Task queue [env SUBAGENTS_TASK_QUEUE; {DEFAULT_TASK_QUEUE}]"
+    ),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+AgentsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--agents-dir",
+        help="Project with .claude/agents or .opencode/agent files [default: the current one]",
+    ),
+]
+Workspace = Annotated[
+    Path | None,
+    typer.Option("--workspace", help="Root the file tools are jailed to [default: current dir]"),
+]
+DeploymentName = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment-name",
+        help="Temporal Worker Deployment of a versioned worker, with --build-id "
+        "[env SUBAGENTS_DEPLOYMENT_NAME; unversioned]",
+    ),
+]
+BuildId = Annotated[
+    str | None,
+    typer.Option(
+        "--build-id",
+        help="This code's build ID in the deployment; each task run stays on the build it "
+        "started on [env SUBAGENTS_BUILD_ID]",
+    ),
+]
+
+
+def make_settings(
+    address: str | None = None,
+    namespace: str | None = None,
+    task_queue: str | None = None,
+    **extra: Any,
+) -> Settings:
+    """Settings from the environment, with the options given (not None) on top."""
+    settings = Settings()
+    update = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    return settings.model_copy(update={k: v for k, v in update.items() if v is not None})
+
+
+async def _stop_on_sigterm(coro: Awaitable[T]) -> T:
+    """Await ``coro``; SIGTERM cancels it like Ctrl-C, so its cleanup runs.
+
+    Without this, SIGTERM killed the process at once and the dev server it had
+    started (in its own session, out of reach of the terminal's signals) kept running.
+    """
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _exit_if_tool_calls_stuck(code: int) -> None:
+    """End the process at once if a worker it ran left tool calls stuck in threads.
+
+    See ``worker.exit_if_tool_calls_stuck``. Only a command that ran a worker can
+    have such threads; the others must not pay for importing the worker.
+    """
+    worker = sys.modules.get("durable_subagents.worker")
+    if worker is not None:
+        worker.exit_if_tool_calls_stuck(code)
+
+
+def run(coro: Awaitable[T]) -> T:
+    """Run a coroutine; typed errors become a red message and exit code 1."""
+    try:
+        result = asyncio.run(_stop_on_sigterm(coro))
+    except SubagentError as err:
+        # soft_wrap: commands in the message must stay on one line to be copied
+        err_console.print(
+            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
+        )
+        _exit_if_tool_calls_stuck(1)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        _exit_if_tool_calls_stuck(130)
+        raise typer.Exit(130) from None
+    except asyncio.CancelledError:  # SIGTERM
+        _exit_if_tool_calls_stuck(128 + signal.SIGTERM)
+        raise typer.Exit(128 + signal.SIGTERM) from None
+    _exit_if_tool_calls_stuck(0)
+    return result

@@ -1,0 +1,409 @@
+"""Commands that run something or set a deployment up.
+
+dev, worker, codec-server, mcp and demo run until stopped or done; keygen makes a
+payload key and agents lists the agents a worker or client would know. Each imports
+what it runs only when called, so that ``subagents --help`` and the task commands start
+fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from durable_subagents._audience import for_shell
+from durable_subagents.agents import (
+    ALL_TOOLS,
+    BUILTIN_AGENTS,
+    AgentFiles,
+    find_project_root,
+    scan_agents,
+)
+from durable_subagents.cli._common import (
+    Address,
+    AgentsDir,
+    BuildId,
+    DeploymentName,
+    JsonOut,
+    Namespace,
+    TaskQueue,
+    Workspace,
+    console,
+    err_console,
+    make_settings,
+    run,
+)
+from durable_subagents.config import Settings
+from durable_subagents.errors import SubagentError
+
+if TYPE_CHECKING:
+    from temporalio.common import WorkerDeploymentVersion
+
+
+def dev(
+    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
+    ] = None,
+    retention: Annotated[
+        str | None,
+        typer.Option(help="How long closed tasks and their blobs are kept, e.g. 24h or 7d"),
+    ] = None,
+    workspace: Workspace = None,
+    task_queue: TaskQueue = None,
+    deployment_name: DeploymentName = None,
+    build_id: BuildId = None,
+    codec_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of the codec server that decrypts payloads for the Web UI, when "
+            "SUBAGENTS_PAYLOAD_KEY is set [default: a free one]",
+            min=1,
+            max=65535,
+        ),
+    ] = None,
+) -> None:
+    """Run the embedded Temporal dev server and a worker (Ctrl-C stops both).
+
+    With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
+    tasks through it.
+    """
+    from durable_subagents.dev import parse_duration, run_dev
+
+    try:
+        keep = parse_duration(retention) if retention else None
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--retention") from None
+    settings = make_settings(
+        task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
+    )
+    run(
+        run_dev(
+            settings=settings,
+            port=port,
+            ui_port=ui_port,
+            db=db,
+            retention=keep,
+            workspace=workspace,
+            console=console,
+            codec_port=codec_port,
+        )
+    )
+
+
+def worker(
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    workspace: Workspace = None,
+    sticky_queue_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds before a crashed worker's tasks move to another worker "
+            "(SUBAGENTS_STICKY_QUEUE_TIMEOUT; default 3)",
+            min=0.1,
+            max=60,
+        ),
+    ] = None,
+    max_activities: Annotated[
+        int | None,
+        typer.Option(
+            help="Model turns and tool calls run at once (SUBAGENTS_MAX_ACTIVITIES; default 100)",
+            min=1,
+            max=100_000,
+        ),
+    ] = None,
+    max_cached_tasks: Annotated[
+        int | None,
+        typer.Option(
+            help="Running tasks kept in memory; others are replayed at their next step "
+            "(SUBAGENTS_MAX_CACHED_TASKS; default 1000)",
+            min=1,
+            max=1_000_000,
+        ),
+    ] = None,
+    deployment_name: DeploymentName = None,
+    build_id: BuildId = None,
+) -> None:
+    """Run a worker against an existing Temporal server."""
+    settings = make_settings(
+        address,
+        namespace,
+        task_queue,
+        workspace=workspace,
+        sticky_queue_timeout=sticky_queue_timeout,
+        max_activities=max_activities,
+        max_cached_tasks=max_cached_tasks,
+        deployment_name=deployment_name,
+        build_id=build_id,
+    )
+    ready = asyncio.Event()
+
+    async def main() -> None:
+        version = settings.worker_deployment()  # before the worker's slow imports
+        from durable_subagents.worker import run_worker
+
+        runner = asyncio.create_task(run_worker(settings, ready=ready))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            console.print(
+                f"worker on [bold]{settings.address}[/bold] namespace {settings.namespace} "
+                f"task queue [bold]{settings.task_queue}[/bold] · workspace "
+                f"{settings.resolved_workspace} · Ctrl-C to stop"
+            )
+            if version is not None:
+                await _print_version(settings, version)
+        await runner
+
+    run(main())
+
+
+async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -> None:
+    """Say whether the worker's version is current, and how to make it so if not."""
+    from temporalio.service import RPCError
+
+    from durable_subagents._connect import connect_client
+    from durable_subagents.worker._deployment import current_build_id, set_current_command
+
+    where = f"deployment {version.deployment_name} build ID {version.build_id}"
+    client = await connect_client(
+        settings.address, settings.namespace, keys=settings.payload_keys()
+    )
+    try:
+        current = await current_build_id(
+            client, version.deployment_name, registered=version.build_id
+        )
+    except RPCError as err:
+        console.print(f"{where} (its routing is unknown: {err.message})", markup=False)
+        return
+    if current == version.build_id:
+        console.print(f"{where}: current (new tasks start here)", markup=False, highlight=False)
+        return
+    elsewhere = f"build {current}" if current else "unversioned workers"
+    console.print(
+        f"{where}: not current, new tasks go to {elsewhere} (this worker runs the task "
+        f"runs pinned to {version.build_id}). To make it current:\n  "
+        + set_current_command(version, settings.address, settings.namespace),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    """Print an error for the user and exit with code 1."""
+    err_console.print(
+        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
+    )
+    raise typer.Exit(1)
+
+
+def codec_server(
+    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8081,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; other than 127.0.0.1, set a token too "
+            "(whoever reaches it reads every task)"
+        ),
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SUBAGENTS_CODEC_TOKEN",
+            show_envvar=False,
+            help="Require Authorization: Bearer TOKEN on /encode and /decode "
+            "[env SUBAGENTS_CODEC_TOKEN, which keeps it out of the process list]",
+        ),
+    ] = None,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Browser origin (scheme://host:port) of a Web UI allowed to call it; "
+            "repeat for several [default: http://127.0.0.1:8233 and http://localhost:8233]",
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace",
+            help="Only answer requests for this namespace (their X-Namespace header); "
+            "repeat for several [default: any]",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log each request (never its payloads)")
+    ] = False,
+) -> None:
+    """Decrypt tasks for the Temporal Web UI and temporal CLI (needs the payload key).
+
+    Serves Temporal's remote codec protocol (POST /encode, /decode) with the
+    deployment's payload keys, so `temporal workflow show --codec-endpoint` and the Web
+    UI show tasks decrypted. Ctrl-C stops it.
+    """
+    from durable_subagents._codec_server import DEFAULT_ORIGINS, CodecServer, serve
+
+    try:
+        keys = make_settings().payload_keys()
+    except SubagentError as err:
+        _fail(str(err))
+    if keys is None:
+        _fail(
+            "no payload key: set SUBAGENTS_PAYLOAD_KEY to the key the deployment's workers "
+            "and clients use (SUBAGENTS_PAYLOAD_OLD_KEYS too, for data written before a "
+            "rotation); for a new deployment, make one with `subagents keygen`"
+        )
+    if verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s")
+        logging.getLogger("durable_subagents._codec_server").setLevel(logging.DEBUG)
+
+    def ready(server: CodecServer) -> None:
+        endpoint = server.endpoint
+        auth = ' --codec-auth "Bearer $SUBAGENTS_CODEC_TOKEN"' if token else ""
+        held = ", ".join(keys.ids)
+        origins = ", ".join(sorted(server.origins)) or "none"
+        lines = [
+            f"codec server on {endpoint} · key(s) {held} · "
+            + ("bearer token required" if token else "no token"),
+            "Decrypted task histories with the temporal CLI:",
+            f"  temporal workflow show --workflow-id ID --codec-endpoint {endpoint}{auth}",
+            f"  (or export TEMPORAL_CODEC_ENDPOINT={endpoint}"
+            + (' TEMPORAL_CODEC_AUTH="Bearer $SUBAGENTS_CODEC_TOKEN")' if token else ")"),
+            f"In the Web UI (allowed origins: {origins}): enter {endpoint} in its Codec "
+            f"Server setting, or start the server with --ui-codec-endpoint {endpoint}",
+            "Ctrl-C to stop.",
+        ]
+        if host not in ("127.0.0.1", "localhost", "::1") and not token:
+            lines.insert(
+                1,
+                f"warning: listening on {host} without a token: anyone who reaches this "
+                "port can decrypt every task; set SUBAGENTS_CODEC_TOKEN",
+            )
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        serve(
+            keys,
+            host=host,
+            port=port,
+            token=token,
+            origins=origin or DEFAULT_ORIGINS,
+            namespaces=namespace or None,
+            on_ready=ready,
+        )
+    except SubagentError as err:
+        _fail(str(err))
+    console.print("Stopped.")
+
+
+def keygen() -> None:
+    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
+
+    Give the same key to every worker and client of the deployment. To rotate, make a
+    new one current and keep the old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
+    """
+    import base64
+
+    from durable_subagents._codec import key_id, new_key
+
+    key = new_key()
+    print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")
+    print(f"SUBAGENTS_PAYLOAD_KEY={key}")
+    err_console.print(
+        "Set it on every worker and client (and the codec server); keep it secret. When "
+        "rotating, move the previous key to SUBAGENTS_PAYLOAD_OLD_KEYS.",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
+    """List the built-in agents and the project's own (from agent files)."""
+    try:
+        root = agents_dir or find_project_root()
+        found = scan_agents(root) if root is not None else AgentFiles()
+    except SubagentError as err:
+        err_console.print(
+            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
+        )
+        raise typer.Exit(1) from None
+    for warning in found.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    specs = {**BUILTIN_AGENTS, **found.agents}
+    sources = {n: _source(found.sources[n]) if n in found.sources else "built-in" for n in specs}
+    if as_json:
+        rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    for n, a in specs.items():
+        every = a.tools is None and not a.disallowed_tools
+        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
+        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
+    console.print(table)
+
+
+def _source(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+def mcp(
+    parent_id: Annotated[
+        str | None,
+        typer.Option(
+            "--parent-id",
+            help="Parent id of the tasks spawned; list_subagents shows only these "
+            "[default: mcp-<random>, new per server]",
+        ),
+    ] = None,
+    agents_dir: AgentsDir = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+) -> None:
+    """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
+    from durable_subagents.client._mcp import default_parent_id, run_mcp
+
+    settings = make_settings(address, namespace, task_queue)
+    parent = parent_id or default_parent_id()
+    # stdout carries the protocol: anything for people goes to stderr
+    err_console.print(
+        f"subagents MCP server on stdio · Temporal {settings.address} (connected on first "
+        f"call) · task queue {settings.task_queue} · parent id {parent}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    run(run_mcp(settings, parent, agents_dir=agents_dir))
+
+
+def demo(
+    port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="provider:model [env SUBAGENTS_MODEL; offline script]")
+    ] = None,
+) -> None:
+    """Run subagents over a sample project: an approval, a follow-up, their results."""
+    from durable_subagents.demo import run_demo
+
+    settings = make_settings(model=model)
+    run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))

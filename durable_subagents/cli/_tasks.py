@@ -1,0 +1,398 @@
+"""Commands on tasks: spawn, check, cancel, approve, reject, send, ls and watch."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import typer
+
+from durable_subagents._render import info_json, print_info, task_table
+from durable_subagents._terminal import json_shown, shown
+from durable_subagents.cli._common import (
+    Address,
+    AgentsDir,
+    JsonOut,
+    Namespace,
+    TaskQueue,
+    console,
+    make_settings,
+    run,
+)
+from durable_subagents.client import SubagentClient
+from durable_subagents.config import Settings
+from durable_subagents.errors import SubagentError
+from durable_subagents.types import TaskInfo, TaskStatus
+
+
+def _exit_if_unsuccessful(status: TaskStatus | None) -> None:
+    """``--wait`` ends with exit code 1 when the task failed, timed out or was cancelled."""
+    if status in (TaskStatus.FAILED, TaskStatus.TIMED_OUT, TaskStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
+async def _client(settings: Settings) -> SubagentClient:
+    # Only spawning resolves agents: a broken agent file must not block check or cancel.
+    return await SubagentClient.connect(settings=settings, agents={})
+
+
+def _show(
+    settings: Settings,
+    action: Callable[[SubagentClient], Awaitable[TaskInfo]],
+    as_json: bool,
+) -> None:
+    """Connect, run one call on a task, print the task it returns."""
+
+    async def main() -> None:
+        print_info(console, await action(await _client(settings)), as_json)
+
+    run(main())
+
+
+def spawn(
+    agent: Annotated[str, typer.Argument(help="Agent name (see `subagents agents`)")],
+    prompt: Annotated[str, typer.Argument(help="The task; '-' reads it from stdin")],
+    description: Annotated[str, typer.Option(help="Short label for the task")] = "",
+    model: Annotated[str | None, typer.Option(help="provider:model")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit")] = None,
+    parent: Annotated[str | None, typer.Option(help="Parent task id")] = None,
+    tool: Annotated[list[str] | None, typer.Option(help="Only these tools (repeat)")] = None,
+    disallow: Annotated[list[str] | None, typer.Option(help="Take this tool away (repeat)")] = None,
+    permission_mode: Annotated[
+        str | None, typer.Option(help="plan | default | accept_edits | dont_ask (narrow only)")
+    ] = None,
+    ask: Annotated[
+        list[str] | None,
+        typer.Option(help="Pause for approval on TOOL or TOOL:GLOB, e.g. 'bash:rm *' (repeat)"),
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option(help="Refuse TOOL or TOOL:GLOB (repeat)")
+    ] = None,
+    approval_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a pause waits before rejecting")
+    ] = None,
+    time_limit: Annotated[float | None, typer.Option(help="Seconds before timed_out")] = None,
+    token_budget: Annotated[
+        int | None, typer.Option(help="Tokens the task and its subagents may use in all")
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option(help="Directory inside the worker's root")
+    ] = None,
+    task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
+    agents_dir: AgentsDir = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Spawn a subagent task and print its id."""
+    text = sys.stdin.read() if prompt == "-" else prompt
+
+    async def main() -> TaskStatus | None:
+        settings = make_settings(address, namespace, task_queue)
+        client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
+        tid = await client.spawn_task(
+            agent,
+            text,
+            description,
+            parent_id=parent,
+            model=model,
+            max_turns=max_turns,
+            tools=tool,
+            disallowed_tools=disallow,
+            permission_mode=permission_mode,
+            permissions=_rules(ask, "ask") + _rules(deny, "deny"),
+            approval_timeout=approval_timeout,
+            time_limit=time_limit,
+            token_budget=token_budget,
+            workspace=workspace,
+            task_id=task_id,
+        )
+        if wait:
+            info = await client.check_task(tid, wait=True, timeout=3600)
+            print_info(console, info, as_json, await client.pending_arguments(info))
+            return info.status
+        if as_json:
+            print(json.dumps({"id": tid}))
+        else:
+            console.print(tid)
+        return None
+
+    _exit_if_unsuccessful(run(main()))
+
+
+def _rules(specs: list[str] | None, action: str) -> list[dict[str, str]]:
+    """``TOOL`` or ``TOOL:GLOB`` options as permission rules."""
+    rules = []
+    for spec in specs or []:
+        tool_name, _, pattern = spec.partition(":")
+        rules.append({"tool": tool_name or "*", "pattern": pattern or "*", "action": action})
+    return rules
+
+
+def check(
+    task_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until done or paused")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 300.0,
+    after_pause: Annotated[
+        str | None, typer.Option(help="With --wait: do not stop at this (decided) pause")
+    ] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Show a task's status and result, and the full arguments of calls awaiting approval."""
+
+    async def main() -> TaskStatus:
+        client = await _client(make_settings(address, namespace, task_queue))
+        info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
+        if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
+            try:
+                info.result = await client.get_result(task_id)
+                info.result_truncated = False
+            except SubagentError as err:  # the store is not reachable from here
+                if not as_json:
+                    info.result = f"{info.result}\n[cannot read the whole answer: {err}]"
+        print_info(console, info, as_json, await client.pending_arguments(info))
+        return info.status
+
+    status = run(main())
+    if wait:
+        _exit_if_unsuccessful(status)
+
+
+def cancel(
+    task_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until the cancel completed")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 30.0,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Cancel a task: stops its model call and kills its tool processes."""
+    _show(
+        make_settings(address, namespace, task_queue),
+        lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
+        as_json,
+    )
+
+
+CallIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Call ids of the current pause (`subagents check ID` lists them)"),
+]
+AllCalls = Annotated[bool, typer.Option("--all", help="Every pending call of the current pause")]
+
+
+def _chosen(call_ids: list[str] | None, all_calls: bool, verb: str) -> list[str] | None:
+    """The calls to decide (None: all of them); a decision must name them or say --all."""
+    if call_ids and all_calls:
+        raise typer.BadParameter(
+            f"name call ids or pass --all, not both ({verb} the calls named, or all of them)",
+            param_hint="--all",
+        )
+    if not call_ids and not all_calls:
+        raise typer.BadParameter(
+            f"none named; name the call ids to {verb}, or pass --all to {verb} every pending "
+            "call (a decision must be explicit; `subagents check ID` lists the calls)",
+            param_hint="CALL_IDS",
+        )
+    return call_ids or None
+
+
+def _decide(
+    settings: Settings,
+    task_id: str,
+    call_ids: list[str] | None,
+    *,
+    approved: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    async def main() -> None:
+        client = await _client(settings)
+        if approved:
+            info = await client.approve(task_id, call_ids)
+        else:
+            info = await client.reject(task_id, call_ids, reason)
+        # info is the state the decision was made on: the pause and its pending calls
+        decided = call_ids or [p.call_id for p in info.pending_approvals]
+        rest = [p for p in info.pending_approvals if p.call_id not in decided]
+        if as_json:
+            decision = {"approved": approved, "call_ids": decided, "reason": reason}
+            print(info_json(info, decision=decision))
+            return
+        verb = "approved" if approved else "rejected"
+        console.print(
+            f"{verb} {', '.join(decided)} of {info.id} (pause {info.pause_id})"
+            + (f"; reason for the model: {reason}" if reason else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        quoted = shlex.quote(info.id)
+        if rest:
+            console.print("  still waiting for a decision:", highlight=False)
+            for p in rest:
+                console.print(
+                    f"    {p.call_id}  {shown(p.arguments_preview)}", markup=False, soft_wrap=True
+                )
+            command = f"subagents check {quoted}"
+        else:
+            command = f"subagents check {quoted} --wait"
+        console.print(f"  next: {command}", markup=False, highlight=False, soft_wrap=True)
+
+    run(main())
+
+
+def approve(
+    task_id: str,
+    call_ids: CallIds = None,
+    all_calls: AllCalls = False,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Approve tool calls of a paused task: name their call ids, or pass --all."""
+    chosen = _chosen(call_ids, all_calls, "approve")
+    settings = make_settings(address, namespace, task_queue)
+    _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json)
+
+
+def reject(
+    task_id: str,
+    call_ids: CallIds = None,
+    all_calls: AllCalls = False,
+    reason: Annotated[str | None, typer.Option(help="Why; the model gets it as the result")] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
+    chosen = _chosen(call_ids, all_calls, "reject")
+    settings = make_settings(address, namespace, task_queue)
+    _decide(settings, task_id, chosen, approved=False, reason=reason, as_json=as_json)
+
+
+def send(
+    task_id: str,
+    text: Annotated[str, typer.Argument(help="The input; '-' reads it from stdin")],
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Steer a running or paused task, or continue a completed one with a follow-up.
+
+    A running or paused task reads the text at its next turn. A completed task starts
+    a new run of the same conversation under the same id. Cancelled, failed and
+    timed-out tasks cannot be continued.
+    """
+    body = sys.stdin.read() if text == "-" else text
+
+    async def main() -> None:
+        client = await _client(make_settings(address, namespace, task_queue))
+        before = await client.check_task(task_id)
+        info = await client.send_input(task_id, body)
+        # A task that closed just now is continued too: it is then in a new run.
+        follow_up = before.status.terminal or (
+            info.run_id != before.run_id and info.status == TaskStatus.PENDING
+        )
+        if as_json:
+            print(info_json(info, follow_up=follow_up))
+            return
+        print_info(console, info, as_json=False, arguments=await client.pending_arguments(info))
+        if follow_up:
+            what = "started a follow-up run with this input"
+        elif info.status == TaskStatus.PAUSED:
+            what = "the task reads this input once the calls above are decided"
+        else:
+            what = "the task reads this input at its next turn"
+        console.print(
+            f"\nsent: {what}. Wait for the answer: subagents check {shlex.quote(info.id)} --wait",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    run(main())
+
+
+def list_command(
+    parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,
+    status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: JsonOut = False,
+) -> None:
+    """List tasks (latest run of each), newest first."""
+
+    async def main() -> None:
+        client = await _client(make_settings(address, namespace, task_queue))
+        try:
+            tasks = await client.list_tasks(parent_id=parent, status=status)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--status") from None
+        if as_json:
+            rows = [t.model_dump(mode="json") for t in tasks]
+            print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
+            return
+        console.print(task_table(tasks))
+
+    run(main())
+
+
+def watch(
+    task_id: str,
+    address: Address = None,
+    namespace: Namespace = None,
+    task_queue: TaskQueue = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
+    ] = False,
+) -> None:
+    """Follow a task until it closes: the model's live text, turns, tool calls, status."""
+
+    async def main() -> None:
+        client = await _client(make_settings(address, namespace, task_queue))
+        in_text = False
+        async for event in client.watch(task_id):
+            if as_json:
+                print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
+                continue
+            when = event.time.strftime("%H:%M:%S") if event.time else ""
+            if event.kind == "text" and event.text is not None:
+                restarted = event.summary == "restarted"
+                if not in_text or restarted:
+                    if in_text:
+                        console.line()
+                    head = "[restarted] " if restarted else ""
+                    console.print(f"{when} {'text':<13} {head}", end="", markup=False)
+                    in_text = True
+                body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+                console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+                console.file.flush()
+                continue
+            if in_text:
+                console.line()
+                in_text = False
+            detail = event.summary or (event.status.value if event.status else "")
+            if event.error:
+                detail = f"{detail} ({event.error})" if detail else event.error
+            console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)
+            console.file.flush()
+
+    run(main())
+
+
+_TEXT_INDENT = len("00:00:00 ") + 14
+"""Where a streamed text's further lines start in ``watch``: under its first line."""
