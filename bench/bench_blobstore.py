@@ -37,9 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._blobstore import BlobStore
-from durable_subagents._connect import connect_client
 from durable_subagents._s3 import S3BlobStore
 from durable_subagents._transcript import Transcript
 from durable_subagents.config import Settings

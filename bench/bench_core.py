@@ -41,9 +41,8 @@ with workflow.unsafe.imports_passed_through():
         Worker,
     )
 
-    from durable_subagents import SubagentClient, TaskStatus
+    from durable_subagents import SubagentClient, TaskStatus, connect_client
     from durable_subagents._blobstore import LocalBlobStore
-    from durable_subagents._connect import connect_client
     from durable_subagents.config import Settings
     from durable_subagents.dev import DevServer, free_port, temporal_binary
     from durable_subagents.worker import create_worker

@@ -38,9 +38,8 @@ from typing import Any
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents._connect import connect_client
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer, FakeReply
 

@@ -78,9 +78,8 @@ from temporalio.api.enums.v1 import EventType, TaskQueueKind
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient
+from durable_subagents import SubagentClient, connect_client
 from durable_subagents._blobstore import LocalBlobStore, blob_ref
-from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import free_port
 from durable_subagents.types import TaskResult

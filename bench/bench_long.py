@@ -19,8 +19,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 
-from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._connect import connect_client
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker

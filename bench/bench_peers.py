@@ -59,8 +59,7 @@ from temporalio.worker import (
     Worker,
 )
 
-from durable_subagents import SubagentClient
-from durable_subagents._connect import connect_client
+from durable_subagents import SubagentClient, connect_client
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, temporal_binary

@@ -64,9 +64,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents._connect import connect_client
 from durable_subagents.agents import resolve_agent
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port

@@ -6,6 +6,7 @@ is a Temporal workflow, so it survives crashes of workers and of the parent.
 
 from typing import TYPE_CHECKING, Any
 
+from durable_subagents._connect import connect_client
 from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
 from durable_subagents.client import SubagentClient
 from durable_subagents.errors import (
@@ -54,6 +55,7 @@ __all__ = [
     "UnknownCallId",
     "Usage",
     "WrongTaskState",
+    "connect_client",
 ]
 
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient
-from durable_subagents._connect import connect_client
+from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker

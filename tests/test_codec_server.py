@@ -35,10 +35,9 @@ from rich.console import Console
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._codec import ENCODING, KEY_ID_METADATA, KeyRing, new_key
 from durable_subagents._codec_server import CodecServer, web_ui_origins
-from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, run_dev, temporal_binary
 from durable_subagents.errors import InvalidRequest, SubagentError

@@ -25,6 +25,7 @@ from durable_subagents import (
     PermissionRule,
     SubagentClient,
     TaskStatus,
+    connect_client,
 )
 from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents._codec import (
@@ -35,7 +36,6 @@ from durable_subagents._codec import (
     data_converter,
     new_key,
 )
-from durable_subagents._connect import connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, temporal_binary
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._connect import connect_client
+from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.activities.providers import clear_provider_cache
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port

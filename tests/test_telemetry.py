@@ -24,8 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from durable_subagents import SubagentClient, TaskInfo, TaskStatus
-from durable_subagents._connect import connect_client
+from durable_subagents import SubagentClient, TaskInfo, TaskStatus, connect_client
 from durable_subagents._payloads import ModelTurnInput, ModelTurnResult
 from durable_subagents._telemetry import (
     MODEL_TURN_SPAN,

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._connect import connect_client
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus, connect_client
 from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port

@@ -15,8 +15,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from durable_subagents import AgentSpec, SubagentClient
-from durable_subagents._connect import connect_client
+from durable_subagents import AgentSpec, SubagentClient, connect_client
 from durable_subagents._payloads import Decisions
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
