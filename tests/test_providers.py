@@ -28,8 +28,8 @@ from durable_subagents.activities.providers import (
     clear_provider_cache,
     parse_model,
     resolve_provider,
-    retry_after,
 )
+from durable_subagents.activities.providers._errors import retry_after
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec

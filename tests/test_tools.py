@@ -32,10 +32,10 @@ from durable_subagents.activities.tools import (
     read_file,
     spawn_sandboxed,
     tool,
-    truncate_middle,
     write_file,
 )
 from durable_subagents.activities.tools import _sandbox as sandbox_module
+from durable_subagents.activities.tools._bash import truncate_middle
 from durable_subagents.errors import InvalidRequest
 
 REPO = Path(__file__).resolve().parents[1]
