@@ -40,7 +40,7 @@ async def connect_client(
         InvalidRequest: ``address`` is not a ``host:port``.
         TemporalUnavailable: the server did not answer on ``address``.
     """
-    _release_runtime_at_exit()
+    release_runtime_at_exit()
     if tracing_enabled(tracing):
         kwargs["plugins"] = [*kwargs.get("plugins", ()), tracing_plugin()]
     try:
@@ -63,7 +63,7 @@ async def connect_client(
 _registered = False
 
 
-def _release_runtime_at_exit() -> None:
+def release_runtime_at_exit() -> None:
     """Let go of Temporal's default runtime before the interpreter starts finalizing.
 
     A process that used a client and then ends can abort at exit (``PyGILState_Release:

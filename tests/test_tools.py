@@ -120,7 +120,10 @@ async def test_an_abandoned_call_that_fails_later_logs_nothing(tmp_path: Path) -
         await asyncio.sleep(0.05)
     finally:
         loop.set_exception_handler(previous)
-    assert logged == []
+    # Only this call's error counts: the gc may also finalize what earlier tests of the
+    # process left behind (an aiohttp session says "Unclosed client session").
+    ours = [c for c in logged if "never retrieved" in str(c.get("message"))]
+    assert ours == [] and not any(isinstance(c.get("exception"), ToolError) for c in logged)
 
 
 def test_schema_from_signature_and_docstring() -> None:

@@ -21,6 +21,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_subagents._blobstore import open_blob_store
 from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter
+from durable_subagents._connect import release_runtime_at_exit
 from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
@@ -75,6 +76,7 @@ class SubagentsPlugin(SimplePlugin):
         tools: ToolRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
+        release_runtime_at_exit()  # a plain Client.connect gets connect_client's exit fix
         self.settings = settings or Settings()
         self.keys = keys or self.settings.payload_keys()
         self._converter = data_converter(self.keys)
