@@ -535,6 +535,31 @@ async def test_path_rules_hold_against_rewritten_paths(
     assert "file not found" in outputs[4]  # an ordinary path still runs
 
 
+async def test_a_missing_name_and_its_dotdot_cannot_hide_a_symlink_from_the_rules(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """``nothing/../docs/key.txt`` with ``docs`` a symlink to ``secrets``: the rules must
+    see ``secrets/key.txt``, where the read would really go, not ``docs/key.txt``."""
+    (workspace / "secrets").mkdir()
+    (workspace / "secrets" / "key.txt").write_text("the-key-material\n")
+    (workspace / "docs").symlink_to("secrets")
+    client.agents["guarded"] = AgentSpec(
+        name="guarded",
+        permission_mode="dont_ask",
+        tools=["read_file"],
+        permissions=[PermissionRule(tool="*", pattern="secrets/*", action="deny")],
+    )
+    _, outputs = await run_attack(
+        client,
+        call("read_file", path="nothing/../docs/key.txt"),
+        call("read_file", path="a/b/../../docs/key.txt"),
+        call("read_file", path="docs/key.txt"),
+        agent="guarded",
+    )
+    assert all("denied by this agent's permission rules" in out for out in outputs), outputs
+    assert "the-key-material" not in "\n".join(outputs)
+
+
 async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
