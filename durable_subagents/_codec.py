@@ -183,9 +183,8 @@ class KeyRing:
         Raises:
             PayloadKeyMissing, PayloadCorrupt.
         """
-        head = len(_SEALED) + _KEY_ID_BYTES
-        kid = sealed[len(_SEALED) : head].hex()
-        return kid, self.decrypt(kid, sealed[head:], aad, what)
+        kid = sealed_key_id(sealed)
+        return kid, self.decrypt(kid, sealed[len(_SEALED) + _KEY_ID_BYTES :], aad, what)
 
 
 def is_sealed(data: bytes) -> bool:
@@ -287,15 +286,15 @@ class EncryptedFailureConverter(DefaultFailureConverter):
             super().to_failure(exception, payload_converter, failure)
 
 
+KEY_ERROR_TYPES = ("PayloadKeyMissing", "PayloadCorrupt")
+"""Failure types whose message is written in plain text: it names a key, never content."""
+
+
 def _is_key_error(exception: BaseException) -> bool:
     """A key error itself, or an activity's failure made of one (``_blob_failure``)."""
     if isinstance(exception, PayloadEncryptionError):
         return True
     return isinstance(exception, ApplicationError) and exception.type in KEY_ERROR_TYPES
-
-
-KEY_ERROR_TYPES = ("PayloadKeyMissing", "PayloadCorrupt")
-"""Failure types whose message is written in plain text: it names a key, never content."""
 
 
 def data_converter(keys: KeyRing | None) -> DataConverter:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import io
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -43,8 +42,10 @@ from durable_subagents.dev import DevServer, free_port, run_dev, temporal_binary
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.worker import create_worker
 
+from .browser import CHROMIUM, needs_browser
 from .conftest import script
 from .test_cli import CLI, _env, failed, ok, run
+from .test_dev import _wait_ready
 from .test_encryption import decoded_strings, temporal_cli
 
 # Plain words: the Web UI shows a summary as markdown, escaping punctuation.
@@ -427,13 +428,28 @@ async def test_the_codec_server_command_serves_until_ctrl_c(
 # ---------------------------------------------------------------- subagents dev
 
 
-async def _wait_ready(runner: asyncio.Task[None], out: io.StringIO) -> str:
-    deadline = time.monotonic() + 30
-    while "Ctrl-C to stop" not in out.getvalue():
-        assert not runner.done(), out.getvalue()
-        assert time.monotonic() < deadline, out.getvalue()
-        await asyncio.sleep(0.05)
-    return out.getvalue()
+@asynccontextmanager
+async def running_dev(
+    settings: Settings, *, port: int, ui_port: int, width: int = 200, **options: Any
+) -> AsyncIterator[tuple[str, io.StringIO]]:
+    """``run_dev`` until its banner is printed: (the banner, all it prints); stopped after."""
+    out = io.StringIO()
+    runner = asyncio.create_task(
+        run_dev(
+            settings=settings,
+            port=port,
+            ui_port=ui_port,
+            db=None,
+            workspace=None,
+            console=Console(file=out, width=width),
+            **{"retention": None, **options},
+        )
+    )
+    try:
+        yield await _wait_ready(runner, out), out
+    finally:
+        runner.cancel()
+        await asyncio.wait_for(runner, 20)
 
 
 def _cmdlines_with(marker: str) -> list[list[str]]:
@@ -451,22 +467,9 @@ async def test_dev_with_a_key_runs_a_codec_server_for_its_web_ui(tmp_path: Path)
     key = new_key()
     port, ui_port, codec_port = free_port(), free_port(), free_port()
     settings = _settings(tmp_path, f"127.0.0.1:{port}", "default", key)
-    out = io.StringIO()
-    runner = asyncio.create_task(
-        run_dev(
-            settings=settings,
-            port=port,
-            ui_port=ui_port,
-            db=None,
-            retention=None,
-            workspace=None,
-            console=Console(file=out, width=200),
-            codec_port=codec_port,
-        )
-    )
     endpoint = f"http://127.0.0.1:{codec_port}"
-    try:
-        text = await _wait_ready(runner, out)
+    ready = running_dev(settings, port=port, ui_port=ui_port, codec_port=codec_port)
+    async with ready as (text, out):
         assert f"Codec server: {endpoint} (the Web UI decrypts tasks through it" in text
         db = str((tmp_path / "data" / "temporal.db").resolve())
         [server_args] = [a for a in _cmdlines_with(db) if "start-dev" in a]
@@ -491,27 +494,9 @@ async def test_dev_with_a_key_runs_a_codec_server_for_its_web_ui(tmp_path: Path)
         assert reply.status == 403
 
         # A second dev on the same port names the codec server the Web UI uses.
-        second_out = io.StringIO()
-        second = asyncio.create_task(
-            run_dev(
-                settings=settings,
-                port=port,
-                ui_port=free_port(),
-                db=None,
-                retention=None,
-                workspace=None,
-                console=Console(file=second_out, width=200),
-            )
-        )
-        try:
-            text = await _wait_ready(second, second_out)
-        finally:
-            second.cancel()
-            await asyncio.wait_for(second, 20)
+        async with running_dev(settings, port=port, ui_port=free_port()) as (text, _):
+            pass
         assert f"the Web UI decrypts through {endpoint}, the codec server of the" in text
-    finally:
-        runner.cancel()
-        await asyncio.wait_for(runner, 20)
     assert "Stopped." in out.getvalue()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", codec_port), timeout=1).close()
@@ -521,23 +506,9 @@ async def test_dev_reusing_a_running_server_says_its_web_ui_does_not_use_it(
     tmp_path: Path, dev_server: DevServer
 ) -> None:
     settings = _settings(tmp_path, dev_server.address, dev_server.namespace, new_key())
-    out = io.StringIO()
-    runner = asyncio.create_task(
-        run_dev(
-            settings=settings,
-            port=dev_server.port,
-            ui_port=dev_server.ui_port,
-            db=None,
-            retention=timedelta(days=1),
-            workspace=None,
-            console=Console(file=out, width=400),
-        )
-    )
-    try:
-        text = await _wait_ready(runner, out)
-    finally:
-        runner.cancel()
-        await asyncio.wait_for(runner, 20)
+    reuse = {"port": dev_server.port, "ui_port": dev_server.ui_port, "width": 400}
+    async with running_dev(settings, **reuse, retention=timedelta(days=1)) as (text, _):
+        pass
     found = re.search(r"Codec server: (http://127\.0\.0\.1:\d+) ", text)
     assert found, text
     assert "was not started with it" in text and "Codec Server setting" in text
@@ -545,43 +516,12 @@ async def test_dev_reusing_a_running_server_says_its_web_ui_does_not_use_it(
         socket.create_connection(("127.0.0.1", int(found[1].rsplit(":", 1)[1])), 1).close()
     # Without a key there is nothing to decrypt: no codec server.
     keyless = settings.model_copy(update={"payload_key": None})
-    out = io.StringIO()
-    runner = asyncio.create_task(
-        run_dev(
-            settings=keyless,
-            port=dev_server.port,
-            ui_port=dev_server.ui_port,
-            db=None,
-            retention=None,
-            workspace=None,
-            console=Console(file=out, width=400),
-            codec_port=free_port(),
-        )
-    )
-    try:
-        text = await _wait_ready(runner, out)
-    finally:
-        runner.cancel()
-        await asyncio.wait_for(runner, 20)
+    async with running_dev(keyless, **reuse, codec_port=free_port()) as (text, _):
+        pass
     assert "Codec server" not in text and "--codec-port" in text and "is not used" in text
 
 
 # ---------------------------------------------------------------- the Web UI, in a browser
-
-
-def _chromium() -> str | None:
-    for candidate in (shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-CHROMIUM = _chromium()
-browser = pytest.mark.skipif(
-    CHROMIUM is None or importlib.util.find_spec("playwright") is None,
-    reason="needs a chromium binary on PATH (Debian: apt-get install chromium) and "
-    "playwright (pip install -e '.[dev]'); playwright's own browsers are never downloaded",
-)
 
 
 @pytest.fixture(scope="module")
@@ -628,7 +568,7 @@ async def _page_text(server: DevServer, task: Task, expect: str | None) -> str:
             await chromium.close()
 
 
-@browser
+@needs_browser
 @pytest.mark.browser
 async def test_the_web_ui_shows_the_task_decrypted_through_the_codec_server(
     ui_task: tuple[DevServer, Task],
@@ -639,7 +579,7 @@ async def test_the_web_ui_shows_the_task_decrypted_through_the_codec_server(
     assert ANSWER in text, text  # the result panel
 
 
-@browser
+@needs_browser
 @pytest.mark.browser
 async def test_without_a_codec_endpoint_the_web_ui_shows_ciphertext(
     dev_server: DevServer, task: Task

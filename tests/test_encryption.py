@@ -241,13 +241,7 @@ async def test_history_memo_and_metadata_hold_none_of_the_task_in_plain_text(
     settings: Settings, dev_server: DevServer, key: str
 ) -> None:
     own = with_keys(settings, key)
-    temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
-    client = SubagentClient(
-        temporal,
-        task_queue=own.task_queue,
-        blob_store=own.blob_store(),
-        agents={"careful": CAREFUL},
-    )
+    temporal, client = await keyed_client(own)
     model = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": f"echo {OUTPUT}"}}]},
         {"text": ANSWER},

@@ -9,7 +9,6 @@ Screenshots go to ``$SUBAGENTS_SCREENSHOTS`` (default: the test's temporary dire
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -24,17 +23,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
+from .browser import CHROMIUM
 from .conftest import script
 
-
-def _chromium() -> str | None:
-    for candidate in (shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-CHROMIUM = _chromium()
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
