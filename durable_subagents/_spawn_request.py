@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import math
-import posixpath
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents._payloads import TaskInput
-from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
-from durable_subagents.agents._spec import MODE_RANK
+from durable_subagents._spawn_options import SpawnOptions, narrow
+from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.types import TaskStatus
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-MAX_TURNS_LIMIT = 10_000
 
 
 def validate_task_id(task_id: str) -> None:
@@ -34,29 +28,40 @@ def validate_task_id(task_id: str) -> None:
         )
 
 
+MAX_PROMPT_BYTES = 128 * 1024
+"""Longest prompt a spawn takes by default; longer material goes in the workspace."""
+MAX_DESCRIPTION_BYTES = 2_000
+"""Longest description: it is the Web UI summary and a memo field."""
+MAX_ID_BYTES = 1_000
+"""Longest task id (Temporal's workflow id limit)."""
+
+
 def build_task_input(
     spec: AgentSpec,
     prompt: str,
+    options: SpawnOptions,
     *,
     description: str,
     parent_id: str | None,
-    model: str | None,
-    max_turns: int | None,
-    metadata: dict[str, Any] | None,
-    tools: Sequence[str] | None,
-    disallowed_tools: Sequence[str] | None,
-    permission_mode: str | None,
-    permissions: Sequence[PermissionRule | dict[str, str]] | None,
-    approval_timeout: float | None,
-    time_limit: float | None,
-    workspace: str | None,
-    max_prompt_bytes: int,
+    default_model: str | None,
+    max_prompt_bytes: int = MAX_PROMPT_BYTES,
     created_at: datetime | None = None,
     check_model: bool = True,
-    network: bool | None = None,
-    token_budget: int | None = None,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
+
+    Args:
+        spec: The agent, as the spawner resolved it.
+        prompt: The task.
+        options: What the spawn narrows (already checked alone).
+        description: A label; empty: the prompt's first line.
+        parent_id: The spawning task's id, if any.
+        default_model: The model when neither the options nor the agent name one
+            (an agent's ``inherit`` means this); None: the worker's default.
+        max_prompt_bytes: The prompt's size limit (and an inline script's).
+        created_at: The task's creation time (``workflow.now()`` in workflow code).
+        check_model: Parse the model name here (not in workflow code: the parser's
+            module imports the provider SDKs).
 
     Raises:
         InvalidRequest: what was wrong, and what to do instead.
@@ -71,33 +76,17 @@ def build_task_input(
         )
     _check_size("description", description, MAX_DESCRIPTION_BYTES, "keep it to one line")
     _check_size("parent_id", parent_id, MAX_ID_BYTES, "pass the parent task's id")
+    model = options.model or (spec.model if spec.model != "inherit" else None) or default_model
     _check_size("model", model, max_prompt_bytes, "put a long script in a file the worker reads")
-    if max_turns is not None and (
-        isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
-    ):
-        raise InvalidRequest(f"max_turns must be an integer >= 1, got {max_turns!r}")
-    if max_turns is not None and max_turns > MAX_TURNS_LIMIT:
-        raise InvalidRequest(f"max_turns must be at most {MAX_TURNS_LIMIT}, got {max_turns}")
-    _check_seconds("time_limit", time_limit)
-    if token_budget is not None and (
-        isinstance(token_budget, bool)
-        or not isinstance(token_budget, int)
-        or not 1 <= token_budget <= MAX_TOKEN_BUDGET
-    ):
-        raise InvalidRequest(
-            f"token_budget must be an integer from 1 to {MAX_TOKEN_BUDGET}, got {token_budget!r}"
-        )
+    approval_timeout = options.approval_timeout
     if approval_timeout is None:
         approval_timeout = spec.approval_timeout
-    _check_seconds("approval_timeout", approval_timeout)
-    _check_metadata(metadata)
-    _check_workspace(workspace)
     if model is not None and check_model:
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
         from durable_subagents.activities.providers import parse_model
 
         parse_model(model)
-    narrowed = narrow(spec, tools, disallowed_tools, permission_mode, permissions, network)
+    narrowed = narrow(spec, options)
     description = description.strip() or _first_line(prompt)
     return TaskInput(
         agent=narrowed,
@@ -105,54 +94,15 @@ def build_task_input(
         description=description,
         parent_id=parent_id,
         model=model or "default",
-        max_turns=max_turns or spec.max_turns,
-        turns_per_run=max_turns or spec.max_turns,
-        metadata=metadata or {},
-        workspace=workspace,
-        time_limit=time_limit,
+        max_turns=options.max_turns or spec.max_turns,
+        turns_per_run=options.max_turns or spec.max_turns,
+        metadata=options.metadata or {},
+        workspace=options.workspace,
+        time_limit=options.time_limit,
         approval_timeout=approval_timeout,
-        token_budget=token_budget,
+        token_budget=options.token_budget,
         created_at=created_at or datetime.now(UTC),
     )
-
-
-def _check_workspace(workspace: str | None) -> None:
-    """What a client can tell of a workspace: a path that stays inside the worker's root.
-
-    Whether the directory exists only the worker knows (its root may be on another
-    machine); a task whose workspace it cannot use fails at its first turn.
-    """
-    if workspace is None:
-        return
-    if (
-        not isinstance(workspace, str)
-        or not workspace.strip()
-        or "\x00" in workspace
-        or len(workspace.encode()) > MAX_WORKSPACE_BYTES
-    ):
-        raise InvalidRequest(
-            f"workspace must be a directory path of 1-{MAX_WORKSPACE_BYTES} bytes, got "
-            f"{workspace!r:.100}; name a directory inside the worker's workspace root"
-        )
-    normal = posixpath.normpath(workspace)
-    if not posixpath.isabs(normal) and (normal == ".." or normal.startswith("../")):
-        raise InvalidRequest(
-            f"workspace {workspace!r} leaves the worker's workspace root; name a directory "
-            "inside it, relative to the root (e.g. 'services/api'), or start the worker "
-            "with a wider --workspace"
-        )
-
-
-MAX_WORKSPACE_BYTES = 4096
-
-MAX_SECONDS = 366 * 24 * 3600
-"""Longest time limit or approval timeout accepted (a year)."""
-MAX_METADATA_BYTES = 16 * 1024
-MAX_TOKEN_BUDGET = 10**10
-MAX_DESCRIPTION_BYTES = 2_000
-"""Longest description: it is the Web UI summary and a memo field."""
-MAX_ID_BYTES = 1_000
-"""Longest task id (Temporal's workflow id limit)."""
 
 
 def _check_size(name: str, value: object, limit: int, hint: str) -> None:
@@ -163,91 +113,6 @@ def _check_size(name: str, value: object, limit: int, hint: str) -> None:
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > limit:
         raise PayloadTooLarge(f"{name} is {size} bytes, over the {limit}-byte limit; {hint}")
-
-
-def _check_seconds(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise InvalidRequest(
-            f"{name} must be more than 0 and at most {MAX_SECONDS} seconds (a year), got {value}"
-        )
-
-
-def _check_metadata(metadata: object) -> None:
-    if metadata is None:
-        return
-    if not isinstance(metadata, dict):
-        raise InvalidRequest(f"metadata must be a dict, got {type(metadata).__name__}")
-    try:
-        size = len(json.dumps(metadata).encode())
-    except (TypeError, ValueError) as err:
-        raise InvalidRequest(f"metadata must be JSON-serializable: {err}") from None
-    if size > MAX_METADATA_BYTES:
-        raise PayloadTooLarge(
-            f"metadata is {size} bytes, over the {MAX_METADATA_BYTES}-byte limit; keep "
-            "metadata to ids and labels, and put large material in the workspace"
-        )
-
-
-def narrow(
-    spec: AgentSpec,
-    tools: Sequence[str] | None,
-    disallowed_tools: Sequence[str] | None,
-    permission_mode: str | None,
-    permissions: Sequence[PermissionRule | dict[str, str]] | None,
-    network: bool | None = None,
-) -> AgentSpec:
-    """Apply spawn options to an agent; refuse any that would widen it."""
-    update: dict[str, Any] = {}
-    if network is not None:
-        if not isinstance(network, bool):
-            raise InvalidRequest(f"network must be true or false, got {network!r}")
-        if network and not spec.network:
-            raise InvalidRequest(
-                f"agent {spec.name!r} does not allow the network for its tools; spawn "
-                "options can only narrow: give the agent `network: true` to allow it"
-            )
-        update["network"] = network
-    if tools is not None:
-        tools = list(tools)
-        if spec.tools is not None:
-            extra = [t for t in tools if t not in spec.tools]
-            if extra:
-                raise InvalidRequest(
-                    f"agent {spec.name!r} does not allow {', '.join(extra)}; its tools are "
-                    f"{', '.join(spec.tools)}. Spawn options can only narrow an agent: pick "
-                    "another agent (e.g. 'general') for more tools"
-                )
-        update["tools"] = tools
-    if disallowed_tools:
-        update["disallowed_tools"] = sorted({*spec.disallowed_tools, *disallowed_tools})
-    if permission_mode is not None:
-        if permission_mode not in MODE_RANK:
-            raise InvalidRequest(
-                f"unknown permission_mode {permission_mode!r}; use one of {', '.join(MODE_RANK)}"
-            )
-        if MODE_RANK[permission_mode] > MODE_RANK[spec.permission_mode]:
-            raise InvalidRequest(
-                f"permission_mode {permission_mode!r} is more permissive than agent "
-                f"{spec.name!r}'s {spec.permission_mode!r}; spawn options can only narrow"
-            )
-        update["permission_mode"] = permission_mode
-    if permissions:
-        try:
-            rules = [PermissionRule.model_validate(r) for r in permissions]
-        except ValidationError as err:
-            raise InvalidRequest(f"invalid permission rule: {err}") from None
-        widening = [r for r in rules if r.action == "allow"]
-        if widening:
-            raise InvalidRequest(
-                "spawn permissions can only add 'deny' or 'ask' rules (they narrow the "
-                f"agent); got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
-            )
-        update["restrictions"] = [*spec.restrictions, *rules]
-    return spec.model_copy(update=update)
 
 
 def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAttributes]:

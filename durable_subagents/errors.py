@@ -110,7 +110,6 @@ NON_RETRYABLE_ERROR_TYPES = [
     "PayloadKeyMissing",
     "PayloadTooLarge",
     "ModelRequestError",
-    "ToolNotAllowed",
     "WorkspaceError",
     "TaskCancelled",
     "BlobCorrupt",

@@ -341,15 +341,14 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
 ) -> None:
     from datetime import timedelta
 
+    from durable_subagents._spawn_options import SpawnOptions
     from durable_subagents._spawn_request import build_task_input, start_metadata
     from durable_subagents.agents import BUILTIN_AGENTS
 
     sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3913"}}]})
     task_input = build_task_input(
-        BUILTIN_AGENTS["general"], "x", description="x", parent_id=None, model=sleep,
-        max_turns=None, metadata=None, tools=None, disallowed_tools=None,
-        permission_mode=None, permissions=None, approval_timeout=None, time_limit=None,
-        workspace=None, max_prompt_bytes=100_000,
+        BUILTIN_AGENTS["general"], "x", SpawnOptions(model=sleep), description="x",
+        parent_id=None, default_model=None,
     )  # fmt: skip
     memo, attributes = start_metadata(task_input)
     async with create_worker(temporal_client, settings):

@@ -83,6 +83,48 @@ async def test_options_may_only_narrow(client: SubagentClient) -> None:
         await client.spawn_task("general", "x", time_limit=0)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        # a bare string was once split into letters ("does not allow b, a, s, h")
+        ("tools", "bash", "tools must be a list of tool names, got 'bash'"),
+        ("disallowed_tools", ["bash", 3], "disallowed_tools must be a list of tool names"),
+        ("permissions", {"tool": "bash", "action": "deny"}, "permissions must be a list"),
+        ("permissions", [{"tool": "bash", "action": "sometimes"}], "invalid permission rule"),
+        ("permission_mode", "yolo", "unknown permission_mode 'yolo'; use one of plan"),
+        ("network", "yes", "network must be true or false, got 'yes'"),
+        ("model", 5, "model must be a string like openai:gpt-4.1-mini, got int"),
+        ("max_turns", True, "max_turns must be an integer >= 1, got True"),
+        ("token_budget", 0, "token_budget must be an integer from 1 to"),
+        ("approval_timeout", float("nan"), "approval_timeout must be more than 0"),
+        ("workspace", "../elsewhere", "leaves the worker's workspace root"),
+        ("metadata", ["not", "a", "dict"], "metadata must be a dict, got list"),
+    ],
+)
+async def test_each_spawn_option_is_checked_with_a_message_that_says_what_to_do(
+    client: SubagentClient, option: str, value: object, problem: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(problem)):
+        await client.spawn_task("general", "x", description="must not start", **{option: value})  # type: ignore[arg-type]
+    await _no_task_started(client)
+
+
+def test_spawn_options_refuse_unknown_names_and_stay_as_built() -> None:
+    from pydantic import ValidationError
+
+    from durable_subagents._spawn_options import SpawnOptions
+
+    with pytest.raises(InvalidRequest, match=r"unknown spawn option 'max_turn'.*max_turns"):
+        SpawnOptions(max_turn=3)
+    options = SpawnOptions(tools=["read_file"], permissions=[{"tool": "bash", "action": "ask"}])
+    assert options.tools == ("read_file",) and options.permissions[0].action == "ask"
+    with pytest.raises(ValidationError):
+        options.tools = ("bash",)  # type: ignore[misc]
+    # validating a dict runs the same checks (the cause is the InvalidRequest)
+    with pytest.raises(ValidationError, match="max_turns must be an integer"):
+        SpawnOptions.model_validate({"max_turns": 0})
+
+
 async def test_narrowing_options_take_effect(
     client: SubagentClient, worker: None, workspace: object
 ) -> None:

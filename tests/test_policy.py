@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from durable_subagents import policy
-from durable_subagents._spawn_request import may_pause, narrow
+from durable_subagents._spawn_options import SpawnOptions, narrow
+from durable_subagents._spawn_request import may_pause
 from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.errors import InvalidRequest
 
@@ -78,7 +79,9 @@ def test_restrictions_are_stricter_never_wider() -> None:
         permission_mode="dont_ask",
         permissions=[PermissionRule(tool="bash", pattern="rm *", action="deny")],
     )
-    narrowed = narrow(agent, None, None, None, [{"tool": "bash", "pattern": "*", "action": "ask"}])
+    narrowed = narrow(
+        agent, SpawnOptions(permissions=[{"tool": "bash", "pattern": "*", "action": "ask"}])
+    )
     assert policy.decide(narrowed, "bash", {"command": "ls"}) == "ask"  # restriction asks
     assert policy.decide(narrowed, "bash", {"command": "rm -rf x"}) == "deny"  # agent denies
     assert policy.decide(narrowed, "write_file", CALLS["write_file"]) == "allow"
@@ -96,16 +99,16 @@ def test_a_spawn_may_narrow_the_mode_but_never_widen_it(
 ) -> None:
     agent = AgentSpec(name="a", permission_mode=agent_mode)  # type: ignore[arg-type]
     if ok:
-        assert narrow(agent, None, None, spawn_mode, None).permission_mode == spawn_mode
+        assert narrow(agent, SpawnOptions(permission_mode=spawn_mode)).permission_mode == spawn_mode
     else:
         with pytest.raises(InvalidRequest, match="more permissive"):
-            narrow(agent, None, None, spawn_mode, None)
+            narrow(agent, SpawnOptions(permission_mode=spawn_mode))
 
 
 def test_spawn_rules_may_only_deny_or_ask() -> None:
     agent = AgentSpec(name="a", permission_mode="default")
     with pytest.raises(InvalidRequest, match="only add 'deny' or 'ask'"):
-        narrow(agent, None, None, None, [{"tool": "bash", "action": "allow"}])
+        narrow(agent, SpawnOptions(permissions=[{"tool": "bash", "action": "allow"}]))
 
 
 def test_may_pause_follows_the_mode() -> None:
@@ -149,8 +152,8 @@ def test_protected_writes_are_found_on_normalized_paths(
 
 
 def test_child_spec_narrows_the_sandbox_to_the_parent() -> None:
+    from durable_subagents._spawn_options import child_spec
     from durable_subagents.agents import ToolLimits
-    from durable_subagents.workflows._subtasks import child_spec
 
     parent = AgentSpec(name="p", network=False, env=["A", "B"], limits=ToolLimits(memory_mb=512))
     child = AgentSpec(
@@ -169,7 +172,7 @@ def test_child_spec_narrows_the_sandbox_to_the_parent() -> None:
 
 def test_a_spawn_can_take_the_network_away_but_never_grant_it() -> None:
     online = AgentSpec(name="online", network=True)
-    assert narrow(online, None, None, None, None, False).network is False
-    assert narrow(online, None, None, None, None, True).network is True
+    assert narrow(online, SpawnOptions(network=False)).network is False
+    assert narrow(online, SpawnOptions(network=True)).network is True
     with pytest.raises(InvalidRequest, match=r"does not allow the network.*only narrow"):
-        narrow(AgentSpec(name="offline"), None, None, None, None, True)
+        narrow(AgentSpec(name="offline"), SpawnOptions(network=True))

@@ -11,8 +11,8 @@ Action = Literal["allow", "ask", "deny"]
 
 READ_ONLY_TOOLS = ("read_file", "list_files", "grep")
 EDIT_TOOLS = ("write_file", "edit_file")
-MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
-"""Permission modes from the most restrictive to the most permissive."""
+SPAWN_TOOLS = ("spawn_subagent", "wait_subagents")
+"""The tools an agent with ``may_spawn`` is offered; the workflow runs them itself."""
 ALL_TOOLS = (*READ_ONLY_TOOLS, *EDIT_TOOLS, "bash")
 
 

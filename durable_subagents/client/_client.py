@@ -39,7 +39,9 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._payloads import DECIDE_SIGNAL, WORKFLOW, Decisions
+from durable_subagents._spawn_options import SpawnOptions
 from durable_subagents._spawn_request import (
+    MAX_PROMPT_BYTES,
     build_task_input,
     start_metadata,
     static_details,
@@ -93,7 +95,7 @@ class SubagentClient:
         blob_store: BlobStore | None = None,
         agents: Mapping[str, AgentSpec] | None = None,
         default_model: str | None = None,
-        max_prompt_bytes: int = 128 * 1024,
+        max_prompt_bytes: int = MAX_PROMPT_BYTES,
     ) -> None:
         self.temporal = client
         self.task_queue = task_queue
@@ -210,12 +212,8 @@ class SubagentClient:
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
-        task_input = build_task_input(
-            spec,
-            prompt,
-            description=description,
-            parent_id=parent_id,
-            model=model or (spec.model if spec.model != "inherit" else None) or self.default_model,
+        options = SpawnOptions(
+            model=model,
             max_turns=max_turns,
             metadata=metadata,
             tools=tools,
@@ -225,9 +223,17 @@ class SubagentClient:
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             workspace=workspace,
-            max_prompt_bytes=self.max_prompt_bytes,
             network=network,
             token_budget=token_budget,
+        )
+        task_input = build_task_input(
+            spec,
+            prompt,
+            options,
+            description=description,
+            parent_id=parent_id,
+            default_model=self.default_model,
+            max_prompt_bytes=self.max_prompt_bytes,
         )
         if task_id is not None:
             validate_task_id(task_id)

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from durable_subagents._spawn_options import SpawnOptions
     from durable_subagents._spawn_request import (
         build_task_input,
         validate_task_id,
@@ -87,12 +88,8 @@ async def start_subagent(
     info = workflow.info()
     try:
         spec = agent if isinstance(agent, AgentSpec) else resolve_agent(agent, agents)
-        task_input = build_task_input(
-            spec,
-            prompt,
-            description=description,
-            parent_id=info.workflow_id,
-            model=model or (spec.model if spec.model != "inherit" else None),
+        options = SpawnOptions(
+            model=model,
             max_turns=max_turns,
             metadata=metadata,
             tools=tools,
@@ -102,10 +99,17 @@ async def start_subagent(
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             workspace=workspace,
-            max_prompt_bytes=128 * 1024,
+            token_budget=token_budget,
+        )
+        task_input = build_task_input(
+            spec,
+            prompt,
+            options,
+            description=description,
+            parent_id=info.workflow_id,
+            default_model=None,
             created_at=workflow.now(),
             check_model=False,
-            token_budget=token_budget,
         )
         if task_id is not None:
             validate_task_id(task_id)

@@ -28,20 +28,19 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         TaskInput,
     )
+    from durable_subagents._spawn_options import SpawnOptions, child_spec
     from durable_subagents._spawn_request import (
         build_task_input,
         start_metadata,
         static_details,
         static_summary,
     )
-    from durable_subagents.agents import AgentSpec, resolve_agent
-    from durable_subagents.agents._spec import MODE_RANK
+    from durable_subagents.agents import resolve_agent
+    from durable_subagents.agents._spec import SPAWN_TOOLS
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import PendingApproval, TaskResult, TaskStatus, ToolCall, ToolSpec
 
-SPAWN_SUBAGENT = "spawn_subagent"
-WAIT_SUBAGENTS = "wait_subagents"
-SPAWN_TOOLS = (SPAWN_SUBAGENT, WAIT_SUBAGENTS)
+SPAWN_SUBAGENT, WAIT_SUBAGENTS = SPAWN_TOOLS
 
 
 SPAWN_TOOL_SPECS = [
@@ -117,32 +116,6 @@ class ParentLeft:
     turns: int
     seconds: float | None
     tokens: int | None
-
-
-def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> AgentSpec:
-    """The child's spec: its agent narrowed to what the parent may do."""
-    own = agent.tools if agent.tools is not None else parent_tools
-    tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
-    mode = min(agent.permission_mode, parent.permission_mode, key=MODE_RANK.__getitem__)
-    return agent.model_copy(
-        update={
-            "tools": tools,
-            "disallowed_tools": sorted({*agent.disallowed_tools, *parent.disallowed_tools}),
-            "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
-            "permission_mode": mode,
-            "may_spawn": False,
-            "network": agent.network and parent.network,
-            "env": _narrower_env(agent.env, parent.env),
-            "limits": agent.limits.capped_by(parent.limits),
-            "write_protected_paths": agent.write_protected_paths and parent.write_protected_paths,
-        }
-    )
-
-
-def _narrower_env(child: list[str] | None, parent: list[str] | None) -> list[str] | None:
-    if parent is None:
-        return child
-    return list(parent) if child is None else [n for n in child if n in parent]
 
 
 async def start_child(
@@ -267,25 +240,23 @@ class ChildTasks:
             agent = resolve_agent(str(args.get("agent", "")))
             spec = child_spec(parent.agent, parent_tools, agent)
             prompt = args.get("prompt")
-            task_input = build_task_input(
-                spec,
-                prompt if isinstance(prompt, str) else "",
-                description=str(args.get("description") or ""),
-                parent_id=workflow.info().workflow_id,
-                model=model or (agent.model if agent.model != "inherit" else parent_model),
+            options = SpawnOptions(
+                model=model or None,
                 max_turns=min(spec.max_turns, left.turns) if left else None,
-                metadata=None,
-                tools=None,
-                disallowed_tools=None,
-                permission_mode=None,
-                permissions=None,
                 approval_timeout=parent.approval_timeout,
                 time_limit=max(left.seconds, 1.0) if left and left.seconds is not None else None,
                 workspace=parent.workspace,
-                max_prompt_bytes=128 * 1024,
+                token_budget=budget,
+            )
+            task_input = build_task_input(
+                spec,
+                prompt if isinstance(prompt, str) else "",
+                options,
+                description=str(args.get("description") or ""),
+                parent_id=workflow.info().workflow_id,
+                default_model=parent_model,
                 created_at=workflow.now(),
                 check_model=False,
-                token_budget=budget,
             )
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None

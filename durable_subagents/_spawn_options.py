@@ -1,0 +1,322 @@
+"""Spawn options, and narrowing: how an agent becomes what one task of it may do.
+
+A spawn names an agent and may narrow it: fewer tools, a stricter mode, more rules,
+less time, fewer turns and tokens. Three entry points take a spawn
+(``SubagentClient.spawn_task``, ``start_subagent`` in a user's workflow, and a model's
+``spawn_subagent`` call) and each builds one ``SpawnOptions``; a model's options are the
+same model, so what it sends is checked by the same code, with the same messages, as a
+person's. The narrowing itself (``narrow`` for spawn options, ``child_spec`` for a
+subagent's child, ``MODE_RANK`` for modes) lives here, beside the options, so no other
+module decides what "narrower" means.
+
+Pure and deterministic: workflow code calls all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from durable_subagents.agents import AgentSpec, PermissionMode, PermissionRule
+from durable_subagents.agents._spec import SPAWN_TOOLS
+from durable_subagents.errors import InvalidRequest, PayloadTooLarge
+
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "MAX_SECONDS",
+    "MAX_TOKEN_BUDGET",
+    "MAX_TURNS_LIMIT",
+    "MAX_WORKSPACE_BYTES",
+    "MODE_RANK",
+    "SpawnOptions",
+    "child_spec",
+    "narrow",
+    "stricter_mode",
+]
+
+MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
+"""Permission modes from the most restrictive to the most permissive."""
+
+MAX_TURNS_LIMIT = 10_000
+MAX_SECONDS = 366 * 24 * 3600
+"""Longest time limit or approval timeout accepted (a year)."""
+MAX_METADATA_BYTES = 16 * 1024
+MAX_TOKEN_BUDGET = 10**10
+MAX_WORKSPACE_BYTES = 4096
+
+
+class SpawnOptions(BaseModel):
+    """What a spawn may set besides its prompt and label; every option only narrows.
+
+    Construction checks each option alone and raises ``InvalidRequest`` saying what was
+    wrong and what to do (the same messages a model gets back for its own
+    ``spawn_subagent`` call); ``narrow`` then checks them against the agent. An option
+    left as None keeps the agent's value.
+
+    Attributes:
+        model: ``provider:model``; None: the agent's, else the spawner's default.
+        max_turns: Turn limit; None: the agent's.
+        metadata: Free-form JSON data kept with the task.
+        tools: Only these of the agent's tools.
+        disallowed_tools: Tools taken away.
+        permission_mode: A mode at most as permissive as the agent's.
+        permissions: Extra ``deny`` or ``ask`` rules, applied as restrictions.
+        approval_timeout: Seconds a pause may wait; None: the agent's.
+        time_limit: Seconds the task may run in all.
+        workspace: A directory inside the worker's workspace root.
+        network: False takes the network away; True keeps it, if the agent has it.
+        token_budget: Input plus output tokens the task and its children may use.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = None
+    max_turns: int | None = None
+    metadata: dict[str, Any] | None = None
+    tools: tuple[str, ...] | None = None
+    disallowed_tools: tuple[str, ...] = ()
+    permission_mode: PermissionMode | None = None
+    permissions: tuple[PermissionRule, ...] = ()
+    approval_timeout: float | None = None
+    time_limit: float | None = None
+    workspace: str | None = None
+    network: bool | None = None
+    token_budget: int | None = None
+
+    def __init__(self, **options: Any) -> None:
+        """Check the options.
+
+        Raises:
+            InvalidRequest: the first option that is wrong, and what to do instead.
+        """
+        try:
+            super().__init__(**options)
+        except ValidationError as err:
+            raise _invalid_request(err) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, data: Any) -> Any:
+        """The checks whose messages people and models read, before pydantic's types."""
+        if not isinstance(data, Mapping):
+            return data
+        data = {k: v for k, v in data.items() if v is not None}
+        _check_type("model", data.get("model"), str, "a string like openai:gpt-4.1-mini")
+        max_turns = data.get("max_turns")
+        if max_turns is not None and (
+            isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
+        ):
+            raise InvalidRequest(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        if max_turns is not None and max_turns > MAX_TURNS_LIMIT:
+            raise InvalidRequest(f"max_turns must be at most {MAX_TURNS_LIMIT}, got {max_turns}")
+        _check_seconds("time_limit", data.get("time_limit"))
+        token_budget = data.get("token_budget")
+        if token_budget is not None and (
+            isinstance(token_budget, bool)
+            or not isinstance(token_budget, int)
+            or not 1 <= token_budget <= MAX_TOKEN_BUDGET
+        ):
+            raise InvalidRequest(
+                f"token_budget must be an integer from 1 to {MAX_TOKEN_BUDGET}, "
+                f"got {token_budget!r}"
+            )
+        _check_seconds("approval_timeout", data.get("approval_timeout"))
+        _check_metadata(data.get("metadata"))
+        _check_workspace(data.get("workspace"))
+        network = data.get("network")
+        if network is not None and not isinstance(network, bool):
+            raise InvalidRequest(f"network must be true or false, got {network!r}")
+        for name in ("tools", "disallowed_tools"):
+            names = data.get(name)
+            if names is not None and (
+                isinstance(names, str | bytes)
+                or not isinstance(names, list | tuple)
+                or not all(isinstance(n, str) for n in names)
+            ):
+                raise InvalidRequest(
+                    f"{name} must be a list of tool names, got {names!r:.100}; "
+                    'for example ["read_file", "grep"]'
+                )
+        mode = data.get("permission_mode")
+        if mode is not None and mode not in MODE_RANK:
+            raise InvalidRequest(
+                f"unknown permission_mode {mode!r}; use one of {', '.join(MODE_RANK)}"
+            )
+        rules = data.get("permissions")
+        if rules is not None:
+            data["permissions"] = _rules(rules)
+        return data
+
+
+def _invalid_request(err: ValidationError) -> InvalidRequest:
+    """The ``InvalidRequest`` a check raised, or one naming what pydantic refused."""
+    for error in err.errors(include_url=False):
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, InvalidRequest):
+            return cause
+    first = err.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"]) or "options"
+    if first["type"] == "extra_forbidden":
+        known = ", ".join(SpawnOptions.model_fields)
+        return InvalidRequest(f"unknown spawn option {where!r}; the options are {known}")
+    return InvalidRequest(f"spawn option {where} is not valid: {first['msg']}")
+
+
+def _rules(rules: object) -> list[PermissionRule]:
+    if isinstance(rules, str | bytes | Mapping) or not isinstance(rules, list | tuple):
+        raise InvalidRequest(
+            f"permissions must be a list of rules, got {type(rules).__name__}; for "
+            'example [{"tool": "bash", "pattern": "rm *", "action": "deny"}]'
+        )
+    try:
+        return [PermissionRule.model_validate(r) for r in rules]
+    except ValidationError as err:
+        raise InvalidRequest(f"invalid permission rule: {err}") from None
+
+
+def _check_type(name: str, value: object, kind: type, what: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise InvalidRequest(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise InvalidRequest(
+            f"{name} must be more than 0 and at most {MAX_SECONDS} seconds (a year), got {value}"
+        )
+
+
+def _check_metadata(metadata: object) -> None:
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise InvalidRequest(f"metadata must be a dict, got {type(metadata).__name__}")
+    try:
+        size = len(json.dumps(metadata).encode())
+    except (TypeError, ValueError) as err:
+        raise InvalidRequest(f"metadata must be JSON-serializable: {err}") from None
+    if size > MAX_METADATA_BYTES:
+        raise PayloadTooLarge(
+            f"metadata is {size} bytes, over the {MAX_METADATA_BYTES}-byte limit; keep "
+            "metadata to ids and labels, and put large material in the workspace"
+        )
+
+
+def _check_workspace(workspace: object) -> None:
+    """What a client can tell of a workspace: a path that stays inside the worker's root.
+
+    Whether the directory exists only the worker knows (its root may be on another
+    machine); a task whose workspace it cannot use fails at its first turn.
+    """
+    if workspace is None:
+        return
+    if (
+        not isinstance(workspace, str)
+        or not workspace.strip()
+        or "\x00" in workspace
+        or len(workspace.encode()) > MAX_WORKSPACE_BYTES
+    ):
+        raise InvalidRequest(
+            f"workspace must be a directory path of 1-{MAX_WORKSPACE_BYTES} bytes, got "
+            f"{workspace!r:.100}; name a directory inside the worker's workspace root"
+        )
+    normal = posixpath.normpath(workspace)
+    if not posixpath.isabs(normal) and (normal == ".." or normal.startswith("../")):
+        raise InvalidRequest(
+            f"workspace {workspace!r} leaves the worker's workspace root; name a directory "
+            "inside it, relative to the root (e.g. 'services/api'), or start the worker "
+            "with a wider --workspace"
+        )
+
+
+# ---------------------------------------------------------------------- narrowing
+
+
+def stricter_mode(a: str, b: str) -> str:
+    """The more restrictive of two permission modes."""
+    return min(a, b, key=MODE_RANK.__getitem__)
+
+
+def narrow(spec: AgentSpec, options: SpawnOptions) -> AgentSpec:
+    """Apply spawn options to an agent; refuse any that would widen it.
+
+    Raises:
+        InvalidRequest: an option asks for more than the agent allows.
+    """
+    update: dict[str, Any] = {}
+    if options.network is not None:
+        if options.network and not spec.network:
+            raise InvalidRequest(
+                f"agent {spec.name!r} does not allow the network for its tools; spawn "
+                "options can only narrow: give the agent `network: true` to allow it"
+            )
+        update["network"] = options.network
+    if options.tools is not None:
+        tools = list(options.tools)
+        if spec.tools is not None:
+            extra = [t for t in tools if t not in spec.tools]
+            if extra:
+                raise InvalidRequest(
+                    f"agent {spec.name!r} does not allow {', '.join(extra)}; its tools are "
+                    f"{', '.join(spec.tools)}. Spawn options can only narrow an agent: pick "
+                    "another agent (e.g. 'general') for more tools"
+                )
+        update["tools"] = tools
+    if options.disallowed_tools:
+        update["disallowed_tools"] = sorted({*spec.disallowed_tools, *options.disallowed_tools})
+    mode = options.permission_mode
+    if mode is not None:
+        if MODE_RANK[mode] > MODE_RANK[spec.permission_mode]:
+            raise InvalidRequest(
+                f"permission_mode {mode!r} is more permissive than agent "
+                f"{spec.name!r}'s {spec.permission_mode!r}; spawn options can only narrow"
+            )
+        update["permission_mode"] = mode
+    if options.permissions:
+        widening = [r for r in options.permissions if r.action == "allow"]
+        if widening:
+            raise InvalidRequest(
+                "spawn permissions can only add 'deny' or 'ask' rules (they narrow the "
+                f"agent); got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
+            )
+        update["restrictions"] = [*spec.restrictions, *options.permissions]
+    return spec.model_copy(update=update)
+
+
+def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> AgentSpec:
+    """What a subagent's child may be: its agent narrowed to what the parent may do.
+
+    Its tools are those of its agent that the parent was offered, the parent's rules
+    apply to it as restrictions, its mode is the stricter of the two, its sandbox is no
+    wider than the parent's, and it cannot spawn in turn.
+    """
+    own = agent.tools if agent.tools is not None else parent_tools
+    tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
+    return agent.model_copy(
+        update={
+            "tools": tools,
+            "disallowed_tools": sorted({*agent.disallowed_tools, *parent.disallowed_tools}),
+            "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
+            "permission_mode": stricter_mode(agent.permission_mode, parent.permission_mode),
+            "may_spawn": False,
+            "network": agent.network and parent.network,
+            "env": _narrower_env(agent.env, parent.env),
+            "limits": agent.limits.capped_by(parent.limits),
+            "write_protected_paths": agent.write_protected_paths and parent.write_protected_paths,
+        }
+    )
+
+
+def _narrower_env(child: list[str] | None, parent: list[str] | None) -> list[str] | None:
+    if parent is None:
+        return child
+    return list(parent) if child is None else [n for n in child if n in parent]
