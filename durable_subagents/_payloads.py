@@ -45,6 +45,7 @@ __all__ = [
     "RUN_TOOL_ACTIVITY",
     "SEND_INPUT_SIGNAL",
     "STATUS_QUERY",
+    "TOOL_QUEUE_SUFFIX",
     "WORKFLOW",
     "CallDecision",
     "ChildState",
@@ -55,6 +56,7 @@ __all__ = [
     "TaskState",
     "ToolCallInput",
     "ToolCallResult",
+    "tool_queue",
     "tools_digest",
 ]
 
@@ -77,6 +79,16 @@ REGISTER_CHILD_SIGNAL = "register_child"
 """A task spawned through the client names its parent task (the child's id, a ``str``)."""
 STATUS_QUERY = "status"
 """The live state of a task (the memo's fields), answered by a worker."""
+TOOL_QUEUE_SUFFIX = "-tools"
+"""A task's tool calls go to its task queue's name plus this (since the patch
+``tool-queue``): a queue with slots of its own, so tool calls, which may each run for
+minutes, never hold the slots every task's model turns need."""
+
+
+def tool_queue(task_queue: str) -> str:
+    """The queue the tool calls of tasks on ``task_queue`` go to."""
+    return task_queue + TOOL_QUEUE_SUFFIX
+
 
 # ---------------------------------------------------------------- workflow and activities
 

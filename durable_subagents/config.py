@@ -187,9 +187,18 @@ class Settings(BaseSettings):
         le=100_000,
         validation_alias=AliasChoices("SUBAGENTS_MAX_ACTIVITIES", "max_activities"),
     )
-    """Model turns and tool calls one worker runs at once (besides the reads it runs as
-    local activities). Each model turn in flight holds one, so this caps a worker's
-    turns per second at this many over the model's latency."""
+    """Model turns one worker runs at once. Each model turn in flight holds one, so this
+    caps a worker's turns per second at this many over the model's latency. (Tool calls
+    have slots of their own, ``max_tool_calls``; reads run as local activities.)"""
+    max_tool_calls: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        validation_alias=AliasChoices("SUBAGENTS_MAX_TOOL_CALLS", "max_tool_calls"),
+    )
+    """Tool calls one worker runs at once, on the task queue's tool queue
+    (``<task queue>-tools``). Apart from ``max_activities``: tool calls that run for
+    minutes, a stalled task's among them, never hold the slots model turns need."""
     max_cached_tasks: int = Field(
         1000,
         ge=1,

@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._payloads import tool_queue
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
@@ -53,8 +54,13 @@ async def retry_failure(
     """
     activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
     handle = temporal_client.get_workflow_handle(task_id)
-    async with Worker(
-        temporal_client, task_queue=settings.task_queue, activities=activities.activities
+    async with (
+        Worker(temporal_client, task_queue=settings.task_queue, activities=activities.activities),
+        Worker(
+            temporal_client,
+            task_queue=tool_queue(settings.task_queue),
+            activities=activities.activities,
+        ),
     ):
         for _ in range(300):
             async for e in handle.fetch_history_events():

@@ -91,6 +91,38 @@ async def test_the_plugin_given_to_the_worker_too_registers_once(
     assert len(config["activities"]) == 2
 
 
+async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) -> None:
+    """A task whose bash call must run on the queue's tool queue."""
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo from-the-tools"}}]},
+        {"text": "{last_tool_result}"},
+    )
+    task_id = await client.spawn_task("general", "x", model=model)
+    info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED, info
+    assert "from-the-tools" in (info.result or "")
+    queues = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        async for e in temporal.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_tool"
+    ]
+    assert queues == [f"{queue}-tools"]
+
+
+async def test_the_plugins_worker_serves_the_tool_queue_once(
+    dev_server: DevServer, settings: Settings
+) -> None:
+    """Tool calls go to ``<queue>-tools``; a worker built with the plugin serves it, and
+    so does create_worker's on the plugin's client, with one tool worker, not two."""
+    temporal = await plugin_client(dev_server, SubagentsPlugin(settings))
+    client = subagents(temporal, settings)
+    async with Worker(temporal, task_queue=settings.task_queue):
+        await run_bash_task(client, temporal, settings.task_queue)
+    async with create_worker(temporal, settings):
+        await run_bash_task(client, temporal, settings.task_queue)
+
+
 async def test_worker_options_come_from_the_settings_unless_given(
     dev_server: DevServer, settings: Settings
 ) -> None:

@@ -17,9 +17,10 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_committed() -> None:
     stems = {p.stem for p in HISTORIES}
-    for version in ("v1", "v2", "v3", "v4"):
+    for version in ("v1", "v2", "v3", "v4", "v5"):
         assert {f"{k}-{version}" for k in ("completed", "cancelled", "timed_out")} <= stems
-    assert {"approvals-v3", "registered-v3", "approvals-v4", "registered-v4"} <= stems
+    for version in ("v3", "v4", "v5"):
+        assert {f"approvals-{version}", f"registered-{version}"} <= stems
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

@@ -169,3 +169,51 @@ async def test_many_slow_local_reads_leave_other_tasks_on_time(
             await asyncio.sleep(0.05)
         await _bystander_reads_on_time(client, wait=60)
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+
+
+async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_turns(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """A worker's tool calls have slots of their own: 600-second commands a
+    prompt-injected task starts (its children's too) can fill those, but every other
+    task's model turns still start at once."""
+    from temporalio.api.enums.v1 import EventType
+
+    from .test_durability import processes_matching
+
+    workspace = settings.workspace
+    assert workspace is not None
+    (workspace / "started").mkdir()
+
+    def running() -> int:
+        return len(list((workspace / "started").iterdir()))
+
+    small = settings.model_copy(update={"max_activities": 2, "max_tool_calls": 2})
+    command = "mktemp started/XXXXXX >/dev/null; sleep 3907"
+    sleeps = [{"name": "bash", "arguments": {"command": command, "timeout": 600}}] * 4
+    client.agents["attacker"] = AgentSpec(name="attacker", permission_mode="dont_ask")
+    async with create_worker(temporal_client, small):
+        attacker = await client.spawn_task(
+            "attacker", "x", model=script({"tool_calls": sleeps}, {"text": "never"})
+        )
+        await _until(lambda: running() == 2, 30, "two sleeps")
+        started = time.monotonic()
+        bystanders = [
+            await client.spawn_task("explore", f"b{i}", model=script({"text": f"ok {i}"}))
+            for i in range(3)
+        ]
+        for i, task_id in enumerate(bystanders):
+            info = await client.check_task(task_id, wait=True, timeout=30)
+            assert info.status == TaskStatus.COMPLETED and info.result == f"ok {i}"
+        assert time.monotonic() - started < 10
+        # the attacker's calls fill the tool slots: two run, two wait their turn
+        assert running() == 2
+        queues = [
+            e.activity_task_scheduled_event_attributes.task_queue.name
+            async for e in temporal_client.get_workflow_handle(attacker).fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "run_tool"
+        ]
+        assert queues == [f"{settings.task_queue}-tools"] * 4
+        assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+        await _until(lambda: not processes_matching("sleep 3907"), 15, "the sleeps to end")

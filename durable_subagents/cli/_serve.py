@@ -117,7 +117,16 @@ def worker(
     max_activities: Annotated[
         int | None,
         typer.Option(
-            help="Model turns and tool calls run at once (SUBAGENTS_MAX_ACTIVITIES; default 100)",
+            help="Model turns run at once (SUBAGENTS_MAX_ACTIVITIES; default 100)",
+            min=1,
+            max=100_000,
+        ),
+    ] = None,
+    max_tool_calls: Annotated[
+        int | None,
+        typer.Option(
+            help="Tool calls run at once, on slots of their own "
+            "(SUBAGENTS_MAX_TOOL_CALLS; default 100)",
             min=1,
             max=100_000,
         ),
@@ -142,6 +151,7 @@ def worker(
         workspace=workspace,
         sticky_queue_timeout=sticky_queue_timeout,
         max_activities=max_activities,
+        max_tool_calls=max_tool_calls,
         max_cached_tasks=max_cached_tasks,
         deployment_name=deployment_name,
         build_id=build_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import temporalio.activity
@@ -26,6 +26,7 @@ from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.worker._tool_queue import building_tool_worker, tool_calls_served
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
 from durable_subagents.workflows import SubagentWorkflow
 
@@ -126,6 +127,8 @@ class SubagentsPlugin(SimplePlugin):
             InvalidRequest: The worker's client does not have the project's data
                 converter with the same keys (the plugin was given to the worker only).
         """
+        if building_tool_worker():
+            return config  # the tool worker of a worker this plugin configured
         client = config["client"]
         if not self._is_ours(client.data_converter):
             raise InvalidRequest(
@@ -161,6 +164,11 @@ class SubagentsPlugin(SimplePlugin):
             if name not in config or config.get(name) == _WORKER_DEFAULTS.get(name):
                 config[name] = value  # type: ignore[literal-required]
         return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``)."""
+        async with tool_calls_served(worker, self.settings.max_tool_calls):
+            await super().run_worker(worker, next)
 
 
 def _has_model_turn(activities: Sequence[Callable[..., Any]]) -> bool:

@@ -33,6 +33,7 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import SearchAttributesMissing
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._sweep import sweep_forever
+from durable_subagents.worker._tool_queue import ToolQueuePlugin
 from durable_subagents.workflows import SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ def create_worker(
     tools: ToolRegistry | None = None,
     workflows: Sequence[type] = (),
     max_concurrent_activities: int | None = None,
+    max_tool_calls: int | None = None,
     sticky_queue_timeout: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
     deployment: WorkerDeploymentVersion | None = None,
@@ -137,8 +139,11 @@ def create_worker(
         tools: The tools to offer (default: the built-ins).
         workflows: Your own workflows to run on this worker too (e.g. ones that start
             subagents with ``start_subagent``).
-        max_concurrent_activities: Model turns and tool calls run at once (default:
+        max_concurrent_activities: Model turns run at once (default:
             ``settings.max_activities``).
+        max_tool_calls: Tool calls run at once, on the task queue's tool queue
+            (``<task_queue>-tools``), which this worker serves too (default:
+            ``settings.max_tool_calls``).
         sticky_queue_timeout: How long a workflow task waits on this worker's sticky
             queue before any worker may take it (default: ``settings.sticky_queue_timeout``;
             short means a replacement worker picks a crashed worker's tasks up fast).
@@ -170,6 +175,8 @@ def create_worker(
         options["max_concurrent_activities"] = max_concurrent_activities
     if sticky_queue_timeout:
         options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
+    tool_calls = ToolQueuePlugin(max_tool_calls or settings.max_tool_calls)
+    options["plugins"] = [*options.get("plugins", ()), tool_calls]
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

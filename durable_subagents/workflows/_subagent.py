@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         ToolCallInput,
         ToolCallResult,
+        tool_queue,
         tools_digest,
     )
     from durable_subagents._spawn_request import model_label
@@ -690,9 +691,13 @@ class SubagentWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=summary,
             )
+        # Since the patch, on the tool queue: its own slots, which a task's slow or
+        # stalled calls (up to 600 s each) can fill without delaying any model turn.
+        queue = tool_queue(workflow.info().task_queue) if patched("tool-queue") else None
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
             tool_input,
+            task_queue=queue,
             result_type=ToolCallResult,
             start_to_close_timeout=timedelta(seconds=timeout + 60),
             heartbeat_timeout=timedelta(seconds=10),

@@ -1,0 +1,145 @@
+"""The tool queue's worker: tool calls on slots of their own.
+
+A worker's activity slots are one pool. Tool calls may each run for up to 600 s, and a
+task's model chooses them: a prompt-injected task that spawns its 16 children and has
+each run 8 ``sleep 600`` at once holds 136 slots, more than a worker's default 100, and
+every other task's next model turn would wait in the queue behind them. So tool calls go
+to a queue of their own (``<task queue>-tools``, see ``_payloads.tool_queue``), served
+in the same process by a second ``Worker`` with its own slots (``max_tool_calls``): a
+stalled task can fill those, never the slots of the model turns.
+
+``create_worker`` and ``SubagentsPlugin`` both run it beside the worker they build, for
+as long as that worker runs. Reads a task runs as local activities stay on the workflow
+worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import temporalio.activity
+from temporalio.worker import Plugin, Replayer, ReplayerConfig, Worker, WorkerConfig
+
+from durable_subagents._payloads import RUN_TOOL_ACTIVITY, tool_queue
+
+__all__ = ["ToolQueuePlugin", "building_tool_worker", "tool_calls_served"]
+
+_SHARED_OPTIONS = (
+    "interceptors",
+    "identity",  # the same process: the Web UI names it as the one that ran the call
+    "activity_executor",
+    "shared_state_manager",
+    "max_heartbeat_throttle_interval",
+    "default_heartbeat_throttle_interval",
+    "graceful_shutdown_timeout",
+    "deployment_config",
+    "debug_mode",
+)
+"""Options the tool worker takes from the worker it serves."""
+
+_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("tool_worker", default=False)
+_TOOL_WORKERS: weakref.WeakSet[Worker] = weakref.WeakSet()
+_SERVED: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+def building_tool_worker() -> bool:
+    """Whether the worker being configured is a tool worker (plugins leave it alone)."""
+    return _BUILDING.get()
+
+
+@contextlib.asynccontextmanager
+async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterator[None]:
+    """Serve ``worker``'s tool queue while the block runs.
+
+    Does nothing for a worker without the subagent tool activity, for one that runs
+    only local activities, for a tool worker itself, and for a worker already served
+    (``create_worker``'s worker whose client has ``SubagentsPlugin`` too). The tool
+    worker starts shutting down when ``worker`` does, so both stop within one graceful
+    timeout.
+    """
+    config = worker.config(active_config=True)
+    run_tool = _activity(config.get("activities") or (), RUN_TOOL_ACTIVITY)
+    if (
+        run_tool is None
+        or config.get("no_remote_activities")
+        or worker in _TOOL_WORKERS
+        or worker in _SERVED
+    ):
+        yield
+        return
+    options: dict[str, Any] = {k: config[k] for k in _SHARED_OPTIONS if config.get(k)}  # type: ignore[literal-required]
+    token = _BUILDING.set(True)
+    try:
+        tools = Worker(
+            config["client"],
+            task_queue=tool_queue(worker.task_queue),
+            activities=[run_tool],
+            max_concurrent_activities=max_tool_calls,
+            **options,
+        )
+    finally:
+        _BUILDING.reset(token)
+    _TOOL_WORKERS.add(tools)
+    _SERVED.add(worker)
+    follow = asyncio.create_task(_shut_down_with(worker, tools))
+    try:
+        async with tools:
+            yield
+    finally:
+        follow.cancel()
+        _SERVED.discard(worker)
+
+
+async def _shut_down_with(worker: Worker, tools: Worker) -> None:
+    """Start the tool worker's shutdown as soon as ``worker``'s is asked for."""
+    requested = getattr(worker, "_shutdown_event", None)
+    if not isinstance(requested, asyncio.Event):
+        return  # the tool worker then stops after the worker, not with it
+    await requested.wait()
+    await tools.shutdown()
+
+
+def _activity(activities: Sequence[Callable[..., Any]], name: str) -> Callable[..., Any] | None:
+    for fn in activities:
+        defn = temporalio.activity._Definition.from_callable(fn)
+        if defn is not None and defn.name == name:
+            return fn
+    return None
+
+
+class ToolQueuePlugin(Plugin):
+    """Runs the tool worker beside the worker it is given to (see the module's doc)."""
+
+    def __init__(self, max_tool_calls: int) -> None:
+        self.max_tool_calls = max_tool_calls
+
+    def name(self) -> str:
+        """The plugin's name."""
+        return "durable_subagents.ToolQueuePlugin"
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Leave the configuration as it is."""
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run ``worker`` with its tool queue served."""
+        async with tool_calls_served(worker, self.max_tool_calls):
+            await next(worker)
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        """Leave the configuration as it is."""
+        return config
+
+    def run_replayer(
+        self,
+        replayer: Replayer,
+        histories: AsyncIterator[Any],
+        next: Callable[[Replayer, AsyncIterator[Any]], contextlib.AbstractAsyncContextManager[Any]],
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Replay as usual: replays run no activities."""
+        return next(replayer, histories)
