@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -197,3 +198,25 @@ async def test_a_token_budget_stops_the_task(client: SubagentClient, worker: Non
     assert info.usage.input_tokens + info.usage.output_tokens == 1_500
     with pytest.raises(InvalidRequest, match="token_budget must be an integer"):
         await client.spawn_task("explore", "x", token_budget=0)
+
+
+async def test_a_childs_tool_calls_run_two_at_once_so_a_tree_cannot_fill_the_tool_slots(
+    lead: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """A subagent's child runs 2 tool calls at once (its parent 8): a task and its 16
+    children hold at most 40 of a worker's 100 tool slots."""
+    (workspace / "started").mkdir()
+    command = "mktemp started/XXXXXX >/dev/null; sleep 3911"
+    sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": command}}] * 5}
+    model = script(spawn("general", "sleep", script(sleeps)), WAIT)
+    task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
+    await wait_for(lambda: len(list((workspace / "started").iterdir())) == 2, 30, "two calls")
+    await asyncio.sleep(2)  # time for more calls to start, if they could
+    assert len(list((workspace / "started").iterdir())) == 2
+    [child] = await lead.list_tasks(parent_id=task_id)
+    assert child.status == TaskStatus.RUNNING
+    info = await lead.cancel_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.CANCELLED
+    assert (await lead.check_task(child.id)).status == TaskStatus.CANCELLED
+    await wait_for(lambda: not processes_matching("sleep 3911"), 15, "the sleeps to end")
+    assert len(list((workspace / "started").iterdir())) == 2  # the queued three never ran

@@ -80,6 +80,10 @@ _REASON_LIMIT = 4096
 TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads
 (``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
+CHILD_TOOL_CALLS_AT_ONCE = 2
+"""The same for a subagent's child (since the patch ``child-tool-calls``): a task and
+its ``MAX_CHILDREN`` children then hold at most 8 + 16 x 2 = 40 tool slots at once,
+under a worker's default 100, so one prompt-injected tree cannot fill them."""
 _PROGRESS_EVERY = timedelta(seconds=1)
 """Least workflow time between two memo writes of progress alone (see ``_progress``)."""
 
@@ -141,11 +145,12 @@ class SubagentWorkflow:
         """Each child's token budget when this turn spawns (see ``_share``)."""
         self._progress_at: datetime | None = None
         """When the memo was last written (see ``_progress``)."""
-        self._calls_at_once = asyncio.Semaphore(TOOL_CALLS_AT_ONCE)
+        self._calls_at_once: asyncio.Semaphore | None = None
+        """Slots for this run's tool calls (see ``_tool_slots``)."""
         self._running: dict[str, str] = {}
         """Previews of the tool calls running now, by call id (for the current details)."""
         self._queued = 0
-        """Tool calls waiting for one of the ``TOOL_CALLS_AT_ONCE`` slots."""
+        """Tool calls waiting for one of the slots of ``_tool_slots``."""
         self._waiting_for_model = False
         self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
         """What ``_publish`` last published: status, pause id and pending calls."""
@@ -646,12 +651,13 @@ class SubagentWorkflow:
             return await self._shown_running(call, self._run_tool(call, tool_input))
         # A turn of many slow calls holds only this many of the worker's slots; the
         # rest wait here, in the workflow, where they hold nothing.
+        slots = self._tool_slots()
         queued = True
         self._queued += 1
-        if self._calls_at_once.locked():
+        if slots.locked():
             self._show_details()  # it waits: say so
         try:
-            async with self._calls_at_once:
+            async with slots:
                 self._queued, queued = self._queued - 1, False
                 return await self._shown_running(call, self._run_tool(call, tool_input))
         finally:
@@ -671,6 +677,16 @@ class SubagentWorkflow:
             self._running.pop(call.id, None)
         self._show_details()
         return result
+
+    def _tool_slots(self) -> asyncio.Semaphore:
+        """How many of this task's tool calls run at once; the rest wait in the workflow."""
+        if self._calls_at_once is None:
+            assert self._input is not None
+            child = self._input.parent_is_subagent and patched("child-tool-calls")
+            self._calls_at_once = asyncio.Semaphore(
+                CHILD_TOOL_CALLS_AT_ONCE if child else TOOL_CALLS_AT_ONCE
+            )
+        return self._calls_at_once
 
     async def _run_tool(self, call: ToolCall, tool_input: ToolCallInput) -> ToolCallResult:
         assert self._input is not None
