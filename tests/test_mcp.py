@@ -143,3 +143,15 @@ async def test_unreachable_temporal_still_lists_tools(tmp_path: Path) -> None:
     log = (tmp_path / "mcp.err").read_text()
     assert "Traceback" not in log
     assert "parent id mcp-" in log  # the default: a fresh id per server
+
+
+async def test_approvals_by_a_person_keep_approve_from_the_model(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    args = ("--address", "127.0.0.1:1", "--approvals", "person")
+    async with asyncio.timeout(20), mcp_session(tmp_path, env, *args) as s:
+        assert [t.name for t in (await s.list_tools()).tools] == [
+            n for n in NAMES if n != "approve_tool_calls"
+        ]
+        is_error, answer = await call(s, "approve_tool_calls", task_id="any")
+        assert is_error and "a person approves" in answer["error"]
+    assert "approvals by the person" in (tmp_path / "mcp.err").read_text()

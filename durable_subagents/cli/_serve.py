@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
 from pathlib import Path
@@ -46,6 +47,13 @@ from durable_subagents.errors import SubagentError
 
 if TYPE_CHECKING:
     from temporalio.common import WorkerDeploymentVersion
+
+
+class Approvals(enum.StrEnum):
+    """Who approves the calls subagents pause on, for ``subagents mcp``."""
+
+    MODEL = "model"
+    PERSON = "person"
 
 
 def dev(
@@ -385,6 +393,13 @@ def mcp(
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
+    approvals: Annotated[
+        Approvals,
+        typer.Option(
+            help="Who approves the calls subagents pause on: 'model' (approve_tool_calls) "
+            "or 'person' (subagents approve; the model may only reject or cancel)",
+        ),
+    ] = Approvals.MODEL,
 ) -> None:
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
     from durable_subagents.client._mcp import default_parent_id, run_mcp
@@ -394,12 +409,13 @@ def mcp(
     # stdout carries the protocol: anything for people goes to stderr
     err_console.print(
         f"subagents MCP server on stdio · Temporal {settings.address} (connected on first "
-        f"call) · task queue {settings.task_queue} · parent id {parent}",
+        f"call) · task queue {settings.task_queue} · parent id {parent} · approvals by "
+        f"the {approvals.value}",
         markup=False,
         highlight=False,
         soft_wrap=True,
     )
-    run(run_mcp(settings, parent, agents_dir=agents_dir))
+    run(run_mcp(settings, parent, agents_dir=agents_dir, approvals=approvals.value))
 
 
 def demo(

@@ -1,6 +1,6 @@
 """The orchestrator tools as an MCP server, for Claude Code and any other MCP client.
 
-The server publishes exactly ``SubagentTools``' nine tools (names, descriptions,
+The server publishes exactly ``SubagentTools``' tools (names, descriptions,
 JSON schemas) and answers a call with the dispatcher's JSON text. It speaks MCP on
 stdio, so stdout carries the protocol only; logs go to stderr.
 
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -38,6 +38,13 @@ INSTRUCTIONS = (
     "workflows. spawn_subagent returns a task_id at once; check_subagent (wait=true) or "
     "wait_subagents returns the result, or a pause for approve_tool_calls / "
     "reject_tool_calls. Tasks outlive this server: keep their ids and check them later."
+)
+INSTRUCTIONS_PERSON = (
+    "Durable subagents: delegate self-contained work to LLM subagents that run as Temporal "
+    "workflows. spawn_subagent returns a task_id at once; check_subagent (wait=true) or "
+    "wait_subagents returns the result. A person approves the calls a subagent pauses on "
+    "(subagents approve TASK_ID), not you; you may reject_tool_calls or cancel_subagent. "
+    "Tasks outlive this server: keep their ids and check them later."
 )
 
 
@@ -91,7 +98,7 @@ def create_mcp_server(
     ) -> types.CallToolResult:
         nonlocal pending
         try:
-            if pending is not None:
+            if pending is not None and params.name in tools.names:  # else: an error, offline
                 async with lock:
                     if pending is not None:
                         tools.client = await pending()
@@ -109,7 +116,7 @@ def create_mcp_server(
     return Server(
         name,
         version=_version(),
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS_PERSON if tools.approvals == "person" else INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
@@ -121,6 +128,7 @@ async def run_mcp(
     *,
     agents_dir: str | Path | None = None,
     default_wait: float = 50.0,
+    approvals: Literal["model", "person"] = "model",
 ) -> None:
     """Serve the subagent tools over MCP on stdin/stdout until stdin closes.
 
@@ -136,6 +144,8 @@ async def run_mcp(
             default: the project the current directory is in.
         default_wait: Seconds ``check_subagent`` blocks when the model gives no timeout;
             below the 60 s many MCP clients allow a tool call by default.
+        approvals: ``"person"`` keeps ``approve_tool_calls`` from the model (see
+            ``SubagentTools``).
 
     A broken agent file is skipped with a warning; only a spawn of its agent fails.
     """
@@ -145,6 +155,7 @@ async def run_mcp(
             await _unconnected(settings, agents),
             parent_id=parent_id or default_parent_id(),
             default_wait=default_wait,
+            approvals=approvals,
         )
 
         async def connect() -> SubagentClient:

@@ -1,6 +1,7 @@
 """Tools an orchestrating LLM calls to manage subagents: schemas plus a dispatcher.
 
-The model sees eight function tools; ``SubagentTools.call`` runs one and returns a
+The model sees nine function tools (eight when a person approves, see
+``SubagentTools``); ``SubagentTools.call`` runs one and returns a
 JSON string for the model. Caller mistakes come back as ``{"error": ...}`` so the
 model can correct itself; the dispatcher also handles ``after_pause`` for the model.
 """
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from durable_subagents._audience import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
-from durable_subagents.errors import SubagentError, UnknownCallId
+from durable_subagents.errors import InvalidRequest, SubagentError, UnknownCallId
 from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
 
 MAX_WAIT = 600.0
@@ -40,6 +41,12 @@ _NEXT = {
     TaskStatus.CANCELLED: "cancelled: spawn a new subagent if the work is still needed",
     TaskStatus.TIMED_OUT: "timed_out: result holds its partial output; spawn a new subagent "
     "to go on",
+}
+_NEXT_PERSON = {
+    **_NEXT,
+    TaskStatus.PAUSED: "paused: a person approves or rejects these calls, not you (`subagents "
+    "approve`/`reject` with the task id); check_subagent (wait=true) waits for that "
+    "decision, reject_tool_calls refuses calls you do not want, cancel_subagent stops it",
 }
 _ROW = {"id", "agent", "description", "status", "turns"}
 _VIEW = {"id", "agent", "status", "turns", "result", "error", "stop_reason", "pause_id", "usage"}
@@ -173,14 +180,30 @@ class SubagentTools:
         client: The ``SubagentClient`` the tools act through.
         parent_id: Recorded on every spawned task; ``list_subagents`` shows only these.
         default_wait: Seconds a check or wait blocks when the model gives no timeout.
+        approvals: Who approves a subagent's paused calls. ``"model"``: the
+            orchestrating model (``approve_tool_calls``). ``"person"``: a person, through
+            ``subagents approve``/``reject`` or your own ``SubagentClient.approve``; the
+            model is not offered ``approve_tool_calls`` (it may still reject or cancel),
+            and its checks and waits go on through a pause until a person decided. Use
+            it when subagents read text you do not trust: what a hostile subagent writes
+            reaches the orchestrating model, and so could talk it into an approval.
     """
 
     def __init__(
-        self, client: SubagentClient, parent_id: str | None = None, default_wait: float = 120.0
+        self,
+        client: SubagentClient,
+        parent_id: str | None = None,
+        default_wait: float = 120.0,
+        *,
+        approvals: Literal["model", "person"] = "model",
     ) -> None:
+        if approvals not in ("model", "person"):
+            raise InvalidRequest(f"approvals must be 'model' or 'person', got {approvals!r}")
         self.client = client
         self.parent_id = parent_id
         self.default_wait = min(default_wait, MAX_WAIT)
+        self.approvals = approvals
+        self._next = _NEXT_PERSON if approvals == "person" else _NEXT
         self._tools: dict[str, tuple[type[_Args], Callable[[Any], Awaitable[Any]]]] = {
             "spawn_subagent": (SpawnSubagent, self._spawn),
             "check_subagent": (CheckSubagent, self._check),
@@ -192,6 +215,8 @@ class SubagentTools:
             "show_tool_call": (ShowToolCall, self._show_call),
             "list_subagents": (ListSubagents, self._list),
         }
+        if approvals == "person":
+            del self._tools["approve_tool_calls"]
 
     @property
     def names(self) -> list[str]:
@@ -240,6 +265,8 @@ class SubagentTools:
             bad arguments, unknown agent or task, a decision with nothing paused).
         """
         if name not in self._tools:
+            if name == "approve_tool_calls":
+                return _dump({"error": _PERSON_APPROVES})
             return _dump({"error": f"unknown tool {name!r}, available: {', '.join(self._tools)}"})
         model, handler = self._tools[name]
         try:
@@ -264,14 +291,32 @@ class SubagentTools:
         return {"task_id": task_id, "next": "call check_subagent to wait for its result"}
 
     async def _check(self, a: CheckSubagent) -> dict[str, Any]:
-        info = await self.client.check_task(a.task_id, a.wait, self._timeout(a.timeout))
+        timeout = self._timeout(a.timeout)
+        info = await (self._wait_one(a.task_id, timeout) if a.wait else self._state(a.task_id))
         return await self._view(info)
+
+    async def _state(self, task_id: str) -> TaskInfo:
+        return await self.client.check_task(task_id)
+
+    async def _wait_one(self, task_id: str, timeout: float) -> TaskInfo:
+        """Wait until the task needs this model: finished, or paused for its decision.
+
+        When a person approves, a pause is theirs: the wait goes on until it is decided
+        (or the timeout).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        info = await self.client.check_task(task_id, True, timeout)
+        while self.approvals == "person" and info.status == TaskStatus.PAUSED:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            info = await self.client.check_task(task_id, True, left, after_pause=info.pause_id)
+        return info
 
     async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
         timeout = self._timeout(a.timeout)
-        waits = [
-            asyncio.ensure_future(self.client.check_task(t, True, timeout)) for t in a.task_ids
-        ]
+        waits = [asyncio.ensure_future(self._wait_one(t, timeout)) for t in a.task_ids]
         try:
             when = asyncio.FIRST_COMPLETED if a.mode == "any" else asyncio.ALL_COMPLETED
             await asyncio.wait(waits, return_when=when)
@@ -377,10 +422,15 @@ class SubagentTools:
         view["pending_approvals"] = pending
         view = {k: v for k, v in view.items() if v not in (None, [])}
         paused_decided = info.status == TaskStatus.PAUSED and not pending
-        view["next"] = _DECIDED if paused_decided else _NEXT[info.status]
+        view["next"] = _DECIDED if paused_decided else self._next[info.status]
         return view
 
 
+_PERSON_APPROVES = (
+    "approve_tool_calls is not offered here: a person approves subagents' calls (subagents "
+    "approve TASK_ID). You may reject_tool_calls, cancel_subagent, or check_subagent to wait "
+    "for their decision"
+)
 ARGUMENTS_SHOWN = 16_000
 """Characters of a pending call's arguments shown at once (``show_tool_call`` pages)."""
 _UNREADABLE = (
