@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -199,6 +200,14 @@ class Settings(BaseSettings):
     """Tool calls one worker runs at once, on the task queue's tool queue
     (``<task queue>-tools``). Apart from ``max_activities``: tool calls that run for
     minutes, a stalled task's among them, never hold the slots model turns need."""
+    worker_role: Literal["all", "tasks", "tools"] = Field(
+        "all", validation_alias=AliasChoices("SUBAGENTS_WORKER_ROLE", "worker_role")
+    )
+    """What a worker serves: ``all`` (tasks, and their tool calls on the tool queue),
+    ``tasks`` (workflows, model turns and local reads, no tool queue) or ``tools`` (only
+    the tool queue). Run ``tools`` workers on the machines where commands should run
+    (sandbox hosts with the workspace) and ``tasks`` workers elsewhere; ``tasks``
+    workers still read the workspace for ``read_file``, ``list_files`` and ``grep``."""
     max_cached_tasks: int = Field(
         1000,
         ge=1,

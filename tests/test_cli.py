@@ -377,6 +377,49 @@ async def test_worker_command_runs_tasks_and_stops_on_sigterm(
     assert "Traceback" not in err
 
 
+async def test_tasks_and_tools_workers_split_a_deployment(
+    env: dict[str, str], settings: Settings, tmp_path: Path
+) -> None:
+    """``--role tasks`` on one host, ``--role tools`` on another: the commands run on
+    the tools host, and wait for it while it is down."""
+    hosts = {role: tmp_path / f"{role}-host" for role in ("tasks", "tools")}
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def start(role: str) -> str:
+        hosts[role].mkdir()
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "worker", "--role", role, "--workspace", str(hosts[role]),
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        procs.append(proc)
+        assert proc.stdout is not None
+        return (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+
+    try:
+        assert "no tool calls" in await start("tasks")
+        model = script(
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran > where.txt"}}]},
+            {"text": "done"},
+        )
+        spawned = ok(await arun("spawn", "general", "x", "--model", model, "--json", env=env))
+        task_id = spawned.json()["id"]
+        await asyncio.sleep(2)
+        assert ok(await arun("check", task_id, "--json", env=env)).json()["status"] == "running"
+        assert not any((host / "where.txt").exists() for host in hosts.values() if host.exists())
+
+        assert f"tool calls only, on {settings.task_queue}-tools" in await start("tools")
+        done = ok(await arun("check", task_id, "--wait", "--json", env=env, timeout=30))
+        assert done.json()["status"] == "completed"
+        assert (hosts["tools"] / "where.txt").read_text() == "ran\n"
+        assert not (hosts["tasks"] / "where.txt").exists()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            await asyncio.wait_for(proc.wait(), 15)
+
+
 async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path: Path) -> None:
     names = [key.name for key in _search_attributes.ALL]
     async with DevServer(

@@ -263,3 +263,20 @@ async def test_the_replayer_replays_recorded_histories_with_the_plugin(settings:
         history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, (path.name, result.replay_failure)
+
+
+async def test_create_worker_roles(dev_server: DevServer, settings: Settings) -> None:
+    temporal = await connect_client(dev_server.address, dev_server.namespace)
+    tools = create_worker(temporal, settings, role="tools", max_tool_calls=7)
+    config = tools.config(active_config=True)
+    assert tools.task_queue == f"{settings.task_queue}-tools"
+    assert config["workflows"] == [] and len(config["activities"]) == 1
+    assert config["max_concurrent_activities"] == 7
+    with pytest.raises(InvalidRequest, match="role 'tools' runs tool calls only"):
+        create_worker(temporal, settings, role="tools", workflows=[FanOutWorkflow])
+    with pytest.raises(InvalidRequest, match="unknown worker role 'some'"):
+        create_worker(temporal, settings, role="some")  # type: ignore[arg-type]
+    # a tools worker built from a client with the plugin stays a tools worker
+    plugged = await plugin_client(dev_server, SubagentsPlugin(settings))
+    config = create_worker(plugged, settings, role="tools").config(active_config=True)
+    assert config["workflows"] == [] and len(config["activities"]) == 1

@@ -49,6 +49,14 @@ if TYPE_CHECKING:
     from temporalio.common import WorkerDeploymentVersion
 
 
+class Role(enum.StrEnum):
+    """What ``subagents worker`` serves."""
+
+    ALL = "all"
+    TASKS = "tasks"
+    TOOLS = "tools"
+
+
 class Approvals(enum.StrEnum):
     """Who approves the calls subagents pause on, for ``subagents mcp``."""
 
@@ -148,6 +156,14 @@ def worker(
             max=1_000_000,
         ),
     ] = None,
+    role: Annotated[
+        Role | None,
+        typer.Option(
+            help="all: tasks and their tool calls; tasks: no tool calls (they wait for a "
+            "tools worker); tools: only tool calls, on <task queue>-tools "
+            "(SUBAGENTS_WORKER_ROLE; default all)",
+        ),
+    ] = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
 ) -> None:
@@ -161,6 +177,7 @@ def worker(
         max_activities=max_activities,
         max_tool_calls=max_tool_calls,
         max_cached_tasks=max_cached_tasks,
+        worker_role=role.value if role else None,
         deployment_name=deployment_name,
         build_id=build_id,
     )
@@ -174,10 +191,17 @@ def worker(
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait([runner, waiter], return_when=asyncio.FIRST_COMPLETED)
         if ready.is_set():
+            queues = {
+                "all": f"task queue [bold]{settings.task_queue}[/bold] (tool calls on "
+                f"{settings.task_queue}-tools)",
+                "tasks": f"task queue [bold]{settings.task_queue}[/bold] (no tool calls: "
+                f"a tools worker serves {settings.task_queue}-tools)",
+                "tools": f"tool calls only, on [bold]{settings.task_queue}-tools[/bold]",
+            }[settings.worker_role]
             console.print(
                 f"worker on [bold]{settings.address}[/bold] namespace {settings.namespace} "
-                f"task queue [bold]{settings.task_queue}[/bold] · workspace "
-                f"{settings.resolved_workspace} · Ctrl-C to stop"
+                f"{queues} · workspace {settings.resolved_workspace} · Ctrl-C to stop",
+                soft_wrap=True,  # one line, for logs and for whoever reads it
             )
             if version is not None:
                 await _print_version(settings, version)

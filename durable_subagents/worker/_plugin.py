@@ -7,7 +7,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import temporalio.activity
 from opentelemetry.trace import TracerProvider
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
@@ -26,7 +25,11 @@ from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
-from durable_subagents.worker._tool_queue import building_tool_worker, tool_calls_served
+from durable_subagents.worker._tool_queue import (
+    activity_named,
+    building_tool_worker,
+    tool_calls_served,
+)
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
 from durable_subagents.workflows import SubagentWorkflow
 
@@ -138,7 +141,7 @@ class SubagentsPlugin(SimplePlugin):
                 "the plugin to Client.connect(..., plugins=[SubagentsPlugin(...)]) "
                 "(workers built from that client inherit it), not only to the Worker"
             )
-        registered = _has_model_turn(config.get("activities", ()))
+        registered = activity_named(config.get("activities", ()), MODEL_TURN_ACTIVITY) is not None
         config = super().configure_worker(config)
         if registered:  # built by create_worker, or the plugin is on client and worker
             return config
@@ -169,14 +172,6 @@ class SubagentsPlugin(SimplePlugin):
         """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``)."""
         async with tool_calls_served(worker, self.settings.max_tool_calls):
             await super().run_worker(worker, next)
-
-
-def _has_model_turn(activities: Sequence[Callable[..., Any]]) -> bool:
-    for fn in activities:
-        defn = temporalio.activity._Definition.from_callable(fn)
-        if defn is not None and defn.name == MODEL_TURN_ACTIVITY:
-            return True
-    return False
 
 
 def _with_subagent_workflow(workflows: Sequence[type] | None) -> Sequence[type]:

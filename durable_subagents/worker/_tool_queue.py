@@ -23,11 +23,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import temporalio.activity
+from temporalio.client import Client
 from temporalio.worker import Plugin, Replayer, ReplayerConfig, Worker, WorkerConfig
 
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY, tool_queue
 
-__all__ = ["ToolQueuePlugin", "building_tool_worker", "tool_calls_served"]
+__all__ = [
+    "ToolQueuePlugin",
+    "activity_named",
+    "building_tool_worker",
+    "tool_calls_served",
+    "tool_worker",
+]
 
 _SHARED_OPTIONS = (
     "interceptors",
@@ -63,7 +70,7 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
     timeout.
     """
     config = worker.config(active_config=True)
-    run_tool = _activity(config.get("activities") or (), RUN_TOOL_ACTIVITY)
+    run_tool = activity_named(config.get("activities") or (), RUN_TOOL_ACTIVITY)
     if (
         run_tool is None
         or config.get("no_remote_activities")
@@ -73,18 +80,7 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
         yield
         return
     options: dict[str, Any] = {k: config[k] for k in _SHARED_OPTIONS if config.get(k)}  # type: ignore[literal-required]
-    token = _BUILDING.set(True)
-    try:
-        tools = Worker(
-            config["client"],
-            task_queue=tool_queue(worker.task_queue),
-            activities=[run_tool],
-            max_concurrent_activities=max_tool_calls,
-            **options,
-        )
-    finally:
-        _BUILDING.reset(token)
-    _TOOL_WORKERS.add(tools)
+    tools = tool_worker(config["client"], worker.task_queue, run_tool, max_tool_calls, options)
     _SERVED.add(worker)
     follow = asyncio.create_task(_shut_down_with(worker, tools))
     try:
@@ -93,6 +89,31 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
     finally:
         follow.cancel()
         _SERVED.discard(worker)
+
+
+def tool_worker(
+    client: Client,
+    task_queue: str,
+    run_tool: Callable[..., Any],
+    max_tool_calls: int,
+    options: dict[str, Any],
+) -> Worker:
+    """A worker of ``task_queue``'s tool queue: ``run_tool`` alone, on its own slots.
+
+    Plugins of the client (``SubagentsPlugin``) leave it as it is.
+    """
+    token = _BUILDING.set(True)
+    try:
+        tools = Worker(
+            client,
+            task_queue=tool_queue(task_queue),
+            activities=[run_tool],
+            **{**options, "max_concurrent_activities": max_tool_calls},
+        )
+    finally:
+        _BUILDING.reset(token)
+    _TOOL_WORKERS.add(tools)
+    return tools
 
 
 async def _shut_down_with(worker: Worker, tools: Worker) -> None:
@@ -104,7 +125,10 @@ async def _shut_down_with(worker: Worker, tools: Worker) -> None:
     await tools.shutdown()
 
 
-def _activity(activities: Sequence[Callable[..., Any]], name: str) -> Callable[..., Any] | None:
+def activity_named(
+    activities: Sequence[Callable[..., Any]], name: str
+) -> Callable[..., Any] | None:
+    """The activity of ``activities`` registered as ``name``, if any."""
     for fn in activities:
         defn = temporalio.activity._Definition.from_callable(fn)
         if defn is not None and defn.name == name:

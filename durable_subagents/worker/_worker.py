@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
@@ -25,15 +25,16 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._connect import connect_client
+from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
-from durable_subagents.errors import SearchAttributesMissing
+from durable_subagents.errors import InvalidRequest, SearchAttributesMissing
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._sweep import sweep_forever
-from durable_subagents.worker._tool_queue import ToolQueuePlugin
+from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
 from durable_subagents.workflows import SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ def create_worker(
     sticky_queue_timeout: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
     deployment: WorkerDeploymentVersion | None = None,
+    role: Literal["all", "tasks", "tools"] | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -153,6 +155,10 @@ def create_worker(
             task run, and the children it starts, stays on the version it started on;
             new tasks go to the deployment's current version. Default:
             ``settings.worker_deployment()``, unversioned when the settings name none.
+        role: What it serves (default ``settings.worker_role``): ``all``, the tasks
+            and, beside them, their tool queue; ``tasks``, the tasks only (their tool
+            calls wait for a ``tools`` worker); ``tools``, the tool queue only (a worker
+            with ``run_tool`` alone on ``<task_queue>-tools``).
         **worker_options: Passed to ``temporalio.worker.Worker`` (they win over the
             options the settings give).
 
@@ -171,20 +177,47 @@ def create_worker(
         extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
     )
     options = {**setup.options, **worker_options}
+    role = role or settings.worker_role
+    queue = task_queue or settings.task_queue
+    tool_slots = max_tool_calls or settings.max_tool_calls
+    if role == "tools":
+        if workflows:
+            raise InvalidRequest(
+                "a worker with role 'tools' runs tool calls only: run your workflows on a "
+                "worker with role 'all' or 'tasks'"
+            )
+        for name in (
+            "workflow_runner",
+            "max_cached_workflows",
+            "sticky_queue_schedule_to_start_timeout",
+        ):
+            options.pop(name, None)
+        run_tool = activity_named(setup.activities, RUN_TOOL_ACTIVITY)
+        assert run_tool is not None
+        return tool_worker(client, queue, run_tool, tool_slots, options)
+    if role not in ("all", "tasks"):
+        raise InvalidRequest(f"unknown worker role {role!r}; use all, tasks or tools")
     if max_concurrent_activities:
         options["max_concurrent_activities"] = max_concurrent_activities
     if sticky_queue_timeout:
         options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
-    tool_calls = ToolQueuePlugin(max_tool_calls or settings.max_tool_calls)
-    options["plugins"] = [*options.get("plugins", ()), tool_calls]
+    if role == "all":
+        options["plugins"] = [*options.get("plugins", ()), ToolQueuePlugin(tool_slots)]
     return Worker(
         client,
-        task_queue=task_queue or settings.task_queue,
+        task_queue=queue,
         workflows=[*setup.workflows, *workflows],
         activities=setup.activities,
         **options,
     )
 
+
+_WORKFLOW_OPTIONS = (
+    "workflow_runner",
+    "max_cached_workflows",
+    "sticky_queue_schedule_to_start_timeout",
+)
+"""Options of a worker that runs workflows, which a tool worker does not."""
 
 PASSTHROUGH_MODULES = (
     "durable_subagents",
