@@ -24,6 +24,7 @@ from durable_subagents import (
     WrongTaskState,
 )
 from durable_subagents._payloads import CallDecision, Decisions
+from durable_subagents.activities import _activities as activities_module
 from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
 from durable_subagents.worker import create_worker
@@ -320,3 +321,24 @@ async def test_rules_see_the_whole_of_a_long_command(
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "denied by this agent's permission rules" in tool_msgs[0].content
     assert "too long to check against this agent's permission rules" in tool_msgs[1].content
+
+
+async def test_calls_sharing_an_id_never_share_a_verdict(
+    careful: SubagentClient, worker: None, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that passes the model's ids on unchanged (one from before ids were made
+    unique, say): the command and the read share an id, so they would share a verdict."""
+    monkeypatch.setattr(activities_module, "_well_formed", lambda calls, turn: calls)
+    (workspace / "a.txt").write_text("a\n")
+    calls = [
+        {"id": "x", "name": "bash", "arguments": {"command": "echo pwned > pwned.txt"}},
+        {"id": "x", "name": "read_file", "arguments": {"path": "a.txt"}},
+        {"id": "y", "name": "read_file", "arguments": {"path": "a.txt"}},
+    ]
+    model = script({"tool_calls": calls}, {"text": "done"})
+    task_id = await careful.spawn_task("careful", "x", model=model)
+    done = await careful.check_task(task_id, wait=True, timeout=30)
+    assert done.status == TaskStatus.COMPLETED, done
+    assert not (workspace / "pwned.txt").exists()
+    outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
+    assert outputs == ["not run: call id 'x' is not unique"] * 2 + ["     1\ta"]

@@ -10,6 +10,7 @@ history, memo and blobs, connections to Temporal, other tasks' state.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import sysconfig
 import uuid
@@ -672,3 +673,44 @@ async def test_hostile_files_and_paths_get_tool_errors_not_stalls(
     assert outputs[5].startswith("file not found: 'a/a/")
     assert outputs[6] == "src.py"
     assert asyncio.get_running_loop().time() - started < 30
+
+
+async def test_an_id_made_to_match_a_renamed_duplicate_cannot_skip_an_approval(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """The attacker names its command with the id a duplicate id is renamed to: two calls
+    of one turn then shared an id, and the command ran with the later read's verdict."""
+    client.agents["careful"] = AgentSpec(
+        name="careful",
+        tools=["bash", "read_file"],
+        permissions=[PermissionRule(tool="bash", action="ask")],
+    )
+    (workspace / "a.txt").write_text("a\n")
+    digest = hashlib.sha256(b"x").hexdigest()[:8]
+    read = {"name": "read_file", "arguments": {"path": "a.txt"}}
+    turns = [
+        {
+            "tool_calls": [
+                {
+                    "id": f"call_1_2_{digest}",  # what the third call is renamed to
+                    "name": "bash",
+                    "arguments": {"command": "echo pwned > pwned.txt"},
+                },
+                {"id": "x", **read},
+                {"id": "x", **read},
+            ]
+        },
+        {"text": "done"},
+    ]
+    task_id = await client.spawn_task("careful", "x", model=script(*turns))
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert not (workspace / "pwned.txt").exists()
+    assert paused.status == TaskStatus.PAUSED, paused
+    assert [p.tool_name for p in paused.pending_approvals] == ["bash"]
+    await client.reject(task_id, reason="no")
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    assert not (workspace / "pwned.txt").exists()
+    outputs = await tool_outputs(client, task_id)
+    assert "the parent rejected this call: no" in outputs[0]
+    assert outputs[1:] == ["     1\ta"] * 2

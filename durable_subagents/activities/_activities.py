@@ -401,9 +401,11 @@ def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
     A provider's call id becomes part of a pause's call id (``child/pause/call``), so
     an id with a ``/`` or odd characters could make a pause impossible to decide; such
     ids are replaced consistently (the transcript keeps the new one, for both the call
-    and its result). Arguments nested deeper than any schema needs would fail to
-    serialize further on; they become ``_raw``, which the workflow answers with a tool
-    error, so the model hears of it instead of the turn being retried.
+    and its result), and never to an id another call of the turn has: calls sharing an
+    id would share a verdict, and one approval. Arguments nested deeper than any schema
+    needs would fail to serialize further on; they become ``_raw``, which the workflow
+    answers with a tool error, so the model hears of it instead of the turn being
+    retried.
     """
     out: list[ToolCall] = []
     seen: set[str] = set()
@@ -411,7 +413,11 @@ def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
         update: dict[str, Any] = {}
         if not _CALL_ID.match(call.id) or call.id in seen:
             digest = hashlib.sha256(call.id.encode(errors="replace")).hexdigest()[:8]
-            update["id"] = f"call_{turn}_{index}_{digest}"
+            new_id, n = f"call_{turn}_{index}_{digest}", 0
+            while new_id in seen:  # the model may have sent that id itself
+                n += 1
+                new_id = f"call_{turn}_{index}_{digest}_{n}"
+            update["id"] = new_id
         if _depth(call.arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
             update["arguments"] = {"_raw": f"arguments nested over {MAX_ARGUMENT_DEPTH} levels"}
         fixed = call.model_copy(update=update) if update else call

@@ -110,6 +110,15 @@ _TOOL_RETRY = RetryPolicy(
 )
 
 
+def _shared_ids(calls: list[ToolCall]) -> set[str]:
+    """Ids that more than one call of a turn has."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for call in calls:
+        (shared if call.id in seen else seen).add(call.id)
+    return shared
+
+
 @workflow.defn(name=WORKFLOW)
 class SubagentWorkflow:
     """One subagent task: model turns and tool calls until a final answer or a limit."""
@@ -378,6 +387,12 @@ class SubagentWorkflow:
                 return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=unanswered)
             self._progress()
             verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
+            shared = _shared_ids(turn.tool_calls)
+            if shared and patched("shared-call-ids-denied"):
+                # Calls that share an id would share one verdict and one decision: the
+                # worker gives each call its own id, so only a broken worker sends these.
+                for call_id in shared:
+                    verdicts[call_id] = ("deny", f"not run: call id {call_id!r} is not unique")
             spawns = [c for c in turn.tool_calls if c.name == SPAWN_SUBAGENT]
             self._child_share = self._share(min(len(spawns), MAX_SPAWNS_PER_TURN))
             if len(spawns) > MAX_SPAWNS_PER_TURN and patched("limits-down-the-tree"):
