@@ -10,6 +10,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents.activities.providers import SCRIPTS
+from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
 from .conftest import script
 from .test_durability import processes_matching, wait_for
@@ -220,3 +222,30 @@ async def test_a_childs_tool_calls_run_two_at_once_so_a_tree_cannot_fill_the_too
     assert (await lead.check_task(child.id)).status == TaskStatus.CANCELLED
     await wait_for(lambda: not processes_matching("sleep 3911"), 15, "the sleeps to end")
     assert len(list((workspace / "started").iterdir())) == 2  # the queued three never ran
+
+
+async def test_children_answering_at_length_cannot_fail_their_parent(
+    lead: SubagentClient, worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each child answers with 4,000 characters that JSON writes as 12 bytes each: the
+    wait report of six of them was over the payload limit, and the parent failed."""
+    monkeypatch.setitem(SCRIPTS, "long-answer", [{"text": "\U0001f600" * 5000}])
+    child_model = "scripted:long-answer"
+    calls = [
+        {
+            "name": "spawn_subagent",
+            "arguments": {"agent": "explore", "prompt": f"part {i}", "model": child_model},
+        }
+        for i in range(8)
+    ]
+    model = script({"tool_calls": calls}, WAIT, {"text": "lead done"})
+    task_id = await lead.spawn_task("lead", "split", model=model)
+    info = await lead.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    waited = [m for m in await lead.get_transcript(task_id) if m.role == "tool"][-1]
+    assert len(waited.content) <= WAIT_REPORT_BYTES
+    report = json.loads(waited.content)
+    assert [r["status"] for r in report] == ["completed"] * 8
+    for r in report:
+        assert r["result"] == "\U0001f600" * len(r["result"]) and len(r["result"]) > 500
+        assert r["cut"] == f"result: {len(r['result'])} of 4000 characters shown"

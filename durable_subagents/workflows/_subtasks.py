@@ -40,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import PendingApproval, TaskResult, TaskStatus, ToolCall, ToolSpec
 
+from durable_subagents.workflows._helpers import patched
+
 SPAWN_SUBAGENT, WAIT_SUBAGENTS = SPAWN_TOOLS
 
 
@@ -95,12 +97,16 @@ SPAWN_TOOL_SPECS = [
 ]
 
 
+PAUSED_CALLS = "waiting_for_the_users_approval_of"
+"""The key of a paused child's pending calls in a ``wait_subagents`` report."""
 MAX_CHILDREN = 16
 """Subagents one task may spawn in all (children cannot spawn in turn: depth 1)."""
 MAX_SPAWNS_PER_TURN = 8
 """``spawn_subagent`` calls one model turn may make; more are refused."""
 MIN_CHILD_TOKENS = 1_000
 """A child's token budget is never smaller; with less left, spawning is refused."""
+WAIT_REPORT_BYTES = 64 * 1024
+"""Longest ``wait_subagents`` report (as JSON); longer results are cut to fit."""
 
 
 @dataclass
@@ -302,15 +308,19 @@ class ChildTasks:
                     {
                         "task_id": task_id,
                         "status": "paused",
-                        "waiting_for_the_users_approval_of": [
-                            p.arguments_preview for p in state.pending_approvals
-                        ],
+                        PAUSED_CALLS: [p.arguments_preview for p in state.pending_approvals],
                         "next": "it resumes when the user decides; call wait_subagents again",
                     }
                 )
             else:
                 report.append({"task_id": task_id, "status": "running"})
-        return json.dumps(report)
+        text = json.dumps(report)
+        if len(text) > WAIT_REPORT_BYTES and patched("wait-report-bounded"):
+            # Results a model wrote, escaped by JSON (an emoji takes 12 bytes): uncut,
+            # sixteen of them were over the parent's model-turn payload limit.
+            share = WAIT_REPORT_BYTES // len(report) - 2  # each entry's ", " or "[]"
+            text = json.dumps([_fit(entry, share) for entry in report])
+        return text
 
     # ------------------------------------------------------------------ pauses
 
@@ -391,6 +401,33 @@ class ChildTasks:
             self._done[task_id] = {"status": status, "error": getattr(cause, "message", str(err))}
         self._states.pop(task_id, None)
         self._on_change()
+
+
+def _fit(entry: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A report entry cut until its JSON takes at most ``limit`` characters.
+
+    The longest of its texts (result, error) or its list of pending calls is cut first,
+    in proportion to the excess; the entry says what was cut.
+    """
+    entry = dict(entry)
+    cut: dict[str, int] = {}
+    while (size := len(json.dumps(entry))) > limit:
+        key = max(
+            (k for k in ("result", "error", PAUSED_CALLS) if entry.get(k)),
+            key=lambda k: len(json.dumps(entry[k])),
+            default=None,
+        )
+        if key is None:
+            break  # only ids and counts are left
+        value = entry[key]
+        cut.setdefault(key, len(value))
+        keep = min(len(value) * limit // size, len(value) - 1)
+        entry[key] = value[: max(keep, 0)]
+        entry["cut"] = ", ".join(
+            f"{k}: {len(entry[k])} of {n} {'calls' if k == PAUSED_CALLS else 'characters'} shown"
+            for k, n in cut.items()
+        )
+    return entry
 
 
 class ToolCallRefused(Exception):
