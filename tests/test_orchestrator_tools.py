@@ -432,3 +432,38 @@ async def test_when_a_person_approves_the_model_may_still_reject(
     done = await call(tools, "check_subagent", task_id=task_id)
     assert done["status"] == "completed" and "not that" in done["result"]
     assert not (workspace / "out.txt").exists()
+
+
+async def test_an_approval_covers_only_the_calls_the_model_was_shown(
+    tools: SubagentTools, worker: None, workspace: Path
+) -> None:
+    """The pause the model read ends (decided elsewhere, or at its approval timeout) and
+    the subagent asks again under the same call id with another command: approving
+    that id, or every call, approved the command the model never saw."""
+
+    def asks(command: str) -> dict[str, Any]:
+        return {"tool_calls": [{"id": "a", "name": "bash", "arguments": {"command": command}}]}
+
+    model = script(asks("echo fine"), asks("echo pwned > pwned.txt"), {"text": "done"})
+    task_id = (
+        await call(tools, "spawn_subagent", agent="careful", prompt="x", model=model, max_turns=5)
+    )["task_id"]
+    shown = await call(tools, "check_subagent", task_id=task_id, wait=True)
+    assert shown["pending_approvals"][0]["arguments"] == {"command": "echo fine"}
+    await tools.client.reject(task_id, reason="from elsewhere")
+    later = await eventually(
+        lambda: tools.client.check_task(task_id),
+        lambda i: i.pause_id not in (None, shown["pause_id"]),
+    )
+    assert later.pending_approvals[0].call_id == "a"
+
+    for arguments in ({}, {"call_ids": ["a"]}):
+        refused = await call(tools, "approve_tool_calls", task_id=task_id, **arguments)
+        assert "not shown to you" in refused["error"], refused
+    assert not (workspace / "pwned.txt").exists()
+    seen = await call(tools, "check_subagent", task_id=task_id, wait=False)
+    assert seen["pending_approvals"][0]["arguments"] == {"command": "echo pwned > pwned.txt"}
+    await call(tools, "reject_tool_calls", task_id=task_id, reason="no")
+    done = await call(tools, "check_subagent", task_id=task_id, wait=True)
+    assert done["status"] == "completed", done
+    assert not (workspace / "pwned.txt").exists()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +66,7 @@ from durable_subagents.errors import (
     PayloadEncryptionError,
     SubagentError,
     TaskNotFound,
+    UnknownCallId,
     WrongTaskState,
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
@@ -582,8 +583,22 @@ class SubagentClient:
         return await self._decide(task_id, call_ids, approved=False, reason=reason)
 
     async def _decide(
-        self, task_id: str, call_ids: Sequence[str] | None, *, approved: bool, reason: str | None
+        self,
+        task_id: str,
+        call_ids: Sequence[str] | None,
+        *,
+        approved: bool,
+        reason: str | None,
+        shown: Collection[tuple[str, str, str]] | None = None,
     ) -> TaskInfo:
+        """Send decisions on calls of the current pause.
+
+        With ``shown`` (``(call id, tool, argument hash)`` of the calls the decider has
+        read), only those are decided: ``None`` means every one of them still pending,
+        and a call named that is not among them is refused. A pause can end and another
+        ask again under the same call id, or a second child pause beside the first,
+        between the read and the decision.
+        """
         if reason is not None and (
             not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
         ):
@@ -598,6 +613,8 @@ class SubagentClient:
                 "decide (check_task shows pending approvals while it is paused)",
                 info.status.value,
             )
+        if shown is not None:
+            call_ids = _shown_only(info, call_ids, shown)
         decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
         if self.decisions.repeats(info, decisions):
             return info.public()  # sent already: the task reads it when it resumes
@@ -870,6 +887,30 @@ def _visible_memo(execution: WorkflowExecution, err: PayloadEncryptionError) -> 
         "turns": attrs.get(sa.TURNS),
         "description": f"(encrypted with key {err.key_id}, which this client does not hold)",
     }
+
+
+def _shown_only(
+    info: InternalInfo, call_ids: Sequence[str] | None, shown: Collection[tuple[str, str, str]]
+) -> list[str]:
+    """The calls to decide among ``call_ids`` (None: all pending) that were shown as pending.
+
+    Raises:
+        UnknownCallId: a call named was not shown, or none of the pending calls was.
+    """
+    pending = {p.call_id: p for p in info.pending_approvals}
+    named = list(pending) if call_ids is None else list(call_ids)
+    unseen = [
+        c
+        for c in named
+        if c in pending and (c, pending[c].tool_name, pending[c].arguments_hash) not in shown
+    ]
+    chosen = [c for c in named if c not in unseen]
+    if unseen and (call_ids is not None or not chosen):
+        raise UnknownCallId(
+            f"call(s) {', '.join(unseen)} of pause {info.pause_id} were not shown to you, "
+            "or have changed since: call check_task to read them, then decide"
+        )
+    return chosen
 
 
 def _check_timeout(timeout: object) -> None:

@@ -217,6 +217,8 @@ class SubagentTools:
         }
         if approvals == "person":
             del self._tools["approve_tool_calls"]
+        self._shown: dict[str, set[tuple[str, str, str]]] = {}
+        """Pending calls each task's views showed the model: approvals cover only these."""
 
     @property
     def names(self) -> list[str]:
@@ -330,9 +332,22 @@ class SubagentTools:
         return {"tasks": [await self._view(i) for i in infos]}
 
     async def _approve(self, a: ApproveToolCalls) -> dict[str, Any]:
+        # Only what this model read: the pause it read may have ended since, and
+        # another asks under the same call id, or a second child paused beside it.
         before = self._sent(a.task_id)
-        info = await self.client.approve(a.task_id, a.call_ids)
-        return self._report(info, a.call_ids, "approved", before)
+        shown = self._shown.get(a.task_id, set())
+        info = await self.client._decide(
+            a.task_id, a.call_ids, approved=True, reason=None, shown=shown
+        )
+        chosen = a.call_ids
+        if chosen is None:
+            chosen = [p.call_id for p in info.pending_approvals if _key(p) in shown]
+        report = self._report(info, chosen, "approved", before)
+        unseen = [p.call_id for p in info.pending_approvals if _key(p) not in shown]
+        if unseen:
+            report["not_shown_yet"] = unseen
+            report["next"] = "call check_subagent to read the calls not shown yet, then decide"
+        return report
 
     async def _reject(self, a: RejectToolCalls) -> dict[str, Any]:
         before = self._sent(a.task_id)
@@ -357,6 +372,7 @@ class SubagentTools:
                 + (", ".join(pending) or "none (check_subagent shows its state)")
             )
         arguments = (await self.client.pending_arguments(info)).get(a.call_id)
+        self._shown.setdefault(info.id, set()).add(_key(pending[a.call_id]))
         if arguments is None:
             return {"error": _UNREADABLE, "preview": pending[a.call_id].arguments_preview}
         text = json.dumps(arguments, ensure_ascii=False, indent=1)
@@ -418,6 +434,7 @@ class SubagentTools:
         ]
         full = await self.client.pending_arguments(info) if undecided else {}
         pending = [_pending_view(p, full.get(p.call_id)) for p in undecided]
+        self._shown.setdefault(info.id, set()).update(_key(p) for p in undecided)
         view = info.model_dump(mode="json", include=_VIEW)
         view["pending_approvals"] = pending
         view = {k: v for k, v in view.items() if v not in (None, [])}
@@ -437,6 +454,11 @@ _UNREADABLE = (
     "the full arguments are not readable here (no access to the workers' blob store); "
     "only the preview is known: reject the call unless the preview is enough"
 )
+
+
+def _key(p: PendingApproval) -> tuple[str, str, str]:
+    """What identifies a pending call as shown: its id, tool and argument hash."""
+    return p.call_id, p.tool_name, p.arguments_hash
 
 
 def _pending_view(p: PendingApproval, arguments: dict[str, Any] | None) -> dict[str, Any]:
