@@ -249,3 +249,20 @@ async def test_children_answering_at_length_cannot_fail_their_parent(
     for r in report:
         assert r["result"] == "\U0001f600" * len(r["result"]) and len(r["result"]) > 500
         assert r["cut"] == f"result: {len(r['result'])} of 4000 characters shown"
+
+
+async def test_a_long_spawn_prompt_is_refused_not_cut(lead: SubagentClient, worker: None) -> None:
+    """Arguments over 8 KB reach the workflow as previews: the child was started with
+    the first 200 characters of its prompt and a note about a blob it cannot read."""
+    prompt = "Do this. " + "detail " * 2000
+    call = {
+        "name": "spawn_subagent",
+        "arguments": {"agent": "explore", "prompt": prompt, "model": script({"text": "x"})},
+    }
+    model = script({"tool_calls": [call]}, {"text": "lead done"})
+    task_id = await lead.spawn_task("lead", "split", model=model)
+    info = await lead.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert await lead.list_tasks(parent_id=task_id) == []
+    [refused] = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
+    assert refused.is_error and "over 8 KB" in refused.content, refused.content

@@ -220,6 +220,13 @@ class ChildTasks:
         turns, time and tokens are capped by what the parent has left, and a task
         spawns at most ``MAX_CHILDREN``.
         """
+        if call.arguments_ref and patched("spawn-arguments-by-reference-refused"):
+            # Over 8 KB, the arguments are in this task's blobs, and the workflow holds a
+            # preview of each text: the child would get 200 characters of its prompt.
+            raise ToolCallRefused(
+                "the arguments of spawn_subagent are over 8 KB; write the details to a "
+                "file in the workspace and give the subagent a short prompt that names it"
+            )
         args = call.arguments
         budget: int | None = None
         if left is not None:
