@@ -266,3 +266,22 @@ async def test_a_long_spawn_prompt_is_refused_not_cut(lead: SubagentClient, work
     assert await lead.list_tasks(parent_id=task_id) == []
     [refused] = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
     assert refused.is_error and "over 8 KB" in refused.content, refused.content
+
+
+async def test_a_wait_on_many_ids_gets_a_short_answer(
+    lead: SubagentClient, worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fifteen thousand ids (a list stays inline however long): the refusal named each, and
+    the parent's next model-turn input was over the payload limit."""
+    ids = [f"not-a-child-{i:05d}" for i in range(15_000)]
+    wait = {"tool_calls": [{"name": "wait_subagents", "arguments": {"task_ids": ids}}]}
+    child = script({"text": "x"})
+    turns = [spawn("explore", "x", child), wait, {"text": "lead done"}]
+    monkeypatch.setitem(SCRIPTS, "many-ids", turns)
+    task_id = await lead.spawn_task("lead", "x", model="scripted:many-ids")
+    info = await lead.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    refused = [m for m in await lead.get_transcript(task_id) if m.role == "tool"][-1]
+    assert refused.is_error and len(refused.content) < 1000, refused.content[:300]
+    assert refused.content.startswith("not subagents of this task: not-a-child-00000, ")
+    assert "and 14995 more" in refused.content

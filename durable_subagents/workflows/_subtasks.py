@@ -292,12 +292,14 @@ class ChildTasks:
         """Wait until the children are done, or one has a pause the model was not told of."""
         requested = call.arguments.get("task_ids")
         ids = [str(i) for i in requested] if isinstance(requested, list) else list(self._known)
+        ids = list(dict.fromkeys(ids))  # each child once in the report
         unknown = [i for i in ids if i not in self._known]
         if unknown:
             started = ", ".join(self._known) or "none"
-            raise ToolCallRefused(
-                f"not subagents of this task: {', '.join(unknown)}; started: {started}"
-            )
+            named = ", ".join(i[:100] for i in unknown[:5])
+            if len(unknown) > 5:
+                named += f" and {len(unknown) - 5} more"
+            raise ToolCallRefused(f"not subagents of this task: {named}; started: {started}")
         if not ids:
             raise ToolCallRefused("no subagents were started; call spawn_subagent first")
         await workflow.wait_condition(
