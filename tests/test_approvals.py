@@ -342,3 +342,21 @@ async def test_calls_sharing_an_id_never_share_a_verdict(
     assert not (workspace / "pwned.txt").exists()
     outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
     assert outputs == ["not run: call id 'x' is not unique"] * 2 + ["     1\ta"]
+
+
+async def test_a_long_reason_for_many_calls_never_fails_the_task(
+    careful: SubagentClient, worker: None
+) -> None:
+    """A turn of 200 calls that ask, all rejected with one long reason: each result
+    repeated it, and the next model-turn input was over the payload limit."""
+    model = script(bash(*(f"echo {i}" for i in range(200))), {"text": "{last_tool_result}"})
+    task_id = await careful.spawn_task("careful", "x", model=model)
+    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    assert len(paused.pending_approvals) == 200
+    reason = "Do not run commands here. " + "x" * 4000
+    await careful.reject(task_id, reason=reason)
+    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done.error
+    outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
+    assert all(o.startswith("the parent rejected this call: Do not run commands") for o in outputs)
+    assert sum(len(o) for o in outputs) < 200 * 1024

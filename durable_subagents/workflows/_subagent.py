@@ -76,6 +76,10 @@ _RESULTS_PER_TURN = 128 * 1024
 """Bytes of tool results a model-turn input carries inline; larger ones go by name."""
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""
+_REASONS_PER_TURN = 64 * 1024
+"""Characters of rejection reasons the calls of one pause pass on in all."""
+_REASON_LEAST = 200
+"""Characters of its reason a rejected call passes on however many calls a pause has."""
 
 TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads
@@ -609,6 +613,8 @@ class SubagentWorkflow:
         except TimeoutError:
             pass
         verdicts: dict[str, _Verdict] = {}
+        # One reason given to many calls is repeated in each result: together they fit.
+        limit = max(min(_REASON_LIMIT, _REASONS_PER_TURN // len(asks)), _REASON_LEAST)
         for call in asks:
             decision = self._decisions.get(call.id)
             if decision is None:
@@ -616,7 +622,9 @@ class SubagentWorkflow:
             elif decision.approved:
                 verdicts[call.id] = ("allow", None)
             else:
-                reason = f": {decision.reason[:_REASON_LIMIT]}" if decision.reason else ""
+                text = decision.reason or ""
+                text = text if len(text) <= limit else text[: limit - 1] + "…"
+                reason = f": {text}" if text else ""
                 verdicts[call.id] = ("deny", f"the parent rejected this call{reason}")
         self._pause_id, self._pending = None, []
         self._publish(TaskStatus.RUNNING)
