@@ -360,3 +360,32 @@ async def test_a_long_reason_for_many_calls_never_fails_the_task(
     outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
     assert all(o.startswith("the parent rejected this call: Do not run commands") for o in outputs)
     assert sum(len(o) for o in outputs) < 200 * 1024
+
+
+async def test_a_wait_returns_when_the_decision_it_would_skip_for_was_ignored(
+    careful: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """A decision the task ignored (bound to other arguments) decides nothing: a wait
+    that skips decided pauses must not sleep through the pause it leaves open."""
+    model = script(bash("echo 1 > one.txt"), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "one step", model=model)
+    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    call = paused.pending_approvals[0]
+    forged = CallDecision(call_id=call.call_id, arguments_hash="0" * 16, approved=True)
+    handle = careful.temporal.get_workflow_handle(task_id)
+    await handle.signal("decide", Decisions(pause_id=paused.pause_id or "", decisions=[forged]))
+
+    started = time.monotonic()
+    # another process decided every call of the pause, so far as the history tells
+    again = await SubagentClient(careful.temporal).check_task(task_id, wait=True, timeout=20)
+    assert time.monotonic() - started < 10
+    assert again.status == TaskStatus.PAUSED and again.pause_id == paused.pause_id
+    while not again.ignored_decisions:
+        assert time.monotonic() - started < 20
+        again = await careful.check_task(task_id, wait=True, timeout=1)
+    assert again.status == TaskStatus.PAUSED and again.pause_id == paused.pause_id
+    assert [d.reason for d in again.ignored_decisions] == [
+        f"call {call.call_id}: its arguments differ"
+    ]
+    assert not (workspace / "one.txt").exists()

@@ -423,7 +423,7 @@ class SubagentClient:
         """
         if info.status != TaskStatus.PAUSED or not info.pause_id:
             return False
-        pending = {p.call_id for p in info.pending_approvals}
+        pending = {p.call_id: p.arguments_hash for p in info.pending_approvals}
         handle = self.temporal.get_workflow_handle(info.id, run_id=info.run_id)
         converter = self.temporal.data_converter
         async for event in handle.fetch_history_events(skip_archival=True):
@@ -436,8 +436,12 @@ class SubagentClient:
                 [sent] = await converter.decode(attrs.input.payloads[:1], [Decisions])
             except Exception:  # a malformed signal decides nothing
                 continue
-            if sent.pause_id == info.pause_id:
-                pending -= {d.call_id for d in sent.decisions}
+            if sent.pause_id != info.pause_id:
+                continue
+            for d in sent.decisions:
+                # one bound to other arguments was ignored by the task: it decided nothing
+                if d.call_id in pending and d.arguments_hash == pending[d.call_id]:
+                    del pending[d.call_id]
         return not pending
 
     async def _may_settle(self, event: HistoryEvent) -> bool:

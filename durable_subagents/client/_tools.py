@@ -313,7 +313,10 @@ class SubagentTools:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            info = await self.client.check_task(task_id, True, left, after_pause=info.pause_id)
+            pause_id = info.pause_id
+            info = await self.client.check_task(task_id, True, left, after_pause=pause_id)
+            if info.pause_id == pause_id and info.status == TaskStatus.PAUSED:
+                break  # the same pause, back early: a decision on it was ignored
         return info
 
     async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
