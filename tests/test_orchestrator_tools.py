@@ -500,3 +500,40 @@ def test_all_means_every_call_shown_and_names_must_have_been_shown() -> None:
     changed = {("a/p1/c", "bash", "h0")}  # same id, other arguments
     with pytest.raises(UnknownCallId, match="a/p1/c"):
         _shown_only(info, ["a/p1/c"], changed)
+
+
+async def test_reach_own_keeps_the_model_to_the_tasks_it_spawned(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """A hostile subagent's text can name another orchestrator's task; with
+    ``reach="own"`` the model cannot read, decide, steer or cancel it."""
+    client.agents["careful"] = CAREFUL
+    theirs = SubagentTools(client, parent_id="orch-theirs", default_wait=30)
+    mine = SubagentTools(client, parent_id="orch-mine", default_wait=30, reach="own")
+    with pytest.raises(InvalidRequest, match="needs a parent_id"):
+        SubagentTools(client, reach="own")
+
+    model = script(bash("echo theirs > theirs.txt"), {"text": "their secret result"})
+    foreign = (await call(theirs, "spawn_subagent", agent="careful", prompt="x", model=model))[
+        "task_id"
+    ]
+    assert (await call(theirs, "check_subagent", task_id=foreign))["status"] == "paused"
+    refused = "no task {!r} among the subagents you spawned; list_subagents lists them"
+    for name, args in [
+        ("check_subagent", {"task_id": foreign}),
+        ("wait_subagents", {"task_ids": [foreign]}),
+        ("approve_tool_calls", {"task_id": foreign}),
+        ("send_subagent_input", {"task_id": foreign, "text": "do more"}),
+        ("cancel_subagent", {"task_id": foreign}),
+        ("show_tool_call", {"task_id": foreign, "call_id": "call_0_0"}),
+        ("check_subagent", {"task_id": "subagent-nothing-here"}),
+    ]:
+        answer = await call(mine, name, **args)
+        assert answer == {"error": refused.format(args.get("task_id", foreign))}, (name, answer)
+    info = await client.check_task(foreign)
+    assert info.status == TaskStatus.PAUSED and not (workspace / "theirs.txt").exists()
+
+    own = (await call(mine, "spawn_subagent", agent="explore", prompt="x", model=script()))[
+        "task_id"
+    ]
+    assert (await call(mine, "check_subagent", task_id=own))["status"] == "completed"

@@ -57,6 +57,13 @@ class Role(enum.StrEnum):
     TOOLS = "tools"
 
 
+class Reach(enum.StrEnum):
+    """Which tasks ``subagents mcp``'s model reaches by id."""
+
+    ANY = "any"
+    OWN = "own"
+
+
 class Approvals(enum.StrEnum):
     """Who approves the calls subagents pause on, for ``subagents mcp``."""
 
@@ -424,6 +431,14 @@ def mcp(
             "or 'person' (subagents approve; the model may only reject or cancel)",
         ),
     ] = Approvals.MODEL,
+    reach: Annotated[
+        Reach,
+        typer.Option(
+            help="Which tasks the model reaches by id: 'any' task of the namespace, or "
+            "only its 'own' (spawned with this --parent-id; give a fixed one so later "
+            "sessions reach earlier tasks)",
+        ),
+    ] = Reach.ANY,
 ) -> None:
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
     from durable_subagents.client._mcp import default_parent_id, run_mcp
@@ -439,7 +454,11 @@ def mcp(
         highlight=False,
         soft_wrap=True,
     )
-    run(run_mcp(settings, parent, agents_dir=agents_dir, approvals=approvals.value))
+    run(
+        run_mcp(
+            settings, parent, agents_dir=agents_dir, approvals=approvals.value, reach=reach.value
+        )
+    )
 
 
 def demo(

@@ -129,6 +129,7 @@ async def run_mcp(
     agents_dir: str | Path | None = None,
     default_wait: float = 50.0,
     approvals: Literal["model", "person"] = "model",
+    reach: Literal["any", "own"] = "any",
 ) -> None:
     """Serve the subagent tools over MCP on stdin/stdout until stdin closes.
 
@@ -146,6 +147,8 @@ async def run_mcp(
             below the 60 s many MCP clients allow a tool call by default.
         approvals: ``"person"`` keeps ``approve_tool_calls`` from the model (see
             ``SubagentTools``).
+        reach: ``"own"``: the model reaches only tasks spawned with ``parent_id``
+            (give a fixed one, or later sessions cannot reach earlier tasks).
 
     A broken agent file is skipped with a warning; only a spawn of its agent fails.
     """
@@ -156,6 +159,7 @@ async def run_mcp(
             parent_id=parent_id or default_parent_id(),
             default_wait=default_wait,
             approvals=approvals,
+            reach=reach,
         )
 
         async def connect() -> SubagentClient:

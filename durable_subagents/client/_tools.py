@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from durable_subagents._audience import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
-from durable_subagents.errors import InvalidRequest, SubagentError, UnknownCallId
+from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId
 from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
 
 MAX_WAIT = 600.0
@@ -187,6 +187,11 @@ class SubagentTools:
             and its checks and waits go on through a pause until a person decided. Use
             it when subagents read text you do not trust: what a hostile subagent writes
             reaches the orchestrating model, and so could talk it into an approval.
+        reach: Which tasks the model may check, wait for, decide, steer or cancel by
+            id. ``"any"``: every task of the namespace whose id it is given.
+            ``"own"``: only those spawned with this ``parent_id`` (others answer as not
+            found), so text a hostile subagent writes cannot point the model at
+            another orchestrator's tasks.
     """
 
     def __init__(
@@ -196,9 +201,17 @@ class SubagentTools:
         default_wait: float = 120.0,
         *,
         approvals: Literal["model", "person"] = "model",
+        reach: Literal["any", "own"] = "any",
     ) -> None:
         if approvals not in ("model", "person"):
             raise InvalidRequest(f"approvals must be 'model' or 'person', got {approvals!r}")
+        if reach not in ("any", "own"):
+            raise InvalidRequest(f"reach must be 'any' or 'own', got {reach!r}")
+        if reach == "own" and not parent_id:
+            raise InvalidRequest(
+                "reach='own' needs a parent_id: the tasks spawned with it are the model's own"
+            )
+        self.reach = reach
         self.client = client
         self.parent_id = parent_id
         self.default_wait = min(default_wait, MAX_WAIT)
@@ -275,6 +288,7 @@ class SubagentTools:
             if isinstance(arguments, str):
                 arguments = json.loads(arguments) if arguments.strip() else {}
             args = model.model_validate(arguments or {})
+            await self._within_reach(args)
             return _dump(await handler(args))
         except json.JSONDecodeError as err:
             return _dump({"error": f"arguments of {name} are not valid JSON: {err}"})
@@ -393,6 +407,29 @@ class SubagentTools:
         return {"tasks": rows}
 
     # ------------------------------------------------------------------ helpers
+
+    async def _within_reach(self, args: _Args) -> None:
+        """With ``reach="own"``, refuse ids of tasks not spawned with this parent id.
+
+        A task of someone else answers exactly as a task that does not exist.
+        """
+        if self.reach != "own":
+            return
+        one = getattr(args, "task_id", None)
+        ids: list[str] = getattr(args, "task_ids", None) or ([one] if one else [])
+
+        async def own(task_id: str) -> bool:
+            try:
+                return (await self.client.check_task(task_id)).parent_id == self.parent_id
+            except TaskNotFound:
+                return False
+
+        for task_id, ok in zip(ids, await asyncio.gather(*map(own, ids)), strict=True):
+            if not ok:
+                raise TaskNotFound(
+                    f"no task {task_id!r} among the subagents you spawned; list_subagents "
+                    "lists them"
+                )
 
     def _timeout(self, timeout: float | None) -> float:
         return min(self.default_wait if timeout is None else timeout, MAX_WAIT)
