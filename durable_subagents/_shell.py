@@ -29,17 +29,31 @@ from typing import NamedTuple
 import tree_sitter
 import tree_sitter_bash
 
-__all__ = ["Command", "SimpleCommand", "command_words", "command_words_v1", "split_commands"]
+__all__ = [
+    "Command",
+    "SimpleCommand",
+    "command_words",
+    "command_words_v1",
+    "command_words_v2",
+    "split_commands",
+]
 
 _UNKNOWN = "\x00"
 """Stands for a word nobody can know before the command runs."""
 
-_RUNS_ITS_ARGUMENTS = {"eval", "source", ".", "exec", "xargs", "command", "builtin", "trap"}
-"""Builtins and programs whose arguments become a command: what they run is unknown."""
+_RUNS_ITS_ARGUMENTS_V2 = {"eval", "source", ".", "exec", "xargs", "command", "builtin", "trap"}
+_RUNS_ITS_ARGUMENTS = _RUNS_ITS_ARGUMENTS_V2 | {
+    "alias", "coproc", "hash", "let", "compgen", "enable"
+}  # fmt: skip
+"""Builtins and programs whose arguments become a command: what they run is unknown.
+(``alias x=...`` and ``hash -p /bin/rm ls`` change what a later name runs, ``let`` and
+``compgen -W`` evaluate their words, ``enable -f`` loads code.)"""
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"}
-_WRAPPERS = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
-"""Prefixes that run the rest of their words as a command: that command is judged too."""
-_SPECIAL_NAMES = _RUNS_ITS_ARGUMENTS | _SHELLS | _WRAPPERS
+_WRAPPERS_V2 = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
+_SPECIAL_NAMES_V2 = _RUNS_ITS_ARGUMENTS_V2 | _SHELLS | _WRAPPERS_V2
+_SPECIAL_NAMES = _RUNS_ITS_ARGUMENTS | _SHELLS | _WRAPPERS_V2 | {"find", "mapfile", "readarray"}
+"""Commands that run other commands (wrappers such as ``env X=1 timeout 5 cmd``, whose
+command is judged too), or whose words are code: a plain line hands them to _emit."""
 _DOUBLE_QUOTED_ESCAPES = '$`"\\\n'
 """What a backslash escapes inside double quotes."""
 _SKIP_WORD_NODES = {"comment", "heredoc_body", "heredoc_end", "heredoc_start", "file_redirect"}
@@ -140,11 +154,26 @@ def command_words_v1(line: str) -> tuple[Command, ...]:
     For replaying runs that started then: the parser alone, which reads
     ``a | b | c<newline>d`` with ``c d`` as one command.
     """
-    token = _ONE_COMMAND_PER_LINE.set(False)
+    token = _VERSION.set(1)
     try:
         return _parse(line)
     finally:
-        _ONE_COMMAND_PER_LINE.reset(token)
+        _VERSION.reset(token)
+
+
+def command_words_v2(line: str) -> tuple[Command, ...]:
+    """What :func:`command_words` gave before wrappers were read option by option.
+
+    For replaying runs that started then: assignments, globs in a command's name,
+    ``[[ ]]``, ``(( ))``, line continuations inside a word and code in strings were
+    not judged either.
+    """
+    token = _VERSION.set(2)
+    try:
+        plain = _split_plain(line)
+        return plain if plain is not None else _parse(line)
+    finally:
+        _VERSION.reset(token)
 
 
 def _split_plain(line: str) -> tuple[Command, ...] | None:
@@ -164,6 +193,8 @@ def _split_plain(line: str) -> tuple[Command, ...] | None:
         if not _FLAT_LINE.fullmatch("".join(parts[0::2])):
             return None
         hidden = "\x0f".join([q[1:-1] for q in strings])
+        if ("$(" in hidden or "`" in hidden) and _VERSION.get() >= 3:
+            return None  # code in a string: the parser's to judge
         if (
             _CONTROL.search(hidden)
             or hidden.count("\x0f") != len(strings) - 1
@@ -203,7 +234,10 @@ def _split_plain(line: str) -> tuple[Command, ...] | None:
         for k, text in zip(quoted, shown.split("\x0f"), strict=True):
             commands[k] = text.split("\x01")
     found: list[Command] = []
-    special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES}
+    if _VERSION.get() >= 3:
+        special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES or "*" in w}
+    else:
+        special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES_V2}
     for words in commands:
         if words[0] in special:
             _emit(words, True, found)
@@ -220,35 +254,59 @@ def _parse(line: str) -> tuple[Command, ...]:
     unknown: tuple[Command, ...] = (((line,), False),)
     if not line.isascii() and "{" in line and _BEYOND_BMP.search(line, line.index("{")):
         return unknown
-    tree = _parser().parse(line.encode("utf-8", errors="surrogateescape"))
-    root = tree.root_node
-    if root.has_error:
-        return unknown
-    found: list[Command] = []
-    try:
-        _walk(root, found)
-    except RecursionError:  # substitutions nested hundreds deep: nobody can judge that
-        return unknown
-    except _Misparsed:
-        return unknown
-    return tuple(found)
+    source = line.encode("utf-8", errors="surrogateescape")
+    for _ in range(_MAX_JOINS):
+        tree = _parser().parse(source)
+        root = tree.root_node
+        if root.has_error:
+            return unknown
+        found: list[Command] = []
+        try:
+            _walk(root, found)
+        except RecursionError:  # substitutions nested hundreds deep: nobody can judge that
+            return unknown
+        except _Joined as joined:
+            # ``r\<newline>m`` is ``rm`` to bash, two words to the grammar: read it again
+            # without that line continuation.
+            source = source[: joined.at] + source[joined.at + 2 :]
+            continue
+        except _Misparsed:
+            return unknown
+        return tuple(found)
+    return unknown
 
 
-_ONE_COMMAND_PER_LINE = contextvars.ContextVar("one_command_per_line", default=True)
+_MAX_JOINS = 8
+
+
+_VERSION = contextvars.ContextVar("bash_rules_version", default=3)
+"""Which reading of a line: 1 joins two lines' words as the grammar does, 2 reads lines
+apart, 3 (current) also sees what wrappers, assignments, globs and tests run."""
 
 
 class _Misparsed(Exception):
     """The parser read a line break as a space between one command's words."""
 
 
+class _Joined(_Misparsed):
+    """A line continuation at byte ``at`` joins two words the parser read apart."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(at)
+        self.at = at
+
+
 def _check_one_line(node: tree_sitter.Node) -> None:
-    """Raise _Misparsed if a line break (not escaped) separates two of a command's words.
+    r"""Raise _Misparsed if a line break (not escaped) separates two of a command's words.
 
     tree-sitter-bash reads ``a | b | c<newline>d && e`` with ``c d`` as one command; a
     rule allowing ``c *`` would then allow ``d``. No simple command spans lines in bash.
+    A line continuation with no blank around it joins two words in bash (``r\<newline>m``
+    is ``rm``), which the grammar reads apart: :class:`_Joined` says where.
     """
     text = node.text or b""
-    if b"\n" not in text or not _ONE_COMMAND_PER_LINE.get():
+    version = _VERSION.get()
+    if b"\n" not in text or version < 2:
         return
     start = node.start_byte
     children = node.children
@@ -256,28 +314,137 @@ def _check_one_line(node: tree_sitter.Node) -> None:
         gap = text[before.end_byte - start : after.start_byte - start]
         if b"\n" in gap.replace(b"\\\n", b""):
             raise _Misparsed
+        if version >= 3 and gap == b"\\\n":
+            raise _Joined(before.end_byte)
 
 
 def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
     """Every command under ``node``, in source order (iterative: lists nest deeply)."""
+    v3 = _VERSION.get() >= 3
     stack = [node]
     while stack:
         node = stack.pop()
-        if node.type == "command":
+        kind = node.type
+        if kind == "command":
             _command(node, found)
             continue
-        if node.type in ("declaration_command", "unset_command"):
+        if kind in ("declaration_command", "unset_command"):
             _declaration(node, found)
             continue
+        if v3:
+            if kind == "variable_assignment":  # ``PATH=x`` alone: it changes what runs next
+                word, ok = _assignment(node, found)
+                found.append(((word,), ok))
+                continue
+            if kind == "test_command":
+                _test(node, found)
+                continue
+            if kind == "c_style_for_statement" or (
+                kind == "compound_statement" and node.children and node.children[0].type == "(("
+            ):
+                _arithmetic(node, found, stack)
+                continue
         stack.extend(reversed(node.children))
+
+
+_ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v"}
+"""``[[ ]]`` operators that evaluate their operands as arithmetic: ``a[$(cmd)]``, even
+quoted, or a variable holding it, runs ``cmd``."""
+
+
+def _test(node: tree_sitter.Node, found: list[Command]) -> None:
+    """``[[ ... ]]`` as a command of its own, as ``[ ... ]`` is."""
+    words: list[str] = []
+    known = True
+    stack = [node]
+    while stack:
+        part = stack.pop()
+        if part.type in ("test_command", "binary_expression", "unary_expression") or (
+            part.type in ("parenthesized_expression", "negated_expression")
+        ):
+            stack.extend(reversed(part.children))
+        elif part.is_named and part.type not in ("test_operator", "extglob_pattern", "regex"):
+            word, ok = _word(part, found)
+            words.append(word)
+            known = known and ok and not _runs_code(word)
+        else:
+            words.append((part.text or b"").decode("utf-8", errors="surrogateescape"))
+    known = known and not _ARITHMETIC_TESTS.intersection(words)
+    found.append((tuple(words), known))
+
+
+def _arithmetic(
+    node: tree_sitter.Node, found: list[Command], stack: list[tree_sitter.Node]
+) -> None:
+    """``(( ... ))`` and ``for (( ... ))`` as a command that is never known.
+
+    Arithmetic runs what a variable's value holds (``x='a[$(cmd)]'; (( x ))``).
+    """
+    body = None
+    if node.type == "c_style_for_statement":
+        body = node.child_by_field_name("body")
+    text = (node.text or b"").decode("utf-8", errors="surrogateescape")
+    if body is not None:
+        text = text[: body.start_byte - node.start_byte]
+    found.append(((text.strip(),), False))
+    _substitutions(node, found, skip=body)
+    if body is not None:
+        stack.append(body)
+
+
+def _substitutions(
+    node: tree_sitter.Node, found: list[Command], skip: tree_sitter.Node | None = None
+) -> None:
+    """The commands of every substitution under ``node`` (but ``skip``)."""
+    stack = [node]
+    while stack:
+        part = stack.pop()
+        if skip is not None and part == skip:
+            continue
+        if part.type in ("command_substitution", "process_substitution"):
+            _walk_inner(part, found)
+            continue
+        stack.extend(reversed(part.children))
+
+
+_SUBSCRIPT_CODE = re.compile(r"\[[^\]]*(?:\$\(|`)")
+"""An array subscript holding a substitution: builtins that take a variable name
+(``test -v``, ``printf -v``, ``read``, ``declare``) evaluate it, quoted or not."""
+
+
+def _runs_code(word: str) -> bool:
+    """Whether a word's value (quotes removed) is code some builtin may run."""
+    return "[" in word and _SUBSCRIPT_CODE.search(word) is not None
+
+
+def _assignment(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
+    """``NAME=value`` with the value's quotes removed, and whether it is known.
+
+    A value holding ``$(`` or a backtick, even quoted, is unknown: ``PS4``, arithmetic
+    and prompt expansion run it later.
+    """
+    value = node.child_by_field_name("value")
+    text = (node.text or b"").decode("utf-8", errors="surrogateescape")
+    if value is None:
+        return text, True
+    word, ok = _word(value, found)
+    if ok:
+        raw = text[: value.start_byte - node.start_byte] + word
+        return raw, "$(" not in word and "`" not in word
+    return text, False
 
 
 def _declaration(node: tree_sitter.Node, found: list[Command]) -> None:
     _check_one_line(node)
+    v3 = _VERSION.get() >= 3
     words: list[str] = []
     known = True
     for child in node.named_children:
-        word, ok = _word(child, found)
+        if v3 and child.type == "variable_assignment":
+            word, ok = _assignment(child, found)
+        else:
+            word, ok = _word(child, found)
+            ok = ok and not (v3 and _runs_code(word))
         words.append(word)
         known = known and ok
     first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
@@ -291,13 +458,20 @@ def _walk_inner(node: tree_sitter.Node, found: list[Command]) -> None:
 
 def _command(node: tree_sitter.Node, found: list[Command]) -> None:
     _check_one_line(node)
+    v3 = _VERSION.get() >= 3
+    prefix: list[str] = []
     words: list[str] = []
     known = True
     for child in node.named_children:
         if child.type == "variable_assignment":
-            # ``X=1 cmd``: the assignment changes cmd's environment; its value may run
+            # ``X=1 cmd``: the assignment changes cmd's environment (``GIT_CONFIG_*``,
+            # ``LD_PRELOAD``): a rule sees it as part of the command. Its value may run
             # substitutions, which are commands of their own.
-            _, ok = _word(child, found)
+            if v3:
+                word, ok = _assignment(child, found)
+                prefix.append(word)
+            else:
+                _, ok = _word(child, found)
             known = known and ok
             continue
         if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
@@ -310,26 +484,236 @@ def _command(node: tree_sitter.Node, found: list[Command]) -> None:
         words.append(word)
         known = known and ok
     if words:
-        _emit(words, known, found)
+        _emit(words, known, found, prefix)
+    elif prefix:
+        found.append((tuple(prefix), known))
 
 
-def _emit(words: list[str], known: bool, found: list[Command]) -> None:
-    """Add the command ``words`` and, for a wrapper, the command it runs."""
+def _emit(
+    words: list[str], known: bool, found: list[Command], prefix: list[str] | None = None
+) -> None:
+    """Add the command ``words`` (after its assignments ``prefix``) and what it runs.
+
+    A wrapper's command is judged too (``timeout -s KILL 5 cmd``: ``cmd``), read option
+    by option; where an option is not understood, every later word may start it.
+    """
+    if _VERSION.get() < 3:
+        _emit_v2(words, known, found)
+        return
+    for _ in range(_MAX_UNWRAPPED):
+        name = words[0].rsplit("/", 1)[-1]
+        if (
+            name in _RUNS_ITS_ARGUMENTS
+            or (name in _SHELLS and "-c" in words[1:])
+            or (
+                name in _CALLBACK_OPTIONS and any(w.startswith("-") and "C" in w for w in words[1:])
+            )
+            or _GLOB.search(words[0])
+            or any("[" in w and _runs_code(w) for w in words)
+        ):
+            known = False
+        found.append(((*prefix, *words) if prefix else tuple(words), known))
+        prefix = None
+        if name in _RUNS_A_LINE:
+            _emit_lines(name, words, found)
+        inner, certain = _unwrap_v3(name, words)
+        if name == "find":
+            depth = _DEPTH.get()
+            token = _DEPTH.set(depth + 1)
+            try:
+                for command in inner:
+                    if depth < 3:
+                        _emit(command, known, found)
+                    else:
+                        found.append((tuple(command), False))
+            finally:
+                _DEPTH.reset(token)
+            return
+        if not inner:
+            return
+        if not certain:
+            # Options this reading does not know: the command may start at any word.
+            for start in range(min(len(words), _MAX_UNWRAPPED)):
+                if start and not words[start].startswith("-"):
+                    found.append((tuple(words[start:]), False))
+            return
+        words = inner[0]
+    found.append((tuple(words), False))  # wrappers nested deeper than anyone writes
+
+
+_MAX_UNWRAPPED = 16
+_GLOB = re.compile(r"[*?]|\[.*\]")
+"""A glob in a command's name: ``/bin/r?`` runs ``/bin/rm``."""
+_CALLBACK_OPTIONS = {"mapfile", "readarray"}
+"""Builtins whose ``-C`` option names code to run."""
+_RUNS_A_LINE = {"eval", "trap", "alias", *_SHELLS}
+"""Commands whose argument is a line of bash: its commands are judged too (unknown)."""
+
+
+def _emit_lines(name: str, words: list[str], found: list[Command]) -> None:
+    """The commands of the line ``eval``, ``trap``, ``alias`` or ``bash -c`` runs.
+
+    They are unknown, but a deny rule still sees ``rm`` in ``eval 'rm -rf x'``.
+    """
+    if name == "eval":
+        lines = [" ".join(words[1:])]
+    elif name == "trap":
+        lines = words[1:2]
+    elif name == "alias":
+        lines = [w.partition("=")[2] for w in words[1:] if "=" in w]
+    elif "-c" in words[1:]:
+        lines = [w for w in words[1:] if not w.startswith(("-", "+"))][:1]
+    else:
+        return
+    depth = _DEPTH.get()
+    if depth >= 3:
+        return
+    token = _DEPTH.set(depth + 1)
+    try:
+        for line in lines:
+            plain = _split_plain(line)
+            for inner_words, _ in plain if plain is not None else _parse(line):
+                found.append((inner_words, False))
+    finally:
+        _DEPTH.reset(token)
+
+
+_DEPTH = contextvars.ContextVar("bash_line_depth", default=0)
+
+
+class _Options(NamedTuple):
+    """What a wrapper's options are: those taking an argument, those that do not."""
+
+    short_arg: str = ""
+    short_flag: str = ""
+    long_arg: frozenset[str] = frozenset()
+    long_flag: frozenset[str] = frozenset()
+    operands: int = 0  # words before the command (``timeout``'s duration)
+    attached: str = ""  # short options whose argument may only be attached (``-i{}``)
+
+
+_OPTIONS: dict[str, _Options] = {
+    "env": _Options(
+        "uC", "i0v",
+        frozenset({"--unset", "--chdir"}),
+        frozenset({"--ignore-environment", "--null", "--debug", "--block-signal",
+                   "--default-signal", "--ignore-signal", "--list-signal-handling"}),
+    ),
+    "nice": _Options("n", "", frozenset({"--adjustment"})),
+    "timeout": _Options(
+        "ks", "v", frozenset({"--kill-after", "--signal"}),
+        frozenset({"--foreground", "--preserve-status", "--verbose"}), operands=1,
+    ),
+    "nohup": _Options(),
+    "stdbuf": _Options("ioe", "", frozenset({"--input", "--output", "--error"})),
+    "setsid": _Options("", "cfw", frozenset(), frozenset({"--ctty", "--fork", "--wait"})),
+    "time": _Options(
+        "fo", "apvq", frozenset({"--format", "--output"}),
+        frozenset({"--append", "--portability", "--verbose", "--quiet"}),
+    ),
+    "sudo": _Options(
+        "CDghpRrtTUu", "AbEHnPSBkN",
+        frozenset({"--close-from", "--chdir", "--group", "--host", "--prompt", "--chroot",
+                   "--role", "--type", "--command-timeout", "--other-user", "--user"}),
+        frozenset({"--askpass", "--background", "--preserve-env", "--set-home",
+                   "--non-interactive", "--preserve-groups", "--stdin", "--bell",
+                   "--reset-timestamp", "--no-update"}),
+    ),
+    "doas": _Options("u", "n"),
+    "command": _Options("", "pvV"),
+    "exec": _Options("a", "cl"),
+    "builtin": _Options(),
+    "xargs": _Options(
+        "adEILnPs", "0oprtx",
+        frozenset({"--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-chars",
+                   "--process-slot-var"}),
+        frozenset({"--null", "--open-tty", "--interactive", "--no-run-if-empty", "--verbose",
+                   "--exit", "--show-limits", "--eof", "--replace", "--max-lines"}),
+        attached="eil",
+    ),
+}  # fmt: skip
+"""The options of each command that runs the rest of its words (GNU and bash's)."""
+
+
+def _unwrap_v3(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
+    """The commands a wrapper runs, and whether its options were all understood.
+
+    ``find``: the command of each ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``.
+    """
+    if name == "find":
+        found, i = [], 1
+        while i < len(words):
+            if words[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = i + 1
+                while end < len(words) and words[end] not in (";", "+"):
+                    end += 1
+                if end > i + 1:
+                    found.append(words[i + 1 : end])
+                i = end
+            i += 1
+        return found, True
+    if name == "coproc":
+        return [words[1:]] if len(words) > 1 else [], False  # ``coproc NAME cmd``
+    spec = _OPTIONS.get(name)
+    if spec is None:
+        return [], True
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            i += 1
+            break
+        if name == "env" and (word == "-" or ("=" in word and not word.startswith("-"))):
+            i += 1
+            continue
+        if word.startswith("--"):
+            option, eq, _ = word.partition("=")
+            if option in spec.long_flag:
+                i += 1
+            elif option in spec.long_arg:
+                i += 1 if eq else 2
+            else:
+                return [words[i:]], False
+            continue
+        if not word.startswith("-") or word == "-":
+            break
+        if name == "nice" and word[1:].isdigit():
+            i += 1
+            continue
+        for j, letter in enumerate(word[1:], start=2):
+            if letter in spec.short_flag:
+                continue
+            if letter in spec.attached:
+                break
+            if letter in spec.short_arg:
+                if j == len(word):
+                    i += 1  # the next word is its argument
+                break
+            return [words[i:]], False
+        i += 1
+    i += spec.operands
+    if name == "xargs" and i >= len(words):
+        return [], True  # ``echo``
+    return ([words[i:]] if i < len(words) else []), True
+
+
+def _emit_v2(words: list[str], known: bool, found: list[Command]) -> None:
+    """:func:`_emit` of version 2 (replay only)."""
     name = words[0].rsplit("/", 1)[-1]
-    if name in _RUNS_ITS_ARGUMENTS or (name in _SHELLS and "-c" in words[1:]):
+    if name in _RUNS_ITS_ARGUMENTS_V2 or (name in _SHELLS and "-c" in words[1:]):
         known = False
     found.append((tuple(words), known))
-    if name in _WRAPPERS:
+    if name in _WRAPPERS_V2:
         inner = _unwrap(words)
         if inner:
             found.append((tuple(inner), known and _UNKNOWN not in inner))
 
 
 def _unwrap(words: list[str]) -> list[str]:
-    """The command a wrapper (``env X=1 cmd``, ``timeout 5 cmd``) runs, else []."""
+    """The command a wrapper (``env X=1 cmd``, ``timeout 5 cmd``) runs, else [] (v2)."""
     rest = list(words)
     unwrapped = False
-    while rest and rest[0].rsplit("/", 1)[-1] in _WRAPPERS:
+    while rest and rest[0].rsplit("/", 1)[-1] in _WRAPPERS_V2:
         wrapper = rest.pop(0).rsplit("/", 1)[-1]
         unwrapped = True
         while rest and (rest[0].startswith("-") or (wrapper == "env" and "=" in rest[0])):

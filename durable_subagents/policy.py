@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import Any
 
-from durable_subagents._shell import command_words, command_words_v1
+from durable_subagents._shell import command_words, command_words_v1, command_words_v2
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
 from durable_subagents.types import ToolCall
@@ -67,6 +67,7 @@ def decide(
     read_only: bool | None = None,
     parse_bash: bool = False,
     bash_v1: bool = False,
+    bash_v2: bool = False,
     path: str | None = None,
 ) -> Action:
     """The action for one call.
@@ -77,7 +78,9 @@ def decide(
     the stricter of the two answers wins, so a restriction can never widen the agent.
     ``read_only`` says whether the tool never changes anything (default: whether it is
     one of the built-in read-only tools). ``bash_v1`` splits bash lines as runs that
-    started before lines were checked to be read apart did (replay only).
+    started before lines were checked to be read apart did, ``bash_v2`` as runs that
+    started before wrappers' options, assignments, paths and globs in a command's name,
+    ``[[ ]]`` and ``(( ))`` were judged (replay only).
     """
     if read_only is None:
         read_only = tool_name in READ_ONLY_TOOLS
@@ -93,23 +96,26 @@ def decide(
             _evaluate_path(spec.restrictions, tool_name, path, "allow", search=search),
         )
     if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
+        version = 1 if bash_v1 else 2 if bash_v2 else 3
         return _strictest(
-            _evaluate_bash(spec.permissions, target, default, v1=bash_v1),
-            _evaluate_bash(spec.restrictions, target, "allow", v1=bash_v1),
+            _evaluate_bash(spec.permissions, target, default, version=version),
+            _evaluate_bash(spec.restrictions, target, "allow", version=version),
         )
     agent = _evaluate(spec.permissions, tool_name, target, default)
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
 
 
 def _evaluate_bash(
-    rules: list[PermissionRule], command: str, default: Action, *, v1: bool = False
+    rules: list[PermissionRule], command: str, default: Action, *, version: int = 3
 ) -> Action:
     """Rules applied to each simple command the line runs; the strictest answer wins.
 
     A command that cannot be known before it runs (an expansion, a substitution,
     ``eval``, ``bash -c``) is never allowed by a rule: where an allow rule matches it,
     or where no rule matches but the agent has deny or ask rules that might have,
-    it asks. Deny and ask rules also see the whole line, as written.
+    it asks. Deny and ask rules also see the whole line, as written, and each command
+    without its leading assignments and with its name's directory removed
+    (``X=1 /bin/rm x`` meets a rule on ``rm *``).
     """
     relevant = [r for r in rules if fnmatch.fnmatchcase("bash", r.tool)]
     if not relevant:
@@ -121,7 +127,12 @@ def _evaluate_bash(
     if guarded:
         whole = matcher.last(command)
         result = relevant[whole].action if whole is not None else "allow"
-    pieces = command_words_v1(command) if v1 else command_words(command)
+    if version == 1:
+        pieces = command_words_v1(command)
+    elif version == 2:
+        pieces = command_words_v2(command)
+    else:
+        pieces = command_words(command)
     for words, known in pieces:
         index = matcher.last(" ".join(words))
         action: Action
@@ -131,6 +142,11 @@ def _evaluate_bash(
             action = relevant[index].action
             if action == "allow" and not known:
                 action = "ask"
+        if version >= 3 and guarded and ("/" in words[0] or "=" in words[0]):
+            for view in _views(words):
+                seen = matcher.last(view)
+                if seen is not None and _ORDER[relevant[seen].action] > _ORDER[action]:
+                    action = relevant[seen].action
         if _ORDER[action] > _ORDER[result]:
             result = action
             if result == stop_at:
@@ -138,6 +154,26 @@ def _evaluate_bash(
     if not pieces:
         result = _strictest(result, default)
     return result
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
+
+
+def _views(words: tuple[str, ...]) -> list[str]:
+    """What deny and ask rules also see of a command, besides its words.
+
+    The command without its assignments (``X=1 rm x``: ``rm x``), and with its name's
+    directory removed (``/bin/rm x``: ``rm x``). These only make a line stricter: an
+    allow rule matching one does not count.
+    """
+    start = 0
+    while start < len(words) - 1 and _ASSIGNMENT.match(words[start]):
+        start += 1
+    views = [" ".join(words[start:])] if start else []
+    name = words[start]
+    if "/" in name and name.rsplit("/", 1)[1]:
+        views.append(" ".join((name.rsplit("/", 1)[1], *words[start + 1 :])))
+    return views
 
 
 _ANY, _EQUALS, _PREFIX, _CONTAINS, _GLOB = range(5)

@@ -352,3 +352,173 @@ def test_deeply_nested_lines_are_judged_not_crashed() -> None:
     deep = "echo " + "$(" * 600 + "touch pwned" + ")" * 600
     assert decide(GIT_ONLY, deep) == "ask"
     assert decide(NO_RM, "echo " + "$(" * 600 + "x" + ")" * 600) == "ask"
+
+
+# ------------------------------------------------ what bash runs, not what it looks like
+
+RM_DENIED = AgentSpec(
+    name="rm-denied",
+    permission_mode="dont_ask",
+    permissions=[PermissionRule(tool="bash", pattern="rm *", action="deny")],
+)
+
+
+def decide_v2(spec: AgentSpec, command: str) -> str:
+    """The decision of runs started before commands were read whole (replay)."""
+    return policy.decide(spec, "bash", {"command": command}, parse_bash=True, bash_v2=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "timeout -s KILL 5 rm -rf x",  # an option's argument taken for the command
+        "timeout -k 1 5 rm -rf x",
+        "nice -n 5 rm -rf x",
+        "env -u HOME rm -rf x",
+        "env -C /tmp rm -rf x",
+        "stdbuf -o L rm -rf x",
+        "sudo -u root rm -rf x",
+        "sudo --weird-option root rm -rf x",  # options not understood: any word may start it
+        "/bin/rm -rf x",  # the name's directory
+        '"/bin/rm" -rf x',
+        "~/../../bin/rm -rf x",
+        "FOO=1 /bin/rm -rf x",
+        "env /bin/rm -rf x",
+        "r\\\nm -rf x",  # a line continuation joins the two halves of a word
+        "find . -name x -exec rm -rf {} +",  # plain: the fast path
+        "find . -name x -execdir rm -rf {} \\;",
+        "shopt -s expand_aliases\nalias x='r\\m -rf y'\nx",
+    ],
+)
+def test_deny_rules_see_the_command_bash_runs(command: str) -> None:
+    assert decide(RM_DENIED, command) == "deny"
+    assert decide_v2(RM_DENIED, command) == "allow"  # what such a run decided then
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "command rm -rf x",
+        "builtin rm -rf x",
+        "exec rm -rf x",
+        "xargs -n 1 rm -rf",
+        "eval 'rm -rf x'",
+        "bash -c 'rm -rf x'",
+        "trap 'rm -rf x' EXIT",
+    ],
+)
+def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> None:
+    assert decide(RM_DENIED, command) == "deny"
+    assert decide_v2(RM_DENIED, command) == "ask"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/bin/r? -rf x",  # a glob in the name: /bin/rm
+        "/bin/r[m] -rf x",
+        "/bin/rm* -rf x",  # plain: the fast path
+        "hash -p /bin/rm ls; ls -rf x",  # ``ls`` now runs rm
+        "PS4='$(r\\m -rf x)'; set -x; true",
+        "[ -v 'a[$(r\\m -rf x)]' ]",
+        "x='a[$(r\\m -rf y)]'; (( x ))",
+        "mapfile -C 'r\\m -rf x #' -c 1 < f",
+    ],
+)
+def test_commands_nobody_can_name_are_never_allowed_past_a_deny_rule(command: str) -> None:
+    assert decide(RM_DENIED, command) == "ask"
+    assert decide_v2(RM_DENIED, command) == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # Arithmetic evaluates array subscripts, quoted or held by a variable: the
+        # substitution inside runs. None of these showed a command to the rules.
+        "git status; [[ 'a[$(touch pwned)]' -eq 0 ]]",
+        "git status && [[ -v 'a[$(touch pwned)]' ]]",
+        "git status; x='a[$(touch pwned)]'; [[ $x -eq 0 ]]",
+        "git status; x='a[$(touch pwned)]'; (( x ))",
+        "git status; (( 'a[$(touch pwned)]' ))",
+        "git status; x='a[$(touch pwned)]'; for ((i = 0; i < x; i++)); do git status; done",
+        # The environment of an allowed command decides what it runs.
+        "git status; GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor"
+        " GIT_CONFIG_VALUE_0='touch pwned' git status",
+        "git status; PATH=.:/usr/bin git status",
+        "ls; LD_PRELOAD=./x.so ls",
+        "git status; PATH=/tmp/evil; git status",
+    ],
+)
+def test_allowed_commands_cannot_carry_code_the_rules_do_not_see(command: str) -> None:
+    assert decide(GIT_ONLY, command) == "ask"
+    assert decide_v2(GIT_ONLY, command) == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status",
+        "ls -la && [[ -f x ]] && git log -1",
+        "[[ -f README.md && $(git status) ]]",  # the test itself is not allowed
+        "timeout 5 git status",
+        "/usr/bin/git status",
+        "FOO=1 git status",
+        "find . -name '*.py'",
+        "find . -exec wc -l {} +",
+        "nice -n 5 ls",
+        "echo 'use $(pwd)'",
+    ],
+)
+def test_deny_only_agents_still_run_what_is_not_denied(command: str) -> None:
+    expected = "ask" if "$(git" in command else "allow"
+    assert decide(RM_DENIED, command) == expected
+
+
+def test_allow_rules_keep_matching_commands_bash_runs_as_written() -> None:
+    spec = AgentSpec(
+        name="paths",
+        permission_mode="default",
+        permissions=[
+            PermissionRule(tool="bash", pattern="/usr/bin/make *", action="allow"),
+            PermissionRule(tool="bash", pattern="NODE_ENV=test npm test*", action="allow"),
+            PermissionRule(tool="bash", pattern="git status*", action="allow"),
+        ],
+    )
+    assert decide(spec, "/usr/bin/make all") == "allow"
+    assert decide(spec, "NODE_ENV=test npm test") == "allow"
+    assert decide(spec, "FOO=1 git status") == "ask"  # the rule never allowed FOO=1
+    assert decide(spec, "/tmp/evil/git status") == "ask"
+    assert decide(spec, "timeout 5 git status") == "ask"  # timeout itself is not allowed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["env", "timeout 5", "timeout -s KILL 5", "nice -n 3", "nohup", "stdbuf -o L",
+             "command", "exec", "xargs -n 1", "sudo -u root", "env -u X", "env A=1", "time"]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["", "FOO=1 "]),
+    st.sampled_from(["rm -rf x", "/bin/rm -rf x", "'rm' -rf x", "r\\m -rf x"]),
+)  # fmt: skip
+def test_no_stack_of_wrappers_hides_a_denied_command(
+    wrappers: list[str], assignment: str, command: str
+) -> None:
+    line = assignment + " ".join([*wrappers, command])
+    assert decide(RM_DENIED, line) == "deny", line
+
+
+def test_wrappers_and_nested_lines_stay_bounded() -> None:
+    started = time.perf_counter()
+    for line in (
+        "env " * 16_000 + "rm -rf x",
+        "find . -exec " * 5_000 + "rm x ;",
+        "eval " * 16_000 + "rm -rf x",
+        "sudo --x " + "a " * 30_000 + "rm -rf x",
+        "bash -c " * 8_000 + "'rm -rf x'",
+    ):
+        assert decide(RM_DENIED, line) in ("deny", "ask"), line[:40]
+    assert time.perf_counter() - started < 10

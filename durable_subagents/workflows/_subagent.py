@@ -568,6 +568,9 @@ class SubagentWorkflow:
                 parse_bash=parse,
                 # Runs started before this patch let the parser join two lines' words.
                 bash_v1=parse and not patched("bash-lines-read-apart"),
+                # Runs started before this patch did not see wrappers' options,
+                # assignments, a command's directory, globs, ``[[ ]]`` or ``(( ))``.
+                bash_v2=parse and not patched("bash-commands-read-whole"),
                 path=call.path,  # set by workers that resolve paths for the rules
             )
         else:
