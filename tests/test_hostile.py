@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import subprocess
 import sysconfig
 import uuid
 from pathlib import Path
@@ -645,6 +646,69 @@ async def test_chained_commands_cannot_ride_on_an_allowed_one(
     done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED  # the plain `git status` ran unasked
     assert not list(workspace.glob("pwned*"))
+
+
+async def test_code_hidden_in_arithmetic_or_an_environment_cannot_ride_on_an_allowed_command(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """Each line is ``git status`` and something the rules did not see as a command: an
+    array subscript that arithmetic evaluates, or a ``git`` config given through the
+    environment (``core.fsmonitor`` is a program ``git status`` starts)."""
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    client.agents["git-only"] = AgentSpec(
+        name="git-only",
+        tools=["bash"],
+        permission_mode="dont_ask",
+        permissions=[
+            PermissionRule(tool="bash", pattern="*", action="ask"),
+            PermissionRule(tool="bash", pattern="git status*", action="allow"),
+        ],
+    )
+    attacks = [
+        "git status; [[ 'a[$(touch pwned1)]' -eq 0 ]]",
+        "git status; x='a[$(touch pwned2)]'; (( x ))",
+        "git status && [[ -v 'a[$(touch pwned3)]' ]]",
+        "git status; GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor"
+        " GIT_CONFIG_VALUE_0='touch pwned4; false' git status",
+    ]
+    task_id = await client.spawn_task(
+        "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    assert len(paused.pending_approvals) == len(attacks)  # every one asks; none ran
+    await client.reject(task_id, reason="no")
+    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED  # the plain `git status` ran unasked
+    assert not list(workspace.glob("pwned*"))
+
+
+async def test_a_denied_command_is_denied_however_it_is_started(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """A deny rule on ``rm *``: wrappers with options, the program's path, a line
+    continuation inside the name and ``find -exec`` all still run ``rm``."""
+    attacks = [
+        "timeout -s KILL 5 rm -f keep1",
+        "/bin/rm -f keep2",
+        "nice -n 5 rm -f keep3",
+        "env -u HOME rm -f keep4",
+        "r\\\nm -f keep5",
+        "find . -name keep6 -exec rm -f {} +",
+    ]
+    for i in range(1, len(attacks) + 1):
+        (workspace / f"keep{i}").write_text("x")
+    client.agents["no-rm"] = AgentSpec(
+        name="no-rm",
+        tools=["bash"],
+        permission_mode="dont_ask",
+        permissions=[PermissionRule(tool="bash", pattern="rm *", action="deny")],
+    )
+    _, outputs = await run_attack(client, bash(*attacks), agent="no-rm")
+    assert all("denied by this agent's permission rules" in out for out in outputs), outputs
+    assert sorted(p.name for p in workspace.glob("keep*")) == [
+        f"keep{i}" for i in range(1, len(attacks) + 1)
+    ]
 
 
 async def test_hostile_files_and_paths_get_tool_errors_not_stalls(
