@@ -423,10 +423,14 @@ def _assignment(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool
     A value holding ``$(`` or a backtick, even quoted, is unknown: ``PS4``, arithmetic
     and prompt expansion run it later.
     """
+    name = node.child_by_field_name("name")
+    named = True
+    if name is not None and name.type != "variable_name":
+        _, named = _word(name, found)  # ``a[$(cmd)]=1``: the subscript runs
     value = node.child_by_field_name("value")
     text = (node.text or b"").decode("utf-8", errors="surrogateescape")
-    if value is None:
-        return text, True
+    if value is None or not named:
+        return text, named
     word, ok = _word(value, found)
     if ok:
         raw = text[: value.start_byte - node.start_byte] + word

@@ -388,6 +388,7 @@ def decide_v2(spec: AgentSpec, command: str) -> str:
         "find . -name x -exec rm -rf {} +",  # plain: the fast path
         "find . -name x -execdir rm -rf {} \\;",
         "shopt -s expand_aliases\nalias x='r\\m -rf y'\nx",
+        "declare a[$(rm -rf x)]=1",  # the subscript of a declared name runs
     ],
 )
 def test_deny_rules_see_the_command_bash_runs(command: str) -> None:
@@ -421,6 +422,7 @@ def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> 
         "hash -p /bin/rm ls; ls -rf x",  # ``ls`` now runs rm
         "PS4='$(r\\m -rf x)'; set -x; true",
         "[ -v 'a[$(r\\m -rf x)]' ]",
+        "declare 'a[$(r\\m -rf x)]'=1",
         "x='a[$(r\\m -rf y)]'; (( x ))",
         "mapfile -C 'r\\m -rf x #' -c 1 < f",
     ],
@@ -509,6 +511,12 @@ def test_no_stack_of_wrappers_hides_a_denied_command(
 ) -> None:
     line = assignment + " ".join([*wrappers, command])
     assert decide(RM_DENIED, line) == "deny", line
+
+
+def test_substitutions_in_an_assigned_subscript_are_still_commands() -> None:
+    assert decide(RM_DENIED, "ls; a[$(rm -rf x)]=1") == "deny"
+    assert decide(RM_DENIED, "a[$(rm -rf x)]=1 ls") == "deny"
+    assert decide(GIT_ONLY, "git status; a[$(git status)]=1") == "ask"
 
 
 def test_wrappers_and_nested_lines_stay_bounded() -> None:
