@@ -332,6 +332,9 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
             _declaration(node, found)
             continue
         if v3:
+            if kind == "file_redirect":
+                _redirect(node, found)
+                continue
             if kind == "variable_assignment":  # ``PATH=x`` alone: it changes what runs next
                 word, ok = _assignment(node, found)
                 found.append(((word,), ok))
@@ -345,6 +348,37 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
                 _arithmetic(node, found, stack)
                 continue
         stack.extend(reversed(node.children))
+
+
+_WRITES = {">", ">>", "&>", "&>>", ">|", ">&", "<>"}
+_HARMLESS_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr"}
+
+
+def _redirect(node: tree_sitter.Node, found: list[Command]) -> None:
+    """An output redirection to a file, as a command of its own: ``> path``.
+
+    A rule that allows ``git status*`` never allowed ``git status > src/main.py``.
+    Duplicating or closing a descriptor (``2>&1``, ``>&-``) and ``/dev/null`` are not.
+    """
+    operator = ""
+    target = None
+    for child in node.children:
+        if child.type == "file_descriptor":
+            continue
+        if child.is_named:
+            target = child
+        else:
+            operator = child.type
+    if target is None:
+        return
+    word, known = _word(target, found)
+    if operator not in _WRITES or target.type == "process_substitution":
+        return
+    if operator == ">&" and (word.rstrip("-").isdigit() or word == "-"):
+        return
+    if known and word in _HARMLESS_TARGETS:
+        return
+    found.append(((operator, word), known))
 
 
 _ARITHMETIC_TESTS = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v"}
@@ -477,6 +511,9 @@ def _command(node: tree_sitter.Node, found: list[Command]) -> None:
             else:
                 _, ok = _word(child, found)
             known = known and ok
+            continue
+        if v3 and child.type == "file_redirect":
+            _redirect(child, found)
             continue
         if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
             for part in child.named_children:

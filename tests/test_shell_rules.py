@@ -513,6 +513,47 @@ def test_no_stack_of_wrappers_hides_a_denied_command(
     assert decide(RM_DENIED, line) == "deny", line
 
 
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("git status > src/main.py", "ask"),
+        ("ls >> notes.md", "ask"),
+        ("git status &> out", "ask"),
+        ("git status >& out", "ask"),  # a word after >& is a file
+        ("ls >| out", "ask"),
+        (">out ls", "ask"),
+        ("{ ls; } > out", "ask"),
+        ("ls > $OUT", "ask"),
+        ("git status 2>/dev/null", "allow"),
+        ("git status 2>&1 | ls", "allow"),
+        ("ls >&2", "allow"),
+        ("ls >&-", "allow"),
+        ("ls < input", "allow"),
+    ],
+)
+def test_an_allowed_command_does_not_allow_writing_a_file(command: str, expected: str) -> None:
+    assert decide(GIT_ONLY, command) == expected
+    default = AgentSpec(
+        name="d",
+        permission_mode="default",
+        permissions=[PermissionRule(tool="bash", pattern="ls*", action="allow")],
+    )
+    if command.startswith("ls") and expected == "ask":
+        assert decide(default, command) == "ask"  # as write_file would
+        assert decide_v2(default, command) == "allow"
+
+
+def test_deny_rules_can_name_a_redirection() -> None:
+    spec = AgentSpec(
+        name="r",
+        permission_mode="dont_ask",
+        permissions=[PermissionRule(tool="bash", pattern="> /etc/*", action="deny")],
+    )
+    assert decide(spec, "echo x > /etc/passwd") == "deny"
+    assert decide(spec, "echo x > out.txt") == "allow"
+    assert decide(spec, "echo x > >(cat) 2>&1") == "allow"  # a pipe, not a file
+
+
 def test_substitutions_in_an_assigned_subscript_are_still_commands() -> None:
     assert decide(RM_DENIED, "ls; a[$(rm -rf x)]=1") == "deny"
     assert decide(RM_DENIED, "a[$(rm -rf x)]=1 ls") == "deny"
