@@ -254,11 +254,15 @@ def _parse(line: str) -> tuple[Command, ...]:
     unknown: tuple[Command, ...] = (((line,), False),)
     if not line.isascii() and "{" in line and _BEYOND_BMP.search(line, line.index("{")):
         return unknown
+    if ("\v" in line or "\f" in line or "\r" in line) and _VERSION.get() >= 3:
+        return unknown  # blanks to the grammar, parts of a word to bash
     source = line.encode("utf-8", errors="surrogateescape")
     for _ in range(_MAX_JOINS):
         tree = _parser().parse(source)
         root = tree.root_node
         if root.has_error:
+            return unknown
+        if b"#" in source and b"\\" in source and _VERSION.get() >= 3 and _word_comment(root):
             return unknown
         found: list[Command] = []
         try:
@@ -277,6 +281,27 @@ def _parse(line: str) -> tuple[Command, ...]:
 
 
 _MAX_JOINS = 8
+_STARTS_A_WORD = frozenset(b" \t\n;&|()<>")
+
+
+def _word_comment(root: tree_sitter.Node) -> bool:
+    r"""Whether the grammar took a ``#`` inside a word for a comment.
+
+    In ``ls; \ #;cmd`` the escaped blank starts a word, so ``#`` is no comment to bash,
+    which runs ``cmd``; the grammar reads ``#;cmd`` as a comment.
+    """
+    source = root.text or b""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "comment":
+            start = node.start_byte
+            before = source[start - 1] if start else ord("\n")
+            if before not in _STARTS_A_WORD or source[max(start - 2, 0) : start - 1] == b"\\":
+                return True
+            continue
+        stack.extend(node.children)
+    return False
 
 
 _VERSION = contextvars.ContextVar("bash_rules_version", default=3)
@@ -332,8 +357,23 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
             _declaration(node, found)
             continue
         if v3:
+            if kind == "redirected_statement":
+                body = node.child_by_field_name("body")
+                extra = [a for r in node.children_by_field_name("redirect") for a in _hidden(r)]
+                if extra:
+                    # ``rm </dev/null -rf x``: the grammar gives ``-rf x`` to the
+                    # redirection; bash, to the command.
+                    if body is None or body.type != "command":
+                        raise _Misparsed
+                    _command(body, found, extra)
+                    stack.extend(reversed([c for c in node.children if c != body]))
+                    continue
             if kind == "file_redirect":
                 _redirect(node, found)
+                continue
+            if kind == "heredoc_redirect":
+                hidden = _hidden(node)
+                stack.extend(reversed([c for c in node.children if c not in hidden]))
                 continue
             if kind == "variable_assignment":  # ``PATH=x`` alone: it changes what runs next
                 word, ok = _assignment(node, found)
@@ -354,21 +394,27 @@ _WRITES = {">", ">>", "&>", "&>>", ">|", ">&", "<>"}
 _HARMLESS_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr"}
 
 
+def _hidden(redirect: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """Words the grammar puts in a redirection that bash gives to the command.
+
+    ``cmd <f a b`` and ``cmd <<EOF a b``: ``a b`` are ``cmd``'s arguments.
+    """
+    if redirect.type == "file_redirect":
+        return redirect.children_by_field_name("destination")[1:]
+    if redirect.type == "heredoc_redirect":
+        return redirect.children_by_field_name("argument")
+    return []
+
+
 def _redirect(node: tree_sitter.Node, found: list[Command]) -> None:
     """An output redirection to a file, as a command of its own: ``> path``.
 
     A rule that allows ``git status*`` never allowed ``git status > src/main.py``.
     Duplicating or closing a descriptor (``2>&1``, ``>&-``) and ``/dev/null`` are not.
     """
-    operator = ""
-    target = None
-    for child in node.children:
-        if child.type == "file_descriptor":
-            continue
-        if child.is_named:
-            target = child
-        else:
-            operator = child.type
+    operator = next((c.type for c in node.children if not c.is_named), "")
+    destinations = node.children_by_field_name("destination")
+    target = destinations[0] if destinations else None
     if target is None:
         return
     word, known = _word(target, found)
@@ -494,13 +540,23 @@ def _walk_inner(node: tree_sitter.Node, found: list[Command]) -> None:
         _walk(child, found)
 
 
-def _command(node: tree_sitter.Node, found: list[Command]) -> None:
+def _command(
+    node: tree_sitter.Node, found: list[Command], extra: list[tree_sitter.Node] | None = None
+) -> None:
+    """One simple command; ``extra``: its arguments the grammar put in a redirection."""
     _check_one_line(node)
     v3 = _VERSION.get() >= 3
     prefix: list[str] = []
     words: list[str] = []
     known = True
-    for child in node.named_children:
+    children = node.named_children
+    if v3:
+        hidden = [a for child in children for a in _hidden(child)]
+        if hidden or extra:
+            # The arguments a redirection holds (``</dev/null rm -rf x`` is fine; the
+            # grammar reads ``rm -rf </dev/null x`` with ``x`` in the redirection).
+            children = [c for c in children if c not in hidden] + hidden + (extra or [])
+    for child in children:
         if child.type == "variable_assignment":
             # ``X=1 cmd``: the assignment changes cmd's environment (``GIT_CONFIG_*``,
             # ``LD_PRELOAD``): a rule sees it as part of the command. Its value may run
@@ -514,6 +570,11 @@ def _command(node: tree_sitter.Node, found: list[Command]) -> None:
             continue
         if v3 and child.type == "file_redirect":
             _redirect(child, found)
+            continue
+        if v3 and child.type == "heredoc_redirect":
+            for part in child.named_children:
+                if part.type not in _SKIP_WORD_NODES and part not in hidden:
+                    _walk(part, found)
             continue
         if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
             for part in child.named_children:
@@ -769,6 +830,8 @@ def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     kind = node.type
     text = node.text.decode("utf-8", errors="surrogateescape") if node.text else ""
     if kind in ("word", "number", "command_name"):
+        if "\n" in text and _VERSION.get() >= 3 and _bare_newline(text):
+            raise _Misparsed  # ``ls<newline>\\touch x``: the grammar's word, two lines
         if node.named_children:
             return _concat(node.named_children, found)
         return _unescape(text), True
@@ -801,6 +864,19 @@ def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     for child in node.named_children:
         _word(child, found)
     return _UNKNOWN, False
+
+
+def _bare_newline(text: str) -> bool:
+    """Whether an unquoted word's text holds a line break that is not escaped."""
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == "\n":
+            return True
+        i += 1
+    return False
 
 
 def _concat(nodes: list[tree_sitter.Node], found: list[Command]) -> tuple[str, bool]:

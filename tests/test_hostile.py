@@ -652,8 +652,9 @@ async def test_code_hidden_in_arithmetic_or_an_environment_cannot_ride_on_an_all
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
     """Each line is ``git status`` and something the rules did not see as a command: an
-    array subscript that arithmetic evaluates, or a ``git`` config given through the
-    environment (``core.fsmonitor`` is a program ``git status`` starts)."""
+    array subscript that arithmetic evaluates, a ``git`` config given through the
+    environment (``core.fsmonitor`` is a program ``git status`` starts), or a line the
+    grammar misreads."""
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     client.agents["git-only"] = AgentSpec(
         name="git-only",
@@ -670,6 +671,10 @@ async def test_code_hidden_in_arithmetic_or_an_environment_cannot_ride_on_an_all
         "git status && [[ -v 'a[$(touch pwned3)]' ]]",
         "git status; GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor"
         " GIT_CONFIG_VALUE_0='touch pwned4; false' git status",
+        # Misread by the grammar: the second line as arguments of the first command,
+        # and a ``#`` inside a word (after an escaped blank) as a comment.
+        "git status\n\\touch pwned5",
+        "git status; \\ #;touch pwned6",
     ]
     task_id = await client.spawn_task(
         "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})
@@ -687,7 +692,8 @@ async def test_a_denied_command_is_denied_however_it_is_started(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
     """A deny rule on ``rm *``: wrappers with options, the program's path, a line
-    continuation inside the name and ``find -exec`` all still run ``rm``."""
+    continuation inside the name, ``find -exec`` and arguments after a redirection all
+    still run ``rm``."""
     attacks = [
         "timeout -s KILL 5 rm -f keep1",
         "/bin/rm -f keep2",
@@ -695,6 +701,7 @@ async def test_a_denied_command_is_denied_however_it_is_started(
         "env -u HOME rm -f keep4",
         "r\\\nm -f keep5",
         "find . -name keep6 -exec rm -f {} +",
+        "ls; rm </dev/null -f keep7",  # the grammar gave ``-f keep7`` to the redirection
     ]
     for i in range(1, len(attacks) + 1):
         (workspace / f"keep{i}").write_text("x")

@@ -554,6 +554,48 @@ def test_deny_rules_can_name_a_redirection() -> None:
     assert decide(spec, "echo x > >(cat) 2>&1") == "allow"  # a pipe, not a file
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        # The grammar starts a word with the line break before an escaped letter: the
+        # second line became arguments of the first command.
+        "ls\n\\touch pwned",
+        "git status\n\\touch pwned",
+        "ls \n\n\\t\\ouch pwned",
+        # An escaped blank starts a word, so ``#`` is no comment to bash; the grammar
+        # read ``#;touch pwned`` as one.
+        "ls; \\ #;touch pwned",
+        "git status;\\ #;touch pwned",
+        "ls\n\\ #;touch pwned",
+    ],
+)
+def test_what_the_grammar_misreads_is_unknown(command: str) -> None:
+    assert decide(GIT_ONLY, command) == "ask"
+    assert decide_v2(GIT_ONLY, command) == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls; rm </dev/null -rf x",  # the grammar gives ``-rf x`` to the redirection
+        "ls; rm >/dev/null -rf x",
+        "ls; rm 2>/dev/null -rf x",
+        "ls; rm <<EOF -rf x\nbody\nEOF",
+    ],
+)
+def test_arguments_after_a_redirection_are_the_command_s(command: str) -> None:
+    assert decide(RM_DENIED, command) == "deny"
+    assert decide_v2(RM_DENIED, command) == "allow"
+    assert ("rm", "-rf", "x") in [c.words for c in split_commands(command)]
+
+
+@pytest.mark.parametrize("blank", ["\v", "\f", "\r"])
+def test_blanks_only_the_grammar_sees_make_a_line_unknown(blank: str) -> None:
+    # bash runs a command named by the character itself (``ls;<blank>`` runs it).
+    assert decide(GIT_ONLY, f"ls;{blank}") == "ask"
+    assert decide_v2(GIT_ONLY, f"ls;{blank}") == "allow"
+
+
 def test_substitutions_in_an_assigned_subscript_are_still_commands() -> None:
     assert decide(RM_DENIED, "ls; a[$(rm -rf x)]=1") == "deny"
     assert decide(RM_DENIED, "a[$(rm -rf x)]=1 ls") == "deny"
