@@ -262,8 +262,9 @@ def _parse(line: str) -> tuple[Command, ...]:
         root = tree.root_node
         if root.has_error:
             return unknown
-        if b"#" in source and b"\\" in source and _VERSION.get() >= 3 and _word_comment(root):
-            return unknown
+        if b"#" in source and b"\\" in source and _VERSION.get() >= 3:
+            if _word_comment(root, source):
+                return unknown
         found: list[Command] = []
         try:
             _walk(root, found)
@@ -284,13 +285,12 @@ _MAX_JOINS = 8
 _STARTS_A_WORD = frozenset(b" \t\n;&|()<>")
 
 
-def _word_comment(root: tree_sitter.Node) -> bool:
+def _word_comment(root: tree_sitter.Node, source: bytes) -> bool:
     r"""Whether the grammar took a ``#`` inside a word for a comment.
 
     In ``ls; \ #;cmd`` the escaped blank starts a word, so ``#`` is no comment to bash,
     which runs ``cmd``; the grammar reads ``#;cmd`` as a comment.
     """
-    source = root.text or b""
     stack = [root]
     while stack:
         node = stack.pop()
@@ -422,6 +422,8 @@ def _redirect(node: tree_sitter.Node, found: list[Command]) -> None:
         return
     if operator == ">&" and (word.rstrip("-").isdigit() or word == "-"):
         return
+    if operator == ">&" and ("$" in word or "`" in word):
+        known = False  # bash expands a ``>&`` target again: ``>&'$(cmd)'`` runs cmd
     if known and word in _HARMLESS_TARGETS:
         return
     found.append(((operator, word), known))
@@ -487,14 +489,20 @@ def _substitutions(
         stack.extend(reversed(part.children))
 
 
-_SUBSCRIPT_CODE = re.compile(r"\[[^\]]*(?:\$\(|`)")
-"""An array subscript holding a substitution: builtins that take a variable name
-(``test -v``, ``printf -v``, ``read``, ``declare``) evaluate it, quoted or not."""
-
-
 def _runs_code(word: str) -> bool:
-    """Whether a word's value (quotes removed) is code some builtin may run."""
-    return "[" in word and _SUBSCRIPT_CODE.search(word) is not None
+    """Whether a word's value (quotes removed) is code some builtin may run.
+
+    An array subscript holding a substitution (``a[$(cmd)]``): builtins that take a
+    variable name (``test -v``, ``printf -v``, ``read``, ``declare``) evaluate it,
+    quoted or not. (String methods, not a regular expression: linear on any word.)
+    """
+    if "[" not in word:
+        return False
+    for part in word.split("[")[1:]:
+        subscript = part.partition("]")[0]
+        if "$(" in subscript or "`" in subscript:
+            return True
+    return False
 
 
 def _assignment(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
@@ -610,7 +618,7 @@ def _emit(
             or (
                 name in _CALLBACK_OPTIONS and any(w.startswith("-") and "C" in w for w in words[1:])
             )
-            or _GLOB.search(words[0])
+            or _expands(words[0])
             or any("[" in w and _runs_code(w) for w in words)
         ):
             known = False
@@ -644,8 +652,24 @@ def _emit(
 
 
 _MAX_UNWRAPPED = 16
-_GLOB = re.compile(r"[*?]|\[.*\]")
-"""A glob in a command's name: ``/bin/r?`` runs ``/bin/rm``."""
+
+
+def _expands(name: str) -> bool:
+    """Whether a command's name holds a glob or a brace expansion.
+
+    ``/bin/r?`` runs ``/bin/rm``, ``{rm,-rf,x}`` runs ``rm -rf x``.
+    """
+    if "*" in name or "?" in name:
+        return True
+    for start, end in (("[", "]"), ("{", "}")):
+        first = name.find(start)
+        if first != -1:
+            last = name.rfind(end)
+            if last > first and (start == "[" or "," in name[first:last] or ".." in name):
+                return True
+    return False
+
+
 _CALLBACK_OPTIONS = {"mapfile", "readarray"}
 """Builtins whose ``-C`` option names code to run."""
 _RUNS_A_LINE = {"eval", "trap", "alias", *_SHELLS}

@@ -419,6 +419,8 @@ def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> 
         "/bin/r? -rf x",  # a glob in the name: /bin/rm
         "/bin/r[m] -rf x",
         "/bin/rm* -rf x",  # plain: the fast path
+        "ls | 2>&1 {rm,-rf,x}",  # brace expansion: rm -rf x
+        "ls >&'$(r\\m -rf x)'",  # bash expands a ``>&`` target twice
         "hash -p /bin/rm ls; ls -rf x",  # ``ls`` now runs rm
         "PS4='$(r\\m -rf x)'; set -x; true",
         "[ -v 'a[$(r\\m -rf x)]' ]",
@@ -610,6 +612,15 @@ def test_wrappers_and_nested_lines_stay_bounded() -> None:
         "eval " * 16_000 + "rm -rf x",
         "sudo --x " + "a " * 30_000 + "rm -rf x",
         "bash -c " * 8_000 + "'rm -rf x'",
+        # Globs, braces and subscripts in names and words: read in linear time.
+        "'" + "[" * 60_000 + "'",
+        "'{" + "," * 60_000 + "'",
+        "declare '" + "[" * 60_000 + "'",
+        "[[ '" + "[" * 60_000 + "' ]]",
+        "ls " + "\\[" * 30_000,
+        "ls; " + "\\ #" * 20_000,
+        "ls " + "> f " * 16_000,
     ):
-        assert decide(RM_DENIED, line) in ("deny", "ask"), line[:40]
+        action = decide(RM_DENIED, line)
+        assert action in ("deny", "ask") or "rm" not in line, line[:40]
     assert time.perf_counter() - started < 10
