@@ -681,14 +681,15 @@ def _emit_lines(name: str, words: list[str], found: list[Command]) -> None:
 
     They are unknown, but a deny rule still sees ``rm`` in ``eval 'rm -rf x'``.
     """
+    operands = [w for w in words[1:] if not w.startswith(("-", "+"))]
     if name == "eval":
-        lines = [" ".join(words[1:])]
+        lines = [" ".join(words[2:] if words[1:2] == ["--"] else words[1:])]
     elif name == "trap":
-        lines = words[1:2]
+        lines = operands[:1]
     elif name == "alias":
-        lines = [w.partition("=")[2] for w in words[1:] if "=" in w]
+        lines = [w.partition("=")[2] for w in operands if "=" in w]
     elif "-c" in words[1:]:
-        lines = [w for w in words[1:] if not w.startswith(("-", "+"))][:1]
+        lines = operands[:4]  # the line, or an option's argument before it
     else:
         return
     depth = _DEPTH.get()

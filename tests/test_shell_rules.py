@@ -404,8 +404,11 @@ def test_deny_rules_see_the_command_bash_runs(command: str) -> None:
         "exec rm -rf x",
         "xargs -n 1 rm -rf",
         "eval 'rm -rf x'",
+        "eval -- rm -rf x",
         "bash -c 'rm -rf x'",
+        "bash -o errexit -c 'rm -rf x'",
         "trap 'rm -rf x' EXIT",
+        "trap -- 'rm -rf x' EXIT",
     ],
 )
 def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> None:
@@ -506,7 +509,7 @@ def test_allow_rules_keep_matching_commands_bash_runs_as_written() -> None:
         max_size=4,
     ),
     st.sampled_from(["", "FOO=1 "]),
-    st.sampled_from(["rm -rf x", "/bin/rm -rf x", "'rm' -rf x", "r\\m -rf x"]),
+    st.sampled_from(["rm -rf x", "/bin/rm -rf x", "'rm' -rf x", "r\\m -rf x", "-- rm -rf x"]),
 )  # fmt: skip
 def test_no_stack_of_wrappers_hides_a_denied_command(
     wrappers: list[str], assignment: str, command: str
