@@ -372,6 +372,7 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
                 _redirect(node, found)
                 continue
             if kind == "heredoc_redirect":
+                _check_heredoc(node)
                 hidden = _hidden(node)
                 stack.extend(reversed([c for c in node.children if c not in hidden]))
                 continue
@@ -392,6 +393,23 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
 
 _WRITES = {">", ">>", "&>", "&>>", ">|", ">&", "<>"}
 _HARMLESS_TARGETS = {"/dev/null", "/dev/stdout", "/dev/stderr"}
+
+
+def _check_heredoc(node: tree_sitter.Node) -> None:
+    """Raise _Misparsed for a here-document whose body runs backquotes.
+
+    Bash runs ```cmd``` in the body of ``<<EOF`` (not ``<<'EOF'``); the grammar reads
+    it as text, where it does find ``$(cmd)``.
+    """
+    start = node.child(0)
+    if start is not None and start.type in ("<<", "<<-"):
+        start = node.child(1)
+    delimiter = (start.text or b"") if start is not None else b""
+    if any(c in delimiter for c in b"'\"\\"):
+        return  # a quoted delimiter: the body is text
+    for part in node.children:
+        if part.type == "heredoc_body" and b"`" in (part.text or b""):
+            raise _Misparsed
 
 
 def _hidden(redirect: tree_sitter.Node) -> list[tree_sitter.Node]:
@@ -580,6 +598,7 @@ def _command(
             _redirect(child, found)
             continue
         if v3 and child.type == "heredoc_redirect":
+            _check_heredoc(child)
             for part in child.named_children:
                 if part.type not in _SKIP_WORD_NODES and part not in hidden:
                     _walk(part, found)

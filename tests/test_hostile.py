@@ -675,6 +675,7 @@ async def test_code_hidden_in_arithmetic_or_an_environment_cannot_ride_on_an_all
         # and a ``#`` inside a word (after an escaped blank) as a comment.
         "git status\n\\touch pwned5",
         "git status; \\ #;touch pwned6",
+        "git status <<EOF\n`touch pwned7`\nEOF",
     ]
     task_id = await client.spawn_task(
         "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})

@@ -572,6 +572,9 @@ def test_deny_rules_can_name_a_redirection() -> None:
         "ls; \\ #;touch pwned",
         "git status;\\ #;touch pwned",
         "ls\n\\ #;touch pwned",
+        # Backquotes in a here-document's body run; the grammar reads them as text.
+        "git status <<EOF\n`touch pwned`\nEOF",
+        "git status <<-EOF\n\t`touch pwned`\nEOF",
     ],
 )
 def test_what_the_grammar_misreads_is_unknown(command: str) -> None:
@@ -599,6 +602,11 @@ def test_blanks_only_the_grammar_sees_make_a_line_unknown(blank: str) -> None:
     # bash runs a command named by the character itself (``ls;<blank>`` runs it).
     assert decide(GIT_ONLY, f"ls;{blank}") == "ask"
     assert decide_v2(GIT_ONLY, f"ls;{blank}") == "allow"
+
+
+def test_a_quoted_here_document_is_text() -> None:
+    assert decide(GIT_ONLY, "git status <<'EOF'\n`touch pwned` $(touch pwned)\nEOF") == "allow"
+    assert decide(GIT_ONLY, "git status <<EOF\n$(touch pwned)\nEOF") == "ask"
 
 
 def test_substitutions_in_an_assigned_subscript_are_still_commands() -> None:
