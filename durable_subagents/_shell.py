@@ -838,6 +838,8 @@ def _unwrap_v3(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
             return [words[i:]], False
         i += 1
     i += spec.operands
+    if spec.operands and i < len(words) and words[i] == "--":
+        i += 1  # ``timeout 5 -- cmd`` fails to run ``--``; judging ``cmd`` is stricter
     if name == "xargs" and i >= len(words):
         return [], True  # ``echo``
     return ([words[i:]] if i < len(words) else []), True
