@@ -383,6 +383,9 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
             if kind == "test_command":
                 _test(node, found)
                 continue
+            if kind == "compound_statement" and node.text == b"{}":
+                found.append((("{}",), True))  # to bash, a command named ``{}``
+                continue
             if kind == "c_style_for_statement" or (
                 kind == "compound_statement" and node.children and node.children[0].type == "(("
             ):

@@ -604,6 +604,12 @@ def test_blanks_only_the_grammar_sees_make_a_line_unknown(blank: str) -> None:
     assert decide_v2(GIT_ONLY, f"ls;{blank}") == "allow"
 
 
+def test_an_empty_brace_pair_is_a_command() -> None:
+    assert decide(GIT_ONLY, "ls; {}") == "ask"
+    assert decide_v2(GIT_ONLY, "ls; {}") == "allow"
+    assert decide(GIT_ONLY, "ls; { ls; }") == "allow"
+
+
 def test_a_quoted_here_document_is_text() -> None:
     assert decide(GIT_ONLY, "git status <<'EOF'\n`touch pwned` $(touch pwned)\nEOF") == "allow"
     assert decide(GIT_ONLY, "git status <<EOF\n$(touch pwned)\nEOF") == "ask"
