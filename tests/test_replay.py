@@ -17,9 +17,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_committed() -> None:
     stems = {p.stem for p in HISTORIES}
-    for version in ("v1", "v2", "v3", "v4", "v5"):
+    for version in ("v1", "v2", "v3", "v4", "v5", "v6"):
         assert {f"{k}-{version}" for k in ("completed", "cancelled", "timed_out")} <= stems
-    for version in ("v3", "v4", "v5"):
+    for version in ("v3", "v4", "v5", "v6"):
         assert {f"approvals-{version}", f"registered-{version}"} <= stems
 
 

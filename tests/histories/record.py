@@ -22,7 +22,7 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v5"
+VERSION = "v6"
 """Bump when recording after a workflow change; keep the older files."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
