@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import subprocess
 import sysconfig
@@ -588,7 +589,7 @@ async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
     assert len(set(ids)) == 2 and all("/" not in i for i in ids)
     await client.approve(task_id)
     done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
-    assert done.status == TaskStatus.COMPLETED, done
+    assert done.status == TaskStatus.COMPLETED, done.error
     outputs = await tool_outputs(client, task_id)
     assert outputs[:2] == ["a\n", "b\n"]
     assert "not valid JSON" in outputs[2]
@@ -611,6 +612,35 @@ async def test_many_parallel_results_in_one_turn_never_fail_the_task(
     short = [(i, out[:80]) for i, out in enumerate(outputs) if f"end {i}" not in out]
     assert not short and all(7_000 < len(out) < 8 * 1024 for out in outputs)
     assert (info.result or "").startswith("1\tfile 39")  # the model read them
+
+
+async def test_thousands_of_calls_that_ask_in_one_turn_never_wedge_the_task(
+    client: SubagentClient, temporal_client: Client, settings: Settings, tmp_path: Path
+) -> None:
+    """A turn of 8,000 calls that ask once made the pause's memo over Temporal's 2 MB
+    payload limit: every workflow task failed from then on and the task hung, retrying.
+    Now 64 calls of a turn may run, the next 64 come back as tool errors that say so,
+    and the rest are dropped from the answer."""
+    calls = [
+        {"name": "bash", "arguments": {"command": f"echo {'x' * 150} {i}"}} for i in range(8000)
+    ]
+    path = tmp_path / "flood.json"
+    path.write_text(json.dumps([{"tool_calls": calls}, {"text": "{last_tool_result}"}]))
+    client.agents["asks"] = AgentSpec(
+        name="asks", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    files = settings.model_copy(update={"script_files": True})
+    async with create_worker(temporal_client, files):
+        task_id = await client.spawn_task("asks", "x", model=f"scripted:@{path}")
+        paused = await client.check_task(task_id, wait=True, timeout=60)
+        assert paused.status == TaskStatus.PAUSED and paused.retrying is None, paused
+        assert [p.call_id for p in paused.pending_approvals] == [f"call_0_{i}" for i in range(64)]
+        await client.reject(task_id, reason="no")
+        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done.error
+    assert "at most 64 tool calls run in one turn" in (done.result or "")
+    [answer] = [m for m in await client.get_transcript(task_id) if m.tool_calls]
+    assert len(answer.tool_calls) == 128
 
 
 async def test_chained_commands_cannot_ride_on_an_allowed_one(
@@ -781,7 +811,7 @@ async def test_an_id_made_to_match_a_renamed_duplicate_cannot_skip_an_approval(
     assert [p.tool_name for p in paused.pending_approvals] == ["bash"]
     await client.reject(task_id, reason="no")
     done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
-    assert done.status == TaskStatus.COMPLETED, done
+    assert done.status == TaskStatus.COMPLETED, done.error
     assert not (workspace / "pwned.txt").exists()
     outputs = await tool_outputs(client, task_id)
     assert "the parent rejected this call: no" in outputs[0]

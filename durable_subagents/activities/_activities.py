@@ -31,6 +31,7 @@ from durable_subagents._blobstore import (
 )
 from durable_subagents._live import LiveText
 from durable_subagents._payloads import (
+    MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     ModelTurnInput,
@@ -187,8 +188,15 @@ class SubagentActivities:
             raise
         calls = [
             await self.transcript.store_call(task_id, self.with_path(c, workspace))
-            for c in _well_formed(response.tool_calls, input.turn)
+            for c in _well_formed(response.tool_calls[:MAX_CALLS_KEPT], input.turn)
         ]
+        if len(response.tool_calls) > MAX_CALLS_KEPT:
+            activity.logger.warning(
+                "turn %d: kept %d of the model's %d tool calls",
+                input.turn,
+                MAX_CALLS_KEPT,
+                len(response.tool_calls),
+            )
         # A final answer comes back whole up to RESULT_INLINE_LIMIT: a parent reads it
         # from the task's result with no access to the blob store.
         limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT

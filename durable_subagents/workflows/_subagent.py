@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
+        MAX_CALLS_PER_TURN,
         MODEL_TURN_ACTIVITY,
         REGISTER_CHILD_SIGNAL,
         RUN_TOOL_ACTIVITY,
@@ -397,6 +398,13 @@ class SubagentWorkflow:
                 # worker gives each call its own id, so only a broken worker sends these.
                 for call_id in shared:
                     verdicts[call_id] = ("deny", f"not run: call id {call_id!r} is not unique")
+            if len(turn.tool_calls) > MAX_CALLS_PER_TURN and patched("calls-per-turn"):
+                for c in turn.tool_calls[MAX_CALLS_PER_TURN:]:
+                    verdicts[c.id] = (
+                        "deny",
+                        f"not run: at most {MAX_CALLS_PER_TURN} tool calls run in one turn; "
+                        "make the rest in your next turn",
+                    )
             spawns = [c for c in turn.tool_calls if c.name == SPAWN_SUBAGENT]
             self._child_share = self._share(min(len(spawns), MAX_SPAWNS_PER_TURN))
             if len(spawns) > MAX_SPAWNS_PER_TURN and patched("limits-down-the-tree"):
