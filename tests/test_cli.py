@@ -582,7 +582,10 @@ async def test_ask_pause_and_approve_from_the_shell(
     assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
     human = ok(await arun("check", task_id, env=env))
     assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
-    approved = ok(await arun("approve", task_id, "--all", env=env))
+    stale = failed(await arun("approve", task_id, "--all", "--pause", "pause-0-old", env=env))
+    assert f"is on pause {info['pause_id']}, not pause-0-old" in stale.err
+    assert not (workspace / "approved.txt").exists()
+    approved = ok(await arun("approve", task_id, "--all", "--pause", info["pause_id"], env=env))
     assert f"next: subagents check {task_id} --wait" in approved.out
     # no --after-pause: check finds the decision in the history and waits past the pause
     done = ok(await arun("check", task_id, "--wait", "--json", env=env))

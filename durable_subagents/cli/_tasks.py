@@ -214,13 +214,14 @@ def _decide(
     approved: bool,
     reason: str | None,
     as_json: bool,
+    pause_id: str | None = None,
 ) -> None:
     async def main() -> None:
         client = await _client(settings)
         if approved:
-            info = await client.approve(task_id, call_ids)
+            info = await client.approve(task_id, call_ids, pause_id=pause_id)
         else:
-            info = await client.reject(task_id, call_ids, reason)
+            info = await client.reject(task_id, call_ids, reason, pause_id=pause_id)
         # info is the state the decision was made on: the pause and its pending calls
         decided = call_ids or [p.call_id for p in info.pending_approvals]
         rest = [p for p in info.pending_approvals if p.call_id not in decided]
@@ -251,10 +252,21 @@ def _decide(
     run(main())
 
 
+PauseId = Annotated[
+    str | None,
+    typer.Option(
+        "--pause",
+        help="Decide only if the task is still on this pause (the one check showed); "
+        "a newer pause is left undecided",
+    ),
+]
+
+
 def approve(
     task_id: str,
     call_ids: CallIds = None,
     all_calls: AllCalls = False,
+    pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
@@ -263,7 +275,7 @@ def approve(
     """Approve tool calls of a paused task: name their call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "approve")
     settings = make_settings(address, namespace, task_queue)
-    _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json)
+    _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json, pause_id=pause)
 
 
 def reject(
@@ -271,6 +283,7 @@ def reject(
     call_ids: CallIds = None,
     all_calls: AllCalls = False,
     reason: Annotated[str | None, typer.Option(help="Why; the model gets it as the result")] = None,
+    pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
@@ -279,7 +292,9 @@ def reject(
     """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "reject")
     settings = make_settings(address, namespace, task_queue)
-    _decide(settings, task_id, chosen, approved=False, reason=reason, as_json=as_json)
+    _decide(
+        settings, task_id, chosen, approved=False, reason=reason, as_json=as_json, pause_id=pause
+    )
 
 
 def send(

@@ -556,7 +556,9 @@ class SubagentClient:
                 infos.append(info.public())
         return infos
 
-    async def approve(self, task_id: str, call_ids: Sequence[str] | None = None) -> TaskInfo:
+    async def approve(
+        self, task_id: str, call_ids: Sequence[str] | None = None, *, pause_id: str | None = None
+    ) -> TaskInfo:
         """Approve tool calls of the task's current pause.
 
         Args:
@@ -564,6 +566,9 @@ class SubagentClient:
             call_ids: The calls to approve; ``None`` means every call of the current
                 pause (never those of a later pause: the decision names the pause and
                 each call's argument hash).
+            pause_id: The pause you read (``TaskInfo.pause_id``): if the task paused
+                again since, under the same call ids perhaps, nothing is approved and
+                ``WrongTaskState`` says so.
 
         Returns:
             The task's state when the decision was sent (``check_task(wait=True,
@@ -572,19 +577,30 @@ class SubagentClient:
         Raises:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
+            WrongTaskState: the task is not paused, or not on ``pause_id``.
         """
-        return await self._decide(task_id, call_ids, approved=True, reason=None)
+        return await self._decide(task_id, call_ids, approved=True, reason=None, pause_id=pause_id)
 
     async def reject(
-        self, task_id: str, call_ids: Sequence[str] | None = None, reason: str | None = None
+        self,
+        task_id: str,
+        call_ids: Sequence[str] | None = None,
+        reason: str | None = None,
+        *,
+        pause_id: str | None = None,
     ) -> TaskInfo:
         """Reject tool calls of the current pause; the model gets ``reason`` as the result.
+
+        ``pause_id`` works as for ``approve``.
 
         Raises:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
+            WrongTaskState: the task is not paused, or not on ``pause_id``.
         """
-        return await self._decide(task_id, call_ids, approved=False, reason=reason)
+        return await self._decide(
+            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id
+        )
 
     async def _decide(
         self,
@@ -594,6 +610,7 @@ class SubagentClient:
         approved: bool,
         reason: str | None,
         shown: Collection[tuple[str, str, str]] | None = None,
+        pause_id: str | None = None,
     ) -> TaskInfo:
         """Send decisions on calls of the current pause.
 
@@ -615,6 +632,13 @@ class SubagentClient:
             raise WrongTaskState(
                 f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
                 "decide (check_task shows pending approvals while it is paused)",
+                info.status.value,
+            )
+        if pause_id is not None and info.pause_id != pause_id:
+            raise WrongTaskState(
+                f"task {task_id!r} is on pause {info.pause_id}, not {pause_id}: it paused "
+                "again since you read it, so nothing was decided. Read the new pause "
+                "(check_task) and decide that one",
                 info.status.value,
             )
         if shown is not None:
