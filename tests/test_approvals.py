@@ -23,7 +23,7 @@ from durable_subagents import (
     UnknownCallId,
     WrongTaskState,
 )
-from durable_subagents._payloads import CallDecision, Decisions
+from durable_subagents._payloads import MAX_CALLS_KEPT, MAX_CALLS_PER_TURN, CallDecision, Decisions
 from durable_subagents.activities import _activities as activities_module
 from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
@@ -348,17 +348,21 @@ async def test_a_long_reason_for_many_calls_never_fails_the_task(
     careful: SubagentClient, worker: None
 ) -> None:
     """A turn of 200 calls that ask, all rejected with one long reason: each result
-    repeated it, and the next model-turn input was over the payload limit."""
+    repeated it, and the next model-turn input was over the payload limit. (Of a turn,
+    64 calls run, here pause; the next 64 come back as errors; the rest are dropped.)"""
     model = script(bash(*(f"echo {i}" for i in range(200))), {"text": "{last_tool_result}"})
     task_id = await careful.spawn_task("careful", "x", model=model)
     paused = await careful.check_task(task_id, wait=True, timeout=30)
-    assert len(paused.pending_approvals) == 200
+    assert len(paused.pending_approvals) == MAX_CALLS_PER_TURN
     reason = "Do not run commands here. " + "x" * 4000
     await careful.reject(task_id, reason=reason)
     done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done.error
     outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
-    assert all(o.startswith("the parent rejected this call: Do not run commands") for o in outputs)
+    assert len(outputs) == MAX_CALLS_KEPT
+    rejected = outputs[:MAX_CALLS_PER_TURN]
+    assert all(o.startswith("the parent rejected this call: Do not run commands") for o in rejected)
+    assert all(o.startswith("not run: at most 64") for o in outputs[MAX_CALLS_PER_TURN:])
     assert sum(len(o) for o in outputs) < 200 * 1024
 
 
