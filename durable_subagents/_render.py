@@ -97,6 +97,8 @@ def print_info(
         console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
     if info.retrying:
         console.print(f"  [yellow]retrying:[/yellow] {escape(shown(info.retrying))}")
+    if info.waiting:
+        console.print(f"  [yellow]waiting:[/yellow] {escape(shown(info.waiting))}")
     if info.pending_approvals and info.status == TaskStatus.PAUSED:
         print_pending(console, info, arguments)
     if info.result:

@@ -208,6 +208,10 @@ class TaskInfo(BaseModel):
     retrying: str | None = None
     """While the task runs: the failure a model turn or tool call is being retried after
     (a model outage, a blob store that does not answer), with the attempt number."""
+    waiting: str | None = None
+    """While the task runs: a model turn or tool call that has waited over 10 s for a
+    worker to start it, and on which task queue (no worker polls it, or all its slots
+    are taken), so a task never waits in silence."""
     settling: list[str] = Field(default_factory=list)
     """Set by ``cancel_task`` at its timeout: what the cancelling task still waits for."""
     max_turns: int | None = None

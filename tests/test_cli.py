@@ -403,8 +403,16 @@ async def test_tasks_and_tools_workers_split_a_deployment(
         )
         spawned = ok(await arun("spawn", "general", "x", "--model", model, "--json", env=env))
         task_id = spawned.json()["id"]
-        await asyncio.sleep(2)
-        assert ok(await arun("check", task_id, "--json", env=env)).json()["status"] == "running"
+        for _ in range(60):  # the command waits, and the task says for what
+            checked = ok(await arun("check", task_id, "--json", env=env)).json()
+            if checked.get("waiting"):
+                break
+            await asyncio.sleep(0.5)
+        assert checked["status"] == "running"
+        assert checked["waiting"].startswith("a tool call has waited")
+        assert f"for a worker on task queue '{settings.task_queue}-tools'" in checked["waiting"]
+        human = ok(await arun("check", task_id, env=env)).out
+        assert "waiting: a tool call has waited" in human
         assert not any((host / "where.txt").exists() for host in hosts.values() if host.exists())
 
         assert f"tool calls only, on {settings.task_queue}-tools" in await start("tools")

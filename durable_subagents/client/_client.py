@@ -11,6 +11,7 @@ import asyncio
 import math
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
-from durable_subagents._payloads import DECIDE_SIGNAL, WORKFLOW, Decisions
+from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._spawn_options import SpawnOptions
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
@@ -827,6 +828,7 @@ class SubagentClient:
             info.status = TaskStatus.CANCELLING
         if desc.status == WorkflowExecutionStatus.RUNNING:
             info.retrying = await self._retrying(desc)
+            info.waiting = _waiting(desc)
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             await self._fill_result(info, desc)
         elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:
@@ -949,3 +951,28 @@ def _check_timeout(timeout: object) -> None:
         or timeout < 0
     ):
         raise InvalidRequest(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+
+
+WAITING_AFTER = 10.0
+"""Seconds a model turn or tool call may wait for a worker before ``TaskInfo.waiting``
+says so."""
+
+
+def _waiting(desc: WorkflowExecutionDescription) -> str | None:
+    """A step of a running task that no worker has started for ``WAITING_AFTER`` s."""
+    now = datetime.now(UTC)
+    for pending in desc.raw_description.pending_activities:
+        if pending.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+            continue
+        if not pending.HasField("scheduled_time"):
+            continue
+        waited = (now - pending.scheduled_time.ToDatetime(tzinfo=UTC)).total_seconds()
+        if waited < WAITING_AFTER:  # a retry's next attempt lies in the future
+            continue
+        queue = pending.activity_options.task_queue.name or desc.task_queue
+        what = "tool call" if pending.activity_type.name == RUN_TOOL_ACTIVITY else "model turn"
+        return (
+            f"a {what} has waited {waited:.0f} s for a worker on task queue {queue!r}: no "
+            "worker polls it (start one: subagents worker), or all its slots are taken"
+        )
+    return None

@@ -49,7 +49,19 @@ _NEXT_PERSON = {
     "decision, reject_tool_calls refuses calls you do not want, cancel_subagent stops it",
 }
 _ROW = {"id", "agent", "description", "status", "turns"}
-_VIEW = {"id", "agent", "status", "turns", "result", "error", "stop_reason", "pause_id", "usage"}
+_VIEW = {
+    "id",
+    "agent",
+    "status",
+    "turns",
+    "result",
+    "error",
+    "stop_reason",
+    "pause_id",
+    "usage",
+    "retrying",
+    "waiting",
+}
 _DECIDED = "decision sent; the subagent resumes shortly: call check_subagent again"
 
 
