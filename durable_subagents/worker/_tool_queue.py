@@ -1,10 +1,10 @@
 """The tool queue's worker: tool calls on slots of their own.
 
 A worker's activity slots are one pool. Tool calls may each run for up to 600 s, and a
-task's model chooses them: a prompt-injected task that spawns its 16 children and has
-each run 8 ``sleep 600`` at once holds 136 slots, more than a worker's default 100, and
-every other task's next model turn would wait in the queue behind them. So tool calls go
-to a queue of their own (``<task queue>-tools``, see ``_payloads.tool_queue``), served
+task's model chooses them: with one pool, a prompt-injected task and its 16 children
+running 8 ``sleep 600`` each held 136 slots, more than a worker's default 100, and every
+other task's next model turn waited in the queue behind them. So tool calls go to a
+queue of their own (``<task queue>-tools``, see ``_payloads.tool_queue``), served
 in the same process by a second ``Worker`` with its own slots (``max_tool_calls``): a
 stalled task can fill those, never the slots of the model turns.
 
