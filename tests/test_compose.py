@@ -361,3 +361,22 @@ def test_nothing_deployed_assumes_a_blob_directory() -> None:
         text = path.read_text()
         assert "SUBAGENTS_BLOB_DIR" not in text, path
         assert "/data/blobs" not in text, path
+
+
+def test_the_split_profile_runs_commands_on_tool_workers_only() -> None:
+    """``WORKER_ROLE=tasks`` plus the ``split`` profile: the workers serve no tool calls,
+    and tool workers, scaled apart, run them with the same store and workspace."""
+    plain = compose_config()["services"]
+    assert "tool-worker" not in plain
+    assert plain["worker"]["environment"]["SUBAGENTS_WORKER_ROLE"] == "all"
+
+    services = compose_config("--profile", "split", WORKER_ROLE="tasks", TOOL_WORKERS="5")[
+        "services"
+    ]
+    worker, tools = services["worker"], services["tool-worker"]
+    assert worker["environment"]["SUBAGENTS_WORKER_ROLE"] == "tasks"
+    assert tools["command"][-2:] == ["--role", "tools"]  # the flag wins over the variable
+    assert tools["deploy"]["replicas"] == 5
+    assert tools["environment"]["SUBAGENTS_BLOB_URL"] == worker["environment"]["SUBAGENTS_BLOB_URL"]
+    assert tools["volumes"] == worker["volumes"]
+    assert tools["security_opt"] == worker["security_opt"]
