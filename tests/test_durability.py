@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents.activities.providers import clear_provider_cache
+from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
@@ -63,7 +63,7 @@ async def fake_provider(
         try:
             yield srv
         finally:
-            clear_provider_cache()
+            await close_providers()
 
 
 async def all_runs_events(temporal: Client, task_id: str) -> list:  # type: ignore[type-arg]

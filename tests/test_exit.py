@@ -37,3 +37,45 @@ def test_the_runtime_is_released_before_the_interpreter_finalizes(settings: Sett
         assert run.returncode == 0, run.stderr
         assert "tasks: True" in run.stdout
         assert "runtime held at exit: None" in run.stdout
+
+
+def test_a_worker_that_called_a_model_leaves_no_open_session_at_exit(
+    settings: Settings, tmp_path: object
+) -> None:
+    """The providers' aiohttp sessions are closed when the process's last worker stops,
+    so a worker process never ends with "Unclosed client session" on its stderr."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os, uuid
+        from pathlib import Path
+        from durable_subagents import SubagentClient, connect_client
+        from durable_subagents.config import Settings
+        from durable_subagents.testing import FakeOpenAIServer
+        from durable_subagents.worker import create_worker
+
+        async def main():
+            async with FakeOpenAIServer() as srv:
+                os.environ["OPENAI_BASE_URL"] = srv.base_url
+                os.environ["OPENAI_API_KEY"] = "k"
+                srv.add_reply(text="hello")
+                temporal = await connect_client({settings.address!r})
+                root = Path({str(tmp_path)!r})
+                settings = Settings(
+                    address={settings.address!r}, task_queue=f"exit-{{uuid.uuid4().hex[:6]}}",
+                    data_dir=root, workspace={str(settings.workspace)!r},
+                )
+                client = SubagentClient(
+                    temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+                )
+                async with create_worker(temporal, settings):
+                    task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
+                    info = await client.check_task(task_id, wait=True, timeout=30)
+                    print("status:", info.status.value, info.result)
+
+        asyncio.run(main())
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert run.returncode == 0, run.stderr
+    assert "status: completed hello" in run.stdout
+    assert "Unclosed" not in run.stderr, run.stderr

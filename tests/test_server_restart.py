@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents.activities.providers import clear_provider_cache
+from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer
@@ -63,7 +63,7 @@ async def slow_model(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenA
         try:
             yield srv
         finally:
-            clear_provider_cache()
+            await close_providers()
 
 
 def sleeper(name: str) -> str:

@@ -25,6 +25,7 @@ from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.worker._lifecycle import sessions_closed_after
 from durable_subagents.worker._tool_queue import (
     activity_named,
     building_tool_worker,
@@ -170,7 +171,10 @@ class SubagentsPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``)."""
-        async with tool_calls_served(worker, self.settings.max_tool_calls):
+        async with (
+            sessions_closed_after(),
+            tool_calls_served(worker, self.settings.max_tool_calls),
+        ):
             await super().run_worker(worker, next)
 
 

@@ -33,6 +33,7 @@ from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing
 from durable_subagents.worker._deployment import deployment_config
+from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
 from durable_subagents.workflows import SubagentWorkflow
@@ -194,6 +195,7 @@ def create_worker(
             options.pop(name, None)
         run_tool = activity_named(setup.activities, RUN_TOOL_ACTIVITY)
         assert run_tool is not None
+        options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
         return tool_worker(client, queue, run_tool, tool_slots, options)
     if role not in ("all", "tasks"):
         raise InvalidRequest(f"unknown worker role {role!r}; use all, tasks or tools")
@@ -201,8 +203,9 @@ def create_worker(
         options["max_concurrent_activities"] = max_concurrent_activities
     if sticky_queue_timeout:
         options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
+    options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
     if role == "all":
-        options["plugins"] = [*options.get("plugins", ()), ToolQueuePlugin(tool_slots)]
+        options["plugins"] = [*options["plugins"], ToolQueuePlugin(tool_slots)]
     return Worker(
         client,
         task_queue=queue,

@@ -8,6 +8,7 @@ from ._base import (
     PROVIDERS,
     ModelProvider,
     clear_provider_cache,
+    close_providers,
     parse_model,
     resolve_provider,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "ScriptTurn",
     "ScriptedProvider",
     "clear_provider_cache",
+    "close_providers",
     "load_script",
     "model_unavailable",
     "parse_model",

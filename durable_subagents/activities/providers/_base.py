@@ -26,6 +26,7 @@ __all__ = [
     "ModelProvider",
     "TextSink",
     "clear_provider_cache",
+    "close_providers",
     "parse_model",
     "resolve_provider",
 ]
@@ -185,3 +186,18 @@ def _build(provider_name: str, idle_timeout: float | None, script_files: bool) -
 def clear_provider_cache() -> None:
     """Forget cached providers (tests that change the environment call this)."""
     _cache.clear()
+
+
+async def close_providers() -> None:
+    """Close the HTTP sessions cached providers opened on the running loop, and forget them.
+
+    Call it once the process's workers have stopped: an open aiohttp session is
+    reported as "Unclosed client session" when the process exits. A later model turn
+    builds a new provider.
+    """
+    providers = list(_cache.values())
+    _cache.clear()
+    for provider in providers:
+        aclose = getattr(provider, "aclose", None)
+        if aclose is not None:
+            await aclose()
