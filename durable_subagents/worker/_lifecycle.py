@@ -10,7 +10,7 @@ from temporalio.worker import Plugin, Replayer, ReplayerConfig, Worker, WorkerCo
 
 from durable_subagents.activities.providers import close_providers
 
-__all__ = ["SessionsClosed", "sessions_closed_after"]
+__all__ = ["RunOnlyPlugin", "SessionsClosed", "sessions_closed_after"]
 
 _running = 0
 
@@ -33,21 +33,12 @@ async def sessions_closed_after() -> AsyncIterator[None]:
             await close_providers()
 
 
-class SessionsClosed(Plugin):
-    """Runs a worker inside ``sessions_closed_after`` (``create_worker`` adds it)."""
-
-    def name(self) -> str:
-        """The plugin's name."""
-        return "durable_subagents.SessionsClosed"
+class RunOnlyPlugin(Plugin):
+    """A worker plugin that only wraps the worker's run; configuration and replays pass."""
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Leave the configuration as it is."""
         return config
-
-    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run ``worker``; close the model sessions if it is the last to stop."""
-        async with sessions_closed_after():
-            await next(worker)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         """Leave the configuration as it is."""
@@ -59,5 +50,18 @@ class SessionsClosed(Plugin):
         histories: AsyncIterator[Any],
         next: Callable[[Replayer, AsyncIterator[Any]], contextlib.AbstractAsyncContextManager[Any]],
     ) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Replay as usual: replays open no model sessions."""
+        """Replay as usual: replays run no activities."""
         return next(replayer, histories)
+
+
+class SessionsClosed(RunOnlyPlugin):
+    """Runs a worker inside ``sessions_closed_after`` (``create_worker`` adds it)."""
+
+    def name(self) -> str:
+        """The plugin's name."""
+        return "durable_subagents.SessionsClosed"
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run ``worker``; close the model sessions if it is the last to stop."""
+        async with sessions_closed_after():
+            await next(worker)

@@ -24,9 +24,10 @@ from typing import Any
 
 import temporalio.activity
 from temporalio.client import Client
-from temporalio.worker import Plugin, Replayer, ReplayerConfig, Worker, WorkerConfig
+from temporalio.worker import Worker
 
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY, tool_queue
+from durable_subagents.worker._lifecycle import RunOnlyPlugin
 
 __all__ = [
     "ToolQueuePlugin",
@@ -136,7 +137,7 @@ def activity_named(
     return None
 
 
-class ToolQueuePlugin(Plugin):
+class ToolQueuePlugin(RunOnlyPlugin):
     """Runs the tool worker beside the worker it is given to (see the module's doc)."""
 
     def __init__(self, max_tool_calls: int) -> None:
@@ -146,24 +147,7 @@ class ToolQueuePlugin(Plugin):
         """The plugin's name."""
         return "durable_subagents.ToolQueuePlugin"
 
-    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Leave the configuration as it is."""
-        return config
-
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run ``worker`` with its tool queue served."""
         async with tool_calls_served(worker, self.max_tool_calls):
             await next(worker)
-
-    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
-        """Leave the configuration as it is."""
-        return config
-
-    def run_replayer(
-        self,
-        replayer: Replayer,
-        histories: AsyncIterator[Any],
-        next: Callable[[Replayer, AsyncIterator[Any]], contextlib.AbstractAsyncContextManager[Any]],
-    ) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Replay as usual: replays run no activities."""
-        return next(replayer, histories)
