@@ -320,11 +320,10 @@ class SubagentTools:
 
     async def _check(self, a: CheckSubagent) -> dict[str, Any]:
         timeout = self._timeout(a.timeout)
-        info = await (self._wait_one(a.task_id, timeout) if a.wait else self._state(a.task_id))
+        info = await (
+            self._wait_one(a.task_id, timeout) if a.wait else self.client.check_task(a.task_id)
+        )
         return await self._view(info)
-
-    async def _state(self, task_id: str) -> TaskInfo:
-        return await self.client.check_task(task_id)
 
     async def _wait_one(self, task_id: str, timeout: float) -> TaskInfo:
         """Wait until the task needs this model: finished, or paused for its decision.
@@ -339,10 +338,7 @@ class SubagentTools:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            pause_id = info.pause_id
-            info = await self.client.check_task(task_id, True, left, after_pause=pause_id)
-            if info.pause_id == pause_id and info.status == TaskStatus.PAUSED:
-                break  # the same pause, back early: a decision on it was ignored
+            info = await self.client.check_task(task_id, True, left, after_pause=info.pause_id)
         return info
 
     async def _wait(self, a: WaitSubagents) -> dict[str, Any]:
