@@ -47,6 +47,49 @@ DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
 """Seconds a model stream may go without data before the attempt is abandoned."""
 
 
+def parse_tool_user(value: str) -> tuple[int, int] | None:
+    """``SUBAGENTS_TOOL_USER`` as (uid, gid): ``auto`` is None; root is refused.
+
+    ``UID`` alone takes the user's primary group where the system knows the user, else
+    the same number; a name is looked up in the system's user database.
+
+    Raises:
+        ValueError: An unknown user or group, or root.
+    """
+    import grp
+    import pwd
+
+    text = value.strip()
+    if text == "auto":
+        return None
+    user, _, group = text.partition(":")
+    try:
+        if user.isdigit():
+            uid = int(user)
+            try:
+                primary = pwd.getpwuid(uid).pw_gid
+            except KeyError:
+                primary = uid
+        else:
+            entry = pwd.getpwnam(user)
+            uid, primary = entry.pw_uid, entry.pw_gid
+        if not group:
+            gid = primary
+        else:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(
+            f"SUBAGENTS_TOOL_USER={value!r}: no such user or group on this machine; use "
+            "auto, UID[:GID] or NAME[:GROUP]"
+        ) from None
+    if uid == 0 or gid == 0:
+        raise ValueError(
+            f"SUBAGENTS_TOOL_USER={value!r} is root: tool commands never run as root; name "
+            "an unprivileged user, or use auto (the workspace's owner)"
+        )
+    return uid, gid
+
+
 def default_data_dir() -> Path:
     """The per-user data directory (``SUBAGENTS_DATA_DIR`` overrides it)."""
     env = os.environ.get("SUBAGENTS_DATA_DIR")
@@ -115,6 +158,12 @@ class Settings(BaseSettings):
     """How tool processes are isolated: ``auto``/``bwrap`` (the bubblewrap sandbox; commands
     are refused where it cannot start) or ``none`` (on the host, unsafe: logged at start
     and shown on every task)."""
+    tool_user: str = Field(
+        "auto", validation_alias=AliasChoices("SUBAGENTS_TOOL_USER", "tool_user")
+    )
+    """Who tool commands run as when the worker runs as root: ``auto`` (the owner of the
+    task's workspace; ``nobody`` where root owns it), or ``UID[:GID]`` or ``NAME[:GROUP]``,
+    never root. A worker that is not root runs commands as itself and ignores it."""
     tool_env: str = Field("", validation_alias=AliasChoices("SUBAGENTS_TOOL_ENV", "tool_env"))
     """Comma-separated names of worker environment variables tool processes may see
     (besides PATH, HOME, LANG, LC_ALL, LC_CTYPE, TERM, TZ); agents may pick fewer."""
@@ -277,6 +326,17 @@ class Settings(BaseSettings):
                     "task and never reach a tool; remove it from the list"
                 )
         return value
+
+    @field_validator("tool_user")
+    @classmethod
+    def _valid_tool_user(cls, value: str) -> str:
+        parse_tool_user(value)
+        return value
+
+    @property
+    def tool_user_ids(self) -> tuple[int, int] | None:
+        """The configured tool user as (uid, gid); None for ``auto``."""
+        return parse_tool_user(self.tool_user)
 
     @field_validator("tool_sandbox")
     @classmethod

@@ -8,7 +8,9 @@ follow-up question (``send_input``) and answers it in a new run.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -23,6 +25,7 @@ from rich.text import Text
 from durable_subagents._connect import connect_client
 from durable_subagents._render import indented_json
 from durable_subagents._terminal import shown
+from durable_subagents.activities.tools._sandbox import NOBODY
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
 from durable_subagents.dev import (
@@ -78,6 +81,7 @@ async def run_demo(
         server = DevServer(port=port, ui_port=ui_port, db=db or settings.data_dir / "temporal.db")
         with console.status("Starting the embedded Temporal dev server..."):
             await server.start()
+    workspace: Path | None = None
     try:
         temporal = await connect_client(address, settings.namespace, keys=settings.payload_keys())
         await ensure_search_attributes(temporal, settings.namespace)
@@ -135,6 +139,8 @@ async def run_demo(
     finally:
         if server is not None:
             await server.stop()
+        if workspace is not None and os.geteuid() == 0:
+            shutil.rmtree(workspace.parent, ignore_errors=True)  # a temporary copy (see below)
 
 
 async def _follow(client: SubagentClient, ids: list[str], console: Console) -> list[TaskInfo]:
@@ -274,10 +280,21 @@ def _ui_base(server: DevServer | None, namespace: str, record: Path, port: int) 
 
 
 def _fresh_workspace(target: Path) -> Path:
-    """Copy the bundled sample project to ``target`` (replacing an older copy)."""
+    """Copy the bundled sample project to ``target`` (replacing an older copy).
+
+    As root, the copy goes to a new directory under the system's temporary directory
+    instead, owned by ``nobody``: a root worker runs commands as the workspace's owner,
+    and that user must be able to reach it (root's own home is closed to others).
+    """
     source = resources.files("durable_subagents") / "demo_workspace"
-    if target.exists():
+    if os.geteuid() == 0:
+        target = Path(tempfile.mkdtemp(prefix="subagents-demo-")) / "workspace"
+        target.parent.chmod(0o755)
+    elif target.exists():
         shutil.rmtree(target)
     with resources.as_file(source) as src:
         shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
+    if os.geteuid() == 0:
+        for path in (target, *target.rglob("*")):
+            os.chown(path, *NOBODY, follow_symlinks=False)
     return target.resolve()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +19,45 @@ from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
+
+TOOL_USER = (10001, 10001)
+"""Owner of the tests' workspaces when the suite runs as root: a root worker runs tool
+commands as the workspace's owner, as it would for a user's checkout."""
+
+
+def give_to_tool_user(path: Path) -> Path:
+    """Make ``path`` and what it holds the tool user's (no-op when not root).
+
+    A test writes its fixture files as root; in a real checkout their owner wrote them.
+    """
+    if os.geteuid() != 0:
+        return path
+    os.chown(path, *TOOL_USER, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for top, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.chown(os.path.join(top, name), *TOOL_USER, follow_symlinks=False)
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+    return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, keep temporary files where the tool user can reach its workspaces.
+
+    pytest keeps ``/tmp/pytest-of-root`` private (mode 0700) and resets it whenever a
+    session starts, which would lock a root worker's tool user out of every workspace
+    of a session running beside it. So root's sessions get a directory of their own
+    (xdist's workers take theirs inside it).
+    """
+    if os.geteuid() != 0 or config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    base = tempfile.mkdtemp(prefix="subagents-tests-")
+    os.chmod(base, 0o711)
+    config.option.basetemp = os.path.join(base, "t")
+    config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +86,7 @@ async def temporal_client(dev_server: DevServer) -> Client:
 def settings(tmp_path: Path, dev_server: DevServer) -> Settings:
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    give_to_tool_user(workspace)
     return Settings(
         address=dev_server.address,
         namespace=dev_server.namespace,

@@ -25,7 +25,7 @@ from durable_subagents import SubagentClient, _search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
 
-from .conftest import script
+from .conftest import give_to_tool_user, script
 
 CLI = [sys.executable, "-m", "durable_subagents"]
 
@@ -387,6 +387,7 @@ async def test_tasks_and_tools_workers_split_a_deployment(
 
     async def start(role: str) -> str:
         hosts[role].mkdir()
+        give_to_tool_user(hosts[role])
         proc = await asyncio.create_subprocess_exec(
             *CLI, "worker", "--role", role, "--workspace", str(hosts[role]),
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,

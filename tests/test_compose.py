@@ -353,6 +353,17 @@ def test_dockerfile_installs_the_sandbox_and_runs_the_worker() -> None:
     assert 'ENTRYPOINT ["subagents"]' in dockerfile and 'CMD ["worker"]' in dockerfile
 
 
+def test_the_image_runs_the_worker_as_an_unprivileged_user() -> None:
+    """The last ``USER`` before the entry point is not root: the image's worker, and so
+    its tools, never start with host root in the container."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    users = re.findall(r"^USER\s+(\S+)", dockerfile, flags=re.MULTILINE)
+    assert users, "the Dockerfile sets no USER: the worker would run as root"
+    user, _, group = users[-1].partition(":")
+    assert user not in ("0", "root") and group not in ("0", "root"), users[-1]
+    assert dockerfile.index(f"USER {users[-1]}") < dockerfile.index("ENTRYPOINT")
+
+
 def test_nothing_deployed_assumes_a_blob_directory() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     volumes = re.findall(r"^VOLUME (.*)$", dockerfile, flags=re.MULTILINE)

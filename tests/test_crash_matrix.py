@@ -37,6 +37,8 @@ from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeOpenAIServer
 
+from .conftest import give_to_tool_user
+
 SIDE = "side.txt"
 MODEL = "openai:gpt-crash"
 STICKY = 1.0
@@ -337,6 +339,7 @@ async def run_case(phase: Phase, temporal: Client, server: DevServer, tmp: Path)
     workspace, blobs = tmp / "ws", tmp / "blobs"
     workspace.mkdir(parents=True)
     phase.prepare(workspace)
+    give_to_tool_user(workspace)
     queue = f"crash-{phase.name}-{uuid.uuid4().hex[:6]}"
     client = SubagentClient(
         temporal, task_queue=queue, blob_store=LocalBlobStore(blobs / server.namespace)

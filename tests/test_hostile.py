@@ -28,7 +28,7 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .conftest import give_to_tool_user, script
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = {
@@ -328,6 +328,7 @@ async def test_an_agent_can_opt_in_to_protected_writes(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
     (workspace / ".git").mkdir()
+    give_to_tool_user(workspace / ".git")
     client.agents["committer"] = AgentSpec(
         name="committer", permission_mode="dont_ask", write_protected_paths=True
     )
@@ -473,13 +474,14 @@ async def test_ordinary_work_still_runs_in_the_sandbox(
         "import unittest\n\n\nclass T(unittest.TestCase):\n"
         "    def test_add(self):\n        self.assertEqual(1 + 1, 2)\n"
     )
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "safe.directory=*"]
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "first"]):
         proc = await asyncio.create_subprocess_exec(*git, *args, cwd=workspace)
         assert await proc.wait() == 0
     (workspace / "test_calc.py").write_text(
         (workspace / "test_calc.py").read_text().replace("2)", "2)  # checked")
     )
+    give_to_tool_user(workspace)
     _, outputs = await run_attack(
         client,
         bash("git status --short && git log --format=%s && git diff --stat | tail -1"),

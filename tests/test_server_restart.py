@@ -34,7 +34,7 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .conftest import give_to_tool_user, script
 from .test_durability import wait_for
 
 SIDE = "side.txt"
@@ -95,6 +95,7 @@ async def test_tasks_survive_a_server_restart_on_the_same_db(
 ) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    give_to_tool_user(workspace)
     settings = Settings(
         address=own_server.address,
         namespace=own_server.namespace,

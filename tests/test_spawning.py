@@ -13,7 +13,7 @@ from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, Subagen
 from durable_subagents.activities.providers import SCRIPTS
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
-from .conftest import script
+from .conftest import give_to_tool_user, script
 from .test_durability import processes_matching, wait_for
 
 
@@ -208,6 +208,7 @@ async def test_a_childs_tool_calls_run_two_at_once_so_a_tree_cannot_fill_the_too
     """A subagent's child runs 2 tool calls at once (its parent 8): a task and its 16
     children hold at most 40 of a worker's 100 tool slots."""
     (workspace / "started").mkdir()
+    give_to_tool_user(workspace / "started")
     command = "mktemp started/XXXXXX >/dev/null; sleep 3911"
     sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": command}}] * 5}
     model = script(spawn("general", "sleep", script(sleeps)), WAIT)

@@ -24,7 +24,7 @@ from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from . import stall_worker
-from .conftest import script
+from .conftest import give_to_tool_user, script
 from .stall_worker import RELEASE, hang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,6 +184,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
     workspace = settings.workspace
     assert workspace is not None
     (workspace / "started").mkdir()
+    give_to_tool_user(workspace / "started")
 
     def running() -> int:
         return len(list((workspace / "started").iterdir()))

@@ -38,6 +38,8 @@ from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.activities.tools._bash import truncate_middle
 from durable_subagents.errors import InvalidRequest
 
+from .conftest import give_to_tool_user
+
 REPO = Path(__file__).resolve().parents[1]
 MODES = ["bwrap", "none"]
 
@@ -46,7 +48,7 @@ MODES = ["bwrap", "none"]
 def ws(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
-    return root
+    return give_to_tool_user(root)
 
 
 @pytest.fixture

@@ -51,7 +51,13 @@ from durable_subagents.activities.tools import (
 )
 from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
-from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
+from durable_subagents.activities.tools._sandbox import (
+    BASE_ENV,
+    NOBODY,
+    sandbox_state,
+    tool_user,
+    unreachable,
+)
 from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
@@ -85,6 +91,8 @@ class SubagentActivities:
             retryably (``Settings.model_turn_timeout``); None: no limit of its own.
         script_files: Whether tasks may use ``scripted:@FILE`` models, which read a
             file the spawner names on this worker (``Settings.script_files``).
+        tool_user: Who commands run as when the worker is root (uid, gid); None: the
+            owner of the task's workspace (see ``tool_user``).
     """
 
     def __init__(
@@ -103,6 +111,7 @@ class SubagentActivities:
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
         script_files: bool = False,
+        tool_user: tuple[int, int] | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -113,11 +122,6 @@ class SubagentActivities:
         self.sandbox_state = sandbox_state(sandbox)
         mechanisms = limit_mechanisms()
         log.info("tool limits enforced by: %s", mechanisms)
-        if mechanisms["processes"].startswith("not enforced"):
-            log.warning(
-                "the tool process limit is not enforced: this worker runs as root and "
-                "cannot create a pids cgroup; run the worker as another user"
-            )
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
@@ -126,6 +130,8 @@ class SubagentActivities:
         self.model_idle_timeout = model_idle_timeout
         self.model_turn_timeout = model_turn_timeout
         self.script_files = script_files
+        self.tool_user = tool_user
+        _log_tool_user(self.workspace_root, tool_user)
 
     # ------------------------------------------------------------------ model turn
 
@@ -345,8 +351,9 @@ class SubagentActivities:
         """What a call's tool may see and use: the agent's choices within the worker's."""
         names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
         env = {n: os.environ[n] for n in names if n in os.environ}
+        workspace = self.workspace(input.workspace)
         return ToolContext(
-            workspace=self.workspace(input.workspace),
+            workspace=workspace,
             task_id=input.task_id,
             sandbox=self.sandbox,
             on_output=_heartbeat,
@@ -356,6 +363,7 @@ class SubagentActivities:
             protected=() if input.write_protected_paths else PROTECTED_PATHS,
             hidden=self.hidden_paths,
             read_paths=self.read_paths,
+            run_as=tool_user(workspace, self.tool_user),
         )
 
     def workspace(self, requested: str | None) -> Path:
@@ -483,6 +491,37 @@ def _blob_failure(err: BlobError | PayloadEncryptionError) -> ApplicationError:
         non_retryable=final,
         category=ApplicationErrorCategory.BENIGN,  # the message says it all
     )
+
+
+def _log_tool_user(root: Path, configured: tuple[int, int] | None) -> None:
+    """Say who a root worker's commands run as, and when they cannot change the workspace."""
+    try:
+        run_as = tool_user(root, configured)
+    except OSError:
+        return
+    if run_as is None:
+        return
+    log.info("this worker runs as root: tool commands run as uid %d, gid %d", *run_as)
+    closed = unreachable(root, run_as)
+    if closed is not None:
+        log.warning(
+            "tool commands run as uid %d, who may not enter %s on the way to the workspace "
+            "root %s: every command will be refused. Put the workspace where that user can "
+            "reach it, set SUBAGENTS_TOOL_USER, or run the worker as the workspace's owner",
+            run_as[0],
+            closed,
+            root,
+        )
+    elif configured is None and run_as == NOBODY:
+        log.warning(
+            "the workspace root %s belongs to root, so tool commands run as nobody "
+            "(uid %d) and cannot change it: give it to the user the tools should act as "
+            "(chown -R USER %s), set SUBAGENTS_TOOL_USER to a user that may write it, or "
+            "run the worker as that user",
+            root,
+            run_as[0],
+            root,
+        )
 
 
 def _heartbeat(*details: Any) -> None:

@@ -55,6 +55,8 @@ class ToolContext:
         protected: Workspace entries commands see read-only (empty: opted in to writes).
         hidden: Host paths no tool may read (the blob store, data and config directories).
         read_paths: Extra host paths commands see read-only.
+        run_as: The uid and gid commands run as (a root worker's tool user; see
+            ``tool_user``); None: the worker's own.
         time_limit: Seconds a call of a sync tool may run; then it is stopped (its
             thread is told to stop, and the model gets a tool error).
     """
@@ -69,6 +71,7 @@ class ToolContext:
     protected: tuple[str, ...] = PROTECTED_PATHS
     hidden: tuple[Path, ...] = ()
     read_paths: tuple[Path, ...] = ()
+    run_as: tuple[int, int] | None = None
     time_limit: float = 120.0
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
@@ -113,6 +116,7 @@ class ToolContext:
             protected=self.protected,
             hidden=self.hidden,
             read_paths=self.read_paths,
+            run_as=self.run_as,
         )
 
 

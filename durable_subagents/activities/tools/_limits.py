@@ -36,8 +36,14 @@ _NICE = 5
 """Tool processes yield the CPU to the worker's event loop and workflow tasks."""
 
 
-def rlimit_setter(limits: ToolLimits) -> Callable[[], None]:
-    """A function for the forked child (before exec) that applies the per-process limits."""
+def rlimit_setter(limits: ToolLimits, uid: int | None = None) -> Callable[[], None]:
+    """A function for the forked child (before exec) that applies the per-process limits.
+
+    Args:
+        limits: The call's limits.
+        uid: The user the command will run as, if not the worker's own (a root worker's
+            tool user): ``RLIMIT_NPROC`` counts that user's processes.
+    """
     values: list[tuple[int, int]] = []
     if limits.file_size_mb:
         values.append((resource.RLIMIT_FSIZE, limits.file_size_mb << 20))
@@ -48,9 +54,10 @@ def rlimit_setter(limits: ToolLimits) -> Callable[[], None]:
     if limits.open_files:
         values.append((resource.RLIMIT_NOFILE, limits.open_files))
     values.append((resource.RLIMIT_CORE, 0))
-    if limits.processes and os.geteuid() != 0:
-        # Counted per user: leave room for what the worker's user already runs.
-        values.append((resource.RLIMIT_NPROC, limits.processes + _user_tasks()))
+    runs_as = os.geteuid() if uid is None else uid
+    if limits.processes and runs_as != 0:
+        # Counted per user: leave room for what that user already runs.
+        values.append((resource.RLIMIT_NPROC, limits.processes + _user_tasks(runs_as)))
     # Never raise a hard limit the worker itself runs under.
     current = {res: resource.getrlimit(res) for res, _ in values}
     final = []
@@ -69,16 +76,15 @@ def rlimit_setter(limits: ToolLimits) -> Callable[[], None]:
     return apply
 
 
-_tasks_cache: tuple[float, int] = (0.0, 0)
+_tasks_cache: dict[int, tuple[float, int]] = {}
 
 
-def _user_tasks() -> int:
-    """Threads of this user now (what ``RLIMIT_NPROC`` counts), cached for a few seconds."""
-    global _tasks_cache
+def _user_tasks(uid: int) -> int:
+    """Threads of ``uid`` now (what ``RLIMIT_NPROC`` counts), cached for a few seconds."""
     now = time.monotonic()
-    if now - _tasks_cache[0] < 5:
-        return _tasks_cache[1]
-    uid = os.getuid()
+    cached = _tasks_cache.get(uid)
+    if cached is not None and now - cached[0] < 5:
+        return cached[1]
     count = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -88,7 +94,7 @@ def _user_tasks() -> int:
                 count += len(os.listdir(f"/proc/{entry.name}/task"))
         except OSError:
             continue
-    _tasks_cache = (now, count)
+    _tasks_cache[uid] = (now, count)
     return count
 
 
@@ -179,7 +185,7 @@ def limit_mechanisms() -> dict[str, str]:
     processes = (
         "cgroup (per call)"
         if "pids" in controllers
-        else ("RLIMIT_NPROC (per user)" if os.geteuid() != 0 else "not enforced (root, no cgroup)")
+        else ("RLIMIT_NPROC (per user)" if os.geteuid() != 0 else "RLIMIT_NPROC (per tool user)")
     )
     memory = "cgroup (per call)" if "memory" in controllers else "RLIMIT_DATA (per process)"
     return {

