@@ -160,6 +160,28 @@ async def test_blob_store_inside_the_workspace_is_still_hidden(
     assert "worker's own data" in outputs[2]
 
 
+async def test_a_data_directory_inside_the_workspace_is_hidden_without_breaking_bash(
+    temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    """The data directory and the blob store inside it are both hidden: masking the
+    outer one used to make bwrap fail on the inner one (every command failed)."""
+    inner = settings.model_copy(update={"data_dir": workspace / ".data", "blob_dir": None})
+    assert inner.resolved_blob_dir.is_relative_to(workspace / ".data")
+    client = SubagentClient(
+        temporal_client, task_queue=inner.task_queue, blob_store=inner.blob_store()
+    )
+    async with create_worker(temporal_client, inner):
+        victim = await client.spawn_task(
+            "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
+        )
+        await client.check_task(victim, wait=True, timeout=30)
+        assert any((workspace / ".data").rglob("*"))
+        _, outputs = await run_attack(
+            client, bash("echo works; ls -A .data | wc -l; grep -rl victim- .data | wc -l")
+        )
+    assert outputs[0].split() == ["works", "0", "0"]
+
+
 async def test_ignore_files_the_model_writes_cannot_widen_or_redirect_a_search(
     temporal_client: Client, tmp_path: Path, settings: Settings, workspace: Path
 ) -> None:
