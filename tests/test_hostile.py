@@ -343,6 +343,7 @@ async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
     assert "Read-only file system" in outputs[0]
     assert config.read_text() == original
     assert not (workspace / ".claude").exists()  # not even the empty mount point is left
+    assert not (workspace / ".mcp.json").exists()  # missing entries cannot be created either
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
 
 
