@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from durable_subagents.types import ModelResponse, ToolCall
+from durable_subagents.types import ModelResponse
 
 __all__ = ["REPLACEMENT", "encodable", "encodable_response", "encodable_sink", "encodable_value"]
 
@@ -33,9 +33,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def encodable(text: str) -> str:
     """``text`` with every lone surrogate replaced by U+FFFD (the same object if none)."""
-    if text.isascii() or _SURROGATE.search(text) is None:
+    if text.isascii():
         return text
-    return _SURROGATE.sub(REPLACEMENT, text)
+    try:
+        text.encode()  # faster than searching with a regex (a quarter to a half of it)
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(REPLACEMENT, text)
+    return text
 
 
 def encodable_value(value: Any) -> Any:
@@ -70,13 +74,12 @@ def encodable_value(value: Any) -> Any:
 def encodable_response(response: ModelResponse) -> ModelResponse:
     """A provider's answer with its text, calls, stop reason and model name encodable."""
     calls = [
-        ToolCall(
-            id=encodable(call.id),
-            name=encodable(call.name),
-            arguments=encodable_value(call.arguments),
-            arguments_ref=call.arguments_ref,
-            rule_target_truncated=call.rule_target_truncated,
-            path=None if call.path is None else encodable(call.path),
+        call.model_copy(
+            update={
+                "id": encodable(call.id),
+                "name": encodable(call.name),
+                "arguments": encodable_value(call.arguments),
+            }
         )
         for call in response.tool_calls
     ]
