@@ -5,7 +5,11 @@ client's ``StartWorkflow`` and the worker's ``RunWorkflow``, ``StartActivity`` a
 ``RunActivity`` spans, and carries the trace context in Temporal headers, so a task's
 spans form one trace. This module adds two spans of our own, children of the
 ``RunActivity`` span: ``subagent.model_turn`` and ``subagent.tool``. Their attributes
-are names, numbers and sizes only: never prompts, outputs or keys.
+are names, numbers and sizes only: never prompts, outputs or keys, and nothing a model
+chose. A model picks its call ids, may name tools that do not exist and may pick a
+subagent's model name: a call id is always a hash, an unknown tool's name and an odd
+model name are a hash, and these hide in error messages too (a trace backend is read
+by more people than a transcript, and must not be a channel out of the task).
 
 The rule for turning it on:
 
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -58,6 +64,11 @@ MODEL_TURN_SPAN = "subagent.model_turn"
 """Name of the span around one model turn (inside ``RunActivity:model_turn``)."""
 TOOL_SPAN = "subagent.tool"
 """Name of the span around one tool call (inside ``RunActivity:run_tool``)."""
+UNKNOWN_TOOL = "unknown"
+"""``subagent.tool.name`` of a call to a tool the worker does not have (the name the
+model sent is only hashed, in ``subagent.tool.name_hash``)."""
+OTHER = "other"
+"""What an odd finish reason is reported as."""
 DEFAULT_SERVICE_NAME = "durable-subagents"
 """``service.name`` of the provider :func:`setup_tracing` installs (``OTEL_SERVICE_NAME`` wins)."""
 
@@ -248,9 +259,18 @@ class ActivityTelemetry:
         return cls(tracer_provider)
 
 
+class _Tools(Protocol):
+    def get(self, name: str) -> object | None: ...
+
+
 class _Traced(Protocol):
     telemetry: ActivityTelemetry
     default_model: str | None
+
+    @property
+    def tools(self) -> _Tools:
+        """The worker's tools: a name the worker has is no model's text."""
+        ...
 
 
 _S = TypeVar("_S", bound=_Traced)
@@ -273,6 +293,10 @@ def traced_model_turn(
             "gen_ai.operation.name": "chat",
             **_model_attributes(input.model, self.default_model),
         }
+        # Results passed by record name are named by call ids, which a missing blob's
+        # message quotes.
+        hidden = [m.tool_call_id for m in input.new_messages if m.tool_call_id]
+        hidden += list(input.result_records)
         with tracer.start_as_current_span(
             MODEL_TURN_SPAN,
             kind=SpanKind.CLIENT,
@@ -280,14 +304,14 @@ def traced_model_turn(
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            with _recording_errors(span):
+            with _recording_errors(span, hidden):
                 result = await fn(self, input)
             span.set_attributes(
                 {
                     **_model_attributes(result.model, None),
                     "gen_ai.usage.input_tokens": result.usage.input_tokens,
                     "gen_ai.usage.output_tokens": result.usage.output_tokens,
-                    "gen_ai.response.finish_reasons": [result.stop_reason or ""],
+                    "gen_ai.response.finish_reasons": [_finish_reason(result.stop_reason)],
                     "subagent.tool_calls": len(result.tool_calls),
                 }
             )
@@ -306,19 +330,25 @@ def traced_tool(
         tracer = self.telemetry.tracer
         if tracer is None:
             return await fn(self, input)
+        call = input.call
         attributes = {
             "subagent.task_id": input.task_id,
-            "subagent.tool.name": input.call.name,
-            "gen_ai.tool.name": input.call.name,
-            "gen_ai.tool.call.id": input.call.id,
+            "subagent.tool.call_id_hash": text_hash(call.id),
         }
+        hidden = [call.id]
+        if self.tools.get(call.name) is not None:
+            attributes["subagent.tool.name"] = attributes["gen_ai.tool.name"] = call.name
+        else:
+            attributes["subagent.tool.name"] = UNKNOWN_TOOL
+            attributes["subagent.tool.name_hash"] = text_hash(call.name)
+            hidden.append(call.name)
         with tracer.start_as_current_span(
             TOOL_SPAN,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            with _recording_errors(span):
+            with _recording_errors(span, hidden):
                 result = await fn(self, input)
             span.set_attributes(
                 {
@@ -335,42 +365,81 @@ def traced_tool(
     return wrapper
 
 
+def text_hash(text: str) -> str:
+    """The first 16 hex digits of the SHA-256 of ``text``: a span's stand-in for it.
+
+    Whoever holds the text (a call id in the transcript) can find its span; the span
+    alone does not tell it.
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}")
+_FINISH_REASON = re.compile(r"[a-z_]{1,32}")
+
+
 def _model_attributes(model: str, default_model: str | None) -> dict[str, str]:
     """``gen_ai.system`` and ``gen_ai.request.model`` from a ``provider:model`` name.
 
     Never the script of a ``scripted:`` model (it holds model text): only ``scripted``.
+    A subagent's model name may be its parent model's choice: a name that does not
+    look like one (spaces, odd characters, over 64 characters) is only hashed, in
+    ``subagent.model_hash``.
     """
     if not model:
         return {}
-    from durable_subagents.activities.providers import parse_model
+    from durable_subagents.activities.providers import PROVIDERS, parse_model
 
     try:
         provider, full_name, _ = parse_model(model, default_model=default_model)
     except InvalidRequest:
-        return {"gen_ai.system": model.partition(":")[0][:40]}
+        provider = model.partition(":")[0]
+        if provider in PROVIDERS:
+            return {"gen_ai.system": provider, "subagent.model_hash": text_hash(model)}
+        return {"subagent.model_hash": text_hash(model)}
     name = "scripted" if provider == "scripted" else full_name.partition(":")[2]
+    if not _MODEL_NAME.fullmatch(name):
+        return {"gen_ai.system": provider, "subagent.model_hash": text_hash(name)}
     return {"gen_ai.system": provider, "gen_ai.request.model": name}
 
 
+def _finish_reason(reason: str | None) -> str:
+    """The provider's finish reason when it looks like one (``stop``, ``tool_use``)."""
+    if not reason:
+        return ""
+    return reason if _FINISH_REASON.fullmatch(reason) else OTHER
+
+
 @contextlib.contextmanager
-def _recording_errors(span: trace.Span) -> Iterator[None]:
-    """Record an escaping exception on the span, with secret values scrubbed.
+def _recording_errors(span: trace.Span, hidden: Sequence[str] = ()) -> Iterator[None]:
+    """Record an escaping exception on the span, with secrets and model text scrubbed.
 
     A provider's error text can quote part of a key (OpenAI's 401 does), so the
     message and the stack trace are scrubbed of every secret-looking environment
-    value of the worker.
+    value of the worker. ``hidden`` are strings a model chose (call ids, an unknown
+    tool's name) that a message may quote: each becomes its hash.
     """
     try:
         yield
     except BaseException as exc:
-        message = scrub(str(exc))
-        stacktrace = scrub("".join(traceback.format_exception(exc)))
+        message = _hide(scrub(str(exc)), hidden)
+        stacktrace = _hide(scrub("".join(traceback.format_exception(exc))), hidden)
         span.record_exception(
             exc, attributes={"exception.message": message, "exception.stacktrace": stacktrace}
         )
         span.set_attribute("error.type", str(getattr(exc, "type", None) or type(exc).__name__))
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
         raise
+
+
+def _hide(text: str, hidden: Sequence[str]) -> str:
+    present = sorted({h for h in hidden if h and h in text}, key=len, reverse=True)
+    if not present:
+        return text
+    # One pass, longest first: an id that contains another is replaced whole, and no
+    # replacement is searched again.
+    pattern = re.compile("|".join(re.escape(h) for h in present))
+    return pattern.sub(lambda m: f"[model text {text_hash(m.group())}]", text)
 
 
 def scrub(text: str, env: Mapping[str, str] | None = None) -> str:

@@ -64,6 +64,7 @@ def config() -> dict:  # type: ignore[type-arg]
 def test_services(config: dict) -> None:  # type: ignore[type-arg]
     assert set(config["services"]) == {
         "postgresql",
+        "temporal-schema",
         "temporal",
         "temporal-setup",
         "temporal-ui",
@@ -226,7 +227,70 @@ def test_the_host_client_in_the_header_reaches_the_same_store(
     assert host["TEMPORAL_ADDRESS"] == f"localhost:{temporal[7233]}"
 
 
-# The bucket service's script, run by /bin/sh with a stand-in `mc` that logs its calls.
+# The one-shot jobs' scripts, run by /bin/sh with stand-ins for their tools (`mc`,
+# `temporal-sql-tool`, `temporal`) that log their calls. A stand-in fails a call whose
+# arguments match one of the ``fail`` shell patterns, and `search-attribute list` prints
+# ``listed``.
+
+STAND_IN = """#!/bin/sh
+printf "%s\\037" "$(basename "$0")" "$@" >> "$STUB_LOG"
+echo >> "$STUB_LOG"
+args="$*"
+case "$args" in *"search-attribute list"*) printf "%s\\n" "$STUB_LISTED";; esac
+IFS="|"
+for pattern in $STUB_FAIL; do
+    case "$args" in $pattern) exit 1;; esac
+done
+exit 0
+"""
+
+
+class JobFailed(Exception):
+    def __init__(self, code: int, stderr: str, calls: list[list[str]]) -> None:
+        super().__init__(f"exit {code}: {stderr}")
+        self.code, self.stderr, self.calls = code, stderr, calls
+
+
+def run_job(
+    service: dict,  # type: ignore[type-arg]
+    tmp_path: Path,
+    tools: tuple[str, ...],
+    fail: tuple[str, ...] = (),
+    listed: str = "",
+    **env: str,
+) -> list[list[str]]:
+    """Run a job's entrypoint script; return its tools' calls, each led by the tool's name."""
+    shell, script = service["entrypoint"]
+    [mount] = [v for v in service["volumes"] if v["target"] == script]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in (*tools, "sleep"):  # no waiting between retries
+        stub = bin_dir / tool
+        stub.write_text(STAND_IN if tool != "sleep" else "#!/bin/sh\nexit 0\n")
+        stub.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    result = subprocess.run(
+        [shell, mount["source"]],
+        env={
+            **service["environment"],
+            **env,
+            "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin",
+            "STUB_LOG": str(log),
+            "STUB_FAIL": "|".join(fail),
+            "STUB_LISTED": listed,
+        },
+        capture_output=True,
+        text=True,
+    )
+    calls = [line.split("\037")[:-1] for line in log.read_text().split("\n") if line]
+    if result.returncode:
+        raise JobFailed(result.returncode, result.stderr, calls)
+    return calls
+
+
+class BucketServiceFailed(JobFailed):
+    pass
 
 
 def run_bucket_service(
@@ -235,43 +299,14 @@ def run_bucket_service(
     fail: str = "",
     **env: str,
 ) -> list[list[str]]:
-    shell, script = service["entrypoint"]
-    [mount] = [v for v in service["volumes"] if v["target"] == script]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    log = tmp_path / "mc.log"
-    log.write_text("")
-    mc = bin_dir / "mc"
-    mc.write_text(
-        "#!/bin/sh\n"
-        'printf "%s\\037" "$@" >> "$MC_LOG"\n'
-        'echo >> "$MC_LOG"\n'
-        'case "$*" in "$MC_FAIL"*) [ -n "$MC_FAIL" ] && exit 1;; esac\n'
-        "exit 0\n"
-    )
-    mc.chmod(0o755)
-    result = subprocess.run(
-        [shell, mount["source"]],
-        env={
-            **service["environment"],
-            **env,
-            "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin",
-            "MC_LOG": str(log),
-            "MC_FAIL": fail,
-        },
-        capture_output=True,
-        text=True,
-    )
-    calls = [line.split("\037")[:-1] for line in log.read_text().split("\n") if line]
-    if result.returncode:
-        raise BucketServiceFailed(result.returncode, result.stderr, calls)
-    return calls
-
-
-class BucketServiceFailed(Exception):
-    def __init__(self, code: int, stderr: str, calls: list[list[str]]) -> None:
-        super().__init__(f"exit {code}: {stderr}")
-        self.code, self.stderr, self.calls = code, stderr, calls
+    """The bucket job's `mc` calls."""
+    try:
+        calls = run_job(service, tmp_path, ("mc",), (f"{fail}*",) if fail else (), **env)
+    except JobFailed as failed:
+        raise BucketServiceFailed(
+            failed.code, failed.stderr, [c[1:] for c in failed.calls]
+        ) from None
+    return [c[1:] for c in calls]
 
 
 def test_bucket_service_sets_no_lifecycle_rule_by_default(
@@ -333,7 +368,7 @@ def test_bucket_service_fails_when_the_bucket_is_not_made(
 
 
 def test_search_attributes_and_dynamic_config_match_the_dev_server() -> None:
-    script = (ROOT / "deploy" / "register-search-attributes.sh").read_text()
+    script = (ROOT / "deploy" / "setup-namespace.sh").read_text()
     registered = dict(re.findall(r"(Subagent\w+):(\w+)", script))
     assert registered == {k.name: ("Int" if k is sa.TURNS else "Keyword") for k in sa.ALL}
     dynamic = yaml.safe_load((ROOT / "deploy" / "temporal-dynamicconfig.yaml").read_text())
@@ -341,10 +376,10 @@ def test_search_attributes_and_dynamic_config_match_the_dev_server() -> None:
 
 
 def test_search_attributes_are_registered_in_the_workers_namespace() -> None:
-    services = compose_config(TEMPORAL_NAMESPACE="agents")["services"]
+    services = compose_config(TEMPORAL_NAMESPACE="agents", RETENTION="30d")["services"]
     assert services["worker"]["environment"]["TEMPORAL_NAMESPACE"] == "agents"
-    assert services["temporal-setup"]["environment"]["TEMPORAL_NAMESPACE"] == "agents"
-    assert services["temporal"]["environment"]["DEFAULT_NAMESPACE"] == "agents"
+    setup = services["temporal-setup"]["environment"]
+    assert (setup["TEMPORAL_NAMESPACE"], setup["RETENTION"]) == ("agents", "30d")
 
 
 def test_dockerfile_installs_the_sandbox_and_runs_the_worker() -> None:
@@ -391,3 +426,137 @@ def test_the_split_profile_runs_commands_on_tool_workers_only() -> None:
     assert tools["environment"]["SUBAGENTS_BLOB_URL"] == worker["environment"]["SUBAGENTS_BLOB_URL"]
     assert tools["volumes"] == worker["volumes"]
     assert tools["security_opt"] == worker["security_opt"]
+
+
+# ------------------------------------------------------------------ exposure
+
+ALL_PROFILES = ("--profile", "encryption", "--profile", "split")
+OPENED = {
+    ("temporal", 7233),
+    ("temporal-ui", 8080),
+    ("minio", 9000),
+    ("otel-collector", 4317),
+    ("otel-collector", 4318),
+}
+"""What ``SUBAGENTS_BIND`` publishes: what clients, browsers and outside workers use."""
+
+
+def published(services: dict) -> dict[tuple[str, int], str]:  # type: ignore[type-arg]
+    """Every published port, by (service, container port), and the host address it is on
+    (empty: every interface)."""
+    return {
+        (name, int(port["target"])): port.get("host_ip", "")
+        for name, service in services.items()
+        for port in service.get("ports", [])
+    }
+
+
+def test_nothing_is_published_beyond_the_hosts_loopback_by_default() -> None:
+    """Temporal and the Web UI have no auth: whoever reaches them runs commands."""
+    for env in ({}, {"SUBAGENTS_BIND": ""}):
+        services = compose_config(*ALL_PROFILES, **env)["services"]
+        ports = published(services)
+        assert set(OPENED) <= set(ports)
+        assert set(ports.values()) == {"127.0.0.1"}, ports
+        for name, service in services.items():
+            assert service.get("network_mode") != "host", name
+
+
+def test_the_bind_address_opens_the_client_ports_and_nothing_else() -> None:
+    services = compose_config(*ALL_PROFILES, SUBAGENTS_BIND="0.0.0.0")["services"]
+    ports = published(services)
+    assert {key for key, host in ports.items() if host == "0.0.0.0"} == OPENED
+    # MinIO's admin console and the codec server (it decrypts every task) stay local
+    assert ports[("minio", 9001)] == ports[("codec-server", 8081)] == "127.0.0.1"
+    one = published(compose_config(SUBAGENTS_BIND="10.0.0.5")["services"])
+    assert {key for key, host in one.items() if host == "10.0.0.5"} == OPENED
+
+
+# ------------------------------------------------------------------ Temporal's setup
+
+
+def test_temporal_runs_from_its_server_image_after_a_schema_job(
+    config: dict,  # type: ignore[type-arg]
+) -> None:
+    """Not the auto-setup image, which Temporal documents as for development only."""
+    services = config["services"]
+    assert not any("auto-setup" in s.get("image", "") for s in services.values())
+    temporal, schema = services["temporal"], services["temporal-schema"]
+    assert temporal["image"].startswith("temporalio/server:")
+    assert temporal["depends_on"]["temporal-schema"]["condition"] == (
+        "service_completed_successfully"
+    )
+    assert schema["image"].startswith("temporalio/admin-tools:")
+    assert schema["depends_on"]["postgresql"]["condition"] == "service_healthy"
+    assert schema.get("restart", "no") == "no"
+    # the job reaches the database the server uses, with its credentials
+    server, job = temporal["environment"], schema["environment"]
+    assert (job["SQL_HOST"], job["SQL_PORT"]) == (server["POSTGRES_SEEDS"], server["DB_PORT"])
+    assert (job["SQL_USER"], job["SQL_PASSWORD"]) == (
+        server["POSTGRES_USER"],
+        server["POSTGRES_PWD"],
+    )
+    assert server["POSTGRES_PWD"] == services["postgresql"]["environment"]["POSTGRES_PASSWORD"]
+    assert server["DB"] == "postgres12"
+    # the namespace job waits for the server; the workers wait for the namespace job
+    setup = services["temporal-setup"]
+    assert setup["depends_on"]["temporal"]["condition"] == "service_healthy"
+    assert setup["image"] == schema["image"]
+    assert not temporal["healthcheck"].get("disable", False)
+
+
+def test_the_schema_job_creates_both_databases_and_updates_their_schemas(
+    config: dict,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    job = config["services"]["temporal-schema"]
+    calls = run_job(job, tmp_path, ("temporal-sql-tool",))
+    env = job["environment"]
+    conn = ["--plugin", "postgres12", "--ep", env["SQL_HOST"], "-p", str(env["SQL_PORT"])]
+    conn += ["-u", env["SQL_USER"]]
+    schema = "/etc/temporal/schema/postgresql/v12"
+    expected = []
+    for db, kind in (("temporal", "temporal"), ("temporal_visibility", "visibility")):
+        base = ["temporal-sql-tool", *conn, "--db", db]
+        expected += [
+            [*base, "create"],
+            [*base, "setup-schema", "-v", "0.0"],
+            [*base, "update-schema", "-d", f"{schema}/{kind}/versioned"],
+        ]
+    assert calls == expected
+    # run again over existing databases: `create` fails, the schemas are still updated
+    assert run_job(job, tmp_path, ("temporal-sql-tool",), fail=("* create",)) == expected
+    # a schema that cannot be set up fails the job, and the server never starts
+    with pytest.raises(JobFailed) as failed:
+        run_job(job, tmp_path, ("temporal-sql-tool",), fail=("* create", "* setup-schema *"))
+    assert [c[c.index("--db") + 2] for c in failed.value.calls] == ["create", "setup-schema"]
+    with pytest.raises(JobFailed) as failed:
+        run_job(job, tmp_path, ("temporal-sql-tool",), SQL_PASSWORD="")
+    assert "SQL_PASSWORD" in failed.value.stderr and failed.value.calls == []
+
+
+def test_the_namespace_job_creates_the_namespace_with_its_retention(
+    tmp_path: Path,
+) -> None:
+    """Temporal's server image makes no namespace; then the four search attributes."""
+    job = compose_config(TEMPORAL_NAMESPACE="agents", RETENTION="30d")["services"]
+    job = job["temporal-setup"]
+    calls = run_job(job, tmp_path, ("temporal",), fail=("operator namespace describe *",))
+    ops = [c[1:] for c in calls]
+    assert ops[0] == ["operator", "cluster", "health"]
+    assert ["operator", "namespace", "create", "--namespace", "agents", "--retention", "30d"] in ops
+    created = [
+        c[c.index("--name") + 1] for c in ops if c[:3] == ["operator", "search-attribute", "create"]
+    ]
+    assert created == [k.name for k in sa.ALL]
+    assert all(c[c.index("--namespace") + 1] == "agents" for c in ops if "--namespace" in c)
+
+    # an existing namespace and its attributes are left as they are
+    listed = "\n".join(k.name for k in sa.ALL)
+    ops = [c[1:] for c in run_job(job, tmp_path, ("temporal",), listed=listed)]
+    assert not [c for c in ops if "create" in c], ops
+
+    # attributes that cannot be registered fail the job (the workers would refuse to start)
+    with pytest.raises(JobFailed) as failed:
+        run_job(job, tmp_path, ("temporal",), fail=("operator search-attribute create *",))
+    assert "could not register the search attribute SubagentStatus" in failed.value.stderr

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +24,30 @@ from temporalio.contrib.opentelemetry import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus, connect_client
-from durable_subagents._payloads import ModelTurnInput, ModelTurnResult
+from durable_subagents._payloads import ModelTurnInput, ModelTurnResult, ToolCallInput
 from durable_subagents._telemetry import (
     MODEL_TURN_SPAN,
+    OTHER,
     TOOL_SPAN,
+    UNKNOWN_TOOL,
     ActivityTelemetry,
+    _finish_reason,
+    _model_attributes,
     client_traced,
     setup_tracing,
+    text_hash,
     traced_model_turn,
     tracing_enabled,
 )
+from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.errors import SubagentError
+from durable_subagents.types import Message, ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
@@ -300,3 +310,158 @@ async def test_errors_are_recorded_with_secrets_scrubbed(
     [event] = span.events
     assert "[redacted]" in str((event.attributes or {})["exception.message"])
     assert not any(SECRET in v for v in all_attribute_values([span]))
+
+
+# ------------------------------------------------------------------ model-chosen text
+
+HOSTILE = "PWNED"
+"""In every id, name, argument and answer the hostile model chooses: in no span."""
+
+
+def text_in_spans(spans: list[ReadableSpan]) -> str:
+    """Every name, attribute, event, link and status text of the spans, as one text."""
+    parts: list[str] = []
+    for span in spans:
+        parts += [span.name, span.status.description or ""]
+        mappings = [span.attributes or {}, span.resource.attributes]
+        for event in span.events:
+            parts.append(event.name)
+            mappings.append(event.attributes or {})
+        mappings += [link.attributes or {} for link in span.links]
+        for mapping in mappings:
+            parts += [f"{k}={v}" for k, v in mapping.items()]
+    return "\n".join(parts)
+
+
+async def test_no_span_carries_what_a_hostile_model_chose(
+    otel: Otel, dev_server: DevServer, settings: Settings
+) -> None:
+    """Call ids, tool names, arguments, answers and tool output stay out of the trace."""
+    assert settings.workspace is not None
+    (settings.workspace / f"{HOSTILE}-notes.txt").write_text(f"{HOSTILE} secret output\n")
+    model = script(
+        {
+            "text": f"{HOSTILE} thinking out loud",
+            "tool_calls": [
+                # a valid id, kept as the model sent it
+                {
+                    "id": f"call_{HOSTILE}_exfil_0123",
+                    "name": "read_file",
+                    "arguments": {"path": f"{HOSTILE}-notes.txt"},
+                },
+                # an id that is replaced, and arguments a tool refuses
+                {
+                    "id": f"{HOSTILE} ignore previous instructions",
+                    "name": "grep",
+                    "arguments": {"pattern": f"{HOSTILE}(", "path": f"{HOSTILE}/missing"},
+                },
+                # a tool the agent lacks: refused by the workflow, never run
+                {"id": f"call_{HOSTILE}_2", "name": f"{HOSTILE}_tool", "arguments": {"x": HOSTILE}},
+            ],
+        },
+        {"text": f"{HOSTILE} final answer"},
+    )
+    temporal = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+    client = SubagentClient(
+        temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+    )
+    async with create_worker(temporal, settings, tracer_provider=otel.provider):
+        task_id = await client.spawn_task("explore", "look", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=30)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == f"{HOSTILE} final answer"
+    spans = finished(otel)
+    tools = sorted(
+        (s for s in spans if s.name == TOOL_SPAN), key=lambda s: attr(s, "subagent.tool.name")
+    )
+    assert [attr(s, "subagent.tool.name") for s in tools] == ["grep", "read_file"]
+    text = text_in_spans(spans)
+    assert HOSTILE not in text, [line for line in text.splitlines() if HOSTILE in line]
+    assert HOSTILE.lower() not in text.lower()
+    # the call ids are there as hashes, so a call in the transcript finds its span
+    [call_message] = [m for m in await client.get_transcript(task_id) if m.tool_calls]
+    ids = {c.name: c.id for c in call_message.tool_calls}
+    assert ids["read_file"] == f"call_{HOSTILE}_exfil_0123"
+    for span in tools:
+        name = attr(span, "subagent.tool.name")
+        assert attr(span, "subagent.tool.call_id_hash") == text_hash(ids[name])
+        assert "gen_ai.tool.call.id" not in (span.attributes or {})
+        assert attr(span, "gen_ai.tool.name") == name
+
+
+def activity_environment() -> ActivityEnvironment:
+    """Runs an activity method in-process; its attempt started just now (not stale)."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=datetime.now(UTC))
+    return env
+
+
+async def test_an_unknown_tool_and_an_error_quoting_a_call_id_are_hashed(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """The activities themselves, run directly: a tool this worker lacks (a tool worker
+    with other tools) is named ``unknown``, and a failure whose message quotes a
+    model's call id has it replaced in the span's exception event and status."""
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(shutdown_on_exit=False)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    activities = SubagentActivities(
+        settings.blob_store(), workspace_root=tmp_path, telemetry=ActivityTelemetry(tp)
+    )
+    env = activity_environment()
+    call = ToolCall(id=f"call_{HOSTILE}_9", name=f"{HOSTILE}_tool", arguments={"a": HOSTILE})
+    result = await env.run(activities.run_tool, ToolCallInput(task_id="t-1", call=call))
+    assert result.is_error
+    call_id = f"call_{HOSTILE}_missing"
+    turn = ModelTurnInput(
+        task_id="t-1",
+        head=None,
+        new_messages=[Message(role="tool", tool_call_id=call_id, tool_name="grep")],
+        result_records={call_id: f"call-{call_id}-0123"},
+        model="scripted",
+        turn=2,
+    )
+    with pytest.raises(ApplicationError, match=call_id):  # history keeps it, as the model's
+        await env.run(activities.model_turn, turn)
+    tool, model_turn = sorted(exporter.get_finished_spans(), key=lambda s: s.name, reverse=True)
+    assert tool.name == TOOL_SPAN
+    assert attr(tool, "subagent.tool.name") == UNKNOWN_TOOL
+    assert attr(tool, "subagent.tool.name_hash") == text_hash(call.name)
+    assert "gen_ai.tool.name" not in (tool.attributes or {})
+    assert tool.status.status_code == StatusCode.ERROR
+    assert model_turn.name == MODEL_TURN_SPAN
+    assert model_turn.status.status_code == StatusCode.ERROR
+    assert f"[model text {text_hash(call_id)}]" in (model_turn.status.description or "")
+    assert HOSTILE not in text_in_spans([tool, model_turn])
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (
+            "openai:gpt-4.1-mini",
+            {"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4.1-mini"},
+        ),
+        ("anthropic:claude-haiku-4-5", {"gen_ai.request.model": "claude-haiku-4-5"}),
+        ("openai:llama3.1:8b", {"gen_ai.request.model": "llama3.1:8b"}),
+        ('scripted:[{"text": "PWNED"}]', {"gen_ai.request.model": "scripted"}),
+        ("openai:PWNED ignore previous instructions", {"gen_ai.system": "openai"}),
+        ("openai:" + "x" * 65, {"gen_ai.system": "openai"}),
+        ("PWNED:model", {}),
+    ],
+)
+def test_a_model_name_that_is_no_model_name_is_only_hashed(
+    model: str, expected: dict[str, str]
+) -> None:
+    """A subagent's model can be its parent model's choice."""
+    attributes = _model_attributes(model, None)
+    assert expected.items() <= attributes.items()
+    assert "PWNED" not in str(attributes)
+    if "gen_ai.request.model" not in attributes:
+        assert attributes["subagent.model_hash"]
+
+
+def test_only_finish_reasons_that_look_like_one_are_carried() -> None:
+    assert _finish_reason("tool_calls") == "tool_calls"
+    assert _finish_reason(None) == ""
+    assert _finish_reason("PWNED here") == OTHER

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .fake_openai import FakeModelServer, FakeReply, arguments_text, fragments
+from .fake_openai import FakeModelServer, FakeReply, arguments_text, fragments, text_deltas
 
 __all__ = ["FakeAnthropicServer"]
 
@@ -98,9 +98,7 @@ class FakeAnthropicServer(FakeModelServer):
                     "content_block_start",
                     {"index": index, "content_block": {"type": "text", "text": ""}},
                 )
-                words = block["text"].split(" ")
-                for i, word in enumerate(words):
-                    piece = word if i == len(words) - 1 else word + " "
+                for piece in text_deltas(reply):
                     delta = {"type": "text_delta", "text": piece}
                     yield _event("content_block_delta", {"index": index, "delta": delta})
             else:

@@ -39,7 +39,12 @@ FAULTS: tuple[Fault, ...] = ("reset", "truncate", "hang")
 
 @dataclass
 class FakeReply:
-    """One queued answer (or HTTP error, or stream fault) of a fake model server."""
+    r"""One queued answer (or HTTP error, or stream fault) of a fake model server.
+
+    Every string (text, call ids, names, arguments, error bodies) is sent as JSON with
+    non-ASCII characters escaped, so a lone surrogate (``"\ud800"`` in Python) goes
+    out as the escape ``\ud800``, as a real server may send it.
+    """
 
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
@@ -49,6 +54,9 @@ class FakeReply:
     """
     usage: tuple[int, int] = (10, 5)
     """``(input_tokens, output_tokens)``."""
+    deltas: list[str] | None = None
+    """The text streamed in exactly these pieces (default: word by word), e.g. a
+    surrogate pair cut in two; ``text`` is then their concatenation."""
     stop_reason: str | None = None
     """Overrides the natural finish/stop reason."""
     chunk_delay: float | None = None
@@ -75,6 +83,16 @@ def arguments_text(arguments: Any) -> str:
 def fragments(text: str, size: int = 7) -> list[str]:
     """Cut ``text`` into pieces of ``size`` characters (streamed deltas)."""
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def text_deltas(reply: FakeReply) -> list[str]:
+    """The reply's text as streamed: its ``deltas``, or word by word."""
+    if reply.deltas is not None:
+        return reply.deltas
+    if not reply.text:
+        return []
+    words = reply.text.split(" ")
+    return [w if i == len(words) - 1 else w + " " for i, w in enumerate(words)]
 
 
 class FakeModelServer:
@@ -151,6 +169,7 @@ class FakeModelServer:
         tool_calls: list[dict[str, Any]] | None = None,
         usage: tuple[int, int] = (10, 5),
         *,
+        deltas: list[str] | None = None,
         stop_reason: str | None = None,
         chunk_delay: float | None = None,
         hang: bool = False,
@@ -158,12 +177,14 @@ class FakeModelServer:
         """Queue a successful reply; replies are played in order, one per request.
 
         ``text=""`` without tool calls is an empty answer (a finish reason, no content).
+        ``deltas`` streams the text in exactly those pieces (``text`` is their join).
         """
         self._replies.append(
             FakeReply(
-                text=text,
+                text="".join(deltas) if deltas is not None else text,
                 tool_calls=list(tool_calls or []),
                 usage=usage,
+                deltas=None if deltas is None else list(deltas),
                 stop_reason=stop_reason,
                 chunk_delay=chunk_delay,
                 hang=hang,
@@ -400,9 +421,8 @@ class FakeOpenAIServer(FakeModelServer):
             return _sse({**base, "choices": [choice]})
 
         yield chunk({"role": "assistant", "content": ""})
-        words = reply.text.split(" ")
-        for i, word in enumerate(words if reply.text else []):
-            yield chunk({"content": word if i == len(words) - 1 else word + " "})
+        for piece in text_deltas(reply):
+            yield chunk({"content": piece})
         for index, (cid, name, args) in enumerate(self._calls(reply)):
             head = {"id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
             yield chunk({"tool_calls": [{"index": index, **head}]})

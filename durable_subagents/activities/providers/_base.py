@@ -65,7 +65,10 @@ class ModelProvider(Protocol):
                 pieces joined are the response's ``text``.
 
         Returns:
-            The neutral response (text, tool calls, usage, stop reason).
+            The neutral response (text, tool calls, usage, stop reason). Its strings,
+            and the pieces given to ``on_text``, hold no lone surrogate: they become
+            U+FFFD where they arrive (``_text.encodable_response``), since no payload
+            can carry one.
         """
         ...
 

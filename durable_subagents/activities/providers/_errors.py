@@ -19,6 +19,8 @@ import httpx2
 import openai
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from ._text import encodable
+
 __all__ = [
     "RETRYABLE_STATUS",
     "empty_response_error",
@@ -158,6 +160,8 @@ def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
 
 
 def _redact(text: str, secrets: Iterable[str | None]) -> str:
+    # A server's message can hold a lone surrogate, which no recorded failure can carry.
+    text = encodable(text)
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "<redacted>")

@@ -29,6 +29,7 @@ from ._errors import (
     to_application_error,
     truncated_error,
 )
+from ._text import encodable_response
 
 __all__ = ["PerLoop", "SSEEvents", "StreamReader", "use_aiohttp", "within"]
 
@@ -237,7 +238,13 @@ class StreamReader:
         )
 
     def check(self, response: ModelResponse, *, finished: bool, what: str) -> ModelResponse:
-        """Refuse a truncated or empty answer (``what`` names the missing end marker)."""
+        """Refuse a truncated or empty answer (``what`` names the missing end marker).
+
+        Returns:
+            The answer, with lone surrogates replaced (see ``_text``): the turn is
+            carried, never retried for text no payload can hold.
+        """
+        response = encodable_response(response)
         if not finished:
             raise truncated_error(self.provider, what, self.events)
         if not response.text.strip() and not response.tool_calls:

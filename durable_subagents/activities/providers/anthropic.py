@@ -11,6 +11,7 @@ from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
+from ._text import encodable_sink
 from .openai import parse_arguments
 
 __all__ = ["AnthropicProvider", "to_anthropic_messages", "to_anthropic_tools"]
@@ -238,7 +239,7 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
-        accumulator = _Accumulator(model=request.model, on_text=on_text)
+        accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="anthropic",
             key_env="ANTHROPIC_API_KEY",

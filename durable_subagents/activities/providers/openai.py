@@ -12,6 +12,7 @@ from openai import APIError, AsyncOpenAI, DefaultAioHttpClient
 from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
+from ._text import encodable_sink
 
 __all__ = ["OpenAIProvider", "parse_arguments", "to_openai_messages", "to_openai_tools"]
 
@@ -227,7 +228,7 @@ class OpenAIProvider:
         )
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        accumulator = _Accumulator(model=request.model, on_text=on_text)
+        accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="openai",
             key_env="OPENAI_API_KEY",

@@ -31,6 +31,7 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, Usage
 
 from ._errors import model_request_error
+from ._text import encodable, encodable_response
 
 __all__ = ["SCRIPTS", "Script", "ScriptToolCall", "ScriptTurn", "ScriptedProvider", "load_script"]
 
@@ -315,7 +316,8 @@ class ScriptedProvider:
         )
         if turn.delay:
             await asyncio.sleep(turn.delay)
-        text = _fill(turn.text, request)
+        # A script is JSON too: it can hold "\ud800" like any model's answer.
+        text = encodable(_fill(turn.text, request))
         if on_text is not None and text:
             await _stream(text, turn.stream, on_text)
         calls = [
@@ -326,10 +328,12 @@ class ScriptedProvider:
             )
             for i, c in enumerate(turn.tool_calls)
         ]
-        return ModelResponse(
-            text=text,
-            tool_calls=calls,
-            usage=turn.usage or _default_usage(request, text, len(calls)),
-            stop_reason="tool_use" if calls else "end_turn",
-            model="scripted",
+        return encodable_response(
+            ModelResponse(
+                text=text,
+                tool_calls=calls,
+                usage=turn.usage or _default_usage(request, text, len(calls)),
+                stop_reason="tool_use" if calls else "end_turn",
+                model="scripted",
+            )
         )
