@@ -399,6 +399,14 @@ def test_the_image_runs_the_worker_as_an_unprivileged_user() -> None:
     assert dockerfile.index(f"USER {users[-1]}") < dockerfile.index("ENTRYPOINT")
 
 
+def test_workers_run_as_the_workspace_owner_never_root() -> None:
+    services = compose_config("--profile", "split")["services"]
+    for name in ("worker", "tool-worker"):
+        assert services[name]["user"] == "10001:10001", name
+    mine = compose_config(WORKSPACE_OWNER="1000:1000")["services"]
+    assert mine["worker"]["user"] == "1000:1000"
+
+
 def test_nothing_deployed_assumes_a_blob_directory() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     volumes = re.findall(r"^VOLUME (.*)$", dockerfile, flags=re.MULTILINE)
