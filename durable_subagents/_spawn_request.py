@@ -68,6 +68,7 @@ def build_task_input(
     """
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidRequest("prompt is empty; give the subagent a task to do")
+    refuse_unencodable("prompt", prompt)
     size = len(prompt.encode())
     if size > max_prompt_bytes:
         raise PayloadTooLarge(
@@ -88,7 +89,7 @@ def build_task_input(
         parse_model(model)
     narrowed = narrow(spec, options)
     description = description.strip() or _first_line(prompt)
-    return TaskInput(
+    task_input = TaskInput(
         agent=narrowed,
         prompt=prompt,
         description=description,
@@ -103,6 +104,40 @@ def build_task_input(
         token_budget=options.token_budget,
         created_at=created_at or datetime.now(UTC),
     )
+    refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
+    return task_input
+
+
+def refuse_unencodable(name: str, value: object) -> None:
+    """Refuse text no payload can carry: a lone surrogate (half a UTF-16 pair).
+
+    JSON and Python strings can hold one; UTF-8, and so every Temporal payload, cannot.
+    Caller input (a prompt, a reason, a rule's pattern from an orchestrating model)
+    gets a typed error here rather than an encoder's traceback at the server call.
+
+    Raises:
+        InvalidRequest: where the surrogate is, and what to do.
+    """
+    stack: list[tuple[str, object]] = [(name, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if item.isascii():
+                continue
+            try:
+                item.encode()
+            except UnicodeEncodeError as err:
+                raise InvalidRequest(
+                    f"{where} holds a lone surrogate ({item[err.start]!r}) at character "
+                    f"{err.start}: half of a UTF-16 pair, which no payload can carry; "
+                    "remove it or replace it with U+FFFD"
+                ) from None
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                stack.append((f"{where} key", key))
+                stack.append((f"{where}.{key}" if isinstance(key, str) else where, sub))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in enumerate(item))
 
 
 def _check_size(name: str, value: object, limit: int, hint: str) -> None:

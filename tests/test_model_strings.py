@@ -213,3 +213,48 @@ async def test_the_scripted_model_is_carried_the_same_way(
     assert answer.tool_calls[1].arguments == {"pattern": f"*{R}"}
     results = [m.content for m in transcript if m.role == "tool"]
     assert results[0].startswith(f"unknown tool 'list{R}_files'")
+
+
+async def test_a_lone_surrogate_from_a_caller_is_refused_with_a_typed_error(
+    client: SubagentClient, worker: None
+) -> None:
+    """An orchestrating model's text reaches the client too: a prompt, a rule's pattern,
+    metadata, input or a reason with a lone surrogate is an ``InvalidRequest`` naming
+    where it is (it was an encoder's traceback), through the client and through the
+    orchestrator tools; nothing starts and the task it targets is unchanged."""
+    from durable_subagents import InvalidRequest
+    from durable_subagents.client import SubagentTools
+
+    spawns: list[dict[str, Any]] = [
+        {"prompt": f"fix {LONE} this"},
+        {"prompt": "x", "description": f"d{LONE}"},
+        {"prompt": "x", "metadata": {"k": f"v{LONE}"}},
+        {
+            "prompt": "x",
+            "permissions": [{"tool": "bash", "pattern": f"rm{LONE}*", "action": "deny"}],
+        },
+    ]
+    for options in spawns:
+        with pytest.raises(InvalidRequest, match="lone surrogate"):
+            await client.spawn_task("general", **options)
+    tools = SubagentTools(client)
+    answer = json.loads(
+        await tools.call("spawn_subagent", {"agent": "general", "prompt": f"x{LONE}"})
+    )
+    assert "lone surrogate" in answer["error"] and "prompt" in answer["error"]
+    assert await client.list_tasks() == []
+
+    task_id = await client.spawn_task(
+        "general",
+        "x",
+        model=script({"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}),
+        permission_mode="default",
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    with pytest.raises(InvalidRequest, match="input holds a lone surrogate"):
+        await client.send_input(task_id, f"steer {LONE}")
+    with pytest.raises(InvalidRequest, match="reason holds a lone surrogate"):
+        await client.reject(task_id, reason=f"no {LONE}")
+    assert (await client.check_task(task_id)).pause_id == paused.pause_id
+    await client.cancel_task(task_id)

@@ -44,6 +44,7 @@ from durable_subagents._spawn_options import SpawnOptions
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
     build_task_input,
+    refuse_unencodable,
     start_metadata,
     static_details,
     static_summary,
@@ -621,6 +622,8 @@ class SubagentClient:
         ask again under the same call id, or a second child pause beside the first,
         between the read and the decision.
         """
+        if isinstance(reason, str):
+            refuse_unencodable("reason", reason)
         if reason is not None and (
             not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
         ):
@@ -676,6 +679,7 @@ class SubagentClient:
         """
         if not isinstance(text, str) or not text.strip():
             raise InvalidRequest("input is empty; send the text the subagent should read")
+        refuse_unencodable("input", text)
         if len(text.encode()) > self.max_prompt_bytes:
             raise InvalidRequest(
                 f"input is over the {self.max_prompt_bytes}-byte limit; write it to a file "
