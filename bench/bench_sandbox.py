@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import statistics
 import tempfile
@@ -21,7 +22,12 @@ from pathlib import Path
 
 from durable_subagents.activities.tools import ToolContext, bash
 from durable_subagents.activities.tools._limits import limit_mechanisms
-from durable_subagents.activities.tools._sandbox import bwrap_executable, detect_sandbox
+from durable_subagents.activities.tools._sandbox import (
+    NOBODY,
+    bwrap_executable,
+    detect_sandbox,
+    tool_user,
+)
 
 COMMANDS = {
     "true": "true",
@@ -42,6 +48,9 @@ async def main() -> None:
     args = parser.parse_args()
     detect_sandbox("auto")
     with tempfile.TemporaryDirectory() as tmp:
+        if os.geteuid() == 0:  # a root worker's commands run as the workspace's owner
+            os.chown(tmp, *NOBODY)
+        runs_as = tool_user(Path(tmp))
         sandboxed = ToolContext(workspace=Path(tmp), task_id="bench", sandbox="auto")
         host = ToolContext(workspace=Path(tmp), task_id="bench", sandbox="none")
         for ctx in (sandboxed, host):  # warm up
@@ -60,6 +69,7 @@ async def main() -> None:
     print(f"# bash call cost, sandbox vs host ({date.today()}, {platform.machine()}, ", end="")
     print(f"{platform.system()} {platform.release()}, bwrap {bwrap_executable()})")
     print(f"limits: {limit_mechanisms()}")
+    print(f"commands run as: {'the worker' if runs_as is None else f'uid {runs_as[0]}'}")
     print()
     print("| command | sandboxed p50 ms | host p50 ms | added p50 ms | ratio | sandboxed p95 ms |")
     print("|---|---|---|---|---|---|")

@@ -12,6 +12,8 @@ read, and what the tool made belongs to an unprivileged user.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -185,6 +187,9 @@ async def test_the_masked_system_files_stay_masked(
     )
     assert all(o.rstrip().endswith("end") for o in outputs), outputs
     for path in secret:
+        if not os.access(path, os.R_OK):  # this user cannot read it either: no entry may show
+            assert not any(re.search(r"^\w+:[^:\n]*:\d*:", o, re.M) for o in outputs)
+            continue
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 assert all(line not in o for o in outputs), (path, outputs)
@@ -361,3 +366,30 @@ async def test_the_sandbox_refuses_the_documented_calls(tmp_path: Path) -> None:
         else:
             assert answer == ("ENOSYS" if name in enosys else "EPERM"), (name, answer)
     assert set(REFUSED_CALLS) >= {n.split("+")[0] for n in results} - {"getpid"}
+
+
+@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.timeout(900)
+def test_the_hostile_suites_pass_for_an_unprivileged_user(tmp_path: Path) -> None:
+    """The same attacks with the whole suite (and so the worker) as an unprivileged
+    user: the sandbox must hold for every worker user, not only for root's tool user."""
+    home = tmp_path / "home"
+    home.mkdir()
+    _give(home, WORKER_USER)
+    tmp_path.chmod(0o755)
+    suite = [str(Path(__file__).parent / name) for name in ("test_hostile.py", "test_host_root.py")]
+    proc = subprocess.run(
+        [
+            "setpriv", f"--reuid={WORKER_USER[0]}", f"--regid={WORKER_USER[1]}", "--clear-groups",
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "--basetemp", str(home / "t"), *suite,
+        ],
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "USER": "subagents-test"},
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=840,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout

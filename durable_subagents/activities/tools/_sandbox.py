@@ -94,6 +94,9 @@ _SYSTEM_DIRS = (
 _MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 _MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
 _PR_SET_PDEATHSIG = 1
+_CREATABLE = (".git",)
+"""Protected entries a command may create where they are missing: ``git init`` in a
+fresh workspace is ordinary work. Once one exists, every later call sees it read-only."""
 
 NOBODY = (65534, 65534)
 """The tool user of a root worker whose workspace root belongs to root (``nobody``)."""
@@ -398,7 +401,7 @@ def _bwrap_argv(
             # Missing: its placeholder (an empty directory made for the call) becomes
             # read-only, so the command cannot create the entry either.
             top = _first_missing(ws, name, placeholders=True)
-            if top is not None and top not in mounted:
+            if top is not None and top in _placeholder_users and top not in mounted:
                 mounted.add(top)
                 out += ["--tmpfs", str(top), "--remount-ro", str(top)]
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
@@ -463,6 +466,8 @@ def _take_placeholders(profile: SandboxProfile) -> list[Path]:
     taken: list[Path] = []
     with _placeholder_lock:
         for name in _outermost(profile.protected):
+            if name in _CREATABLE:
+                continue
             path = _first_missing(profile.workspace, name, placeholders=True)
             if path is None or path in taken:
                 continue
