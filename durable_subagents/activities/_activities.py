@@ -53,7 +53,8 @@ from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import BASE_ENV, sandbox_state
 from durable_subagents.agents import READ_ONLY_TOOLS
-from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.agents._protected import PROTECTED_PATHS
+from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import Message, ModelRequest, ToolCall
@@ -85,6 +86,9 @@ class SubagentActivities:
             retryably (``Settings.model_turn_timeout``); None: no limit of its own.
         script_files: Whether tasks may use ``scripted:@FILE`` models, which read a
             file the spawner names on this worker (``Settings.script_files``).
+        protected_paths: The protected paths: ``PROTECTED_PATHS`` and the worker's own
+            additions (``Settings.protected_path_list``). Tasks decide with them, tools
+            and the sandbox keep them read-only.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class SubagentActivities:
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
         script_files: bool = False,
+        protected_paths: tuple[str, ...] = PROTECTED_PATHS,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -126,6 +131,7 @@ class SubagentActivities:
         self.model_idle_timeout = model_idle_timeout
         self.model_turn_timeout = model_turn_timeout
         self.script_files = script_files
+        self.protected_paths = protected_paths
 
     # ------------------------------------------------------------------ model turn
 
@@ -218,9 +224,15 @@ class SubagentActivities:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
         names = [*offered, *(t.name for t in input.extra_tools)]
         read_only = [t for t in offered if self.read_only(t)]
-        if input.known_tools == tools_digest(names, read_only, self.sandbox_state):
+        protected = list(self.protected_paths)
+        if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
             return {"same_tools": True}
-        return {"offered_tools": names, "read_only_tools": read_only, "sandbox": self.sandbox_state}
+        return {
+            "offered_tools": names,
+            "read_only_tools": read_only,
+            "sandbox": self.sandbox_state,
+            "protected_paths": protected,
+        }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
         """The tools the agent may use on this worker; refuses tools the worker lacks."""
@@ -353,7 +365,7 @@ class SubagentActivities:
             network=input.network,
             env=env,
             limits=input.limits.capped_by(self.tool_limits),
-            protected=() if input.write_protected_paths else PROTECTED_PATHS,
+            protected=() if input.write_protected_paths else self.protected_paths,
             hidden=self.hidden_paths,
             read_paths=self.read_paths,
         )

@@ -100,6 +100,7 @@ def worker_setup(
         model_idle_timeout=settings.model_idle_timeout,
         model_turn_timeout=settings.model_turn_timeout,
         script_files=settings.script_files,
+        protected_paths=settings.protected_path_list,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
     )
     options: dict[str, Any] = {

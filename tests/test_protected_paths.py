@@ -1,0 +1,257 @@
+"""Protected paths: files that run code unasked.
+
+The scripted model attacks through a real worker, the real sandbox and a real dev
+server; the assertions are on the host: the file is unchanged, the hook never ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from durable_subagents import (
+    SubagentClient,
+    TaskStatus,
+    policy,
+)
+from durable_subagents._payloads import ToolCallInput
+from durable_subagents.activities import SubagentActivities
+from durable_subagents.agents import PROTECTED_PATHS
+from durable_subagents.agents._protected import PROTECTED_PATHS_V1
+from durable_subagents.config import Settings
+from durable_subagents.types import ToolCall
+from durable_subagents.worker import create_worker
+
+from .conftest import script
+
+FILES_WITHOUT_SUFFIX = {".envrc"}
+
+
+def is_directory(entry: str) -> bool:
+    name = entry.rsplit("/", 1)[-1]
+    return "." not in name.lstrip(".") and entry not in FILES_WITHOUT_SUFFIX
+
+
+def target(entry: str) -> str:
+    """A file a model would write to plant something in ``entry``."""
+    return f"{entry}/settings.json" if is_directory(entry) else entry
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` and its content (None for directories)."""
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def writes(path: str) -> list[dict[str, Any]]:
+    return [
+        call("write_file", path=path, content="#!/bin/sh\ntouch /tmp/pwned\n"),
+        call("edit_file", path=path, old="original", new="touch /tmp/pwned"),
+    ]
+
+
+# ---------------------------------------------------------------- the list
+
+
+def test_each_kind_of_entry_is_matched_anywhere_and_in_any_case() -> None:
+    def protected(path: str) -> str | None:
+        arguments = {"path": path}
+        return policy.protected_write(
+            "write_file", arguments, read_only=False, protected=PROTECTED_PATHS
+        )
+
+    for path, entry in [
+        (".pre-commit-config.yaml", ".pre-commit-config.yaml"),
+        ("svc/lefthook-local.jsonc", "lefthook-local.jsonc"),
+        ("svc/.config/lefthook.yml", ".config/lefthook.yml"),
+        ("./a/../.cursor/mcp.json", ".cursor"),
+        ("/abs/ws/.gemini/settings.json", ".gemini"),
+        (".GIT/config", ".git"),
+        ("pkg/.Vscode/tasks.json", ".vscode"),
+        (".github/hooks/audit.json", ".github/hooks"),
+        ("tools/.config/mise/config.toml", ".config/mise"),
+        ("mise/config.toml", "mise/config.toml"),
+        ("sub\\.envrc", ".envrc"),
+    ]:
+        assert protected(path) == entry, path
+    for path in [
+        ".github/workflows/ci.yml",
+        "hooks/pre-commit",
+        ".config/other.toml",
+        "mise/notes.md",
+        "my.git/config",
+        "docs/lefthook.md",
+        "src/cursor.py",
+    ]:
+        assert protected(path) is None, path
+    # Workers that reported no list: the first one, exactly as spelled.
+    assert policy.protected_write("write_file", {"path": ".GIT/x"}, read_only=False) is None
+    assert policy.protected_write("write_file", {"path": ".cursor/x"}, read_only=False) is None
+    assert policy.protected_write("write_file", {"path": ".git/x"}, read_only=False) == ".git"
+    assert set(PROTECTED_PATHS_V1) < set(PROTECTED_PATHS)
+
+
+def test_a_worker_setting_adds_entries_and_refuses_what_is_not_a_plain_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUBAGENTS_PROTECTED_PATHS", " ./deploy/hooks/ , release.cfg,.git ")
+    extended = Settings().protected_path_list
+    assert extended[: len(PROTECTED_PATHS)] == PROTECTED_PATHS
+    assert extended[len(PROTECTED_PATHS) :] == ("deploy/hooks", "release.cfg")
+    for bad in ["../up", "/etc/x", "a//b", "hooks/*.sh", "a/./b"]:
+        monkeypatch.setenv("SUBAGENTS_PROTECTED_PATHS", bad)
+        with pytest.raises(ValidationError, match="SUBAGENTS_PROTECTED_PATHS entry"):
+            Settings()
+
+
+def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> None:
+    settings = Settings(
+        workspace=tmp_path, blob_dir=tmp_path / "blobs", protected_paths="deploy/hooks"
+    )
+    activities = SubagentActivities(
+        settings.blob_store(),
+        workspace_root=tmp_path,
+        protected_paths=settings.protected_path_list,
+    )
+    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
+    profile = activities.tool_context(tool_input).profile()
+    assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
+    opted_in = tool_input.model_copy(update={"write_protected_paths": True})
+    assert activities.tool_context(opted_in).protected == ()
+
+
+# ---------------------------------------------------------------- file tools
+
+
+async def test_a_dont_ask_task_pauses_before_changing_any_entry_existing_or_missing(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    old, new = workspace / "old", workspace / "new"
+    new.mkdir()
+    for entry in PROTECTED_PATHS:
+        path = old / target(entry)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("original\n")
+    before = snapshot(workspace)
+    calls = [c for entry in PROTECTED_PATHS for c in writes(target(entry))]
+    turns = [{"tool_calls": calls[i : i + 48]} for i in range(0, len(calls), 48)]
+    for where in ("old", "new"):
+        task_id = await client.spawn_task(
+            "general", "tidy up", model=script(*turns, {"text": "done"}), workspace=where
+        )
+        after = None
+        for turn in turns:
+            info = await client.check_task(task_id, wait=True, timeout=60, after_pause=after)
+            assert info.status == TaskStatus.PAUSED, (where, info)
+            assert len(info.pending_approvals) == len(turn["tool_calls"]), where
+            await client.reject(task_id, reason="protected")
+            after = info.pause_id
+        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=after)
+        assert done.status == TaskStatus.COMPLETED, done
+    assert snapshot(workspace) == before
+
+
+async def test_the_worker_setting_protects_more_for_file_tools_and_bash(
+    client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
+) -> None:
+    (workspace / "release.cfg").write_text("original\n")
+    extended = settings.model_copy(update={"protected_paths": "deploy/hooks,release.cfg"})
+    async with create_worker(temporal_client, extended):
+        task_id = await client.spawn_task(
+            "general",
+            "tidy up",
+            model=script(
+                {
+                    "tool_calls": [
+                        call("bash", command="echo pwned >> release.cfg 2>&1; echo rc=$?"),
+                        call("write_file", path="deploy/hooks/post.sh", content="touch x\n"),
+                        call("write_file", path="Release.cfg", content="pwned\n"),
+                        call("write_file", path="deploy/notes.txt", content="fine\n"),
+                    ]
+                },
+                {"text": "done"},
+            ),
+        )
+        paused = await client.check_task(task_id, wait=True, timeout=60)
+        assert paused.status == TaskStatus.PAUSED
+        assert sorted(p.arguments_preview for p in paused.pending_approvals) == [
+            "write_file · Release.cfg",
+            "write_file · deploy/hooks/post.sh",
+        ]
+        await client.reject(task_id)
+        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert "Read-only file system" in outputs[0]
+    assert (workspace / "release.cfg").read_text() == "original\n"
+    assert not (workspace / "deploy" / "hooks").exists()
+    assert (workspace / "deploy" / "notes.txt").read_text() == "fine\n"
+
+
+# ---------------------------------------------------------------- a hook manager
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-c", "user.name=u", "-c", "user.email=u@example.com", *args],
+        cwd=repo,
+        env={**os.environ, "PRE_COMMIT_HOME": str(repo.parent / "pre-commit-home")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+async def test_a_planted_pre_commit_hook_never_runs_at_the_users_next_commit(
+    client: SubagentClient, worker: None, workspace: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "hook-ran"
+    config = workspace / ".pre-commit-config.yaml"
+    hook = "repos:\n- repo: local\n  hooks:\n  - id: {id}\n    name: {id}\n"
+    hook += "    entry: {entry}\n    language: system\n    pass_filenames: false\n"
+    config.write_text(hook.format(id="check", entry="'true'"))
+    original = config.read_text()
+    assert git(workspace, "init", "-q").returncode == 0
+    pre_commit = Path(sys.executable).parent / "pre-commit"
+    installed = subprocess.run(
+        [str(pre_commit), "install"], cwd=workspace, capture_output=True, check=False
+    )
+    assert installed.returncode == 0, installed.stderr
+    evil = hook.format(id="evil", entry=f"touch {marker}")
+    attack = [
+        call("bash", command=f"printf %s {shlex.quote(evil)} > .pre-commit-config.yaml"),
+        call("write_file", path=".pre-commit-config.yaml", content=evil),
+        call("edit_file", path="./.pre-commit-config.yaml", old="'true'", new=f"touch {marker}"),
+    ]
+    task_id = await client.spawn_task(
+        "general", "tidy up", model=script({"tool_calls": attack}, {"text": "done"})
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=60)
+    assert paused.status == TaskStatus.PAUSED, paused
+    assert [p.tool_name for p in paused.pending_approvals] == ["write_file", "edit_file"]
+    await client.reject(task_id, reason="no hooks")
+    done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert "Read-only file system" in outputs[0]
+    assert config.read_text() == original
+    (workspace / "work.txt").write_text("the user's change\n")
+    assert git(workspace, "add", "-A").returncode == 0
+    committed = git(workspace, "commit", "-qm", "work")
+    assert committed.returncode == 0, committed.stdout + committed.stderr
+    assert "check" in committed.stdout + committed.stderr  # the user's own hook ran
+    assert not marker.exists()
