@@ -1,4 +1,4 @@
-"""Protected paths: files that run code unasked.
+"""Protected paths: files that run code unasked, and workspaces planted on them.
 
 The scripted model attacks through a real worker, the real sandbox and a real dev
 server; the assertions are on the host: the file is unchanged, the hook never ran.
@@ -6,19 +6,27 @@ server; the assertions are on the host: the file is unchanged, the hook never ra
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from durable_subagents import (
+    AgentSpec,
+    InvalidRequest,
     SubagentClient,
+    TaskNotFound,
     TaskStatus,
     policy,
 )
@@ -31,6 +39,7 @@ from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .parent_workflows import WorkspaceWorkflow
 
 FILES_WITHOUT_SUFFIX = {".envrc"}
 
@@ -49,12 +58,24 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
+def bash(command: str) -> dict[str, Any]:
+    return {"tool_calls": [call("bash", command=command)]}
+
+
 def snapshot(root: Path) -> dict[str, bytes | None]:
     """Every path under ``root`` and its content (None for directories)."""
     return {
         str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
         for p in sorted(root.rglob("*"))
     }
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := await check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+    return result
 
 
 def writes(path: str) -> list[dict[str, Any]]:
@@ -255,3 +276,150 @@ async def test_a_planted_pre_commit_hook_never_runs_at_the_users_next_commit(
     assert committed.returncode == 0, committed.stdout + committed.stderr
     assert "check" in committed.stdout + committed.stderr  # the user's own hook ran
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------- workspaces
+
+
+@pytest.mark.parametrize(
+    "workspace", [".git", "svc/.vscode/x", ".GitHub/hooks", "x/../.git/hooks", "a/.envrc"]
+)
+async def test_a_workspace_spelled_through_a_protected_path_is_refused_at_spawn(
+    client: SubagentClient, workspace: str
+) -> None:
+    task_id = f"ws-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(InvalidRequest, match="protected path") as err:
+        await client.spawn_task("explore", "x", workspace=workspace, task_id=task_id)
+    assert "spawn with a directory that is not protected" in str(err.value)
+    with pytest.raises(TaskNotFound):
+        await client.check_task(task_id)
+
+
+async def test_a_client_that_shares_the_worker_setting_checks_its_entries_too(
+    temporal_client: Client, settings: Settings
+) -> None:
+    extended = settings.model_copy(update={"protected_paths": "deploy/hooks"})
+    client = SubagentClient(
+        temporal_client,
+        task_queue=settings.task_queue,
+        protected_paths=extended.protected_path_list,
+    )
+    with pytest.raises(InvalidRequest, match="protected path 'deploy/hooks'"):
+        await client.spawn_task("explore", "x", workspace="deploy/hooks/pre")
+
+
+def git_dir(workspace: Path) -> Path:
+    repo = workspace / ".git"
+    (repo / "hooks").mkdir(parents=True)
+    (repo / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    return repo
+
+
+APPEND_FSMONITOR = bash(
+    "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> config; "
+    "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > post-checkout; ls"
+)
+
+
+async def test_a_symlink_one_task_planted_is_no_workspace_for_the_next(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    repo = git_dir(workspace)
+    before = snapshot(repo)
+    planter = await client.spawn_task(
+        "general",
+        "x",
+        model=script(
+            bash("ln -s .git proj2 && ln -s .git/hooks hk && mkdir deep && ln -s ../.git deep/r"),
+            bash("ln -s / out"),
+            {"text": "done"},
+        ),
+    )
+    assert (await client.check_task(planter, wait=True, timeout=60)).status == "completed"
+    assert (workspace / "proj2").is_symlink() and (workspace / "deep" / "r").is_symlink()
+    for requested, problem in [
+        ("proj2", "workspace 'proj2' (it resolves to '.git') is, or lies inside, the protected"),
+        ("hk", "workspace 'hk' (it resolves to '.git/hooks') is, or lies inside, the protected"),
+        ("deep/r/hooks", "(it resolves to '.git/hooks') is, or lies inside, the protected path"),
+        ("out/tmp", "is outside this worker's workspace root"),
+    ]:
+        task_id = await client.spawn_task(
+            "general", "x", model=script(APPEND_FSMONITOR, {"text": "d"}), workspace=requested
+        )
+        info = await client.check_task(task_id, wait=True, timeout=60)
+        assert info.status == TaskStatus.FAILED, info
+        assert info.error is not None and problem in info.error, info.error
+    assert snapshot(repo) == before
+
+
+async def test_a_workspace_swapped_for_a_symlink_after_the_spawn_stops_the_task(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    repo = git_dir(workspace)
+    before = snapshot(repo)
+    (workspace / "proj2").mkdir()
+    task_id = await client.spawn_task(
+        "general",
+        "x",
+        model=script(APPEND_FSMONITOR, {"text": "d"}),
+        workspace="proj2",
+        permissions=[{"tool": "bash", "action": "ask"}],
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=60)
+    assert paused.status == TaskStatus.PAUSED
+    (workspace / "proj2").rmdir()
+    (workspace / "proj2").symlink_to(".git")
+    await client.approve(task_id)
+    done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.FAILED
+    assert done.error is not None and "protected path '.git'" in done.error
+    assert snapshot(repo) == before
+
+
+async def test_a_child_a_model_spawns_gets_the_same_check(
+    client: SubagentClient, worker: None, workspace: Path, temporal_client: Client
+) -> None:
+    repo = git_dir(workspace)
+    before = snapshot(repo)
+    (workspace / "proj2").mkdir()
+    client.agents["lead"] = AgentSpec(name="lead", permission_mode="dont_ask", may_spawn=True)
+    spawn = call("spawn_subagent", agent="general", prompt="append to config")
+    model = script(
+        {"delay": 3, "tool_calls": [spawn, call("wait_subagents")]},
+        APPEND_FSMONITOR,
+        {"text": "d"},
+    )
+    lead = await client.spawn_task("lead", "x", model=model, workspace="proj2")
+
+    async def model_turn_running() -> bool:
+        desc = await temporal_client.get_workflow_handle(lead).describe()
+        return any(
+            a.activity_type.name == "model_turn"
+            and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            for a in desc.raw_description.pending_activities
+        )
+
+    await until(model_turn_running, "the lead's first turn")
+    await asyncio.sleep(0.5)  # its workspace was checked as the turn started
+    (workspace / "proj2").rmdir()
+    (workspace / "proj2").symlink_to(".git")
+    done = await client.check_task(lead, wait=True, timeout=60)
+    assert done.status == TaskStatus.FAILED
+    children = await until(lambda: client.list_tasks(parent_id=lead), "the child listed")
+    child = await client.check_task(children[0].id)
+    assert child.status == TaskStatus.FAILED
+    assert child.error is not None and "protected path '.git'" in child.error
+    assert snapshot(repo) == before
+
+
+async def test_a_workflow_starting_a_subagent_in_a_protected_path_gets_invalid_request(
+    temporal_client: Client, settings: Settings
+) -> None:
+    async with create_worker(temporal_client, settings, workflows=[WorkspaceWorkflow]):
+        message = await temporal_client.execute_workflow(
+            WorkspaceWorkflow.run,
+            ".git/hooks",
+            id=f"ws-{uuid.uuid4().hex[:6]}",
+            task_queue=settings.task_queue,
+        )
+    assert message.startswith("InvalidRequest: workspace '.git/hooks' is, or lies inside")
