@@ -21,6 +21,8 @@ import pytest
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from durable_subagents import (
     AgentSpec,
@@ -33,10 +35,13 @@ from durable_subagents import (
 from durable_subagents._payloads import ToolCallInput
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
+from durable_subagents.agents import _protected as protected_module
 from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
 from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
+from durable_subagents.worker._worker import workflow_runner
+from durable_subagents.workflows import SubagentWorkflow
 
 from .conftest import script
 from .parent_workflows import WorkspaceWorkflow
@@ -221,6 +226,35 @@ async def test_the_worker_setting_protects_more_for_file_tools_and_bash(
     assert (workspace / "release.cfg").read_text() == "original\n"
     assert not (workspace / "deploy" / "hooks").exists()
     assert (workspace / "deploy" / "notes.txt").read_text() == "fine\n"
+
+
+async def test_a_run_replays_with_the_list_its_worker_reported(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extended = settings.model_copy(update={"protected_paths": "release.cfg"})
+    model = script({"tool_calls": [call("write_file", path="release.cfg", content="x")]})
+    async with create_worker(temporal_client, extended):
+        task_id = await client.spawn_task("general", "x", model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=60)
+        assert paused.status == TaskStatus.PAUSED
+        await client.reject(task_id)
+        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+    # The decision comes from the history, not from this process's lists.
+    for module in (protected_module, policy):
+        monkeypatch.setattr(module, "PROTECTED_PATHS_V1", ())
+    monkeypatch.setattr(protected_module, "PROTECTED_PATHS", ())
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
 
 
 # ---------------------------------------------------------------- a hook manager
