@@ -218,8 +218,8 @@ class ModelTurnInput(_Compact):
     does this when a turn's results together are too large for one payload (many
     parallel calls); their messages in ``new_messages`` then have empty content."""
     known_tools: str | None = None
-    """``tools_digest`` of the offered tools, read-only tools and sandbox the workflow
-    holds from the turn before: a worker that would answer the same says so with
+    """``tools_digest`` of the offered tools, read-only tools, sandbox and protected paths
+    the workflow holds from the turn before: a worker that would answer the same says so with
     ``ModelTurnResult.same_tools`` instead of repeating them in every turn's result."""
 
 
@@ -241,13 +241,29 @@ class ModelTurnResult(_Compact):
     sandbox: str | None = None
     """How the worker runs commands: ``bwrap``, ``none`` (on the host), or ``unavailable``."""
     same_tools: bool = False
-    """The offered tools, read-only tools and sandbox are those of ``known_tools`` (the
-    three fields above are then left empty)."""
+    """The offered tools, read-only tools, sandbox and protected paths are those of
+    ``known_tools`` (those fields are then left empty)."""
+    protected_paths: list[str] | None = None
+    """The worker's protected paths (``PROTECTED_PATHS`` and its own additions): the
+    workflow decides this turn's calls with them, so the list is in the history and a
+    replay decides alike. None from workers that did not report one (the workflow then
+    uses ``PROTECTED_PATHS_V1``)."""
 
 
-def tools_digest(offered: list[str], read_only: list[str], sandbox: str | None) -> str:
-    """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``)."""
-    text = json.dumps([offered, sorted(read_only), sandbox])
+def tools_digest(
+    offered: list[str],
+    read_only: list[str],
+    sandbox: str | None,
+    protected: list[str] | None = None,
+) -> str:
+    """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``).
+
+    Without ``protected`` it is the digest of workers that reported no protected paths.
+    """
+    fields: list[object] = [offered, sorted(read_only), sandbox]
+    if protected is not None:
+        fields.append(protected)
+    text = json.dumps(fields)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import math
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from durable_subagents.agents import AgentSpec, PermissionMode, PermissionRule
+from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import SPAWN_TOOLS
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 
@@ -36,6 +37,7 @@ __all__ = [
     "SpawnOptions",
     "child_spec",
     "narrow",
+    "refuse_protected_workspace",
     "stricter_mode",
 ]
 
@@ -235,6 +237,31 @@ def _check_workspace(workspace: object) -> None:
             f"workspace {workspace!r} leaves the worker's workspace root; name a directory "
             "inside it, relative to the root (e.g. 'services/api'), or start the worker "
             "with a wider --workspace"
+        )
+
+
+def refuse_protected_workspace(
+    workspace: str | None, protected: Sequence[str] = PROTECTED_PATHS
+) -> None:
+    """Refuse a workspace spelled through a protected path (``.git``, ``.vscode/x``...).
+
+    A tool in such a workspace would write hooks and configuration that run code on the
+    host. This is the spelling only, which is all a spawner can check: the worker
+    checks again when the task starts, through symlinks and with its own list (a
+    ``proj -> .git`` link fails the task there). An absolute path is left to the
+    worker, which alone knows which part of it is its root.
+
+    Raises:
+        InvalidRequest: the workspace is, or lies inside, a protected path.
+    """
+    if workspace is None or posixpath.isabs(workspace):
+        return
+    entry = protected_entry(path_parts(workspace), protected)
+    if entry is not None:
+        raise InvalidRequest(
+            f"workspace {workspace!r} is, or lies inside, the protected path {entry!r}, "
+            "whose files run code outside the sandbox (hooks, editor and agent "
+            "configuration); spawn with a directory that is not protected"
         )
 
 

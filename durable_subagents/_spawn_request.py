@@ -182,13 +182,23 @@ def may_pause(spec: AgentSpec) -> bool:
     """Whether any call of this agent can need a decision.
 
     True for a mode that asks before changes (unless every tool is read-only), for any
-    ``ask`` rule, and for agents that spawn (their children's pauses surface on them).
+    ``ask`` rule, for agents that spawn (their children's pauses surface on them), and
+    in ``dont_ask`` for a tool that writes by path: a write to a protected path asks in
+    every mode (unless the agent opted in with ``write_protected_paths``).
     """
     if spec.may_spawn or any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions)):
         return True
-    if spec.permission_mode in ("plan", "dont_ask"):
+    if spec.permission_mode == "plan":
         return False
     tools = spec.tools
+    if spec.permission_mode == "dont_ask":
+        if spec.write_protected_paths:
+            return False
+        # bash is left to its sandbox; any other tool that changes things takes a path.
+        writers = (
+            None if tools is None else [t for t in tools if t not in (*READ_ONLY_TOOLS, "bash")]
+        )
+        return writers is None or any(t not in spec.disallowed_tools for t in writers)
     return tools is None or any(t not in READ_ONLY_TOOLS for t in tools)
 
 

@@ -19,6 +19,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
+from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.errors import InvalidRequest
 
@@ -172,6 +173,15 @@ class Settings(BaseSettings):
     )
     """Extra host directories tool processes see read-only (``os.pathsep``-separated),
     e.g. a toolchain outside /usr and /opt."""
+    protected_paths: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_PROTECTED_PATHS", "protected_paths")
+    )
+    """Comma-separated paths to protect besides the built-in ``PROTECTED_PATHS``: names
+    (``.tool-config``) or relative paths (``deploy/hooks``), each matched anywhere under
+    the workspace, ignoring case, whether it exists or not. A file tool's change there
+    asks a person in every mode, ``bash`` sees them read-only, and no spawn's workspace
+    may be or lie in one. Built-in entries cannot be removed (an agent opts out with
+    ``write_protected_paths``)."""
     tool_max_processes: int = Field(
         _default_limit("processes"),
         ge=1,
@@ -338,6 +348,12 @@ class Settings(BaseSettings):
         """The configured tool user as (uid, gid); None for ``auto``."""
         return parse_tool_user(self.tool_user)
 
+    @field_validator("protected_paths")
+    @classmethod
+    def _plain_protected_paths(cls, value: str) -> str:
+        parse_protected_paths(value)
+        return value
+
     @field_validator("tool_sandbox")
     @classmethod
     def _known_sandbox(cls, value: str) -> str:
@@ -362,6 +378,11 @@ class Settings(BaseSettings):
             cpu_seconds=self.tool_max_cpu_seconds,
             open_files=DEFAULT_LIMITS.open_files,
         )
+
+    @property
+    def protected_path_list(self) -> tuple[str, ...]:
+        """``PROTECTED_PATHS`` and the entries of ``protected_paths`` after them."""
+        return extended_protected_paths(parse_protected_paths(self.protected_paths))
 
     @property
     def tool_env_names(self) -> list[str]:

@@ -9,13 +9,14 @@ import fnmatch
 import functools
 import hashlib
 import json
-import posixpath
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from durable_subagents._shell import command_words, command_words_v1, command_words_v2
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
-from durable_subagents.agents._spec import EDIT_TOOLS, PROTECTED_PATHS, Action
+from durable_subagents.agents._protected import PROTECTED_PATHS_V1, path_parts, protected_entry
+from durable_subagents.agents._spec import EDIT_TOOLS, Action
 from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
@@ -272,25 +273,39 @@ def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Act
 
 
 def protected_write(
-    tool_name: str, arguments: dict[str, Any], *, read_only: bool, path: str | None = None
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    read_only: bool,
+    path: str | None = None,
+    protected: Sequence[str] | None = None,
 ) -> str | None:
-    """The protected entry (``.git``, ``.claude``...) a changing call's path goes through.
+    """The protected entry (``.git``, ``.mcp.json``...) a changing call's path goes through.
 
     Such writes ask in every permission mode (a rule's allow does not lift that; an
     agent opts in with ``write_protected_paths``). ``bash`` is left to its sandbox, which
     shows these entries read-only. Paths are normalized (``./``, ``..``, repeated ``/``)
     and every component counts, so ``a/../.git/config`` and ``/abs/.git/hooks/x`` match.
+
+    Args:
+        tool_name: The call's tool.
+        arguments: The call's arguments (its ``path`` is checked as written).
+        read_only: Whether the tool never changes anything.
+        path: The path as the worker resolved it, through symlinks (checked too).
+        protected: The list the worker that resolved the call reported, matched
+            ignoring case; None: ``PROTECTED_PATHS_V1``, case-sensitively (runs served
+            by workers that reported none).
     """
     if read_only or tool_name == "bash":
         return None
+    entries = PROTECTED_PATHS_V1 if protected is None else protected
     raw = arguments.get("path")
     for candidate in (raw, path):  # as written, and as resolved (through symlinks)
         if not isinstance(candidate, str):
             continue
-        normalized = posixpath.normpath(candidate.replace("\\", "/"))
-        for part in normalized.split("/"):
-            if part in PROTECTED_PATHS:
-                return part
+        found = protected_entry(path_parts(candidate), entries, fold_case=protected is not None)
+        if found is not None:
+            return found
     return None
 
 

@@ -48,3 +48,16 @@ class LongChildWorkflow:
         handle = await start_subagent("general", "sleep", model=model)
         result = await handle
         return result.status
+
+
+@workflow.defn
+class WorkspaceWorkflow:
+    """Starts a subagent in the workspace it is given; reports the error it gets."""
+
+    @workflow.run
+    async def run(self, workspace: str) -> str:
+        try:
+            await start_subagent("explore", "x", workspace=workspace, model="scripted")
+        except ApplicationError as err:
+            return f"{err.type}: {err.message}"
+        return "started"

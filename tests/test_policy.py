@@ -114,7 +114,12 @@ def test_spawn_rules_may_only_deny_or_ask() -> None:
 def test_may_pause_follows_the_mode() -> None:
     assert may_pause(AgentSpec(name="a", permission_mode="default"))
     assert may_pause(AgentSpec(name="a", permission_mode="accept_edits"))
-    assert not may_pause(AgentSpec(name="a", permission_mode="dont_ask"))
+    # dont_ask still asks before a write to a protected path (.git, .vscode...)
+    assert may_pause(AgentSpec(name="a", permission_mode="dont_ask"))
+    assert may_pause(AgentSpec(name="a", permission_mode="dont_ask", tools=["edit_file"]))
+    assert not may_pause(AgentSpec(name="a", permission_mode="dont_ask", tools=["bash", "grep"]))
+    opted_in = AgentSpec(name="a", permission_mode="dont_ask", write_protected_paths=True)
+    assert not may_pause(opted_in)
     assert not may_pause(AgentSpec(name="a", permission_mode="plan"))
     assert not may_pause(AgentSpec(name="a", permission_mode="default", tools=["read_file"]))
     asks = [PermissionRule(tool="bash", action="ask")]

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import posixpath
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,7 @@ from durable_subagents.activities.tools import (
     ToolError,
     ToolRegistry,
 )
+from durable_subagents.activities.tools._beneath import Escape, open_beneath
 from durable_subagents.activities.tools._files import rule_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import (
@@ -59,7 +61,8 @@ from durable_subagents.activities.tools._sandbox import (
     unreachable,
 )
 from durable_subagents.agents import READ_ONLY_TOOLS
-from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
+from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import Message, ModelRequest, ToolCall
@@ -93,6 +96,9 @@ class SubagentActivities:
             file the spawner names on this worker (``Settings.script_files``).
         tool_user: Who commands run as when the worker is root (uid, gid); None: the
             owner of the task's workspace (see ``tool_user``).
+        protected_paths: The protected paths: ``PROTECTED_PATHS`` and the worker's own
+            additions (``Settings.protected_path_list``). Tasks decide with them, tools
+            and the sandbox keep them read-only, and no workspace may be or lie in one.
     """
 
     def __init__(
@@ -112,6 +118,7 @@ class SubagentActivities:
         model_turn_timeout: float | None = None,
         script_files: bool = False,
         tool_user: tuple[int, int] | None = None,
+        protected_paths: tuple[str, ...] = PROTECTED_PATHS,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -132,6 +139,7 @@ class SubagentActivities:
         self.script_files = script_files
         self.tool_user = tool_user
         _log_tool_user(self.workspace_root, tool_user)
+        self.protected_paths = protected_paths
 
     # ------------------------------------------------------------------ model turn
 
@@ -224,9 +232,15 @@ class SubagentActivities:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
         names = [*offered, *(t.name for t in input.extra_tools)]
         read_only = [t for t in offered if self.read_only(t)]
-        if input.known_tools == tools_digest(names, read_only, self.sandbox_state):
+        protected = list(self.protected_paths)
+        if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
             return {"same_tools": True}
-        return {"offered_tools": names, "read_only_tools": read_only, "sandbox": self.sandbox_state}
+        return {
+            "offered_tools": names,
+            "read_only_tools": read_only,
+            "sandbox": self.sandbox_state,
+            "protected_paths": protected,
+        }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
         """The tools the agent may use on this worker; refuses tools the worker lacks."""
@@ -360,30 +374,51 @@ class SubagentActivities:
             network=input.network,
             env=env,
             limits=input.limits.capped_by(self.tool_limits),
-            protected=() if input.write_protected_paths else PROTECTED_PATHS,
+            protected=() if input.write_protected_paths else self.protected_paths,
             hidden=self.hidden_paths,
             read_paths=self.read_paths,
             run_as=tool_user(workspace, self.tool_user),
         )
 
     def workspace(self, requested: str | None) -> Path:
-        """The task's workspace: the worker's root or a directory inside it."""
+        """The task's workspace: the worker's root, or a directory inside it.
+
+        Resolved race-free, one component at a time from a descriptor of the root
+        (``open_beneath``), so a symlink planted on the way (``proj -> .git``) is
+        followed where it really leads: a workspace that is, or lies inside, a
+        protected path is refused, like one that leads out of the root. Checked at
+        every step of a task, so a workspace swapped for a symlink after the spawn
+        fails the task's next step instead of running it there.
+        """
         root = self.workspace_root
         if not requested:
             return root
-        path = Path(requested)
-        path = (path if path.is_absolute() else root / path).resolve()
-        if not path.is_relative_to(root):
+        try:
+            opened = open_beneath(root, requested, os.O_RDONLY | os.O_DIRECTORY)
+        except Escape as err:
             raise _workspace_error(
-                f"workspace {requested!r} is outside this worker's workspace root {root}; "
-                "spawn with a directory inside it, or start the worker with --workspace"
-            )
-        if not path.is_dir():
+                f"workspace {requested!r} is outside this worker's workspace root {root}"
+                f"{' (through a symlink)' if err.through_link else ''}; spawn with a "
+                "directory inside it, or start the worker with --workspace"
+            ) from None
+        except (OSError, ValueError) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise _workspace_error(
-                f"workspace {requested!r} is not a directory under {root}; create it, or "
-                "spawn with an existing one"
+                f"workspace {requested!r} is not a directory under {root} ({why}); create "
+                "it, or spawn with an existing one"
+            ) from None
+        os.close(opened.fd)
+        entry = protected_entry(opened.parts, self.protected_paths)
+        if entry is not None:
+            resolved = opened.relative
+            moved = resolved != posixpath.normpath(requested)
+            via = f" (it resolves to {resolved!r})" if moved else ""
+            raise _workspace_error(
+                f"workspace {requested!r}{via} is, or lies inside, the protected path "
+                f"{entry!r}, whose files run code outside the sandbox; spawn with a "
+                "directory that is not protected"
             )
-        return path
+        return root.joinpath(*opened.parts)
 
     @property
     def activities(self) -> list[Callable[..., Any]]:

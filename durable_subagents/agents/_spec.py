@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+# Re-exported: the sandbox and the tools read the default list from here.
+from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PATHS
+
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
 
@@ -14,26 +17,6 @@ EDIT_TOOLS = ("write_file", "edit_file")
 SPAWN_TOOLS = ("spawn_subagent", "wait_subagents")
 """The tools an agent with ``may_spawn`` is offered; the workflow runs them itself."""
 ALL_TOOLS = (*READ_ONLY_TOOLS, *EDIT_TOOLS, "bash")
-
-
-PROTECTED_PATHS = (
-    ".git",
-    ".claude",
-    ".opencode",
-    ".husky",
-    ".vscode",
-    ".mcp.json",
-    "opencode.json",
-    "opencode.jsonc",
-    ".envrc",
-)
-"""Workspace entries that hold agent definitions, hooks or commands other programs run.
-
-A write to one of them could make the next person's ``git status`` or the next
-client's agent lookup run what a hostile model chose: file tools ask before changing
-them (in every mode) and ``bash`` sees them read-only, unless the agent opts in with
-``write_protected_paths``. Matched as a path component anywhere under the workspace.
-"""
 
 
 class ToolLimits(BaseModel):
@@ -115,7 +98,8 @@ class AgentSpec(BaseModel):
     limits: ToolLimits = Field(default_factory=ToolLimits)
     """Resource limits of each tool call, below the worker's (never above)."""
     write_protected_paths: bool = False
-    """Opt in to writes to ``PROTECTED_PATHS`` (``.git``, ``.claude``...) without asking."""
+    """Opt in to writes to the protected paths (``PROTECTED_PATHS``: ``.git``, ``.claude``,
+    hook managers' and editors' configuration...) without asking."""
     local_read_tools: bool = True
     """Run ``read_file``, ``list_files`` and ``grep`` as local activities: one server round
     trip per turn instead of two, and fewer history events. Their results are recorded

@@ -40,7 +40,7 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._connect import connect_client
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
-from durable_subagents._spawn_options import SpawnOptions
+from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
     build_task_input,
@@ -52,6 +52,7 @@ from durable_subagents._spawn_request import (
 )
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
+    PROTECTED_PATHS,
     AgentSpec,
     PermissionRule,
     discover_agents,
@@ -99,6 +100,7 @@ class SubagentClient:
         agents: Mapping[str, AgentSpec] | None = None,
         default_model: str | None = None,
         max_prompt_bytes: int = MAX_PROMPT_BYTES,
+        protected_paths: Sequence[str] = PROTECTED_PATHS,
     ) -> None:
         self.temporal = client
         self.task_queue = task_queue
@@ -108,6 +110,8 @@ class SubagentClient:
         self.agents = dict(agents or {})
         self.default_model = default_model
         self.max_prompt_bytes = max_prompt_bytes
+        self.protected_paths = tuple(protected_paths)
+        """Checked against a spawn's workspace as spelled (the worker checks again)."""
 
     @classmethod
     async def connect(
@@ -151,6 +155,7 @@ class SubagentClient:
             blob_store=settings.blob_store(),
             agents=agents,
             default_model=settings.model,
+            protected_paths=settings.protected_path_list,
         )
 
     # ------------------------------------------------------------------ spawn
@@ -199,7 +204,8 @@ class SubagentClient:
             permissions: Extra rules; they can deny, never allow more.
             approval_timeout: Seconds a pause may wait for a decision.
             time_limit: Seconds the task may run in all; then it stops as ``timed_out``.
-            workspace: A directory inside the worker's workspace root.
+            workspace: A directory inside the worker's workspace root, neither one of
+                the protected paths nor inside one.
             task_id: Your own id; spawning again with it returns the same task.
             network: ``False`` takes the network from an agent that has it (its tool
                 processes get loopback only); ``True`` only if the agent allows it.
@@ -210,8 +216,9 @@ class SubagentClient:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
 
         Raises:
-            InvalidRequest: unknown agent, empty or oversized prompt, bad limits, or an
-                option that would widen the agent.
+            InvalidRequest: unknown agent, empty or oversized prompt, bad limits, an
+                option that would widen the agent, or a workspace spelled through a
+                protected path (``.git``, ``.vscode``...).
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
@@ -229,6 +236,7 @@ class SubagentClient:
             network=network,
             token_budget=token_budget,
         )
+        refuse_protected_workspace(options.workspace, self.protected_paths)
         task_input = build_task_input(
             spec,
             prompt,

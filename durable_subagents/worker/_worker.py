@@ -101,6 +101,7 @@ def worker_setup(
         model_turn_timeout=settings.model_turn_timeout,
         script_files=settings.script_files,
         tool_user=settings.tool_user_ids,
+        protected_paths=settings.protected_path_list,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
     )
     options: dict[str, Any] = {

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._spawn_options import SpawnOptions
+    from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
     from durable_subagents._spawn_request import (
         build_task_input,
         validate_task_id,
@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import TaskResult
     from durable_subagents.workflows._subtasks import start_child
+
+from durable_subagents.workflows._helpers import patched
 
 __all__ = ["start_subagent"]
 
@@ -83,7 +85,8 @@ async def start_subagent(
 
     Raises:
         ApplicationError: type ``InvalidRequest``, non-retryable, for a bad request
-            (unknown agent, empty prompt, an option that would widen the agent...).
+            (unknown agent, empty prompt, an option that would widen the agent, a
+            workspace spelled through a protected path...).
     """
     info = workflow.info()
     try:
@@ -113,6 +116,12 @@ async def start_subagent(
         )
         if task_id is not None:
             validate_task_id(task_id)
+        try:
+            refuse_protected_workspace(workspace)
+        except InvalidRequest:
+            # Callers' runs that started such a child before this check replay as they ran.
+            if patched("spawn-workspace-protected"):
+                raise
     except InvalidRequest as err:
         # A plain exception would fail the caller's workflow task over and over.
         raise ApplicationError(str(err), type="InvalidRequest", non_retryable=True) from None

@@ -140,6 +140,11 @@ class SubagentWorkflow:
         self._offered: list[str] = []
         self._sandbox: str | None = None
         self._read_only: set[str] = set()
+        self._reported_protected: list[str] | None = None
+        """The protected paths the last turn that reported tools named (for the digest)."""
+        self._protected: list[str] | None = None
+        """Every protected path the run's workers reported; calls are decided with these
+        (None: no worker reported any, so ``PROTECTED_PATHS_V1``)."""
         self._memo: dict[str, Any] = {}
         self._published_sa: tuple[str, int] | None = None
         self._input: TaskInput | None = None
@@ -374,6 +379,7 @@ class SubagentWorkflow:
                 self._offered = turn.offered_tools
                 self._read_only = set(turn.read_only_tools)
                 self._sandbox = turn.sandbox
+                self._take_protected(turn.protected_paths)
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             new = []
             if not turn.tool_calls:
@@ -421,6 +427,18 @@ class SubagentWorkflow:
                 *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
+
+    def _take_protected(self, reported: list[str] | None) -> None:
+        """Keep the paths a worker protects; a run never drops one a worker reported.
+
+        Workers of one deployment should share a list; if they do not, the run keeps
+        the union of what served it rather than the last worker's.
+        """
+        self._reported_protected = reported
+        if reported is None:
+            return
+        kept = list(self._protected or [])
+        self._protected = kept + [p for p in reported if p not in kept]
 
     def _take_input(self) -> list[Message]:
         """Queued input for the next turn, oldest first, as much as one turn carries.
@@ -517,7 +535,9 @@ class SubagentWorkflow:
             agent_name=spec.name,
             extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
             known_tools=(
-                tools_digest(self._offered, list(self._read_only), self._sandbox)
+                tools_digest(
+                    self._offered, list(self._read_only), self._sandbox, self._reported_protected
+                )
                 if self._offered
                 else None
             ),
@@ -587,7 +607,11 @@ class SubagentWorkflow:
             action == "allow"
             and not spec.write_protected_paths
             and policy.protected_write(
-                call.name, call.arguments, read_only=read_only, path=call.path
+                call.name,
+                call.arguments,
+                read_only=read_only,
+                path=call.path,
+                protected=self._protected,
             )
             and patched("protected-paths")
         ):

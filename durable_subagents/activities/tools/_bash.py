@@ -156,4 +156,11 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     if code != 0:
         separator = "" if not text or text.endswith("\n") else "\n"
         text = f"{text}{separator}[exit code {code}]"
+    if proc.removed:
+        separator = "" if not text or text.endswith("\n") else "\n"
+        text += (
+            f"{separator}[removed {', '.join(proc.removed)}: protected paths, which a "
+            "command may not create (other programs run what they hold); ask for the "
+            "change with write_file, which a person approves]"
+        )
     return text

@@ -387,23 +387,7 @@ def _bwrap_argv(
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
     out += ["--bind", str(ws), str(ws)]
-    mounted: set[Path] = set()
-    for name in _outermost(profile.protected):
-        path = ws / name
-        if path.is_symlink():
-            # What it points to inside the workspace stays read-only too.
-            target = path.resolve()
-            if target.is_relative_to(ws) and target.exists() and target != ws:
-                out += ["--ro-bind", str(target), str(target)]
-        elif path.exists() and path not in _placeholder_users:
-            out += ["--ro-bind", str(path), str(path)]
-        else:
-            # Missing: its placeholder (an empty directory made for the call) becomes
-            # read-only, so the command cannot create the entry either.
-            top = _first_missing(ws, name, placeholders=True)
-            if top is not None and top in _placeholder_users and top not in mounted:
-                mounted.add(top)
-                out += ["--tmpfs", str(top), "--remount-ro", str(top)]
+    out += _protected_mounts(ws, profile.protected)
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
     if seccomp is not None:
         out += ["--seccomp", str(seccomp)]
@@ -425,30 +409,14 @@ def _mask(paths: Sequence[Path]) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------- placeholders
+# ---------------------------------------------------------------- protected entries
+
+_PLACEHOLDERS = (".claude", ".opencode")
+"""Missing entries held by an empty read-only directory during the call, so they never
+exist even for a moment: clients resolve agents from them while tasks run."""
 
 _placeholder_lock = threading.Lock()
 _placeholder_users: dict[Path, int] = {}
-
-
-def _first_missing(ws: Path, name: str, *, placeholders: bool = False) -> Path | None:
-    """The first component of ``ws/name`` that does not exist, if any.
-
-    With ``placeholders``, a placeholder counts as missing. None if every component
-    exists, or one is a symlink or a file.
-    """
-    path = ws
-    for part in Path(name).parts:
-        path = path / part
-        if placeholders and path in _placeholder_users:
-            return path
-        if path.is_symlink():
-            return None
-        if not path.exists():
-            return path
-        if not path.is_dir():
-            return None
-    return None
 
 
 def _outermost(protected: Sequence[str]) -> list[str]:
@@ -457,41 +425,123 @@ def _outermost(protected: Sequence[str]) -> list[str]:
     return [n for n in protected if not any(p in names for p in Path(n).parents[:-1])]
 
 
-def _take_placeholders(profile: SandboxProfile) -> list[Path]:
-    """Missing protected entries get an empty directory as their mount point.
+def _present(ws: Path, protected: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The outermost entries that exist under ``ws`` now (symlinks count), and the rest.
 
-    Made for the call's duration and removed after it when still empty, so a command
-    can neither create ``.mcp.json`` nor write a hook into a ``.husky`` that is not there.
+    The workspace's top is listed once: most entries are single names, and a list of
+    seventy would otherwise cost seventy system calls per command.
     """
-    taken: list[Path] = []
+    try:
+        with os.scandir(ws) as entries:
+            top = {e.name for e in entries}
+    except OSError:
+        top = set()
+    present: list[str] = []
+    missing: list[str] = []
+    for name in _outermost(protected):
+        first, _, rest = name.partition("/")
+        exists = first in top and (not rest or os.path.lexists(ws / name))
+        (present if exists else missing).append(name)
+    return present, missing
+
+
+def _protected_mounts(ws: Path, protected: Sequence[str]) -> list[str]:
+    """Read-only binds of the protected entries that exist, and of taken placeholders."""
+    out: list[str] = []
+    present, _ = _present(ws, protected)
+    for name in present:
+        path = ws / name
+        if path in _placeholder_users:
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.is_symlink():
+            # What it points to inside the workspace stays read-only too.
+            target = path.resolve()
+            if target.is_relative_to(ws) and target.exists() and target != ws:
+                out += ["--ro-bind", str(target), str(target)]
+        else:
+            out += ["--ro-bind", str(path), str(path)]
+    return out
+
+
+@dataclass
+class _Guard:
+    """What keeps one call from leaving a protected entry that was missing.
+
+    Attributes:
+        workspace: The call's workspace.
+        placeholders: The empty directories standing in for ``_PLACEHOLDERS``.
+        missing: The other missing entries, removed after the call if it made them.
+    """
+
+    workspace: Path
+    placeholders: list[Path] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def release(self) -> list[str]:
+        """Give back the placeholders; remove the missing entries the call created.
+
+        Returns:
+            The entries removed (relative paths), for the command's output.
+        """
+        with _placeholder_lock:
+            for path in self.placeholders:
+                _placeholder_users[path] -= 1
+                if _placeholder_users[path] == 0:
+                    del _placeholder_users[path]
+                    with contextlib.suppress(OSError):
+                        path.rmdir()  # only if still empty (an approved write filled it?)
+        self.placeholders = []
+        removed = [name for name in self.missing if _remove_made(self.workspace, name)]
+        self.missing = []
+        return removed
+
+
+def _remove_made(ws: Path, name: str) -> bool:
+    """Remove entry ``name`` if the call made it, or a symlink that leads toward it.
+
+    Every process of the call is gone by now (its PID namespace died with it), so
+    nothing can make it again after the check. A component that became a symlink is
+    removed too: ``.config -> elsewhere`` with a ``mise.toml`` there reads the same.
+    """
+    path = ws
+    parts = Path(name).parts
+    for i, part in enumerate(parts):
+        path = path / part
+        last = i == len(parts) - 1
+        if path.is_symlink() or (last and os.path.lexists(path)):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            return True
+        if not path.is_dir():
+            return False
+    return False
+
+
+def _guard_protected(profile: SandboxProfile) -> _Guard:
+    """Take placeholders for missing agent directories; note the other missing entries."""
+    guard = _Guard(profile.workspace)
+    _, missing = _present(profile.workspace, profile.protected)
     with _placeholder_lock:
-        for name in _outermost(profile.protected):
+        for name in missing:
             if name in _CREATABLE:
                 continue
-            path = _first_missing(profile.workspace, name, placeholders=True)
-            if path is None or path in taken:
-                continue
-            if path in _placeholder_users:
+            path = profile.workspace / name
+            if name not in _PLACEHOLDERS:
+                guard.missing.append(name)
+            elif path in _placeholder_users:
                 _placeholder_users[path] += 1
-                taken.append(path)
-                continue
-            try:
-                path.mkdir()
-            except OSError:
-                continue
-            _placeholder_users[path] = 1
-            taken.append(path)
-    return taken
-
-
-def _release_placeholders(paths: list[Path]) -> None:
-    with _placeholder_lock:
-        for path in paths:
-            _placeholder_users[path] -= 1
-            if _placeholder_users[path] == 0:
-                del _placeholder_users[path]
-                with contextlib.suppress(OSError):
-                    path.rmdir()  # only if still empty (an approved write may have filled it)
+                guard.placeholders.append(path)
+            else:
+                try:
+                    path.mkdir()
+                except OSError:
+                    continue
+                _placeholder_users[path] = 1
+                guard.placeholders.append(path)
+    return guard
 
 
 # ---------------------------------------------------------------- processes
@@ -543,6 +593,8 @@ class SandboxedProcess:
         process: The asyncio process (its ``stdout`` carries the merged output).
         mode: The sandbox actually used (``bwrap`` or ``none``).
         pid: The host pid of the direct child (also its process group id).
+        removed: After ``release()``: protected entries the command created, which
+            were removed (relative to the workspace).
     """
 
     def __init__(
@@ -550,13 +602,14 @@ class SandboxedProcess:
         process: asyncio.subprocess.Process,
         mode: str,
         cgroup: CallCgroup | None = None,
-        placeholders: list[Path] | None = None,
+        guard: _Guard | None = None,
     ) -> None:
         self.process = process
         self.mode = mode
         self.pid = process.pid
+        self.removed: list[str] = []
         self._cgroup = cgroup
-        self._placeholders = placeholders or []
+        self._guard = guard
 
     @property
     def returncode(self) -> int | None:
@@ -591,13 +644,16 @@ class SandboxedProcess:
         return self.process.returncode
 
     async def release(self) -> None:
-        """Remove what the call set up (cgroups, placeholders) once it is over."""
+        """Clean up once the call is over: cgroups, placeholders, protected entries.
+
+        A protected entry the command created is removed; ``removed`` lists them.
+        """
         if self._cgroup is not None:
             cgroup, self._cgroup = self._cgroup, None
             await asyncio.to_thread(cgroup.remove)
-        if self._placeholders:
-            placeholders, self._placeholders = self._placeholders, []
-            _release_placeholders(placeholders)
+        if self._guard is not None:
+            guard, self._guard = self._guard, None
+            self.removed = await asyncio.to_thread(guard.release)
 
 
 def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -618,7 +674,7 @@ class _Launch:
     env: dict[str, str]
     preexec: Callable[[], None]
     cgroup: CallCgroup
-    placeholders: list[Path]
+    guard: _Guard | None
     pass_fds: tuple[int, ...] = ()
 
     def close_fds(self) -> None:
@@ -657,12 +713,12 @@ def _prepare(
     cgroup = CallCgroup(limits)
     rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0])
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
-    placeholders: list[Path] = []
+    guard: _Guard | None = None
     pass_fds: tuple[int, ...] = ()
     if used == "bwrap":
         exe = bwrap_executable()
         assert exe is not None
-        placeholders = _take_placeholders(profile)
+        guard = _guard_protected(profile)
         seccomp = program_fd() if seccomp_supported() else None
         pass_fds = () if seccomp is None else (seccomp,)
         try:
@@ -670,12 +726,12 @@ def _prepare(
         except BaseException:
             if seccomp is not None:
                 os.close(seccomp)
-            _release_placeholders(placeholders)
+            guard.release()
             raise
     else:
         command = list(argv)
     preexec = _preexec(os.getpid(), setup, run_as)
-    return _Launch(used, command, workdir, environment, preexec, cgroup, placeholders, pass_fds)
+    return _Launch(used, command, workdir, environment, preexec, cgroup, guard, pass_fds)
 
 
 async def spawn_sandboxed(
@@ -725,7 +781,7 @@ async def spawn_sandboxed(
             preexec_fn=launch.preexec,
         )
     )
-    cgroup, placeholders = launch.cgroup, launch.placeholders
+    cgroup, guard = launch.cgroup, launch.guard
     try:
         # Shielded: a cancel that lands while the process starts must still find it,
         # or what it started in the background would outlive the call.
@@ -735,24 +791,23 @@ async def spawn_sandboxed(
             process = await creating
         except BaseException:
             launch.close_fds()
-            await _abandon(cgroup, placeholders)
+            await _abandon(cgroup, guard)
             raise
         launch.close_fds()
-        started = SandboxedProcess(
-            process, launch.used, cgroup if cgroup.dirs else None, placeholders
-        )
+        started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
         started.kill()
         await started.exited()
         await started.release()
         raise
     except BaseException:
         launch.close_fds()
-        await _abandon(cgroup, placeholders)
+        await _abandon(cgroup, guard)
         raise
     launch.close_fds()
-    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, placeholders)
+    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
 
 
-async def _abandon(cgroup: CallCgroup, placeholders: list[Path]) -> None:
+async def _abandon(cgroup: CallCgroup, guard: _Guard | None) -> None:
     await asyncio.to_thread(cgroup.remove)
-    _release_placeholders(placeholders)
+    if guard is not None:
+        await asyncio.to_thread(guard.release)
