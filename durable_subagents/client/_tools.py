@@ -511,6 +511,8 @@ def _key(p: PendingApproval) -> tuple[str, str, str]:
 
 def _pending_view(p: PendingApproval, arguments: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"call_id": p.call_id, "tool": p.tool_name}
+    if p.resolved_path is not None:
+        out["resolved_path"] = p.resolved_path  # where the path leads: what an approval binds
     if arguments is None:
         out["preview"] = p.arguments_preview
         out["arguments_note"] = _UNREADABLE
