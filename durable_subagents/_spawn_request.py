@@ -183,12 +183,19 @@ def may_pause(spec: AgentSpec) -> bool:
 
     True for a mode that asks before changes (unless every tool is read-only), for any
     ``ask`` rule, and for agents that spawn (their children's pauses surface on them).
+    In ``dont_ask`` too, a write into a protected path asks (unless the agent opted in):
+    true if it has a tool besides the read-only ones and ``bash`` (which sees those
+    paths read-only instead).
     """
     if spec.may_spawn or any(r.action == "ask" for r in (*spec.permissions, *spec.restrictions)):
         return True
-    if spec.permission_mode in ("plan", "dont_ask"):
+    if spec.permission_mode == "plan":
         return False
     tools = spec.tools
+    if spec.permission_mode == "dont_ask":
+        if spec.write_protected_paths:
+            return False
+        return tools is None or any(t not in (*READ_ONLY_TOOLS, "bash") for t in tools)
     return tools is None or any(t not in READ_ONLY_TOOLS for t in tools)
 
 

@@ -114,7 +114,15 @@ def test_spawn_rules_may_only_deny_or_ask() -> None:
 def test_may_pause_follows_the_mode() -> None:
     assert may_pause(AgentSpec(name="a", permission_mode="default"))
     assert may_pause(AgentSpec(name="a", permission_mode="accept_edits"))
-    assert not may_pause(AgentSpec(name="a", permission_mode="dont_ask"))
+    # dont_ask asks for writes into protected paths alone: a write tool may pause
+    assert may_pause(AgentSpec(name="a", permission_mode="dont_ask"))
+    assert may_pause(AgentSpec(name="a", permission_mode="dont_ask", tools=["write_file"]))
+    assert not may_pause(
+        AgentSpec(
+            name="a", permission_mode="dont_ask", tools=["write_file"], write_protected_paths=True
+        )
+    )
+    assert not may_pause(AgentSpec(name="a", permission_mode="dont_ask", tools=["grep", "bash"]))
     assert not may_pause(AgentSpec(name="a", permission_mode="plan"))
     assert not may_pause(AgentSpec(name="a", permission_mode="default", tools=["read_file"]))
     asks = [PermissionRule(tool="bash", action="ask")]
