@@ -9,17 +9,30 @@ run. The file tools must refuse, and nothing may be written or read through the 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus, policy
+from durable_subagents.activities.tools import (
+    ToolContext,
+    ToolError,
+    open_in_workspace,
+    read_file,
+    write_file,
+)
+from durable_subagents.activities.tools._beneath import open_beneath
+from durable_subagents.activities.tools._decorator import DecidedPath
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
+from durable_subagents.policy import PathRules
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from .conftest import give_to_tool_user, script
@@ -212,3 +225,228 @@ async def test_the_approver_sees_where_a_path_lands_and_the_approval_holds_only_
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
     git(workspace, "checkout", "-q", "-b", "probe")
     assert not marker.exists()
+
+
+async def test_a_search_never_follows_a_symlink_into_a_denied_path(
+    client: SubagentClient,
+    worker: None,
+    workspace: Path,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    (workspace / "secrets").mkdir()
+    (workspace / "secrets" / "key.txt").write_text(f"{SECRET}\n")
+    (workspace / "docs").mkdir()
+    (workspace / "docs" / "notes.md").write_text("key-material lives elsewhere\n")
+    (workspace / "docs" / "key.txt").symlink_to("../secrets/key.txt")
+    task_id = await client.spawn_task(
+        "general",
+        "find the key",
+        model=script(
+            {
+                "tool_calls": [
+                    tool_call("grep", pattern="key-material", path="docs"),
+                    tool_call("list_files", path="docs"),
+                ]
+            },
+            {"text": "done"},
+        ),
+        permissions=[{"tool": "*", "pattern": "secrets/*", "action": "deny"}],
+    )
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info
+    found, listed = (m.content for m in await client.get_transcript(task_id) if m.role == "tool")
+    assert found == "docs/notes.md:1: key-material lives elsewhere"
+    assert listed == "docs/notes.md"
+    assert SECRET not in await everything_recorded(temporal_client, task_id, settings)
+
+
+async def test_a_path_is_judged_as_written_too(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """A rule on ``.env`` holds for a write to ``.env``, wherever the symlink leads."""
+    (workspace / "settings").mkdir()
+    (workspace / "settings" / "app.txt").write_text("DEBUG=0\n")
+    (workspace / ".env").symlink_to("settings/app.txt")
+    task_id = await client.spawn_task(
+        "general",
+        "configure",
+        model=script(
+            {"tool_calls": [tool_call("write_file", path=".env", content="DEBUG=1\n")]},
+            {"text": "done"},
+        ),
+        permissions=[{"tool": "write_file", "pattern": ".env", "action": "deny"}],
+    )
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert result.is_error and "denied by this agent's permission rules" in result.content
+    assert (workspace / "settings" / "app.txt").read_text() == "DEBUG=0\n"
+
+
+# ---------------------------------------------------------------- the tools themselves
+
+
+def context(workspace: Path, **kwargs: Any) -> ToolContext:
+    return ToolContext(workspace=workspace, task_id="t", **kwargs)
+
+
+def a_git_dir(workspace: Path) -> Path:
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    return workspace / ".git"
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+async def test_a_call_opens_its_path_only_where_it_was_judged(workspace: Path) -> None:
+    gitdir = a_git_dir(workspace)
+    before = tree(gitdir)
+    (workspace / "cfg").symlink_to(".git")
+    for path, arguments in (
+        ("cfg/config", {"content": "x"}),
+        ("cfg/new/deep/file", {"content": "x"}),  # not even a directory is made
+        ("cfg/hooks/post-checkout", {"content": "x"}),
+    ):
+        ctx = context(workspace, decided=DecidedPath(path=path, resolved=path))
+        with pytest.raises(ToolError, match="a symlink on the way was changed since") as err:
+            await write_file.run(ctx, {"path": path, **arguments})
+        assert "now leads to '.git/" in str(err.value) or "now leads into '.git'" in str(err.value)
+    ctx = context(workspace, decided=DecidedPath(path="cfg/config", resolved="cfg/config"))
+    with pytest.raises(ToolError, match=r"now leads to '\.git/config'"):
+        await read_file.run(ctx, {"path": "cfg/config"})
+    assert tree(gitdir) == before
+    assert (gitdir / "config").read_text() == "[core]\n"
+
+    # Where it was judged, it runs; so does a directory made on that way.
+    decided = DecidedPath(path="cfg/config", resolved=".git/config")
+    ctx = context(workspace, decided=decided, protected=())
+    assert await write_file.run(ctx, {"path": "cfg/config", "content": "ok\n"}) == (
+        "wrote 3 bytes to .git/config"
+    )
+    (workspace / "cfg").unlink()
+    ctx = context(workspace, decided=DecidedPath(path="cfg/a/b", resolved="cfg/a/b"))
+    assert await write_file.run(ctx, {"path": "cfg/a/b", "content": "ok\n"}) == (
+        "wrote 3 bytes to cfg/a/b"
+    )
+
+
+async def test_what_a_call_was_not_judged_on_is_judged_by_the_rules(workspace: Path) -> None:
+    gitdir = a_git_dir(workspace)
+    (workspace / "secrets").mkdir()
+    (workspace / "secrets" / "key.txt").write_text(SECRET)
+    rules = PathRules(
+        tool="reader",
+        read_only=True,
+        mode="dont_ask",
+        restrictions=(PermissionRule(pattern="secrets/*", action="deny"),),
+    )
+    ctx = context(workspace, rules=rules)
+    with pytest.raises(
+        ToolError, match=r"'secrets/key\.txt', which this agent's permission rules denies"
+    ):
+        open_in_workspace(ctx, "secrets/key.txt", os.O_RDONLY)
+    asks = rules.model_copy(update={"restrictions": (PermissionRule(action="ask"),)})
+    with pytest.raises(ToolError, match="asks a person about"):
+        open_in_workspace(context(workspace, rules=asks), "secrets/key.txt", os.O_RDONLY)
+
+    # A write into a protected entry it was not judged on: refused before it is made.
+    with pytest.raises(ToolError, match=r"inside '\.git'"):
+        open_in_workspace(context(workspace), ".git/hooks/pre-push", os.O_WRONLY | os.O_CREAT)
+    with pytest.raises(ToolError, match=r"inside '\.claude'"):
+        open_in_workspace(
+            context(workspace), ".claude/agents/x.md", os.O_WRONLY | os.O_CREAT, make_parents=True
+        )
+    assert not (gitdir / "hooks" / "pre-push").exists()
+    assert not (workspace / ".claude").exists()
+    opened = open_in_workspace(context(workspace), ".git/config", os.O_RDONLY)  # reading is fine
+    os.close(opened.fd)
+    opted_in = context(workspace, protected=())
+    os.close(open_in_workspace(opted_in, ".git/hooks/pre-push", os.O_WRONLY | os.O_CREAT).fd)
+    assert (gitdir / "hooks" / "pre-push").exists()
+
+
+def test_the_walk_is_checked_before_it_makes_or_opens_anything(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "real").mkdir(parents=True)
+    (root / "link").symlink_to("real")
+    seen: list[tuple[tuple[str, ...], bool]] = []
+
+    def refuse(parts: tuple[str, ...], final: bool) -> None:
+        seen.append((parts, final))
+        raise PermissionError("no")
+
+    with pytest.raises(PermissionError):
+        open_beneath(root, "a/b/c", os.O_WRONLY | os.O_CREAT, make_parents=True, check=refuse)
+    with pytest.raises(PermissionError):
+        open_beneath(root, "link/x", os.O_WRONLY | os.O_CREAT, check=refuse)
+    with pytest.raises(PermissionError):
+        open_beneath(root, "link", os.O_RDONLY, check=refuse)
+    assert seen == [(("a",), False), (("real", "x"), True), (("real",), True)]
+    assert tree(root) == ["link", "real"]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> None:
+    if _libc.renameat2(-100, bytes(a), -100, bytes(b), _RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+async def test_a_directory_swapped_in_a_loop_never_lets_a_judged_call_land_elsewhere(
+    workspace: Path,
+) -> None:
+    gitdir = a_git_dir(workspace)
+    before = tree(gitdir)
+    (workspace / "d").mkdir()
+    (workspace / "swap").symlink_to(".git")
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            exchange(workspace / "d", workspace / "swap")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    outputs = []
+    try:
+        for i in range(300):
+            for path in ("d/config", "d/hooks/post-checkout"):
+                ctx = context(workspace, decided=DecidedPath(path=path, resolved=path))
+                try:
+                    outputs.append(await write_file.run(ctx, {"path": path, "content": f"{i}\n"}))
+                except ToolError as err:
+                    outputs.append(str(err))
+    finally:
+        stop.set()
+        thread.join()
+    assert tree(gitdir) == before
+    assert (gitdir / "config").read_text() == "[core]\n"
+    assert any(out.startswith("wrote") for out in outputs)  # and the tool still worked
+    assert all(out.startswith(("wrote", "'d/", "cannot write")) for out in outputs), outputs
+
+
+def test_rules_judge_a_path_as_written_and_as_resolved() -> None:
+    deny_env = [PermissionRule(tool="write_file", pattern=".env", action="deny")]
+    spec = AgentSpec(name="a", permission_mode="dont_ask", restrictions=deny_env)
+    args = {"path": ".env"}
+    assert policy.decide(spec, "write_file", args, path="settings/app.txt") == "allow"
+    assert (
+        policy.decide(spec, "write_file", args, path="settings/app.txt", written=".env") == "deny"
+    )
+    assert policy.decide(spec, "write_file", {"path": "x"}, path=".env", written="x") == "deny"
+
+
+def test_a_preview_names_where_the_path_leads() -> None:
+    preview = policy.arguments_preview("write_file", {"path": "hk/x"}, resolved=".git/hooks/x")
+    assert preview == "write_file · hk/x → .git/hooks/x"
+    long = policy.arguments_preview(
+        "write_file", {"path": "a/" * 200}, limit=200, resolved=".git/" + "b/" * 200
+    )
+    assert len(long) == len("write_file · ") + 200
+    assert "… → .git/b/" in long

@@ -51,7 +51,7 @@ def landing_check(ctx: ToolContext, path: str, *, writing: bool) -> Landing:
             if parts == (route if final else route[: len(parts)]):
                 return  # where the decision saw it lead
             if final or parts[:-1] != route[: len(parts) - 1]:
-                raise _moved(path, decided, parts)
+                raise _moved(path, decided, parts, final)
             # A directory made off the way and left again (``new/../x``): judged below.
         where = "/".join(parts) or "."
         entry = protected_entry(ctx.protected, parts) if writing else None
@@ -82,11 +82,16 @@ def _route(decided: DecidedPath) -> tuple[str, ...]:
     return () if decided.resolved == "." else tuple(decided.resolved.split("/"))
 
 
-def _moved(path: str, decided: DecidedPath, parts: tuple[str, ...]) -> ToolError:
-    where = "/".join(parts) or "."
+def _moved(path: str, decided: DecidedPath, parts: tuple[str, ...], final: bool) -> ToolError:
+    if final:
+        where = "/".join(parts) or "."
+        now = f"it now leads to '{where}'"
+        retry = f"If '{where}' is meant, call the tool again with that path, so it is judged itself"
+    else:  # about to make a directory: the rest of the path is not walked yet
+        now = f"it now leads into '{'/'.join(parts[:-1]) or '.'}'"
+        retry = "Check where the path leads now, and call the tool with that path if it is meant"
     return ToolError(
         f"'{path}' led to '{decided.resolved}' when this call was judged (what the "
-        f"permission rules saw and any approver was shown), but it now leads to '{where}': "
-        "a symlink on the way was changed since. Nothing was read or written. If "
-        f"'{where}' is meant, call the tool again with that path, so it is judged itself"
+        f"permission rules saw and any approver was shown), but {now}: a symlink on the way "
+        f"was changed since. Nothing was read or written. {retry}"
     )
