@@ -435,7 +435,7 @@ def arguments_preview(
     """A one-line preview of a call, as shown in the Web UI (``bash · ls -la``).
 
     ``resolved``: where the call's path leads through symlinks, when that is not what it
-    says; it is always shown whole (``write_file · hk/x → .git/hooks/x``), and the
+    says (``write_file · hk/x → .git/hooks/x``). It keeps up to half of ``limit``; the
     argument is cut to make room.
     """
     text = main_argument(arguments) or json.dumps(arguments, sort_keys=True)

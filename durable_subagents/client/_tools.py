@@ -403,6 +403,8 @@ class SubagentTools:
         text = json.dumps(arguments, ensure_ascii=False, indent=1)
         page = text[a.offset : a.offset + ARGUMENTS_SHOWN]
         out: dict[str, Any] = {"tool": pending[a.call_id].tool_name, "arguments": page}
+        if pending[a.call_id].resolved_path is not None:
+            out["resolved_path"] = pending[a.call_id].resolved_path
         end = a.offset + len(page)
         out["shown"] = f"characters {a.offset}-{end} of {len(text)}"
         if end < len(text):

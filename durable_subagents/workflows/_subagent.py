@@ -116,8 +116,14 @@ _TOOL_RETRY = RetryPolicy(
 
 
 def _lands_elsewhere(call: ToolCall) -> str | None:
-    """Where the call's path leads, when a symlink makes that differ from what it says."""
-    return call.path if call.written_path is not None else None
+    """Where the call's path leads, when a symlink makes that differ from what it says.
+
+    None for a path that did not resolve inside the workspace (its tool refuses it).
+    """
+    path = call.path
+    if call.written_path is None or path is None or path.startswith("/"):
+        return None
+    return path
 
 
 def _shared_ids(calls: list[ToolCall]) -> set[str]:
