@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from durable_subagents.agents._spec import AgentSpec, ToolLimits
+from durable_subagents.policy import PathRules
 from durable_subagents.types import (
     Message,
     PendingApproval,
@@ -281,6 +282,9 @@ class ToolCallInput(_Compact):
     """The agent's resource limits (the worker's own are the ceiling)."""
     write_protected_paths: bool = False
     """The agent opted in to writes to ``.git``, ``.claude`` and the like."""
+    rules: PathRules | None = None
+    """The agent's and the spawn's rules for this tool: the file tools judge by them
+    what they open beyond the path the call was decided on. None: not sent."""
 
 
 class ToolCallResult(_Compact):

@@ -61,6 +61,10 @@ def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None)
             continue
         console.print(f"    {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
         console.print(indented_json(full, 6), soft_wrap=True)
+        if p.resolved_path is not None:
+            console.print(
+                f"      the path leads to: {shown(p.resolved_path)}", markup=False, soft_wrap=True
+            )
     task = shlex.quote(info.id)
     first = shlex.quote(info.pending_approvals[0].call_id)
     console.print("  decide with one of:", highlight=False)

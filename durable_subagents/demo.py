@@ -204,6 +204,12 @@ async def _decide(client: SubagentClient, info: TaskInfo, console: Console) -> T
                 console.print(f"      {shown(p.arguments_preview)}", markup=False, soft_wrap=True)
             else:
                 console.print(indented_json(full, 6), soft_wrap=True)
+                if p.resolved_path is not None:
+                    console.print(
+                        f"      the path leads to: {shown(p.resolved_path)}",
+                        markup=False,
+                        soft_wrap=True,
+                    )
             harmless = pauses < _MAX_PAUSES and _read_only_bash(p.tool_name, full)
             (approve if harmless else reject).append(p.call_id)
         if approve:

@@ -13,10 +13,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from durable_subagents._shell import command_words, command_words_v1, command_words_v2
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
-from durable_subagents.agents._protected import PROTECTED_PATHS_V1, path_parts, protected_entry
-from durable_subagents.agents._spec import EDIT_TOOLS, Action
+from durable_subagents.agents._protected import (
+    PROTECTED_PATHS_V1,
+    path_parts,
+    protected_entry,
+)
+from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
 from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
@@ -70,6 +76,7 @@ def decide(
     bash_v1: bool = False,
     bash_v2: bool = False,
     path: str | None = None,
+    written: str | None = None,
 ) -> Action:
     """The action for one call.
 
@@ -78,7 +85,9 @@ def decide(
     read-only. The spawn's restrictions are evaluated apart (no match means allow) and
     the stricter of the two answers wins, so a restriction can never widen the agent.
     ``read_only`` says whether the tool never changes anything (default: whether it is
-    one of the built-in read-only tools). ``bash_v1`` splits bash lines as runs that
+    one of the built-in read-only tools). ``path`` is the call's path resolved through
+    symlinks; ``written`` the same path as written, where it differs (the rules judge
+    both, and the stricter answer wins). ``bash_v1`` splits bash lines as runs that
     started before lines were checked to be read apart did, ``bash_v2`` as runs that
     started before wrappers' options, assignments, paths and globs in a command's name,
     ``[[ ]]`` and ``(( ))`` were judged (replay only).
@@ -92,10 +101,12 @@ def decide(
     default = mode_default(mode, tool_name, read_only)
     if path is not None:
         search = tool_name in SEARCH_TOOLS
-        return _strictest(
-            _evaluate_path(spec.permissions, tool_name, path, default, search=search),
-            _evaluate_path(spec.restrictions, tool_name, path, "allow", search=search),
-        )
+        seen = [path] if written is None or written == path else [path, written]
+        actions = [
+            _path_action(spec.permissions, spec.restrictions, tool_name, p, default, search)
+            for p in seen
+        ]
+        return max(actions, key=_ORDER.__getitem__)
     if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
         version = 1 if bash_v1 else 2 if bash_v2 else 3
         return _strictest(
@@ -104,6 +115,62 @@ def decide(
         )
     agent = _evaluate(spec.permissions, tool_name, target, default)
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
+
+
+class PathRules(BaseModel):
+    """The rules that judged one call, kept to judge the paths it reaches when it runs.
+
+    A file tool opens the path its call was decided on, or refuses; these rules judge
+    what else it opens (a symlink a search meets, a path a custom tool builds), as if
+    the call had named it. Plain data: it travels with the call to wherever it runs.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    read_only: bool
+    mode: PermissionMode
+    permissions: tuple[PermissionRule, ...] = ()
+    restrictions: tuple[PermissionRule, ...] = ()
+
+    @classmethod
+    def of(cls, spec: AgentSpec, tool_name: str, *, read_only: bool) -> PathRules:
+        """The agent's and the spawn's rules for ``tool_name`` (others cannot match)."""
+        return cls(
+            tool=tool_name,
+            read_only=read_only,
+            mode=spec.permission_mode,
+            permissions=tuple(
+                r for r in spec.permissions if fnmatch.fnmatchcase(tool_name, r.tool)
+            ),
+            restrictions=tuple(
+                r for r in spec.restrictions if fnmatch.fnmatchcase(tool_name, r.tool)
+            ),
+        )
+
+    def action(self, path: str) -> Action:
+        """What the rules say of the call reaching ``path`` (resolved, as rules see it)."""
+        if self.mode == "plan" and not self.read_only:
+            return "deny"
+        default = mode_default(self.mode, self.tool, self.read_only)
+        return _path_action(
+            list(self.permissions), list(self.restrictions), self.tool, path, default, False
+        )
+
+
+def _path_action(
+    permissions: list[PermissionRule],
+    restrictions: list[PermissionRule],
+    tool_name: str,
+    path: str,
+    default: Action,
+    search: bool,
+) -> Action:
+    """The agent's rules over ``default``, and the spawn's over allow: the stricter wins."""
+    return _strictest(
+        _evaluate_path(permissions, tool_name, path, default, search=search),
+        _evaluate_path(restrictions, tool_name, path, "allow", search=search),
+    )
 
 
 def _evaluate_bash(
@@ -381,10 +448,25 @@ def result_record_name(call: ToolCall) -> str:
     return f"call-{call.id}-{call_hash(call)}"
 
 
-def arguments_preview(tool_name: str, arguments: dict[str, Any], limit: int = 80) -> str:
-    """A one-line preview of a call, as shown in the Web UI (``bash · ls -la``)."""
+def arguments_preview(
+    tool_name: str, arguments: dict[str, Any], limit: int = 80, *, resolved: str | None = None
+) -> str:
+    """A one-line preview of a call, as shown in the Web UI (``bash · ls -la``).
+
+    ``resolved``: where the call's path leads through symlinks, when that is not what it
+    says (``write_file · hk/x → .git/hooks/x``). It keeps up to half of ``limit``; the
+    argument is cut to make room.
+    """
     text = main_argument(arguments) or json.dumps(arguments, sort_keys=True)
     text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
+    suffix = ""
+    if resolved is not None:
+        lands = " ".join(resolved.split())
+        if len(lands) > limit // 2:
+            lands = lands[: limit // 2 - 1] + "…"
+        suffix = f" → {lands}"
+    room = limit - len(suffix)
+    if len(text) > room:
+        text = text[: room - 1] + "…"
+    text += suffix
     return f"{tool_name} · {text}" if text else tool_name

@@ -88,7 +88,11 @@ class ToolCall(BaseModel):
     path: str | None = None
     """For a tool that takes a path: that path (or its default) resolved against the
     workspace, symlinks followed, relative to it (``.`` for the root; absolute when it
-    lies outside). Path rules match this, not the raw argument."""
+    lies outside). Path rules match this, and the file tools run only where it still
+    leads: the decision is bound to it."""
+    written_path: str | None = None
+    """The same path as written, normalized without following symlinks; set only where
+    a symlink makes it differ from ``path``. Rules judge both (the stricter answer wins)."""
 
 
 class Message(BaseModel):
@@ -147,6 +151,10 @@ class PendingApproval(BaseModel):
     arguments_preview: str
     arguments_hash: str
     arguments_ref: str | None = None
+    resolved_path: str | None = None
+    """Where the call's path leads through symlinks, when that differs from what it says
+    (``hk/x`` written, ``.git/hooks/x`` resolved): what an approval is bound to. The call
+    runs only if the path still leads there."""
 
 
 class TaskResult(BaseModel):

@@ -51,7 +51,8 @@ from durable_subagents.activities.tools import (
     ToolRegistry,
 )
 from durable_subagents.activities.tools._beneath import Escape, open_beneath
-from durable_subagents.activities.tools._files import rule_path
+from durable_subagents.activities.tools._decorator import DecidedPath
+from durable_subagents.activities.tools._files import rule_path, written_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import (
     BASE_ENV,
@@ -262,17 +263,30 @@ class SubagentActivities:
         return [t for t in available if t in allowed]
 
     def with_path(self, call: ToolCall, workspace: Path) -> ToolCall:
-        """The call with its path resolved for the rules (tools that take a ``path``)."""
+        """The call with its path resolved for the rules (tools that take a ``path``).
+
+        Also the path as written, where a symlink makes it differ: the rules judge both,
+        and an approver is shown where it leads.
+        """
+        raw = self.path_argument(call)
+        if raw is None:
+            return call
+        resolved = rule_path(workspace, raw)
+        written = written_path(workspace, raw)
+        return call.model_copy(
+            update={"path": resolved, "written_path": written if written != resolved else None}
+        )
+
+    def path_argument(self, call: ToolCall) -> str | None:
+        """The call's ``path`` argument (or its default), for tools that take one."""
         tool = self.tools.get(call.name)
         if tool is None:
-            return call
+            return None
         spec = tool.parameters.get("properties", {}).get("path")
         if not isinstance(spec, dict):
-            return call
+            return None
         raw = call.arguments.get("path", spec.get("default"))
-        if not isinstance(raw, str):
-            return call
-        return call.model_copy(update={"path": rule_path(workspace, raw)})
+        return raw if isinstance(raw, str) else None
 
     def read_only(self, name: str) -> bool:
         """Whether a tool never changes anything (built-in read-only or marked so)."""
@@ -314,7 +328,7 @@ class SubagentActivities:
         if tool is None:
             output, is_error = f"unknown tool {call.name!r}", True
         else:
-            ctx = self.tool_context(input)
+            ctx = self.tool_context(input, call)
             async with _heartbeating():
                 try:
                     output, is_error = await tool.run(ctx, call.arguments), False
@@ -361,11 +375,19 @@ class SubagentActivities:
             out.append(ToolCallResult.model_validate_json(data).to_message())
         return out
 
-    def tool_context(self, input: ToolCallInput) -> ToolContext:
-        """What a call's tool may see and use: the agent's choices within the worker's."""
+    def tool_context(self, input: ToolCallInput, call: ToolCall | None = None) -> ToolContext:
+        """What a call's tool may see and use: the agent's choices within the worker's.
+
+        ``call`` (with its arguments in full) binds the file tools to the path it was
+        judged on; ``input.rules`` judge what else they open.
+        """
         names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
         env = {n: os.environ[n] for n in names if n in os.environ}
         workspace = self.workspace(input.workspace)
+        decided = None
+        raw = self.path_argument(call) if call is not None else None
+        if call is not None and call.path is not None and raw is not None:
+            decided = DecidedPath(path=raw, resolved=call.path)
         return ToolContext(
             workspace=workspace,
             task_id=input.task_id,
@@ -378,6 +400,8 @@ class SubagentActivities:
             hidden=self.hidden_paths,
             read_paths=self.read_paths,
             run_as=tool_user(workspace, self.tool_user),
+            decided=decided,
+            rules=input.rules,
         )
 
     def workspace(self, requested: str | None) -> Path:

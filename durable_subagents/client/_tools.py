@@ -403,6 +403,8 @@ class SubagentTools:
         text = json.dumps(arguments, ensure_ascii=False, indent=1)
         page = text[a.offset : a.offset + ARGUMENTS_SHOWN]
         out: dict[str, Any] = {"tool": pending[a.call_id].tool_name, "arguments": page}
+        if pending[a.call_id].resolved_path is not None:
+            out["resolved_path"] = pending[a.call_id].resolved_path
         end = a.offset + len(page)
         out["shown"] = f"characters {a.offset}-{end} of {len(text)}"
         if end < len(text):
@@ -511,6 +513,8 @@ def _key(p: PendingApproval) -> tuple[str, str, str]:
 
 def _pending_view(p: PendingApproval, arguments: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"call_id": p.call_id, "tool": p.tool_name}
+    if p.resolved_path is not None:
+        out["resolved_path"] = p.resolved_path  # where the path leads: what an approval binds
     if arguments is None:
         out["preview"] = p.arguments_preview
         out["arguments_note"] = _UNREADABLE

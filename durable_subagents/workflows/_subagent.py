@@ -115,6 +115,17 @@ _TOOL_RETRY = RetryPolicy(
 )
 
 
+def _lands_elsewhere(call: ToolCall) -> str | None:
+    """Where the call's path leads, when a symlink makes that differ from what it says.
+
+    None for a path that did not resolve inside the workspace (its tool refuses it).
+    """
+    path = call.path
+    if call.written_path is None or path is None or path.startswith("/"):
+        return None
+    return path
+
+
 def _shared_ids(calls: list[ToolCall]) -> set[str]:
     """Ids that more than one call of a turn has."""
     seen: set[str] = set()
@@ -600,6 +611,11 @@ class SubagentWorkflow:
                 # assignments, a command's directory, globs, ``[[ ]]`` or ``(( ))``.
                 bash_v2=parse and not patched("bash-commands-read-whole"),
                 path=call.path,  # set by workers that resolve paths for the rules
+                # and, where a symlink makes it differ, the path as written (set by
+                # workers that bind decisions; judged since this patch)
+                written=call.written_path
+                if call.written_path is not None and patched("rules-on-written-path")
+                else None,
             )
         else:
             action = policy.decide_v1(spec, call.name, call.arguments)
@@ -631,9 +647,12 @@ class SubagentWorkflow:
             PendingApproval(
                 call_id=c.id,
                 tool_name=c.name,
-                arguments_preview=policy.arguments_preview(c.name, c.arguments, limit=200),
+                arguments_preview=policy.arguments_preview(
+                    c.name, c.arguments, limit=200, resolved=_lands_elsewhere(c)
+                ),
                 arguments_hash=call_hash(c),
                 arguments_ref=c.arguments_ref,
+                resolved_path=_lands_elsewhere(c),
             )
             for c in asks
         ]
@@ -694,6 +713,11 @@ class SubagentWorkflow:
         if call.name in SPAWN_TOOLS:
             return await self._shown_running(call, self._spawn_tool(call))
         spec = self._input.agent
+        rules = None
+        if call.name != "bash" and patched("permission-mode-defaults"):
+            # What the file tools judge beyond the path the call was decided on.
+            read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
+            rules = policy.PathRules.of(spec, call.name, read_only=read_only)
         tool_input = ToolCallInput(
             task_id=workflow.info().workflow_id,
             call=call,
@@ -702,6 +726,7 @@ class SubagentWorkflow:
             env=spec.env,
             limits=spec.limits,
             write_protected_paths=spec.write_protected_paths,
+            rules=rules,
         )
         self._check_size(tool_input, f"{call.name} call input")
         self._records[call.id] = policy.result_record_name(call)

@@ -12,7 +12,9 @@ it, because every step starts from a descriptor, not a name.
 This is ``openat2(RESOLVE_BENEATH)`` done in user space, with two differences that
 agents need: symlinks inside the root are followed, including absolute ones that point
 back inside it; and the path the walk ended on is known, so rules and hidden paths are
-checked against what was opened.
+checked against what was opened. A ``Landing`` check goes further: it is asked before
+the walk creates a directory or opens its last entry, with where that lies, so a
+refused path leaves nothing behind (not even an empty file or directory).
 """
 
 from __future__ import annotations
@@ -21,17 +23,23 @@ import errno
 import os
 import stat
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["MAX_SYMLINKS", "Escape", "Opened", "open_beneath", "resolve_beneath"]
+__all__ = ["MAX_SYMLINKS", "Escape", "Landing", "Opened", "open_beneath", "resolve_beneath"]
 
 MAX_SYMLINKS = 40
 """Symlinks one walk may follow (Linux's own limit); more is a loop."""
 
 _DIR = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Landing = Callable[[tuple[str, ...], bool], None]
+"""``check(parts, final)``: called with the components of a directory the walk is about
+to create (``final`` false) or of the entry it is about to open last (``final`` true,
+never a symlink: a link is followed and its target checked). It raises to stop the walk
+before anything is touched."""
 
 
 class Escape(Exception):
@@ -149,7 +157,13 @@ def _walking(root: Path) -> Iterator[_Walk]:
 
 
 def open_beneath(
-    root: Path, path: str, flags: int, mode: int = 0o644, *, make_parents: bool = False
+    root: Path,
+    path: str,
+    flags: int,
+    mode: int = 0o644,
+    *,
+    make_parents: bool = False,
+    check: Landing | None = None,
 ) -> Opened:
     """Open ``path`` (relative to ``root``, or absolute inside it) without leaving ``root``.
 
@@ -160,6 +174,8 @@ def open_beneath(
             final symlink is walked like any other).
         mode: Permissions of a file ``O_CREAT`` makes.
         make_parents: Create missing directories on the way (for writing).
+        check: Asked before each directory the walk creates and before the last open
+            (see ``Landing``); what it raises stops the walk.
 
     Raises:
         Escape: The path, or a symlink on it, leads outside ``root``.
@@ -172,20 +188,35 @@ def open_beneath(
             name = _next_name(walk, pending)
             if name is None:
                 # The root itself (or a path that came back to it).
+                if check is not None:
+                    check(tuple(walk.parts), True)
                 fd = os.open(".", flags & ~(os.O_CREAT | os.O_EXCL), dir_fd=walk.here)
                 return Opened(fd, tuple(walk.parts))
             if not pending:
+                if check is not None:
+                    if _is_link(walk, name) and walk.link(name, pending):
+                        continue  # checked where it leads, not as the link
+                    check((*walk.parts, name), True)
                 try:
                     fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=walk.here)
                 except OSError as err:
-                    # ELOOP: a final symlink (ENOTDIR with O_DIRECTORY, EEXIST with O_EXCL)
+                    # ELOOP: a final symlink (ENOTDIR with O_DIRECTORY, EEXIST with O_EXCL),
+                    # or one swapped in since it was checked: its target is checked in turn
                     if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST) and walk.link(
                         name, pending
                     ):
                         continue
                     raise
                 return Opened(fd, (*walk.parts, name))
-            _step(walk, name, pending, make_parents)
+            _step(walk, name, pending, make_parents, check)
+
+
+def _is_link(walk: _Walk, name: str) -> bool:
+    """Whether ``name`` in the walk's directory is a symlink now (False if missing)."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=walk.here, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def resolve_beneath(root: Path, path: str) -> tuple[str, ...]:
@@ -253,13 +284,17 @@ def _next_name(walk: _Walk, pending: deque[str]) -> str | None:
     return None
 
 
-def _step(walk: _Walk, name: str, pending: deque[str], make_parents: bool) -> None:
+def _step(
+    walk: _Walk, name: str, pending: deque[str], make_parents: bool, check: Landing | None
+) -> None:
     """Go into directory ``name``, following it if it is a symlink."""
     try:
         fd = os.open(name, _DIR, dir_fd=walk.here)
     except FileNotFoundError:
         if not make_parents:
             raise
+        if check is not None:
+            check((*walk.parts, name), False)
         try:
             os.mkdir(name, 0o755, dir_fd=walk.here)
         except FileExistsError:

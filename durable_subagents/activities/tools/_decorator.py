@@ -24,9 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from durable_subagents.activities.tools._sandbox import SandboxProfile
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.policy import PathRules
 from durable_subagents.types import ToolSpec
 
-__all__ = ["Tool", "ToolContext", "ToolError", "tool"]
+__all__ = ["DecidedPath", "Tool", "ToolContext", "ToolError", "tool"]
 
 
 class ToolError(Exception):
@@ -36,6 +37,21 @@ class ToolError(Exception):
     a command that timed out. The message is what the model reads, so say what was
     wrong and what to do instead.
     """
+
+
+@dataclass(frozen=True)
+class DecidedPath:
+    """The path a call's permission decision saw: the file tools run only where it leads.
+
+    Attributes:
+        path: The call's path argument as given (or its default).
+        resolved: Where it led when the call was judged (and shown to any approver):
+            symlinks followed, relative to the workspace, ``.`` for the root (absolute
+            when it did not resolve inside the workspace).
+    """
+
+    path: str
+    resolved: str
 
 
 @dataclass
@@ -59,6 +75,10 @@ class ToolContext:
             ``tool_user``); None: the worker's own.
         time_limit: Seconds a call of a sync tool may run; then it is stopped (its
             thread is told to stop, and the model gets a tool error).
+        decided: The path the call was judged on: opening the call's path anywhere
+            else is refused (see ``open_in_workspace``). None: not known.
+        rules: The permission rules that judged the call: what the file tools open
+            beyond the decided path is judged by them too. None: not known.
     """
 
     workspace: Path
@@ -73,6 +93,8 @@ class ToolContext:
     read_paths: tuple[Path, ...] = ()
     run_as: tuple[int, int] | None = None
     time_limit: float = 120.0
+    decided: DecidedPath | None = None
+    rules: PathRules | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 

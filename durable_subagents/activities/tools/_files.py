@@ -32,6 +32,7 @@ from durable_subagents.activities.tools._beneath import (
 )
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 from durable_subagents.activities.tools._ignore import Ignorer, Scope
+from durable_subagents.activities.tools._landing import WRITE_FLAGS, landing_check
 
 __all__ = [
     "edit_file",
@@ -42,6 +43,7 @@ __all__ = [
     "resolve_in_workspace",
     "rule_path",
     "write_file",
+    "written_path",
 ]
 
 MAX_READ_CHARS = 256_000
@@ -111,15 +113,24 @@ def open_in_workspace(
 ) -> Opened:
     """Open ``path`` inside the workspace in one race-free walk (see ``open_beneath``).
 
+    The walk holds the call to its decision (see ``_landing``): the call's own path
+    (``ctx.decided``) opens only where it led when the call was judged; any other path
+    only where the task's rules (``ctx.rules``) allow without asking, and a write
+    never into a protected entry. Checked before anything is created or opened.
+
     Returns:
         The descriptor (the caller closes it) and where it lies in the workspace.
 
     Raises:
-        ToolError: The path leads outside the workspace or into the worker's own data.
+        ToolError: The path leads outside the workspace, into the worker's own data,
+            somewhere other than where the call was judged, or where the task's rules
+            or protected entries do not let this call go.
         OSError: As ``open`` would.
     """
+    writing = make_parents or bool(flags & WRITE_FLAGS)
+    check = landing_check(ctx, path, writing=writing)
     try:
-        opened = open_beneath(ctx.workspace, path, flags, make_parents=make_parents)
+        opened = open_beneath(ctx.workspace, path, flags, make_parents=make_parents, check=check)
     except Escape as err:
         raise _refuse(ctx, path, err) from None
     except ValueError as err:
@@ -144,6 +155,17 @@ def rule_path(workspace: Path, raw: str) -> str:
     except (Escape, OSError, ValueError):
         path = Path(raw)
         return posixpath.normpath((path if path.is_absolute() else workspace / path).as_posix())
+
+
+def written_path(workspace: Path, raw: str) -> str:
+    """``raw`` as written: like ``rule_path``, but no symlink followed (``..`` pops a name)."""
+    path = Path(raw)
+    where = posixpath.normpath((path if path.is_absolute() else workspace / path).as_posix())
+    root = workspace.as_posix()
+    if where == root:
+        return "."
+    inside = where.removeprefix(root.rstrip("/") + "/")
+    return inside if inside != where else where
 
 
 def _display(parts: tuple[str, ...]) -> str:
