@@ -33,7 +33,9 @@ async def test_a_task_spawned_with_a_parent_id_is_cancelled_with_its_parent(
         )
     )
     child = json.loads(spawned.out)["id"]
-    await wait_for(lambda: len(processes_matching("sleep 3907")) == 2, 30, "both commands")
+    await wait_for(
+        lambda: len(processes_matching("sleep 3907", started_as=True)) == 2, 30, "both commands"
+    )
     assert [t.id for t in await client.list_tasks(parent_id=parent)] == [child]
 
     assert (await client.cancel_task(parent)).status == TaskStatus.CANCELLED

@@ -28,8 +28,13 @@ from .conftest import script
 PAYLOAD_LIMIT = 256 * 1024
 
 
-def processes_matching(text: str) -> list[int]:
-    """PIDs whose command line contains ``text`` (seen from the host PID namespace)."""
+def processes_matching(text: str, *, started_as: bool = False) -> list[int]:
+    """PIDs whose command line contains ``text`` (seen from the host PID namespace).
+
+    With ``started_as``, only those whose command line starts with it: the command
+    itself, not the sandbox and shell processes that carry it in their arguments
+    (how many of those there are depends on the worker's user).
+    """
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -38,7 +43,8 @@ def processes_matching(text: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if text in cmdline and "pytest" not in cmdline:
+        found = cmdline.startswith(text) if started_as else text in cmdline
+        if found and "pytest" not in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -364,7 +370,9 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
             search_attributes=attributes,
             execution_timeout=timedelta(seconds=3),
         )
-        await wait_for(lambda: len(processes_matching("sleep 3913")) == 2, 30, "both commands")
+        await wait_for(
+            lambda: len(processes_matching("sleep 3913", started_as=True)) == 2, 30, "both commands"
+        )
         assert (await client.check_task(terminated)).status == TaskStatus.RUNNING
         await temporal_client.get_workflow_handle(terminated).terminate(reason="operator stop")
         info = await client.check_task(timed_out, wait=True, timeout=30)

@@ -10,6 +10,7 @@ that the task goes on with U+FFFD in their place, each model turn in one attempt
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -237,12 +238,12 @@ async def test_a_lone_surrogate_from_a_caller_is_refused_with_a_typed_error(
     for options in spawns:
         with pytest.raises(InvalidRequest, match="lone surrogate"):
             await client.spawn_task("general", **options)
-    tools = SubagentTools(client)
+    tools = SubagentTools(client, parent_id=f"orchestrator-{uuid.uuid4().hex[:8]}")
     answer = json.loads(
         await tools.call("spawn_subagent", {"agent": "general", "prompt": f"x{LONE}"})
     )
     assert "lone surrogate" in answer["error"] and "prompt" in answer["error"]
-    assert await client.list_tasks() == []
+    assert await client.list_tasks(parent_id=tools.parent_id) == []
 
     task_id = await client.spawn_task(
         "general",
