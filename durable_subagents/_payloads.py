@@ -221,6 +221,9 @@ class ModelTurnInput(_Compact):
     """``tools_digest`` of the offered tools, read-only tools and sandbox the workflow
     holds from the turn before: a worker that would answer the same says so with
     ``ModelTurnResult.same_tools`` instead of repeating them in every turn's result."""
+    reasoning_effort: str | None = None
+    """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
+    temperature: float | None = None
 
 
 class ModelTurnResult(_Compact):

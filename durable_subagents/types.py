@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from durable_subagents.agents._spec import AgentSpec
+from durable_subagents.agents._spec import AgentSpec, ReasoningEffort
 
 __all__ = [
     "AgentSpec",
@@ -64,11 +64,15 @@ class Usage(BaseModel):
 
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Output tokens the model spent reasoning before it answered (part of
+    ``output_tokens``; OpenAI's ``completion_tokens_details.reasoning_tokens``)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -124,6 +128,10 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int = 8192
+    reasoning_effort: ReasoningEffort | None = None
+    """How hard a reasoning model thinks before it answers; None: the model's default."""
+    temperature: float | None = None
+    """Sampling temperature; None: the model's default."""
 
 
 class ModelResponse(BaseModel):

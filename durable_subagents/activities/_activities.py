@@ -172,6 +172,8 @@ class SubagentActivities:
             messages=conversation,
             tools=[*self.tools.specs(offered), *input.extra_tools],
             max_tokens=input.max_tokens,
+            reasoning_effort=input.reasoning_effort,
+            temperature=input.temperature,
         )
         live = LiveText(input.turn, activity.info().attempt)
         try:

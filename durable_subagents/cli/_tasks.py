@@ -78,6 +78,9 @@ def spawn(
     token_budget: Annotated[
         int | None, typer.Option(help="Tokens the task and its subagents may use in all")
     ] = None,
+    reasoning_effort: Annotated[
+        str | None, typer.Option(help="low | medium | high (at most the agent's)")
+    ] = None,
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
     ] = None,
@@ -109,6 +112,7 @@ def spawn(
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
             workspace=workspace,
             task_id=task_id,
         )

@@ -174,6 +174,7 @@ class SubagentClient:
         task_id: str | None = None,
         network: bool | None = None,
         token_budget: int | None = None,
+        reasoning_effort: str | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -204,6 +205,8 @@ class SubagentClient:
                 processes get loopback only); ``True`` only if the agent allows it.
             token_budget: Input plus output tokens the task and the subagents it
                 spawns may use in all; then it stops (``stop_reason="token_budget"``).
+            reasoning_effort: ``low``, ``medium`` or ``high``: how hard a reasoning model
+                thinks; at most the agent's (any, if the agent sets none).
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -227,6 +230,7 @@ class SubagentClient:
             workspace=workspace,
             network=network,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
         )
         task_input = build_task_input(
             spec,

@@ -82,6 +82,9 @@ class SpawnSubagent(_Args):
     model: str | None = Field(None, description="'provider:model'; default: the agent's.")
     max_turns: int | None = Field(None, ge=1, description="Turn limit; default: the agent's.")
     tools: list[str] | None = Field(None, description="Restrict it to these of its tools.")
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="How hard a reasoning model thinks; at most the agent's."
+    )
 
 
 class CheckSubagent(_Args):

@@ -48,6 +48,7 @@ async def start_subagent(
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
     token_budget: int | None = None,
+    reasoning_effort: str | None = None,
 ) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
     """Start a subagent as a child of the calling workflow; await the handle for its result.
 
@@ -73,6 +74,7 @@ async def start_subagent(
         approval_timeout: Seconds a pause may wait for a decision.
         time_limit: Seconds the subagent may run; then it stops as ``timed_out``.
         token_budget: Tokens the subagent (and its children) may use in all.
+        reasoning_effort: ``low``, ``medium`` or ``high``; at most the agent's.
         workspace: A directory inside the worker's workspace root.
         task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
@@ -100,6 +102,7 @@ async def start_subagent(
             time_limit=time_limit,
             workspace=workspace,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
         )
         task_input = build_task_input(
             spec,

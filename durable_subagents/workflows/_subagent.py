@@ -516,6 +516,9 @@ class SubagentWorkflow:
             workspace=self._input.workspace,
             agent_name=spec.name,
             extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
+            reasoning_effort=spec.reasoning_effort,
+            temperature=spec.temperature,
+            max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(self._offered, list(self._read_only), self._sandbox)
                 if self._offered
