@@ -1,13 +1,14 @@
 """Spawn options, and narrowing: how an agent becomes what one task of it may do.
 
 A spawn names an agent and may narrow it: fewer tools, a stricter mode, more rules,
-less time, fewer turns and tokens, less reasoning effort. Three entry points take a spawn
-(``SubagentClient.spawn_task``, ``start_subagent`` in a user's workflow, and a model's
-``spawn_subagent`` call) and each builds one ``SpawnOptions``; a model's options are the
-same model, so what it sends is checked by the same code, with the same messages, as a
-person's. The narrowing itself (``narrow`` for spawn options, ``child_spec`` for a
-subagent's child, ``MODE_RANK`` for modes) lives here, beside the options, so no other
-module decides what "narrower" means.
+less time, fewer turns and tokens, less reasoning effort. It may also ask for a
+structured answer (``output_schema``), which only constrains what the task returns.
+Three entry points take a spawn (``SubagentClient.spawn_task``, ``start_subagent`` in a
+user's workflow, and a model's ``spawn_subagent`` call) and each builds one
+``SpawnOptions``; a model's options are the same model, so what it sends is checked by
+the same code, with the same messages, as a person's. The narrowing itself (``narrow``
+for spawn options, ``child_spec`` for a subagent's child, ``MODE_RANK`` for modes)
+lives here, beside the options, so no other module decides what "narrower" means.
 
 Pure and deterministic: workflow code calls all of it.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from durable_subagents._output_schema import check_output_schema
 from durable_subagents.agents import (
     REASONING_EFFORTS,
     AgentSpec,
@@ -81,6 +83,8 @@ class SpawnOptions(BaseModel):
         network: False takes the network away; True keeps it, if the agent has it.
         token_budget: Input plus output tokens the task and its children may use.
         reasoning_effort: At most the agent's effort (any, for an agent without one).
+        output_schema: The JSON Schema the task's answer must match (a pydantic model
+            class is taken as its schema); checked by ``check_output_schema``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,6 +102,7 @@ class SpawnOptions(BaseModel):
     network: bool | None = None
     token_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
+    output_schema: dict[str, Any] | None = None
 
     def __init__(self, **options: Any) -> None:
         """Check the options.
@@ -166,6 +171,8 @@ class SpawnOptions(BaseModel):
             raise InvalidRequest(
                 f"unknown reasoning_effort {effort!r:.100}; use one of {', '.join(EFFORT_RANK)}"
             )
+        if data.get("output_schema") is not None:
+            data["output_schema"] = check_output_schema(data["output_schema"])
         return data
 
 

@@ -177,6 +177,9 @@ class TaskResult(BaseModel):
     """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Subagents this run spawned that had finished (a follow-up run can still wait on them)."""
+    output: dict[str, Any] | None = None
+    """The structured answer, validated against the spawn's output schema (``result``
+    is its JSON text); None when the spawn gave no schema or no answer matched."""
 
 
 class IgnoredDecision(BaseModel):
@@ -199,6 +202,10 @@ class TaskInfo(BaseModel):
     """The final answer is over 64 KiB: ``result`` is its head, and
     ``SubagentClient.get_result`` reads it whole from the blob store."""
     error: str | None = None
+    output: dict[str, Any] | None = None
+    """The structured answer when the spawn gave an ``output_schema``: validated against
+    it (``result`` is its JSON text). None otherwise, and for a task that stopped
+    before a valid answer: an answer that does not match is never reported here."""
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
