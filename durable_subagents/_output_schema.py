@@ -5,7 +5,7 @@ more tool, ``final_answer``, whose parameters are that schema: its arguments are
 answer (both wires take a tool's parameters as JSON Schema). A reply in plain text is
 taken as the answer only when it is a JSON object that matches.
 
-The schema is the spawner's input, and it may be a model's (a subagent's
+The schema is the spawner's input, and it may be a model's (an orchestrating model's
 ``spawn_subagent``): it is at most ``MAX_SCHEMA_BYTES``, every ``$ref`` must resolve
 inside it (nothing is ever fetched), and its patterns must be RE2 patterns. The answer
 is the model's, so hostile: it is checked for size, depth and finite numbers before
@@ -13,8 +13,8 @@ the schema sees it, patterns are matched in linear time (RE2), ``uniqueItems`` i
 linear time, and a check stops after ``CHECK_SECONDS`` of CPU time however the schema
 and the answer combine (nested ``anyOf`` over a deep answer can take exponential time).
 
-Pure: the client checks a schema before spawning, the workflow before starting a child,
-and the model-turn activity checks each answer.
+Pure: the client checks a schema before spawning (and ``start_subagent``, in workflow
+code, before starting a child), and the model-turn activity checks each answer.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ ANSWER_RETRIES = 2
 the next one that does not match fails the task."""
 CHECK_SECONDS = 1.0
 """CPU seconds one answer's check may take (a 64 KiB answer of 12,000 values takes
-about 0.08 s); an answer and a schema that need more fail the check."""
+about 0.1 s); an answer and a schema that need more fail the check."""
 
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are data, not subschemas (a ``$ref`` in them is no reference)."""
