@@ -132,6 +132,9 @@ class TaskInput(BaseModel):
     left with their parent: n children get n/(n+1) of it, reserved until they finish."""
     parent_is_subagent: bool = False
     """Spawned by another subagent task: report pauses to it (it surfaces them)."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema the answer must match (checked by ``check_output_schema``): the
+    model answers with the ``final_answer`` tool, and the task's result is the answer."""
     created_at: datetime | None = None
     state: TaskState | None = None
     """Set when the run continues an earlier one (continue-as-new or follow-up)."""
@@ -154,6 +157,8 @@ class TaskState(BaseModel):
     """Tasks spawned through the client with this task as parent (cancelled with it)."""
     time_limit_from: datetime | None = None
     """When the time limit started counting (the first run's start, by the server)."""
+    invalid_answers: int = 0
+    """Answers of this run that did not match the output schema."""
 
 
 @functools.cache
@@ -222,6 +227,15 @@ class ModelTurnInput(_Compact):
     """``tools_digest`` of the offered tools, read-only tools, sandbox and protected paths
     the workflow holds from the turn before: a worker that would answer the same says so with
     ``ModelTurnResult.same_tools`` instead of repeating them in every turn's result."""
+    output_schema: dict[str, Any] | None = None
+    """The task's output schema, on a run's first turn: the model is offered the
+    ``final_answer`` tool, and the turn's answer is judged against it."""
+    output_schema_ref: str | None = None
+    """The same schema on later turns: the blob the first turn stored it as
+    (``ModelTurnResult.output_schema_ref``), so a history holds it once per run."""
+    reasoning_effort: str | None = None
+    """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
+    temperature: float | None = None
 
 
 class ModelTurnResult(_Compact):
@@ -249,6 +263,15 @@ class ModelTurnResult(_Compact):
     workflow decides this turn's calls with them, so the list is in the history and a
     replay decides alike. None from workers that did not report one (the workflow then
     uses ``PROTECTED_PATHS_V1``)."""
+    output: dict[str, Any] | None = None
+    """With an output schema: the turn's answer, which matches it."""
+    output_error: str | None = None
+    """With an output schema: what is wrong with the turn's answer (a ``final_answer``
+    call, or a text reply with no tool calls) when it does not match."""
+    output_call: str | None = None
+    """The id of the ``final_answer`` call ``output`` or ``output_error`` is about."""
+    output_schema_ref: str | None = None
+    """The blob the turn stored ``ModelTurnInput.output_schema`` as."""
 
 
 def tools_digest(

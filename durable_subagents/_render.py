@@ -105,7 +105,10 @@ def print_info(
         console.print(f"  [yellow]waiting:[/yellow] {escape(shown(info.waiting))}")
     if info.pending_approvals and info.status == TaskStatus.PAUSED:
         print_pending(console, info, arguments)
-    if info.result:
+    if info.output is not None:
+        console.print()
+        console.print(indented_json(info.output, 0), soft_wrap=True)
+    elif info.result:
         console.print()
         console.print(shown(info.result), markup=False, highlight=False)
 

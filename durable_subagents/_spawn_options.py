@@ -1,13 +1,14 @@
 """Spawn options, and narrowing: how an agent becomes what one task of it may do.
 
 A spawn names an agent and may narrow it: fewer tools, a stricter mode, more rules,
-less time, fewer turns and tokens. Three entry points take a spawn
-(``SubagentClient.spawn_task``, ``start_subagent`` in a user's workflow, and a model's
-``spawn_subagent`` call) and each builds one ``SpawnOptions``; a model's options are the
-same model, so what it sends is checked by the same code, with the same messages, as a
-person's. The narrowing itself (``narrow`` for spawn options, ``child_spec`` for a
-subagent's child, ``MODE_RANK`` for modes) lives here, beside the options, so no other
-module decides what "narrower" means.
+less time, fewer turns and tokens, less reasoning effort. It may also ask for a
+structured answer (``output_schema``), which only constrains what the task returns.
+Three entry points take a spawn (``SubagentClient.spawn_task``, ``start_subagent`` in a
+user's workflow, and a model's ``spawn_subagent`` call) and each builds one
+``SpawnOptions``; a model's options are the same model, so what it sends is checked by
+the same code, with the same messages, as a person's. The narrowing itself (``narrow``
+for spawn options, ``child_spec`` for a subagent's child, ``MODE_RANK`` for modes)
+lives here, beside the options, so no other module decides what "narrower" means.
 
 Pure and deterministic: workflow code calls all of it.
 """
@@ -22,12 +23,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from durable_subagents.agents import AgentSpec, PermissionMode, PermissionRule
+from durable_subagents._output_schema import check_output_schema
+from durable_subagents.agents import (
+    REASONING_EFFORTS,
+    AgentSpec,
+    PermissionMode,
+    PermissionRule,
+    ReasoningEffort,
+)
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import SPAWN_TOOLS
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 
 __all__ = [
+    "EFFORT_RANK",
     "MAX_METADATA_BYTES",
     "MAX_SECONDS",
     "MAX_TOKEN_BUDGET",
@@ -43,6 +52,8 @@ __all__ = [
 
 MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
 """Permission modes from the most restrictive to the most permissive."""
+EFFORT_RANK: dict[str, int] = {effort: rank for rank, effort in enumerate(REASONING_EFFORTS)}
+"""Reasoning efforts from the least to the most."""
 
 MAX_TURNS_LIMIT = 10_000
 MAX_SECONDS = 366 * 24 * 3600
@@ -73,6 +84,9 @@ class SpawnOptions(BaseModel):
         workspace: A directory inside the worker's workspace root.
         network: False takes the network away; True keeps it, if the agent has it.
         token_budget: Input plus output tokens the task and its children may use.
+        reasoning_effort: At most the agent's effort (any, for an agent without one).
+        output_schema: The JSON Schema the task's answer must match (a pydantic model
+            class is taken as its schema); checked by ``check_output_schema``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -89,6 +103,8 @@ class SpawnOptions(BaseModel):
     workspace: str | None = None
     network: bool | None = None
     token_budget: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    output_schema: dict[str, Any] | None = None
 
     def __init__(self, **options: Any) -> None:
         """Check the options.
@@ -152,6 +168,13 @@ class SpawnOptions(BaseModel):
         rules = data.get("permissions")
         if rules is not None:
             data["permissions"] = _rules(rules)
+        effort = data.get("reasoning_effort")
+        if effort is not None and effort not in EFFORT_RANK:
+            raise InvalidRequest(
+                f"unknown reasoning_effort {effort!r:.100}; use one of {', '.join(EFFORT_RANK)}"
+            )
+        if data.get("output_schema") is not None:
+            data["output_schema"] = check_output_schema(data["output_schema"])
         return data
 
 
@@ -316,6 +339,15 @@ def narrow(spec: AgentSpec, options: SpawnOptions) -> AgentSpec:
                 f"agent); got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
             )
         update["restrictions"] = [*spec.restrictions, *options.permissions]
+    effort = options.reasoning_effort
+    if effort is not None:
+        most = spec.reasoning_effort
+        if most is not None and EFFORT_RANK[effort] > EFFORT_RANK[most]:
+            raise InvalidRequest(
+                f"reasoning_effort {effort!r} is more than agent {spec.name!r}'s {most!r}; "
+                "spawn options can only lower it"
+            )
+        update["reasoning_effort"] = effort
     return spec.model_copy(update=update)
 
 
@@ -324,7 +356,8 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
 
     Its tools are those of its agent that the parent was offered, the parent's rules
     apply to it as restrictions, its mode is the stricter of the two, its sandbox is no
-    wider than the parent's, and it cannot spawn in turn.
+    wider than the parent's, its reasoning effort no more than the parent's, and it
+    cannot spawn in turn.
     """
     own = agent.tools if agent.tools is not None else parent_tools
     tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
@@ -339,8 +372,18 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
             "env": _narrower_env(agent.env, parent.env),
             "limits": agent.limits.capped_by(parent.limits),
             "write_protected_paths": agent.write_protected_paths and parent.write_protected_paths,
+            "reasoning_effort": _lower_effort(agent.reasoning_effort, parent.reasoning_effort),
         }
     )
+
+
+def _lower_effort(
+    child: ReasoningEffort | None, parent: ReasoningEffort | None
+) -> ReasoningEffort | None:
+    """The lower of two efforts; None (the model's default) bounds nothing."""
+    if child is None or parent is None:
+        return child or parent
+    return min(child, parent, key=EFFORT_RANK.__getitem__)
 
 
 def _narrower_env(child: list[str] | None, parent: list[str] | None) -> list[str] | None:

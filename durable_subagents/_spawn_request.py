@@ -102,6 +102,7 @@ def build_task_input(
         time_limit=options.time_limit,
         approval_timeout=approval_timeout,
         token_budget=options.token_budget,
+        output_schema=options.output_schema,
         created_at=created_at or datetime.now(UTC),
     )
     refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
@@ -230,6 +231,8 @@ def static_details(task_input: TaskInput, workflow_id: str) -> str:
         lines.append(f"**Parent** {code_span(task_input.parent_id)}")
     if task_input.workspace:
         lines.append(f"**Workspace** {code_span(task_input.workspace)}")
+    if task_input.output_schema is not None:
+        lines.append("**Answer** structured: validated against the spawn's output schema")
     lines.append(f"**Prompt** {code_span(one_line(task_input.prompt, limit=300))}")
     return "\n\n".join(lines)
 

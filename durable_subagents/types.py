@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from durable_subagents.agents._spec import AgentSpec
+from durable_subagents.agents._spec import AgentSpec, ReasoningEffort
 
 __all__ = [
     "AgentSpec",
@@ -64,11 +64,15 @@ class Usage(BaseModel):
 
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Output tokens the model spent reasoning before it answered (part of
+    ``output_tokens``; OpenAI's ``completion_tokens_details.reasoning_tokens``)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -128,6 +132,10 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int = 8192
+    reasoning_effort: ReasoningEffort | None = None
+    """How hard a reasoning model thinks before it answers; None: the model's default."""
+    temperature: float | None = None
+    """Sampling temperature; None: the model's default."""
 
 
 class ModelResponse(BaseModel):
@@ -177,6 +185,9 @@ class TaskResult(BaseModel):
     """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Subagents this run spawned that had finished (a follow-up run can still wait on them)."""
+    output: dict[str, Any] | None = None
+    """The structured answer, validated against the spawn's output schema (``result``
+    is its JSON text); None when the spawn gave no schema or no answer matched."""
 
 
 class IgnoredDecision(BaseModel):
@@ -199,6 +210,10 @@ class TaskInfo(BaseModel):
     """The final answer is over 64 KiB: ``result`` is its head, and
     ``SubagentClient.get_result`` reads it whole from the blob store."""
     error: str | None = None
+    output: dict[str, Any] | None = None
+    """The structured answer when the spawn gave an ``output_schema``: validated against
+    it (``result`` is its JSON text). None otherwise, and for a task that stopped
+    before a valid answer: an answer that does not match is never reported here."""
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0

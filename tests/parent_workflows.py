@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -61,3 +62,19 @@ class WorkspaceWorkflow:
         except ApplicationError as err:
             return f"{err.type}: {err.message}"
         return "started"
+
+
+@workflow.defn
+class StructuredChildWorkflow:
+    """Starts a subagent with an output schema; returns its output, or the spawn's error."""
+
+    @workflow.run
+    async def run(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            handle = await start_subagent(
+                "explore", "review", model=args["model"], output_schema=args["schema"]
+            )
+        except ApplicationError as err:
+            return {"error": f"{err.type}: {err.message}"}
+        result = await handle
+        return {"status": result.status.value, "output": result.output, "result": result.result}

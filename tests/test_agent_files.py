@@ -219,6 +219,55 @@ def test_opencode_tool_globs_and_max_steps(tmp_path: Path) -> None:
     assert spec.permissions == [PermissionRule(tool="*", pattern="*", action="deny")]
 
 
+# ---------------------------------------------------------------- model settings
+
+
+def test_model_settings_in_either_format(tmp_path: Path) -> None:
+    claude = write(
+        tmp_path / ".claude/agents/thinker.md",
+        "---\nname: thinker\ndescription: d\nreasoning_effort: High\ntemperature: 0.2\n"
+        "max_output_tokens: 4000\n---\nThink.\n",
+    )
+    opencode = write(
+        tmp_path / ".opencode/agent/planner.md",
+        "---\ndescription: d\nreasoningEffort: low\ntemperature: 1\n---\nPlan.\n",
+    )
+    warnings: list[str] = []
+    spec = load_agent_file(claude, warnings=warnings)
+    assert (spec.reasoning_effort, spec.temperature, spec.max_output_tokens) == ("high", 0.2, 4000)
+    spec = load_agent_file(opencode, warnings=warnings)
+    assert (spec.reasoning_effort, spec.temperature, spec.max_output_tokens) == ("low", 1.0, None)
+    assert warnings == []
+    default = load_agent_file(write(tmp_path / ".claude/agents/p.md", "---\ndescription: d\n---\n"))
+    assert (default.reasoning_effort, default.temperature, default.max_output_tokens) == (
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("reasoning_effort: extreme", "reasoning_effort 'extreme' is not one of low, medium, high"),
+        ("reasoningEffort: [high]", "reasoningEffort ['high'] is not one of"),
+        ("temperature: 3", "temperature 3 is not a number from 0 to 2"),
+        ("temperature: warm", "temperature 'warm' is not a number"),
+        ("max_output_tokens: 0", "max_output_tokens 0 is not an integer from 1"),
+        ("max_output_tokens: 1.5", "max_output_tokens 1.5 is not an integer"),
+    ],
+)
+def test_a_model_setting_that_cannot_be_used_is_dropped_with_a_warning(
+    tmp_path: Path, line: str, field: str
+) -> None:
+    path = write(tmp_path / ".claude/agents/x.md", f"---\nname: x\ndescription: d\n{line}\n---\n")
+    warnings: list[str] = []
+    spec = load_agent_file(path, warnings=warnings)
+    assert (spec.reasoning_effort, spec.temperature, spec.max_output_tokens) == (None, None, None)
+    [warning] = warnings
+    assert f"{path}:4: {field}" in warning and "ignored" in warning
+
+
 # ---------------------------------------------------------------- lenient front matter
 
 RELEASE_NOTES = """\

@@ -67,6 +67,8 @@ def kind(snippet: Snippet) -> str:
         return "approval"
     if "client.watch(" in code:
         return "watch"
+    if "output_schema=" in code:
+        return "structured"
     if "spawn_task(" in code:
         return "spawn"
     return "unknown"
@@ -162,6 +164,13 @@ async def test_snippet_runs_as_shown(
     out = await run_snippet(snippet, served, tmp_path)
     if what == "spawn":
         assert "input_tokens" in out and "offline" in out.lower(), out
+    elif what == "structured":
+        verdict, rest = out.split(" ", 1)
+        assert verdict == "pass" and rest.startswith("['inventory/stock.py'] "), out
+        assert json.loads(rest.split(" ", 1)[1]) == {
+            "verdict": "pass",
+            "files": ["inventory/stock.py"],
+        }
     elif what == "watch":
         assert "[turn 1 · " in out and "[turn 2 · " in out, out
     elif what == "approval":

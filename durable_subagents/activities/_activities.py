@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -31,6 +32,12 @@ from durable_subagents._blobstore import (
     BlobStore,
 )
 from durable_subagents._live import LiveText
+from durable_subagents._output_schema import (
+    FINAL_ANSWER_TOOL,
+    answer_tool,
+    judge_answer,
+    schema_text,
+)
 from durable_subagents._payloads import (
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
@@ -163,6 +170,7 @@ class SubagentActivities:
             )
         workspace = self.workspace(input.workspace)
         offered = self.offered_tools(input)
+        schema, schema_ref = await self.output_schema(input)
         new_messages = await self.with_stored_results(input)
         messages = await self.transcript.load(task_id, input.head) + new_messages
         system = "\n\n".join(m.content for m in messages if m.role == "system")
@@ -175,12 +183,18 @@ class SubagentActivities:
             idle_timeout=self.model_idle_timeout,
             script_files=self.script_files,
         )
+        tools = [*self.tools.specs(offered), *input.extra_tools]
+        if schema is not None:
+            tools.append(answer_tool(json.loads(schema)))
+            system = "\n\n".join(p for p in (system, _ANSWER_INSTRUCTION) if p)
         request = ModelRequest(
             model=provider_model,
             system=system,
             messages=conversation,
-            tools=[*self.tools.specs(offered), *input.extra_tools],
+            tools=tools,
             max_tokens=input.max_tokens,
+            reasoning_effort=input.reasoning_effort,
+            temperature=input.temperature,
         )
         live = LiveText(input.turn, activity.info().attempt)
         try:
@@ -201,9 +215,22 @@ class SubagentActivities:
                     "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
                 )
             raise
+        kept = response.tool_calls[:MAX_CALLS_KEPT]
+        well_formed = _well_formed(kept, input.turn)
+        judged = None
+        if schema is not None:
+            # Judged with the arguments as the model sent them (before the depth check
+            # replaces them), in a thread: a check may take a CPU second (CHECK_SECONDS),
+            # which must hold up neither the heartbeats nor other tasks' activities.
+            as_sent = [
+                c.model_copy(update={"arguments": k.arguments})
+                for c, k in zip(well_formed, kept, strict=True)
+            ]
+            async with _heartbeating():
+                judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
         calls = [
             await self.transcript.store_call(task_id, self.with_path(c, workspace))
-            for c in _well_formed(response.tool_calls[:MAX_CALLS_KEPT], input.turn)
+            for c in well_formed
         ]
         if len(response.tool_calls) > MAX_CALLS_KEPT:
             activity.logger.warning(
@@ -226,12 +253,32 @@ class SubagentActivities:
             usage=response.usage,
             stop_reason=response.stop_reason,
             model=full_name,
+            output=judged.output if judged else None,
+            output_error=judged.error if judged else None,
+            output_call=judged.call_id if judged else None,
+            output_schema_ref=schema_ref,
             **self.tools_offered(input, offered),
         )
+
+    async def output_schema(self, input: ModelTurnInput) -> tuple[str | None, str | None]:
+        """The task's output schema (as ``schema_text``), and the blob stored this turn.
+
+        A run's first turn carries the schema and stores it (content-addressed, so a
+        retry stores the same blob); later turns carry only its reference.
+        """
+        if input.output_schema is not None:
+            text = schema_text(input.output_schema)
+            return text, await self.store.put(input.task_id, text.encode())
+        if input.output_schema_ref is not None:
+            data = await self.store.get(input.task_id, input.output_schema_ref)
+            return data.decode(), None
+        return None, None
 
     def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
         names = [*offered, *(t.name for t in input.extra_tools)]
+        if _has_schema(input):
+            names.append(FINAL_ANSWER_TOOL)
         read_only = [t for t in offered if self.read_only(t)]
         protected = list(self.protected_paths)
         if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
@@ -258,6 +305,8 @@ class SubagentActivities:
                 )
         allowed = set(available if input.tools is None else input.tools)
         allowed -= set(input.disallowed_tools)
+        if _has_schema(input):
+            allowed.discard(FINAL_ANSWER_TOOL)  # the answer's tool takes the name
         if input.read_only:
             allowed &= {n for n in available if self.read_only(n)}
         return [t for t in available if t in allowed]
@@ -448,6 +497,16 @@ class SubagentActivities:
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
         return [self.model_turn, self.run_tool]
+
+
+_ANSWER_INSTRUCTION = (
+    f"When you are done, call the {FINAL_ANSWER_TOOL} tool with your answer as its "
+    "arguments: the task ends when the answer matches its parameters."
+)
+
+
+def _has_schema(input: ModelTurnInput) -> bool:
+    return input.output_schema is not None or input.output_schema_ref is not None
 
 
 _CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

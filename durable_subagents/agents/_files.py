@@ -5,8 +5,11 @@ Two layouts are read, so a project's existing agents work unchanged:
 - Claude Code: ``.claude/agents/*.md`` with ``name``, ``description``, ``tools``,
   ``disallowedTools``, ``model``, ``permissionMode`` and ``maxTurns``.
 - OpenCode: ``.opencode/agent/*.md`` or ``.opencode/agents/*.md`` with ``description``,
-  ``model``, ``tools`` (``{tool: true/false}``), ``permission``, ``steps``/``maxSteps``
-  and ``mode``; the agent's name is the file's stem.
+  ``model``, ``tools`` (``{tool: true/false}``), ``permission``, ``steps``/``maxSteps``,
+  ``mode``, ``temperature`` and ``reasoningEffort``; the agent's name is the file's stem.
+
+Both also take our own model settings (``reasoning_effort``, ``temperature``,
+``max_output_tokens``) and sandbox fields (``network``, ``env``, ``limits``).
 
 In both the Markdown body is the system prompt. Files are read as leniently as Claude
 Code reads them (see ``_front_matter``: front matter YAML rejects, such as an unquoted
@@ -50,6 +53,8 @@ from durable_subagents.agents._front_matter import (
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
     EDIT_TOOLS,
+    MAX_OUTPUT_TOKENS,
+    REASONING_EFFORTS,
     Action,
     AgentSpec,
     PermissionRule,
@@ -123,7 +128,7 @@ _PERMISSION_MODES = {
 }
 _OPENCODE_MODES = ("primary", "subagent", "all")
 _CLAUDE_IGNORED = {"color"}
-_OPENCODE_IGNORED = {"color", "temperature", "top_p", "hidden", "prompt", "disable"}
+_OPENCODE_IGNORED = {"color", "top_p", "hidden", "prompt", "disable"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -371,7 +376,7 @@ def _claude(f: _File) -> AgentSpec:
             "to use the agent (add a 'description: ...' line to the front matter)",
         )
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
-    _warn_unused(f, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS)
+    _warn_unused(f, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS | _MODEL_KEYS)
     return _spec(
         name=f.agent,
         description=description,
@@ -382,6 +387,7 @@ def _claude(f: _File) -> AgentSpec:
         permission_mode=_permission_mode(f),
         max_turns=_turns(f, "maxTurns"),
         **_sandbox_fields(f),
+        **_model_settings(f),
     )
 
 
@@ -438,7 +444,7 @@ def _opencode(f: _File) -> AgentSpec:
         f.warn("mode", f"mode {mode!r} is not one of {', '.join(_OPENCODE_MODES)}; ignored")
     steps_key = "steps" if "steps" in f.meta else "maxSteps"
     known = {"description", "model", "tools", "permission", "mode", "steps", "maxSteps"}
-    _warn_unused(f, known | _OPENCODE_IGNORED | _SANDBOX_KEYS)
+    _warn_unused(f, known | _OPENCODE_IGNORED | _SANDBOX_KEYS | _MODEL_KEYS)
     return _spec(
         name=f.agent,
         description=description.strip(),
@@ -450,6 +456,7 @@ def _opencode(f: _File) -> AgentSpec:
         permission_mode="dont_ask",
         max_turns=_turns(f, steps_key),
         **_sandbox_fields(f),
+        **_model_settings(f),
     )
 
 
@@ -619,6 +626,55 @@ def _sandbox_fields(f: _File) -> dict[str, Any]:
                 f"invalid 'limits' ({err.errors()[0]['msg']}); use processes, memory_mb, "
                 "file_size_mb, cpu_seconds, open_files",
             ) from None
+    return fields
+
+
+_MODEL_KEYS = {"reasoning_effort", "reasoningEffort", "temperature", "max_output_tokens"}
+"""Model settings: ``reasoning_effort`` (OpenCode's ``reasoningEffort``), ``temperature``
+and ``max_output_tokens``, in either format."""
+
+
+def _model_settings(f: _File) -> dict[str, Any]:
+    """The model settings a file gives; a value we cannot use is dropped with a warning."""
+    meta = f.meta
+    fields: dict[str, Any] = {}
+    key = "reasoning_effort" if "reasoning_effort" in meta else "reasoningEffort"
+    effort = meta.get(key)
+    if isinstance(effort, str) and effort.strip().lower() in REASONING_EFFORTS:
+        fields["reasoning_effort"] = effort.strip().lower()
+    elif effort is not None:
+        f.warn(
+            key,
+            f"{key} {effort!r} is not one of {', '.join(REASONING_EFFORTS)}; ignored (the "
+            "model's default effort is used)",
+        )
+    temperature = meta.get("temperature")
+    if temperature is not None:
+        if (
+            isinstance(temperature, int | float)
+            and not isinstance(temperature, bool)
+            and (0 <= temperature <= 2)
+        ):
+            fields["temperature"] = float(temperature)
+        else:
+            f.warn(
+                "temperature",
+                f"temperature {temperature!r} is not a number from 0 to 2; ignored",
+            )
+    tokens = meta.get("max_output_tokens")
+    if tokens is not None:
+        if (
+            isinstance(tokens, int)
+            and not isinstance(tokens, bool)
+            and (1 <= tokens <= MAX_OUTPUT_TOKENS)
+        ):
+            fields["max_output_tokens"] = tokens
+        else:
+            f.warn(
+                "max_output_tokens",
+                f"max_output_tokens {tokens!r} is not an integer from 1 to "
+                f"{MAX_OUTPUT_TOKENS}; ignored",
+            )
     return fields
 
 

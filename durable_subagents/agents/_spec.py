@@ -11,6 +11,11 @@ from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PAT
 
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
+ReasoningEffort = Literal["low", "medium", "high"]
+REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
+"""Reasoning efforts from the least to the most."""
+MAX_OUTPUT_TOKENS = 1_000_000
+"""The largest ``max_output_tokens`` an agent may ask for (models allow far less)."""
 
 READ_ONLY_TOOLS = ("read_file", "list_files", "grep")
 EDIT_TOOLS = ("write_file", "edit_file")
@@ -106,6 +111,14 @@ class AgentSpec(BaseModel):
     when the workflow task that ran them completes: a worker crash mid-call runs the call
     again elsewhere (they change nothing), and a cancel reaches a running one within the
     workflow task heartbeat (about 8 s) instead of the next activity heartbeat (1 s)."""
+
+    reasoning_effort: ReasoningEffort | None = None
+    """How hard a reasoning model thinks before each answer (OpenAI's ``reasoning_effort``);
+    None: the model's default. A spawn may lower it, never raise it."""
+    temperature: float | None = Field(None, ge=0, le=2)
+    """Sampling temperature; None: the model's default."""
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
+    """Most tokens one model answer may take, reasoning included; None: 8,192."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order."""

@@ -6,7 +6,8 @@ import json
 import shlex
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -24,7 +25,7 @@ from durable_subagents.cli._common import (
 )
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.types import TaskInfo, TaskStatus
 
 
@@ -78,6 +79,16 @@ def spawn(
     token_budget: Annotated[
         int | None, typer.Option(help="Tokens the task and its subagents may use in all")
     ] = None,
+    reasoning_effort: Annotated[
+        str | None, typer.Option(help="low | medium | high (at most the agent's)")
+    ] = None,
+    output_schema: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="A JSON Schema (an object's) the answer must match; --json shows it as 'output'",
+        ),
+    ] = None,
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
     ] = None,
@@ -93,6 +104,7 @@ def spawn(
     text = sys.stdin.read() if prompt == "-" else prompt
 
     async def main() -> TaskStatus | None:
+        schema = _read_schema(output_schema) if output_schema is not None else None
         settings = make_settings(address, namespace, task_queue)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(
@@ -109,6 +121,8 @@ def spawn(
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
+            output_schema=schema,
             workspace=workspace,
             task_id=task_id,
         )
@@ -123,6 +137,21 @@ def spawn(
         return None
 
     _exit_if_unsuccessful(run(main()))
+
+
+def _read_schema(path: Path) -> Any:
+    """The JSON in an ``--output-schema`` file (``spawn_task`` checks what it says)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidRequest(f"cannot read the output schema file {str(path)!r}: {err}") from None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise InvalidRequest(
+            f"the output schema file {str(path)!r} is not JSON: {err}; write a JSON Schema "
+            'such as {"type": "object", "properties": {"verdict": {"type": "string"}}}'
+        ) from None
 
 
 def _rules(specs: list[str] | None, action: str) -> list[dict[str, str]]:

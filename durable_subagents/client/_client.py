@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution as RunRef
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.failure.v1 import Failure
@@ -180,6 +181,8 @@ class SubagentClient:
         task_id: str | None = None,
         network: bool | None = None,
         token_budget: int | None = None,
+        reasoning_effort: str | None = None,
+        output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -211,14 +214,23 @@ class SubagentClient:
                 processes get loopback only); ``True`` only if the agent allows it.
             token_budget: Input plus output tokens the task and the subagents it
                 spawns may use in all; then it stops (``stop_reason="token_budget"``).
+            reasoning_effort: ``low``, ``medium`` or ``high``: how hard a reasoning model
+                thinks; at most the agent's (any, if the agent sets none).
+            output_schema: A JSON Schema for an object, or a pydantic model class: the
+                answer must match it. ``TaskInfo.output`` is then the validated answer
+                and ``result`` its JSON text; an answer that does not match goes back
+                to the model with what is wrong, and the third such answer fails the
+                task.
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
 
         Raises:
             InvalidRequest: unknown agent, empty or oversized prompt, bad limits, an
-                option that would widen the agent, or a workspace spelled through a
-                protected path (``.git``, ``.vscode``...).
+                option that would widen the agent, a workspace spelled through a
+                protected path (``.git``, ``.vscode``...), or an output schema that is
+                not a JSON Schema for an object, is over 32 KiB, or has a ``$ref`` that
+                does not resolve within it.
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
@@ -235,6 +247,8 @@ class SubagentClient:
             workspace=workspace,
             network=network,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
+            output_schema=output_schema,
         )
         refuse_protected_workspace(options.workspace, self.protected_paths)
         task_input = build_task_input(
@@ -865,6 +879,7 @@ class SubagentClient:
         info.usage = result.usage
         info.model = result.model
         info.head = result.head
+        info.output = result.output
         # A longer answer stays in the store until asked for (get_result).
         info.result_ref = result.result_ref
         info.result_truncated = result.result_ref is not None

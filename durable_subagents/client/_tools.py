@@ -55,6 +55,7 @@ _VIEW = {
     "status",
     "turns",
     "result",
+    "output",
     "error",
     "stop_reason",
     "pause_id",
@@ -82,6 +83,16 @@ class SpawnSubagent(_Args):
     model: str | None = Field(None, description="'provider:model'; default: the agent's.")
     max_turns: int | None = Field(None, ge=1, description="Turn limit; default: the agent's.")
     tools: list[str] | None = Field(None, description="Restrict it to these of its tools.")
+    reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="How hard a reasoning model thinks; at most the agent's."
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "A JSON Schema (type object) its answer must match; then the task's 'output' "
+            "is the validated answer, as JSON."
+        ),
+    )
 
 
 class CheckSubagent(_Args):
@@ -486,6 +497,8 @@ class SubagentTools:
         pending = [_pending_view(p, full.get(p.call_id)) for p in undecided]
         self._shown.setdefault(info.id, set()).update(_key(p) for p in undecided)
         view = info.model_dump(mode="json", include=_VIEW)
+        if info.output is not None:
+            del view["result"]  # the same answer, as JSON text
         view["pending_approvals"] = pending
         view = {k: v for k, v in view.items() if v not in (None, [])}
         paused_decided = info.status == TaskStatus.PAUSED and not pending

@@ -3,7 +3,9 @@
 Tests (yours too) point the real ``openai`` SDK at it: it plays queued replies,
 streams them as Server-Sent Events in small fragments, injects HTTP errors, random
 5xx failures and stream faults (reset, truncated, hanging), and records every
-request, when it came and what it got, and every client disconnect.
+request, when it came and what it got, and every client disconnect. Usage reports
+reasoning tokens as the API does (``completion_tokens_details.reasoning_tokens``, part
+of ``completion_tokens``), by the request's ``reasoning_effort``.
 
 Example:
     >>> async with FakeOpenAIServer() as srv:  # doctest: +SKIP
@@ -27,7 +29,15 @@ from typing import Any, ClassVar, Literal, Self
 
 from aiohttp import web
 
-__all__ = ["FAULTS", "FakeModelServer", "FakeOpenAIServer", "FakeReply", "Fault"]
+__all__ = [
+    "FAULTS",
+    "REASONING_EFFORTS",
+    "REASONING_TOKENS",
+    "FakeModelServer",
+    "FakeOpenAIServer",
+    "FakeReply",
+    "Fault",
+]
 
 Fault = Literal["reset", "truncate", "hang"]
 """A stream fault: ``reset`` aborts the TCP connection (RST), ``truncate`` ends the
@@ -35,6 +45,11 @@ response cleanly but early (no finish reason / ``message_stop``), ``hang`` stall
 without closing until the client gives up."""
 
 FAULTS: tuple[Fault, ...] = ("reset", "truncate", "hang")
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+"""The ``reasoning_effort`` values the fake OpenAI server takes (others get the API's 400)."""
+REASONING_TOKENS = {"none": 0, "minimal": 16, "low": 64, "medium": 256, "high": 1024, "xhigh": 4096}
+"""Reasoning tokens a reply reports for each effort, unless it sets its own."""
 
 
 @dataclass
@@ -54,6 +69,10 @@ class FakeReply:
     """
     usage: tuple[int, int] = (10, 5)
     """``(input_tokens, output_tokens)``."""
+    reasoning_tokens: int | None = None
+    """Tokens the model reasoned for, on top of ``usage``'s output (OpenAI reports them
+    within ``completion_tokens``); None: ``REASONING_TOKENS`` of the request's
+    ``reasoning_effort`` (0 without one)."""
     deltas: list[str] | None = None
     """The text streamed in exactly these pieces (default: word by word), e.g. a
     surrogate pair cut in two; ``text`` is then their concatenation."""
@@ -173,11 +192,14 @@ class FakeModelServer:
         stop_reason: str | None = None,
         chunk_delay: float | None = None,
         hang: bool = False,
+        reasoning_tokens: int | None = None,
     ) -> None:
         """Queue a successful reply; replies are played in order, one per request.
 
         ``text=""`` without tool calls is an empty answer (a finish reason, no content).
         ``deltas`` streams the text in exactly those pieces (``text`` is their join).
+        ``reasoning_tokens`` is what the usage reports as spent reasoning (see
+        ``FakeReply``).
         """
         self._replies.append(
             FakeReply(
@@ -188,6 +210,7 @@ class FakeModelServer:
                 stop_reason=stop_reason,
                 chunk_delay=chunk_delay,
                 hang=hang,
+                reasoning_tokens=reasoning_tokens,
             )
         )
 
@@ -267,11 +290,19 @@ class FakeModelServer:
             reply = replace(reply, fault="hang", after_chunks=1)
         return reply
 
+    def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """The API's error for a request it would refuse as malformed (overridden per API)."""
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
         self.request_times.append(time.monotonic())
+        refused = self.refusal(body)
+        if refused is not None:
+            self.outcomes.append(str(refused[0]))
+            return web.json_response(refused[1], status=refused[0])
         reply = self._next_reply()
         self.outcomes.append(reply.fault or str(reply.status))
         if reply.status != 200:
@@ -381,12 +412,42 @@ class FakeOpenAIServer(FakeModelServer):
             for c in reply.tool_calls
         ]
 
-    def _usage(self, reply: FakeReply) -> dict[str, int]:
+    def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """A 400 with the API's message for a ``reasoning_effort`` it does not know."""
+        effort = body.get("reasoning_effort")
+        if effort is None or effort in REASONING_EFFORTS:
+            return None
+        supported = ", ".join(f"'{e}'" for e in REASONING_EFFORTS)
+        message = (
+            f"Invalid value: '{effort}'. Supported values are: {supported}."
+            if isinstance(effort, str)
+            else f"Invalid type for 'reasoning_effort': expected a string, but got {effort!r}."
+        )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "reasoning_effort",
+            "code": "invalid_value" if isinstance(effort, str) else "invalid_type",
+        }
+        return 400, {"error": error}
+
+    def _usage(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
+        """Usage as the API reports it: reasoning tokens within ``completion_tokens``."""
         prompt, completion = reply.usage
+        reasoning = reply.reasoning_tokens
+        if reasoning is None:
+            reasoning = REASONING_TOKENS.get(str(body.get("reasoning_effort")), 0)
+        completion += reasoning
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
+            "completion_tokens_details": {
+                "reasoning_tokens": reasoning,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
 
     def render(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
@@ -404,7 +465,7 @@ class FakeOpenAIServer(FakeModelServer):
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": message, "finish_reason": self._finish(reply)}],
-            "usage": self._usage(reply),
+            "usage": self._usage(reply, body),
         }
 
     def events(self, reply: FakeReply, body: dict[str, Any]) -> Iterator[bytes]:
@@ -430,5 +491,5 @@ class FakeOpenAIServer(FakeModelServer):
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
         yield chunk({}, self._finish(reply))
         if (body.get("stream_options") or {}).get("include_usage"):
-            yield _sse({**base, "choices": [], "usage": self._usage(reply)})
+            yield _sse({**base, "choices": [], "usage": self._usage(reply, body)})
         yield b"data: [DONE]\n\n"

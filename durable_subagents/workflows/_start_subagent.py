@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
@@ -50,6 +51,8 @@ async def start_subagent(
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
     token_budget: int | None = None,
+    reasoning_effort: str | None = None,
+    output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
 ) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
     """Start a subagent as a child of the calling workflow; await the handle for its result.
 
@@ -75,6 +78,9 @@ async def start_subagent(
         approval_timeout: Seconds a pause may wait for a decision.
         time_limit: Seconds the subagent may run; then it stops as ``timed_out``.
         token_budget: Tokens the subagent (and its children) may use in all.
+        reasoning_effort: ``low``, ``medium`` or ``high``; at most the agent's.
+        output_schema: A JSON Schema for an object, or a pydantic model class: the
+            result's ``output`` is then the answer, validated against it.
         workspace: A directory inside the worker's workspace root.
         task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
@@ -103,6 +109,8 @@ async def start_subagent(
             time_limit=time_limit,
             workspace=workspace,
             token_budget=token_budget,
+            reasoning_effort=reasoning_effort,
+            output_schema=output_schema,
         )
         task_input = build_task_input(
             spec,

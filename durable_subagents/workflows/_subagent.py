@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
+from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
 from durable_subagents.workflows._details import TaskView, current_details
 from durable_subagents.workflows._helpers import (
     error_message,
@@ -37,6 +38,7 @@ from durable_subagents.workflows._subtasks import (
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
     from durable_subagents import policy
+    from durable_subagents._output_schema import answer_json
     from durable_subagents._payloads import (
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
@@ -184,6 +186,12 @@ class SubagentWorkflow:
         self._waiting_for_model = False
         self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
         """What ``_publish`` last published: status, pause id and pending calls."""
+        self._output: dict[str, Any] | None = None
+        """The answer that matched the output schema (the result is its JSON)."""
+        self._invalid_answers = 0
+        """Answers of this run that did not match the output schema."""
+        self._schema_ref: str | None = None
+        """The blob the output schema was stored as by this run's first turn."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -276,6 +284,7 @@ class SubagentWorkflow:
             self._runs = state.runs
             self._children.restore(state.children)
             self._adopted = [*state.adopted, *self._adopted]
+            self._invalid_answers = state.invalid_answers
         self._memo = dict(workflow.memo())
         pending = list(state.pending_messages) if state else []
         loop = asyncio.create_task(self._loop(pending))
@@ -392,7 +401,21 @@ class SubagentWorkflow:
                 self._sandbox = turn.sandbox
                 self._take_protected(turn.protected_paths)
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
+            self._schema_ref = turn.output_schema_ref or self._schema_ref
             new = []
+            told: str | None = None
+            if inp.output_schema is not None and patched("output-schema"):
+                if turn.output is not None:
+                    if not self._inbox:
+                        return self._answered(turn)
+                    new = set_aside(turn)  # the model reads the input first
+                    continue
+                if turn.output_error is not None:
+                    self._invalid_answers += 1
+                    told = feedback(turn, self._invalid_answers)
+                    if turn.output_call is None:  # a text reply: the model is told
+                        new = [Message(role="user", content=told)]
+                        continue
             if not turn.tool_calls:
                 if self._inbox:
                     continue  # input came while the model answered: it goes on
@@ -409,6 +432,8 @@ class SubagentWorkflow:
                 return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=unanswered)
             self._progress()
             verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
+            if inp.output_schema is not None:
+                verdicts.update(answer_verdicts(turn, told))
             shared = _shared_ids(turn.tool_calls)
             if shared and patched("shared-call-ids-denied"):
                 # Calls that share an id would share one verdict and one decision: the
@@ -450,6 +475,15 @@ class SubagentWorkflow:
             return
         kept = list(self._protected or [])
         self._protected = kept + [p for p in reported if p not in kept]
+
+    def _answered(self, turn: ModelTurnResult) -> TaskResult:
+        """Finish with the turn's answer, which matched the output schema."""
+        assert turn.output is not None
+        self._output = turn.output
+        self._last_text, self._last_text_ref = answer_json(turn.output), None
+        return self._finish(
+            TaskStatus.COMPLETED, stop_reason=final_stop_reason(turn), pending=accepted(turn)
+        )
 
     def _take_input(self) -> list[Message]:
         """Queued input for the next turn, oldest first, as much as one turn carries.
@@ -545,6 +579,12 @@ class SubagentWorkflow:
             workspace=self._input.workspace,
             agent_name=spec.name,
             extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
+            # The schema once per run; later turns name the blob the first one stored.
+            output_schema=self._input.output_schema if self._schema_ref is None else None,
+            output_schema_ref=self._schema_ref,
+            reasoning_effort=spec.reasoning_effort,
+            temperature=spec.temperature,
+            max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(
                     self._offered, list(self._read_only), self._sandbox, self._reported_protected
@@ -840,6 +880,7 @@ class SubagentWorkflow:
             children=self._children.finished,
             adopted=self._adopted,
             time_limit_from=self._time_limit_from,
+            invalid_answers=self._invalid_answers,
         )
         # On versioned workers the new run starts on the deployment's current version,
         # like a follow-up run. Temporal's default would keep it on this run's version,
@@ -880,6 +921,7 @@ class SubagentWorkflow:
             head=self._head,
             model=model_label(self._model),
             children=self._children.finished,
+            output=self._output,
         )
 
     def _progress(self) -> None:

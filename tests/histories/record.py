@@ -75,6 +75,24 @@ ASK_SCRIPT = "scripted:" + json.dumps(
     ]
 )
 
+VERDICT = {
+    "type": "object",
+    "properties": {"verdict": {"type": "string", "enum": ["pass", "fail"]}},
+    "required": ["verdict"],
+}
+STRUCTURED_SCRIPT = "scripted:" + json.dumps(
+    [
+        {"text": "it passes"},
+        {
+            "tool_calls": [
+                {"name": "final_answer", "arguments": {"verdict": "maybe"}},
+                {"name": "read_file", "arguments": {"path": "a.txt"}},
+            ]
+        },
+        {"tool_calls": [{"name": "final_answer", "arguments": {"verdict": "pass"}}]},
+    ]
+)
+
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,6 +143,11 @@ async def main() -> None:
                 await client.spawn_task("general", "child", parent_id=parent, model=SLOW_SCRIPT)
                 await asyncio.sleep(1.5)
                 await client.cancel_task(parent, wait=True)
+                # a structured answer: a text reply, an invalid answer beside a read, a valid one
+                structured = await client.spawn_task(
+                    "explore", "review", model=STRUCTURED_SCRIPT, output_schema=VERDICT
+                )
+                await client.check_task(structured, wait=True, timeout=60)
             recorded = {
                 "completed": done,
                 "cancelled": slow,
@@ -132,6 +155,7 @@ async def main() -> None:
                 "spawning": lead,
                 "approvals": asks,
                 "registered": parent,
+                "structured": structured,
             }
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():

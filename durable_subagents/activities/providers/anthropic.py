@@ -217,6 +217,8 @@ class AnthropicProvider:
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``claude-haiku-4-5``.
+                Its ``reasoning_effort`` is not used here yet (extended thinking is not
+                turned on).
             on_text: Called with each text delta as it arrives.
 
         Returns:
@@ -239,6 +241,9 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
+        if request.temperature is not None:
+            # Not among the SDK's typed parameters; the API takes 0-1 (OpenAI's 0-2).
+            params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="anthropic",

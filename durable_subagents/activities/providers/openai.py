@@ -108,9 +108,12 @@ class _Accumulator:
             self.model = str(chunk["model"])
         usage = chunk.get("usage")
         if isinstance(usage, dict):
+            details = usage.get("completion_tokens_details")
+            reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
             self.usage = Usage(
                 input_tokens=_count(usage.get("prompt_tokens")),
                 output_tokens=_count(usage.get("completion_tokens")),
+                reasoning_tokens=_count(reasoning),
             )
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
@@ -203,7 +206,8 @@ class OpenAIProvider:
             on_text: Called with each text delta as it arrives.
 
         Returns:
-            Text, tool calls (arguments decoded), usage and finish reason.
+            Text, tool calls (arguments decoded), usage (reasoning tokens included, as
+            ``completion_tokens_details`` reports them) and finish reason.
 
         Raises:
             temporalio.exceptions.ApplicationError: The API failed (retryable or not as
@@ -228,6 +232,10 @@ class OpenAIProvider:
         )
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
+        if request.reasoning_effort is not None:
+            params["reasoning_effort"] = request.reasoning_effort
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
         accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="openai",
