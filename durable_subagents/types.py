@@ -23,6 +23,7 @@ from durable_subagents.agents._spec import AgentSpec
 
 __all__ = [
     "AgentSpec",
+    "Compaction",
     "IgnoredDecision",
     "Message",
     "ModelRequest",
@@ -60,15 +61,31 @@ _TERMINAL = {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED, Task
 
 
 class Usage(BaseModel):
-    """Token usage, summed over turns."""
+    """Token usage, summed over model calls (turns, and the summaries of compactions).
+
+    ``input_tokens`` counts every input token of every request, those read from and
+    written to the provider's prompt cache included: Anthropic's ``input_tokens`` +
+    ``cache_creation_input_tokens`` + ``cache_read_input_tokens``, OpenAI's
+    ``prompt_tokens``. The two cache fields say how many of them the cache served or
+    stored (as OpenTelemetry's ``gen_ai.usage.cache_read.input_tokens`` does), so
+    ``input_tokens - cache_read_tokens - cache_write_tokens`` were billed at the full
+    rate. A token budget counts ``input_tokens`` whole, cached ones too: it bounds the
+    work the model does, not the bill.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (billed at about a tenth)."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the prompt cache (Anthropic bills them at 1.25x)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
@@ -91,11 +108,40 @@ class ToolCall(BaseModel):
     lies outside). Path rules match this, not the raw argument."""
 
 
+class Compaction(BaseModel):
+    """A compaction point: from here on the model was sent a shorter view of the task.
+
+    Indices count the transcript's own messages (compaction points left out): tool
+    results before ``noted`` were sent as short notes naming the call, and the
+    messages from the end of the task's prompt up to ``summarized`` as the summary
+    this point's message holds. Every message stays in the transcript, whole.
+    """
+
+    number: int
+    """1 for the task's first compaction, 2 for the next..."""
+    reason: str = "threshold"
+    """``threshold`` (the context neared the window) or ``context_length`` (the
+    provider refused the request as too long)."""
+    noted: int = 0
+    summarized: int = 0
+    tokens_before: int = 0
+    """The context's size before, in tokens (estimated)."""
+    tokens_after: int = 0
+    window: int = 0
+    """The model's context window it was compacted for."""
+    model_calls: int = 0
+    """Model calls it took: 1 when it wrote a summary, else 0."""
+
+
 class Message(BaseModel):
     """One provider-neutral transcript message.
 
     ``content_ref`` set means ``content`` is only a preview and the full text is the
     named blob; the model-turn activity expands it before calling a provider.
+
+    A message with ``compaction`` set marks a compaction point (role ``system``): its
+    content is the summary the model was given from there on in place of the earlier
+    turns ("" if the compaction only turned tool results into notes).
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -105,6 +151,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    compaction: Compaction | None = None
 
 
 class ToolSpec(BaseModel):
@@ -124,6 +171,15 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int = 8192
+    turn: int = 0
+    """The task's turn this request is for (1, 2...); 0 when it is no turn (a summary)."""
+    purpose: Literal["turn", "summary"] = "turn"
+    """``summary``: a compaction's summary call (no tools offered)."""
+    cache_key: str | None = None
+    """A stable name of the conversation (the task id) for providers that route
+    requests to their prompt cache by it (OpenAI's ``prompt_cache_key``)."""
+    prompt_cache: bool = True
+    """Whether to ask for prompt caching (Anthropic's ``cache_control`` breakpoints)."""
 
 
 class ModelResponse(BaseModel):
@@ -169,6 +225,10 @@ class TaskResult(BaseModel):
     """Tool results the conversation still owes (a stop at max_turns); a follow-up sends them."""
     children: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Subagents this run spawned that had finished (a follow-up run can still wait on them)."""
+    compactions: int = 0
+    """Times the conversation was compacted to fit the model's context window."""
+    tree_usage: Usage | None = None
+    """Usage of this task and every subagent below it that finished (None: it spawned none)."""
 
 
 class IgnoredDecision(BaseModel):
@@ -195,6 +255,12 @@ class TaskInfo(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
+    tree_usage: Usage | None = None
+    """Usage of this task and of the subagents it spawned, theirs counted once they
+    finished; None when it spawned none."""
+    compactions: int = 0
+    """Times the conversation was compacted to fit the model's context window (each is
+    a ``compaction`` event of ``watch`` and a marked point of ``get_transcript``)."""
     parent_id: str | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
@@ -239,7 +305,8 @@ class TaskEvent(BaseModel):
     the new piece), then one ``turn`` event when the turn is recorded (``error`` set if
     it failed); then the turn's tool calls. The ``text`` pieces of a turn add up to its
     answer; a piece with ``summary="restarted"`` starts that text over (the model call
-    was retried after part of an answer was shown).
+    was retried after part of an answer was shown). A ``compaction`` event says the
+    conversation was made to fit the model's context window, and by how much.
     """
 
     kind: Literal[
@@ -251,6 +318,7 @@ class TaskEvent(BaseModel):
         "input",
         "decision",
         "decision_ignored",
+        "compaction",
         "closed",
     ]
     task_id: str
@@ -262,3 +330,5 @@ class TaskEvent(BaseModel):
     error: str | None = None
     text: str | None = None
     """A ``text`` event's new piece of the turn's answer."""
+    usage: Usage | None = None
+    """A ``turn`` event's tokens (cache reads and writes included)."""
