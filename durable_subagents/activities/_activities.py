@@ -1,4 +1,4 @@
-"""The two activities every subagent uses: one model turn, and one tool call.
+"""The activities every subagent uses: one model turn, one tool call, and a compaction.
 
 All I/O of a task happens here: the blob store (transcript and large outputs), the
 model providers (API keys are read here, on the worker, and nowhere else) and the
@@ -29,21 +29,39 @@ from durable_subagents._blobstore import (
     BlobNotFound,
     BlobStore,
 )
+from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
 from durable_subagents._live import LiveText
 from durable_subagents._payloads import (
+    COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
+    CompactInput,
+    CompactResult,
+    ContextInput,
     ModelTurnInput,
     ModelTurnResult,
     ToolCallInput,
     ToolCallResult,
     tools_digest,
 )
-from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
+from durable_subagents._telemetry import (
+    ActivityTelemetry,
+    traced_compaction,
+    traced_model_turn,
+    traced_tool,
+)
 from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
-from durable_subagents.activities.providers import model_unavailable, resolve_provider
+from durable_subagents.activities._compaction import compact
+from durable_subagents.activities.providers import (
+    ModelProvider,
+    TextSink,
+    model_unavailable,
+    resolve_provider,
+)
+from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.activities.providers._stream import within
+from durable_subagents.activities.providers._windows import known_window
 from durable_subagents.activities.tools import (
     ToolContext,
     ToolError,
@@ -56,7 +74,13 @@ from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
-from durable_subagents.types import Message, ModelRequest, ToolCall
+from durable_subagents.types import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +109,14 @@ class SubagentActivities:
             retryably (``Settings.model_turn_timeout``); None: no limit of its own.
         script_files: Whether tasks may use ``scripted:@FILE`` models, which read a
             file the spawner names on this worker (``Settings.script_files``).
+        context_window: The context window of every model, in tokens
+            (``Settings.context_window``; an agent's own wins); None: the table of
+            known models.
+        compact_at: The share of the window a turn may fill before the conversation
+            is compacted (``Settings.compact_at``).
+        prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
+        prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
+            (``Settings.prompt_cache_key``).
     """
 
     def __init__(
@@ -103,6 +135,10 @@ class SubagentActivities:
         model_idle_timeout: float | None = DEFAULT_MODEL_IDLE_TIMEOUT,
         model_turn_timeout: float | None = None,
         script_files: bool = False,
+        context_window: int | None = None,
+        compact_at: float = COMPACT_AT,
+        prompt_cache: bool = True,
+        prompt_cache_key: str = "auto",
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -126,6 +162,10 @@ class SubagentActivities:
         self.model_idle_timeout = model_idle_timeout
         self.model_turn_timeout = model_turn_timeout
         self.script_files = script_files
+        self.context_window_tokens = context_window
+        self.compact_at = compact_at
+        self.prompt_cache = prompt_cache
+        self.prompt_cache_key = prompt_cache_key
 
     # ------------------------------------------------------------------ model turn
 
@@ -150,37 +190,29 @@ class SubagentActivities:
         offered = self.offered_tools(input)
         new_messages = await self.with_stored_results(input)
         messages = await self.transcript.load(task_id, input.head) + new_messages
-        system = "\n\n".join(m.content for m in messages if m.role == "system")
-        conversation = await self.transcript.expand(
-            task_id, [m for m in messages if m.role != "system"]
+        provider, full_name, provider_model = self.provider(input.model)
+        request = await self.model_request(
+            task_id, messages, [*self.tools.specs(offered), *input.extra_tools], provider_model
         )
-        provider, full_name, provider_model = resolve_provider(
-            input.model,
-            default_model=self.default_model,
-            idle_timeout=self.model_idle_timeout,
-            script_files=self.script_files,
-        )
-        request = ModelRequest(
-            model=provider_model,
-            system=system,
-            messages=conversation,
-            tools=[*self.tools.specs(offered), *input.extra_tools],
-            max_tokens=input.max_tokens,
-        )
+        request.max_tokens, request.turn = input.max_tokens, input.turn
+        chars = request_chars(request.system, request.messages, request.tools)
+        context = input.context
+        if context is not None and not context.compacted:
+            window = self.context_window(context, full_name)
+            tokens = Sizer(context.tokens, context.chars).tokens_of(chars)
+            if window and tokens > self.compact_at * window:
+                return await self._compact_first(input, new_messages, offered, "threshold", chars)
         live = LiveText(input.turn, activity.info().attempt)
         try:
             async with _heartbeating(live):
-                # The provider's idle watchdog catches a stalled stream; this limit
-                # catches one that trickles on forever.
-                response = await within(
-                    provider.complete(request, on_text=live.add),
-                    self.model_turn_timeout,
-                    lambda: model_unavailable(
-                        f"the model turn took longer than {self.model_turn_timeout:g}s "
-                        "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
-                    ),
-                )
+                response = await self.complete(provider, request, live.add)
         except ApplicationError as err:
+            if err.type == CONTEXT_LENGTH_ERROR and context is not None:
+                activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
+                sizes = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+                return await self._compact_first(
+                    input, new_messages, offered, "context_length", chars, sizes
+                )
             if err.type == "ModelUnavailable":
                 activity.logger.warning(
                     "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
@@ -211,8 +243,107 @@ class SubagentActivities:
             usage=response.usage,
             stop_reason=response.stop_reason,
             model=full_name,
+            chars=chars,
             **self.tools_offered(input, offered),
         )
+
+    async def _compact_first(
+        self,
+        input: ModelTurnInput,
+        new_messages: list[Message],
+        offered: list[str],
+        reason: str,
+        chars: int,
+        sizes: dict[str, Any] | None = None,
+    ) -> ModelTurnResult:
+        """The turn's answer when the context must be compacted before the model is asked.
+
+        The turn's new messages are appended (the compaction reads them from the
+        chain), and the workflow runs ``compact_context``, then this turn again.
+        """
+        head = input.head
+        if new_messages:
+            head = await self.transcript.append(input.task_id, head, new_messages)
+        assert head is not None, "a turn without messages"
+        _, full_name, _ = self.provider(input.model)
+        tokens, maximum = (sizes or {}).get("tokens"), (sizes or {}).get("maximum")
+        return ModelTurnResult(
+            head=head,
+            model=full_name,
+            compact=reason,
+            chars=chars,
+            context_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
+            window=maximum if isinstance(maximum, int) and maximum > 0 else None,
+            **self.tools_offered(input, offered),
+        )
+
+    # ------------------------------------------------------------------ compaction
+
+    @activity.defn(name=COMPACT_ACTIVITY)
+    @traced_compaction
+    async def compact_context(self, input: CompactInput) -> CompactResult:
+        """Compact the conversation: notes for old tool results, then a summary."""
+        try:
+            return await compact(self, input)
+        except (BlobError, PayloadEncryptionError) as err:
+            raise _blob_failure(err) from None  # the server keeps a last failure only while small
+
+    def provider(self, model: str) -> tuple[ModelProvider, str, str]:
+        """``resolve_provider`` with this worker's settings."""
+        return resolve_provider(
+            model,
+            default_model=self.default_model,
+            idle_timeout=self.model_idle_timeout,
+            script_files=self.script_files,
+            prompt_cache_key=self.prompt_cache_key,
+        )
+
+    async def model_request(
+        self, task_id: str, messages: list[Message], tools: list[ToolSpec], model: str
+    ) -> ModelRequest:
+        """The request for ``messages``: their context view, blob references expanded."""
+        view = context_view(messages)
+        system = "\n\n".join(m.content for m in view if m.role == "system")
+        conversation = await self.transcript.expand(
+            task_id, [m for m in view if m.role != "system"]
+        )
+        return ModelRequest(
+            model=model,
+            system=system,
+            messages=conversation,
+            tools=tools,
+            cache_key=task_id,
+            prompt_cache=self.prompt_cache,
+        )
+
+    async def complete(
+        self, provider: ModelProvider, request: ModelRequest, on_text: TextSink | None = None
+    ) -> ModelResponse:
+        """One model call, abandoned (retryably) after ``model_turn_timeout`` seconds."""
+        # The provider's idle watchdog catches a stalled stream; this limit catches
+        # one that trickles on forever.
+        return await within(
+            provider.complete(request, on_text=on_text),
+            self.model_turn_timeout,
+            lambda: model_unavailable(
+                f"the model turn took longer than {self.model_turn_timeout:g}s "
+                "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
+            ),
+        )
+
+    def heartbeating(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Heartbeat in the background meanwhile (a cancel reaches a long call)."""
+        return _heartbeating()
+
+    def context_window(self, context: ContextInput, model: str) -> int | None:
+        """The window a task's turns must fit (None: unknown).
+
+        The agent's, else the worker's, else the table's; never more than a
+        provider's refusal named.
+        """
+        configured = context.window or self.context_window_tokens or known_window(model)
+        windows = [w for w in (configured, context.learned) if w]
+        return min(windows) if windows else None
 
     def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
@@ -380,7 +511,7 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool]
+        return [self.model_turn, self.run_tool, self.compact_context]
 
 
 _CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -304,6 +304,8 @@ class FakeModelServer:
             self.outcomes.append(str(refused[0]))
             return web.json_response(refused[1], status=refused[0])
         answer = self.responder(body) if self.responder is not None else None
+        if answer is not None and answer.hang:
+            answer = replace(answer, fault="hang", after_chunks=1)
         reply = answer or self._next_reply()
         self.outcomes.append(reply.fault or str(reply.status))
         if reply.status == 200:

@@ -1,6 +1,6 @@
 """Worker construction.
 
-A worker registers ``SubagentWorkflow`` and the two activities on one task queue,
+A worker registers ``SubagentWorkflow`` and its activities on one task queue,
 with the pydantic data converter (clients use the same one).
 """
 
@@ -100,6 +100,10 @@ def worker_setup(
         model_idle_timeout=settings.model_idle_timeout,
         model_turn_timeout=settings.model_turn_timeout,
         script_files=settings.script_files,
+        context_window=settings.context_window,
+        compact_at=settings.compact_at,
+        prompt_cache=settings.prompt_cache,
+        prompt_cache_key=settings.prompt_cache_key,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
     )
     options: dict[str, Any] = {
