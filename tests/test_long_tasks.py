@@ -27,15 +27,24 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
 from bench.bench_faults import WorkerProcess
-from durable_subagents import SubagentClient, TaskStatus, connect_client
+from durable_subagents import (
+    AgentSpec,
+    InvalidRequest,
+    SubagentClient,
+    TaskStatus,
+    connect_client,
+)
 from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents._telemetry import COMPACTION_SPAN, MODEL_TURN_SPAN
+from durable_subagents.agents import load_agent_file
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer, FakeReply
 from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
+from durable_subagents.workflows._details import TaskView, current_details
 
+from .conftest import script
 from .test_durability import fake_provider
 
 FILES = 30
@@ -215,6 +224,7 @@ async def test_a_30_file_read_outlives_a_32k_window(
         again = await client.check_task(task_id, wait=True, timeout=60)
     assert again.status == TaskStatus.COMPLETED, again.error
     assert again.result is not None and all(fact in again.result for fact in facts.values())
+    assert again.compactions == info.compactions
     follow_up = srv.requests[sent]
     assert srv.prompt_tokens(follow_up) < WINDOW // 2
     assert "[compacted:" in json.dumps(follow_up)
@@ -490,3 +500,116 @@ async def test_check_ls_and_watch_show_cached_tokens_and_compactions(
     assert len(compactions) == info.compactions and "tokens" in compactions[0]
     turns = [line for line in watched.splitlines() if " turn " in line]
     assert len(turns) == info.turns and all("tokens in" in line for line in turns)
+
+
+async def test_an_agents_context_window_compacts_and_agent_files_set_it(
+    client: SubagentClient, worker: None, workspace: Path, tmp_path: Path
+) -> None:
+    agent_file = tmp_path / ".claude" / "agents" / "small.md"
+    agent_file.parent.mkdir(parents=True)
+    agent_file.write_text(
+        "---\nname: small\ndescription: reads in a small window\ntools: Read\n"
+        "context_window: 2048\n---\nYou read files."
+    )
+    spec = load_agent_file(agent_file)
+    assert spec.context_window == 2048
+    agent_file.write_text(agent_file.read_text().replace("2048", "lots"))
+    with pytest.raises(InvalidRequest, match="'context_window' must be a number of tokens"):
+        load_agent_file(agent_file)
+
+    client.agents["small"] = spec
+    (workspace / "notes.txt").write_text("a line of the notes file\n" * 120)
+    turn = {
+        "text": "reading the notes",
+        "tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}],
+    }
+    # scripted models have no window of their own: the agent's is the only one
+    task_id = await client.spawn_task("small", "read", model=script(turn, repeat=6, final="done"))
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED and info.result == "done", info.error
+    assert info.compactions >= 1
+    points = [m.compaction for m in await client.get_transcript(task_id) if m.compaction]
+    assert all(p.window == 2048 and p.tokens_after < p.tokens_before for p in points)
+
+
+async def test_a_tree_sums_the_usage_of_its_finished_subagents(
+    client: SubagentClient, worker: None
+) -> None:
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    child = script({"text": "child done", "usage": {"input_tokens": 700, "output_tokens": 300}})
+    calls = [
+        {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": f"part {i}"}}
+        for i in range(2)
+    ]
+    for call in calls:
+        call["arguments"]["model"] = child
+    wait = {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]}
+    lead = script(
+        {"tool_calls": calls, "usage": {"input_tokens": 50, "output_tokens": 5}},
+        {**wait, "usage": {"input_tokens": 60, "output_tokens": 6}},
+        {"text": "lead done", "usage": {"input_tokens": 70, "output_tokens": 7}},
+    )
+    task_id = await client.spawn_task("lead", "split", model=lead)
+    info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.usage == Usage(input_tokens=180, output_tokens=18)
+    assert info.tree_usage == Usage(input_tokens=180 + 1400, output_tokens=18 + 600)
+    # the memo has it too (what check shows while the task runs)
+    memo = await (await client.temporal.get_workflow_handle(task_id).describe()).memo()
+    assert memo["tree_usage"]["input_tokens"] == 1580
+    children = await client.list_tasks(parent_id=task_id)
+    assert [c.tree_usage for c in children] == [None, None]
+    # the model's report of its subagents has no usage in it
+    transcript = await client.get_transcript(task_id)
+    report = next(m for m in transcript if m.tool_name == "wait_subagents")
+    assert "usage" not in json.loads(report.content)[0]
+
+
+async def test_prompt_caching_can_be_turned_off(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_files(workspace, 4)
+    server = FakeAnthropicServer(responder=reading_model(anthropic_wire, 4))
+    off = settings.model_copy(update={"prompt_cache": False})
+    async with fake_provider(monkeypatch, server, "ANTHROPIC") as srv:
+        async with create_worker(temporal_client, off):
+            task_id = await client.spawn_task(
+                "explore", "Read f00.txt to f03.txt.", model="anthropic:claude-sonnet-4-6"
+            )
+            info = await client.check_task(task_id, wait=True, timeout=60)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert len(srv.requests) == 5 and "cache_control" not in json.dumps(srv.requests)
+    assert info.usage.cache_read_tokens == info.usage.cache_write_tokens == 0
+    assert info.usage == reported(srv.usages, anthropic=True)
+
+
+def test_the_web_ui_details_say_when_a_task_compacts_and_what_it_used() -> None:
+    usage = Usage(
+        input_tokens=12_400, output_tokens=310, cache_read_tokens=11_000, cache_write_tokens=900
+    )
+    view = TaskView(
+        task_id="t",
+        status=TaskStatus.RUNNING,
+        turns=3,
+        max_turns=50,
+        model="m",
+        waiting_for_model=True,
+        usage=usage,
+        compactions=2,
+        compacting=True,
+    )
+    details = current_details(view).split("\n\n")
+    assert details[1] == (
+        "Compacting the conversation to fit the model's context window (old tool results "
+        "become notes, older turns a summary)"
+    )
+    assert details[-1] == (
+        "Tokens in 12,400 (cache read 11,000, written 900) · out 310 · compacted 2 times "
+        "to fit the model's context window"
+    )
+    done = TaskView(task_id="t", status=TaskStatus.COMPLETED, turns=3, max_turns=50, model="m")
+    assert current_details(done) == ""
