@@ -253,7 +253,7 @@ async def _summarize(
             continue
         usage = usage + response.usage
         # The call offers no tools: calls it makes anyway are dropped, never run.
-        summary = response.text.strip()[: longest * 6] or _fallback(text, longest * 6)
+        summary = response.text.strip()[: longest * 6] or _fallback(previous, text, longest * 6)
         data = {"text": summary, "usage": usage.model_dump()}
         await acts.store.put_record(turn.task_id, record, json.dumps(data).encode())
         return summary, usage, kept
@@ -284,8 +284,19 @@ def _fit(
     return None
 
 
-def _fallback(rendered: str, limit: int) -> str:
-    """A summary made of the agent's own words, when the model wrote none."""
-    lines = [f"- {t}" for t in assistant_texts(rendered) if t]
-    text = "The model wrote no summary; the agent's own words from this part, in order:\n"
-    return (text + "\n".join(lines))[:limit]
+def _fallback(previous: str, rendered: str, limit: int) -> str:
+    """A summary made of the agent's own words, when the model wrote none.
+
+    The previous summary's points come first, then each of the agent's messages, each
+    cut to an equal share (its beginning, where a model says what it found), so none
+    is lost to the limit.
+    """
+    earlier = previous.removeprefix(SUMMARY_HEADER).strip()
+    items = [line[2:] for line in earlier.splitlines() if line.startswith("- ")]
+    if earlier and not items:
+        items = [" ".join(earlier.split())]  # a summary the model wrote
+    items += [t for t in assistant_texts(rendered) if t]
+    head = "The model wrote no summary; the agent's own words from this part, in order:\n"
+    share = max((limit - len(head)) // max(len(items), 1) - 3, 80)
+    lines = [f"- {t if len(t) <= share else t[: share - 1] + '…'}" for t in items]
+    return (head + "\n".join(lines))[:limit]

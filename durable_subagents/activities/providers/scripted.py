@@ -287,7 +287,8 @@ def _answers(request: ModelRequest) -> int:
 def _summary(request: ModelRequest) -> str:
     """The default scripted summary: the assistant's texts of the part compacted."""
     texts = [t for m in request.messages for t in assistant_texts(m.content) if t]
-    return "Scripted summary of the earlier turns:\n" + "\n".join(f"- {t}" for t in texts)
+    lines = [f"- {t if len(t) <= 300 else t[:299] + '…'}" for t in texts]
+    return "Scripted summary of the earlier turns:\n" + "\n".join(lines)
 
 
 class ScriptedProvider:
