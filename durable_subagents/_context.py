@@ -39,12 +39,15 @@ __all__ = [
     "Sizer",
     "assistant_texts",
     "context_view",
+    "describe",
     "latest_mark",
+    "message_chars",
     "note",
     "originals",
     "prompt_end",
     "recent_start",
     "render",
+    "request_chars",
     "summary_tokens",
 ]
 
