@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -252,6 +253,17 @@ async def test_twenty_turns_read_their_prefix_from_the_cache(
     assert all(fact in info.result for fact in facts.values())
     # the usage is what the server reported, turn by turn summed
     assert info.usage == reported(srv.usages, wire == "anthropic")
+    # every request begins with the one before, byte for byte (cache markers aside)
+    bodies = [
+        json.loads(json.dumps(b).replace(', "cache_control": {"type": "ephemeral"}', ""))
+        for b in srv.requests
+    ]
+    for before, after in itertools.pairwise(bodies):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+        assert (after.get("tools"), after.get("system")) == (
+            before.get("tools"),
+            before.get("system"),
+        )
     later = reported(srv.usages[2:], wire == "anthropic")
     share = later.cache_read_tokens / later.input_tokens
     print(f"{wire}: {share:.0%} of the input from turn 3 on was read from the cache")
@@ -260,21 +272,23 @@ async def test_twenty_turns_read_their_prefix_from_the_cache(
         assert {b.get("prompt_cache_key") for b in srv.requests} == {None}  # a custom URL
 
 
+@pytest.mark.parametrize("wire", list(WIRES))
 async def test_a_worker_killed_mid_compaction_repeats_only_the_summary_call(
-    client: SubagentClient, settings: Settings, workspace: Path, tmp_path: Path
+    wire: str, client: SubagentClient, settings: Settings, workspace: Path, tmp_path: Path
 ) -> None:
+    server_class, prefix, model_name, parse = WIRES[wire]
     facts = write_files(workspace)
-    model = reading_model(openai_wire)
+    model = reading_model(parse)
     hung: list[int] = []
 
     def respond(body: dict[str, Any]) -> FakeReply:
-        if openai_wire(body)[0] and not hung:
+        if parse(body)[0] and not hung:
             hung.append(len(srv.requests))
             return FakeReply(text="never finished", hang=True)
         return model(body)
 
     workers: list[WorkerProcess] = []
-    async with FakeOpenAIServer(context_window=WINDOW, responder=respond) as srv:
+    async with server_class(context_window=WINDOW, responder=respond) as srv:
 
         def worker() -> WorkerProcess:
             assert settings.blob_dir is not None
@@ -286,7 +300,7 @@ async def test_a_worker_killed_mid_compaction_repeats_only_the_summary_call(
                     workspace=workspace,
                     blob_dir=settings.blob_dir,
                     log=tmp_path / "worker.log",
-                    env={"OPENAI_BASE_URL": srv.base_url, "OPENAI_API_KEY": "sk-fake-kill"},
+                    env={f"{prefix}_BASE_URL": srv.base_url, f"{prefix}_API_KEY": "sk-fake"},
                     args=["--sticky-queue-timeout", "1"],
                 )
             )
@@ -295,7 +309,7 @@ async def test_a_worker_killed_mid_compaction_repeats_only_the_summary_call(
         try:
             await worker().start()
             task_id = await client.spawn_task(
-                "explore", "Read f00.txt to f29.txt.", model="openai:fake-32k", max_turns=40
+                "explore", "Read f00.txt to f29.txt.", model=model_name, max_turns=40
             )
             await asyncio.wait_for(srv.hanging.wait(), 120)
             workers[0].kill()  # in the middle of the compaction's summary call
@@ -311,7 +325,7 @@ async def test_a_worker_killed_mid_compaction_repeats_only_the_summary_call(
     summaries = sum(p.model_calls for p in points)
     assert summaries >= 1 and len(points) == info.compactions
     # the summary call the kill cut short was made once more; nothing else was repeated
-    calls = [openai_wire(b)[0] for b in srv.requests]
+    calls = [parse(b)[0] for b in srv.requests]
     assert calls.count(True) == summaries + 1
     assert calls.count(False) == info.turns + srv.outcomes.count("400")
     assert len([m for m in transcript if m.role == "tool"]) == FILES
