@@ -27,9 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
-from durable_subagents.agents._spec import AgentSpec, ToolLimits
+from durable_subagents.agents._spec import AgentSpec, ReasoningEffort, ToolLimits
 from durable_subagents.policy import PathRules
 from durable_subagents.types import (
+    Compaction,
     Message,
     PendingApproval,
     TaskStatus,
@@ -40,6 +41,7 @@ from durable_subagents.types import (
 
 __all__ = [
     "CHILD_STATE_SIGNAL",
+    "COMPACT_ACTIVITY",
     "DECIDE_SIGNAL",
     "MAX_CALLS_KEPT",
     "MAX_CALLS_PER_TURN",
@@ -52,6 +54,9 @@ __all__ = [
     "WORKFLOW",
     "CallDecision",
     "ChildState",
+    "CompactInput",
+    "CompactResult",
+    "ContextInput",
     "Decisions",
     "ModelTurnInput",
     "ModelTurnResult",
@@ -69,6 +74,8 @@ WORKFLOW = "SubagentWorkflow"
 """The workflow type of a subagent task (input ``TaskInput``, result ``TaskResult``)."""
 MODEL_TURN_ACTIVITY = "model_turn"
 """The activity that runs one model turn: ``ModelTurnInput`` -> ``ModelTurnResult``."""
+COMPACT_ACTIVITY = "compact_context"
+"""The activity that compacts a task's conversation: ``CompactInput`` -> ``CompactResult``."""
 RUN_TOOL_ACTIVITY = "run_tool"
 """The activity (or local activity) that runs one tool call: ``ToolCallInput`` ->
 ``ToolCallResult``."""
@@ -159,6 +166,10 @@ class TaskState(BaseModel):
     """When the time limit started counting (the first run's start, by the server)."""
     invalid_answers: int = 0
     """Answers of this run that did not match the output schema."""
+    context: ContextInput | None = None
+    """What the runs learned of the model's context window (see ``ContextInput``)."""
+    compactions: int = 0
+    """Compactions of the conversation so far."""
 
 
 @functools.cache
@@ -185,6 +196,37 @@ def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+class ContextInput(BaseModel):
+    """What a model turn needs to keep the conversation within the context window.
+
+    Set by workflows that compact: a model turn of a workflow that does not send it
+    (one recorded before compaction) never compacts.
+    """
+
+    window: int | None = None
+    """The agent's ``context_window``."""
+    learned: int | None = None
+    """The smallest maximum a provider named when it refused a request as too long."""
+    tokens: int = 0
+    """The input tokens the last request reported (or a refusal named)."""
+    chars: int = 0
+    """The characters of that request (with ``tokens``: characters per token)."""
+    compacted: bool = False
+    """The conversation was just compacted, as far as it goes: the turn asks the model
+    whatever the estimate says (only the provider's refusal compacts again)."""
+
+
+_CACHE_FIELDS = ("cache_read_tokens", "cache_write_tokens")
+
+
+def _strip_usage(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its usage's cache counts left out when they are 0."""
+    usage = data.get("usage")
+    if isinstance(usage, dict) and any(k in usage and not usage[k] for k in _CACHE_FIELDS):
+        data = {**data, "usage": {k: v for k, v in usage.items() if v or k not in _CACHE_FIELDS}}
+    return data
+
+
 class _Compact(BaseModel):
     """An activity's input or result, serialized without defaults.
 
@@ -194,11 +236,13 @@ class _Compact(BaseModel):
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = _strip_calls(handler(self))
+        data: dict[str, Any] = _strip_usage(_strip_calls(handler(self)))
         if "new_messages" in data:
             data["new_messages"] = [_strip(_strip_calls(m), Message) for m in data["new_messages"]]
         if "call" in data:
             data["call"] = _strip(data["call"], ToolCall)
+        if isinstance(data.get("context"), dict):
+            data["context"] = _strip(data["context"], ContextInput)
         return _strip(data, type(self))
 
 
@@ -233,9 +277,12 @@ class ModelTurnInput(_Compact):
     output_schema_ref: str | None = None
     """The same schema on later turns: the blob the first turn stored it as
     (``ModelTurnResult.output_schema_ref``), so a history holds it once per run."""
-    reasoning_effort: str | None = None
+    reasoning_effort: ReasoningEffort | None = None
     """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
     temperature: float | None = None
+    context: ContextInput | None = None
+    """Set by workflows that compact: the turn may answer ``compact`` instead of
+    calling the model (``None``: it always calls the model, as before compaction)."""
 
 
 class ModelTurnResult(_Compact):
@@ -272,6 +319,42 @@ class ModelTurnResult(_Compact):
     """The id of the ``final_answer`` call ``output`` or ``output_error`` is about."""
     output_schema_ref: str | None = None
     """The blob the turn stored ``ModelTurnInput.output_schema`` as."""
+    compact: str | None = None
+    """Set when the model was not answered: the context must be compacted first
+    (``threshold``: it would pass the share of the window allowed; ``context_length``:
+    the provider refused it as too long). ``head`` then holds the turn's new messages
+    and the turn is to be run again after ``compact_context``."""
+    chars: int = 0
+    """Characters of the request (sizes are estimated from them; see ``_context``)."""
+    context_tokens: int | None = None
+    """The request's tokens as the provider's refusal counted them."""
+    window: int | None = None
+    """The context window the provider's refusal named."""
+
+
+class CompactInput(_Compact):
+    """Input of the ``compact_context`` activity: the turn the compaction is for."""
+
+    turn: ModelTurnInput
+    """The turn to run after it (its ``head`` is the conversation to compact)."""
+    reason: str = "threshold"
+    number: int = 1
+    """The task's compaction count with this one."""
+    attempt: int = 1
+    """Compactions in a row for this turn (each later one goes further)."""
+
+
+class CompactResult(_Compact):
+    """Result of the ``compact_context`` activity."""
+
+    head: str
+    """The transcript with the compaction point appended."""
+    compaction: Compaction
+    usage: Usage = Field(default_factory=Usage)
+    """The summary call's tokens."""
+    changed: bool = True
+    """False when nothing could be compacted further (``head`` is the input's): the
+    turn is then run as it is."""
 
 
 def tools_digest(
@@ -360,4 +443,5 @@ class ChildState(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
 
 
+TaskState.model_rebuild()
 TaskInput.model_rebuild()

@@ -19,7 +19,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from durable_subagents._terminal import json_shown, shown
-from durable_subagents.types import TaskInfo, TaskStatus
+from durable_subagents.types import TaskInfo, TaskStatus, Usage
 
 Arguments = dict[str, dict[str, Any] | None]
 """Full arguments by pending call id; None where they could not be read."""
@@ -94,9 +94,19 @@ def print_info(
         markup=False,
     )
     console.print(
-        f"  tokens in {info.usage.input_tokens} / out {info.usage.output_tokens}"
-        + (f" · stop {info.stop_reason}" if info.stop_reason else "")
+        f"  tokens {usage_text(info.usage)}"
+        + (f" · stop {info.stop_reason}" if info.stop_reason else ""),
+        highlight=False,
     )
+    if info.tree_usage is not None:
+        console.print(f"  with its subagents {usage_text(info.tree_usage)}", highlight=False)
+    if info.compactions:
+        times = "once" if info.compactions == 1 else f"{info.compactions} times"
+        console.print(
+            f"  compacted {times} to fit the model's context window "
+            "(get_transcript still holds every message)",
+            highlight=False,
+        )
     if info.error:
         console.print(f"  [red]error:[/red] {escape(shown(info.error))}")
     if info.retrying:
@@ -113,21 +123,32 @@ def print_info(
         console.print(shown(info.result), markup=False, highlight=False)
 
 
+def usage_text(usage: Usage) -> str:
+    """``in 12,400 (cached 11,000 · written 900) / out 310``: the cache parts of the input."""
+    cache = ""
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        cache = f" (cached {usage.cache_read_tokens:,} · written {usage.cache_write_tokens:,})"
+    return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}"
+
+
 def task_table(tasks: Sequence[TaskInfo]) -> Table:
-    """Tasks as rows of id, agent, status, turns and description."""
+    """Tasks as rows of id, agent, status, turns, tokens and description."""
     # ids are what check/cancel take: never shorten them to fit the width
     table = Table(
         Column("id", no_wrap=True),
         "agent",
         Column("status", no_wrap=True),
         "turns",
+        Column("tokens in/out (cached)", no_wrap=True),
         "description",
     )
     for t in tasks:
+        usage = t.tree_usage or t.usage
         table.add_row(
             *(Text(shown(v)) for v in (t.id, t.agent)),
             t.status.value,
             str(t.turns),
+            f"{usage.input_tokens:,}/{usage.output_tokens:,} ({usage.cache_read_tokens:,})",
             Text(shown(t.description)),
         )
     return table

@@ -3,13 +3,14 @@
 Temporal's own ``OpenTelemetryPlugin`` (with ``add_temporal_spans=True``) makes the
 client's ``StartWorkflow`` and the worker's ``RunWorkflow``, ``StartActivity`` and
 ``RunActivity`` spans, and carries the trace context in Temporal headers, so a task's
-spans form one trace. This module adds two spans of our own, children of the
-``RunActivity`` span: ``subagent.model_turn`` and ``subagent.tool``. Their attributes
-are names, numbers and sizes only: never prompts, outputs or keys, and nothing a model
-chose. A model picks its call ids, may name tools that do not exist and may pick a
-subagent's model name: a call id is always a hash, an unknown tool's name and an odd
-model name are a hash, and these hide in error messages too (a trace backend is read
-by more people than a transcript, and must not be a channel out of the task).
+spans form one trace. This module adds spans of our own, children of the
+``RunActivity`` span: ``subagent.model_turn``, ``subagent.tool`` and
+``subagent.compaction``. Their attributes are names, numbers and sizes only: never
+prompts, outputs or keys, and nothing a model chose. A model picks its call ids, may
+name tools that do not exist and may pick a subagent's model name: a call id is always
+a hash, an unknown tool's name and an odd model name are a hash, and these hide in
+error messages too (a trace backend is read by more people than a transcript, and must
+not be a channel out of the task).
 
 The rule for turning it on:
 
@@ -42,6 +43,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from durable_subagents._payloads import (
+    CompactInput,
+    CompactResult,
     ModelTurnInput,
     ModelTurnResult,
     ToolCallInput,
@@ -49,6 +52,7 @@ from durable_subagents._payloads import (
 )
 from durable_subagents.config import SECRET_ENV_NAME
 from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.types import Usage
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -69,6 +73,8 @@ UNKNOWN_TOOL = "unknown"
 model sent is only hashed, in ``subagent.tool.name_hash``)."""
 OTHER = "other"
 """What an odd finish reason is reported as."""
+COMPACTION_SPAN = "subagent.compaction"
+"""Name of the span around one compaction (inside ``RunActivity:compact_context``)."""
 DEFAULT_SERVICE_NAME = "durable-subagents"
 """``service.name`` of the provider :func:`setup_tracing` installs (``OTEL_SERVICE_NAME`` wins)."""
 
@@ -309,15 +315,70 @@ def traced_model_turn(
             span.set_attributes(
                 {
                     **_model_attributes(result.model, None),
-                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
-                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                    **_usage_attributes(result.usage),
                     "gen_ai.response.finish_reasons": [_finish_reason(result.stop_reason)],
                     "subagent.tool_calls": len(result.tool_calls),
+                }
+            )
+            if result.compact:
+                # the model was not asked: the conversation is compacted first
+                span.set_attribute("subagent.compact", result.compact)
+            return result
+
+    return wrapper
+
+
+def traced_compaction(
+    fn: Callable[[_S, CompactInput], Awaitable[CompactResult]],
+) -> Callable[[_S, CompactInput], Awaitable[CompactResult]]:
+    """Wrap the compaction activity in a ``subagent.compaction`` span (sizes only)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: _S, input: CompactInput) -> CompactResult:
+        tracer = self.telemetry.tracer
+        if tracer is None:
+            return await fn(self, input)
+        attributes: dict[str, Any] = {
+            "subagent.task_id": input.turn.task_id,
+            "subagent.turn": input.turn.turn,
+            "subagent.agent": input.turn.agent_name,
+            "subagent.compaction.number": input.number,
+            "subagent.compaction.reason": input.reason,
+            **_model_attributes(input.turn.model, self.default_model),
+        }
+        with tracer.start_as_current_span(
+            COMPACTION_SPAN,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            with _recording_errors(span):
+                result = await fn(self, input)
+            mark = result.compaction
+            span.set_attributes(
+                {
+                    **_usage_attributes(result.usage),
+                    "subagent.compaction.tokens_before": mark.tokens_before,
+                    "subagent.compaction.tokens_after": mark.tokens_after,
+                    "subagent.compaction.window": mark.window,
+                    "subagent.compaction.model_calls": mark.model_calls,
+                    "subagent.compaction.noted": mark.noted,
+                    "subagent.compaction.summarized": mark.summarized,
                 }
             )
             return result
 
     return wrapper
+
+
+def _usage_attributes(usage: Usage) -> dict[str, int]:
+    """OpenTelemetry GenAI usage attributes; the cache counts are part of the input's."""
+    return {
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+    }
 
 
 def traced_tool(

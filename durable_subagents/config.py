@@ -230,6 +230,32 @@ class Settings(BaseSettings):
     """Seconds one model-turn attempt may take on the worker, however steadily it
     streams, before it is abandoned and retried. Unset: only the workflow's limit of
     10 minutes per attempt (which is also the most this may be)."""
+    context_window: int | None = Field(
+        None,
+        ge=1024,
+        validation_alias=AliasChoices("SUBAGENTS_CONTEXT_WINDOW", "context_window"),
+    )
+    """The context window, in tokens, of every model this worker calls (an agent's own
+    ``context_window`` wins). Unset: the table of known models; a model it does not
+    know gets its window from the first request the provider refuses as too long."""
+    compact_at: float = Field(
+        0.8,
+        gt=0.1,
+        lt=1,
+        validation_alias=AliasChoices("SUBAGENTS_COMPACT_AT", "compact_at"),
+    )
+    """The share of the context window a turn's context may reach: a turn that would
+    pass it compacts the conversation first."""
+    prompt_cache: bool = Field(
+        True, validation_alias=AliasChoices("SUBAGENTS_PROMPT_CACHE", "prompt_cache")
+    )
+    """Ask providers to cache the conversation's prefix (Anthropic ``cache_control``
+    breakpoints, OpenAI ``prompt_cache_key``). OpenAI's automatic caching needs nothing."""
+    prompt_cache_key: Literal["auto", "on", "off"] = Field(
+        "auto", validation_alias=AliasChoices("SUBAGENTS_PROMPT_CACHE_KEY", "prompt_cache_key")
+    )
+    """Whether OpenAI requests carry ``prompt_cache_key`` (the task id): ``auto`` sends it
+    to api.openai.com only (not every OpenAI-compatible server accepts it)."""
 
     sticky_queue_timeout: float = Field(
         3.0,

@@ -23,6 +23,7 @@ from durable_subagents.agents._spec import AgentSpec, ReasoningEffort
 
 __all__ = [
     "AgentSpec",
+    "Compaction",
     "IgnoredDecision",
     "Message",
     "ModelRequest",
@@ -60,19 +61,35 @@ _TERMINAL = {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED, Task
 
 
 class Usage(BaseModel):
-    """Token usage, summed over turns."""
+    """Token usage, summed over model calls (turns, and the summaries of compactions).
+
+    ``input_tokens`` counts every input token of every request, those read from and
+    written to the provider's prompt cache included: Anthropic's ``input_tokens`` +
+    ``cache_creation_input_tokens`` + ``cache_read_input_tokens``, OpenAI's
+    ``prompt_tokens``. The two cache fields say how many of them the cache served or
+    stored (as OpenTelemetry's ``gen_ai.usage.cache_read.input_tokens`` does), so
+    ``input_tokens - cache_read_tokens - cache_write_tokens`` were billed at the full
+    rate. A token budget counts ``input_tokens`` whole, cached ones too: it bounds the
+    work the model does, not the bill.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     """Output tokens the model spent reasoning before it answered (part of
     ``output_tokens``; OpenAI's ``completion_tokens_details.reasoning_tokens``)."""
+    cache_read_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (billed at about a tenth)."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the prompt cache (Anthropic bills them at 1.25x)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
@@ -99,11 +116,40 @@ class ToolCall(BaseModel):
     a symlink makes it differ from ``path``. Rules judge both (the stricter answer wins)."""
 
 
+class Compaction(BaseModel):
+    """A compaction point: from here on the model was sent a shorter view of the task.
+
+    Indices count the transcript's own messages (compaction points left out): tool
+    results before ``noted`` were sent as short notes naming the call, and the
+    messages from the end of the task's prompt up to ``summarized`` as the summary
+    this point's message holds. Every message stays in the transcript, whole.
+    """
+
+    number: int
+    """1 for the task's first compaction, 2 for the next..."""
+    reason: str = "threshold"
+    """``threshold`` (the context neared the window) or ``context_length`` (the
+    provider refused the request as too long)."""
+    noted: int = 0
+    summarized: int = 0
+    tokens_before: int = 0
+    """The context's size before, in tokens (estimated)."""
+    tokens_after: int = 0
+    window: int = 0
+    """The model's context window it was compacted for."""
+    model_calls: int = 0
+    """Model calls it took: 1 when it wrote a summary, else 0."""
+
+
 class Message(BaseModel):
     """One provider-neutral transcript message.
 
     ``content_ref`` set means ``content`` is only a preview and the full text is the
     named blob; the model-turn activity expands it before calling a provider.
+
+    A message with ``compaction`` set marks a compaction point (role ``system``): its
+    content is the summary the model was given from there on in place of the earlier
+    turns ("" if the compaction only turned tool results into notes).
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -113,6 +159,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    compaction: Compaction | None = None
 
 
 class ToolSpec(BaseModel):
@@ -136,6 +183,15 @@ class ModelRequest(BaseModel):
     """How hard a reasoning model thinks before it answers; None: the model's default."""
     temperature: float | None = None
     """Sampling temperature; None: the model's default."""
+    turn: int = 0
+    """The task's turn this request is for (1, 2...); 0 when it is no turn (a summary)."""
+    purpose: Literal["turn", "summary"] = "turn"
+    """``summary``: a compaction's summary call (no tools offered)."""
+    cache_key: str | None = None
+    """A stable name of the conversation (the task id) for providers that route
+    requests to their prompt cache by it (OpenAI's ``prompt_cache_key``)."""
+    prompt_cache: bool = True
+    """Whether to ask for prompt caching (Anthropic's ``cache_control`` breakpoints)."""
 
 
 class ModelResponse(BaseModel):
@@ -188,6 +244,10 @@ class TaskResult(BaseModel):
     output: dict[str, Any] | None = None
     """The structured answer, validated against the spawn's output schema (``result``
     is its JSON text); None when the spawn gave no schema or no answer matched."""
+    compactions: int = 0
+    """Times the conversation was compacted to fit the model's context window."""
+    tree_usage: Usage | None = None
+    """Usage of this task and every subagent below it that finished (None: it spawned none)."""
 
 
 class IgnoredDecision(BaseModel):
@@ -218,6 +278,12 @@ class TaskInfo(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
+    tree_usage: Usage | None = None
+    """Usage of this task and of the subagents it spawned, theirs counted once they
+    finished; None when it spawned none."""
+    compactions: int = 0
+    """Times the conversation was compacted to fit the model's context window (each is
+    a ``compaction`` event of ``watch`` and a marked point of ``get_transcript``)."""
     parent_id: str | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
@@ -262,7 +328,8 @@ class TaskEvent(BaseModel):
     the new piece), then one ``turn`` event when the turn is recorded (``error`` set if
     it failed); then the turn's tool calls. The ``text`` pieces of a turn add up to its
     answer; a piece with ``summary="restarted"`` starts that text over (the model call
-    was retried after part of an answer was shown).
+    was retried after part of an answer was shown). A ``compaction`` event says the
+    conversation was made to fit the model's context window, and by how much.
     """
 
     kind: Literal[
@@ -274,6 +341,7 @@ class TaskEvent(BaseModel):
         "input",
         "decision",
         "decision_ignored",
+        "compaction",
         "closed",
     ]
     task_id: str
@@ -285,3 +353,5 @@ class TaskEvent(BaseModel):
     error: str | None = None
     text: str | None = None
     """A ``text`` event's new piece of the turn's answer."""
+    usage: Usage | None = None
+    """A ``turn`` event's tokens (cache reads and writes included)."""

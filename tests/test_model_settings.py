@@ -24,7 +24,7 @@ from durable_subagents.activities.providers import clear_provider_cache, close_p
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
-from durable_subagents.testing.fake_openai import REASONING_TOKENS
+from durable_subagents.testing.fake_openai import REASONING_TOKENS, FakeReply
 from durable_subagents.worker import create_worker
 
 THINKER = AgentSpec(
@@ -68,7 +68,9 @@ async def test_reasoning_effort_reaches_the_openai_wire_and_reasoning_tokens_are
 ) -> None:
     (workspace / "a.txt").write_text("alpha\n")
     async with model_api(monkeypatch, "openai") as srv:
-        srv.add_reply(tool_calls=[{"name": "read_file", "arguments": {"path": "a.txt"}}])
+        srv.add_reply(
+            tool_calls=[{"name": "read_file", "arguments": {"path": "a.txt"}}], usage=(10, 5)
+        )
         srv.add_reply(text="It says alpha.", usage=(30, 4), reasoning_tokens=700)
         async with create_worker(temporal_client, settings):
             task_id = await agents.spawn_task(
@@ -95,7 +97,7 @@ async def test_no_effort_and_no_settings_send_none_and_report_no_reasoning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with model_api(monkeypatch, "openai") as srv:
-        srv.add_reply(text="done")
+        srv.add_reply(text="done", usage=(10, 5))
         async with create_worker(temporal_client, settings):
             task_id = await agents.spawn_task("plain", "go", model="openai:gpt-test")
             info = await agents.check_task(task_id, wait=True, timeout=60)
@@ -188,7 +190,9 @@ async def test_the_fake_server_refuses_an_effort_the_api_does_not_know() -> None
     usage = completion.usage
     assert usage is not None and usage.completion_tokens_details is not None
     assert usage.completion_tokens_details.reasoning_tokens == REASONING_TOKENS["low"]
-    assert usage.completion_tokens == 5 + REASONING_TOKENS["low"]
+    # completion_tokens holds the reasoning tokens, on top of what the reply's text counts
+    reply_tokens = srv.output_tokens(FakeReply(text=srv.default_text))
+    assert usage.completion_tokens == reply_tokens + REASONING_TOKENS["low"]
 
 
 async def test_an_agent_files_effort_reaches_the_wire_through_the_cli(

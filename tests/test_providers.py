@@ -433,7 +433,10 @@ async def test_fake_openai_non_streamed_reply(openai_srv: FakeOpenAIServer) -> N
     assert message.content == "plain"
     assert message.tool_calls is not None
     assert json.loads(message.tool_calls[0].function.arguments) == {"a": 1}  # type: ignore[union-attr]
-    assert completion.usage is not None and completion.usage.prompt_tokens == 10
+    # counted from the request (4 characters a token), as the server documents
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == openai_srv.prompt_tokens(openai_srv.requests[-1])
+    assert completion.usage.model_dump(exclude_none=True) == openai_srv.usages[-1]
 
 
 # --------------------------------------------------------------------------- anthropic
@@ -444,7 +447,13 @@ async def test_anthropic_text_reply_with_usage(
 ) -> None:
     anthropic_srv.add_reply(text="Hello from Claude.", usage=(21, 4))
     response = await anthropic_provider.complete(
-        ModelRequest(model="claude-test", system="Be brief.", messages=[user("hi")], max_tokens=77)
+        ModelRequest(
+            model="claude-test",
+            system="Be brief.",
+            messages=[user("hi")],
+            max_tokens=77,
+            prompt_cache=False,
+        )
     )
     assert response.text == "Hello from Claude."
     assert (response.usage.input_tokens, response.usage.output_tokens) == (21, 4)
@@ -469,7 +478,7 @@ async def test_anthropic_streamed_tool_calls_and_multi_turn_wire_shape(
         tool_calls=[{"name": "grep", "arguments": arguments}, {"name": "ls", "arguments": {}}],
     )
     first = await anthropic_provider.complete(
-        ModelRequest(model="claude-test", messages=[user("go")], tools=[GREP])
+        ModelRequest(model="claude-test", messages=[user("go")], tools=[GREP], prompt_cache=False)
     )
     assert first.text == "Looking."
     assert first.stop_reason == "tool_use"
@@ -478,7 +487,9 @@ async def test_anthropic_streamed_tool_calls_and_multi_turn_wire_shape(
         {"name": "grep", "description": "Search files.", "input_schema": GREP.parameters}
     ]
 
-    await anthropic_provider.complete(ModelRequest(model="claude-test", messages=tool_transcript()))
+    await anthropic_provider.complete(
+        ModelRequest(model="claude-test", messages=tool_transcript(), prompt_cache=False)
+    )
     assert anthropic_srv.requests[1]["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "find the functions"}]},
         {

@@ -21,6 +21,8 @@ def test_histories_are_committed() -> None:
         assert {f"{k}-{version}" for k in ("completed", "cancelled", "timed_out")} <= stems
     for version in ("v3", "v4", "v5", "v6"):
         assert {f"approvals-{version}", f"registered-{version}"} <= stems
+    # v7: a task that compacts (summaries too), and a tree with its usage (tree-usage)
+    assert {"compacted-v7", "spawning-v7"} <= stems
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)

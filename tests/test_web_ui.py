@@ -94,10 +94,11 @@ async def test_a_running_task_says_what_runs_and_names_the_workers_model(
     task_id = await client.spawn_task("general", "sleep a while", description="sleeper")
     details = await details_once(client, task_id, "bash · sleep 30")
     rendered = commonmark(details)
-    assert rendered.text == "Running turn 1 of 50 · model 1 tool call running"
+    info = await client.check_task(task_id)
+    tokens = f"Tokens in {info.usage.input_tokens:,} · out {info.usage.output_tokens:,}"
+    assert rendered.text == f"Running turn 1 of 50 · model 1 tool call running {tokens}"
     assert rendered.codes == ["scripted", "bash · sleep 30"]
     # the memo names the model as soon as it answered, not at the next status change
-    info = await client.check_task(task_id)
     assert info.status == TaskStatus.RUNNING and info.model == "scripted"
     await client.cancel_task(task_id, wait=True, timeout=30)
     assert await current_details(client, task_id) == ""
@@ -150,7 +151,8 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
     ]
     assert rendered.text == (
         "Waiting for approval of 1 tool call · pause · rejected automatically after 600s "
-        "Approve: (or name call ids) · reject: Turn 1 of 50 · model"
+        "Approve: (or name call ids) · reject: Turn 1 of 50 · model "
+        f"Tokens in {paused.usage.input_tokens:,} · out {paused.usage.output_tokens:,}"
     )
     assert "a" not in rendered.tags and "img" not in rendered.tags
     details = await careful.temporal.get_workflow_handle(task_id).describe()

@@ -1,4 +1,4 @@
-"""The two activities every subagent uses: one model turn, and one tool call.
+"""The activities every subagent uses: one model turn, one tool call, and a compaction.
 
 All I/O of a task happens here: the blob store (transcript and large outputs), the
 model providers (API keys are read here, on the worker, and nowhere else) and the
@@ -31,6 +31,7 @@ from durable_subagents._blobstore import (
     BlobNotFound,
     BlobStore,
 )
+from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
 from durable_subagents._live import LiveText
 from durable_subagents._output_schema import (
     FINAL_ANSWER_TOOL,
@@ -39,19 +40,36 @@ from durable_subagents._output_schema import (
     schema_text,
 )
 from durable_subagents._payloads import (
+    COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
+    CompactInput,
+    CompactResult,
+    ContextInput,
     ModelTurnInput,
     ModelTurnResult,
     ToolCallInput,
     ToolCallResult,
     tools_digest,
 )
-from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
+from durable_subagents._telemetry import (
+    ActivityTelemetry,
+    traced_compaction,
+    traced_model_turn,
+    traced_tool,
+)
 from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
-from durable_subagents.activities.providers import model_unavailable, resolve_provider
+from durable_subagents.activities._compaction import compact
+from durable_subagents.activities.providers import (
+    ModelProvider,
+    TextSink,
+    model_unavailable,
+    resolve_provider,
+)
+from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.activities.providers._stream import within
+from durable_subagents.activities.providers._windows import known_window
 from durable_subagents.activities.tools import (
     ToolContext,
     ToolError,
@@ -73,7 +91,13 @@ from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
-from durable_subagents.types import Message, ModelRequest, ToolCall
+from durable_subagents.types import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +131,14 @@ class SubagentActivities:
         protected_paths: The protected paths: ``PROTECTED_PATHS`` and the worker's own
             additions (``Settings.protected_path_list``). Tasks decide with them, tools
             and the sandbox keep them read-only, and no workspace may be or lie in one.
+        context_window: The context window of every model, in tokens
+            (``Settings.context_window``; an agent's own wins); None: the table of
+            known models.
+        compact_at: The share of the window a turn may fill before the conversation
+            is compacted (``Settings.compact_at``).
+        prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
+        prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
+            (``Settings.prompt_cache_key``).
     """
 
     def __init__(
@@ -127,6 +159,10 @@ class SubagentActivities:
         script_files: bool = False,
         tool_user: tuple[int, int] | None = None,
         protected_paths: tuple[str, ...] = PROTECTED_PATHS,
+        context_window: int | None = None,
+        compact_at: float = COMPACT_AT,
+        prompt_cache: bool = True,
+        prompt_cache_key: str = "auto",
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -148,6 +184,10 @@ class SubagentActivities:
         self.tool_user = tool_user
         _log_tool_user(self.workspace_root, tool_user)
         self.protected_paths = protected_paths
+        self.context_window_tokens = context_window
+        self.compact_at = compact_at
+        self.prompt_cache = prompt_cache
+        self.prompt_cache_key = prompt_cache_key
 
     # ------------------------------------------------------------------ model turn
 
@@ -173,43 +213,33 @@ class SubagentActivities:
         schema, schema_ref = await self.output_schema(input)
         new_messages = await self.with_stored_results(input)
         messages = await self.transcript.load(task_id, input.head) + new_messages
-        system = "\n\n".join(m.content for m in messages if m.role == "system")
-        conversation = await self.transcript.expand(
-            task_id, [m for m in messages if m.role != "system"]
-        )
-        provider, full_name, provider_model = resolve_provider(
-            input.model,
-            default_model=self.default_model,
-            idle_timeout=self.model_idle_timeout,
-            script_files=self.script_files,
-        )
+        provider, full_name, provider_model = self.provider(input.model)
         tools = [*self.tools.specs(offered), *input.extra_tools]
         if schema is not None:
             tools.append(answer_tool(json.loads(schema)))
-            system = "\n\n".join(p for p in (system, _ANSWER_INSTRUCTION) if p)
-        request = ModelRequest(
-            model=provider_model,
-            system=system,
-            messages=conversation,
-            tools=tools,
-            max_tokens=input.max_tokens,
-            reasoning_effort=input.reasoning_effort,
-            temperature=input.temperature,
-        )
+        request = await self.model_request(task_id, messages, tools, provider_model)
+        if schema is not None:
+            request.system = "\n\n".join(p for p in (request.system, _ANSWER_INSTRUCTION) if p)
+        request.reasoning_effort, request.temperature = input.reasoning_effort, input.temperature
+        request.max_tokens, request.turn = input.max_tokens, input.turn
+        chars = request_chars(request.system, request.messages, request.tools)
+        context = input.context
+        if context is not None and not context.compacted:
+            window = self.context_window(context, full_name)
+            tokens = Sizer(context.tokens, context.chars).tokens_of(chars)
+            if window and tokens > self.compact_at * window:
+                return await self._compact_first(input, new_messages, offered, "threshold", chars)
         live = LiveText(input.turn, activity.info().attempt)
         try:
             async with _heartbeating(live):
-                # The provider's idle watchdog catches a stalled stream; this limit
-                # catches one that trickles on forever.
-                response = await within(
-                    provider.complete(request, on_text=live.add),
-                    self.model_turn_timeout,
-                    lambda: model_unavailable(
-                        f"the model turn took longer than {self.model_turn_timeout:g}s "
-                        "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
-                    ),
-                )
+                response = await self.complete(provider, request, live.add)
         except ApplicationError as err:
+            if err.type == CONTEXT_LENGTH_ERROR and context is not None:
+                activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
+                sizes = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
+                return await self._compact_first(
+                    input, new_messages, offered, "context_length", chars, sizes
+                )
             if err.type == "ModelUnavailable":
                 activity.logger.warning(
                     "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
@@ -257,6 +287,7 @@ class SubagentActivities:
             output_error=judged.error if judged else None,
             output_call=judged.call_id if judged else None,
             output_schema_ref=schema_ref,
+            chars=chars,
             **self.tools_offered(input, offered),
         )
 
@@ -273,6 +304,104 @@ class SubagentActivities:
             data = await self.store.get(input.task_id, input.output_schema_ref)
             return data.decode(), None
         return None, None
+
+    async def _compact_first(
+        self,
+        input: ModelTurnInput,
+        new_messages: list[Message],
+        offered: list[str],
+        reason: str,
+        chars: int,
+        sizes: dict[str, Any] | None = None,
+    ) -> ModelTurnResult:
+        """The turn's answer when the context must be compacted before the model is asked.
+
+        The turn's new messages are appended (the compaction reads them from the
+        chain), and the workflow runs ``compact_context``, then this turn again.
+        """
+        head = input.head
+        if new_messages:
+            head = await self.transcript.append(input.task_id, head, new_messages)
+        assert head is not None, "a turn without messages"
+        _, full_name, _ = self.provider(input.model)
+        tokens, maximum = (sizes or {}).get("tokens"), (sizes or {}).get("maximum")
+        return ModelTurnResult(
+            head=head,
+            model=full_name,
+            compact=reason,
+            chars=chars,
+            context_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
+            window=maximum if isinstance(maximum, int) and maximum > 0 else None,
+            **self.tools_offered(input, offered),
+        )
+
+    # ------------------------------------------------------------------ compaction
+
+    @activity.defn(name=COMPACT_ACTIVITY)
+    @traced_compaction
+    async def compact_context(self, input: CompactInput) -> CompactResult:
+        """Compact the conversation: notes for old tool results, then a summary."""
+        try:
+            return await compact(self, input)
+        except (BlobError, PayloadEncryptionError) as err:
+            raise _blob_failure(err) from None  # the server keeps a last failure only while small
+
+    def provider(self, model: str) -> tuple[ModelProvider, str, str]:
+        """``resolve_provider`` with this worker's settings."""
+        return resolve_provider(
+            model,
+            default_model=self.default_model,
+            idle_timeout=self.model_idle_timeout,
+            script_files=self.script_files,
+            prompt_cache_key=self.prompt_cache_key,
+        )
+
+    async def model_request(
+        self, task_id: str, messages: list[Message], tools: list[ToolSpec], model: str
+    ) -> ModelRequest:
+        """The request for ``messages``: their context view, blob references expanded."""
+        view = context_view(messages)
+        system = "\n\n".join(m.content for m in view if m.role == "system")
+        conversation = await self.transcript.expand(
+            task_id, [m for m in view if m.role != "system"]
+        )
+        return ModelRequest(
+            model=model,
+            system=system,
+            messages=conversation,
+            tools=tools,
+            cache_key=task_id,
+            prompt_cache=self.prompt_cache,
+        )
+
+    async def complete(
+        self, provider: ModelProvider, request: ModelRequest, on_text: TextSink | None = None
+    ) -> ModelResponse:
+        """One model call, abandoned (retryably) after ``model_turn_timeout`` seconds."""
+        # The provider's idle watchdog catches a stalled stream; this limit catches
+        # one that trickles on forever.
+        return await within(
+            provider.complete(request, on_text=on_text),
+            self.model_turn_timeout,
+            lambda: model_unavailable(
+                f"the model turn took longer than {self.model_turn_timeout:g}s "
+                "(SUBAGENTS_MODEL_TURN_TIMEOUT); abandoned it (will retry)"
+            ),
+        )
+
+    def heartbeating(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Heartbeat in the background meanwhile (a cancel reaches a long call)."""
+        return _heartbeating()
+
+    def context_window(self, context: ContextInput, model: str) -> int | None:
+        """The window a task's turns must fit (None: unknown).
+
+        The agent's, else the worker's, else the table's; never more than a
+        provider's refusal named.
+        """
+        configured = context.window or self.context_window_tokens or known_window(model)
+        windows = [w for w in (configured, context.learned) if w]
+        return min(windows) if windows else None
 
     def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
@@ -496,7 +625,7 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool]
+        return [self.model_turn, self.run_tool, self.compact_context]
 
 
 _ANSWER_INSTRUCTION = (

@@ -598,14 +598,27 @@ def _text(value: Any) -> str:
     return ""
 
 
-_SANDBOX_KEYS = {"network", "env", "limits"}
-"""Our own front matter for the tool sandbox (neither Claude Code nor OpenCode has it)."""
+_SANDBOX_KEYS = {"network", "env", "limits", "context_window"}
+"""Our own front matter (neither Claude Code nor OpenCode has it): the tool sandbox's,
+and the model's context window."""
 
 
 def _sandbox_fields(f: _File) -> dict[str, Any]:
-    """``network: true``, ``env: [NAME, ...]`` and ``limits: {memory_mb: 512, ...}``."""
+    """Our own keys: ``network``, ``env``, ``limits`` and ``context_window``.
+
+    ``network: true``, ``env: [NAME, ...]``, ``limits: {memory_mb: 512, ...}``,
+    ``context_window: 32000``.
+    """
     meta = f.meta
     fields: dict[str, Any] = {}
+    if "context_window" in meta:
+        window = meta["context_window"]
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1024:
+            raise f.fail(
+                "context_window",
+                f"'context_window' must be a number of tokens (at least 1024), got {window!r}",
+            )
+        fields["context_window"] = window
     if "network" in meta:
         if not isinstance(meta["network"], bool):
             raise f.fail("network", f"'network' must be true or false, got {meta['network']!r}")

@@ -105,6 +105,10 @@ class AgentSpec(BaseModel):
     write_protected_paths: bool = False
     """Opt in to writes to the protected paths (``PROTECTED_PATHS``: ``.git``, ``.claude``,
     hook managers' and editors' configuration...) without asking."""
+    context_window: int | None = Field(None, ge=1024)
+    """The model's context window in tokens, when the worker's table does not know it
+    (a local model) or the agent should use less of it: the worker compacts the
+    conversation before a turn passes ``SUBAGENTS_COMPACT_AT`` (80 %) of it."""
     local_read_tools: bool = True
     """Run ``read_file``, ``list_files`` and ``grep`` as local activities: one server round
     trip per turn instead of two, and fewer history events. Their results are recorded

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from durable_subagents._render import info_json, print_info, task_table
+from durable_subagents._render import info_json, print_info, task_table, usage_text
 from durable_subagents._terminal import json_shown, shown
 from durable_subagents.cli._common import (
     Address,
@@ -430,6 +430,8 @@ def watch(
                 console.line()
                 in_text = False
             detail = event.summary or (event.status.value if event.status else "")
+            if event.usage is not None and event.kind == "turn":
+                detail = f"{detail} · tokens {usage_text(event.usage)}"
             if event.error:
                 detail = f"{detail} ({event.error})" if detail else event.error
             console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)

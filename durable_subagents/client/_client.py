@@ -738,6 +738,11 @@ class SubagentClient:
     async def get_transcript(self, task_id: str) -> list[Message]:
         """The task's conversation so far, with large contents loaded in full.
 
+        Every message is there whole, also after the conversation was compacted to fit
+        the model's context window: each compaction point is a message of its own
+        (``Message.compaction`` set, role ``system``) whose content is the summary the
+        model was sent from there on in place of the earlier turns.
+
         Raises:
             TaskNotFound: no task has this id.
             InvalidRequest: this client has no access to the blob store.
@@ -877,6 +882,8 @@ class SubagentClient:
         info.error = result.error
         info.turns = result.turns
         info.usage = result.usage
+        info.tree_usage = result.tree_usage or info.tree_usage
+        info.compactions = max(result.compactions, info.compactions)
         info.model = result.model
         info.head = result.head
         info.output = result.output

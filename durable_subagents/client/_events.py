@@ -11,7 +11,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
+from durable_subagents._context import describe
 from durable_subagents._payloads import (
+    COMPACT_ACTIVITY,
     DECIDE_SIGNAL,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
@@ -21,7 +23,7 @@ from durable_subagents._payloads import (
 from durable_subagents._spawn_request import model_label
 from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
-from durable_subagents.types import TaskEvent, TaskStatus
+from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,
@@ -70,6 +72,8 @@ async def history_events(
                 scheduled[event.event_id] = (attrs.activity_type.name, summary)
                 if attrs.activity_type.name == MODEL_TURN_ACTIVITY:
                     live.start(event.event_id, _turn_of(summary))
+                elif attrs.activity_type.name == COMPACT_ACTIVITY:
+                    pass  # shown when it ends, with what it did
                 else:
                     yield TaskEvent(
                         kind="tool_started",
@@ -86,6 +90,8 @@ async def history_events(
                     result = await _result(client, attrs) if completed else None
                     for text_event in await live.finish(result):
                         yield text_event
+                    if result is not None and result.get("compact"):
+                        continue  # not answered: a compaction comes first, then the turn again
                     yield TaskEvent(
                         kind="turn",
                         task_id=task_id,
@@ -93,6 +99,21 @@ async def history_events(
                         turn=_turn_of(summary),
                         summary=_turn_summary(summary, result),
                         error=None if completed else await _call_error(converter, kind, attrs),
+                        usage=_usage_of(result),
+                    )
+                elif name == COMPACT_ACTIVITY:
+                    completed = kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    result = await _result(client, attrs) if completed else None
+                    if result is not None and result.get("changed") is False:
+                        continue  # nothing was left to compact
+                    mark = _compaction_of(result)
+                    yield TaskEvent(
+                        kind="compaction",
+                        task_id=task_id,
+                        time=time,
+                        summary=describe(mark) if mark is not None else summary,
+                        error=None if completed else await _call_error(converter, kind, attrs),
+                        usage=_usage_of(result),
                     )
                 elif name == RUN_TOOL_ACTIVITY:
                     yield TaskEvent(
@@ -149,6 +170,21 @@ async def _result(client: Client, attrs: Any) -> dict[str, Any] | None:
     except Exception:
         return None
     return values[0] if values and isinstance(values[0], dict) else None
+
+
+def _usage_of(result: dict[str, Any] | None) -> Usage | None:
+    """The usage an activity's result reports, if it reads as one."""
+    try:
+        return Usage.model_validate(result["usage"]) if result and "usage" in result else None
+    except ValueError:
+        return None
+
+
+def _compaction_of(result: dict[str, Any] | None) -> Compaction | None:
+    try:
+        return Compaction.model_validate(result["compaction"]) if result else None
+    except (KeyError, ValueError):
+        return None
 
 
 async def _call_error(converter: DataConverter, kind: int, attrs: Any) -> str | None:

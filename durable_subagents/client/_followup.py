@@ -155,6 +155,8 @@ async def start_follow_up(
         pending_messages=closed.pending_messages,
         children=closed.children,
         awaiting_input=True,
+        compactions=closed.compactions,
+        context=previous.state.context if previous.state else None,
     )
     follow_up = previous.model_copy(
         update={

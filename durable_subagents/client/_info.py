@@ -61,6 +61,8 @@ def info_from(
         error=memo.get("error"),
         turns=int(memo.get("turns") or 0),
         usage=Usage.model_validate(memo.get("usage") or {}),
+        tree_usage=Usage.model_validate(memo["tree_usage"]) if memo.get("tree_usage") else None,
+        compactions=int(memo.get("compactions") or 0),
         parent_id=memo.get("parent_id"),
         created_at=datetime.fromisoformat(created) if created else None,
         stop_reason=memo.get("stop_reason"),

@@ -3,7 +3,9 @@
 Point the real SDKs (or a worker, via ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) at
 them to test model turns offline, including streaming, HTTP errors with
 ``Retry-After``, random 5xx (``fail_rate``), broken streams (``add_fault``: reset,
-truncated, hanging), slow streams, and client disconnects.
+truncated, hanging), slow streams, client disconnects, a context window refused with
+each API's own error (``context_window``), each API's prompt caching with its usage
+fields, and replies made from the request (``responder``).
 """
 
 from .fake_anthropic import FakeAnthropicServer

@@ -23,11 +23,13 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, Self
 
 from aiohttp import web
+
+from ._prompt_cache import OpenAICache, tokens
 
 __all__ = [
     "FAULTS",
@@ -67,11 +69,12 @@ class FakeReply:
 
     String arguments are sent verbatim, so a test can send invalid JSON.
     """
-    usage: tuple[int, int] = (10, 5)
-    """``(input_tokens, output_tokens)``."""
+    usage: tuple[int, int] | None = None
+    """``(input_tokens, output_tokens)`` to report; None: counted from the request and
+    the reply, with the prompt cache applied (see ``_prompt_cache``)."""
     reasoning_tokens: int | None = None
-    """Tokens the model reasoned for, on top of ``usage``'s output (OpenAI reports them
-    within ``completion_tokens``); None: ``REASONING_TOKENS`` of the request's
+    """Tokens the model reasoned for, on top of the output (OpenAI reports them within
+    ``completion_tokens``); None: ``REASONING_TOKENS`` of the request's
     ``reasoning_effort`` (0 without one)."""
     deltas: list[str] | None = None
     """The text streamed in exactly these pieces (default: word by word), e.g. a
@@ -92,6 +95,8 @@ class FakeReply:
     """Frames sent before the fault; 0: before the status line and headers."""
     replay_next: bool = False
     """Stream the next queued reply's content (without consuming it) up to the fault."""
+    reported: dict[str, Any] = field(default_factory=dict)
+    """The usage object the server sends for it (set when the request is answered)."""
 
 
 def arguments_text(arguments: Any) -> str:
@@ -117,8 +122,12 @@ def text_deltas(reply: FakeReply) -> list[str]:
 class FakeModelServer:
     """Shared machinery of the fake servers: queue, recording, streaming, faults.
 
-    Each request takes the next queued entry (``add_reply``, ``add_error``,
-    ``add_fault``), or a reply with ``default_text`` when the queue is empty.
+    Each request takes the reply ``responder`` returns for it, else the next queued
+    entry (``add_reply``, ``add_error``, ``add_fault``), else a reply with
+    ``default_text``. A request longer than ``context_window`` gets the API's own
+    context-length error instead (and the queue is left as it was). Usage is counted
+    from the request and the reply, with each API's prompt caching applied (see
+    ``_prompt_cache``), unless a reply names its own.
 
     Args:
         chunk_delay: Default seconds between streamed chunks.
@@ -129,6 +138,10 @@ class FakeModelServer:
             retry gets the reply it would have got (load tests, chaos).
         fail_statuses: The statuses ``fail_rate`` picks from.
         seed: Seed of the ``fail_rate`` draws (same seed, same failures).
+        context_window: The model's context window in tokens (None: no limit).
+        responder: Called with each request's body; the reply it returns answers it
+            (None: the queue does).
+        cache_ttl: Seconds a prompt cache entry lives after its last use.
     """
 
     route: ClassVar[str] = "/"
@@ -142,6 +155,9 @@ class FakeModelServer:
         fail_rate: float = 0.0,
         fail_statuses: Sequence[int] = (500, 503),
         seed: int | None = None,
+        context_window: int | None = None,
+        responder: Callable[[dict[str, Any]], FakeReply | None] | None = None,
+        cache_ttl: float = 300.0,
     ) -> None:
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be within 0-1, not {fail_rate}")
@@ -167,6 +183,11 @@ class FakeModelServer:
         """Set at the first client disconnect during a stream."""
         self.hanging = asyncio.Event()
         """Set when a ``hang`` reply or fault starts to stall."""
+        self.context_window = context_window
+        self.responder = responder
+        self.cache_ttl = cache_ttl
+        self.usages: list[dict[str, Any]] = []
+        """The usage object sent with each request answered whole, in order."""
         self._replies: deque[FakeReply] = deque()
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -186,7 +207,7 @@ class FakeModelServer:
         self,
         text: str = "",
         tool_calls: list[dict[str, Any]] | None = None,
-        usage: tuple[int, int] = (10, 5),
+        usage: tuple[int, int] | None = None,
         *,
         deltas: list[str] | None = None,
         stop_reason: str | None = None,
@@ -268,6 +289,33 @@ class FakeModelServer:
         """The default error body for ``status`` (overridden per API)."""
         return {"error": {"message": f"fake error {status}"}}
 
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """Every input token of a request, as this server counts them (per API)."""
+        raise NotImplementedError
+
+    def too_long(self, body: dict[str, Any], tokens: int) -> tuple[int, Any] | None:
+        """The API's error for a request over ``context_window``: status and body."""
+        raise NotImplementedError
+
+    def check(self, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """An error the API would answer ``body`` with before any reply (per API)."""
+        if self.context_window is None:
+            return None
+        tokens = self.prompt_tokens(body)
+        return self.too_long(body, tokens) if tokens > self.context_window else None
+
+    def usage(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
+        """The usage object of a reply to ``body`` (per API; the cache is updated)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def output_tokens(reply: FakeReply) -> int:
+        """The reply's output tokens as counted: its text and calls, 4 characters a token."""
+        calls = "".join(
+            c["name"] + arguments_text(c.get("arguments", {})) for c in reply.tool_calls
+        )
+        return max(1, -(-len(reply.text + calls) // 4))
+
     def render(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
         """The non-streamed JSON answer (overridden per API)."""
         raise NotImplementedError
@@ -299,12 +347,19 @@ class FakeModelServer:
         self.requests.append(body)
         self.request_headers.append({k.lower(): v for k, v in request.headers.items()})
         self.request_times.append(time.monotonic())
-        refused = self.refusal(body)
+        refused = self.refusal(body) or self.check(body)
         if refused is not None:
             self.outcomes.append(str(refused[0]))
             return web.json_response(refused[1], status=refused[0])
-        reply = self._next_reply()
+        answer = self.responder(body) if self.responder is not None else None
+        if answer is not None and answer.hang:
+            answer = replace(answer, fault="hang", after_chunks=1)
+        reply = answer or self._next_reply()
         self.outcomes.append(reply.fault or str(reply.status))
+        if reply.status == 200:
+            reply = replace(reply, reported=self.usage(reply, body))
+            if reply.fault is None:
+                self.usages.append(reply.reported)
         if reply.status != 200:
             payload = reply.body if reply.body is not None else self.error_body(reply.status)
             if isinstance(payload, str):
@@ -383,9 +438,14 @@ class FakeOpenAIServer(FakeModelServer):
     ``base_url`` ends in ``/v1``, as ``AsyncOpenAI(base_url=...)`` expects. Text is
     streamed word by word and tool-call arguments in 7-character fragments; the usage
     chunk is sent when the request asks for it with ``stream_options.include_usage``.
+    Prompts are cached automatically, as OpenAI does (see ``_prompt_cache``).
     """
 
     route = "/v1/chat/completions"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._cache = OpenAICache(self.cache_ttl)
 
     @property
     def base_url(self) -> str:
@@ -431,9 +491,40 @@ class FakeOpenAIServer(FakeModelServer):
         }
         return 400, {"error": error}
 
-    def _usage(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
-        """Usage as the API reports it: reasoning tokens within ``completion_tokens``."""
-        prompt, completion = reply.usage
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """Every prompt token of a request: its tools and messages."""
+        text, _ = OpenAICache.render(body)
+        return tokens(text)
+
+    def too_long(self, body: dict[str, Any], tokens: int) -> tuple[int, Any]:
+        """OpenAI's ``context_length_exceeded`` error."""
+        _, tool_tokens = OpenAICache.render(body)
+        message = (
+            f"This model's maximum context length is {self.context_window} tokens. "
+            f"However, your messages resulted in {tokens} tokens"
+        )
+        if tool_tokens:
+            message += (
+                f" ({tokens - tool_tokens} in the messages, {tool_tokens} in the functions). "
+                "Please reduce the length of the messages or functions."
+            )
+        else:
+            message += ". Please reduce the length of the messages."
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        return 400, {"error": error}
+
+    def usage(self, reply: FakeReply, body: dict[str, Any]) -> dict[str, Any]:
+        """Chat Completions usage: ``prompt_tokens`` includes the cached tokens."""
+        if reply.usage is not None:
+            prompt, completion, cached = *reply.usage, 0
+        else:
+            prompt, cached = self._cache.use(body)
+            completion = self.output_tokens(reply)
         reasoning = reply.reasoning_tokens
         if reasoning is None:
             reasoning = REASONING_TOKENS.get(str(body.get("reasoning_effort")), 0)
@@ -442,6 +533,7 @@ class FakeOpenAIServer(FakeModelServer):
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": reasoning,
                 "audio_tokens": 0,
@@ -465,7 +557,7 @@ class FakeOpenAIServer(FakeModelServer):
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": message, "finish_reason": self._finish(reply)}],
-            "usage": self._usage(reply, body),
+            "usage": reply.reported,
         }
 
     def events(self, reply: FakeReply, body: dict[str, Any]) -> Iterator[bytes]:
@@ -491,5 +583,5 @@ class FakeOpenAIServer(FakeModelServer):
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
         yield chunk({}, self._finish(reply))
         if (body.get("stream_options") or {}).get("include_usage"):
-            yield _sse({**base, "choices": [], "usage": self._usage(reply, body)})
+            yield _sse({**base, "choices": [], "usage": reply.reported})
         yield b"data: [DONE]\n\n"

@@ -1,6 +1,6 @@
 """Worker construction.
 
-A worker registers ``SubagentWorkflow`` and the two activities on one task queue,
+A worker registers ``SubagentWorkflow`` and its activities on one task queue,
 with the pydantic data converter (clients use the same one).
 """
 
@@ -102,6 +102,10 @@ def worker_setup(
         script_files=settings.script_files,
         tool_user=settings.tool_user_ids,
         protected_paths=settings.protected_path_list,
+        context_window=settings.context_window,
+        compact_at=settings.compact_at,
+        prompt_cache=settings.prompt_cache,
+        prompt_cache_key=settings.prompt_cache_key,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
     )
     options: dict[str, Any] = {

@@ -15,7 +15,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._markdown import code_span
-    from durable_subagents.types import PendingApproval, TaskStatus
+    from durable_subagents.types import PendingApproval, TaskStatus, Usage
 
 LISTED_CALLS = 20
 """Most calls listed one by one (the rest are counted)."""
@@ -43,6 +43,9 @@ class TaskView:
         running: Previews of the tool calls running now (``bash · ls``).
         queued: Tool calls of this turn waiting for a free slot.
         sandbox: How the worker runs commands (``none`` and ``unavailable`` are shown).
+        usage: Tokens so far (cache reads and writes shown apart).
+        compactions: Times the conversation was compacted.
+        compacting: Whether a compaction is running.
     """
 
     task_id: str
@@ -57,6 +60,9 @@ class TaskView:
     running: Sequence[str] = field(default_factory=list)
     queued: int = 0
     sandbox: str | None = None
+    usage: Usage | None = None
+    compactions: int = 0
+    compacting: bool = False
 
 
 def current_details(view: TaskView) -> str:
@@ -67,13 +73,38 @@ def current_details(view: TaskView) -> str:
         lines.append(f"Turn {_progress(view)}")
     elif view.status == TaskStatus.RUNNING:
         lines.append(f"**Running** turn {_progress(view)}")
-        if view.waiting_for_model:
+        if view.compacting:
+            lines.append(
+                "Compacting the conversation to fit the model's context window "
+                "(old tool results become notes, older turns a summary)"
+            )
+        elif view.waiting_for_model:
             lines.append("Waiting for the model's answer")
         lines += _running_lines(view)
     elif view.status == TaskStatus.CANCELLING:
         lines.append("**Cancelling**: stopping the model call and tool calls that run")
         lines += _running_lines(view)
+    usage = _usage_line(view)
+    if lines and usage:
+        lines.append(usage)
     return "\n\n".join(lines)
+
+
+def _usage_line(view: TaskView) -> str:
+    """``Tokens in 12,400 (cache read 11,000, written 900) · out 310 · compacted once``."""
+    usage = view.usage
+    parts = []
+    if usage is not None and (usage.input_tokens or usage.output_tokens):
+        cache = ""
+        if usage.cache_read_tokens or usage.cache_write_tokens:
+            cache = (
+                f" (cache read {usage.cache_read_tokens:,}, written {usage.cache_write_tokens:,})"
+            )
+        parts.append(f"Tokens in {usage.input_tokens:,}{cache} · out {usage.output_tokens:,}")
+    if view.compactions:
+        times = "once" if view.compactions == 1 else f"{view.compactions} times"
+        parts.append(f"compacted {times} to fit the model's context window")
+    return " · ".join(parts)
 
 
 def _progress(view: TaskView) -> str:

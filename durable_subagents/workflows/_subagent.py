@@ -38,9 +38,11 @@ from durable_subagents.workflows._subtasks import (
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
     from durable_subagents import policy
+    from durable_subagents._context import describe
     from durable_subagents._output_schema import answer_json
     from durable_subagents._payloads import (
         CHILD_STATE_SIGNAL,
+        COMPACT_ACTIVITY,
         DECIDE_SIGNAL,
         MAX_CALLS_PER_TURN,
         MODEL_TURN_ACTIVITY,
@@ -51,6 +53,9 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW,
         CallDecision,
         ChildState,
+        CompactInput,
+        CompactResult,
+        ContextInput,
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
@@ -93,6 +98,10 @@ its ``MAX_CHILDREN`` children then hold at most 8 + 16 x 2 = 40 tool slots at on
 under a worker's default 100, so one prompt-injected tree cannot fill them."""
 _PROGRESS_EVERY = timedelta(seconds=1)
 """Least workflow time between two memo writes of progress alone (see ``_progress``)."""
+
+MAX_COMPACTIONS_PER_TURN = 4
+"""Compactions in a row one turn may need before the task fails (each goes further;
+the last resort turns every tool result into a note)."""
 
 _IGNORED_KEPT = 10
 """How many ignored decisions the memo keeps (the newest)."""
@@ -184,6 +193,10 @@ class SubagentWorkflow:
         self._queued = 0
         """Tool calls waiting for one of the slots of ``_tool_slots``."""
         self._waiting_for_model = False
+        self._compacting = False
+        self._context = ContextInput()
+        """What the task learned of its model's context window (see ``ContextInput``)."""
+        self._compactions = 0
         self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
         """What ``_publish`` last published: status, pause id and pending calls."""
         self._output: dict[str, Any] | None = None
@@ -285,6 +298,8 @@ class SubagentWorkflow:
             self._children.restore(state.children)
             self._adopted = [*state.adopted, *self._adopted]
             self._invalid_answers = state.invalid_answers
+            self._context = state.context or self._context
+            self._compactions = state.compactions
         self._memo = dict(workflow.memo())
         pending = list(state.pending_messages) if state else []
         loop = asyncio.create_task(self._loop(pending))
@@ -392,6 +407,12 @@ class SubagentWorkflow:
             self._turns += 1
             self._progress()
             turn = await self._model_turn(new)
+            compactions = 0
+            while turn.compact:
+                compactions += 1
+                await self._compact(turn, compactions)
+                turn = await self._model_turn([], compacted=True)
+            self._learn(turn)
             self._head = turn.head
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
@@ -561,12 +582,17 @@ class SubagentWorkflow:
             total -= sizes[i]
         return out, records
 
-    async def _model_turn(self, new: list[Message]) -> ModelTurnResult:
+    def _turn_input(self, new: list[Message], *, compacted: bool = False) -> ModelTurnInput:
         assert self._input is not None
         spec = self._input.agent
         new, records = self._results_by_record(new)
         self._records = {}
-        turn_input = ModelTurnInput(
+        # No patch: a turn answers ``compact`` only to a workflow that sends this, so no
+        # recorded history can take the new path on replay.
+        context = self._context.model_copy(
+            update={"window": spec.context_window, "compacted": compacted}
+        )
+        return ModelTurnInput(
             task_id=workflow.info().workflow_id,
             head=self._head,
             new_messages=new,
@@ -592,7 +618,11 @@ class SubagentWorkflow:
                 if self._offered
                 else None
             ),
+            context=context,
         )
+
+    async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
+        turn_input = self._turn_input(new, compacted=compacted)
         self._check_size(turn_input, f"model turn {self._turns} input")
         self._waiting_for_model = True
         self._show_details()
@@ -610,6 +640,64 @@ class SubagentWorkflow:
             )
         finally:
             self._waiting_for_model = False
+
+    def _learn(self, turn: ModelTurnResult) -> None:
+        """Keep what a turn tells of the model's window: its size, or the provider's."""
+        if turn.compact:
+            if turn.window:
+                learned = self._context.learned
+                self._context.learned = min(learned, turn.window) if learned else turn.window
+            if turn.context_tokens and turn.chars:
+                self._context.tokens, self._context.chars = turn.context_tokens, turn.chars
+        elif turn.chars and turn.usage.input_tokens:
+            self._context.tokens, self._context.chars = turn.usage.input_tokens, turn.chars
+
+    async def _compact(self, turn: ModelTurnResult, attempt: int) -> None:
+        """Compact the conversation before the turn is run again (``compact_context``).
+
+        The compaction point it appends is a message of the transcript: a replay
+        reads the same head from the activity's recorded result.
+        """
+        assert self._input is not None
+        self._head = turn.head
+        self._learn(turn)
+        reason = turn.compact or "threshold"
+        if attempt > MAX_COMPACTIONS_PER_TURN:
+            raise ApplicationError(
+                f"the conversation still did not fit the model's context window after "
+                f"{MAX_COMPACTIONS_PER_TURN} compactions in a row; use a model with a "
+                "larger window, or have the task read less at once",
+                type="ContextWindowExceeded",
+                non_retryable=True,
+            )
+        compact_input = CompactInput(
+            turn=self._turn_input([]),
+            reason=reason,
+            number=self._compactions + 1,
+            attempt=attempt,
+        )
+        self._check_size(compact_input, f"compaction {self._compactions + 1} input")
+        self._compacting = True
+        self._show_details()
+        try:
+            result = await workflow.execute_activity(
+                COMPACT_ACTIVITY,
+                compact_input,
+                result_type=CompactResult,
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=_MODEL_RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"compaction {self._compactions + 1} · {model_label(self._model)}",
+            )
+        finally:
+            self._compacting = False
+        self._usage = self._usage + result.usage
+        if result.changed:
+            self._head = result.head
+            self._compactions += 1
+            workflow.logger.info("%s", describe(result.compaction))
+        self._progress()
 
     def _verdict(self, call: ToolCall) -> _Verdict:
         """Whether a call runs, waits for a decision, or goes back as an error."""
@@ -742,6 +830,9 @@ class SubagentWorkflow:
             running=list(self._running.values()),
             queued=self._queued,
             sandbox=self._sandbox,
+            usage=self._usage,
+            compactions=self._compactions,
+            compacting=self._compacting,
         )
         workflow.set_current_details(current_details(view))
 
@@ -881,6 +972,8 @@ class SubagentWorkflow:
             adopted=self._adopted,
             time_limit_from=self._time_limit_from,
             invalid_answers=self._invalid_answers,
+            context=self._context,
+            compactions=self._compactions,
         )
         # On versioned workers the new run starts on the deployment's current version,
         # like a follow-up run. Temporal's default would keep it on this run's version,
@@ -922,6 +1015,8 @@ class SubagentWorkflow:
             model=model_label(self._model),
             children=self._children.finished,
             output=self._output,
+            compactions=self._compactions,
+            tree_usage=self._tree_usage(),
         )
 
     def _progress(self) -> None:
@@ -974,6 +1069,11 @@ class SubagentWorkflow:
             memo["sandbox"] = self._sandbox  # never silent: every task says so
         if self._children.count:
             memo["children"] = self._children.count
+            tree = self._tree_usage()
+            if tree is not None:
+                memo["tree_usage"] = tree.model_dump()
+        if self._compactions:
+            memo["compactions"] = self._compactions
         if stop_reason is not None:
             memo["stop_reason"] = stop_reason
         if error is not None:
@@ -1000,6 +1100,12 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
+
+    def _tree_usage(self) -> Usage | None:
+        """This task's usage and its finished subagents' (None when it spawned none)."""
+        if not self._children.count or not patched("tree-usage"):
+            return None
+        return self._usage + self._children.usage()
 
     def _report_to_parent(
         self, status: TaskStatus, pause_id: str | None, pending: list[PendingApproval]

@@ -38,9 +38,19 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
     from durable_subagents.errors import InvalidRequest
-    from durable_subagents.types import PendingApproval, TaskResult, TaskStatus, ToolCall, ToolSpec
+    from durable_subagents.types import (
+        PendingApproval,
+        TaskResult,
+        TaskStatus,
+        ToolCall,
+        ToolSpec,
+        Usage,
+    )
 
 from durable_subagents.workflows._helpers import patched
+
+_USAGE = "usage"
+"""A finished child's entry: its tree's usage (kept out of the reports the model reads)."""
 
 SPAWN_SUBAGENT, WAIT_SUBAGENTS = SPAWN_TOOLS
 
@@ -198,6 +208,14 @@ class ChildTasks:
                 used += budget
         return used, reserved
 
+    def usage(self) -> Usage:
+        """The usage of the finished children and of every task below them."""
+        total = Usage()
+        for done in self._done.values():
+            if isinstance(done.get(_USAGE), dict):
+                total = total + Usage.model_validate(done[_USAGE])
+        return total
+
     def restore(self, finished: dict[str, dict[str, Any]]) -> None:
         """Take over the finished children of an earlier run."""
         self._done.update(finished)
@@ -308,7 +326,8 @@ class ChildTasks:
         report = []
         for task_id in ids:
             if task_id in self._done:
-                report.append({"task_id": task_id, **self._done[task_id]})
+                done = {k: v for k, v in self._done[task_id].items() if k != _USAGE}
+                report.append({"task_id": task_id, **done})
                 continue
             state = self._states.get(task_id)
             if state is not None and state.status == TaskStatus.PAUSED and state.pause_id:
@@ -404,6 +423,9 @@ class ChildTasks:
                 "turns": result.turns,
                 "tokens": result.usage.input_tokens + result.usage.output_tokens,
             }
+            if patched("tree-usage"):
+                usage = result.tree_usage or result.usage
+                self._done[task_id][_USAGE] = usage.model_dump()
         except ChildWorkflowError as err:
             cause = err.cause
             status = "cancelled" if isinstance(cause, CancelledError) else "failed"

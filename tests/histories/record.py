@@ -22,7 +22,7 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v6"
+VERSION = "v7"
 """Bump when recording after a workflow change; keep the older files."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
@@ -62,6 +62,19 @@ LEAD_SCRIPT = "scripted:" + json.dumps(
 SLOW_SCRIPT = "scripted:" + json.dumps(
     [{"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]}]
 )
+COMPACT_SCRIPT = "scripted:" + json.dumps(
+    {
+        "turns": [
+            {
+                "text": "NOTE: big.txt read again. " + "thinking " * 60,
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}],
+            }
+        ],
+        "repeat": 6,
+        "final": "done",
+    }
+)
+"""Turns that outgrow the 2,048-token window of the agent ``small``: compactions."""
 ASK_SCRIPT = "scripted:" + json.dumps(
     [
         {
@@ -99,6 +112,7 @@ async def main() -> None:
         root = Path(tmp)
         (root / "ws").mkdir()
         (root / "ws" / "a.txt").write_text("alpha\n")
+        (root / "ws" / "big.txt").write_text("a line of the notes file\n" * 50)
         async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as server:
             temporal = await connect_client(server.address)
             settings = Settings(
@@ -111,7 +125,10 @@ async def main() -> None:
                 temporal,
                 task_queue=settings.task_queue,
                 blob_store=settings.blob_store(),
-                agents={"lead": AgentSpec(name="lead", tools=["read_file"], may_spawn=True)},
+                agents={
+                    "lead": AgentSpec(name="lead", tools=["read_file"], may_spawn=True),
+                    "small": AgentSpec(name="small", tools=["read_file"], context_window=2048),
+                },
             )
             async with create_worker(temporal, settings):
                 done = await client.spawn_task("general", "look around", model=TOOLS_SCRIPT)
@@ -123,6 +140,8 @@ async def main() -> None:
                 await client.check_task(timed, wait=True, timeout=60)
                 lead = await client.spawn_task("lead", "delegate", model=LEAD_SCRIPT)
                 await client.check_task(lead, wait=True, timeout=60)
+                compacted = await client.spawn_task("small", "read", model=COMPACT_SCRIPT)
+                await client.check_task(compacted, wait=True, timeout=60)
                 # a pause, a stale decision, a partial and a full decision, input while
                 # the final answer is written
                 asks = await client.spawn_task(
@@ -153,6 +172,7 @@ async def main() -> None:
                 "cancelled": slow,
                 "timed_out": timed,
                 "spawning": lead,
+                "compacted": compacted,
                 "approvals": asks,
                 "registered": parent,
                 "structured": structured,

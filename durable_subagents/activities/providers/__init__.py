@@ -7,6 +7,7 @@ provider's model name; ``await provider.complete(ModelRequest(...))`` runs one t
 from ._base import (
     PROVIDERS,
     ModelProvider,
+    TextSink,
     clear_provider_cache,
     close_providers,
     parse_model,
@@ -26,6 +27,7 @@ __all__ = [
     "Script",
     "ScriptTurn",
     "ScriptedProvider",
+    "TextSink",
     "clear_provider_cache",
     "close_providers",
     "load_script",

@@ -120,6 +120,7 @@ def resolve_provider(
     default_model: str | None = None,
     idle_timeout: float | None = None,
     script_files: bool = False,
+    prompt_cache_key: str = "auto",
 ) -> tuple[ModelProvider, str, str]:
     """Find (or build) the provider for a model name.
 
@@ -134,6 +135,8 @@ def resolve_provider(
             then each stream event) before it abandons the attempt with a retryable
             error (the worker's ``SUBAGENTS_MODEL_IDLE_TIMEOUT``); None: no limit.
         script_files: Whether ``scripted:@FILE`` may be read (``SUBAGENTS_SCRIPT_FILES``).
+        prompt_cache_key: Whether OpenAI requests carry ``prompt_cache_key``: ``on``,
+            ``off``, or ``auto`` (only to api.openai.com; ``SUBAGENTS_PROMPT_CACHE_KEY``).
 
     Returns:
         ``(provider, full_name, provider_model)``; put ``provider_model`` into
@@ -150,14 +153,17 @@ def resolve_provider(
         ('scripted', 'scripted:demo-explore', 'demo-explore')
     """
     provider_name, full, provider_model = parse_model(model, default_model=default_model)
-    return _build(provider_name, idle_timeout, script_files), full, provider_model
+    provider = _build(provider_name, idle_timeout, script_files, prompt_cache_key)
+    return provider, full, provider_model
 
 
 def _fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _build(provider_name: str, idle_timeout: float | None, script_files: bool) -> ModelProvider:
+def _build(
+    provider_name: str, idle_timeout: float | None, script_files: bool, prompt_cache_key: str
+) -> ModelProvider:
     if provider_name == "scripted":
         cache_key: tuple[str, str, str, float | None] = ("scripted", str(script_files), "", None)
         if cache_key not in _cache:
@@ -168,10 +174,15 @@ def _build(provider_name: str, idle_timeout: float | None, script_files: bool) -
         key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         if key is None:
             raise missing_key_error("openai", "OPENAI_API_KEY")
-        cache_key = ("openai", base_url or "", _fingerprint(key), idle_timeout)
+        official = base_url is None or "api.openai.com" in base_url
+        send_key = prompt_cache_key == "on" or (prompt_cache_key == "auto" and official)
+        cache_key = ("openai", f"{base_url or ''} {send_key}", _fingerprint(key), idle_timeout)
         if cache_key not in _cache:
             _cache[cache_key] = OpenAIProvider(
-                api_key=key, base_url=base_url, idle_timeout=idle_timeout
+                api_key=key,
+                base_url=base_url,
+                idle_timeout=idle_timeout,
+                prompt_cache_key=send_key,
             )
         return _cache[cache_key]
     base_url = os.environ.get("ANTHROPIC_BASE_URL") or None

@@ -22,7 +22,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from ._text import encodable
 
 __all__ = [
+    "CONTEXT_LENGTH_ERROR",
     "RETRYABLE_STATUS",
+    "context_length",
     "empty_response_error",
     "missing_key_error",
     "model_request_error",
@@ -187,6 +189,40 @@ def _server_message(body: object, fallback: str) -> str:
     return fallback
 
 
+CONTEXT_LENGTH_ERROR = "ContextLengthExceeded"
+"""The ``ApplicationError`` type of a request the provider refused as longer than the
+model's context window; its details are ``{"tokens": N or None, "maximum": M}``."""
+
+_OPENAI_MAXIMUM = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
+_OPENAI_REQUESTED = re.compile(r"(?:resulted in|requested) (\d+) tokens", re.IGNORECASE)
+_ANTHROPIC_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+_ANTHROPIC_LIMIT = re.compile(r"exceed context limit: (\d+) \+ \d+ > (\d+)")
+
+
+def context_length(body: object, message: str) -> dict[str, int | None] | None:
+    """The sizes a context-length refusal names, or None for any other error.
+
+    OpenAI: ``code`` ``context_length_exceeded``, "This model's maximum context length
+    is M tokens. However, your messages resulted in N tokens...". Anthropic:
+    ``invalid_request_error`` "prompt is too long: N tokens > M maximum" (and "input
+    length and `max_tokens` exceed context limit: N + K > M").
+    """
+    inner = body.get("error", body) if isinstance(body, Mapping) else None
+    code = inner.get("code") if isinstance(inner, Mapping) else None
+    for pattern in (_ANTHROPIC_TOO_LONG, _ANTHROPIC_LIMIT):
+        found = pattern.search(message)
+        if found:
+            return {"tokens": int(found.group(1)), "maximum": int(found.group(2))}
+    maximum = _OPENAI_MAXIMUM.search(message)
+    if maximum is None:
+        return None if code != "context_length_exceeded" else {"tokens": None, "maximum": 0}
+    requested = _OPENAI_REQUESTED.search(message)
+    return {
+        "tokens": int(requested.group(1)) if requested else None,
+        "maximum": int(maximum.group(1)),
+    }
+
+
 def _advice(provider: str, status: int, key_env: str) -> str:
     if status == 401:
         return f"authentication failed: check {key_env} on the worker"
@@ -238,6 +274,15 @@ def to_application_error(
             return model_unavailable(
                 f"{provider} API returned HTTP {status}: {detail} (will retry)",
                 retry_after(headers),
+            )
+        sizes = context_length(exc.body, detail) if status in (400, 413) else None
+        if sizes is not None:
+            return ApplicationError(
+                f"{provider} API returned HTTP {status}: {detail}; the conversation is "
+                "longer than the model's context window",
+                sizes,
+                type=CONTEXT_LENGTH_ERROR,
+                non_retryable=True,
             )
         return ApplicationError(
             f"{provider} API returned HTTP {status}: {detail}; "

@@ -14,7 +14,13 @@ from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
 from .openai import parse_arguments
 
-__all__ = ["AnthropicProvider", "to_anthropic_messages", "to_anthropic_tools"]
+__all__ = [
+    "CACHE_BREAKPOINTS",
+    "AnthropicProvider",
+    "add_cache_breakpoints",
+    "to_anthropic_messages",
+    "to_anthropic_tools",
+]
 
 
 def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, Any]]]:
@@ -69,6 +75,40 @@ def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
+CACHE_BREAKPOINTS = 4
+"""Most ``cache_control`` breakpoints the Messages API accepts in one request."""
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def add_cache_breakpoints(params: dict[str, Any]) -> None:
+    """Mark what Anthropic may cache, within its limit of four breakpoints.
+
+    The API caches the prefix up to a marked block (tools, then system, then messages)
+    and, for a marked block, finds an earlier cached prefix only within the 20 blocks
+    before it. So: the last tool and the system prompt (the same every turn), the end
+    of the conversation (what the next turn will extend), and the end of the previous
+    turn's request (written then, read now however many blocks this turn added).
+    """
+    tools = params.get("tools")
+    if tools:
+        params["tools"] = [*tools[:-1], {**tools[-1], "cache_control": _EPHEMERAL}]
+    system = params.get("system")
+    if isinstance(system, str) and system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    messages: list[dict[str, Any]] = params["messages"]
+    marks = {len(messages) - 1} if messages else set()
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if assistants and assistants[-1] > 0:
+        marks.add(assistants[-1] - 1)
+    for i in marks:
+        content = messages[i]["content"]
+        if content:
+            messages[i] = {
+                **messages[i],
+                "content": [*content[:-1], {**content[-1], "cache_control": _EPHEMERAL}],
+            }
+
+
 @dataclass
 class _Block:
     kind: str
@@ -80,6 +120,10 @@ class _Block:
 
 def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _tokens(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _index(event: dict[str, Any]) -> int:
@@ -94,6 +138,9 @@ class _Accumulator:
     model: str
     blocks: dict[int, _Block] = field(default_factory=dict)
     input_tokens: int = 0
+    """Input tokens after the last cache breakpoint (the API's ``input_tokens``)."""
+    cache_read: int = 0
+    cache_write: int = 0
     output_tokens: int = 0
     stop_reason: str | None = None
     stopped: bool = False
@@ -148,16 +195,12 @@ class _Accumulator:
             self.on_text(text)
 
     def _usage(self, usage: Any) -> None:
+        """Take the counts of ``message_start`` or ``message_delta`` (both cumulative)."""
         if not isinstance(usage, dict):
             return
-        inputs = [
-            usage.get(name)
-            for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        ]
-        if any(isinstance(value, int) for value in inputs):
-            self.input_tokens = max(
-                self.input_tokens, sum(value for value in inputs if isinstance(value, int))
-            )
+        self.input_tokens = max(self.input_tokens, _tokens(usage.get("input_tokens")))
+        self.cache_write = max(self.cache_write, _tokens(usage.get("cache_creation_input_tokens")))
+        self.cache_read = max(self.cache_read, _tokens(usage.get("cache_read_input_tokens")))
         if isinstance(usage.get("output_tokens"), int):
             self.output_tokens = usage["output_tokens"]
 
@@ -174,7 +217,14 @@ class _Accumulator:
         return ModelResponse(
             text="".join(text),
             tool_calls=calls,
-            usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
+            usage=Usage(
+                # every input token: the API's input_tokens counts only those after
+                # the last cache breakpoint
+                input_tokens=self.input_tokens + self.cache_read + self.cache_write,
+                output_tokens=self.output_tokens,
+                cache_read_tokens=self.cache_read,
+                cache_write_tokens=self.cache_write,
+            ),
             stop_reason=self.stop_reason,
             model=self.model,
         )
@@ -244,6 +294,8 @@ class AnthropicProvider:
         if request.temperature is not None:
             # Not among the SDK's typed parameters; the API takes 0-1 (OpenAI's 0-2).
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
+        if request.prompt_cache:
+            add_cache_breakpoints(params)
         accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="anthropic",

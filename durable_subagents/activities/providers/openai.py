@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,13 @@ from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCa
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
 
-__all__ = ["OpenAIProvider", "parse_arguments", "to_openai_messages", "to_openai_tools"]
+__all__ = [
+    "OpenAIProvider",
+    "openai_usage",
+    "parse_arguments",
+    "to_openai_messages",
+    "to_openai_tools",
+]
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
@@ -61,6 +68,17 @@ def _message(message: Message) -> dict[str, Any]:
     return {"role": message.role, "content": message.content}
 
 
+PROMPT_CACHE_KEY_LIMIT = 64
+"""Longest ``prompt_cache_key`` sent as it is; a longer task id is sent as its hash."""
+
+
+def cache_key_value(key: str) -> str:
+    """The ``prompt_cache_key`` for a task id: the id, or a hash of a long one."""
+    if len(key) <= PROMPT_CACHE_KEY_LIMIT and key.isascii():
+        return key
+    return hashlib.sha256(key.encode(errors="replace")).hexdigest()
+
+
 def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     """Translate tool specs into Chat Completions function tools."""
     return [
@@ -78,6 +96,27 @@ def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and value > 0 else 0
+
+
+def openai_usage(usage: dict[str, Any]) -> Usage:
+    """A Chat Completions ``usage`` object as ``Usage``.
+
+    ``prompt_tokens`` includes the cached tokens (``prompt_tokens_details.cached_tokens``)
+    and, on models that report them, those written to the cache (``cache_write_tokens``);
+    ``completion_tokens`` includes the reasoning tokens
+    (``completion_tokens_details.reasoning_tokens``).
+    """
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    completion = usage.get("completion_tokens_details")
+    completion = completion if isinstance(completion, dict) else {}
+    return Usage(
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
+        cache_read_tokens=_count(details.get("cached_tokens")),
+        cache_write_tokens=_count(details.get("cache_write_tokens")),
+        reasoning_tokens=_count(completion.get("reasoning_tokens")),
+    )
 
 
 @dataclass
@@ -108,13 +147,7 @@ class _Accumulator:
             self.model = str(chunk["model"])
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            details = usage.get("completion_tokens_details")
-            reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-            self.usage = Usage(
-                input_tokens=_count(usage.get("prompt_tokens")),
-                output_tokens=_count(usage.get("completion_tokens")),
-                reasoning_tokens=_count(reasoning),
-            )
+            self.usage = openai_usage(usage)
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -177,14 +210,23 @@ class OpenAIProvider:
         base_url: A custom OpenAI-compatible endpoint, e.g. ``http://localhost:11434/v1``.
         idle_timeout: Seconds without data (headers or a chunk) before the attempt is
             abandoned; None: no limit.
+        prompt_cache_key: Send ``prompt_cache_key`` (the request's ``cache_key``, the
+            task id) so the API routes a task's requests to the machines that cached
+            its prefix. Off by default: not every OpenAI-compatible server accepts it.
     """
 
     name = "openai"
 
     def __init__(
-        self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
+        self,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        idle_timeout: float | None = None,
+        prompt_cache_key: bool = False,
     ) -> None:
         self._key = api_key
+        self.prompt_cache_key = prompt_cache_key
         self._custom_base = base_url is not None and "api.openai.com" not in base_url
         self._clients = PerLoop(
             lambda: AsyncOpenAI(
@@ -236,6 +278,8 @@ class OpenAIProvider:
             params["reasoning_effort"] = request.reasoning_effort
         if request.temperature is not None:
             params["temperature"] = request.temperature
+        if self.prompt_cache_key and request.prompt_cache and request.cache_key:
+            body["prompt_cache_key"] = cache_key_value(request.cache_key)
         accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
         reader = StreamReader(
             provider="openai",

@@ -8,10 +8,11 @@ A script is a list of turns, or ``{"turns": [...], "repeat": N, "final": "text"}
 (the turns played N times in a row, then an optional final text). A turn is
 ``{"text": str, "tool_calls": [{"name": str, "arguments": {...}}], "delay": float,
 "stream": float, "usage": {"input_tokens": int, "output_tokens": int}}``, every key
-optional. The turn
-played is the number of assistant messages already in the request, so a retried turn
-gives the same answer. ``{last_tool_result}`` and ``{prompt}`` in a text are replaced
-by the last tool message (first 2000 characters) and the first user message.
+optional; ``{"summary": turn}`` answers a compaction's summary call. The turn played is
+the task's turn number (or the number of assistant messages already in the request),
+so a retried turn gives the same answer. ``{last_tool_result}`` and ``{prompt}`` in a
+text are replaced by the last tool message (first 2000 characters) and the first user
+message.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from durable_subagents._context import assistant_texts
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, Usage
 
@@ -141,12 +143,17 @@ class ScriptTurn(BaseModel):
 
 
 class Script(BaseModel):
-    """``turns`` played ``repeat`` times in a row, then ``final`` if set."""
+    """``turns`` played ``repeat`` times in a row, then ``final`` if set.
+
+    ``summary`` answers a compaction's summary call; by default the summary is the
+    assistant's own texts of the part compacted, in order.
+    """
 
     model_config = ConfigDict(extra="forbid")
     turns: list[ScriptTurn]
     repeat: int = Field(default=1, ge=1)
     final: str | None = None
+    summary: ScriptTurn | None = None
 
     @property
     def length(self) -> int:
@@ -274,6 +281,17 @@ def _default_usage(request: ModelRequest, text: str, calls: int) -> Usage:
     return Usage(input_tokens=max(1, chars // 4), output_tokens=max(1, len(text) // 4 + 10 * calls))
 
 
+def _answers(request: ModelRequest) -> int:
+    return sum(1 for m in request.messages if m.role == "assistant")
+
+
+def _summary(request: ModelRequest) -> str:
+    """The default scripted summary: the assistant's texts of the part compacted."""
+    texts = [t for m in request.messages for t in assistant_texts(m.content) if t]
+    lines = [f"- {t if len(t) <= 300 else t[:299] + '…'}" for t in texts]
+    return "Scripted summary of the earlier turns:\n" + "\n".join(lines)
+
+
 class ScriptedProvider:
     """Plays a script instead of calling a model: offline and deterministic.
 
@@ -310,10 +328,15 @@ class ScriptedProvider:
             script = load_script(request.model, files=self.script_files)
         except InvalidRequest as exc:
             raise model_request_error(str(exc)) from exc
-        index = sum(1 for m in request.messages if m.role == "assistant")
-        turn = script.turn(index) or ScriptTurn(
-            text=f"Script finished after {script.length} turns."
-        )
+        # The task's turn, when the request says it: a compacted conversation holds
+        # fewer assistant messages than turns played.
+        index = request.turn - 1 if request.turn else _answers(request)
+        if request.purpose == "summary":
+            turn = script.summary or ScriptTurn(text=_summary(request))
+        else:
+            turn = script.turn(index) or ScriptTurn(
+                text=f"Script finished after {script.length} turns."
+            )
         if turn.delay:
             await asyncio.sleep(turn.delay)
         # A script is JSON too: it can hold "\ud800" like any model's answer.
