@@ -41,7 +41,7 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer, FakeReply
+from durable_subagents.testing import FakeOpenAIServer, FakeReply, workspace_for_tools
 
 STEPS = 2
 """Tool-calling model turns per task."""
@@ -373,6 +373,7 @@ async def run_load(
     say = log or (lambda _: None)
     workspace, blob_dir = tmp / "ws", tmp / "blobs"
     workspace.mkdir(parents=True, exist_ok=True)
+    workspace_for_tools(workspace)  # a root worker's commands run as its owner
     queue = f"faults-{uuid.uuid4().hex[:10]}"
     result = LoadResult(tasks=tasks, requests_min=tasks * TURNS, side_expected=tasks * STEPS)
     workers: list[WorkerProcess] = []

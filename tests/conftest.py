@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
 TOOL_USER = (10001, 10001)
@@ -30,18 +30,7 @@ def give_to_tool_user(path: Path) -> Path:
 
     A test writes its fixture files as root; in a real checkout their owner wrote them.
     """
-    if os.geteuid() != 0:
-        return path
-    os.chown(path, *TOOL_USER, follow_symlinks=False)
-    if path.is_dir() and not path.is_symlink():
-        for top, dirs, files in os.walk(path):
-            for name in dirs + files:
-                os.chown(os.path.join(top, name), *TOOL_USER, follow_symlinks=False)
-    for parent in path.parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-    return path
+    return workspace_for_tools(path, TOOL_USER)
 
 
 def pytest_configure(config: pytest.Config) -> None:
