@@ -27,7 +27,7 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
 from bench.bench_faults import WorkerProcess
-from durable_subagents import AgentSpec, SubagentClient, TaskStatus, connect_client
+from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus, connect_client
 from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents._telemetry import MODEL_TURN_SPAN
 from durable_subagents.activities.providers import clear_provider_cache, close_providers
@@ -38,11 +38,14 @@ from durable_subagents.activities.providers._thinking import (
     thinking_params,
 )
 from durable_subagents.activities.providers.anthropic import _Accumulator
+from durable_subagents.client._live import RESTARTED
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
+
+from .test_cli import CLI, _env
 
 MANUAL = "anthropic:claude-haiku-4-5"
 ADAPTIVE = "anthropic:claude-opus-4-6"
@@ -387,6 +390,97 @@ async def test_spans_count_thinking_tokens_and_carry_no_thinking(
     values = [str(v) for s in spans for v in (s.attributes or {}).values()]
     events = [str(e.attributes) for s in spans for e in s.events]
     assert not [v for v in values + events if "SECRET-PLAN" in v]
+
+
+# ---------------------------------------------------------------- watch
+
+
+async def test_watch_shows_thinking_apart_from_the_text_live_and_replayed(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    thought = " ".join(f"idea{n}" for n in range(30)) + "."
+    async with anthropic_api(monkeypatch) as srv:
+        srv.add_reply(
+            text="Listing first.",
+            tool_calls=[{"name": "list_files", "arguments": {}}],
+            thinking=[thought, REDACTED, "Then list."],
+            chunk_delay=0.1,
+        )
+        srv.add_reply(text="Done.", thinking=["Quick."])
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MANUAL, reasoning_effort="low")
+            events: list[TaskEvent] = []
+            live = False
+            async for event in client.watch(task_id):
+                if event.kind == "thinking" and not live:
+                    desc = await temporal_client.get_workflow_handle(task_id).describe()
+                    live = bool(desc.raw_description.pending_activities)
+                events.append(event)
+    assert live, "no thinking arrived while the model streamed"
+
+    def joined(kind: str, turn: int) -> str:
+        return "".join(e.text or "" for e in events if e.kind == kind and e.turn == turn)
+
+    for turn, thinking, text in (
+        (1, thought + "\n\nThen list.", "Listing first."),
+        (2, "Quick.", "Done."),
+    ):
+        kinds = [e.kind for e in events if e.turn == turn and e.kind in ("thinking", "text")]
+        assert kinds == sorted(kinds, key=lambda k: k != "thinking"), kinds  # thinking first
+        assert joined("thinking", turn) == thinking and joined("text", turn) == text
+    assert not any(e.summary == RESTARTED for e in events)
+    assert not any("idea" in (e.text or "") for e in events if e.kind == "text")
+    # a finished task's events replay it, one piece a turn, from the transcript
+    replayed = [
+        (e.kind, e.turn, e.text) async for e in client.watch(task_id) if e.kind == "thinking"
+    ]
+    assert replayed == [("thinking", 1, thought + "\n\nThen list."), ("thinking", 2, "Quick.")]
+
+
+HOSTILE = "plan \x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2J\x1b[1A \u202eevil\u202c \x9b31m end"
+
+
+async def test_subagents_watch_shows_hostile_thinking_as_inert_text(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Thinking is model text: clipboard, screen-clearing and cursor escapes, a bidi
+    override and a C1 CSI arrive as visible escapes, in the text view and in ``--json``."""
+    async with anthropic_api(monkeypatch) as srv:
+        srv.add_reply(text="ok", thinking=[HOSTILE])
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MANUAL, reasoning_effort="low")
+            await client.check_task(task_id, wait=True, timeout=60)
+    assert settings.blob_dir is not None
+    env = _env(
+        tmp_path,
+        TEMPORAL_ADDRESS=settings.address,
+        SUBAGENTS_TASK_QUEUE=settings.task_queue,
+        SUBAGENTS_BLOB_DIR=str(settings.blob_dir),
+    )
+    outputs = []
+    for extra in ([], ["--json"]):
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "watch", task_id, *extra, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        outputs.append(out.decode())
+    text, as_json = outputs
+    for shown in outputs:
+        assert not any(c in shown for c in "\x1b\x07\u202e\u202c\x9b"), repr(shown)
+    line = next(line for line in text.splitlines() if line.split()[1:2] == ["thinking"])
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in line and "\\u202eevil" in line
+    assert "\\x9b31m end" in line
+    thinking = [json.loads(x) for x in as_json.splitlines() if '"thinking"' in x]
+    assert [e["text"] for e in thinking] == [HOSTILE]  # the same string, once parsed
 
 
 # ---------------------------------------------------------------- the wire
