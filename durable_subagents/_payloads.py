@@ -330,6 +330,9 @@ class ModelTurnResult(_Compact):
     """The request's tokens as the provider's refusal counted them."""
     window: int | None = None
     """The context window the provider's refusal named."""
+    thinking: int = 0
+    """Characters of thinking the answer came with. The thinking itself is only in the
+    transcript (``Message.reasoning``), never in a result: a watcher reads it there."""
 
 
 class CompactInput(_Compact):

@@ -205,12 +205,12 @@ async def test_a_watcher_that_fell_behind_marks_the_gap() -> None:
     first, second = next(beats), next(beats)
     first.add(full[:5])
     second.add(full[:-4])
-    snapshots = iter([parse_live(first.details()), parse_live(second.details())])
+    beats_sent = iter([first.details(), second.details()])
 
-    async def snapshot() -> object:
-        return next(snapshots)
+    async def details() -> object:
+        return next(beats_sent)
 
-    turn._snapshot = snapshot  # type: ignore[method-assign]
+    turn._details = details  # type: ignore[method-assign]
     (a,) = await turn.poll()
     (b,) = await turn.poll()
     assert a.text == "xxxxx"

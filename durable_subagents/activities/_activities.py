@@ -232,7 +232,7 @@ class SubagentActivities:
         live = LiveText(input.turn, activity.info().attempt)
         try:
             async with _heartbeating(live):
-                response = await self.complete(provider, request, live.add)
+                response = await self.complete(provider, request, live.add, live.add_thinking)
         except ApplicationError as err:
             if err.type == CONTEXT_LENGTH_ERROR and context is not None:
                 activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
@@ -273,7 +273,13 @@ class SubagentActivities:
         # from the task's result with no access to the blob store.
         limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT
         text, text_ref = await self.transcript.store_text(task_id, response.text, limit)
-        answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
+        answer = Message(
+            role="assistant",
+            content=text,
+            content_ref=text_ref,
+            tool_calls=calls,
+            reasoning=response.reasoning,  # kept in the chain only, never in a result
+        )
         return ModelTurnResult(
             # one node per turn: what was new, and the answer
             head=await self.transcript.append(task_id, input.head, [*new_messages, answer]),
@@ -288,6 +294,7 @@ class SubagentActivities:
             output_call=judged.call_id if judged else None,
             output_schema_ref=schema_ref,
             chars=chars,
+            thinking=len(answer.thinking),
             **self.tools_offered(input, offered),
         )
 
@@ -375,13 +382,17 @@ class SubagentActivities:
         )
 
     async def complete(
-        self, provider: ModelProvider, request: ModelRequest, on_text: TextSink | None = None
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_thinking: TextSink | None = None,
     ) -> ModelResponse:
         """One model call, abandoned (retryably) after ``model_turn_timeout`` seconds."""
         # The provider's idle watchdog catches a stalled stream; this limit catches
         # one that trickles on forever.
         return await within(
-            provider.complete(request, on_text=on_text),
+            provider.complete(request, on_text=on_text, on_thinking=on_thinking),
             self.model_turn_timeout,
             lambda: model_unavailable(
                 f"the model turn took longer than {self.model_turn_timeout:g}s "

@@ -404,31 +404,35 @@ def watch(
         bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
     ] = False,
 ) -> None:
-    """Follow a task until it closes: the model's live text, turns, tool calls, status."""
+    """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
 
     async def main() -> None:
         client = await _client(make_settings(address, namespace, task_queue))
-        in_text = False
+        streaming: str | None = None  # "text" or "thinking" while one is being printed
         async for event in client.watch(task_id):
             if as_json:
                 print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
                 continue
             when = event.time.strftime("%H:%M:%S") if event.time else ""
-            if event.kind == "text" and event.text is not None:
+            if event.kind in ("text", "thinking") and event.text is not None:
                 restarted = event.summary == "restarted"
-                if not in_text or restarted:
-                    if in_text:
+                if streaming != event.kind or restarted:
+                    if streaming is not None:
                         console.line()
                     head = "[restarted] " if restarted else ""
-                    console.print(f"{when} {'text':<13} {head}", end="", markup=False)
-                    in_text = True
+                    console.print(f"{when} {event.kind:<13} {head}", end="", markup=False)
+                    streaming = event.kind
+                # the thinking dimmed: the model's reasoning, not its answer
+                style = "dim" if event.kind == "thinking" else None
                 body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
-                console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+                console.print(
+                    body, end="", markup=False, highlight=False, soft_wrap=True, style=style
+                )
                 console.file.flush()
                 continue
-            if in_text:
+            if streaming is not None:
                 console.line()
-                in_text = False
+                streaming = None
             detail = event.summary or (event.status.value if event.status else "")
             if event.usage is not None and event.kind == "turn":
                 detail = f"{detail} · tokens {usage_text(event.usage)}"

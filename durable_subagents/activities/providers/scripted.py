@@ -307,7 +307,10 @@ class ScriptedProvider:
         self.script_files = script_files
 
     async def complete(
-        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+        self,
+        request: ModelRequest,
+        on_text: Callable[[str], None] | None = None,
+        on_thinking: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         """Answer with the scripted turn for this point of the conversation.
 
@@ -315,6 +318,7 @@ class ScriptedProvider:
             request: The neutral request; ``model`` is the script selector.
             on_text: Called with the text: at once, or word by word over the turn's
                 ``stream`` seconds.
+            on_thinking: Not called: scripts do not think.
 
         Returns:
             The turn's text and tool calls (ids ``call_<turn>_<index>``), or
