@@ -13,12 +13,19 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
+from durable_subagents._temporal_config import (
+    TemporalConnection,
+    credential_files,
+    is_credential_env,
+    profile_defaults,
+    resolve_connection,
+)
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.errors import InvalidRequest
@@ -29,7 +36,9 @@ DEFAULT_LIMITS = ToolLimits(
 """What a worker allows each tool call unless configured otherwise."""
 
 SECRET_ENV_NAME = re.compile(
-    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
+    r"|GRPC_META|CODEC_AUTH",
+    re.IGNORECASE,
 )
 """Environment variable names treated as secrets: their values are scrubbed from spans.
 (Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
@@ -105,11 +114,22 @@ class Settings(BaseSettings):
     address: str = Field(
         DEFAULT_ADDRESS, validation_alias=AliasChoices("TEMPORAL_ADDRESS", "address")
     )
-    """Temporal frontend ``host:port``."""
+    """Temporal frontend ``host:port``. Given explicitly (``--address``, ``address=``)
+    it wins; else ``TEMPORAL_ADDRESS``, else the profile's ``address``, else
+    ``localhost:7233``."""
     namespace: str = Field(
         DEFAULT_NAMESPACE, validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "namespace")
     )
-    """Temporal namespace the tasks live in."""
+    """Temporal namespace the tasks live in (resolved like ``address``)."""
+    profile: str | None = Field(None, validation_alias=AliasChoices("TEMPORAL_PROFILE", "profile"))
+    """The profile of Temporal's TOML configuration file to connect with (``--profile``):
+    its address, namespace, API key, TLS certificates and gRPC metadata, under the
+    ``TEMPORAL_*`` environment. None: ``default``."""
+    config_file: Path | None = Field(
+        None, validation_alias=AliasChoices("TEMPORAL_CONFIG_FILE", "config_file")
+    )
+    """Temporal's TOML configuration file. None: the platform's default
+    (``~/.config/temporalio/temporal.toml`` on Linux), which may be absent."""
     task_queue: str = Field(
         DEFAULT_TASK_QUEUE, validation_alias=AliasChoices("SUBAGENTS_TASK_QUEUE", "task_queue")
     )
@@ -289,6 +309,40 @@ class Settings(BaseSettings):
     """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
     per code version, shared by every worker of that code."""
 
+    @model_validator(mode="after")
+    def _address_from_profile(self) -> Settings:
+        """Address and namespace from Temporal's configuration where none was given."""
+        given = self.model_fields_set
+        if "address" in given and "namespace" in given:
+            return self
+        address, namespace = profile_defaults(self.profile, self.config_file)
+        if address and "address" not in given:
+            self.address = address
+        if namespace and "namespace" not in given:
+            self.namespace = namespace
+        return self
+
+    def temporal_connection(self) -> TemporalConnection:
+        """How to connect, as Temporal's own clients would.
+
+        The address and namespace, with the profile's and the environment's API key,
+        TLS certificates (read now) and gRPC metadata.
+
+        Raises:
+            TemporalConfigError: The profile or file cannot be used, or a certificate
+                or key cannot be read.
+        """
+        return resolve_connection(
+            self.address, self.namespace, profile=self.profile, config_file=self.config_file
+        )
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _blank_profile_is_unset(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
     @field_validator("deployment_name", "build_id", mode="before")
     @classmethod
     def _blank_version_is_unset(cls, value: object) -> object:
@@ -334,6 +388,12 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"SUBAGENTS_TOOL_ENV names {name.strip()}: the payload keys decrypt every "
                     "task and never reach a tool; remove it from the list"
+                )
+            if is_credential_env(name):
+                raise ValueError(
+                    f"SUBAGENTS_TOOL_ENV names {name.strip()}: Temporal credentials would "
+                    "let a tool decide, cancel or read any task, and never reach one; "
+                    "remove it from the list"
                 )
         return value
 
@@ -398,6 +458,7 @@ class Settings(BaseSettings):
             Path(platformdirs.user_config_dir("durable-subagents")),
             Path(platformdirs.user_config_dir("temporalio")),
         ]
+        paths += credential_files(self.profile, self.config_file)
         for name in (
             "TEMPORAL_CONFIG_FILE",
             "TEMPORAL_TLS_CLIENT_CERT_PATH",

@@ -35,6 +35,7 @@ from durable_subagents.cli._common import (
     DeploymentName,
     JsonOut,
     Namespace,
+    Profile,
     TaskQueue,
     Workspace,
     console,
@@ -126,6 +127,7 @@ def dev(
 def worker(
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
     sticky_queue_timeout: Annotated[
@@ -179,6 +181,7 @@ def worker(
         address,
         namespace,
         task_queue,
+        profile=profile,
         workspace=workspace,
         sticky_queue_timeout=sticky_queue_timeout,
         max_activities=max_activities,
@@ -221,13 +224,11 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     """Say whether the worker's version is current, and how to make it so if not."""
     from temporalio.service import RPCError
 
-    from durable_subagents._connect import connect_client
+    from durable_subagents._temporal_config import connect_temporal
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"
-    client = await connect_client(
-        settings.address, settings.namespace, keys=settings.payload_keys()
-    )
+    client = await connect_temporal(settings)
     try:
         current = await current_build_id(
             client, version.deployment_name, registered=version.build_id
@@ -423,6 +424,7 @@ def mcp(
     agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     approvals: Annotated[
         Approvals,
@@ -443,7 +445,7 @@ def mcp(
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
     from durable_subagents.client._mcp import default_parent_id, run_mcp
 
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     parent = parent_id or default_parent_id()
     # stdout carries the protocol: anything for people goes to stderr
     err_console.print(

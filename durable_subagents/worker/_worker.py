@@ -24,9 +24,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobStore, check_blob_store
-from durable_subagents._connect import connect_client
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
+from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
@@ -254,6 +254,9 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
 
     Raises:
         TemporalUnavailable: the server did not answer.
+        TemporalAccessDenied: the server refused the TLS handshake or the credentials.
+        TemporalConfigError: the Temporal profile, configuration file or a certificate
+            cannot be used.
         SearchAttributesMissing: the namespace lacks the custom search attributes; the
             message has the commands that register them.
         InvalidRequest: the settings name only one of a deployment and a build ID, or
@@ -263,9 +266,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     """
     settings.worker_deployment()  # a half-given version fails before connecting
     tracing = setup_tracing(settings)
-    client = await connect_client(
-        settings.address, settings.namespace, tracing=tracing, keys=settings.payload_keys()
-    )
+    client = await connect_temporal(settings, tracing=tracing)
     missing = await check_search_attributes(client)
     if missing:
         raise SearchAttributesMissing(
