@@ -59,6 +59,7 @@ __all__ = [
     "TaskState",
     "ToolCallInput",
     "ToolCallResult",
+    "model_queue",
     "tool_queue",
     "tools_digest",
 ]
@@ -101,6 +102,14 @@ minutes, never hold the slots every task's model turns need."""
 def tool_queue(task_queue: str) -> str:
     """The queue the tool calls of tasks on ``task_queue`` go to."""
     return task_queue + TOOL_QUEUE_SUFFIX
+
+
+def model_queue(task_queue: str, provider: str) -> str:
+    """The queue the model turns of ``provider`` go to, for tasks on ``task_queue``.
+
+    Used when workers rate-limit that provider (``SUBAGENTS_MODEL_RATE_LIMITS``).
+    """
+    return f"{task_queue}-model-{provider}"
 
 
 # ---------------------------------------------------------------- workflow and activities
@@ -236,6 +245,10 @@ class ModelTurnInput(_Compact):
     reasoning_effort: str | None = None
     """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
     temperature: float | None = None
+    may_redirect: bool = False
+    """The workflow takes ``ModelTurnResult.model_queue``: a worker that rate-limits
+    the turn's provider on a queue of its own may send the turn there instead of
+    answering it."""
 
 
 class ModelTurnResult(_Compact):
@@ -272,6 +285,9 @@ class ModelTurnResult(_Compact):
     """The id of the ``final_answer`` call ``output`` or ``output_error`` is about."""
     output_schema_ref: str | None = None
     """The blob the turn stored ``ModelTurnInput.output_schema`` as."""
+    model_queue: str | None = None
+    """Set instead of an answer: the model was not called, schedule the turn (and the
+    task's later turns) on this queue, whose workers rate-limit the provider."""
 
 
 def tools_digest(

@@ -113,7 +113,9 @@ def load_profile(
     Raises:
         TemporalConfigError: The file does not parse, or the named profile is not in it.
     """
-    env = dict(os.environ)
+    # An empty variable counts as unset (compose's ``${TEMPORAL_API_KEY:-}``): for
+    # envconfig an empty key would still turn TLS on, and an empty path names ".".
+    env = {k: v for k, v in os.environ.items() if v or not k.startswith("TEMPORAL_")}
     if config_file is not None:
         env["TEMPORAL_CONFIG_FILE"] = str(config_file)
     try:

@@ -7,6 +7,7 @@ activities read.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -53,6 +54,8 @@ def _default_limit(name: str) -> int:
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_DRAIN_TIMEOUT = 25.0
+"""Seconds a stopping worker lets running activities finish (below Kubernetes' 30 s)."""
 DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
 """Seconds a model stream may go without data before the attempt is abandoned."""
 
@@ -98,6 +101,35 @@ def parse_tool_user(value: str) -> tuple[int, int] | None:
             "an unprivileged user, or use auto (the workspace's owner)"
         )
     return uid, gid
+
+
+_PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def parse_rate_limits(value: str) -> dict[str, float]:
+    """``openai=5,anthropic=0.5`` as ``{"openai": 5.0, "anthropic": 0.5}``.
+
+    Raises:
+        ValueError: An entry is not ``provider=turns per second`` with a positive,
+            finite rate.
+    """
+    out: dict[str, float] = {}
+    for entry in value.split(","):
+        if not entry.strip():
+            continue
+        name, sep, rate = entry.partition("=")
+        name = name.strip()
+        try:
+            per_second = float(rate)
+        except ValueError:
+            per_second = math.nan
+        if not sep or not _PROVIDER.fullmatch(name) or not 0 < per_second < math.inf:
+            raise ValueError(
+                f"SUBAGENTS_MODEL_RATE_LIMITS entry {entry.strip()!r} is not "
+                "provider=turns per second (e.g. openai=5,anthropic=0.5)"
+            )
+        out[name] = per_second
+    return out
 
 
 def default_data_dir() -> Path:
@@ -296,6 +328,36 @@ class Settings(BaseSettings):
     """Running tasks a worker keeps in memory (Temporal's sticky cache, ~100 KB each).
     A task pushed out is replayed from its history at its next step: keep this at
     least the number of tasks one worker runs at once."""
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("SUBAGENTS_METRICS_PORT", "metrics_port"),
+    )
+    """Port of the worker's operations endpoint: ``/metrics`` (Prometheus text: Temporal's
+    SDK metrics and the product's own), ``/healthz`` and ``/readyz``. None: no endpoint."""
+    metrics_host: str = Field(
+        "127.0.0.1", validation_alias=AliasChoices("SUBAGENTS_METRICS_HOST", "metrics_host")
+    )
+    """Address the operations endpoint listens on; ``0.0.0.0`` for a scraper or a
+    probe on another host (Kubernetes' kubelet, a Prometheus server)."""
+    drain_timeout: float = Field(
+        DEFAULT_DRAIN_TIMEOUT,
+        ge=0,
+        le=3600,
+        validation_alias=AliasChoices("SUBAGENTS_DRAIN_TIMEOUT", "drain_timeout"),
+    )
+    """Seconds a stopping worker (SIGTERM, Ctrl-C) lets running model turns and tool
+    calls finish after it stopped polling; what still runs then is handed back to other
+    workers, which start it at once. Keep it below the orchestrator's grace period
+    (Kubernetes: 30 s)."""
+    model_rate_limits: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_MODEL_RATE_LIMITS", "model_rate_limits")
+    )
+    """Fleet-wide model turns per second by provider, ``openai=5,anthropic=0.5``: those
+    providers' turns go to a queue of their own (``<task queue>-model-<provider>``)
+    whose dispatch rate the Temporal server limits for all workers together. Give every
+    worker of the task queue the same value."""
     deployment_name: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_DEPLOYMENT_NAME", "deployment_name")
     )
@@ -308,6 +370,19 @@ class Settings(BaseSettings):
     )
     """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
     per code version, shared by every worker of that code."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_connection_is_unset(cls, data: object) -> object:
+        """An empty ``TEMPORAL_ADDRESS`` (compose's ``${TEMPORAL_ADDRESS:-}``) is unset."""
+        if not isinstance(data, dict):
+            return data
+        blank = [
+            k
+            for k in ("address", "namespace", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
+            if isinstance(data.get(k), str) and not data[k].strip()
+        ]
+        return {k: v for k, v in data.items() if k not in blank} if blank else data
 
     @model_validator(mode="after")
     def _address_from_profile(self) -> Settings:
@@ -336,7 +411,7 @@ class Settings(BaseSettings):
             self.address, self.namespace, profile=self.profile, config_file=self.config_file
         )
 
-    @field_validator("profile", mode="before")
+    @field_validator("profile", "config_file", mode="before")
     @classmethod
     def _blank_profile_is_unset(cls, value: object) -> object:
         if isinstance(value, str):
@@ -396,6 +471,22 @@ class Settings(BaseSettings):
                     "remove it from the list"
                 )
         return value
+
+    @field_validator("model_rate_limits")
+    @classmethod
+    def _valid_rate_limits(cls, value: str) -> str:
+        parse_rate_limits(value)
+        return value
+
+    @property
+    def model_rate_limit_map(self) -> dict[str, float]:
+        """``model_rate_limits`` as provider -> turns per second."""
+        return parse_rate_limits(self.model_rate_limits)
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _blank_port_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("tool_user")
     @classmethod

@@ -46,11 +46,12 @@ from durable_subagents._payloads import (
     ModelTurnResult,
     ToolCallInput,
     ToolCallResult,
+    model_queue,
     tools_digest,
 )
 from durable_subagents._telemetry import ActivityTelemetry, traced_model_turn, traced_tool
 from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
-from durable_subagents.activities.providers import model_unavailable, resolve_provider
+from durable_subagents.activities.providers import model_unavailable, parse_model, resolve_provider
 from durable_subagents.activities.providers._stream import within
 from durable_subagents.activities.tools import (
     ToolContext,
@@ -72,7 +73,7 @@ from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
-from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
+from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import Message, ModelRequest, ToolCall
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class SubagentActivities:
         protected_paths: The protected paths: ``PROTECTED_PATHS`` and the worker's own
             additions (``Settings.protected_path_list``). Tasks decide with them, tools
             and the sandbox keep them read-only, and no workspace may be or lie in one.
+        rate_limited: Providers whose model turns this worker sends on to their own
+            queue (``model_queue``), where the server enforces a rate limit.
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class SubagentActivities:
         script_files: bool = False,
         tool_user: tuple[int, int] | None = None,
         protected_paths: tuple[str, ...] = PROTECTED_PATHS,
+        rate_limited: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -148,6 +152,7 @@ class SubagentActivities:
         self.tool_user = tool_user
         _log_tool_user(self.workspace_root, tool_user)
         self.protected_paths = protected_paths
+        self.rate_limited = rate_limited
 
     # ------------------------------------------------------------------ model turn
 
@@ -161,6 +166,9 @@ class SubagentActivities:
             raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+        queue = self.provider_queue(input)
+        if queue is not None:
+            return ModelTurnResult(head=input.head or "", model_queue=queue)
         task_id = input.task_id
         if _may_be_stale(activity.info()) and await _cancel_requested():
             raise ApplicationError(
@@ -259,6 +267,23 @@ class SubagentActivities:
             output_schema_ref=schema_ref,
             **self.tools_offered(input, offered),
         )
+
+    def provider_queue(self, input: ModelTurnInput) -> str | None:
+        """The queue to send the turn on to, or None to answer it here.
+
+        A queue when this worker rate-limits the turn's provider on a queue of its own
+        (``SUBAGENTS_MODEL_RATE_LIMITS``) and this is not that queue.
+        """
+        if not input.may_redirect or not self.rate_limited:
+            return None
+        try:
+            provider = parse_model(input.model, default_model=self.default_model)[0]
+        except InvalidRequest:
+            return None  # the turn itself says what is wrong with the name
+        here = activity.info().task_queue
+        if provider not in self.rate_limited or here.endswith(model_queue("", provider)):
+            return None
+        return model_queue(here, provider)
 
     async def output_schema(self, input: ModelTurnInput) -> tuple[str | None, str | None]:
         """The task's output schema (as ``schema_text``), and the blob stored this turn.

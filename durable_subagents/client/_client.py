@@ -44,6 +44,7 @@ from durable_subagents._spawn_options import SpawnOptions, refuse_protected_work
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
     build_task_input,
+    fairness,
     refuse_unencodable,
     start_metadata,
     static_details,
@@ -292,6 +293,7 @@ class SubagentClient:
                 static_details=static_details(task_input, workflow_id),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                priority=fairness(task_input, workflow_id),
             )
         except WorkflowAlreadyStartedError:
             if task_id is None:

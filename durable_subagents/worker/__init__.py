@@ -6,6 +6,7 @@ from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
     SearchAttributesMissing,
     check_search_attributes,
+    check_worker,
     create_worker,
     exit_if_tool_calls_stuck,
     run_worker,
@@ -15,6 +16,7 @@ __all__ = [
     "SearchAttributesMissing",
     "SubagentsPlugin",
     "check_search_attributes",
+    "check_worker",
     "connect_client",
     "create_worker",
     "exit_if_tool_calls_stuck",
