@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.activities.tools import _sandbox as sandbox_module
@@ -198,6 +199,45 @@ async def test_sandbox_start_failures_are_counted(
     assert info.status == TaskStatus.COMPLETED, info
     assert value(scraped, "subagents_sandbox_start_failures", reason="unavailable") == 1
     assert value(scraped, "subagents_tool_calls", tool="bash", outcome="error") == 1
+
+
+async def test_with_opentelemetry_the_same_metrics_go_out_over_otlp(
+    settings: Settings, client: SubagentClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector stand-in receives OTLP/HTTP metric exports; /metrics says where they go."""
+    bodies: list[bytes] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        return web.Response(content_type="application/x-protobuf", body=b"")
+
+    app = web.Application()
+    app.router.add_post("/v1/metrics", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"http://127.0.0.1:{port}/v1/metrics")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")
+    config = settings.model_copy(update={"metrics_port": free_port()})
+    try:
+        async with running_worker(config) as base:
+            task_id = await client.spawn_task("explore", "hi", model=script({"text": "hello"}))
+            info = await client.check_task(task_id, wait=True, timeout=60)
+
+            async def exported() -> bool:
+                return any(b"subagents_tasks_finished" in body for body in bodies)
+
+            assert await eventually(exported, timeout=20)
+            status, text = await asyncio.to_thread(get, f"{base}/metrics")
+    finally:
+        await runner.cleanup()
+    assert info.status == TaskStatus.COMPLETED
+    assert (status, text) == (404, f"metrics go over OTLP to http://127.0.0.1:{port}/v1/metrics\n")
+    everything = b"".join(bodies)
+    for name in (b"subagents_model_turn_seconds", b"subagents_tasks_started", b"temporal_"):
+        assert name in everything
+    assert task_id.encode() not in everything
 
 
 async def _gauge_at(base: str, queue: str, count: int) -> bool:

@@ -292,6 +292,22 @@ def test_explicit_address_wins_then_the_environment_then_the_profile(
         Settings().temporal_connection()
 
 
+def test_empty_variables_count_as_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compose passes ``${TEMPORAL_API_KEY:-}``: an empty key must not turn TLS on."""
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    for name in (
+        "TEMPORAL_ADDRESS",
+        "TEMPORAL_API_KEY",
+        "TEMPORAL_TLS_CLIENT_CERT_DATA",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA",
+    ):
+        monkeypatch.setenv(name, "")
+    settings = Settings()
+    connection = settings.temporal_connection()
+    assert settings.address == "localhost:7233"
+    assert connection.api_key is None and connection.tls is False
+
+
 def test_a_certificate_without_its_key_is_refused_before_connecting(
     certs: Certificates, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
