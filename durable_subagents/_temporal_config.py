@@ -199,6 +199,15 @@ class TemporalConnection:
         """Whether a client certificate is configured."""
         return isinstance(self.tls, TLSConfig) and self.tls.client_cert is not None
 
+    def connect_config(self) -> dict[str, Any]:
+        """Every ``temporalio.client.Client.connect`` argument the connection sets.
+
+        Example:
+            >>> conn = Settings().temporal_connection()  # doctest: +SKIP
+            >>> client = await Client.connect(**conn.connect_config())  # doctest: +SKIP
+        """
+        return {"target_host": self.address, "namespace": self.namespace, **self.connect_kwargs()}
+
     def connect_kwargs(self) -> dict[str, Any]:
         """``Client.connect`` arguments besides the address and namespace."""
         out: dict[str, Any] = {}

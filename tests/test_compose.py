@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents.dev import LOW_LATENCY_DYNAMIC_CONFIG
+from durable_subagents.dev import FAIRNESS_DYNAMIC_CONFIG, LOW_LATENCY_DYNAMIC_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET_SERVICE = "minio-setup"
@@ -396,7 +396,8 @@ def test_search_attributes_and_dynamic_config_match_the_dev_server() -> None:
     registered = dict(re.findall(r"(Subagent\w+):(\w+)", script))
     assert registered == {k.name: ("Int" if k is sa.TURNS else "Keyword") for k in sa.ALL}
     dynamic = yaml.safe_load((ROOT / "deploy" / "temporal-dynamicconfig.yaml").read_text())
-    assert set(dynamic) == set(LOW_LATENCY_DYNAMIC_CONFIG)
+    assert set(dynamic) == {*LOW_LATENCY_DYNAMIC_CONFIG, *FAIRNESS_DYNAMIC_CONFIG}
+    assert dynamic["matching.enableFairness"] == [{"value": True}]
 
 
 def test_search_attributes_are_registered_in_the_workers_namespace() -> None:
