@@ -74,10 +74,13 @@ async def test_two_workers_stay_under_the_fleet_wide_rate(
     assert len(times) == TASKS
     span = times[-1] - times[0]
     assert len({p.identity for p in described.pollers}) == 2  # both workers serve the queue
-    # Over the run the rate holds. The server's limiter starts with a full bucket, so
-    # the first second may take a burst; after it, no second holds more than the rate
-    # (plus one, for a window's edges).
-    assert (TASKS - 1) / span <= RATE
-    steady = [t for t in times if t >= times[0] + 1.0]
-    assert most_in_a_second(steady) <= RATE + 1
-    assert most_in_a_second(times) <= 2 * RATE
+    # The server's limiter is a token bucket: no stretch of time gets more than the rate
+    # over it plus a burst, which measured at most twice the rate (after an idle spell,
+    # the first one too).
+    burst = max(
+        (j - i + 1) - RATE * (times[j] - times[i])
+        for i in range(len(times))
+        for j in range(i, len(times))
+    )
+    assert burst <= 2 * RATE, burst
+    assert span >= (TASKS - 2 * RATE) / RATE
