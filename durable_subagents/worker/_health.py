@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
@@ -211,14 +211,15 @@ class Readiness:
         except (RuntimeError, TimeoutError) as err:
             return f"cannot reach Temporal at {self._address()}: {err}"
         recent = datetime.now(UTC) - POLLER_SEEN_WITHIN
+        host = self.identity.startswith("@")
         ours = [
             p
             for p in described.pollers
-            if (p.identity == self.identity or p.identity.endswith(self.identity))
+            if (p.identity.endswith(self.identity) if host else p.identity == self.identity)
             and p.last_access_time.ToDatetime(tzinfo=UTC) > recent
         ]
         if not ours:
-            who = "a worker of this host" if self.identity.startswith("@") else "this worker"
+            who = "a worker of this host" if host else "this worker"
             return (
                 f"Temporal does not see {who} polling task queue {self.queue!r} "
                 f"(namespace {self.client.namespace!r}) in the last "
@@ -320,8 +321,11 @@ class OpsServer:
         await self._refresh_paused()
         if self._session is None:
             self._session = ClientSession(timeout=ClientTimeout(total=5))
-        async with self._session.get(f"http://{telemetry.prometheus}/metrics") as response:
-            body = await response.read()
+        try:
+            async with self._session.get(f"http://{telemetry.prometheus}/metrics") as response:
+                body = await response.read()
+        except (ClientError, TimeoutError) as err:
+            return web.Response(status=503, text=f"the metrics exporter did not answer: {err}\n")
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def _refresh_paused(self) -> None:
