@@ -21,9 +21,10 @@ import pytest
 from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, _search_attributes
+from durable_subagents import SubagentClient, _search_attributes, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
+from durable_subagents.worker import create_worker
 
 from .conftest import give_to_tool_user, script
 
@@ -252,6 +253,72 @@ async def test_watch_prints_turns_tools_and_close(
     assert lines[-1][1:] == ["closed", "completed"]
 
 
+async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
+    tmp_path: Path,
+) -> None:
+    """The server dies under `watch` and `check --wait`: each says so in one line, that
+    the task goes on, and exits 1; the task finishes once the server is back."""
+    (tmp_path / "ws").mkdir()
+    workspace = give_to_tool_user(tmp_path / "ws")
+    async with DevServer(
+        port=free_port(), ui_port=free_port(), db=tmp_path / "own.db", ui=False
+    ) as server:
+        settings = Settings(
+            address=server.address,
+            task_queue=f"lost-{uuid.uuid4().hex[:8]}",
+            data_dir=tmp_path / "data",
+            blob_dir=tmp_path / "blobs",
+            workspace=workspace,
+        )
+        env = _env(tmp_path, TEMPORAL_ADDRESS=server.address)
+        temporal = await connect_client(server.address)
+        client = SubagentClient(
+            temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+        )
+        async with create_worker(temporal, settings):
+            model = script(
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 15"}}]},
+                {"text": "slept through it"},
+            )
+            task_id = await client.spawn_task("general", "sleep", model=model)
+            watcher = await asyncio.create_subprocess_exec(
+                *CLI, "watch", task_id, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            waiter = asyncio.ensure_future(
+                arun("check", task_id, "--wait", "--timeout", "600", env=env, timeout=300)
+            )
+            assert watcher.stdout is not None and watcher.stderr is not None
+            seen = b""
+            while b"tool_started" not in seen:  # watching, and the command runs
+                line = await asyncio.wait_for(watcher.stdout.readline(), 120)
+                assert line, (seen, await watcher.stderr.read())
+                seen += line
+            await asyncio.sleep(1)  # check --wait has connected and waits too
+            assert server.pid is not None
+            os.killpg(server.pid, signal.SIGKILL)
+            await server.stop()  # reaps it
+
+            out, err = await asyncio.wait_for(watcher.communicate(), 240)
+            waited = await waiter
+            await server.start()  # the same database: the task goes on
+            done = await client.check_task(task_id, wait=True, timeout=120)
+    assert done.status == "completed" and done.result == "slept through it", done
+    lost = f"error: lost the connection to Temporal at {server.address}: the server does not answer"
+    assert watcher.returncode == 1, (seen, out, err)
+    assert err.decode() == (
+        f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`subagents watch {task_id}` again once the server answers\n"
+    ), err.decode()
+    kinds = [line.split()[1] for line in (seen + out).decode().splitlines()]
+    assert kinds == ["status", "turn", "tool_started"], (seen + out).decode()
+    assert waited.code == 1 and waited.out == ""
+    assert waited.err == (
+        f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`subagents check {task_id} --wait` again once the server answers\n"
+    ), waited.err
+
+
 # ---------------------------------------------------------------- no worker needed
 
 
@@ -330,12 +397,114 @@ def test_help_keeps_bracketed_text(tmp_path: Path) -> None:
     assert "[default: per-user data dir]" in dev
 
 
-@pytest.mark.parametrize("address", ["localhost:abc", "not a host"])
-def test_a_malformed_address_is_one_line(tmp_path: Path, address: str) -> None:
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("localhost:abc", "'localhost:abc' has no valid port ('abc'); give host:port, e.g. "
+         "localhost:7233 (--address or TEMPORAL_ADDRESS)"),
+        ("not a host", "'not a host' has no port; give host:port, e.g. not a host:7233"),
+        ("localhost", "'localhost' has no port; give host:port, e.g. localhost:7233 "
+         "(--address or TEMPORAL_ADDRESS)"),
+        ("http://localhost:7233", "'http://localhost:7233' is a URL; give the Temporal address "
+         "as host:port without http://, e.g. localhost:7233 (--address or TEMPORAL_ADDRESS)"),
+        ("[::1]", "'[::1]' has no port; give host:port, e.g. [::1]:7233"),
+    ],
+    ids=["bad-port", "spaces", "no-port", "url", "ipv6-no-port"],
+)  # fmt: skip
+def test_a_malformed_address_is_one_line(tmp_path: Path, address: str, expected: str) -> None:
     result = failed(run("ls", "--address", address, env=_env(tmp_path)))
-    assert "Traceback" not in result.err and result.err.count("\n") == 1, result.err
-    assert f"{address!r} is not a Temporal address" in result.flat_err
-    assert "host:port" in result.flat_err
+    assert result.err.count("\n") == 1, result.err  # no UserWarning, no source line
+    assert result.err.startswith(f"error: {expected}"), result.err
+
+
+@pytest.mark.parametrize(
+    ("address", "reason", "transport"),
+    [
+        ("127.0.0.1:1", "connection refused", "Os { code: 111"),
+        ("no-such-host.invalid:7233", "no such host", "dns error"),
+    ],
+    ids=["refused", "no-such-host"],
+)
+def test_an_unreachable_address_says_why_in_words_and_v_shows_the_detail(
+    tmp_path: Path, address: str, reason: str, transport: str
+) -> None:
+    result = failed(run("check", "some-task", "--address", address, env=_env(tmp_path)))
+    assert result.err == (
+        f"error: cannot reach Temporal at {address} (namespace 'default'): {reason}. Start a "
+        "local server with `subagents dev`, or point TEMPORAL_ADDRESS / --address at a running "
+        "one (`subagents -v ...` shows the transport's error)\n"
+    ), result.err
+    verbose = run("-v", "check", "some-task", "--address", address, env=_env(tmp_path))
+    assert verbose.code == 1 and verbose.out == ""
+    first, detail = verbose.err.splitlines()
+    assert first.startswith(f"error: cannot reach Temporal at {address}") and reason in first
+    assert detail.startswith("  detail: ") and "tonic::transport" in detail
+    assert transport in detail
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # what Temporal's client said, on this machine, for each kind of failure
+        ('Failed client connect: `get_system_info` call error after connection: Status { code: '
+         'Cancelled, message: "Timeout expired", source: Some(tonic::transport::Error(Transport, '
+         "TimeoutExpired(()))) }", "timed out"),
+        ('Failed client connect: `get_system_info` call error after connection: Status { code: '
+         'Unimplemented, message: "grpc-status header missing, mapped from HTTP status code 404"',
+         "something answers there, but it is not a Temporal frontend"),
+        ("tcp connect error", "the server does not answer"),
+        ("something new", "the connection failed"),
+    ],
+    ids=["timeout", "not-temporal", "lost", "unknown"],
+)  # fmt: skip
+def test_transport_errors_in_words(text: str, words: str) -> None:
+    from durable_subagents._connect import plain_connection_error
+
+    assert plain_connection_error(text) == words
+
+
+def test_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    import durable_subagents
+
+    installed = version("durable-subagents")
+    assert durable_subagents.__version__ == installed
+    result = ok(run("--version", env=_env(tmp_path)))
+    assert result.out == f"subagents (durable-subagents) {installed}\n" and result.err == ""
+
+
+_COMMANDS = [
+    "dev", "worker", "codec-server", "keygen", "spawn", "check", "cancel", "approve", "reject",
+    "send", "ls", "watch", "agents", "mcp", "demo",
+]  # fmt: skip
+
+
+def test_usage_and_help_name_arguments_and_values_conventionally(tmp_path: Path) -> None:
+    usages = {}
+    for command in _COMMANDS:
+        out = ok(run(command, "--help", env=_env(tmp_path))).out
+        usages[command] = out.splitlines()[0]
+        # no Python types, no {required} or [lowercase] argument forms
+        assert not re.search(r"<(str|int|float|bool|path|list)", out), out
+        assert not re.search(r"\{\w+\}|\[[a-z_]+\]", usages[command]), usages[command]
+    assert usages["spawn"] == "Usage: subagents spawn [OPTIONS] AGENT PROMPT"
+    assert usages["approve"] == "Usage: subagents approve [OPTIONS] ID [CALL_ID]..."
+    assert usages["send"] == "Usage: subagents send [OPTIONS] ID TEXT"
+    assert usages["check"] == "Usage: subagents check [OPTIONS] ID"
+    spawn = ok(run("spawn", "--help", env=_env(tmp_path))).out
+    for option in ("--tool TOOL", "--ask TOOL[:GLOB]", "--time-limit SECONDS", "--max-turns N",
+                   "--address HOST:PORT", "--workspace DIR", "--token-budget N"):  # fmt: skip
+        assert f"  {option} " in spawn, (option, spawn)
+    assert "  AGENT " in spawn and "  PROMPT " in spawn
+    worker = " ".join(ok(run("worker", "--help", env=_env(tmp_path))).out.split())
+    assert "--role all|tasks|tools" in worker
+    # the errors name arguments as the usage line does
+    missing = run("spawn", "explore", env=_env(tmp_path))
+    assert missing.code == 2 and "Missing argument 'PROMPT'" in missing.err, missing.err
+    undecided = run("approve", "some-task", "--address", "127.0.0.1:1", env=_env(tmp_path))
+    assert undecided.code == 2
+    assert "[CALL_ID]..." in undecided.err and "Invalid value for CALL_ID:" in undecided.err
 
 
 def test_bad_status_is_a_usage_error(env: dict[str, str]) -> None:

@@ -161,9 +161,18 @@ def check(
         print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
-    status = run(main())
+    again = f"subagents check {shlex.quote(task_id)} --wait"
+    status = run(main(), lost=_goes_on(again) if wait else None)
     if wait:
         _exit_if_unsuccessful(status)
+
+
+def _goes_on(again: str) -> str:
+    """What a waiting command says when Temporal stops answering under it."""
+    return (
+        "the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`{again}` again once the server answers"
+    )
 
 
 def cancel(
@@ -201,7 +210,7 @@ def _chosen(call_ids: list[str] | None, all_calls: bool, verb: str) -> list[str]
         raise typer.BadParameter(
             f"none named; name the call ids to {verb}, or pass --all to {verb} every pending "
             "call (a decision must be explicit; `subagents check ID` lists the calls)",
-            param_hint="CALL_IDS",
+            param_hint="CALL_ID",
         )
     return call_ids or None
 
@@ -380,33 +389,39 @@ def watch(
     async def main() -> None:
         client = await _client(make_settings(address, namespace, task_queue))
         in_text = False
-        async for event in client.watch(task_id):
-            if as_json:
-                print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
-                continue
-            when = event.time.strftime("%H:%M:%S") if event.time else ""
-            if event.kind == "text" and event.text is not None:
-                restarted = event.summary == "restarted"
-                if not in_text or restarted:
-                    if in_text:
-                        console.line()
-                    head = "[restarted] " if restarted else ""
-                    console.print(f"{when} {'text':<13} {head}", end="", markup=False)
-                    in_text = True
-                body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
-                console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+        try:
+            async for event in client.watch(task_id):
+                if as_json:
+                    print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
+                    continue
+                when = event.time.strftime("%H:%M:%S") if event.time else ""
+                if event.kind == "text" and event.text is not None:
+                    restarted = event.summary == "restarted"
+                    if not in_text or restarted:
+                        if in_text:
+                            console.line()
+                        head = "[restarted] " if restarted else ""
+                        console.print(f"{when} {'text':<13} {head}", end="", markup=False)
+                        in_text = True
+                    body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+                    console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+                    console.file.flush()
+                    continue
+                if in_text:
+                    console.line()
+                    in_text = False
+                detail = event.summary or (event.status.value if event.status else "")
+                if event.error:
+                    detail = f"{detail} ({event.error})" if detail else event.error
+                console.print(
+                    f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False
+                )
                 console.file.flush()
-                continue
-            if in_text:
+        finally:
+            if in_text:  # end the line, so whatever is printed next starts its own
                 console.line()
-                in_text = False
-            detail = event.summary or (event.status.value if event.status else "")
-            if event.error:
-                detail = f"{detail} ({event.error})" if detail else event.error
-            console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)
-            console.file.flush()
 
-    run(main())
+    run(main(), lost=_goes_on(f"subagents watch {shlex.quote(task_id)}"))
 
 
 _TEXT_INDENT = len("00:00:00 ") + 14
