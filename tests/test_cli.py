@@ -741,6 +741,103 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
     assert db.is_file()
 
 
+async def _start_dev(env: dict[str, str], *args: str) -> tuple[asyncio.subprocess.Process, str]:
+    """A `subagents dev` process and its banner, once it says it is ready."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "dev", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    banner = ""
+    while "Ctrl-C to stop" not in banner:
+        line = await asyncio.wait_for(proc.stdout.readline(), 180)
+        assert line, f"dev exited early:\n{banner}\n{(await proc.stderr.read()).decode()}"
+        banner += line.decode()
+    return proc, banner
+
+
+def _server_of(port: int) -> int:
+    """The pid of the `temporal server start-dev` serving ``port``."""
+    [pid] = [
+        pid for pid in _pids_with("start-dev") if f"\0--port\0{port}\0".encode()
+        in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]  # fmt: skip
+    return pid
+
+
+async def test_dev_stops_in_one_line_when_its_server_dies(tmp_path: Path) -> None:
+    port = free_port()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    give_to_tool_user(workspace)
+    env = _env(tmp_path, SUBAGENTS_TASK_QUEUE=f"cli-dies-{uuid.uuid4().hex[:8]}")
+    proc, _ = await _start_dev(
+        env, "--port", str(port), "--ui-port", str(free_port()), "--workspace", str(workspace)
+    )
+    try:
+        marker = f"3602.{uuid.uuid4().int % 10**6:06d}"  # a sleep only this test runs
+        model = script(
+            {"tool_calls": [{"name": "bash", "arguments": {"command": f"sleep {marker}"}}]}
+        )
+        client_env = {**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
+        ok(await arun("spawn", "general", "sleep", "--model", model, env=client_env))
+
+        async def sleeping() -> list[int]:
+            return _pids_with(f"sleep {marker}")
+
+        assert await _eventually(sleeping, timeout=120), "the dev worker never ran the command"
+        os.kill(_server_of(port), signal.SIGKILL)
+        code = await asyncio.wait_for(proc.wait(), 60)  # before: it ran on, retrying
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert proc.stdout is not None and proc.stderr is not None
+    rest, err = (await proc.stdout.read()).decode(), (await proc.stderr.read()).decode()
+    assert code == 1, (rest, err)
+    db = (tmp_path / "cli-data" / "temporal.db").resolve()
+    assert err == (
+        f"error: the Temporal dev server on 127.0.0.1:{port} exited (killed by SIGKILL), so "
+        f"subagents dev stopped its worker. The tasks are kept in {db}: run subagents dev "
+        f"again to go on with them (server log: {db}.log)\n"
+    ), err
+    assert rest == ""
+
+    async def gone() -> bool:
+        return not await sleeping()
+
+    assert await _eventually(gone, timeout=30), "the worker's command outlived it"
+
+
+async def test_two_dev_servers_never_share_a_database_file(tmp_path: Path) -> None:
+    """`subagents dev`, then `dev` or `demo` on another port: both would open the data
+    directory's temporal.db; they refuse, naming the file and the running server's port."""
+    port, other = free_port(), free_port()
+    env = _env(tmp_path)
+    proc, banner = await _start_dev(
+        env, "--port", str(port), "--ui-port", str(free_port()), "--workspace", str(tmp_path)
+    )
+    db = (tmp_path / "cli-data" / "temporal.db").resolve()
+    assert f"Database:     {db}" in banner
+    try:
+        for command in ("dev", "demo"):
+            second = failed(
+                await arun(
+                    command, "--port", str(other), "--ui-port", str(free_port()),
+                    env=env, timeout=120,
+                )
+            )  # fmt: skip
+            assert second.err == (
+                f"error: the database {db} is in use by the Temporal dev server on port {port}: "
+                "two servers on one SQLite file overwrite each other's tasks. Use that server "
+                f"(--port {port}), or give this one a database of its own (--db FILE)\n"
+            ), (command, second.err)
+            assert not await server_answers(f"127.0.0.1:{other}", timeout=0.5)
+        assert await server_answers(f"127.0.0.1:{port}")  # the first one serves on
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+
+
 async def test_ask_pause_and_approve_from_the_shell(
     env: dict[str, str], worker: None, workspace: Path
 ) -> None:
