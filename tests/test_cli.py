@@ -191,6 +191,55 @@ async def test_spawn_check_and_ls(env: dict[str, str], worker: None) -> None:
     assert len(row) == 1 and "completed" in row[0] and "explore" in row[0], table
 
 
+async def test_ls_fits_80_columns_by_cutting_descriptions_never_ids_or_names(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "code-rev.md").write_text(
+        "---\nname: code-rev\ndescription: Reviews code\ntools: Read, Grep\n---\nReview.\n"
+    )
+    parent = f"ls-{uuid.uuid4().hex[:8]}"
+    spawned = [
+        ok(
+            await arun(
+                "spawn",
+                agent,
+                "look",
+                "--description",
+                description,
+                "--parent",
+                parent,
+                "--agents-dir",
+                str(project),
+                "--json",
+                env=env,
+            )
+        ).json()["id"]
+        for agent, description in (
+            ("code-rev", "review the retry logic of the payment module " * 3),
+            ("explore", "a short one"),
+        )
+    ]  # fmt: skip  (no worker: both stay pending)
+
+    async def table() -> list[str]:
+        lines = ok(await arun("ls", "--parent", parent, env=env)).out.splitlines()
+        return lines if len(lines) == 3 else []
+
+    lines = await _eventually(table)
+    assert lines[0].split() == ["id", "agent", "status", "turns", "age", "description"], lines
+    assert all(len(line) <= 80 for line in lines), lines  # a pipe: 80 columns
+    newest, oldest = (line.split(maxsplit=5) for line in lines[1:])
+    assert newest[:4] == [spawned[1], "explore", "pending", "0"]
+    assert newest[5] == "a short one"
+    assert oldest[:4] == [spawned[0], "code-rev", "pending", "0"]
+    assert re.fullmatch(r"\d+[smh]", oldest[4]) and re.fullmatch(r"\d+[smh]", newest[4])
+    assert oldest[5].startswith("review the retry") and oldest[5].endswith("…")
+    assert len(lines[2]) == 80, lines  # cut to the width, not wrapped
+    limited = ok(await arun("ls", "--parent", parent, "--limit", "1", env=env)).out.splitlines()
+    assert [line.split()[0] for line in limited] == ["id", spawned[1]]
+
+
 async def test_spawn_reads_the_prompt_from_stdin_and_waits(
     env: dict[str, str], worker: None
 ) -> None:

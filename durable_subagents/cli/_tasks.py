@@ -353,24 +353,28 @@ def send(
 def list_command(
     parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,
     status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Only the newest N tasks [default: all]", min=1)
+    ] = None,
     address: Address = None,
     namespace: Namespace = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """List tasks (latest run of each), newest first."""
+    """List tasks (latest run of each), newest first, with their age."""
 
     async def main() -> None:
         client = await _client(make_settings(address, namespace, task_queue))
         try:
-            tasks = await client.list_tasks(parent_id=parent, status=status)
+            tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--status") from None
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
             return
-        console.print(task_table(tasks))
+        for line in task_table(tasks, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     run(main())
 
