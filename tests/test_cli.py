@@ -672,9 +672,10 @@ async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path
         for name in names:
             assert name in lines[0] + lines[1]
             kind = "Int" if name == "SubagentTurns" else "Keyword"
+            # pasted as shown, it goes to the server the worker was given
             command = (
-                f"temporal operator search-attribute create --namespace default --name {name} "
-                f"--type {kind}"
+                f"temporal operator search-attribute create --address {server.address} "
+                f"--namespace default --name {name} --type {kind}"
             )
             assert command in lines
         # and it did not register them behind the operator's back
