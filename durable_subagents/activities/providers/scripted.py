@@ -59,6 +59,16 @@ SCRIPTS: dict[str, Any] = {
             f"definitions:\n\n{{last_tool_result}}\n\n{_REAL_MODEL_HINT}"
         ),
     ],
+    "default-bash": [
+        _step(
+            "Counting the lines of the Python files with bash.",
+            _call("bash", command="find . -name '*.py' -not -path '*/.*' | sort | xargs wc -l"),
+        ),
+        _step(
+            f"{_OFFLINE} It counted the lines of the workspace's Python files with bash:"
+            f"\n\n{{last_tool_result}}\n\n{_REAL_MODEL_HINT}"
+        ),
+    ],
     "demo-explore": [
         _step("Mapping the Python files first.", _call("list_files", pattern="**/*.py")),
         _step(
@@ -111,7 +121,8 @@ SCRIPTS: dict[str, Any] = {
         ),
     ],
 }
-"""Built-in scripts by name; ``default`` is what plain ``scripted`` plays."""
+"""Built-in scripts by name. Plain ``scripted`` plays ``default``, or ``default-bash`` to
+an agent offered ``bash`` (as ``general`` is): a command to approve, offline."""
 
 _FORMS = "scripted, scripted:<name>, scripted:@/abs/path.json or scripted:<inline JSON>"
 
@@ -306,8 +317,11 @@ class ScriptedProvider:
             temporalio.exceptions.ApplicationError: The script is unknown or invalid
                 (non-retryable ``ModelRequestError``).
         """
+        selector = request.model
+        if not _selector(selector) and any(t.name == "bash" for t in request.tools):
+            selector = "default-bash"
         try:
-            script = load_script(request.model, files=self.script_files)
+            script = load_script(selector, files=self.script_files)
         except InvalidRequest as exc:
             raise model_request_error(str(exc)) from exc
         index = sum(1 for m in request.messages if m.role == "assistant")
