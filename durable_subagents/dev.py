@@ -68,6 +68,11 @@ current shows ``drained`` seconds after its last pinned run closed, rather than 
 the server's default 3-minute grace period and 3-minute checks. (Worker versioning
 itself needs no setting on this server: it is on by default.)"""
 
+DEFAULT_PORT = 7233
+"""The gRPC port ``subagents dev`` and ``demo`` use by default (Temporal's)."""
+DEFAULT_UI_PORT = 8233
+"""The Web UI's port by default (Temporal's)."""
+
 _START_TIMEOUT = 30.0
 _START_ATTEMPTS = 3
 _LOWEST_PICKED_PORT = 20000

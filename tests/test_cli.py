@@ -712,6 +712,15 @@ async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     for name in ("inventory/models.py", "inventory/store.py", "tests/test_models.py"):
         lines = len((workspace / name).read_text().splitlines())
         assert re.search(rf"│ +{lines} {re.escape(name)} ", out), (name, out)
+    # as wc -l printed it: its counts right-aligned, the first line's too
+    general = out[out.index("general · completed") :]
+    counts = re.findall(r"^│( +\d+) (?:\S+\.py|total) ", general, re.M)
+    assert len(counts) == 6 and len({len(c) for c in counts}) == 1, general
+    # where the tasks are kept, and the exact command that serves them
+    assert (
+        f"The tasks are kept in {db.resolve()}. To browse them in the Web UI at the links "
+        f"above, run:\n  subagents dev --port {port} --ui-port {ui_port} --db {db}\n"
+    ) in out, out
     # a follow-up to the finished explore task: a new run with a different answer
     assert "> Which of these functions have tests?" in out
     follow_up = out[out.index("Follow-up:") :]

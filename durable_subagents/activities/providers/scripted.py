@@ -262,7 +262,9 @@ def load_script(spec: str, *, files: bool = True) -> Script:
 def _fill(text: str, request: ModelRequest) -> str:
     if "{last_tool_result}" in text:
         last = next((m.content for m in reversed(request.messages) if m.role == "tool"), "")
-        text = text.replace("{last_tool_result}", last[:2000].strip() or "(no tool output)")
+        # Blank lines go, not the indent of the first line (`wc -l` aligns its counts).
+        shown = last[:2000].rstrip().lstrip("\r\n") or "(no tool output)"
+        text = text.replace("{last_tool_result}", shown)
     if "{prompt}" in text:
         prompt = next((m.content for m in request.messages if m.role == "user"), "")
         text = text.replace("{prompt}", prompt)
