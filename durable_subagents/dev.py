@@ -582,7 +582,9 @@ async def run_dev(
                     f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
                     f"  Web UI:       {ui_url}\n{escape(codec_text)}"
                     f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
-                    f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}",
+                    f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}\n"
+                    f"  Workspace:    {escape(str(settings.resolved_workspace))} (the root the "
+                    "file tools and commands are jailed to: what a general task may edit)",
                     soft_wrap=True,  # addresses and commands stay whole, to be copied
                 )
                 # one command per line, unwrapped, ready to copy

@@ -766,6 +766,10 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
         assert f"gRPC address: 127.0.0.1:{port}" in banner
         assert env["SUBAGENTS_TASK_QUEUE"] in banner
         assert str(db.resolve()) in banner
+        assert (
+            f"  Workspace:    {workspace.resolve()} (the root the file tools and commands are "
+            "jailed to: what a general task may edit)\n"
+        ) in banner, banner
         address = f"127.0.0.1:{port}"
         assert await server_answers(address)
 
