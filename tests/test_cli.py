@@ -302,6 +302,34 @@ async def test_watch_prints_turns_tools_and_close(
     assert lines[-1][1:] == ["closed", "completed"]
 
 
+async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("hello\n")
+    model = script(
+        {"text": "reading", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+        {"text": "it says hello"},
+    )
+    task_id = ok(await arun("spawn", "explore", "read", "--model", model, "--json", env=env))
+    task_id = task_id.json()["id"]
+    ok(await arun("check", task_id, "--wait", "--json", env=env))
+    await asyncio.sleep(1.5)  # a replay now is later than any event
+    events = [
+        json.loads(line)
+        for line in ok(await arun("watch", task_id, "--json", env=env)).out.splitlines()
+    ]
+    kinds = [e["kind"] for e in events]
+    assert kinds == [
+        "status", "text", "turn", "tool_started", "tool_finished", "text", "turn", "status",
+        "closed",
+    ], kinds  # fmt: skip
+    times = [e["time"] for e in events]
+    assert times == sorted(times), events  # replayed text is not stamped with the replay time
+    for i, event in enumerate(events):
+        if event["kind"] == "text":  # the text is the turn's, recorded when the turn ended
+            assert event["time"] == events[i + 1]["time"] and events[i + 1]["kind"] == "turn"
+
+
 async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
     tmp_path: Path,
 ) -> None:

@@ -84,8 +84,16 @@ class LiveTurn:
             self._tail += new
         return [self._event(new, restarted)]
 
-    async def finish(self, result: dict[str, Any] | None) -> list[TaskEvent]:
-        """The turn ended: the rest of its text from its result (None: it failed)."""
+    async def finish(
+        self, result: dict[str, Any] | None, time: datetime | None = None
+    ) -> list[TaskEvent]:
+        """The turn ended: the rest of its text from its result (None: it failed).
+
+        Args:
+            result: The turn's recorded result.
+            time: When the turn ended, as its history records it: the text's time, so
+                a finished task's replayed text keeps its place among its events.
+        """
         self.open = None
         if result is None:
             return []
@@ -97,17 +105,18 @@ class LiveTurn:
             return []
         end = self._shown
         if end == 0:
-            return [self._event(text, False)]
+            return [self._event(text, False, time)]
         if text[self._tail_start : end] == self._tail and len(text) >= end:
             rest = text[end:]
-            return [self._event(rest, False)] if rest else []
-        return [self._event(text, True)]  # the answer recorded is not the one streamed
+            return [self._event(rest, False, time)] if rest else []
+        return [self._event(text, True, time)]  # the answer recorded is not the one streamed
 
-    def _event(self, text: str, restarted: bool) -> TaskEvent:
+    def _event(self, text: str, restarted: bool, time: datetime | None = None) -> TaskEvent:
         return TaskEvent(
             kind="text",
             task_id=self._task_id,
-            time=datetime.now(UTC).replace(tzinfo=None),  # naive UTC, as history times
+            # naive UTC, as history times; live text is stamped as it is seen
+            time=time or datetime.now(UTC).replace(tzinfo=None),
             turn=self.turn,
             text=text,
             summary=RESTARTED if restarted else None,
