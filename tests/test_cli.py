@@ -302,6 +302,32 @@ async def test_watch_prints_turns_tools_and_close(
     assert lines[-1][1:] == ["closed", "completed"]
 
 
+async def test_check_of_a_task_running_a_command_shows_the_usage_of_its_turns(
+    env: dict[str, str], worker: None
+) -> None:
+    marker = f"3603.{uuid.uuid4().int % 10**6:06d}"  # a sleep only this test runs
+    model = script(
+        {
+            "tool_calls": [{"name": "bash", "arguments": {"command": f"sleep {marker}"}}],
+            "usage": {"input_tokens": 1234, "output_tokens": 56},
+        },
+    )
+    spawned = ok(await arun("spawn", "general", "sleep", "--model", model, "--json", env=env))
+    task_id = spawned.json()["id"]
+
+    async def sleeping() -> list[int]:
+        return _pids_with(f"sleep {marker}")
+
+    assert await _eventually(sleeping, timeout=120), "the bash tool never started"
+    shown = ok(await arun("check", task_id, env=env)).out
+    assert shown.splitlines()[:3] == [
+        f"{task_id}  running",
+        "  agent general · turns 1 · model scripted",
+        "  tokens in 1234 / out 56",
+    ], shown
+    ok(await arun("cancel", task_id, env=env))
+
+
 async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
     env: dict[str, str], worker: None, workspace: Path
 ) -> None:

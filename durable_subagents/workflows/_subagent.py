@@ -434,10 +434,29 @@ class SubagentWorkflow:
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(await self._pause(asks))
+            if self._waits_on_activities(turn.tool_calls, verdicts) and patched(
+                "progress-before-tool-calls"
+            ):
+                # A command may run for minutes: meanwhile the memo shows this turn's usage
+                # (the throttle would have left the last write's).
+                self._publish(TaskStatus.RUNNING)
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
+
+    def _waits_on_activities(self, calls: list[ToolCall], verdicts: dict[str, _Verdict]) -> bool:
+        """Whether a call that runs will be awaited as an activity or a child, not inline.
+
+        Reads run as local activities within this workflow task (see ``_run_tool``):
+        a turn of reads alone is over before anyone could look.
+        """
+        assert self._input is not None
+        local = self._input.agent.local_read_tools
+        return any(
+            verdicts[c.id][0] == "allow" and not (local and c.name in policy.READ_ONLY_TOOLS)
+            for c in calls
+        )
 
     def _take_protected(self, reported: list[str] | None) -> None:
         """Keep the paths a worker protects; a run never drops one a worker reported.
