@@ -68,12 +68,14 @@ def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None)
             )
     task = shlex.quote(info.id)
     first = shlex.quote(info.pending_approvals[0].call_id)
+    # --pause: a decision typed late never reaches a newer pause under the same call ids
+    pause = f"--pause {shlex.quote(info.pause_id or '')}"
     console.print("  decide with one of:", highlight=False)
     for command in (
-        f"subagents approve {task} {first}",
-        f"subagents approve {task} --all",
-        f"subagents reject {task} {first} --reason TEXT",
-        f"subagents reject {task} --all --reason TEXT",
+        f"subagents approve {task} {first} {pause}",
+        f"subagents approve {task} --all {pause}",
+        f"subagents reject {task} {first} {pause} --reason TEXT",
+        f"subagents reject {task} --all {pause} --reason TEXT",
     ):
         console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
 

@@ -1199,11 +1199,12 @@ async def test_check_shows_the_full_arguments_of_pending_calls(
     human = ok(await arun("check", task_id, env=env)).out
     assert f'"command": "{command}"' in human  # on one line, not cut
     assert f'"content": "{content}"' in human
-    for line in (
-        f"subagents approve {task_id} call_0_0",
-        f"subagents approve {task_id} --all",
-        f"subagents reject {task_id} call_0_0 --reason TEXT",
-        f"subagents reject {task_id} --all --reason TEXT",
+    pause = info["pause_id"]
+    for line in (  # --pause: a decision typed late never reaches a newer pause
+        f"subagents approve {task_id} call_0_0 --pause {pause}",
+        f"subagents approve {task_id} --all --pause {pause}",
+        f"subagents reject {task_id} call_0_0 --pause {pause} --reason TEXT",
+        f"subagents reject {task_id} --all --pause {pause} --reason TEXT",
     ):
         assert line in [text.strip() for text in human.splitlines()], human[-1000:]
 

@@ -144,8 +144,8 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
         paused.pause_id,
         call.call_id,
         call.arguments_preview,
-        f"subagents approve {task_id} --all",
-        f"subagents reject {task_id} --all --reason TEXT",
+        f"subagents approve {task_id} --all --pause {paused.pause_id}",
+        f"subagents reject {task_id} --all --pause {paused.pause_id} --reason TEXT",
         "scripted",
     ]
     assert rendered.text == (
