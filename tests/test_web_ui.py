@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,3 +188,75 @@ async def test_a_spawned_tasks_summary_shows_its_description_literally(
         assert commonmark(await desc.static_summary() or "").text == description
     finally:
         await client.cancel_task(task_id, wait=False)
+
+
+async def test_the_details_name_the_rules_that_pause_and_the_workspace(
+    careful: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """`general --ask bash`: the details say which rule makes it pause, and where it works."""
+    (workspace / "sub").mkdir()
+    model = script(bash("wc -l *.py"), {"text": "done"})
+    asks = await careful.spawn_task(
+        "general", "count", model=model, permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    own = await careful.spawn_task(
+        "careful",
+        "count",
+        model=model,
+        workspace="sub",
+        permissions=[PermissionRule(tool="read_file", pattern="secrets/*", action="deny")],
+    )
+    details = {}
+    for task_id in (asks, own):
+        desc = await careful.temporal.get_workflow_handle(task_id).describe()
+        details[task_id] = commonmark(await desc.static_details() or "")
+        await careful.cancel_task(task_id, wait=False)
+    # (the text without its code spans, and the code spans, as markdown-it reads them)
+    assert details[asks].text == (
+        "Subagent · task Model · max turns 50 Tools read_file, list_files, grep, write_file, "
+        "edit_file, bash · mode dont_ask Spawn rules Workspace the worker's root (its ) Prompt"
+    )
+    assert details[asks].codes == [
+        "general", asks, "scripted", "bash: ask", "--workspace", "count"
+    ]  # fmt: skip
+    assert details[own].text == (
+        "Subagent · task Model · max turns 50 Tools bash, read_file · mode default Rules "
+        "Spawn rules Workspace (in the worker's root) Prompt"
+    )
+    assert details[own].codes == [
+        "careful", own, "scripted", "bash: ask", "read_file secrets/*: deny", "sub", "count"
+    ]  # fmt: skip
+
+
+async def test_a_pause_is_a_running_timer_named_for_it(
+    careful: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """The Web UI's Timeline, its default view, draws a running timer up to now with its
+    name: a pause shows there as "Waiting for approval", for as long as it lasts."""
+    model = script(bash("wc -l inventory/*.py", "ls"), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "count", model=model)
+    paused = await careful.check_task(task_id, wait=True, timeout=60)
+    assert paused.status == TaskStatus.PAUSED
+    converter = temporal_client.data_converter.payload_converter
+
+    async def timers() -> list[tuple[str, str]]:
+        found = []
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events():
+            if e.HasField("timer_started_event_attributes"):
+                name = converter.from_payload(e.user_metadata.summary, str)
+                found.append((name, "started"))
+            elif e.HasField("timer_canceled_event_attributes"):
+                found.append(("", "cancelled"))
+        return found
+
+    assert await timers() == [
+        (
+            f"Waiting for approval (pause {paused.pause_id}): bash · wc -l inventory/*.py "
+            "and 1 more call",
+            "started",
+        )
+    ]
+    await careful.approve(task_id)
+    done = await careful.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    assert [kind for _, kind in await timers()] == ["started", "cancelled"]
