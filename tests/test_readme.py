@@ -78,6 +78,65 @@ def test_every_python_snippet_has_a_check() -> None:
     assert len(PYTHON) >= 6
 
 
+COMMON = {"--address", "--namespace", "--task-queue", "--help"}
+"""Options the README states once for every command that talks to Temporal."""
+
+
+def synopsis() -> dict[str, str]:
+    """The README's command synopsis: each command's lines joined, by command name."""
+    text = README.read_text()
+    section = text[text.index("## Command line") :]
+    block = next(m.group(2) for m in _BLOCK.finditer(section) if m.group(1) == "")
+    commands: dict[str, str] = {}
+    name = ""
+    for line in block.splitlines():
+        if line.startswith("subagents "):
+            words = line.split()
+            name = words[1] if not words[1].startswith(("-", "[")) else ""
+            commands[name] = commands.get(name, "") + " " + " ".join(words[2 if name else 1 :])
+        elif line.strip():
+            commands[name] += " " + line.strip()
+    return commands
+
+
+def test_the_command_synopsis_matches_each_commands_help() -> None:
+    """Every command, argument and option of `--help` is in the README's synopsis, and
+    nothing else is (options every command takes are stated once, above it)."""
+    import typer.main
+
+    from durable_subagents.cli import app
+
+    group = typer.main.get_command(app)
+    listed = synopsis()
+    assert set(listed) == {"", *group.commands}, sorted(listed)
+    for name, line in listed.items():
+        command = group.commands[name] if name else group
+        mentioned = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", line))
+        params = [p for p in command.params if not set(p.opts) & COMMON]
+        for param in params:
+            if param.param_type_name == "argument":
+                assert re.search(rf"\b{param.metavar}\b", line), (name, param.metavar, line)
+                continue
+            forms = {*param.opts, *param.secondary_opts}
+            assert forms & mentioned, f"subagents {name}: {sorted(forms)} missing from {line}"
+        known = {f for p in command.params for f in (*p.opts, *p.secondary_opts)}
+        assert mentioned <= known | {"-"}, f"subagents {name}: no {mentioned - known - {'-'}}"
+        words = set(re.findall(r"\b[A-Z][A-Z_]+\b", line.split("[", 1)[0]))
+        arguments = {p.metavar for p in command.params if p.param_type_name == "argument"}
+        assert words == arguments, (name, words, arguments)
+
+
+def test_the_licence_is_the_mit_licence_the_package_declares() -> None:
+    import tomllib
+
+    root = README.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"]
+    assert declared == {"text": "MIT"}
+    text = (root / "LICENSE").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) 2026 the durable-subagents authors\n")
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+
+
 def test_json_snippets_parse() -> None:
     for snippet in snippets("json"):
         json.loads(snippet.code)
