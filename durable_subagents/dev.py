@@ -73,7 +73,9 @@ DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233
 """The Web UI's port by default (Temporal's)."""
 
-_START_TIMEOUT = 30.0
+_START_TIMEOUT = 120.0
+"""Seconds the dev server may take to answer. A start that fails ends sooner: the
+process exits (its log's tail is shown). A busy machine can take over 30 s."""
 _START_ATTEMPTS = 3
 _LOWEST_PICKED_PORT = 20000
 _PORT_TAKEN = re.compile(r"listen tcp [^\s:]*:(\d+): bind: address already in use")
@@ -308,7 +310,7 @@ class DevServer:
 
         Raises:
             SubagentError: If a port is taken, the process exits early, or the frontend
-                does not answer within 30 seconds. The message includes the log's tail.
+                does not answer within 120 seconds. The message includes the log's tail.
         """
         if self._process is not None:
             raise SubagentError("this dev server is already started")

@@ -31,6 +31,7 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
 from .conftest import script
+from .helpers import CEILING
 
 
 def write(path: Path, text: str) -> Path:
@@ -629,7 +630,7 @@ async def test_connect_with_agents_dir_runs_a_file_agent(
     assert set(client.agents) == {"finder"}
     task_id = await client.spawn_task("finder", "find the needle")
     assert task_id.startswith("subagent-finder-")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.agent == "finder" and info.model is not None and info.model.startswith("scripted")
     transcript = await client.get_transcript(task_id)
@@ -672,7 +673,7 @@ async def test_a_broken_file_fails_only_its_own_spawn(
     )
     task_id = await client.spawn_task("acme:runner", "run")
     assert task_id.startswith("subagent-acme.runner-")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert (info.agent, info.result) == ("acme.runner", "ran")
 

@@ -25,6 +25,8 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
+from .helpers import CEILING
+
 README = Path(__file__).parent.parent / "README.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
@@ -205,7 +207,7 @@ async def test_snippet_runs_as_shown(
             tool_result = api.requests[1]["messages"][-1]
             assert tool_result["role"] == "tool" and "task_id" in tool_result["content"]
         [child] = await client.list_tasks(parent_id="orchestrator-1")
-        done = await client.check_task(child.id, wait=True, timeout=30)
+        done = await client.check_task(child.id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED
         return
     if what == "plugin":

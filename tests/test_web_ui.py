@@ -23,6 +23,7 @@ from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 from .test_web_ui_markdown import commonmark
 
 HOSTILE_COMMAND = (
@@ -78,8 +79,8 @@ async def current_details(client: SubagentClient, task_id: str) -> str:
 
 
 async def details_once(client: SubagentClient, task_id: str, wanted: str) -> str:
-    """The task's current details once they contain ``wanted`` (fails after 30 s)."""
-    deadline = time.monotonic() + 30
+    """The task's current details once they contain ``wanted`` (fails at ``CEILING``)."""
+    deadline = time.monotonic() + CEILING
     details = ""
     while time.monotonic() < deadline:
         details = await current_details(client, task_id)
@@ -100,7 +101,7 @@ async def test_a_running_task_says_what_runs_and_names_the_workers_model(
     # the memo names the model as soon as it answered, not at the next status change
     info = await client.check_task(task_id)
     assert info.status == TaskStatus.RUNNING and info.model == "scripted"
-    await client.cancel_task(task_id, wait=True, timeout=30)
+    await client.cancel_task(task_id, wait=True, timeout=CEILING)
     assert await current_details(client, task_id) == ""
 
 
@@ -125,7 +126,7 @@ async def test_tool_calls_beyond_the_slots_are_counted_as_waiting(
     rendered = commonmark(details)
     assert "8 tool calls running 2 waiting for a free slot" in rendered.text
     assert rendered.codes[1:] == [f"bash · sleep 30; echo {i}" for i in range(8)]
-    await client.cancel_task(task_id, wait=True, timeout=30)
+    await client.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
@@ -135,7 +136,7 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
     task_id = await careful.spawn_task(
         "careful", "count the lines of __init__ in *.py", model=model, approval_timeout=600
     )
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     call = paused.pending_approvals[0]
     # what check and watch show is the text itself, not Markdown
@@ -157,7 +158,7 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
     details = await careful.temporal.get_workflow_handle(task_id).describe()
     prompt = commonmark(await details.static_details() or "").codes[-1]
     assert prompt == "count the lines of __init__ in *.py"
-    await careful.cancel_task(task_id, wait=True, timeout=30)
+    await careful.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_spawned_childs_summary_shows_its_description_literally(
@@ -167,7 +168,7 @@ async def test_a_spawned_childs_summary_shows_its_description_literally(
     child_model = script(bash("wc -l inventory/*.py tests/*.py"), {"text": "counted"})
     model = script(spawn("general", "count lines", child_model, description), WAIT, WAIT)
     task_id = await careful.spawn_task("lead-ask", "delegate", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=60)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
     child = paused.pending_approvals[0].call_id.split("/")[0]
     desc = await careful.temporal.get_workflow_handle(child).describe()
@@ -175,7 +176,7 @@ async def test_a_spawned_childs_summary_shows_its_description_literally(
     assert summary == escape(description)
     assert commonmark(summary).text == description
     assert (await careful.check_task(child)).description == description
-    await careful.cancel_task(task_id, wait=True, timeout=30)
+    await careful.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_spawned_tasks_summary_shows_its_description_literally(
@@ -235,7 +236,7 @@ async def test_a_pause_is_a_running_timer_named_for_it(
     name: a pause shows there as "Waiting for approval", for as long as it lasts."""
     model = script(bash("wc -l inventory/*.py", "ls"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "count", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=60)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     converter = temporal_client.data_converter.payload_converter
 
@@ -257,6 +258,8 @@ async def test_a_pause_is_a_running_timer_named_for_it(
         )
     ]
     await careful.approve(task_id)
-    done = await careful.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED
     assert [kind for _, kind in await timers()] == ["started", "cancelled"]

@@ -25,6 +25,7 @@ from durable_subagents.worker import create_worker
 
 from .browser import CHROMIUM
 from .conftest import script
+from .helpers import CEILING
 
 pytestmark = [
     pytest.mark.browser,
@@ -105,7 +106,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
     wait = {"name": "wait_subagents", "arguments": {}}
     model = script(_calls(spawn), _calls(wait), _calls(wait))
     task_id = await lead.spawn_task("lead-ask", "delegate", description="lead", model=model)
-    paused = await lead.check_task(task_id, wait=True, timeout=60)
+    paused = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
     child, child_pause, _ = paused.pending_approvals[0].call_id.split("/")
 
@@ -115,7 +116,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
         try:
             page = await browser.new_page(viewport={"width": 2000, "height": 900})
             # The list: both tasks are paused (the parent waits on its child's call).
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING
             while True:
                 await page.goto(list_url)
                 await page.locator(ROW).first.wait_for(timeout=10_000)
@@ -153,7 +154,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
 
             # Its current details (answered by the worker) show the call to approve.
             details = page.frame_locator("#user-metadata-current-details").locator("main")
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING
             text = ""
             while "Waiting for approval" not in text and time.monotonic() < deadline:
                 text = await details.inner_text()
@@ -169,7 +170,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
             await page.screenshot(path=screenshots / "paused-task-details.png", full_page=True)
         finally:
             await browser.close()
-    await lead.cancel_task(task_id, wait=True, timeout=30)
+    await lead.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_paused_tasks_first_view_says_it_waits_for_approval(
@@ -183,7 +184,7 @@ async def test_a_paused_tasks_first_view_says_it_waits_for_approval(
         "general", "count the lines", model=model,
         permissions=[PermissionRule(tool="bash", action="ask")],
     )  # fmt: skip
-    paused = await lead.check_task(task_id, wait=True, timeout=60)
+    paused = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
     waiting = f"Waiting for approval (pause {paused.pause_id}): bash · {COMMAND}"
     url = f"{ui_server.ui_url}/namespaces/{ui_server.namespace}/workflows/{task_id}"
@@ -207,7 +208,7 @@ async def test_a_paused_tasks_first_view_says_it_waits_for_approval(
             assert "Spawn rules bash: ask" in text, text
             assert "Workspace the worker's root (its --workspace)" in text, text
             current = page.frame_locator("#user-metadata-current-details").locator("main")
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING
             now = ""
             while "Waiting for approval" not in now and time.monotonic() < deadline:
                 now = " ".join((await current.inner_text()).split())
@@ -218,4 +219,4 @@ async def test_a_paused_tasks_first_view_says_it_waits_for_approval(
             await page.screenshot(path=screenshots / "paused-metadata.png", full_page=True)
         finally:
             await browser.close()
-    await lead.cancel_task(task_id, wait=True, timeout=30)
+    await lead.cancel_task(task_id, wait=True, timeout=CEILING)
