@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.markup import escape
-from rich.table import Column, Table
 from rich.text import Text
 
 from durable_subagents._terminal import json_shown, shown
@@ -67,12 +68,14 @@ def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None)
             )
     task = shlex.quote(info.id)
     first = shlex.quote(info.pending_approvals[0].call_id)
+    # --pause: a decision typed late never reaches a newer pause under the same call ids
+    pause = f"--pause {shlex.quote(info.pause_id or '')}"
     console.print("  decide with one of:", highlight=False)
     for command in (
-        f"subagents approve {task} {first}",
-        f"subagents approve {task} --all",
-        f"subagents reject {task} {first} --reason TEXT",
-        f"subagents reject {task} --all --reason TEXT",
+        f"subagents approve {task} {first} {pause}",
+        f"subagents approve {task} --all {pause}",
+        f"subagents reject {task} {first} {pause} --reason TEXT",
+        f"subagents reject {task} --all {pause} --reason TEXT",
     ):
         console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
 
@@ -131,24 +134,58 @@ def usage_text(usage: Usage) -> str:
     return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}"
 
 
-def task_table(tasks: Sequence[TaskInfo]) -> Table:
-    """Tasks as rows of id, agent, status, turns, tokens and description."""
-    # ids are what check/cancel take: never shorten them to fit the width
-    table = Table(
-        Column("id", no_wrap=True),
-        "agent",
-        Column("status", no_wrap=True),
-        "turns",
-        Column("tokens in/out (cached)", no_wrap=True),
-        "description",
-    )
-    for t in tasks:
-        usage = t.tree_usage or t.usage
-        table.add_row(
-            *(Text(shown(v)) for v in (t.id, t.agent)),
-            t.status.value,
-            str(t.turns),
-            f"{usage.input_tokens:,}/{usage.output_tokens:,} ({usage.cache_read_tokens:,})",
-            Text(shown(t.description)),
+def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = None) -> list[str]:
+    """Tasks as aligned lines of id, agent, status, turns, age and description.
+
+    Ids and agent names are what ``check`` and ``spawn`` take: they are never cut or
+    wrapped. The description gets the rest of ``width`` and is cut with ``…`` (at least
+    its first 11 columns show, however narrow the terminal).
+
+    Args:
+        tasks: The tasks, one line each.
+        width: The columns of the terminal (80 in a pipe).
+        now: The time ages count to (default: now).
+    """
+    now = now or datetime.now(UTC)
+    header = ("id", "agent", "status", "turns", "age")
+    rows = [
+        (
+            (
+                shown(t.id),
+                shown(t.agent),
+                t.status.value,
+                str(t.turns),
+                age(t.created_at, now),
+            ),
+            " ".join(shown(t.description).split()),
         )
-    return table
+        for t in tasks
+    ]
+    widths = [
+        max(cell_len(cells[i]) for cells in [header, *(r[0] for r in rows)])
+        for i in range(len(header))
+    ]
+    room = max(width - sum(widths) - 2 * len(widths), len("description"))
+    lines = []
+    for cells, description in [(header, "description"), *rows]:
+        padded = [
+            cell.rjust(w) if i == 3 else cell + " " * (w - cell_len(cell))
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        text = Text(description)
+        text.truncate(room, overflow="ellipsis")
+        lines.append("  ".join([*padded, text.plain]).rstrip())
+    return lines
+
+
+def age(created: datetime | None, now: datetime) -> str:
+    """How long ago a task was created, in its largest unit: ``45s``, ``12m``, ``3h``, ``2d``."""
+    if created is None:
+        return "-"
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    seconds = max(0, int((now - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

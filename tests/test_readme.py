@@ -25,6 +25,8 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
+from .helpers import CEILING
+
 README = Path(__file__).parent.parent / "README.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
@@ -80,6 +82,65 @@ def test_every_python_snippet_has_a_check() -> None:
     assert len(PYTHON) >= 6
 
 
+COMMON = {"--address", "--namespace", "--profile", "--task-queue", "--help"}
+"""Options the README states once for every command that talks to Temporal."""
+
+
+def synopsis() -> dict[str, str]:
+    """The README's command synopsis: each command's lines joined, by command name."""
+    text = README.read_text()
+    section = text[text.index("## Command line") :]
+    block = next(m.group(2) for m in _BLOCK.finditer(section) if m.group(1) == "")
+    commands: dict[str, str] = {}
+    name = ""
+    for line in block.splitlines():
+        if line.startswith("subagents "):
+            words = line.split()
+            name = words[1] if not words[1].startswith(("-", "[")) else ""
+            commands[name] = commands.get(name, "") + " " + " ".join(words[2 if name else 1 :])
+        elif line.strip():
+            commands[name] += " " + line.strip()
+    return commands
+
+
+def test_the_command_synopsis_matches_each_commands_help() -> None:
+    """Every command, argument and option of `--help` is in the README's synopsis, and
+    nothing else is (options every command takes are stated once, above it)."""
+    import typer.main
+
+    from durable_subagents.cli import app
+
+    group = typer.main.get_command(app)
+    listed = synopsis()
+    assert set(listed) == {"", *group.commands}, sorted(listed)
+    for name, line in listed.items():
+        command = group.commands[name] if name else group
+        mentioned = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", line))
+        params = [p for p in command.params if not set(p.opts) & COMMON]
+        for param in params:
+            if param.param_type_name == "argument":
+                assert re.search(rf"\b{param.metavar}\b", line), (name, param.metavar, line)
+                continue
+            forms = {*param.opts, *param.secondary_opts}
+            assert forms & mentioned, f"subagents {name}: {sorted(forms)} missing from {line}"
+        known = {f for p in command.params for f in (*p.opts, *p.secondary_opts)}
+        assert mentioned <= known | {"-"}, f"subagents {name}: no {mentioned - known - {'-'}}"
+        words = set(re.findall(r"\b[A-Z][A-Z_]+\b", line.split("[", 1)[0]))
+        arguments = {p.metavar for p in command.params if p.param_type_name == "argument"}
+        assert words == arguments, (name, words, arguments)
+
+
+def test_the_licence_is_the_mit_licence_the_package_declares() -> None:
+    import tomllib
+
+    root = README.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"]
+    assert declared == {"text": "MIT"}
+    text = (root / "LICENSE").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) 2026 the durable-subagents authors\n")
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+
+
 def test_json_snippets_parse() -> None:
     for snippet in snippets("json"):
         json.loads(snippet.code)
@@ -89,13 +150,13 @@ def test_json_snippets_parse() -> None:
 async def served(
     temporal_client: Client, settings: Settings, workspace: Path, tmp_path: Path
 ) -> AsyncIterator[dict[str, str]]:
-    """A worker on this test's queue (its model plays the demo's `general` script, which
-    runs bash), and the environment a snippet's process gets."""
+    """A worker on this test's queue with the default model, as `subagents dev` runs one
+    with no API key, and the environment a snippet's process gets."""
     (workspace / "inventory").mkdir()
     (workspace / "inventory" / "stock.py").write_text("def count():\n    return 1\n")
     (workspace / "tests").mkdir()
     (workspace / "tests" / "test_stock.py").write_text("def test_count():\n    pass\n")
-    worker_settings = settings.model_copy(update={"model": "scripted:demo-general"})
+    worker_settings = settings.model_copy(update={"model": None})
     env = {
         k: v
         for k, v in os.environ.items()
@@ -148,7 +209,7 @@ async def test_snippet_runs_as_shown(
             tool_result = api.requests[1]["messages"][-1]
             assert tool_result["role"] == "tool" and "task_id" in tool_result["content"]
         [child] = await client.list_tasks(parent_id="orchestrator-1")
-        done = await client.check_task(child.id, wait=True, timeout=30)
+        done = await client.check_task(child.id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED
         return
     if what == "plugin":
@@ -174,7 +235,8 @@ async def test_snippet_runs_as_shown(
     elif what == "watch":
         assert "[turn 1 · " in out and "[turn 2 · " in out, out
     elif what == "approval":
-        assert "asks to run: bash · wc -l inventory/*.py tests/*.py" in out, out
+        command = "find . -name '*.py' -not -path '*/.*' | sort | xargs wc -l"
+        assert out.startswith(f"asks to run: bash · {command}\n"), out  # it paused, offline
         assert out.splitlines()[1].startswith("completed "), out
         assert "inventory/stock.py" in out
     elif what == "tool":

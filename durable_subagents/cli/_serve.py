@@ -40,6 +40,8 @@ from durable_subagents.cli._common import (
     Workspace,
     console,
     err_console,
+    error,
+    exit_now,
     make_settings,
     run,
 )
@@ -101,7 +103,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.dev import parse_duration, run_dev
+    from durable_subagents.dev import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
@@ -110,18 +112,25 @@ def dev(
     settings = make_settings(
         task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
     )
-    run(
-        run_dev(
-            settings=settings,
-            port=port,
-            ui_port=ui_port,
-            db=db,
-            retention=keep,
-            workspace=workspace,
-            console=console,
-            codec_port=codec_port,
-        )
-    )
+
+    async def main() -> None:
+        try:
+            await run_dev(
+                settings=settings,
+                port=port,
+                ui_port=ui_port,
+                db=db,
+                retention=keep,
+                workspace=workspace,
+                console=console,
+                codec_port=codec_port,
+            )
+        except ServerExited as err:
+            # The worker's remaining tasks could only retry a server that is gone.
+            error(str(err))
+            exit_now(1)
+
+    run(main())
 
 
 def worker(
@@ -297,9 +306,7 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
 
 def _fail(message: str) -> NoReturn:
     """Print an error for the user and exit with code 1."""
-    err_console.print(
-        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
-    )
+    error(message)
     raise typer.Exit(1)
 
 
