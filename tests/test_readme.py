@@ -1,4 +1,4 @@
-"""Every Python snippet of the README runs as shown, against a real server and worker.
+"""Every Python snippet of the README and docs/ runs as shown, against a real server and worker.
 
 Each snippet runs as a script of its own in a fresh process, with only what a user's
 environment would give it (``TEMPORAL_ADDRESS``, ``SUBAGENTS_TASK_QUEUE`` and, for the
@@ -7,6 +7,7 @@ tool loop, ``OPENAI_BASE_URL``), while a worker with the scripted model serves i
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib.util
 import json
@@ -27,28 +28,40 @@ from durable_subagents.worker import create_worker
 
 from .helpers import CEILING
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "CONTRIBUTING.md"]
+"""The pages whose snippets run: the README, every page of docs/, CONTRIBUTING."""
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
 @dataclass
 class Snippet:
+    page: str
     line: int
     lang: str
     code: str
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
 def snippets(lang: str) -> list[Snippet]:
-    text = README.read_text()
-    return [
-        Snippet(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2))
-        for m in _BLOCK.finditer(text)
-        if m.group(1) == lang
-    ]
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        found += [
+            Snippet(
+                str(page.relative_to(ROOT)),
+                text.count("\n", 0, m.start()) + 1,
+                m.group(1),
+                m.group(2),
+            )
+            for m in _BLOCK.finditer(text)
+            if m.group(1) == lang
+        ]
+    return found
 
 
 PYTHON = snippets("python")
@@ -83,13 +96,12 @@ def test_every_python_snippet_has_a_check() -> None:
 
 
 COMMON = {"--address", "--namespace", "--profile", "--task-queue", "--help"}
-"""Options the README states once for every command that talks to Temporal."""
+"""Options docs/cli.md states once for every command that talks to Temporal."""
 
 
 def synopsis() -> dict[str, str]:
-    """The README's command synopsis: each command's lines joined, by command name."""
-    text = README.read_text()
-    section = text[text.index("## Command line") :]
+    """The command synopsis of docs/cli.md: each command's lines joined, by command name."""
+    section = (ROOT / "docs" / "cli.md").read_text()
     block = next(m.group(2) for m in _BLOCK.finditer(section) if m.group(1) == "")
     commands: dict[str, str] = {}
     name = ""
@@ -104,7 +116,7 @@ def synopsis() -> dict[str, str]:
 
 
 def test_the_command_synopsis_matches_each_commands_help() -> None:
-    """Every command, argument and option of `--help` is in the README's synopsis, and
+    """Every command, argument and option of `--help` is in the synopsis of docs/cli.md, and
     nothing else is (options every command takes are stated once, above it)."""
     import typer.main
 
@@ -173,7 +185,7 @@ async def served(
 
 
 async def run_snippet(snippet: Snippet, env: dict[str, str], cwd: Path) -> str:
-    script = cwd / f"snippet_{snippet.line}.py"
+    script = cwd / f"snippet_{Path(snippet.page).stem.replace('-', '_')}_{snippet.line}.py"
     script.write_text(snippet.code)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -272,3 +284,40 @@ async def _run_review_workflow(
         sys.modules.pop("readme_review", None)
         sys.path.remove(str(tmp_path))
     assert len(results) == 2 and all(isinstance(r, str) and r for r in results)
+
+
+def test_the_client_table_names_each_calls_parameters() -> None:
+    """docs/client.md's table of calls states each call's parameters, in order, with the
+    same keyword-only marker and defaults as the code: the table cannot drift."""
+    import inspect
+
+    from durable_subagents import SubagentClient
+
+    text = (ROOT / "docs" / "client.md").read_text()
+    rows = re.findall(r"^\| (`\w+\(.*?\)`(?: / `\w+\(.*?\)`)*) \|", text, re.M)
+    shown = {}
+    for cell in rows:
+        for call in re.findall(r"`(\w+)\((.*?)\)`", cell):
+            shown[call[0]] = call[1].replace("\\|", "|")
+    public = {
+        name
+        for name, fn in inspect.getmembers(SubagentClient, inspect.iscoroutinefunction)
+        if not name.startswith("_")
+    } | {"watch"}
+    assert set(shown) == public - {"close", "connect"}, sorted(public ^ set(shown))
+    alias = {"id": "task_id", "ids": "task_ids"}  # the table's short names
+    for name, params in shown.items():
+        signature = list(inspect.signature(getattr(SubagentClient, name)).parameters.values())
+        positional = [p.name for p in signature[1:] if p.kind is not p.KEYWORD_ONLY]
+        keyword = {p.name for p in signature[1:] if p.kind is p.KEYWORD_ONLY}
+        defaults = {p.name: p.default for p in signature[1:]}
+        written = [part.strip() for part in params.split(",")]
+        before = [w.split("=")[0] for w in written] + ["*"]  # none written: all positional
+        star = before.index("*")
+        names = [alias.get(w, w) for w in before[:star]]
+        assert names == positional, (name, names, positional)
+        assert {alias.get(w, w) for w in before[star + 1 : -1]} == keyword, (name, keyword)
+        for w in written:
+            key, _, value = w.partition("=")
+            if value and key != "mode":  # mode="all"|"any" names the choices
+                assert ast.literal_eval(value) == defaults[alias.get(key, key)], (name, w)
