@@ -428,6 +428,27 @@ def test_agents_lists_the_builtins() -> None:
     assert all(a["description"] and a["max_turns"] >= 1 for a in agents)
 
 
+def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> None:
+    """A script that reads `subagents agents` line by line finds each agent by name."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    name = "code-reviewer-for-the-payment-service"
+    (agents / f"{name}.md").write_text(
+        f"---\nname: {name}\ndescription: {'Reviews payment code for retries. ' * 6}\n"
+        "tools: Read, Grep, Bash\n---\nReview.\n"
+    )
+    lines = ok(run("agents", "--agents-dir", str(tmp_path), env=_env(tmp_path))).out.splitlines()
+    assert lines[0].split() == ["name", "tools", "mode", "turns", "source", "description"]
+    rows = {line.split()[0]: line.split(maxsplit=5) for line in lines[1:]}
+    assert list(rows) == ["explore", "plan", "research", "general", name], lines
+    _, tools, mode, turns, source, description = rows[name]
+    assert (tools, mode) == ("read_file,grep,bash", "default") and turns.isdigit()
+    assert source.endswith(f".claude/agents/{name}.md")
+    # the free text is cut to the width: one line per agent, however long
+    assert description.startswith("Reviews pa") and description.endswith("…")
+    assert len(lines) == 6
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

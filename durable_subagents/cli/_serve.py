@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from durable_subagents._audience import for_shell
+from durable_subagents._render import plain_table
+from durable_subagents._terminal import shown
 from durable_subagents.agents import (
     ALL_TOOLS,
     BUILTIN_AGENTS,
@@ -450,12 +451,15 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    rows = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
-        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
-    console.print(table)
+        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
+        rows.append((cells, shown(a.description)))
+    header = ("name", "tools", "mode", "turns", "source", "description")
+    for line in plain_table(header, rows, console.width, right={3}):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _source(path: Path) -> str:
