@@ -451,14 +451,14 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
         print(json.dumps(rows, indent=2))
         return
-    rows = []
+    listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
         tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
         cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
-        rows.append((cells, shown(a.description)))
+        listed.append((cells, shown(a.description)))
     header = ("name", "tools", "mode", "turns", "source", "description")
-    for line in plain_table(header, rows, console.width, right={3}):
+    for line in plain_table(header, listed, console.width, right={3}):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
