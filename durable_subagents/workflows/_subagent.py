@@ -751,6 +751,8 @@ class SubagentWorkflow:
             result = await workflow.execute_activity(
                 COMPACT_ACTIVITY,
                 compact_input,
+                # its summary is a model call: under the provider's rate limit too
+                task_queue=self._model_queue,
                 result_type=CompactResult,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=15),
