@@ -315,6 +315,41 @@ class Settings(BaseSettings):
     """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
     per code version, shared by every worker of that code."""
 
+    notify_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_URL", "notify_url")
+    )
+    """Where tasks POST their events (a pause for a decision, their end), signed with
+    ``notify_secret``. Clients stamp it on the tasks they spawn (``spawn_task``'s
+    ``notify_url`` wins); workers post to it and to ``notify_allow``'s URLs only."""
+    notify_allow: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_NOTIFY_ALLOW", "notify_allow")
+    )
+    """Worker side: comma-separated URL prefixes (``https://hooks.example.com/ci/``)
+    a task's ``notify_url`` may start with, besides ``notify_url`` itself. Any other
+    URL a spawn names is never posted to."""
+    notify_secret: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_SECRET", "notify_secret")
+    )
+    """Worker side: the HMAC-SHA256 key notifications are signed with (Standard
+    Webhooks: ``whsec_`` and base64, or any text of 16 bytes or more). A worker
+    without it sends none."""
+    inbox_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_INBOX_URL", "inbox_url")
+    )
+    """Worker side: the address people open ``subagents serve``'s page at; each
+    notification links to its task there."""
+
+    @field_validator("notify_url", "inbox_url", mode="before")
+    @classmethod
+    def _blank_url_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def notify_allow_list(self) -> list[str]:
+        """The URLs notifications may go to: ``notify_allow``'s and ``notify_url``."""
+        allowed = [u.strip() for u in self.notify_allow.split(",") if u.strip()]
+        return allowed + ([self.notify_url] if self.notify_url else [])
+
     @field_validator("deployment_name", "build_id", mode="before")
     @classmethod
     def _blank_version_is_unset(cls, value: object) -> object:

@@ -27,7 +27,7 @@ from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._connect import connect_client
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
-from durable_subagents.activities import SubagentActivities
+from durable_subagents.activities import Notifier, SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
@@ -36,7 +36,7 @@ from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,15 @@ def worker_setup(
         extra: The worker's own plugins and interceptors (they may trace too).
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID.
+        InvalidRequest: The settings name only one of a deployment and a build ID, or
+            a notification secret that is too short.
     """
     version = deployment or settings.worker_deployment()
+    notifier = Notifier(
+        allow=settings.notify_allow_list,
+        secret=settings.notify_secret.get_secret_value() if settings.notify_secret else None,
+        inbox_url=settings.inbox_url,
+    )
     activities = SubagentActivities(
         settings.blob_store() if blob_store is None else blob_store,
         workspace_root=settings.resolved_workspace,
@@ -121,7 +127,11 @@ def worker_setup(
     }
     if version is not None:
         options["deployment_config"] = deployment_config(version)
-    return WorkerSetup([SubagentWorkflow], list(activities.activities), options)
+    return WorkerSetup(
+        [SubagentWorkflow, NotifyWorkflow],
+        [*activities.activities, notifier.send_notification],
+        options,
+    )
 
 
 def create_worker(

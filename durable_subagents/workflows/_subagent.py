@@ -25,6 +25,7 @@ from durable_subagents.workflows._helpers import (
     tool_error,
     tool_timeout,
 )
+from durable_subagents.workflows._notify import Notifications
 from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
+        NotifyTask,
         TaskInput,
         TaskState,
         ToolCallInput,
@@ -205,6 +207,8 @@ class SubagentWorkflow:
         """Answers of this run that did not match the output schema."""
         self._schema_ref: str | None = None
         """The blob the output schema was stored as by this run's first turn."""
+        self._notes = Notifications()
+        """The run's events for its ``notify_url`` (see ``_notify``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -307,23 +311,27 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
-            return self._finish(
+            result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
                 error=f"time limit of {input.time_limit:g}s reached",
             )
+            await self._notify_end(result.stop_reason, result.error)
+            return result
         except asyncio.CancelledError:
             self._pause_id, self._pending = None, []
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
+            await self._notify_end("cancelled", None)
             raise
         try:
-            return loop.result()
+            result = loop.result()
         except (ActivityError, ApplicationError) as err:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
         except workflow.NondeterminismError:
             raise
@@ -334,7 +342,32 @@ class SubagentWorkflow:
             workflow.logger.exception("subagent loop failed")
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="InternalError", non_retryable=True) from err
+        await self._notify_end(result.stop_reason, result.error)
+        return result
+
+    def _notify_task(
+        self, status: TaskStatus, stop_reason: str | None = None, error: str | None = None
+    ) -> NotifyTask:
+        """The task as a notification names it."""
+        assert self._input is not None
+        return NotifyTask(
+            id=workflow.info().workflow_id,
+            agent=self._input.agent.name,
+            description=self._input.description,
+            status=status,
+            parent_id=self._input.parent_id,
+            turns=self._turns,
+            stop_reason=stop_reason,
+            error=error,
+            result_preview=self._last_text if status == TaskStatus.COMPLETED else None,
+        )
+
+    async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
+        """Notify the run's end (its status is the one just published)."""
+        if self._notes.enabled(self._input):
+            await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
@@ -960,6 +993,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(
             head=self._head,
@@ -1100,6 +1134,8 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
+        if status == TaskStatus.PAUSED and pending and self._notes.enabled(self._input):
+            self._notes.paused(self._notify_task(status), pause_id, pending)
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""
