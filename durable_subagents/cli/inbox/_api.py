@@ -598,7 +598,13 @@ class InboxServer:
         Raises:
             SubagentError: the address is taken or cannot be bound.
         """
-        runner = web.AppRunner(self.app, access_log_class=_AccessLog, handler_cancellation=True)
+        # Long polls would hold a stop up for their whole wait: a page polls again.
+        runner = web.AppRunner(
+            self.app,
+            access_log_class=_AccessLog,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
         try:

@@ -343,16 +343,18 @@ class Inbox:
         """
         await self.task(grant, task_id)
         shown = request.shown()
-        if approved:
-            info = await self.client.approve(
-                task_id, request.call_ids, pause_id=request.pause_id, shown=shown
-            )
-        else:
-            reason = request.reason if isinstance(request, RejectRequest) else None
-            info = await self.client.reject(
-                task_id, request.call_ids, reason, pause_id=request.pause_id, shown=shown
-            )
-        self.changed()
+        try:
+            if approved:
+                info = await self.client.approve(
+                    task_id, request.call_ids, pause_id=request.pause_id, shown=shown
+                )
+            else:
+                reason = request.reason if isinstance(request, RejectRequest) else None
+                info = await self.client.reject(
+                    task_id, request.call_ids, reason, pause_id=request.pause_id, shown=shown
+                )
+        finally:
+            self.changed()  # decided, or found changed: either way, list afresh
         chosen = set(request.call_ids) if request.call_ids is not None else None
         read = [p for p in info.pending_approvals if _key(p) in shown]
         return DecisionResult(
