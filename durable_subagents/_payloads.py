@@ -159,9 +159,10 @@ class TaskInput(BaseModel):
     state: TaskState | None = None
     """Set when the run continues an earlier one (continue-as-new or follow-up)."""
     notify_url: str | None = None
-    """Where the task's events are POSTed (a pause for a decision, its end). Only a
-    URL the worker's allowlist holds is ever posted to; a subagent's child has none
-    (its pauses are its parent's events)."""
+    """Where the spawn asked the task's events to be POSTed (a pause for a decision,
+    its end); None: the worker's ``SUBAGENTS_NOTIFY_URL``, if it has one. Only a URL
+    the worker's allowlist holds is ever posted to; a subagent's child has none (its
+    pauses are its parent's events)."""
 
 
 class TaskState(BaseModel):
@@ -347,6 +348,9 @@ class ModelTurnResult(_Compact):
     """The request's tokens as the provider's refusal counted them."""
     window: int | None = None
     """The context window the provider's refusal named."""
+    notify: bool = False
+    """The worker posts tasks' events to its own ``SUBAGENTS_NOTIFY_URL`` (for a task
+    whose spawn named no ``notify_url``); part of ``known_tools``."""
     thinking: int = 0
     """Characters of thinking the answer came with. The thinking itself is only in the
     transcript (``Message.reasoning``), never in a result: a watcher reads it there."""
@@ -382,14 +386,18 @@ def tools_digest(
     read_only: list[str],
     sandbox: str | None,
     protected: list[str] | None = None,
+    notify: bool = False,
 ) -> str:
     """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``).
 
-    Without ``protected`` it is the digest of workers that reported no protected paths.
+    Without ``protected`` it is the digest of workers that reported no protected paths;
+    without ``notify``, of workers that post no events of their own accord.
     """
     fields: list[object] = [offered, sorted(read_only), sandbox]
     if protected is not None:
         fields.append(protected)
+    if notify:
+        fields.append("notify")
     text = json.dumps(fields)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -512,8 +520,9 @@ class NotifyEvent(BaseModel):
 class NotifyInput(BaseModel):
     """Input of ``SubagentNotify`` and of its ``send_notification`` activity."""
 
-    url: str
     event: NotifyEvent
+    url: str | None = None
+    """The spawn's ``notify_url``; None: the sending worker's ``SUBAGENTS_NOTIFY_URL``."""
 
 
 class NotifyResult(BaseModel):

@@ -318,9 +318,8 @@ class Settings(BaseSettings):
     notify_url: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_URL", "notify_url")
     )
-    """Where tasks POST their events (a pause for a decision, their end), signed with
-    ``notify_secret``. Clients stamp it on the tasks they spawn (``spawn_task``'s
-    ``notify_url`` wins); workers post to it and to ``notify_allow``'s URLs only."""
+    """Worker side: where every task POSTs its events (a pause for a decision, its
+    end), signed with ``notify_secret``, unless its spawn named a ``notify_url``."""
     notify_allow: str = Field(
         "", validation_alias=AliasChoices("SUBAGENTS_NOTIFY_ALLOW", "notify_allow")
     )
@@ -346,9 +345,8 @@ class Settings(BaseSettings):
 
     @property
     def notify_allow_list(self) -> list[str]:
-        """The URLs notifications may go to: ``notify_allow``'s and ``notify_url``."""
-        allowed = [u.strip() for u in self.notify_allow.split(",") if u.strip()]
-        return allowed + ([self.notify_url] if self.notify_url else [])
+        """``notify_allow``'s URL prefixes (``notify_url`` is allowed besides them)."""
+        return [u.strip() for u in self.notify_allow.split(",") if u.strip()]
 
     @field_validator("deployment_name", "build_id", mode="before")
     @classmethod

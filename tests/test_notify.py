@@ -114,11 +114,12 @@ async def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-def notify_settings(settings: Settings, *allow: str) -> Settings:
+def notify_settings(settings: Settings, *allow: str, default: str | None = None) -> Settings:
     return settings.model_copy(
         update={
             "notify_secret": SecretStr(SECRET),
             "notify_allow": ",".join(allow),
+            "notify_url": default,
             "inbox_url": "http://127.0.0.1:8090",
         }
     )
@@ -239,7 +240,7 @@ async def test_a_spawn_cannot_make_a_worker_post_outside_its_allowlist(
     assert not redirected.delivered and "redirects are never followed" in (redirected.error or "")
 
 
-async def test_a_child_pause_is_the_parent_s_event_and_children_post_nothing(
+async def test_the_workers_url_serves_every_task_a_child_s_pause_is_its_parent_s_event(
     client: SubagentClient, temporal_client: Client, settings: Settings, receivers: Any
 ) -> None:
     receiver = await receivers()
@@ -261,8 +262,9 @@ async def test_a_child_pause_is_the_parent_s_event_and_children_post_nothing(
     model = script(
         {"tool_calls": [spawn]}, {"tool_calls": [wait]}, {"tool_calls": [wait]}, {"text": "done"}
     )
-    async with create_worker(temporal_client, notify_settings(settings, receiver.url)):
-        task_id = await client.spawn_task("lead", "delegate", model=model, notify_url=receiver.url)
+    worker_settings = notify_settings(settings, default=receiver.url)
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("lead", "delegate", model=model)  # no notify_url
         paused = await client.check_task(task_id, wait=True, timeout=30)
         assert paused.status == TaskStatus.PAUSED
         await eventually(lambda: len(receiver.delivered()) == 1)

@@ -106,6 +106,8 @@ class Notifier:
     """Posts task events for a worker, where its allowlist lets it.
 
     Args:
+        default_url: ``SUBAGENTS_NOTIFY_URL``: where the events of tasks whose spawn
+            named no URL go.
         allow: URL prefixes a task's ``notify_url`` must lie under.
         secret: ``SUBAGENTS_NOTIFY_SECRET`` (None: nothing is sent, and each event
             says why).
@@ -116,12 +118,14 @@ class Notifier:
     def __init__(
         self,
         *,
+        default_url: str | None = None,
         allow: Sequence[str] = (),
         secret: str | None = None,
         inbox_url: str | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self.allow = list(allow)
+        self.default_url = default_url
+        self.allow = list(allow) + ([default_url] if default_url else [])
         self.key = notify_key(secret) if secret else None
         self.inbox_url = inbox_url
         self.timeout = timeout
@@ -135,7 +139,14 @@ class Notifier:
                 allowlist, a worker without a secret, a redirect or a 4xx answer;
                 a retryable one for 5xx, 408, 409, 425, 429 and network errors.
         """
-        url = input.url
+        url = input.url or self.default_url
+        if url is None:
+            raise ApplicationError(
+                "this worker has no SUBAGENTS_NOTIFY_URL and the task's spawn named no "
+                "notify_url: set it on the workers, as on the one that started this",
+                type="NotifyRefused",
+                non_retryable=True,
+            )
         if not notify_url_allowed(url, self.allow):
             raise ApplicationError(
                 f"notify_url {url[:200]} is not in this worker's allowlist; add its prefix "

@@ -103,7 +103,6 @@ class SubagentClient:
         default_model: str | None = None,
         max_prompt_bytes: int = MAX_PROMPT_BYTES,
         protected_paths: Sequence[str] = PROTECTED_PATHS,
-        notify_url: str | None = None,
     ) -> None:
         self.temporal = client
         self.task_queue = task_queue
@@ -115,8 +114,6 @@ class SubagentClient:
         self.max_prompt_bytes = max_prompt_bytes
         self.protected_paths = tuple(protected_paths)
         """Checked against a spawn's workspace as spelled (the worker checks again)."""
-        self.notify_url = check_notify_url(notify_url) if notify_url else None
-        """Where spawned tasks post their events unless a spawn names another URL."""
 
     @classmethod
     async def connect(
@@ -161,7 +158,6 @@ class SubagentClient:
             agents=agents,
             default_model=settings.model,
             protected_paths=settings.protected_path_list,
-            notify_url=settings.notify_url,
         )
 
     # ------------------------------------------------------------------ spawn
@@ -228,8 +224,8 @@ class SubagentClient:
                 to the model with what is wrong, and the third such answer fails the
                 task.
             notify_url: Where the task POSTs its events (a pause for a decision, its
-                end); default: the client's (``SUBAGENTS_NOTIFY_URL``). Workers post
-                only to URLs their allowlist holds (``SUBAGENTS_NOTIFY_ALLOW``).
+                end); default: the workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only
+                to URLs their allowlist holds (``SUBAGENTS_NOTIFY_ALLOW``).
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -272,8 +268,6 @@ class SubagentClient:
         )
         if notify_url is not None:
             task_input.notify_url = check_notify_url(notify_url)
-        else:
-            task_input.notify_url = self.notify_url
         if task_id is not None:
             validate_task_id(task_id)
         workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"

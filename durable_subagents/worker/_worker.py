@@ -89,6 +89,7 @@ def worker_setup(
     """
     version = deployment or settings.worker_deployment()
     notifier = Notifier(
+        default_url=settings.notify_url,
         allow=settings.notify_allow_list,
         secret=settings.notify_secret.get_secret_value() if settings.notify_secret else None,
         inbox_url=settings.inbox_url,
@@ -112,6 +113,7 @@ def worker_setup(
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
         prompt_cache_key=settings.prompt_cache_key,
+        notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
     )
     options: dict[str, Any] = {

@@ -99,9 +99,17 @@ class Notifications:
         self._starting: list[asyncio.Task[None]] = []
         self._on: bool | None = None
 
-    def enabled(self, task_input: TaskInput | None) -> bool:
-        """Whether this run notifies: it has a URL, and was started on code that does."""
-        if task_input is None or not task_input.notify_url:
+    def enabled(self, task_input: TaskInput | None, worker_notifies: bool) -> bool:
+        """Whether this run notifies, now that this much is known.
+
+        It does when its spawn named a URL, or a worker it ran on reported a URL of its
+        own (a model turn's ``notify``), and the run's code does (``patched``). A
+        subagent's child never does: its pauses are its parent's events, and its end is
+        its parent's business.
+        """
+        if task_input is None or not (task_input.notify_url or worker_notifies):
+            return False
+        if task_input.parent_is_subagent and not task_input.notify_url:
             return False
         if self._on is None:
             self._input = task_input
@@ -164,7 +172,7 @@ class Notifications:
         return NotifyEvent(id=event_id, type=kind, time=workflow.now(), task=task)
 
     async def _start(self, event: NotifyEvent) -> None:
-        assert self._input is not None and self._input.notify_url
+        assert self._input is not None
         try:
             await workflow.start_child_workflow(
                 NOTIFY_WORKFLOW,

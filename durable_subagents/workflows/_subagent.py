@@ -209,6 +209,8 @@ class SubagentWorkflow:
         """The blob the output schema was stored as by this run's first turn."""
         self._notes = Notifications()
         """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._worker_notifies = False
+        """The workers post events of their own accord (``ModelTurnResult.notify``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -366,7 +368,7 @@ class SubagentWorkflow:
 
     async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
         """Notify the run's end (its status is the one just published)."""
-        if self._notes.enabled(self._input):
+        if self._notes.enabled(self._input, self._worker_notifies):
             await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
@@ -454,6 +456,7 @@ class SubagentWorkflow:
                 self._read_only = set(turn.read_only_tools)
                 self._sandbox = turn.sandbox
                 self._take_protected(turn.protected_paths)
+                self._worker_notifies = turn.notify
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             self._schema_ref = turn.output_schema_ref or self._schema_ref
             new = []
@@ -646,7 +649,11 @@ class SubagentWorkflow:
             max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(
-                    self._offered, list(self._read_only), self._sandbox, self._reported_protected
+                    self._offered,
+                    list(self._read_only),
+                    self._sandbox,
+                    self._reported_protected,
+                    self._worker_notifies,
                 )
                 if self._offered
                 else None
@@ -1134,7 +1141,8 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
-        if status == TaskStatus.PAUSED and pending and self._notes.enabled(self._input):
+        notifies = self._notes.enabled(self._input, self._worker_notifies)
+        if status == TaskStatus.PAUSED and pending and notifies:
             self._notes.paused(self._notify_task(status), pause_id, pending)
 
     def _tree_usage(self) -> Usage | None:
