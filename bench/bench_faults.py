@@ -95,31 +95,37 @@ class Turn:
     message with one tool call and its one tool result, in order: no turn or tool
     result lost, doubled or from another task."""
     last_tool: str = ""
+    problem: str = ""
+    """What was wrong, when not well formed (the first tool result out of place)."""
 
 
 def read_turn(body: Mapping[str, Any]) -> Turn:
     """Parse a Chat Completions request of a load task."""
     messages = [m for m in body.get("messages", []) if m.get("role") not in ("system", "developer")]
     if not messages or messages[0].get("role") != "user":
-        return Turn(None, 0, False)
+        return Turn(None, 0, False, problem="no user prompt first")
     found = _MARK.search(_text(messages[0].get("content")))
     mark = found.group(0) if found else None
     rest = messages[1:]
     turns = sum(1 for m in rest if m.get("role") == "assistant")
     ok = mark is not None and len(rest) == 2 * turns
+    problem = "" if ok else f"{len(rest)} messages after the prompt for {turns} turns"
     last_tool = ""
     for i in range(turns if ok else 0):
         assistant, tool = rest[2 * i], rest[2 * i + 1]
         calls = assistant.get("tool_calls") or []
         last_tool = _text(tool.get("content")).strip()
-        ok = ok and (
+        sound = (
             assistant.get("role") == "assistant"
             and len(calls) == 1
             and tool.get("role") == "tool"
             and tool.get("tool_call_id") == calls[0].get("id")
             and last_tool == step_line(mark or "", i + 1)
         )
-    return Turn(mark, turns, ok, last_tool)
+        if ok and not sound:
+            problem = f"turn {i + 1}: {len(calls)} calls, tool result {last_tool[:300]!r}"
+        ok = ok and sound
+    return Turn(mark, turns, ok, last_tool, problem)
 
 
 class TaskScriptServer(FakeOpenAIServer):
@@ -296,6 +302,8 @@ class LoadResult:
     """Successful (200) model requests beyond one per task and turn."""
     malformed: int = 0
     """Model requests whose conversation was not well formed (see ``Turn``)."""
+    problems: list[str] = field(default_factory=list)
+    """Why, for the first few malformed requests."""
     kills: int = 0
     in_flight_tools: int = 0
     in_flight_models: int = 0
@@ -471,6 +479,8 @@ def tally(
         else:
             answered[(turn.mark, turn.turn)] += 1
         result.malformed += not turn.well_formed
+        if not turn.well_formed and len(result.problems) < 5:
+            result.problems.append(f"{turn.mark}: {turn.problem}")
     result.resent = sum(n - 1 for n in answered.values())
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "TaskState",
     "ToolCallInput",
     "ToolCallResult",
+    "model_queue",
     "tool_queue",
     "tools_digest",
 ]
@@ -121,6 +122,14 @@ minutes, never hold the slots every task's model turns need."""
 def tool_queue(task_queue: str) -> str:
     """The queue the tool calls of tasks on ``task_queue`` go to."""
     return task_queue + TOOL_QUEUE_SUFFIX
+
+
+def model_queue(task_queue: str, provider: str) -> str:
+    """The queue the model turns of ``provider`` go to, for tasks on ``task_queue``.
+
+    Used when workers rate-limit that provider (``SUBAGENTS_MODEL_RATE_LIMITS``).
+    """
+    return f"{task_queue}-model-{provider}"
 
 
 # ---------------------------------------------------------------- workflow and activities
@@ -301,6 +310,10 @@ class ModelTurnInput(_Compact):
     context: ContextInput | None = None
     """Set by workflows that compact: the turn may answer ``compact`` instead of
     calling the model (``None``: it always calls the model, as before compaction)."""
+    may_redirect: bool = False
+    """The workflow takes ``ModelTurnResult.model_queue``: a worker that rate-limits
+    the turn's provider on a queue of its own may send the turn there instead of
+    answering it."""
 
 
 class ModelTurnResult(_Compact):
@@ -354,6 +367,9 @@ class ModelTurnResult(_Compact):
     thinking: int = 0
     """Characters of thinking the answer came with. The thinking itself is only in the
     transcript (``Message.reasoning``), never in a result: a watcher reads it there."""
+    model_queue: str | None = None
+    """Set instead of an answer: the model was not called, schedule the turn (and the
+    task's later turns) on this queue, whose workers rate-limit the provider."""
 
 
 class CompactInput(_Compact):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
@@ -247,3 +248,22 @@ def model_label(model: str) -> str:
 def _first_line(prompt: str, limit: int = 80) -> str:
     line = prompt.strip().splitlines()[0].strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+MAX_FAIRNESS_KEY = 64
+"""Bytes Temporal allows in a fairness key."""
+
+
+def fairness(task_input: TaskInput, task_id: str) -> Priority:
+    """The task's share of its queues: one fairness key per orchestrator.
+
+    Tasks spawned under one parent (an orchestrator's ``parent_id``) share a key, and
+    a task with no parent has one of its own; a task's children and all its model turns
+    and tool calls inherit it. On a server with task-queue fairness the queues then
+    dispatch in turn between keys, so one orchestrator's swarm cannot starve another's
+    tasks; a server without it ignores the key.
+    """
+    key = task_input.parent_id or task_id
+    if len(key.encode()) > MAX_FAIRNESS_KEY:
+        key = "sha256:" + hashlib.sha256(key.encode()).hexdigest()[:32]
+    return Priority(fairness_key=key)

@@ -64,6 +64,13 @@ current shows ``drained`` seconds after its last pinned run closed, rather than 
 the server's default 3-minute grace period and 3-minute checks. (Worker versioning
 itself needs no setting on this server: it is on by default.)"""
 
+FAIRNESS_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.enableFairness": "true",
+}
+"""Dynamic config for the dev server: task-queue fairness, so that the tasks of one
+orchestrator (one fairness key, see ``_spawn_request.fairness``) cannot starve another's.
+Servers from 1.29 have it, off by default."""
+
 _START_TIMEOUT = 30.0
 _START_ATTEMPTS = 3
 _LOWEST_PICKED_PORT = 20000
@@ -225,6 +232,7 @@ class DevServer:
         self.dynamic_config = {
             **LOW_LATENCY_DYNAMIC_CONFIG,
             **DRAINAGE_DYNAMIC_CONFIG,
+            **FAIRNESS_DYNAMIC_CONFIG,
             **(dynamic_config or {}),
         }
         self.codec_endpoint = codec_endpoint

@@ -83,6 +83,8 @@ def settings(tmp_path: Path, dev_server: DevServer) -> Settings:
         data_dir=tmp_path / "data",
         blob_dir=tmp_path / "blobs",
         workspace=workspace,
+        # A test that ends with a call running waits no longer than it used to.
+        drain_timeout=5.0,
     )
 
 

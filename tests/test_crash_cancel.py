@@ -77,7 +77,9 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
     model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 
     async def running() -> None:
-        await wait_for(lambda: bool(processes_matching("sleep 3501")), 30, "the command")
+        # the command itself, not the sandbox that carries it in its arguments: a worker
+        # killed while the sandbox starts leaves it to the next worker (test_limits)
+        await wait_for(lambda: bool(processes_matching("sleep 3501", started_as=True)), 30, "it")
 
     async with worker_killed_after(settings, workspace, running):
         task_id = await client.spawn_task("general", "x", model=model)

@@ -496,7 +496,7 @@ async def test_load_with_5xx_and_a_worker_kill(runs: dict[str, Any]) -> None:
     assert result.kills == 1
     assert result.completed == 12 and result.lost == []
     assert result.wrong == []
-    assert result.malformed == 0
+    assert result.malformed == 0, result.problems
     assert result.missing == 0 and result.stray == 0
     assert result.duplicates <= result.in_flight_tools
     assert result.resent <= result.in_flight_models

@@ -273,7 +273,9 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     )
     try:
         task_id = await client.spawn_task("general", "crash me", model=model)
-        await wait_for(lambda: len(processes_matching("sleep 340")) >= 2, 30, "sleeps to start")
+        await wait_for(
+            lambda: len(processes_matching("sleep 340", started_as=True)) == 2, 30, "both sleeps"
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         await wait_for(lambda: not processes_matching("sleep 340"), 5, "tool processes to die")
@@ -382,3 +384,42 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
     for task_id in (terminated, timed_out):
         desc = await temporal_client.get_workflow_handle(task_id).describe()
         assert (await desc.memo())["status"] == "running"  # stale, and not shown
+
+
+def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
+    """A sandbox's inner process that outlived its killed worker dies at the next start.
+
+    The window is the sandbox's start: its inner process asks to die with its parent a
+    moment after it is made, and a worker killed in between leaves it running in the
+    call's cgroup. Here the leftover is placed there directly.
+    """
+    from durable_subagents.activities.tools import _limits
+
+    hierarchies = _limits._available()
+    if not hierarchies:
+        pytest.skip("no writable pids or memory cgroup for tool calls on this machine")
+    parent = hierarchies[0].base.parent
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ours = parent / f"durable-subagents-{_limits._pid_namespace()}-{gone.pid}" / "call-left"
+    # a worker of another PID namespace: its pid means nothing here, its calls are kept
+    theirs = parent / f"durable-subagents-1-{gone.pid}" / "call-kept"
+    left, kept = [subprocess.Popen(["sleep", seconds]) for seconds in ("3601", "3602")]
+    try:
+        for cgroup, proc in ((ours, left), (theirs, kept)):
+            cgroup.mkdir(parents=True)
+            (cgroup / "cgroup.procs").write_text(str(proc.pid))
+
+        _limits._sweep_stale(parent)
+
+        assert left.wait(5) == -signal.SIGKILL
+        assert not ours.parent.exists()
+        assert kept.poll() is None and theirs.exists()
+    finally:
+        for proc in (left, kept):
+            proc.kill()
+            proc.wait()
+        for cgroup in (theirs, ours):
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+                cgroup.parent.rmdir()

@@ -283,6 +283,56 @@ async def test_worker_secrets_never_reach_a_tool(
         assert value not in recorded
 
 
+async def test_temporal_credentials_never_reach_a_tool(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker connected to a secured cluster holds an API key, a client key inline, a
+    gRPC header and a profile whose key files sit in the workspace; the model hunts them."""
+    creds = workspace / "deploy" / "temporal"
+    creds.mkdir(parents=True)
+    key_pem = (
+        "-----BEGIN PRIVATE KEY-----\nhostile-test-client-key-0123\n-----END PRIVATE KEY-----\n"
+    )
+    (creds / "client.key").write_text(key_pem)
+    (creds / "client.pem").write_text("-----BEGIN CERTIFICATE-----\ncert\n")
+    config = creds / "temporal.toml"
+    config.write_text(
+        '[profile.default]\napi_key = "tsk-hostile-test-file-key-0123"\n'
+        f'[profile.default.tls]\nclient_key_path = "{creds / "client.key"}"\n'
+        f'client_cert_path = "{creds / "client.pem"}"\n'
+    )
+    give_to_tool_user(workspace)
+    secrets = {
+        "TEMPORAL_API_KEY": "tsk-hostile-test-env-key-0123",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA": "hostile-test-inline-key-0123",
+        "TEMPORAL_GRPC_META_AUTHORIZATION": "Bearer hostile-test-header-0123",
+        "TEMPORAL_CONFIG_FILE": str(config),
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="Temporal credentials"):
+        Settings(address="x:1", tool_env="TEMPORAL_API_KEY")
+    async with create_worker(temporal_client, settings):
+        task_id, outputs = await run_attack(
+            client,
+            bash("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"),
+            bash("cat deploy/temporal/temporal.toml deploy/temporal/client.key; echo END"),
+            bash("cat ~/.config/temporalio/temporal.toml /root/.config/temporalio/* 2>&1"),
+        )
+        recorded = await everything_recorded(temporal_client, task_id, settings)
+    text = "\n".join(outputs)
+    assert "PATH=" in text and "END" in text  # the commands ran
+    for value in [*secrets.values(), "tsk-hostile-test-file-key-0123", "hostile-test-client-key"]:
+        if value != str(config):
+            assert value not in text
+            assert value not in recorded
+    assert (creds / "client.key").read_text() == key_pem  # masked, not removed
+
+
 async def test_only_allowlisted_variables_pass_and_agents_pick_among_them(
     client: SubagentClient,
     temporal_client: Client,

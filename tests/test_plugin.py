@@ -137,7 +137,7 @@ async def test_worker_options_come_from_the_settings_unless_given(
     assert config["max_concurrent_activities"] == 7
     assert config["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=3)
     assert config["max_cached_workflows"] == own.max_cached_tasks
-    assert config["graceful_shutdown_timeout"] == timedelta(seconds=5)
+    assert config["graceful_shutdown_timeout"] == timedelta(seconds=own.drain_timeout)
     assert config["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
     runner = config["workflow_runner"]
     assert isinstance(runner, SandboxedWorkflowRunner)

@@ -51,6 +51,7 @@ from durable_subagents._payloads import (
     ModelTurnResult,
     ToolCallInput,
     ToolCallResult,
+    model_queue,
     tools_digest,
 )
 from durable_subagents._telemetry import (
@@ -65,6 +66,7 @@ from durable_subagents.activities.providers import (
     ModelProvider,
     TextSink,
     model_unavailable,
+    parse_model,
     resolve_provider,
 )
 from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
@@ -90,7 +92,7 @@ from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
-from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
+from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -139,6 +141,8 @@ class SubagentActivities:
         prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
         prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
             (``Settings.prompt_cache_key``).
+        rate_limited: Providers whose model turns this worker sends on to their own
+            queue (``model_queue``), where the server enforces a rate limit.
     """
 
     def __init__(
@@ -164,6 +168,7 @@ class SubagentActivities:
         prompt_cache: bool = True,
         prompt_cache_key: str = "auto",
         notify: bool = False,
+        rate_limited: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -190,6 +195,7 @@ class SubagentActivities:
         self.prompt_cache = prompt_cache
         self.prompt_cache_key = prompt_cache_key
         self.notify = notify
+        self.rate_limited = rate_limited
 
     # ------------------------------------------------------------------ model turn
 
@@ -203,6 +209,9 @@ class SubagentActivities:
             raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+        queue = self.provider_queue(input)
+        if queue is not None:
+            return ModelTurnResult(head=input.head or "", model_queue=queue)
         task_id = input.task_id
         if _may_be_stale(activity.info()) and await _cancel_requested():
             raise ApplicationError(
@@ -299,6 +308,23 @@ class SubagentActivities:
             thinking=len(answer.thinking),
             **self.tools_offered(input, offered),
         )
+
+    def provider_queue(self, input: ModelTurnInput) -> str | None:
+        """The queue to send the turn on to, or None to answer it here.
+
+        A queue when this worker rate-limits the turn's provider on a queue of its own
+        (``SUBAGENTS_MODEL_RATE_LIMITS``) and this is not that queue.
+        """
+        if not input.may_redirect or not self.rate_limited:
+            return None
+        try:
+            provider = parse_model(input.model, default_model=self.default_model)[0]
+        except InvalidRequest:
+            return None  # the turn itself says what is wrong with the name
+        here = activity.info().task_queue
+        if provider not in self.rate_limited or here.endswith(model_queue("", provider)):
+            return None
+        return model_queue(here, provider)
 
     async def output_schema(self, input: ModelTurnInput) -> tuple[str | None, str | None]:
         """The task's output schema (as ``schema_text``), and the blob stored this turn.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -32,6 +33,14 @@ Address = Annotated[
 ]
 Namespace = Annotated[
     str | None, typer.Option("--namespace", help="Temporal namespace [env TEMPORAL_NAMESPACE]")
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Profile of Temporal's configuration file (address, namespace, API key, TLS) "
+        "[env TEMPORAL_PROFILE; default]",
+    ),
 ]
 TaskQueue = Annotated[
     str | None,
@@ -75,10 +84,22 @@ def make_settings(
     task_queue: str | None = None,
     **extra: Any,
 ) -> Settings:
-    """Settings from the environment, with the options given (not None) on top."""
-    settings = Settings()
-    update = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
-    return settings.model_copy(update={k: v for k, v in update.items() if v is not None})
+    """Settings from the environment, with the options given (not None) on top.
+
+    The options are given to the constructor, not copied in afterwards: ``--profile``
+    decides the address and namespace that ``--address`` and ``--namespace`` leave open.
+    """
+    given = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    try:
+        return Settings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as err:
+        raise typer.BadParameter(_first_error(err)) from None
+
+
+def _first_error(err: ValidationError) -> str:
+    """A settings error as one line: the field's message, without pydantic's frame."""
+    first = err.errors()[0]
+    return str(first.get("ctx", {}).get("error") or first["msg"])
 
 
 async def _stop_on_sigterm(coro: Awaitable[T]) -> T:

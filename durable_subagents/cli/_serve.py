@@ -35,6 +35,7 @@ from durable_subagents.cli._common import (
     DeploymentName,
     JsonOut,
     Namespace,
+    Profile,
     TaskQueue,
     Workspace,
     console,
@@ -126,6 +127,7 @@ def dev(
 def worker(
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
     sticky_queue_timeout: Annotated[
@@ -173,12 +175,47 @@ def worker(
     ] = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve /metrics (Prometheus), /healthz and /readyz on this port "
+            "(SUBAGENTS_METRICS_PORT; SUBAGENTS_METRICS_HOST, default 127.0.0.1)",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a stopping worker lets running model turns and tool calls finish "
+            "before it hands them to other workers (SUBAGENTS_DRAIN_TIMEOUT; default 25)",
+            min=0,
+            max=3600,
+        ),
+    ] = None,
+    model_rate_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-rate-limit",
+            help="PROVIDER=TURNS_PER_SECOND for all workers together, e.g. openai=5; repeat "
+            "for several (SUBAGENTS_MODEL_RATE_LIMITS)",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Check once that a worker of this host is ready (Temporal sees it poll, "
+            "the blob store answers) and exit 0, or 1 with the reason: for exec probes",
+        ),
+    ] = False,
 ) -> None:
     """Run a worker against an existing Temporal server."""
     settings = make_settings(
         address,
         namespace,
         task_queue,
+        profile=profile,
         workspace=workspace,
         sticky_queue_timeout=sticky_queue_timeout,
         max_activities=max_activities,
@@ -187,7 +224,15 @@ def worker(
         worker_role=role.value if role else None,
         deployment_name=deployment_name,
         build_id=build_id,
+        metrics_port=metrics_port,
+        drain_timeout=drain_timeout,
+        model_rate_limits=",".join(model_rate_limit) if model_rate_limit else None,
     )
+    if check:
+        from durable_subagents.worker import check_worker
+
+        console.print(run(check_worker(settings)), markup=False, highlight=False, soft_wrap=True)
+        return
     ready = asyncio.Event()
 
     async def main() -> None:
@@ -205,9 +250,12 @@ def worker(
                 f"a tools worker serves {settings.task_queue}-tools)",
                 "tools": f"tool calls only, on [bold]{settings.task_queue}-tools[/bold]",
             }[settings.worker_role]
+            ops = ""
+            if settings.metrics_port is not None:
+                ops = f" · metrics and health on {settings.metrics_host}:{settings.metrics_port}"
             console.print(
                 f"worker on [bold]{settings.address}[/bold] namespace {settings.namespace} "
-                f"{queues} · workspace {settings.resolved_workspace} · Ctrl-C to stop",
+                f"{queues} · workspace {settings.resolved_workspace}{ops} · Ctrl-C to stop",
                 soft_wrap=True,  # one line, for logs and for whoever reads it
             )
             if version is not None:
@@ -221,13 +269,11 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     """Say whether the worker's version is current, and how to make it so if not."""
     from temporalio.service import RPCError
 
-    from durable_subagents._connect import connect_client
+    from durable_subagents._temporal_config import connect_temporal
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"
-    client = await connect_client(
-        settings.address, settings.namespace, keys=settings.payload_keys()
-    )
+    client = await connect_temporal(settings)
     try:
         current = await current_build_id(
             client, version.deployment_name, registered=version.build_id
@@ -360,6 +406,7 @@ def codec_server(
 def serve(
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8090,
     host: Annotated[
@@ -417,7 +464,7 @@ def serve(
     from durable_subagents.cli.inbox import Inbox, InboxServer, load_tokens
     from durable_subagents.client import SubagentClient
 
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     try:
         grants = load_tokens(tokens, os.environ.get("SUBAGENTS_INBOX_TOKEN") or None)
     except SubagentError as err:
@@ -516,6 +563,7 @@ def mcp(
     agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     approvals: Annotated[
         Approvals,
@@ -536,7 +584,7 @@ def mcp(
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
     from durable_subagents.client._mcp import default_parent_id, run_mcp
 
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     parent = parent_id or default_parent_id()
     # stdout carries the protocol: anything for people goes to stderr
     err_console.print(

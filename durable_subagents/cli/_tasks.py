@@ -18,6 +18,7 @@ from durable_subagents.cli._common import (
     AgentsDir,
     JsonOut,
     Namespace,
+    Profile,
     TaskQueue,
     console,
     make_settings,
@@ -97,6 +98,7 @@ def spawn(
     agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -105,7 +107,7 @@ def spawn(
 
     async def main() -> TaskStatus | None:
         schema = _read_schema(output_schema) if output_schema is not None else None
-        settings = make_settings(address, namespace, task_queue)
+        settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(
             agent,
@@ -172,13 +174,14 @@ def check(
     ] = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
 
     async def main() -> TaskStatus:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
             try:
@@ -201,12 +204,13 @@ def cancel(
     timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 30.0,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
     _show(
-        make_settings(address, namespace, task_queue),
+        make_settings(address, namespace, task_queue, profile=profile),
         lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
         as_json,
     )
@@ -298,12 +302,13 @@ def approve(
     pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Approve tool calls of a paused task: name their call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "approve")
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json, pause_id=pause)
 
 
@@ -315,12 +320,13 @@ def reject(
     pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "reject")
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(
         settings, task_id, chosen, approved=False, reason=reason, as_json=as_json, pause_id=pause
     )
@@ -331,6 +337,7 @@ def send(
     text: Annotated[str, typer.Argument(help="The input; '-' reads it from stdin")],
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -343,7 +350,7 @@ def send(
     body = sys.stdin.read() if text == "-" else text
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         before = await client.check_task(task_id)
         info = await client.send_input(task_id, body)
         # A task that closed just now is continued too: it is then in a new run.
@@ -375,13 +382,14 @@ def list_command(
     status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """List tasks (latest run of each), newest first."""
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         try:
             tasks = await client.list_tasks(parent_id=parent, status=status)
         except ValueError as err:
@@ -399,6 +407,7 @@ def watch(
     task_id: str,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
@@ -407,7 +416,7 @@ def watch(
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         streaming: str | None = None  # "text" or "thinking" while one is being printed
         async for event in client.watch(task_id):
             if as_json:

@@ -39,19 +39,20 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
-from durable_subagents._connect import connect_client
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
     build_task_input,
+    fairness,
     refuse_unencodable,
     start_metadata,
     static_details,
     static_summary,
     validate_task_id,
 )
+from durable_subagents._temporal_config import connect_temporal
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     PROTECTED_PATHS,
@@ -125,12 +126,20 @@ class SubagentClient:
         settings: Settings | None = None,
         agents: Mapping[str, AgentSpec] | None = None,
         agents_dir: str | Path | None = None,
+        profile: str | None = None,
     ) -> SubagentClient:
-        """Connect to Temporal.
+        """Connect to Temporal, configured as Temporal's own clients are.
+
+        The connection follows ``temporalio.envconfig``: ``TEMPORAL_ADDRESS``,
+        ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY`` (which turns TLS on), the
+        ``TEMPORAL_TLS*`` certificates, ``TEMPORAL_GRPC_META_*``, and a profile of
+        Temporal's TOML file, with the ``temporal`` CLI's precedence.
 
         Args:
-            address: ``host:port``; default ``TEMPORAL_ADDRESS`` or ``localhost:7233``.
-            namespace: Default ``TEMPORAL_NAMESPACE`` or ``default``.
+            address: ``host:port``; it wins over the environment and the profile.
+                Default ``TEMPORAL_ADDRESS``, the profile's, or ``localhost:7233``.
+            namespace: Likewise; default ``TEMPORAL_NAMESPACE``, the profile's, or
+                ``default``.
             task_queue: Default ``SUBAGENTS_TASK_QUEUE`` or ``subagents``.
             settings: Explicit settings instead of the environment.
             agents: Extra agents (by name) besides the built-ins; when given, no agent
@@ -139,18 +148,25 @@ class SubagentClient:
                 ``.opencode/agent[s]``) to load; default: the project the current
                 directory is in (see ``discover_agents``). A broken agent file is
                 skipped with a warning; only a spawn of its agent fails.
+            profile: The profile of Temporal's configuration file (when ``settings``
+                is not given); default ``TEMPORAL_PROFILE``, else ``default``.
 
         Raises:
             TemporalUnavailable: nothing answers on the address.
+            TemporalAccessDenied: the server refused the TLS handshake or the credentials
+                (the message names the setting).
+            TemporalConfigError: the profile, the configuration file, or a certificate
+                or key it names cannot be used.
         """
-        settings = settings or Settings()
+        given: dict[str, Any] = {"address": address, "namespace": namespace}
+        if settings is None:
+            chosen = {**given, "profile": profile}
+            settings = Settings(**{k: v for k, v in chosen.items() if v is not None})
+        elif address or namespace:
+            settings = settings.model_copy(update={k: v for k, v in given.items() if v})
         if agents is None:
             agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
-        client = await connect_client(
-            address or settings.address,
-            namespace or settings.namespace,
-            keys=settings.payload_keys(),
-        )
+        client = await connect_temporal(settings)
         return cls(
             client,
             task_queue=task_queue or settings.task_queue,
@@ -285,6 +301,7 @@ class SubagentClient:
                 static_details=static_details(task_input, workflow_id),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                priority=fairness(task_input, workflow_id),
             )
         except WorkflowAlreadyStartedError:
             if task_id is None:

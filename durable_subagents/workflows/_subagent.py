@@ -158,6 +158,8 @@ class SubagentWorkflow:
         self._usage = Usage()
         self._head: str | None = None
         self._model = "default"
+        self._model_queue: str | None = None
+        """Where this run's model turns go once a worker sent one on (rate limits)."""
         self._inbox: list[str] = []
         self._last_text = ""
         self._last_text_ref: str | None = None
@@ -663,21 +665,27 @@ class SubagentWorkflow:
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
         turn_input = self._turn_input(new, compacted=compacted)
+        if patched("model-queues"):
+            turn_input.may_redirect = True
         self._check_size(turn_input, f"model turn {self._turns} input")
         self._waiting_for_model = True
         self._show_details()
         try:
-            return await workflow.execute_activity(
-                MODEL_TURN_ACTIVITY,
-                turn_input,
-                result_type=ModelTurnResult,
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=15),
-                retry_policy=_MODEL_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                # The model's name is known from the first answer on (``default`` before).
-                summary=f"turn {self._turns} · {model_label(self._model)}",
-            )
+            result = await self._schedule_turn(turn_input)
+            if turn_input.may_redirect and result.model_queue is not None:
+                # A worker that rate-limits the provider on a queue of its own sent the
+                # turn on without calling the model; so go this run's later turns.
+                self._model_queue = result.model_queue
+                result = await self._schedule_turn(turn_input)
+                if result.model_queue is not None:
+                    raise ApplicationError(
+                        f"model turn {self._turns} was sent on from {self._model_queue} "
+                        f"to {result.model_queue}: give every worker of the task queue "
+                        "the same SUBAGENTS_MODEL_RATE_LIMITS",
+                        type="InvalidRequest",
+                        non_retryable=True,
+                    )
+            return result
         finally:
             self._waiting_for_model = False
 
@@ -738,6 +746,20 @@ class SubagentWorkflow:
             self._compactions += 1
             workflow.logger.info("%s", describe(result.compaction))
         self._progress()
+
+    async def _schedule_turn(self, turn_input: ModelTurnInput) -> ModelTurnResult:
+        return await workflow.execute_activity(
+            MODEL_TURN_ACTIVITY,
+            turn_input,
+            task_queue=self._model_queue,
+            result_type=ModelTurnResult,
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(seconds=15),
+            retry_policy=_MODEL_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            # The model's name is known from the first answer on (``default`` before).
+            summary=f"turn {self._turns} · {model_label(self._model)}",
+        )
 
     def _verdict(self, call: ToolCall) -> _Verdict:
         """Whether a call runs, waits for a decision, or goes back as an error."""

@@ -167,6 +167,20 @@ async def main() -> None:
                     "explore", "review", model=STRUCTURED_SCRIPT, output_schema=VERDICT
                 )
                 await client.check_task(structured, wait=True, timeout=60)
+            # model turns sent on to a provider's rate-limited queue (the first, by the
+            # worker of the task's own queue; the later ones scheduled there)
+            limited = settings.model_copy(
+                update={
+                    "task_queue": f"{settings.task_queue}-limited",
+                    "model_rate_limits": "scripted=20",
+                }
+            )
+            limited_client = SubagentClient(
+                temporal, task_queue=limited.task_queue, blob_store=limited.blob_store()
+            )
+            async with create_worker(temporal, limited):
+                rated = await limited_client.spawn_task("general", "look", model=TOOLS_SCRIPT)
+                await limited_client.check_task(rated, wait=True, timeout=60)
             recorded = {
                 "completed": done,
                 "cancelled": slow,
@@ -176,6 +190,7 @@ async def main() -> None:
                 "approvals": asks,
                 "registered": parent,
                 "structured": structured,
+                "rate_limited": rated,
             }
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():
