@@ -96,13 +96,16 @@ CHILD_STATE_SIGNAL = "child_state"
 REGISTER_CHILD_SIGNAL = "register_child"
 """A task spawned through the client names its parent task (the child's id, a ``str``)."""
 STATUS_QUERY = "status"
+"""The live state of a task (the memo's fields), answered by a worker."""
 NOTIFY_WORKFLOW = "SubagentNotify"
 """The workflow that delivers one notification (``NotifyInput`` -> ``NotifyResult``): a
 task starts it as a child it abandons, so delivery outlives the task and never holds
 it up."""
 NOTIFY_ACTIVITY = "send_notification"
 """The activity that POSTs one notification to its URL (``NotifyInput`` -> ``None``)."""
-"""The live state of a task (the memo's fields), answered by a worker."""
+NOTIFY_UNSET = "NotifyUnset"
+"""The error type of a notification without a URL on a worker without one: nothing to
+post, not a failure (a task that ended before it learnt whether its workers notify)."""
 MAX_CALLS_PER_TURN = 64
 """Tool calls of one model turn that may run (since the patch ``calls-per-turn``); the
 rest go back as tool errors that say so. A turn of 8,000 calls that ask made the

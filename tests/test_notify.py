@@ -283,6 +283,28 @@ async def test_the_workers_url_serves_every_task_a_child_s_pause_is_its_parent_s
     assert completed_event["task"]["id"] == task_id  # the child's end posts nothing
 
 
+async def test_a_task_that_ends_before_any_answer_is_told_by_the_worker_s_url(
+    client: SubagentClient, temporal_client: Client, settings: Settings, receivers: Any
+) -> None:
+    receiver = await receivers()
+    slow = script({"text": "never seen", "delay": 60})
+    ids = []
+    for default in (receiver.url, None):
+        async with create_worker(temporal_client, notify_settings(settings, default=default)):
+            task_id = await client.spawn_task("explore", "x", model=slow)  # no notify_url
+            await asyncio.sleep(1.0)  # its first turn is under way
+            info = await client.cancel_task(task_id, wait=True)
+            assert info.status == TaskStatus.CANCELLED and info.turns <= 1
+            [result] = await notify_results(temporal_client, task_id)
+            ids.append(task_id)
+            if default is None:
+                # Workers without a URL drop it quietly: the one event went nowhere.
+                assert not result.delivered and "SUBAGENTS_NOTIFY_URL" in (result.error or "")
+    [hit] = receiver.hits
+    event = verified(hit)
+    assert event["type"] == "task.cancelled" and event["task"]["id"] == ids[0]
+
+
 async def test_notify_urls_are_checked_at_spawn_and_by_prefix(client: SubagentClient) -> None:
     for bad in ("ftp://x/y", "http://user:pw@h/x", "not a url", "http:///x", "http://h:99999/"):
         with pytest.raises(InvalidRequest, match="notify_url"):

@@ -29,7 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents._notify_url import notify_url_allowed
-from durable_subagents._payloads import NOTIFY_ACTIVITY, NotifyInput
+from durable_subagents._payloads import NOTIFY_ACTIVITY, NOTIFY_UNSET, NotifyInput
 from durable_subagents._terminal import json_shown
 from durable_subagents.errors import InvalidRequest
 
@@ -137,14 +137,15 @@ class Notifier:
         Raises:
             ApplicationError: ``NotifyRefused`` (not retried) for a URL outside the
                 allowlist, a worker without a secret, a redirect or a 4xx answer;
+                ``NotifyUnset`` for an event without a URL on a worker without one;
                 a retryable one for 5xx, 408, 409, 425, 429 and network errors.
         """
         url = input.url or self.default_url
         if url is None:
             raise ApplicationError(
                 "this worker has no SUBAGENTS_NOTIFY_URL and the task's spawn named no "
-                "notify_url: set it on the workers, as on the one that started this",
-                type="NotifyRefused",
+                "notify_url: nothing to post to (set it on every worker alike)",
+                type=NOTIFY_UNSET,
                 non_retryable=True,
             )
         if not notify_url_allowed(url, self.allow):

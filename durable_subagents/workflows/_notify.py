@@ -18,13 +18,14 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from durable_subagents.workflows._helpers import error_message, patched
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
         NOTIFY_ACTIVITY,
+        NOTIFY_UNSET,
         NOTIFY_WORKFLOW,
         NotifyCall,
         NotifyEvent,
@@ -77,7 +78,13 @@ class NotifyWorkflow:
         except ActivityError as err:
             # A result, not a failure: the task that started it is not told either way.
             message = error_message(err)
-            workflow.logger.warning("notification %s not delivered: %s", input.event.id, message)
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == NOTIFY_UNSET:
+                workflow.logger.debug("notification %s: %s", input.event.id, message)
+            else:
+                workflow.logger.warning(
+                    "notification %s not delivered: %s", input.event.id, message
+                )
             return NotifyResult(delivered=False, error=message)
         return NotifyResult(delivered=True)
 

@@ -211,8 +211,9 @@ class SubagentWorkflow:
         """The blob the output schema was stored as by this run's first turn."""
         self._notes = Notifications()
         """The run's events for its ``notify_url`` (see ``_notify``)."""
-        self._worker_notifies = False
-        """The workers post events of their own accord (``ModelTurnResult.notify``)."""
+        self._worker_notifies: bool | None = None
+        """The workers post events of their own accord (``ModelTurnResult.notify``);
+        None until a model turn of this run answered."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -369,8 +370,13 @@ class SubagentWorkflow:
         )
 
     async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
-        """Notify the run's end (its status is the one just published)."""
-        if self._notes.enabled(self._input, self._worker_notifies):
+        """Notify the run's end (its status is the one just published).
+
+        A run that ends before any model turn answered (its first one failed, or it was
+        cancelled) does not know whether the workers notify: its event goes to the
+        worker that delivers it, which posts it to its own URL or drops it.
+        """
+        if self._notes.enabled(self._input, self._worker_notifies is not False):
             await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
@@ -655,7 +661,7 @@ class SubagentWorkflow:
                     list(self._read_only),
                     self._sandbox,
                     self._reported_protected,
-                    self._worker_notifies,
+                    bool(self._worker_notifies),
                 )
                 if self._offered
                 else None
@@ -1163,7 +1169,7 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
-        notifies = self._notes.enabled(self._input, self._worker_notifies)
+        notifies = self._notes.enabled(self._input, bool(self._worker_notifies))
         if status == TaskStatus.PAUSED and pending and notifies:
             self._notes.paused(self._notify_task(status), pause_id, pending)
 
