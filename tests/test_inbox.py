@@ -148,6 +148,17 @@ async def inbox_of(api: Api, token: str = APPROVER, want: int | None = None) -> 
         await asyncio.sleep(0.1)
 
 
+async def assert_no_token(client: SubagentClient, *task_ids: str) -> None:
+    """No token, nor its header, in the tasks' histories, memos or search attributes."""
+    for task_id in task_ids:
+        handle = client.temporal.get_workflow_handle(task_id)
+        history = (await handle.fetch_history()).to_json()
+        described = (await handle.describe()).raw_description.SerializeToString()
+        for secret in (APPROVER, VIEWER, SCOPED, BY_PARENT):
+            assert secret not in history and secret.encode() not in described, task_id
+        assert "Bearer" not in history and b"Bearer" not in described
+
+
 async def test_a_paused_child_of_a_paused_parent_is_one_entry_decided_through_the_top(
     api: Api, client: SubagentClient
 ) -> None:
@@ -173,6 +184,7 @@ async def test_a_paused_child_of_a_paused_parent_is_one_entry_decided_through_th
     done = await client.check_task(top, wait=True, timeout=30, after_pause=info.pause_id)
     assert done.status == TaskStatus.COMPLETED and done.result == "lead done"
     assert (await inbox_of(api, want=0))["entries"] == []
+    await assert_no_token(client, top, child)  # decided with the token, recorded without it
 
 
 async def test_a_decision_on_a_pause_that_changed_since_it_was_read_is_refused(
@@ -350,9 +362,11 @@ async def test_tokens_cors_and_errors(api: Api, client: SubagentClient, caplog: 
     status, error, _ = await api.call("GET", f"/api/tasks/{task_id}/pause")
     assert status == 409 and error["type"] == "WrongTaskState" and error["status"] == "cancelled"
 
-    # No token in a log line (the token's name instead).
+    # No token in a log line (the token's name instead), nor in what the task recorded
+    # of the input and the cancel it was sent with.
     for secret in (APPROVER, VIEWER, SCOPED):
         assert all(secret not in r.getMessage() for r in caplog.records)
+    await assert_no_token(client, task_id)
 
 
 async def test_the_long_poll_answers_when_the_inbox_changes(
