@@ -206,8 +206,13 @@ class WorkerProcess:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
-    async def start(self, timeout: float = 60.0) -> None:
-        """Start the process and wait until it polls (it prints ``worker on ...``)."""
+    async def start(self, timeout: float = 300.0) -> None:
+        """Start the process and wait until it polls (it prints ``worker on ...``).
+
+        The wait ends when the worker is ready or has exited. ``timeout`` only stops a
+        start that hangs: several workers importing at once on a busy machine took
+        over a minute.
+        """
         offset = self.log.stat().st_size if self.log.exists() else 0
         self.proc = self._spawn()
         deadline = time.monotonic() + timeout

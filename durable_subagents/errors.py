@@ -37,7 +37,15 @@ class TaskNotFound(SubagentError, LookupError):
 
 
 class TemporalUnavailable(SubagentError, ConnectionError):
-    """The Temporal server could not be reached."""
+    """The Temporal server could not be reached.
+
+    The message says why in plain words (connection refused, no such host, timed
+    out); ``detail`` keeps the transport's own error text, if there was one.
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class TemporalConfigError(InvalidRequest):

@@ -24,6 +24,7 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 from .test_durability import fake_provider, processes_matching, wait_for
 
 
@@ -77,9 +78,7 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
     model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 
     async def running() -> None:
-        # the command itself, not the sandbox that carries it in its arguments: a worker
-        # killed while the sandbox starts leaves it to the next worker (test_limits)
-        await wait_for(lambda: bool(processes_matching("sleep 3501", started_as=True)), 30, "it")
+        await wait_for(lambda: bool(processes_matching("sleep 3501")), what="the command")
 
     async with worker_killed_after(settings, workspace, running):
         task_id = await client.spawn_task("general", "x", model=model)
@@ -91,7 +90,7 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
     assert not processes_matching("sleep 3501")
 
     async with create_worker(temporal_client, settings):
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
 
 
@@ -107,7 +106,7 @@ async def test_a_retried_model_call_checks_for_a_cancel_first(
         srv.add_reply(text="must not be asked for")
 
         async def hanging() -> None:
-            await asyncio.wait_for(srv.hanging.wait(), 30)
+            await asyncio.wait_for(srv.hanging.wait(), CEILING)
 
         async with worker_killed_after(settings, workspace, hanging):
             task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
@@ -119,5 +118,5 @@ async def test_a_retried_model_call_checks_for_a_cancel_first(
         assert len(srv.requests) == 1
 
         async with create_worker(temporal_client, settings):
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.CANCELLED and len(srv.requests) == 1

@@ -40,6 +40,8 @@ from durable_subagents.dev import (
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
+from .helpers import CEILING
+
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:
     return DevServer(port=free_port(), ui_port=free_port(), db=tmp_path / "t.db", **kwargs)  # type: ignore[arg-type]
@@ -254,7 +256,7 @@ async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
 
 
 async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CEILING
     while "Ctrl-C to stop" not in out.getvalue():
         assert not task.done(), out.getvalue()
         assert time.monotonic() < deadline, out.getvalue()
@@ -294,7 +296,7 @@ async def test_run_dev_starts_and_stops_its_own_server(
         f"127.0.0.1:{port}", settings=settings.model_copy(update={"address": f"127.0.0.1:{port}"})
     )
     task_id = await client.spawn_task("explore", "look", model="scripted")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED  # run by the dev command's own worker
 
     task.cancel()

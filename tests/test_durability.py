@@ -24,16 +24,16 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 
 PAYLOAD_LIMIT = 256 * 1024
 
 
-def processes_matching(text: str, *, started_as: bool = False) -> list[int]:
-    """PIDs whose command line contains ``text`` (seen from the host PID namespace).
+def processes_matching(text: str) -> list[int]:
+    """PIDs whose command line starts with ``text`` (seen from the host PID namespace).
 
-    With ``started_as``, only those whose command line starts with it: the command
-    itself, not the sandbox and shell processes that carry it in their arguments
-    (how many of those there are depends on the worker's user).
+    The command itself: not the sandbox (``bwrap ... bash -c sleep 3907``) or the shell
+    whose arguments hold it, which would count each command two or three times.
     """
     pids = []
     for entry in Path("/proc").iterdir():
@@ -43,13 +43,13 @@ def processes_matching(text: str, *, started_as: bool = False) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        found = cmdline.startswith(text) if started_as else text in cmdline
-        if found and "pytest" not in cmdline:
+        if cmdline.startswith(text):
             pids.append(int(entry.name))
     return pids
 
 
-async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+async def wait_for(predicate, timeout: float = CEILING, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    """Until ``predicate()``: an outcome, bounded only by ``CEILING`` (see ``helpers``)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:
@@ -93,7 +93,7 @@ async def test_200_turns_of_50kb_tool_output_keep_history_small(
         final="all done",
     )
     task_id = await client.spawn_task("explore", "read it 200 times", model=model, max_turns=300)
-    info = await client.check_task(task_id, wait=True, timeout=240)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.turns == 201
     assert info.result == "all done"
@@ -142,7 +142,7 @@ async def test_api_keys_never_enter_the_history(
         srv.add_reply(text="nothing here", usage=(150, 9))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "look", model="openai:gpt-test")
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.usage.input_tokens == 250 and info.usage.output_tokens == 16
     assert info.model == "openai:gpt-test"
@@ -171,7 +171,7 @@ async def test_anthropic_through_the_workflow_sums_usage(
         srv.add_reply(text="no matches", usage=(60, 4))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "grep", model="anthropic:claude-test")
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == "no matches"
     assert (info.usage.input_tokens, info.usage.output_tokens) == (100, 7)
@@ -232,10 +232,10 @@ async def test_cancel_closes_a_streaming_model_call(
         srv.add_reply(text="this will never finish", hang=True)
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "hang", model="openai:gpt-test")
-            await asyncio.wait_for(srv.hanging.wait(), 15)
-            info = await client.cancel_task(task_id, wait=True, timeout=15)
+            await asyncio.wait_for(srv.hanging.wait(), CEILING)
+            info = await client.cancel_task(task_id, wait=True, timeout=CEILING)
             assert info.status == TaskStatus.CANCELLED
-            await asyncio.wait_for(srv.disconnected.wait(), 5)
+            await asyncio.wait_for(srv.disconnected.wait(), CEILING)
     assert srv.disconnects >= 1
 
 
@@ -273,17 +273,15 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     )
     try:
         task_id = await client.spawn_task("general", "crash me", model=model)
-        await wait_for(
-            lambda: len(processes_matching("sleep 340", started_as=True)) == 2, 30, "both sleeps"
-        )
+        await wait_for(lambda: len(processes_matching("sleep 340")) >= 2, what="sleeps to start")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        await wait_for(lambda: not processes_matching("sleep 340"), 5, "tool processes to die")
+        await wait_for(lambda: not processes_matching("sleep 340"), what="tool processes to die")
     finally:
         if proc.poll() is None:
             proc.kill()
     async with create_worker(temporal_client, settings):
-        info = await client.check_task(task_id, wait=True, timeout=60)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert "second-attempt" in (info.result or "")
 
@@ -298,7 +296,7 @@ async def test_oversized_input_fails_the_task_clearly(
         max_prompt_bytes=2_000_000,
     )
     task_id = await client.spawn_task("explore", "y" * 400_000, model="scripted")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.FAILED
     assert info.error is not None and "payload limit" in info.error
     desc = await temporal_client.get_workflow_handle(task_id).describe()
@@ -317,9 +315,9 @@ async def test_temporal_retries_429_after_retry_after_and_fails_fast_on_400(
         srv.add_error(400, body={"error": {"message": "bad parameter max_tokens"}})
         async with create_worker(temporal_client, settings):
             retried = await client.spawn_task("explore", "a", model="openai:gpt-test")
-            ok = await client.check_task(retried, wait=True, timeout=30)
+            ok = await client.check_task(retried, wait=True, timeout=CEILING)
             bad = await client.spawn_task("explore", "b", model="openai:gpt-test")
-            failed = await client.check_task(bad, wait=True, timeout=30)
+            failed = await client.check_task(bad, wait=True, timeout=CEILING)
     assert ok.status == TaskStatus.COMPLETED and ok.result == "after the retry"
     attempts = [
         e.activity_task_started_event_attributes.attempt
@@ -372,12 +370,10 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
             search_attributes=attributes,
             execution_timeout=timedelta(seconds=3),
         )
-        await wait_for(
-            lambda: len(processes_matching("sleep 3913", started_as=True)) == 2, 30, "both commands"
-        )
+        await wait_for(lambda: len(processes_matching("sleep 3913")) == 2, what="both commands")
         assert (await client.check_task(terminated)).status == TaskStatus.RUNNING
         await temporal_client.get_workflow_handle(terminated).terminate(reason="operator stop")
-        info = await client.check_task(timed_out, wait=True, timeout=30)
+        info = await client.check_task(timed_out, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.TIMED_OUT and info.stop_reason == "execution_timeout"
     stopped = await client.check_task(terminated)
     assert stopped.status == TaskStatus.CANCELLED and stopped.stop_reason == "terminated"

@@ -42,6 +42,7 @@ from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 
 PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
 OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
@@ -249,18 +250,18 @@ async def test_history_memo_and_metadata_hold_none_of_the_task_in_plain_text(
     )
     async with create_worker(temporal, own):
         task_id = await client.spawn_task("careful", PROMPT, description=DESCRIPTION, model=model)
-        paused = await client.check_task(task_id, wait=True, timeout=30)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused
         assert paused.description == DESCRIPTION
         assert OUTPUT in paused.pending_approvals[0].arguments_preview
         await client.approve(task_id)
-        done = await client.check_task(task_id, wait=True, timeout=30)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
         events = [e async for e in client.watch(task_id)]
         assert any(e.kind == "tool_finished" and OUTPUT in (e.summary or "") for e in events)
         assert any(e.kind == "decision" and "approve" in (e.summary or "") for e in events)
         await client.send_input(task_id, INPUT)
-        again = await client.check_task(task_id, wait=True, timeout=30)
+        again = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert again.result == ANSWER + " and March", again
         transcript = await client.get_transcript(task_id)
         assert any(OUTPUT in m.content for m in transcript if m.role == "tool")
@@ -313,7 +314,7 @@ async def test_a_worker_without_the_key_or_with_another_names_the_key_it_needs(
         assert f"encrypted with key {kid}, and {held}" in info.retrying, info.retrying
     # The last task waited through both; a worker with the key finishes it.
     async with create_worker(temporal, own):
-        done = await client.check_task(task_id, wait=True, timeout=60)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
 
 
@@ -344,14 +345,14 @@ async def test_a_key_rotates_while_a_task_runs_across_the_change(
     temporal_a, client_a = await keyed_client(before)
     async with create_worker(temporal_a, before):
         task_id = await client_a.spawn_task("careful", PROMPT, model=model)
-        paused = await client_a.check_task(task_id, wait=True, timeout=30)
+        paused = await client_a.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused
 
     temporal_b, client_b = await keyed_client(after)
     async with create_worker(temporal_b, after):
         assert (await client_b.check_task(task_id)).pause_id == paused.pause_id
         await client_b.approve(task_id)
-        done = await client_b.check_task(task_id, wait=True, timeout=30)
+        done = await client_b.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
     transcript = await client_b.get_transcript(task_id)
     assert [m.role for m in transcript][:2] == ["system", "user"] and PROMPT in transcript[

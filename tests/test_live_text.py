@@ -18,6 +18,7 @@ from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 from .test_cli import CLI, _env
 from .test_model_faults import MODELS, PROVIDERS, model_api
 
@@ -92,7 +93,7 @@ async def test_a_finished_task_replays_each_turns_text(
         {"text": "All done."},
     )
     task_id = await client.spawn_task("explore", "go", model=model)
-    await client.check_task(task_id, wait=True, timeout=30)
+    await client.check_task(task_id, wait=True, timeout=CEILING)
     events = await watch_until_closed(client, task_id)
     shown = [(e.kind, e.turn, e.text) for e in events if e.kind in ("text", "turn")]
     assert shown == [
@@ -242,9 +243,9 @@ async def test_watch_prints_text_live(
     assert proc.stdout is not None
     out = b""
     live = False
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CEILING
     while time.monotonic() < deadline:
-        chunk = await asyncio.wait_for(proc.stdout.read(256), timeout=30)
+        chunk = await asyncio.wait_for(proc.stdout.read(256), timeout=CEILING)
         if not chunk:
             break
         out += chunk

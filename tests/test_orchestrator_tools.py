@@ -33,6 +33,7 @@ from durable_subagents.types import PendingApproval, Usage
 from durable_subagents.worker import create_worker
 
 from .conftest import script
+from .helpers import CEILING
 
 NAMES = [
     "spawn_subagent",
@@ -71,12 +72,14 @@ async def call(tools: SubagentTools, name: str, **arguments: Any) -> dict[str, A
 
 
 async def eventually(fetch: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool]) -> Any:
-    for _ in range(100):
+    deadline = time.monotonic() + CEILING  # an outcome (see helpers), not a pace
+    while True:
         value = await fetch()
         if ok(value):
             return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never true; last value: {value}")
         await asyncio.sleep(0.1)
-    raise AssertionError(f"never true; last value: {value}")
 
 
 def sleeping(marker: str = "sleep 3701") -> bool:

@@ -21,6 +21,7 @@ from durable_subagents.worker import SubagentsPlugin, connect_client, create_wor
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 from .conftest import script
+from .helpers import CEILING
 from .parent_workflows import FanOutWorkflow
 from .test_replay import HISTORIES
 
@@ -45,7 +46,7 @@ async def run_task(client: SubagentClient) -> str:
     task_id = await client.spawn_task(
         "explore", "What is the answer?", model=script({"text": "the answer is 42"})
     )
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     assert info.result == "the answer is 42"
     return task_id
@@ -101,7 +102,7 @@ async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) ->
         {"text": "{last_tool_result}"},
     )
     task_id = await client.spawn_task("general", "x", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     assert "from-the-tools" in (info.result or "")
     queues = [

@@ -34,6 +34,8 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 
+from .helpers import CEILING
+
 OPENAI_KEY = "sk-test-openai-secret-0123456789"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
 
@@ -413,11 +415,11 @@ async def test_openai_cancel_closes_the_stream(
     task = asyncio.create_task(
         openai_provider.complete(ModelRequest(model="gpt-test", messages=[user("x")]))
     )
-    await asyncio.wait_for(openai_srv.hanging.wait(), 2)
+    await asyncio.wait_for(openai_srv.hanging.wait(), CEILING)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.wait_for(openai_srv.disconnected.wait(), 2)
+    await asyncio.wait_for(openai_srv.disconnected.wait(), CEILING)
     assert openai_srv.disconnects == 1
     assert openai_srv.completed_streams == 0
 
@@ -562,11 +564,11 @@ async def test_anthropic_cancel_closes_the_stream(
     task = asyncio.create_task(
         anthropic_provider.complete(ModelRequest(model="claude-test", messages=[user("x")]))
     )
-    await asyncio.wait_for(anthropic_srv.hanging.wait(), 2)
+    await asyncio.wait_for(anthropic_srv.hanging.wait(), CEILING)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.wait_for(anthropic_srv.disconnected.wait(), 2)
+    await asyncio.wait_for(anthropic_srv.disconnected.wait(), CEILING)
     assert anthropic_srv.disconnects == 1
 
 

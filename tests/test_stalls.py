@@ -25,6 +25,7 @@ from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from . import stall_worker
 from .conftest import give_to_tool_user, script
+from .helpers import CEILING
 from .stall_worker import RELEASE, hang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ async def test_a_blocked_call_holds_only_its_own_thread(tmp_path: Path, released
         asyncio.create_task(hang.run(attacker, {"label": str(i)}))
         for i in range(MAX_THREADS_PER_TASK)
     ]
-    await _until(lambda: _THREADS.running("attacker") == MAX_THREADS_PER_TASK, 5, "the calls")
+    await _until(lambda: _THREADS.running("attacker") == MAX_THREADS_PER_TASK, CEILING, "the calls")
 
     # the attacker's next call waits for a thread of its own task, then gives up
     more = ToolContext(workspace=tmp_path, task_id="attacker", time_limit=0.3)
@@ -71,7 +72,7 @@ async def test_a_blocked_call_holds_only_its_own_thread(tmp_path: Path, released
     results = await asyncio.gather(*blocked, return_exceptions=True)
     assert all(isinstance(r, asyncio.CancelledError) for r in results)
     RELEASE.set()
-    await _until(lambda: _THREADS.running("attacker") == 0, 5, "the threads to end")
+    await _until(lambda: _THREADS.running("attacker") == 0, CEILING, "the threads to end")
 
 
 async def test_an_endless_search_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
@@ -134,7 +135,7 @@ async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
         calls = [{"name": "hang", "arguments": {"label": str(i)}} for i in range(6)]
         await client.spawn_task("attacker", "x", model=script({"tool_calls": calls}))
         await _until(
-            lambda: len(list(workspace.glob("hang-*.started"))) == 6, 60, "the calls to block"
+            lambda: len(list(workspace.glob("hang-*.started"))) == 6, CEILING, "the calls to block"
         )
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
@@ -197,14 +198,14 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         attacker = await client.spawn_task(
             "attacker", "x", model=script({"tool_calls": sleeps}, {"text": "never"})
         )
-        await _until(lambda: running() == 2, 30, "two sleeps")
+        await _until(lambda: running() == 2, CEILING, "two sleeps")
         started = time.monotonic()
         bystanders = [
             await client.spawn_task("explore", f"b{i}", model=script({"text": f"ok {i}"}))
             for i in range(3)
         ]
         for i, task_id in enumerate(bystanders):
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
             assert info.status == TaskStatus.COMPLETED and info.result == f"ok {i}"
         assert time.monotonic() - started < 10
         # the attacker's calls fill the tool slots: two run, two wait their turn
@@ -217,4 +218,4 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         ]
         assert queues == [f"{settings.task_queue}-tools"] * 4
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
-        await _until(lambda: not processes_matching("sleep 3907"), 15, "the sleeps to end")
+        await _until(lambda: not processes_matching("sleep 3907"), CEILING, "the sleeps to end")

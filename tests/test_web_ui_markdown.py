@@ -179,8 +179,9 @@ def test_the_paused_details_read_right() -> None:
         "pause-2-abcd",
         "call_0_0",
         "bash · wc -l inventory/*.py",
-        "subagents approve subagent-careful-0123 --all",
-        "subagents reject subagent-careful-0123 --all --reason TEXT",
+        # --pause: a decision pasted after the task paused again decides nothing
+        "subagents approve subagent-careful-0123 --all --pause pause-2-abcd",
+        "subagents reject subagent-careful-0123 --all --pause pause-2-abcd --reason TEXT",
         "m",
     ]
 

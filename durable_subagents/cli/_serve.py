@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from durable_subagents._audience import for_shell
+from durable_subagents._render import plain_table
+from durable_subagents._terminal import shown
 from durable_subagents.agents import (
     ALL_TOOLS,
     BUILTIN_AGENTS,
@@ -40,6 +41,8 @@ from durable_subagents.cli._common import (
     Workspace,
     console,
     err_console,
+    error,
+    exit_now,
     make_settings,
     run,
 )
@@ -101,7 +104,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.dev import parse_duration, run_dev
+    from durable_subagents.dev import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
@@ -110,18 +113,25 @@ def dev(
     settings = make_settings(
         task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
     )
-    run(
-        run_dev(
-            settings=settings,
-            port=port,
-            ui_port=ui_port,
-            db=db,
-            retention=keep,
-            workspace=workspace,
-            console=console,
-            codec_port=codec_port,
-        )
-    )
+
+    async def main() -> None:
+        try:
+            await run_dev(
+                settings=settings,
+                port=port,
+                ui_port=ui_port,
+                db=db,
+                retention=keep,
+                workspace=workspace,
+                console=console,
+                codec_port=codec_port,
+            )
+        except ServerExited as err:
+            # The worker's remaining tasks could only retry a server that is gone.
+            error(str(err))
+            exit_now(1)
+
+    run(main())
 
 
 def worker(
@@ -297,9 +307,7 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
 
 def _fail(message: str) -> NoReturn:
     """Print an error for the user and exit with code 1."""
-    err_console.print(
-        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
-    )
+    error(message)
     raise typer.Exit(1)
 
 
@@ -537,12 +545,15 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
-        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
-    console.print(table)
+        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
+        listed.append((cells, shown(a.description)))
+    header = ("name", "tools", "mode", "turns", "source", "description")
+    for line in plain_table(header, listed, console.width, right={3}):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _source(path: Path) -> str:

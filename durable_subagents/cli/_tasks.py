@@ -193,9 +193,18 @@ def check(
         print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
-    status = run(main())
+    again = f"subagents check {shlex.quote(task_id)} --wait"
+    status = run(main(), lost=_goes_on(again) if wait else None)
     if wait:
         _exit_if_unsuccessful(status)
+
+
+def _goes_on(again: str) -> str:
+    """What a waiting command says when Temporal stops answering under it."""
+    return (
+        "the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`{again}` again once the server answers"
+    )
 
 
 def cancel(
@@ -234,7 +243,7 @@ def _chosen(call_ids: list[str] | None, all_calls: bool, verb: str) -> list[str]
         raise typer.BadParameter(
             f"none named; name the call ids to {verb}, or pass --all to {verb} every pending "
             "call (a decision must be explicit; `subagents check ID` lists the calls)",
-            param_hint="CALL_IDS",
+            param_hint="CALL_ID",
         )
     return call_ids or None
 
@@ -380,25 +389,29 @@ def send(
 def list_command(
     parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,
     status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Only the newest N tasks [default: all]", min=1)
+    ] = None,
     address: Address = None,
     namespace: Namespace = None,
     profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """List tasks (latest run of each), newest first."""
+    """List tasks (latest run of each), newest first, with their age."""
 
     async def main() -> None:
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         try:
-            tasks = await client.list_tasks(parent_id=parent, status=status)
+            tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--status") from None
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
             return
-        console.print(task_table(tasks))
+        for line in task_table(tasks, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     run(main())
 
@@ -418,39 +431,45 @@ def watch(
     async def main() -> None:
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         streaming: str | None = None  # "text" or "thinking" while one is being printed
-        async for event in client.watch(task_id):
-            if as_json:
-                print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
-                continue
-            when = event.time.strftime("%H:%M:%S") if event.time else ""
-            if event.kind in ("text", "thinking") and event.text is not None:
-                restarted = event.summary == "restarted"
-                if streaming != event.kind or restarted:
-                    if streaming is not None:
-                        console.line()
-                    head = "[restarted] " if restarted else ""
-                    console.print(f"{when} {event.kind:<13} {head}", end="", markup=False)
-                    streaming = event.kind
-                # the thinking dimmed: the model's reasoning, not its answer
-                style = "dim" if event.kind == "thinking" else None
-                body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+        try:
+            async for event in client.watch(task_id):
+                if as_json:
+                    print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
+                    continue
+                when = event.time.strftime("%H:%M:%S") if event.time else ""
+                if event.kind in ("text", "thinking") and event.text is not None:
+                    restarted = event.summary == "restarted"
+                    if streaming != event.kind or restarted:
+                        if streaming is not None:
+                            console.line()
+                        head = "[restarted] " if restarted else ""
+                        console.print(f"{when} {event.kind:<13} {head}", end="", markup=False)
+                        streaming = event.kind
+                    # the thinking dimmed: the model's reasoning, not its answer
+                    style = "dim" if event.kind == "thinking" else None
+                    body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+                    console.print(
+                        body, end="", markup=False, highlight=False, soft_wrap=True, style=style
+                    )
+                    console.file.flush()
+                    continue
+                if streaming is not None:
+                    console.line()
+                    streaming = None
+                detail = event.summary or (event.status.value if event.status else "")
+                if event.usage is not None and event.kind == "turn":
+                    detail = f"{detail} · tokens {usage_text(event.usage)}"
+                if event.error:
+                    detail = f"{detail} ({event.error})" if detail else event.error
                 console.print(
-                    body, end="", markup=False, highlight=False, soft_wrap=True, style=style
+                    f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False
                 )
                 console.file.flush()
-                continue
-            if streaming is not None:
+        finally:
+            if streaming is not None:  # end the line, so whatever is printed next starts its own
                 console.line()
-                streaming = None
-            detail = event.summary or (event.status.value if event.status else "")
-            if event.usage is not None and event.kind == "turn":
-                detail = f"{detail} · tokens {usage_text(event.usage)}"
-            if event.error:
-                detail = f"{detail} ({event.error})" if detail else event.error
-            console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)
-            console.file.flush()
 
-    run(main())
+    run(main(), lost=_goes_on(f"subagents watch {shlex.quote(task_id)}"))
 
 
 _TEXT_INDENT = len("00:00:00 ") + 14

@@ -571,14 +571,21 @@ class SubagentClient:
     # ------------------------------------------------------------------ list / transcript
 
     async def list_tasks(
-        self, parent_id: str | None = None, status: TaskStatus | str | None = None
+        self,
+        parent_id: str | None = None,
+        status: TaskStatus | str | None = None,
+        *,
+        limit: int | None = None,
     ) -> list[TaskInfo]:
         """Tasks in the namespace, newest first; one entry per task id (its latest run).
 
         Args:
             parent_id: Only tasks spawned with this parent id.
             status: Only tasks in this status.
+            limit: At most this many (the newest); only theirs are decoded.
         """
+        if limit is not None and limit < 1:
+            raise InvalidRequest(f"limit must be at least 1, got {limit}")
         query = f"WorkflowType = '{WORKFLOW}'"
         if parent_id is not None:
             query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
@@ -603,6 +610,8 @@ class SubagentClient:
             info.finished_at = execution.close_time
             if wanted is None or info.status == wanted:
                 infos.append(info.public())
+                if len(infos) == limit:
+                    break
         return infos
 
     async def approve(

@@ -121,8 +121,17 @@ class LiveTurn:
                 events.append(self._event(shown.kind, *new))
         return events
 
-    async def finish(self, result: dict[str, Any] | None) -> list[TaskEvent]:
-        """The turn ended: the rest of its thinking and text (None: it failed)."""
+    async def finish(
+        self, result: dict[str, Any] | None, time: datetime | None = None
+    ) -> list[TaskEvent]:
+        """The turn ended: the rest of its thinking and text (None: it failed).
+
+        Args:
+            result: The turn's recorded result.
+            time: When the turn ended, as its history records it: the time of the rest,
+                so a finished task's replayed thinking and text keep their place among
+                its events.
+        """
         self.open = None
         if result is None:
             return []
@@ -131,7 +140,7 @@ class LiveTurn:
         if thinking:
             rest = self._thinking.rest(thinking)
             if rest is not None:
-                events.append(self._event("thinking", *rest))
+                events.append(self._event("thinking", *rest, time))
         text = result.get("text")
         ref = result.get("text_ref")
         if isinstance(ref, str) and ref:
@@ -139,7 +148,7 @@ class LiveTurn:
         if isinstance(text, str) and text:
             rest = self._text.rest(text)
             if rest is not None:
-                events.append(self._event("text", *rest))
+                events.append(self._event("text", *rest, time))
         return events
 
     async def _recorded_thinking(self, result: dict[str, Any]) -> str | None:
@@ -154,11 +163,14 @@ class LiveTurn:
             return None
         return answer.thinking
 
-    def _event(self, kind: _Kind, text: str, restarted: bool) -> TaskEvent:
+    def _event(
+        self, kind: _Kind, text: str, restarted: bool, time: datetime | None = None
+    ) -> TaskEvent:
         return TaskEvent(
             kind=kind,
             task_id=self._task_id,
-            time=datetime.now(UTC).replace(tzinfo=None),  # naive UTC, as history times
+            # naive UTC, as history times; live text is stamped as it is seen
+            time=time or datetime.now(UTC).replace(tzinfo=None),
             turn=self.turn,
             text=text,
             summary=RESTARTED if restarted else None,

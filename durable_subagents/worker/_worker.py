@@ -306,7 +306,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         raise SearchAttributesMissing(
             f"namespace {settings.namespace!r} lacks the search attributes "
             f"{', '.join(missing)}. Register them once with:\n"
-            + sa.register_command(settings.namespace)
+            + sa.register_command(settings.namespace, settings.address)
             + "\n(`subagents dev` registers them on its own server)"
         )
     store = settings.blob_store()

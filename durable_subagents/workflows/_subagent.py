@@ -8,7 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -137,6 +137,47 @@ def _lands_elsewhere(call: ToolCall) -> str | None:
     if call.written_path is None or path is None or path.startswith("/"):
         return None
     return path
+
+
+_PAUSE_TIMER = timedelta(days=1)
+"""How long each timer of a pause without an approval timeout runs; another follows."""
+
+
+async def _wait_named(decided: Callable[[], bool], timeout: float | None, summary: str) -> None:
+    """Wait until ``decided()``, or ``timeout`` seconds, under a timer named ``summary``.
+
+    The Web UI opens a task on its Timeline, where a paused task is a running workflow
+    whose last bar is a finished model turn. A running timer is drawn there up to now,
+    with its name: so the pause is, for as long as it lasts. Without an approval
+    timeout the wait has no end: each timer that fires is followed by another.
+    """
+    if timeout:
+        try:
+            await workflow.wait_condition(
+                decided, timeout=timedelta(seconds=timeout), timeout_summary=summary
+            )
+        except TimeoutError:
+            pass
+        return
+    while True:
+        try:
+            await workflow.wait_condition(decided, timeout=_PAUSE_TIMER, timeout_summary=summary)
+            return
+        except TimeoutError:
+            continue
+
+
+def _pause_summary(pause_id: str | None, pending: list[PendingApproval]) -> str:
+    """``Waiting for approval (pause pause-2-ab12cd34): bash · wc -l *.py and 1 more call``.
+
+    Plain text, as the Web UI shows timer names; short, well under the 400 bytes a
+    summary may have (encrypted too).
+    """
+    first = pending[0].arguments_preview if pending else ""
+    first = first if len(first) <= 80 else first[:79] + "…"
+    rest = len(pending) - 1
+    more = f" and {rest} more call{'s' if rest > 1 else ''}" if rest > 0 else ""
+    return f"Waiting for approval (pause {pause_id}): {first}{more}"
 
 
 def _shared_ids(calls: list[ToolCall]) -> set[str]:
@@ -524,10 +565,29 @@ class SubagentWorkflow:
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(await self._pause(asks))
+            if self._waits_on_activities(turn.tool_calls, verdicts) and patched(
+                "progress-before-tool-calls"
+            ):
+                # A command may run for minutes: meanwhile the memo shows this turn's usage
+                # (the throttle would have left the last write's).
+                self._publish(TaskStatus.RUNNING)
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
+
+    def _waits_on_activities(self, calls: list[ToolCall], verdicts: dict[str, _Verdict]) -> bool:
+        """Whether a call that runs will be awaited as an activity or a child, not inline.
+
+        Reads run as local activities within this workflow task (see ``_run_tool``):
+        a turn of reads alone is over before anyone could look.
+        """
+        assert self._input is not None
+        local = self._input.agent.local_read_tools
+        return any(
+            verdicts[c.id][0] == "allow" and not (local and c.name in policy.READ_ONLY_TOOLS)
+            for c in calls
+        )
 
     def _take_protected(self, reported: list[str] | None) -> None:
         """Keep the paths a worker protects; a run never drops one a worker reported.
@@ -737,6 +797,8 @@ class SubagentWorkflow:
             result = await workflow.execute_activity(
                 COMPACT_ACTIVITY,
                 compact_input,
+                # its summary is a model call: under the provider's rate limit too
+                task_queue=self._model_queue,
                 result_type=CompactResult,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=15),
@@ -855,13 +917,19 @@ class SubagentWorkflow:
         self._decisions = {}
         self._publish(TaskStatus.PAUSED)
         timeout = self._input.approval_timeout
-        try:
-            await workflow.wait_condition(
-                lambda: all(c.id in self._decisions for c in asks),
-                timeout=timedelta(seconds=timeout) if timeout else None,
-            )
-        except TimeoutError:
-            pass
+
+        def decided() -> bool:
+            return all(c.id in self._decisions for c in asks)
+
+        if patched("pause-timer-summary"):
+            await _wait_named(decided, timeout, _pause_summary(self._pause_id, self._pending))
+        else:
+            try:
+                await workflow.wait_condition(
+                    decided, timeout=timedelta(seconds=timeout) if timeout else None
+                )
+            except TimeoutError:
+                pass
         verdicts: dict[str, _Verdict] = {}
         # One reason given to many calls is repeated in each result: together they fit.
         limit = max(min(_REASON_LIMIT, _REASONS_PER_TURN // len(asks)), _REASON_LEAST)
