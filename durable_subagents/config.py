@@ -20,6 +20,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._temporal_config import (
     TemporalConnection,
     credential_files,
@@ -471,6 +472,17 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_url_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url_is_a_url(cls, value: str | None) -> str | None:
+        # Refused when the worker starts, not at each event as "not allowed".
+        if value is None:
+            return None
+        try:
+            return check_notify_url(value.strip())
+        except InvalidRequest as err:
+            raise ValueError(f"SUBAGENTS_NOTIFY_URL: {err}") from None
 
     @property
     def notify_allow_list(self) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from standardwebhooks import Webhook
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -306,6 +306,8 @@ async def test_a_task_that_ends_before_any_answer_is_told_by_the_worker_s_url(
 
 
 async def test_notify_urls_are_checked_at_spawn_and_by_prefix(client: SubagentClient) -> None:
+    with pytest.raises(ValidationError, match=r"SUBAGENTS_NOTIFY_URL: notify_url .* is not"):
+        Settings(notify_url="hooks.example.com/x")  # the worker's own: checked at start
     for bad in ("ftp://x/y", "http://user:pw@h/x", "not a url", "http:///x", "http://h:99999/"):
         with pytest.raises(InvalidRequest, match="notify_url"):
             await client.spawn_task("explore", "x", notify_url=bad)
