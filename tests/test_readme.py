@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import importlib.util
 import json
 import os
@@ -16,12 +17,17 @@ import re
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._payloads import NotifyEvent, NotifyInput, NotifyTask
+from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
@@ -70,6 +76,8 @@ PYTHON = snippets("python")
 def kind(snippet: Snippet) -> str:
     """Which check a snippet gets (each must be one of the known kinds)."""
     code = snippet.code
+    if "webhook-signature" in code:
+        return "webhook"
     if "SubagentsPlugin" in code:
         return "plugin"
     if "@workflow.defn" in code:
@@ -235,7 +243,10 @@ async def test_snippet_runs_as_shown(
         assert out.startswith("completed ") and "offline" in out.lower(), out
         return
     out = await run_snippet(snippet, served, tmp_path)
-    if what == "spawn":
+    if what == "webhook":
+        assert out == ""
+        await _verify_a_real_notification(snippet)
+    elif what == "spawn":
         assert "input_tokens" in out and "offline" in out.lower(), out
     elif what == "structured":
         verdict, rest = out.split(" ", 1)
@@ -284,6 +295,47 @@ async def _run_review_workflow(
         sys.modules.pop("readme_review", None)
         sys.path.remove(str(tmp_path))
     assert len(results) == 2 and all(isinstance(r, str) and r for r in results)
+
+
+async def _verify_a_real_notification(snippet: Snippet) -> None:
+    """The snippet's ``verify`` accepts what a worker posts, and nothing altered."""
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        received.append((dict(request.headers), await request.read()))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    event = NotifyEvent(
+        id="subagent-x-notify-1",
+        type="task.completed",
+        time=datetime.now(UTC),
+        task=NotifyTask(id="subagent-x", status=TaskStatus.COMPLETED, result_preview="d\u202eone"),
+    )
+    try:
+        for key in (secret, "a plain secret of 16+ bytes"):
+            notifier = Notifier(default_url=f"http://127.0.0.1:{port}/hook", secret=key)
+            await notifier.send_notification(NotifyInput(event=event))
+    finally:
+        await runner.cleanup()
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet.code, snippet.name, "exec"), namespace)
+    verify = namespace["verify"]
+    (headers, body), (plain_headers, plain_body) = received
+    assert verify(secret, headers, body)
+    assert verify("a plain secret of 16+ bytes", plain_headers, plain_body)
+    assert not verify(secret, headers, body.replace(b"completed", b"cancelled"))
+    assert not verify(secret, plain_headers, plain_body)  # another secret's
+    assert not verify(secret, {**headers, "webhook-id": "other"}, body)
+    stale = {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) - 3600)}
+    assert not verify(secret, stale, body)
 
 
 def test_the_client_table_names_each_calls_parameters() -> None:

@@ -167,6 +167,7 @@ class SubagentActivities:
         compact_at: float = COMPACT_AT,
         prompt_cache: bool = True,
         prompt_cache_key: str = "auto",
+        notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
@@ -193,6 +194,7 @@ class SubagentActivities:
         self.compact_at = compact_at
         self.prompt_cache = prompt_cache
         self.prompt_cache_key = prompt_cache_key
+        self.notify = notify
         self.rate_limited = rate_limited
 
     # ------------------------------------------------------------------ model turn
@@ -447,13 +449,15 @@ class SubagentActivities:
             names.append(FINAL_ANSWER_TOOL)
         read_only = [t for t in offered if self.read_only(t)]
         protected = list(self.protected_paths)
-        if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
+        digest = tools_digest(names, read_only, self.sandbox_state, protected, self.notify)
+        if input.known_tools == digest:
             return {"same_tools": True}
         return {
             "offered_tools": names,
             "read_only_tools": read_only,
             "sandbox": self.sandbox_state,
             "protected_paths": protected,
+            "notify": self.notify,
         }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:

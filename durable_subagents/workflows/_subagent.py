@@ -25,6 +25,7 @@ from durable_subagents.workflows._helpers import (
     tool_error,
     tool_timeout,
 )
+from durable_subagents.workflows._notify import Notifications
 from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
+        NotifyTask,
         TaskInput,
         TaskState,
         ToolCallInput,
@@ -248,6 +250,11 @@ class SubagentWorkflow:
         """Answers of this run that did not match the output schema."""
         self._schema_ref: str | None = None
         """The blob the output schema was stored as by this run's first turn."""
+        self._notes = Notifications()
+        """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._worker_notifies: bool | None = None
+        """The workers post events of their own accord (``ModelTurnResult.notify``);
+        None until a model turn of this run answered."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -350,23 +357,27 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
-            return self._finish(
+            result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
                 error=f"time limit of {input.time_limit:g}s reached",
             )
+            await self._notify_end(result.stop_reason, result.error)
+            return result
         except asyncio.CancelledError:
             self._pause_id, self._pending = None, []
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
+            await self._notify_end("cancelled", None)
             raise
         try:
-            return loop.result()
+            result = loop.result()
         except (ActivityError, ApplicationError) as err:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
         except workflow.NondeterminismError:
             raise
@@ -377,7 +388,37 @@ class SubagentWorkflow:
             workflow.logger.exception("subagent loop failed")
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="InternalError", non_retryable=True) from err
+        await self._notify_end(result.stop_reason, result.error)
+        return result
+
+    def _notify_task(
+        self, status: TaskStatus, stop_reason: str | None = None, error: str | None = None
+    ) -> NotifyTask:
+        """The task as a notification names it."""
+        assert self._input is not None
+        return NotifyTask(
+            id=workflow.info().workflow_id,
+            agent=self._input.agent.name,
+            description=self._input.description,
+            status=status,
+            parent_id=self._input.parent_id,
+            turns=self._turns,
+            stop_reason=stop_reason,
+            error=error,
+            result_preview=self._last_text if status == TaskStatus.COMPLETED else None,
+        )
+
+    async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
+        """Notify the run's end (its status is the one just published).
+
+        A run that ends before any model turn answered (its first one failed, or it was
+        cancelled) does not know whether the workers notify: its event goes to the
+        worker that delivers it, which posts it to its own URL or drops it.
+        """
+        if self._notes.enabled(self._input, self._worker_notifies is not False):
+            await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
@@ -464,6 +505,7 @@ class SubagentWorkflow:
                 self._read_only = set(turn.read_only_tools)
                 self._sandbox = turn.sandbox
                 self._take_protected(turn.protected_paths)
+                self._worker_notifies = turn.notify
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             self._schema_ref = turn.output_schema_ref or self._schema_ref
             new = []
@@ -675,7 +717,11 @@ class SubagentWorkflow:
             max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(
-                    self._offered, list(self._read_only), self._sandbox, self._reported_protected
+                    self._offered,
+                    list(self._read_only),
+                    self._sandbox,
+                    self._reported_protected,
+                    bool(self._worker_notifies),
                 )
                 if self._offered
                 else None
@@ -1050,6 +1096,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(
             head=self._head,
@@ -1190,6 +1237,9 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
+        notifies = self._notes.enabled(self._input, bool(self._worker_notifies))
+        if status == TaskStatus.PAUSED and pending and notifies:
+            self._notes.paused(self._notify_task(status), pause_id, pending)
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""
