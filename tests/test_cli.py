@@ -8,12 +8,9 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,40 +23,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
 from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
 from .helpers import CEILING, eventually
-
-CLI = [sys.executable, "-m", "durable_subagents"]
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def flat_err(self) -> str:
-        """Stderr with rich's line wrapping undone."""
-        return " ".join(self.err.split())
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SUBAGENTS_", "TEMPORAL_")) and k not in ("COLUMNS", "LINES")
-    }
-    env.update(
-        CI="true",
-        SUBAGENTS_DATA_DIR=str(tmp_path / "cli-data"),
-        SUBAGENTS_BLOB_DIR=str(tmp_path / "cli-blobs"),
-    )
-    env.update(overrides)
-    return env
+from .helpers.cli import CLI, _env, arun, failed, ok, run
+from .helpers.tasks import give_to_tool_user, script
 
 
 @pytest.fixture
@@ -74,51 +40,6 @@ def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
     )
-
-
-def run(*args: str, env: dict[str, str], timeout: float = CEILING, stdin: str = "") -> Result:
-    """Run the command, blocking: only where no in-process worker must make progress."""
-    proc = subprocess.run(
-        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-async def arun(
-    *args: str, env: dict[str, str], timeout: float = CEILING, stdin: str = ""
-) -> Result:
-    """Run the command without blocking the event loop (the in-process worker runs on it)."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
-    except TimeoutError:
-        proc.kill()
-        out, err = await proc.communicate()
-        pytest.fail(f"`subagents {' '.join(args)}` ran over {timeout} s:\n{out!r}\n{err!r}")
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
-
-
-def ok(result: Result) -> Result:
-    assert result.code == 0, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert "Traceback" not in result.err
-    return result
-
-
-def failed(result: Result) -> Result:
-    """A clean failure: exit 1, a message on stderr, no traceback, nothing on stdout."""
-    assert result.code == 1, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert result.err.startswith("error: "), result.err
-    assert "Traceback" not in result.err and "Traceback" not in result.out
-    assert result.out == ""
-    return result
 
 
 def _pids_with(marker: str) -> list[int]:

@@ -24,7 +24,7 @@ from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 
 from .browser import CHROMIUM
-from .conftest import script
+from .helpers.tasks import script
 
 pytestmark = [
     pytest.mark.browser,

@@ -47,8 +47,8 @@ from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._details import TaskView, current_details
 
-from .conftest import script
-from .test_durability import fake_provider
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 FILES = 30
 FILE_BYTES = 16 * 1024

@@ -13,7 +13,7 @@ from temporalio.worker import Replayer
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+from .histories import HISTORIES
 
 
 def test_histories_are_committed() -> None:

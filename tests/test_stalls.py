@@ -24,8 +24,8 @@ from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from . import stall_worker
-from .conftest import give_to_tool_user, script
 from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user, script
 from .stall_worker import RELEASE, hang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,7 +180,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
     task's model turns still start at once."""
     from temporalio.api.enums.v1 import EventType
 
-    from .test_durability import processes_matching
+    from .helpers.processes import processes_matching
 
     workspace = settings.workspace
     assert workspace is not None
