@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_subagents._notify_url import notify_url_allowed
 from durable_subagents._payloads import NOTIFY_ACTIVITY, NOTIFY_UNSET, NotifyInput
@@ -147,6 +147,8 @@ class Notifier:
                 "notify_url: nothing to post to (set it on every worker alike)",
                 type=NOTIFY_UNSET,
                 non_retryable=True,
+                # expected wherever notifications are off: the SDK logs it at DEBUG
+                category=ApplicationErrorCategory.BENIGN,
             )
         if not notify_url_allowed(url, self.allow):
             raise ApplicationError(
