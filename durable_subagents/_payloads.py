@@ -107,19 +107,18 @@ NOTIFY_UNSET = "NotifyUnset"
 """The error type of a notification without a URL on a worker without one: nothing to
 post, not a failure (a task that ended before it learnt whether its workers notify)."""
 MAX_CALLS_PER_TURN = 64
-"""Tool calls of one model turn that may run (since the patch ``calls-per-turn``); the
-rest go back as tool errors that say so. A turn of 8,000 calls that ask made the
-pause's memo over Temporal's 2 MB payload limit, and every workflow task of the task
-failed from then on; 64 keeps a pause's memo near 20 KB, and a parent's with 16 paused
-children near 350 KB."""
+"""Tool calls of one model turn that may run; the rest go back as tool errors that say
+so. A turn of 8,000 calls that ask made the pause's memo over Temporal's 2 MB payload
+limit, and every workflow task of the task failed from then on; 64 keeps a pause's memo
+near 20 KB, and a parent's with 16 paused children near 350 KB."""
 MAX_CALLS_KEPT = 2 * MAX_CALLS_PER_TURN
 """Tool calls of one model answer a worker keeps; the rest are dropped from the answer
 (the transcript too), so the results the next turn carries stay small. The calls kept
 past ``MAX_CALLS_PER_TURN`` come back as errors that tell the model the limit."""
 TOOL_QUEUE_SUFFIX = "-tools"
-"""A task's tool calls go to its task queue's name plus this (since the patch
-``tool-queue``): a queue with slots of its own, so tool calls, which may each run for
-minutes, never hold the slots every task's model turns need."""
+"""A task's tool calls go to its task queue's name plus this: a queue with slots of its
+own, so tool calls, which may each run for minutes, never hold the slots every task's
+model turns need."""
 
 
 def tool_queue(task_queue: str) -> str:

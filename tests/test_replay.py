@@ -14,18 +14,13 @@ from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
 from .histories import HISTORIES
+from .histories.record import SCENARIOS, VERSION
 
 
 def test_histories_are_committed() -> None:
+    """Every scenario ``record`` knows, recorded from the current baseline."""
     stems = {p.stem for p in HISTORIES}
-    for version in ("v1", "v2", "v3", "v4", "v5", "v6"):
-        assert {f"{k}-{version}" for k in ("completed", "cancelled", "timed_out")} <= stems
-    for version in ("v3", "v4", "v5", "v6"):
-        assert {f"approvals-{version}", f"registered-{version}"} <= stems
-    # v7: a task that compacts (summaries too), and a tree with its usage (tree-usage)
-    assert {"compacted-v7", "spawning-v7"} <= stems
-    # a task on workers that notify: its pause and its end, each a SubagentNotify child
-    assert "notified-v7" in stems
+    assert {f"{name}-{VERSION}" for name in SCENARIOS} <= stems
 
 
 def workflow_id(text: str, stem: str) -> str:

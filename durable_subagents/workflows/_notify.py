@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from durable_subagents.workflows._helpers import error_message, patched
+from durable_subagents.workflows._helpers import error_message
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
@@ -104,24 +104,20 @@ class Notifications:
         self._told: set[str] = set()
         """Pending call ids already in an event (a child's carry its pause id)."""
         self._starting: list[asyncio.Task[None]] = []
-        self._on: bool | None = None
 
     def enabled(self, task_input: TaskInput | None, worker_notifies: bool) -> bool:
         """Whether this run notifies, now that this much is known.
 
         It does when its spawn named a URL, or a worker it ran on reported a URL of its
-        own (a model turn's ``notify``), and the run's code does (``patched``). A
-        subagent's child never does: its pauses are its parent's events, and its end is
-        its parent's business.
+        own (a model turn's ``notify``). A subagent's child never does: its pauses are
+        its parent's events, and its end is its parent's business.
         """
         if task_input is None or not (task_input.notify_url or worker_notifies):
             return False
         if task_input.parent_is_subagent and not task_input.notify_url:
             return False
-        if self._on is None:
-            self._input = task_input
-            self._on = patched("notify")
-        return self._on
+        self._input = task_input
+        return True
 
     def paused(
         self, task: NotifyTask, pause_id: str | None, pending: list[PendingApproval]

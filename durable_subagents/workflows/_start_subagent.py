@@ -27,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.types import TaskResult
     from durable_subagents.workflows._subtasks import start_child
 
-from durable_subagents.workflows._helpers import patched
 
 __all__ = ["start_subagent"]
 
@@ -128,12 +127,7 @@ async def start_subagent(
         )
         if task_id is not None:
             validate_task_id(task_id)
-        try:
-            refuse_protected_workspace(workspace)
-        except InvalidRequest:
-            # Callers' runs that started such a child before this check replay as they ran.
-            if patched("spawn-workspace-protected"):
-                raise
+        refuse_protected_workspace(workspace)
     except InvalidRequest as err:
         # A plain exception would fail the caller's workflow task over and over.
         raise ApplicationError(str(err), type="InvalidRequest", non_retryable=True) from None

@@ -1,6 +1,7 @@
 """Record the histories that tests/test_replay.py replays.
 
-Run after a deliberate change of workflow behaviour that old runs need not replay:
+Run when a release changes what the workflow records (see "Upgrading workers" in
+docs/durability.md), after bumping ``VERSION``:
     .venv/bin/python -m tests.histories.record [NAME ...]
 Never re-record to make a replay failure go away: that failure means running tasks
 would break on upgrade.
@@ -23,11 +24,31 @@ from durable_subagents import AgentSpec, SubagentClient, connect_client
 from durable_subagents._payloads import Decisions
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v7"
-"""Bump when recording after a workflow change; keep the older files."""
+VERSION = "0.2.0"
+"""The release the histories were recorded from (files ``<scenario>-<VERSION>.json``).
+
+Bump when a release changes what the workflow records, and record every scenario
+anew. Keep the older files for as long as the code replays them: while an in-place
+``workflow.patched`` branch still reads them. The release that removes that branch
+(``workflow.deprecate_patch``) deletes them.
+"""
+SCENARIOS = (
+    "completed",
+    "cancelled",
+    "timed_out",
+    "spawning",
+    "compacted",
+    "approvals",
+    "registered",
+    "structured",
+    "rate_limited",
+    "notified",
+)
+"""What ``record`` records, each a task of one shape (names of the files)."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
     [
@@ -135,6 +156,8 @@ async def record(stack: contextlib.AsyncExitStack) -> None:
         (root / "ws").mkdir()
         (root / "ws" / "a.txt").write_text("alpha\n")
         (root / "ws" / "big.txt").write_text("a line of the notes file\n" * 50)
+        # a root worker runs commands as the workspace's owner (not root, not nobody)
+        workspace_for_tools(root / "ws", (10001, 10001))
         async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as server:
             temporal = await connect_client(server.address)
             settings = Settings(
@@ -236,6 +259,7 @@ async def record(stack: contextlib.AsyncExitStack) -> None:
                 "rate_limited": rated,
                 "notified": notified,
             }
+            assert tuple(recorded) == SCENARIOS
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():
                 if name not in wanted:
