@@ -74,11 +74,20 @@ class ToolContext:
         run_as: The uid and gid commands run as (a root worker's tool user; see
             ``tool_user``); None: the worker's own.
         time_limit: Seconds a call of a sync tool may run; then it is stopped (its
-            thread is told to stop, and the model gets a tool error).
+            thread is told to stop, or its process killed, and the model gets a tool
+            error).
         decided: The path the call was judged on: opening the call's path anywhere
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
+        uid: The user id the file tools' processes run as; None: the worker's. Only a
+            worker running as root can switch (so that nothing a tool creates is
+            owned by host root).
+        gid: The group id they run as (supplementary groups are dropped); None: the
+            worker's.
+
+    The context is plain data: it is pickled to the file tools' processes (without
+    ``on_output``, which stays with the caller).
     """
 
     workspace: Path
@@ -95,6 +104,8 @@ class ToolContext:
     time_limit: float = 120.0
     decided: DecidedPath | None = None
     rules: PathRules | None = None
+    uid: int | None = None
+    gid: int | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 
@@ -121,6 +132,16 @@ class ToolContext:
     def stopped(self) -> bool:
         """Whether the call was cancelled or timed out."""
         return self._stop.is_set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["on_output"] = None
+        del state["_stop"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stop = threading.Event()
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -198,6 +219,8 @@ class Tool:
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
         self.read_only = read_only
+        self.forked = False
+        """Whether calls run in a process of their own (see ``_forkserver.forked``)."""
         self._takes_context, fields = _signature_fields(fn, arg_docs)
         # Fields get neutral names and the parameters' names as aliases, so a parameter
         # may be called ``json`` or ``model_config`` without clashing with BaseModel.
@@ -238,6 +261,10 @@ class Tool:
         args = (ctx,) if self._takes_context else ()
         if self._is_async:
             result = await self.fn(*args, **kwargs)
+        elif self.forked:
+            from durable_subagents.activities.tools._forkserver import run_forked
+
+            return await run_forked(self, ctx, kwargs)
         else:
             result = await self._in_thread(ctx, args, kwargs)
         return _as_text(result)

@@ -6,6 +6,9 @@ elsewhere and symlinks pointing out are refused, even when the tree changes whil
 tool runs. Listing and grep walk the tree by descriptors, never entering a symlinked
 directory, and skip symlinked files that point out; by default they also skip what
 ``.gitignore`` ignores, virtualenvs, ``node_modules`` and caches (see ``_ignore``).
+
+Each call runs in a process of its own, with the call's CPU-time and memory limits
+(see ``_forkserver``): what one task's calls cost is not taken from the worker.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from durable_subagents.activities.tools._beneath import (
     resolve_beneath,
 )
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
+from durable_subagents.activities.tools._forkserver import forked
 from durable_subagents.activities.tools._ignore import Ignorer, Scope
 from durable_subagents.activities.tools._landing import WRITE_FLAGS, landing_check
 
@@ -257,6 +261,7 @@ def _open_for_write(ctx: ToolContext, path: str) -> Opened:
     return opened
 
 
+@forked
 @tool(read_only=True)
 def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -> str:
     """Read a text file from the workspace.
@@ -559,6 +564,7 @@ def _search_base(ctx: ToolContext, path: str) -> Opened:
         raise ToolError(f"path not found: '{path}' (workspace root {ctx.workspace})") from None
 
 
+@forked
 @tool(read_only=True)
 def list_files(
     ctx: ToolContext, pattern: str = "**/*", path: str = ".", include_ignored: bool = False
@@ -608,6 +614,7 @@ def list_files(
     return "\n".join(matches)
 
 
+@forked
 @tool(read_only=True)
 def grep(
     ctx: ToolContext,
@@ -691,6 +698,7 @@ def _grep_file(
     return False
 
 
+@forked
 @tool
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file in the workspace with the given content.
@@ -713,6 +721,7 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     return f"wrote {len(data)} bytes to {_display(opened.parts)}"
 
 
+@forked
 @tool
 def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
     """Replace exact text in a file of the workspace.
