@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -216,3 +217,76 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         assert queues == [f"{settings.task_queue}-tools"] * 4
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
         await _until(lambda: not processes_matching("sleep 3907"), 15, "the sleeps to end")
+
+
+STORM_DIRS = 300
+STORM = (
+    'python3 -c "import os\n'
+    f"for d in range({STORM_DIRS}):\n"
+    "    os.makedirs(f'storm/d{d}', exist_ok=True)\n"
+    "    lines = ''.join(f'{16 * chr(63)}{d}x{i}\\n' for i in range(1300))\n"
+    "    open(f'storm/d{d}/.gitignore', 'w').write(lines)\""
+)
+"""A tree whose ignore files are each ~31 KiB of distinct wildcard patterns (the
+costliest to compile), written by the attacker's own ``bash``."""
+
+
+async def _bystander_seconds(client: SubagentClient) -> float:
+    """How long a three-step task (three ``read_file`` turns, then an answer) takes."""
+    started = time.monotonic()
+    reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
+    task_id = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
+    info = await client.check_task(task_id, wait=True, timeout=120)
+    assert info.status == TaskStatus.COMPLETED and info.result == "ok", info
+    return time.monotonic() - started
+
+
+@pytest.mark.timeout(420)
+async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """The attacker writes hundreds of heavy ``.gitignore`` files, then searches with
+    eight ``grep`` calls a turn, turn after turn; a bystander's three-step task on the
+    same worker stays within 2x of its quiet time, measured in this run (medians, so
+    that the machine's other load weighs on both sides alike)."""
+    workspace = settings.workspace
+    assert workspace is not None
+    (workspace / "notes.md").write_text("the bystander reads this\n")
+    greps = {"tool_calls": [{"name": "grep", "arguments": {"pattern": f"n{i}"}} for i in range(8)]}
+    storm = {"tool_calls": [{"name": "bash", "arguments": {"command": STORM}}]}
+    async with create_worker(temporal_client, settings):
+        await _bystander_seconds(client)  # warm up
+        quiet = statistics.median([await _bystander_seconds(client) for _ in range(5)])
+        attacker = await client.spawn_task(
+            "general", "x", model=script(storm, *[greps] * 50, {"text": "done"})
+        )
+        await _until(lambda: running_calls(attacker), 120, "the storm's searches")
+        searching: list[int] = []
+
+        async def sample() -> None:
+            while True:
+                searching.append(len(running_calls(attacker)))
+                await asyncio.sleep(0.05)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            loaded = statistics.median([await _bystander_seconds(client) for _ in range(5)])
+        finally:
+            sampler.cancel()
+        info = await client.check_task(attacker)
+        assert info.status == TaskStatus.RUNNING, info  # the storm lasted throughout
+        # A turn of searches ends (the next model turn records its results): slowly,
+        # since the attacker's searches yield the CPU to everything else.
+        deadline = time.monotonic() + 240
+        while info.turns < 3:
+            assert time.monotonic() < deadline, "the attacker's searches never ended"
+            await asyncio.sleep(0.5)
+            info = await client.check_task(attacker)
+        assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+        outputs = [m.content for m in await client.get_transcript(attacker) if m.role == "tool"]
+    assert len(list(workspace.glob("storm/d*/.gitignore"))) == STORM_DIRS
+    # the attacker's searches ran all along, and each ended at the bound on ignore files
+    assert statistics.mean(searching) >= 2, searching
+    searches = outputs[1:]
+    assert searches and all("ignore files not fully applied" in o for o in searches), searches
+    assert loaded <= 2 * quiet, f"bystander: {loaded:.2f} s in the storm, {quiet:.2f} s before"

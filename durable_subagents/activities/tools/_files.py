@@ -557,6 +557,12 @@ def _note(ignorer: Ignorer | None) -> str:
     return ignorer.note() if ignorer is not None else ""
 
 
+def _bounded(output: str, ignorer: Ignorer | None) -> str:
+    """``output``, then a line naming ignore files a bound kept from applying, if any."""
+    note = ignorer.limits_note() if ignorer is not None else ""
+    return f"{output}\n{note}" if note else output
+
+
 def _search_base(ctx: ToolContext, path: str) -> Opened:
     try:
         return open_in_workspace(ctx, path, _READ)
@@ -606,12 +612,12 @@ def list_files(
             os.close(base.fd)
     matches.sort()
     if not matches:
-        return f"no files match '{pattern}' under '{path}'{_note(ignorer)}"
+        return _bounded(f"no files match '{pattern}' under '{path}'{_note(ignorer)}", ignorer)
     if len(matches) > MAX_LIST_ENTRIES:
         hidden = len(matches) - MAX_LIST_ENTRIES
         matches = matches[:MAX_LIST_ENTRIES]
         matches.append(f"[... {hidden} more files not shown; use a narrower pattern or path ...]")
-    return "\n".join(matches)
+    return _bounded("\n".join(matches), ignorer)
 
 
 @forked
@@ -662,12 +668,12 @@ def grep(
         finally:
             os.close(base.fd)
     if not results:
-        return f"no matches for {pattern!r} under '{path}'{_note(ignorer)}"
+        return _bounded(f"no matches for {pattern!r} under '{path}'{_note(ignorer)}", ignorer)
     if capped:
         results.append(
             f"[... stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob ...]"
         )
-    return "\n".join(results)
+    return _bounded("\n".join(results), ignorer)
 
 
 def _grep_file(
