@@ -13,7 +13,7 @@ import signal
 import time
 
 from durable_subagents.activities.tools import ToolContext, tool
-from durable_subagents.activities.tools._forkserver import forked
+from durable_subagents.activities.tools._processes import forked
 
 
 @forked

@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, ToolLimits
 from durable_subagents.activities.tools import ToolContext, ToolError, grep, read_file, write_file
-from durable_subagents.activities.tools._forkserver import (
+from durable_subagents.activities.tools._processes import (
     fork_server,
     running_calls,
     stop_fork_server,
@@ -234,7 +234,14 @@ async def test_a_worker_that_is_not_root_refuses_to_switch_users(ws: Path) -> No
 async def test_no_descriptor_zombie_or_process_is_left_behind(ws: Path) -> None:
     (ws / "f.txt").write_text("hello\n")
     await read_file.run(context(ws), {"path": "f.txt"})  # the server runs
-    before = len(os.listdir("/proc/self/fd"))
+    server = fork_server()
+
+    async def settled() -> int:
+        """Descriptors open once the worker holds the next spare's socket."""
+        await _until(lambda: server.ready == 1, 10, "the next spare")
+        return len(os.listdir("/proc/self/fd"))
+
+    before = await settled()
     for _ in range(20):
         await read_file.run(context(ws), {"path": "f.txt"})
     for how in ("segv", "raise", "exit"):
@@ -248,9 +255,8 @@ async def test_no_descriptor_zombie_or_process_is_left_behind(ws: Path) -> None:
             await call
     with pytest.raises(ToolError, match="time limit"):
         await misbehave.run(context(ws, time_limit=0.2), {"how": "sleep"})
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert await settled() == before
 
-    server = fork_server()
     await _until(lambda: len(children(server.pid)) == 1, 10, "only the spare to remain")
     spare = children(server.pid)[0]
     assert alive(spare)  # no zombie: every call's child was reaped
@@ -261,7 +267,8 @@ async def test_no_descriptor_zombie_or_process_is_left_behind(ws: Path) -> None:
     with pytest.raises(ToolError, match=r"process server stopped"):
         await running
     assert not any(alive(pid) for pid in (server.pid, spare, last))
-    assert len(os.listdir("/proc/self/fd")) == before - 1  # the control socket is closed
+    # closed: the control socket and the spare's
+    assert len(os.listdir("/proc/self/fd")) == before - 2
     assert "hello" in await read_file.run(context(ws), {"path": "f.txt"})  # starts again
 
 
@@ -269,7 +276,7 @@ WORKER = """
 import asyncio, json, sys
 from pathlib import Path
 from durable_subagents.activities.tools import ToolContext
-from durable_subagents.activities.tools._forkserver import fork_server, running_calls
+from durable_subagents.activities.tools._processes import fork_server, running_calls
 from tests.forked_tools import misbehave
 
 async def main():

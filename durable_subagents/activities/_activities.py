@@ -78,8 +78,8 @@ from durable_subagents.activities.tools import (
 from durable_subagents.activities.tools._beneath import Escape, open_beneath
 from durable_subagents.activities.tools._decorator import DecidedPath
 from durable_subagents.activities.tools._files import rule_path, written_path
-from durable_subagents.activities.tools._forkserver import prestart_fork_server
 from durable_subagents.activities.tools._limits import limit_mechanisms
+from durable_subagents.activities.tools._processes import prestart_fork_server
 from durable_subagents.activities.tools._sandbox import (
     BASE_ENV,
     NOBODY,

@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import json
 import re
+import sys
 import threading
 import time
 import typing
@@ -220,7 +221,7 @@ class Tool:
         self.description = description if description is not None else summary
         self.read_only = read_only
         self.forked = False
-        """Whether calls run in a process of their own (see ``_forkserver.forked``)."""
+        """Whether calls run in a process of their own (see ``_processes.forked``)."""
         self._takes_context, fields = _signature_fields(fn, arg_docs)
         # Fields get neutral names and the parameters' names as aliases, so a parameter
         # may be called ``json`` or ``model_config`` without clashing with BaseModel.
@@ -261,8 +262,9 @@ class Tool:
         args = (ctx,) if self._takes_context else ()
         if self._is_async:
             result = await self.fn(*args, **kwargs)
-        elif self.forked:
-            from durable_subagents.activities.tools._forkserver import run_forked
+        elif self.forked and sys.platform.startswith("linux"):
+            # Elsewhere (no SOCK_SEQPACKET pairs, no PR_SET_PDEATHSIG) in a thread.
+            from durable_subagents.activities.tools._processes import run_forked
 
             return await run_forked(self, ctx, kwargs)
         else:

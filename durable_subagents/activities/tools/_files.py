@@ -8,7 +8,7 @@ directory, and skip symlinked files that point out; by default they also skip wh
 ``.gitignore`` ignores, virtualenvs, ``node_modules`` and caches (see ``_ignore``).
 
 Each call runs in a process of its own, with the call's CPU-time and memory limits
-(see ``_forkserver``): what one task's calls cost is not taken from the worker.
+(see ``_processes``): what one task's calls cost is not taken from the worker.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from durable_subagents.activities.tools._beneath import (
     resolve_beneath,
 )
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
-from durable_subagents.activities.tools._forkserver import forked
 from durable_subagents.activities.tools._ignore import Ignorer, Scope
 from durable_subagents.activities.tools._landing import WRITE_FLAGS, landing_check
+from durable_subagents.activities.tools._processes import forked
 
 __all__ = [
     "edit_file",
