@@ -81,11 +81,10 @@ class ToolContext:
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
-        uid: The user id the file tools' processes run as; None: the worker's. Only a
-            worker running as root can switch (so that nothing a tool creates is
-            owned by host root).
-        gid: The group id they run as (supplementary groups are dropped); None: the
-            worker's.
+        files_run_as: The uid and gid the file tools' processes run as, with no
+            supplementary groups; None: the worker's own. Only a root worker can
+            switch. The worker sets none: its file tools act as itself (``run_as`` is
+            the commands' user).
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller).
@@ -105,8 +104,7 @@ class ToolContext:
     time_limit: float = 120.0
     decided: DecidedPath | None = None
     rules: PathRules | None = None
-    uid: int | None = None
-    gid: int | None = None
+    files_run_as: tuple[int, int] | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 

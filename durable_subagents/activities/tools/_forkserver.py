@@ -220,7 +220,7 @@ def _answer(request: bytes) -> dict[str, Any]:
     (module, name), ctx, kwargs, plan = pickle.loads(request)
     try:
         _limit(plan)
-        _become(ctx.uid, ctx.gid)
+        _become(ctx.files_run_as)
     except OSError as err:
         return {"setup": str(err)}
     try:
@@ -253,19 +253,18 @@ def _yield_priority(signum: int, frame: object) -> None:
         os.nice(NICE)
 
 
-def _become(uid: int | None, gid: int | None) -> None:
-    """Run as ``uid``/``gid`` (None: as now), with no supplementary groups."""
-    if uid is None and gid is None:
+def _become(ids: tuple[int, int] | None) -> None:
+    """Run as ``ids`` (uid, gid; None: as now), with no supplementary groups."""
+    if ids is None:
         return
+    uid, gid = ids
     if os.geteuid() != 0:
-        if uid not in (None, os.geteuid()) or gid not in (None, os.getegid()):
+        if (uid, gid) != (os.geteuid(), os.getegid()):
             raise PermissionError(
                 f"cannot run as uid {uid}, gid {gid}: only a worker running as root can "
                 "switch users"
             )
         return
     os.setgroups([])
-    if gid is not None:
-        os.setresgid(gid, gid, gid)
-    if uid is not None:
-        os.setresuid(uid, uid, uid)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)

@@ -111,9 +111,14 @@ class ForkServer:
         search = [p or os.getcwd() for p in sys.path]  # "" is the worker's directory
         argv = [sys.executable, "-I", "-c", BOOT, str(theirs.fileno())]
         argv += [json.dumps(search), json.dumps(stubs)]
+        # The worker's own binary, through its /proc link: a path the worker's user may
+        # not walk (an interpreter under root's home, the user switched by setpriv)
+        # still started the worker, and starts the server.
+        exe = "/proc/self/exe" if os.path.exists("/proc/self/exe") else sys.executable
         try:
             self.process = subprocess.Popen(
                 argv,
+                executable=exe,
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env={k: os.environ[k] for k in _ENV if k in os.environ},
