@@ -241,52 +241,56 @@ async def _bystander_seconds(client: SubagentClient) -> float:
     return time.monotonic() - started
 
 
+async def _sample(task_id: str, into: list[int]) -> None:
+    """Count ``task_id``'s file-tool processes every 50 ms, until cancelled."""
+    while True:
+        into.append(len(running_calls(task_id)))
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.timeout(420)
 async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
     client: SubagentClient, temporal_client: Client, settings: Settings
 ) -> None:
     """The attacker writes hundreds of heavy ``.gitignore`` files, then searches with
     eight ``grep`` calls a turn, turn after turn; a bystander's three-step task on the
-    same worker stays within 2x of its quiet time, measured in this run (medians, so
-    that the machine's other load weighs on both sides alike)."""
+    same worker stays within 2x of its quiet time. Quiet and storm runs alternate, so
+    the machine's other load weighs on both alike; the medians are compared."""
     workspace = settings.workspace
     assert workspace is not None
     (workspace / "notes.md").write_text("the bystander reads this\n")
     greps = {"tool_calls": [{"name": "grep", "arguments": {"pattern": f"n{i}"}} for i in range(8)]}
     storm = {"tool_calls": [{"name": "bash", "arguments": {"command": STORM}}]}
+    quiet: list[float] = []
+    loaded: list[float] = []
+    searching: list[int] = []
     async with create_worker(temporal_client, settings):
         await _bystander_seconds(client)  # warm up
-        quiet = statistics.median([await _bystander_seconds(client) for _ in range(5)])
-        attacker = await client.spawn_task(
-            "general", "x", model=script(storm, *[greps] * 50, {"text": "done"})
+        # The attacker's tree, and one turn of its searches: each ends at the bound on
+        # what ignore files may cost, and says so, instead of running for minutes.
+        first = await client.spawn_task(
+            "general", "x", model=script(storm, greps, {"text": "done"})
         )
-        await _until(lambda: running_calls(attacker), 120, "the storm's searches")
-        searching: list[int] = []
+        info = await client.check_task(first, wait=True, timeout=300)
+        assert info.status == TaskStatus.COMPLETED, info
+        outputs = [m.content for m in await client.get_transcript(first) if m.role == "tool"]
+        assert len(list(workspace.glob("storm/d*/.gitignore"))) == STORM_DIRS
+        assert len(outputs) == 9
+        assert all("ignore files not fully applied" in o for o in outputs[1:]), outputs
 
-        async def sample() -> None:
-            while True:
-                searching.append(len(running_calls(attacker)))
-                await asyncio.sleep(0.05)
-
-        sampler = asyncio.create_task(sample())
-        try:
-            loaded = statistics.median([await _bystander_seconds(client) for _ in range(5)])
-        finally:
-            sampler.cancel()
-        info = await client.check_task(attacker)
-        assert info.status == TaskStatus.RUNNING, info  # the storm lasted throughout
-        # A turn of searches ends (the next model turn records its results): slowly,
-        # since the attacker's searches yield the CPU to everything else.
-        deadline = time.monotonic() + 240
-        while info.turns < 3:
-            assert time.monotonic() < deadline, "the attacker's searches never ended"
-            await asyncio.sleep(0.5)
-            info = await client.check_task(attacker)
-        assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
-        outputs = [m.content for m in await client.get_transcript(attacker) if m.role == "tool"]
-    assert len(list(workspace.glob("storm/d*/.gitignore"))) == STORM_DIRS
-    # the attacker's searches ran all along, and each ended at the bound on ignore files
+        for _ in range(5):
+            quiet.append(await _bystander_seconds(client))
+            attacker = await client.spawn_task(
+                "general", "x", model=script(*[greps] * 50, {"text": "done"})
+            )
+            await _until(lambda a=attacker: len(running_calls(a)) >= 4, 60, "the searches")
+            sampler = asyncio.create_task(_sample(attacker, searching))
+            try:
+                loaded.append(await _bystander_seconds(client))
+            finally:
+                sampler.cancel()
+            assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+    # the attacker's searches ran all along
     assert statistics.mean(searching) >= 2, searching
-    searches = outputs[1:]
-    assert searches and all("ignore files not fully applied" in o for o in searches), searches
-    assert loaded <= 2 * quiet, f"bystander: {loaded:.2f} s in the storm, {quiet:.2f} s before"
+    before, during = statistics.median(quiet), statistics.median(loaded)
+    assert during <= 2 * before, f"bystander: {during:.2f} s in the storm, {before:.2f} s quiet"

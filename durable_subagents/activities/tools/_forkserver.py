@@ -3,16 +3,19 @@
 The server is a fresh interpreter holding only the tool modules (never a fork of the
 worker, whose other threads belong to Temporal's runtime and the event loop). It keeps
 one spare child forked ahead and hands the worker that child's socket; the worker
-sends its request straight to the child, so a call's path is the worker and the child
+sends requests straight to the child, so a call's path is the worker and the child
 alone. When the worker takes a spare the server forks the next one, and it reaps every
-child and reports its exit status. The child applies the call's limits, drops to the
-call's user if it names one, runs the tool function and writes its answer back as JSON.
+child and reports its exit status. A child serves the calls of one task, one at a
+time: each request carries the call's limits, the child applies them, runs the tool
+function and writes its answer back as JSON; it exits when the worker closes its
+socket (see ``_processes`` for when).
 
 ``_processes`` is the worker's side. The control protocol, over a ``SOCK_SEQPACKET``
 pair the worker created (no path or abstract socket that another process could
 connect to), is one fixed-size message each way: the server says HELLO, SPARE (with
 the socket) and EXITED; the worker says TAKEN and KILL. The server kills only children
-it has not reaped yet, so a pid is never reused under a kill.
+it has not reaped yet, so a pid is never reused under a kill. On a child's socket, each
+request and each answer is a frame: its length (``FRAME``), then its bytes.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, _as_text
 
-__all__ = ["BOOT", "MESSAGE", "NICE", "serve"]
+__all__ = ["BOOT", "FRAME", "MESSAGE", "NICE", "read_frame", "serve"]
 
 NICE = 10
 """Niceness of a call's process once it has used ``FULL_PRIORITY_CPU``: the worker's
@@ -46,9 +49,14 @@ FULL_PRIORITY_CPU = 0.05
 """CPU seconds a call runs at the worker's own priority. A read takes a millisecond or
 two and answers as fast as it would in the worker; a heavy search yields after this."""
 
+MAX_CHILD_RSS_MB = 256
+"""A child that has grown past this (a big file read, a large search) is not reused."""
+
 MESSAGE = struct.Struct("!cQq")
 """A control message: its kind, a child's pid and a value (a wait status)."""
 HELLO, SPARE, EXITED, TAKEN, KILL = b"H", b"S", b"X", b"T", b"K"
+FRAME = struct.Struct("!I")
+"""The length of a request or an answer, before its bytes."""
 _PR_SET_PDEATHSIG = 1
 
 BOOT = """\
@@ -193,9 +201,10 @@ def _load_prctl() -> Any:
 
 
 def _spare(fd: int, server: int) -> None:
-    """A spare child: wait for a request on its socket, answer it, exit."""
+    """A spare child: answer requests on its socket until the worker closes it."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPROF, _yield_priority)
     prctl = _load_prctl()
     if prctl is not None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -205,50 +214,88 @@ def _spare(fd: int, server: int) -> None:
     os.closerange(3, fd)
     os.closerange(fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     with socket.socket(fileno=fd) as sock:
-        chunks = []
-        while chunk := sock.recv(1 << 16):
-            chunks.append(chunk)
-        if not chunks:
-            return  # the worker let it go (it stopped, or died)
-        sock.sendall(json.dumps(_answer(b"".join(chunks))).encode())
-    # Closed before exiting: the worker reads the end of the answer now, not after
-    # the kernel has torn this process's memory down.
+        first = True
+        while (request := read_frame(sock)) is not None:
+            answer = json.dumps(_answer(request, first)).encode()
+            sock.sendall(FRAME.pack(len(answer)) + answer)
+            first = False
     os._exit(0)
 
 
-def _answer(request: bytes) -> dict[str, Any]:
-    (module, name), ctx, kwargs, plan = pickle.loads(request)
+def read_frame(sock: socket.socket) -> bytes | None:
+    """The next frame's bytes (blocking); None at the end of the stream."""
+    header = _read_exactly(sock, FRAME.size)
+    if header is None:
+        return None
+    return _read_exactly(sock, FRAME.unpack(header)[0])
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 16))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+_niced = False
+
+
+def _answer(request: bytes, first: bool) -> dict[str, Any]:
+    """Run one call; the answer says whether this process should serve no more."""
+    (module, name), ctx, kwargs, (fixed, cpu) = pickle.loads(request)
     try:
-        _limit(plan)
-        _become(ctx.files_run_as)
+        if first:
+            for which, soft, hard in fixed:
+                resource.setrlimit(which, (soft, hard))
+            _become(ctx.files_run_as)
+        _limit_cpu(cpu)
     except OSError as err:
-        return {"setup": str(err)}
+        return {"setup": str(err), "retire": True}
+    answer: dict[str, Any]
     try:
         tool = getattr(importlib.import_module(module), name)
-        return {"ok": _as_text(tool.fn(ctx, **kwargs))}
+        answer = {"ok": _as_text(tool.fn(ctx, **kwargs))}
     except ToolError as err:
-        return {"tool_error": str(err), "stopped": ctx.stopped}
+        answer = {"tool_error": str(err), "stopped": ctx.stopped}
     except MemoryError:
-        return {"memory": True}
+        return {"memory": True, "retire": True}
     except Exception as err:
         return {
             "crash": {
                 "type": type(err).__name__,
                 "message": str(err),
                 "traceback": traceback.format_exc(),
-            }
+            },
+            "retire": True,
         }
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    big = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > MAX_CHILD_RSS_MB << 10
+    answer["retire"] = _niced or big
+    return answer
 
 
-def _limit(plan: list[tuple[int, int, int]]) -> None:
-    """Apply a call's rlimits, and lower its priority once it has used some CPU."""
-    for which, soft, hard in plan:
-        resource.setrlimit(which, (soft, hard))
-    signal.signal(signal.SIGPROF, _yield_priority)
+def _limit_cpu(seconds: int) -> None:
+    """Give this call ``seconds`` of CPU from now on, then SIGXCPU (which kills).
+
+    The first ``FULL_PRIORITY_CPU`` of it run at the worker's priority.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(usage.ru_utime + usage.ru_stime) + seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     signal.setitimer(signal.ITIMER_PROF, FULL_PRIORITY_CPU)
 
 
 def _yield_priority(signum: int, frame: object) -> None:
+    global _niced
+    _niced = True
     with contextlib.suppress(OSError):
         os.nice(NICE)
 

@@ -2,11 +2,14 @@
 
 The file tools parse, walk and match in Python. Run in the worker's interpreter, their
 CPU time and the GIL would be every task's: eight searches through hostile ignore
-files slowed another task's three-step run from 0.44 s to 8.3 s. So each call of a
-``forked`` tool runs in a child process of a fork server (``_forkserver``) that each
-worker process starts once. The child takes the call's limits (CPU time, memory, file
-size, open files), a low priority after its first 50 ms of CPU and, when the context
-names them, the call's user and group; the worker only waits on a socket.
+files slowed another task's three-step run from 0.44 s to 8.3 s. So a ``forked``
+tool's call runs in a child of a fork server (``_forkserver``) that each worker process
+starts once. A child serves one task: its first call takes a fresh child (the task's
+memory, file-size and open-file limits, and its user if the context names one, are set
+then, for good), later calls of the task reuse it while it is idle, so a read costs
+no fork. Each call gets its own CPU-time limit, and the worker's priority for its
+first 50 ms of CPU; a child that used more than that (and so runs at nice 10), grew
+large, failed, or sat idle for ``IDLE_SECONDS`` is let go.
 
 - The time limit and a cancel kill the child, through the server that reaps it, and
   wait until it is gone.
@@ -42,6 +45,7 @@ from durable_subagents.activities.tools._decorator import Tool, ToolContext, Too
 from durable_subagents.activities.tools._forkserver import (
     BOOT,
     EXITED,
+    FRAME,
     HELLO,
     KILL,
     MESSAGE,
@@ -69,6 +73,12 @@ REAP_WAIT = 5.0
 """Seconds to wait for a killed child to be reaped before giving up on it."""
 MAX_ANSWER_BYTES = 64 << 20
 """An answer larger than this is refused (the tools' own caps keep theirs far below)."""
+IDLE_SECONDS = 30.0
+"""How long a task's idle child is kept for its next call (a model turn or two)."""
+MAX_IDLE = 32
+"""Idle children kept in all; past it the longest idle goes."""
+MAX_CALLS = 200
+"""Calls one child serves before it is let go."""
 _ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 """Worker variables the server keeps (locale and paths); no credentials reach it."""
 
@@ -90,8 +100,24 @@ class _Call:
     exited: asyncio.Future[int]
 
 
-Spare = tuple[int, socket.socket]
-"""A child waiting for a request: its pid and the worker's end of its socket."""
+Key = tuple[str, Any, Any]
+"""Whose calls a child serves: a task, its user and the limits set once per child."""
+
+
+@dataclass(eq=False)
+class _Child:
+    """A child of the server, from the worker's side."""
+
+    pid: int
+    sock: socket.socket
+    key: Key | None = None
+    """Whose calls it serves, once taken."""
+    call: _Call | None = None
+    """The call it runs now."""
+    status: int | None = None
+    """Its wait status, if it was reaped while taken and not running a call yet."""
+    calls: int = 0
+    idle_since: float = 0.0
 
 
 class ForkServer:
@@ -134,17 +160,17 @@ class ForkServer:
         self._control = control
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._calls: dict[int, _Call] = {}
-        self._spares: collections.deque[Spare] = collections.deque()
-        self._early: dict[int, int] = {}
-        """Exit statuses of children that died between being taken and registered."""
-        self._waiting: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[Spare]]]
-        self._waiting = collections.deque()
+        self._children: dict[int, _Child] = {}
+        """Every child the server told of and has not reported reaped."""
+        self._spares: collections.deque[_Child] = collections.deque()
+        self._idle: dict[Key, list[_Child]] = {}
+        self._waiting: collections.deque[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[_Child]]
+        ] = collections.deque()
         self._closed = False
         try:
             control.settimeout(START_TIMEOUT)
             hello = control.recv(MESSAGE.size)
-            control.settimeout(None)
         except OSError as err:
             self._abandon()
             raise ServerGone(f"the file tools' process server did not start: {err}") from None
@@ -154,6 +180,7 @@ class ForkServer:
                 "the file tools' process server did not start (exit status "
                 f"{self.process.poll()}; its error is in the worker's log)"
             )
+        control.settimeout(1.0)  # the reader wakes to let idle children go
         self.pid = self.process.pid
         self._reader = threading.Thread(target=self._read, name="fork-server", daemon=True)
         self._reader.start()
@@ -165,14 +192,38 @@ class ForkServer:
 
     @property
     def ready(self) -> int:
-        """Spare children waiting for a call (one, once the server has forked it)."""
+        """Spare children waiting for a task (one, once the server has forked it)."""
         with self._lock:
             return len(self._spares)
+
+    def idle(self, task_id: str | None = None) -> list[int]:
+        """Pids of the children kept for a task's next call, for one task or for all."""
+        with self._lock:
+            return [
+                c.pid
+                for children in self._idle.values()
+                for c in children
+                if task_id in (None, c.key and c.key[0])
+            ]
+
+    @property
+    def held(self) -> int:
+        """Children's sockets the worker holds (spares, idle and running children)."""
+        with self._lock:
+            return (
+                len(self._spares)
+                + sum(len(c) for c in self._idle.values())
+                + sum(1 for c in self._children.values() if c.call is not None)
+            )
 
     def running(self, task_id: str | None = None) -> list[int]:
         """Pids of the children running calls now, for one task or for all."""
         with self._lock:
-            return [pid for pid, c in self._calls.items() if task_id in (None, c.task_id)]
+            return [
+                c.pid
+                for c in self._children.values()
+                if c.call is not None and task_id in (None, c.call.task_id)
+            ]
 
     async def call(self, tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> str:
         """Run ``tool`` in a child with ``ctx`` and ``kwargs``; its text, or ``ToolError``.
@@ -182,83 +233,126 @@ class ForkServer:
             ServerGone: The server stopped meanwhile (the worker is shutting down).
         """
         loop = asyncio.get_running_loop()
+        fixed, cpu = _plan(ctx)
+        key: Key = (ctx.task_id, ctx.files_run_as, tuple(fixed))
         ref = (tool.fn.__module__, tool.fn.__name__)
-        request = pickle.dumps((ref, ctx, kwargs, _plan(ctx)), protocol=pickle.HIGHEST_PROTOCOL)
-        pid, sock = await self._take(loop)
+        request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu)), pickle.HIGHEST_PROTOCOL)
+        child = await self._take(loop, key)
         call = _Call(ctx.task_id, loop, loop.create_future())
         call.exited.add_done_callback(lambda f: f.cancelled() or f.exception())
+        with self._lock:
+            child.call = call
+            child.calls += 1
+            status, child.status = child.status, None
+        if status is not None:
+            call.exited.set_result(status)
         try:
-            with self._lock:
-                self._calls[pid] = call
-                early = self._early.pop(pid, None)
-            if early is not None:
-                call.exited.set_result(early)
-            with contextlib.suppress(OSError):  # gone: the exchange below finds out
-                self._send(TAKEN, pid)
-            sock.setblocking(False)
-            try:
-                raw = await _exchange(loop, sock, request)
-            except asyncio.CancelledError:
-                await asyncio.shield(self._kill(pid, call))
-                raise
-        finally:
-            sock.close()
+            raw = await _exchange(loop, child.sock, request)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill(child))
+            raise
         answer = _parse(raw)
         if answer is None:
             # It died, or is still writing an answer over the cap: make sure, then ask why.
-            with contextlib.suppress(OSError):
-                self._send(KILL, pid)
-            status = await self._status(pid, call)
-            raise ToolError(_died(tool.name, status, ctx))
+            await self._kill(child)
+            if call.exited.done() and isinstance(call.exited.exception(), ServerGone):
+                raise ServerGone("the file tools' process server stopped")
+            raise ToolError(_died(tool.name, call.exited, ctx))
+        self._release(child, reuse=not answer.get("retire") and child.calls < MAX_CALLS)
         return _unpack(tool.name, answer, ctx)
 
-    async def _take(self, loop: asyncio.AbstractEventLoop) -> Spare:
-        """A spare child, waiting for the next one the server forks if none is ready."""
+    async def _take(self, loop: asyncio.AbstractEventLoop, key: Key) -> _Child:
+        """The task's idle child, else a spare (waiting for the next if none is ready)."""
         with self._lock:
             if self._closed:
                 raise ServerGone("the file tools' process server stopped")
+            idle = self._idle.get(key)
+            if idle:
+                child = idle.pop()
+                if not idle:
+                    del self._idle[key]
+                return child
             if self._spares:
-                return self._spares.popleft()
-            waiter: asyncio.Future[Spare] = loop.create_future()
-            self._waiting.append((loop, waiter))
-        return await waiter
+                child = self._spares.popleft()
+                waiter = None
+            else:
+                waiter = loop.create_future()
+                self._waiting.append((loop, waiter))
+        if waiter is not None:
+            child = await waiter
+        child.key = key
+        child.sock.setblocking(False)
+        with contextlib.suppress(OSError):  # gone: the exchange finds out
+            self._send(TAKEN, child.pid)
+        return child
 
-    def _offer(self, spare: Spare) -> None:
+    def _release(self, child: _Child, *, reuse: bool) -> None:
+        """After a call: keep the child for its task's next one, or let it go."""
+        with self._lock:
+            child.call = None
+            if reuse and not self._closed and child.pid in self._children:
+                assert child.key is not None
+                child.idle_since = time.monotonic()
+                self._idle.setdefault(child.key, []).append(child)
+                reuse = True
+            else:
+                reuse = False
+        if not reuse:
+            child.sock.close()  # it reads the end of its stream and exits
+        self._prune()
+
+    def _prune(self) -> None:
+        """Let go the children idle too long, and the longest idle past ``MAX_IDLE``."""
+        now = time.monotonic()
+        with self._lock:
+            idle = sorted(
+                (c for children in self._idle.values() for c in children),
+                key=lambda c: c.idle_since,
+            )
+            stale = [c for c in idle if now - c.idle_since > IDLE_SECONDS]
+            stale += [c for c in idle[: max(0, len(idle) - MAX_IDLE)] if c not in stale]
+            for child in stale:
+                assert child.key is not None
+                self._idle[child.key].remove(child)
+                if not self._idle[child.key]:
+                    del self._idle[child.key]
+        for child in stale:
+            child.sock.close()
+
+    def _offer(self, child: _Child) -> None:
         """Give a spare to the first caller still waiting, or keep it for the next."""
         with self._lock:
             while self._waiting:
                 loop, waiter = self._waiting.popleft()
                 with contextlib.suppress(RuntimeError):  # its loop has closed
-                    loop.call_soon_threadsafe(self._hand, waiter, spare)
+                    loop.call_soon_threadsafe(self._hand, waiter, child)
                     return
             if self._closed:
-                spare[1].close()
+                child.sock.close()
             else:
-                self._spares.append(spare)
+                self._spares.append(child)
 
-    def _hand(self, waiter: asyncio.Future[Spare], spare: Spare) -> None:
+    def _hand(self, waiter: asyncio.Future[_Child], child: _Child) -> None:
         if waiter.done():  # cancelled meanwhile
-            self._offer(spare)
+            self._offer(child)
         else:
-            waiter.set_result(spare)
+            waiter.set_result(child)
 
-    async def _kill(self, pid: int, call: _Call) -> None:
+    async def _kill(self, child: _Child) -> None:
+        """Kill a child that runs a call, and wait until it is reaped."""
         with contextlib.suppress(OSError):
-            self._send(KILL, pid)
-        with contextlib.suppress(ServerGone):  # it killed its children as it stopped
-            await self._status(pid, call)
-
-    async def _status(self, pid: int, call: _Call) -> int | None:
-        """The child's wait status once it is reaped; None if that took too long.
-
-        Raises:
-            ServerGone: The server stopped (and killed the child) meanwhile.
-        """
+            self._send(KILL, child.pid)
+        assert child.call is not None
         try:
-            return await asyncio.wait_for(asyncio.shield(call.exited), REAP_WAIT)
+            await asyncio.wait_for(asyncio.shield(child.call.exited), REAP_WAIT)
         except TimeoutError:
-            log.warning("a file tool's process (%d) was not reaped in time", pid)
-            return None
+            log.warning("a file tool's process (%d) was not reaped in time", child.pid)
+        except ServerGone:
+            pass  # it killed its children as it stopped
+        finally:
+            with self._lock:
+                child.call = None
+            child.sock.close()
 
     def _send(self, kind: bytes, pid: int) -> None:
         with self._send_lock:
@@ -269,6 +363,9 @@ class ForkServer:
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(self._control, MESSAGE.size, 1)
+            except TimeoutError:
+                self._prune()
+                continue
             except OSError:
                 data, fds = b"", []
             if len(data) != MESSAGE.size:
@@ -278,37 +375,50 @@ class ForkServer:
                 return
             kind, pid, value = MESSAGE.unpack(data)
             if kind == SPARE and fds:
+                child = _Child(pid, socket.socket(fileno=fds[0]))
                 with self._lock:
-                    self._early.pop(pid, None)  # a pid used again: not the one that died
-                self._offer((pid, socket.socket(fileno=fds[0])))
+                    self._children[pid] = child
+                self._offer(child)
             elif kind == EXITED:
                 self._exited(pid, value)
 
     def _exited(self, pid: int, status: int) -> None:
         with self._lock:
-            call = self._calls.pop(pid, None)
-            idle = [s for s in self._spares if s[0] == pid]
-            for spare in idle:  # a spare that died before a call took it
-                self._spares.remove(spare)
-                spare[1].close()
-            if call is None and not idle:  # taken, not registered yet
-                self._early[pid] = status
+            child = self._children.pop(pid, None)
+            if child is None:
+                return
+            call = child.call
+            waiting = child in self._spares
+            if waiting:
+                self._spares.remove(child)
+            idle = self._idle.get(child.key) if child.key is not None else None
+            if idle is not None and child in idle:
+                waiting = True
+                idle.remove(child)
+                if not idle:
+                    del self._idle[child.key]  # type: ignore[arg-type]
+            elif call is None:
+                child.status = status  # taken: the call about to start finds it
         if call is not None:
             _settle(call.loop, call.exited, status)
+        elif waiting:
+            child.sock.close()
 
     def _gone(self) -> None:
         with self._lock:
             self._closed = True
-            calls, self._calls = list(self._calls.values()), {}
+            children, self._children = list(self._children.values()), {}
             waiting, self._waiting = list(self._waiting), collections.deque()
-            spares, self._spares = list(self._spares), collections.deque()
+            self._spares.clear()
+            self._idle.clear()
         gone = ServerGone("the file tools' process server stopped")
-        for call in calls:
-            _settle(call.loop, call.exited, gone)
+        for child in children:
+            if child.call is not None:
+                _settle(child.call.loop, child.call.exited, gone)
+            else:
+                child.sock.close()
         for loop, waiter in waiting:
             _settle(loop, waiter, gone)
-        for _, sock in spares:
-            sock.close()
 
     def close(self) -> None:
         """Stop the server: it kills its children, reaps them and exits."""
@@ -345,25 +455,27 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcom
 
 
 async def _exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request: bytes) -> bytes:
-    """Send the request, then read the answer until the child closes its end."""
+    """Send a request frame, then read the answer frame; b"" if the child ended first."""
     try:
-        await loop.sock_sendall(sock, request)
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        return b""  # the child died before reading it all: its exit status says why
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        try:
-            chunk = await loop.sock_recv(sock, 1 << 16)
-        except OSError:
-            return b""
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
+        await loop.sock_sendall(sock, FRAME.pack(len(request)) + request)
+        header = await _receive(loop, sock, FRAME.size)
+        (size,) = FRAME.unpack(header)
         if size > MAX_ANSWER_BYTES:
             return b""
+        return await _receive(loop, sock, size)
+    except (OSError, EOFError):
+        return b""  # its exit status says why
+
+
+async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
+    chunks: list[bytes] = []
+    while size:
+        chunk = await loop.sock_recv(sock, min(size, 1 << 16))
+        if not chunk:
+            raise EOFError
         chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
@@ -398,8 +510,9 @@ def _unpack(name: str, answer: dict[str, Any], ctx: ToolContext) -> str:
     raise ToolError(message)
 
 
-def _died(name: str, status: int | None, ctx: ToolContext) -> str:
+def _died(name: str, exited: asyncio.Future[int], ctx: ToolContext) -> str:
     """What the model reads when a child ended without an answer."""
+    status = exited.result() if exited.done() and not exited.exception() else None
     if status is not None and os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         if number == signal.SIGXCPU:
@@ -418,17 +531,16 @@ def _died(name: str, status: int | None, ctx: ToolContext) -> str:
     return f"{name} failed: its process {how} before it answered; the call did not complete"
 
 
-def _plan(ctx: ToolContext) -> list[tuple[int, int, int]]:
-    """The rlimits of a call's process, worked out in the worker, where that is cheap.
+def _plan(ctx: ToolContext) -> tuple[list[tuple[int, int, int]], int]:
+    """A call's limits, worked out in the worker, where that is cheap.
 
-    None is above a hard limit the worker itself runs under.
+    Returns:
+        The rlimits its child takes once (memory, file size, open files, no core
+        dumps), none above a hard limit the worker itself runs under; and the call's
+        CPU seconds (``_cpu_seconds``), which the child counts from each call's start.
     """
     limits = _limits(ctx)
-    cpu = _cpu_seconds(ctx)
-    wanted = [
-        (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at the soft limit, SIGKILL after
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
+    wanted = [(resource.RLIMIT_CORE, 0, 0)]
     if limits.memory_mb:
         wanted.append((resource.RLIMIT_DATA, limits.memory_mb << 20, limits.memory_mb << 20))
     if limits.file_size_mb:
@@ -436,13 +548,13 @@ def _plan(ctx: ToolContext) -> list[tuple[int, int, int]]:
         wanted.append((resource.RLIMIT_FSIZE, size, size))
     if limits.open_files:
         wanted.append((resource.RLIMIT_NOFILE, limits.open_files, limits.open_files))
-    plan = []
+    fixed = []
     for which, soft, hard in wanted:
         _, current = resource.getrlimit(which)
         if current != resource.RLIM_INFINITY:
             soft, hard = min(soft, current), min(hard, current)
-        plan.append((which, soft, hard))
-    return plan
+        fixed.append((which, soft, hard))
+    return fixed, _cpu_seconds(ctx)
 
 
 def _limits(ctx: ToolContext) -> ToolLimits:
