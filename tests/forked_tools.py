@@ -6,6 +6,7 @@ their own rather than in a test file.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -14,6 +15,8 @@ import time
 
 from durable_subagents.activities.tools import ToolContext, tool
 from durable_subagents.activities.tools._processes import forked
+
+PR_GET_PDEATHSIG = 2
 
 
 @forked
@@ -43,5 +46,7 @@ def misbehave(ctx: ToolContext, how: str) -> str:
             for name in ("cpu", "data", "fsize", "nofile")
         }
         ids = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
-        return json.dumps({**ids, **limits})
+        death_signal = ctypes.c_int(0)
+        ctypes.CDLL(None).prctl(PR_GET_PDEATHSIG, ctypes.byref(death_signal))
+        return json.dumps({**ids, **limits, "death_signal": death_signal.value})
     return how

@@ -207,7 +207,7 @@ def shared_ws() -> Iterator[Path]:
 async def test_a_root_worker_runs_the_file_tools_as_the_user_it_is_given(shared_ws: Path) -> None:
     (shared_ws / "private.txt").write_text("root only\n")
     (shared_ws / "private.txt").chmod(0o600)
-    ctx = context(shared_ws, files_run_as=(4321, 4322))
+    ctx = context(shared_ws, run_as=(4321, 4322))
     assert await write_file.run(ctx, {"path": "made.txt", "content": "x"}) == (
         "wrote 1 bytes to made.txt"
     )
@@ -217,6 +217,8 @@ async def test_a_root_worker_runs_the_file_tools_as_the_user_it_is_given(shared_
         await read_file.run(ctx, {"path": "private.txt"})
     got = json.loads(await misbehave.run(ctx, {"how": "whoami"}))
     assert (got["uid"], got["gid"], got["groups"]) == (4321, 4322, [])
+    # the switch cleared the signal that kills it with the server: it is set again
+    assert got["death_signal"] == signal.SIGKILL
     # without a user, calls stay the worker's
     await write_file.run(context(shared_ws), {"path": "root.txt", "content": "x"})
     assert (shared_ws / "root.txt").stat().st_uid == 0
@@ -225,7 +227,7 @@ async def test_a_root_worker_runs_the_file_tools_as_the_user_it_is_given(shared_
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may switch users")
 async def test_a_worker_that_is_not_root_refuses_to_switch_users(ws: Path) -> None:
     with pytest.raises(ToolError, match=r"only a worker running as root can switch users"):
-        ctx = context(ws, files_run_as=(4321, 4321))
+        ctx = context(ws, run_as=(4321, 4321))
         await write_file.run(ctx, {"path": "made.txt", "content": "x"})
     assert not (ws / "made.txt").exists()
 

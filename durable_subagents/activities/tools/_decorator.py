@@ -72,8 +72,10 @@ class ToolContext:
         protected: Workspace entries commands see read-only (empty: opted in to writes).
         hidden: Host paths no tool may read (the blob store, data and config directories).
         read_paths: Extra host paths commands see read-only.
-        run_as: The uid and gid commands run as (a root worker's tool user; see
-            ``tool_user``); None: the worker's own.
+        run_as: The uid and gid commands and the file tools' processes run as (a root
+            worker's tool user; see ``tool_user``), the file tools with no
+            supplementary groups; None: the worker's own. Only a root worker can
+            switch.
         time_limit: Seconds a call of a sync tool may run; then it is stopped (its
             thread is told to stop, or its process killed, and the model gets a tool
             error).
@@ -81,10 +83,6 @@ class ToolContext:
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
-        files_run_as: The uid and gid the file tools' processes run as, with no
-            supplementary groups; None: the worker's own. Only a root worker can
-            switch. The worker sets none: its file tools act as itself (``run_as`` is
-            the commands' user).
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller).
@@ -104,7 +102,6 @@ class ToolContext:
     time_limit: float = 120.0
     decided: DecidedPath | None = None
     rules: PathRules | None = None
-    files_run_as: tuple[int, int] | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
 

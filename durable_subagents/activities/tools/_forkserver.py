@@ -200,15 +200,26 @@ def _load_prctl() -> Any:
         return None
 
 
-def _spare(fd: int, server: int) -> None:
-    """A spare child: answer requests on its socket until the worker closes it."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGPROF, _yield_priority)
+_server = 0
+"""The fork server's pid, in a child."""
+
+
+def _die_with_server() -> bool:
+    """Have the kernel kill this child when the server dies; False if it is gone already."""
     prctl = _load_prctl()
     if prctl is not None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != server:
+    return os.getppid() == _server
+
+
+def _spare(fd: int, server: int) -> None:
+    """A spare child: answer requests on its socket until the worker closes it."""
+    global _server
+    _server = server
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPROF, _yield_priority)
+    if not _die_with_server():
         return  # the server died before the death signal was set
     # Only its own socket stays: not the control socket, nor the server's selector.
     os.closerange(3, fd)
@@ -251,7 +262,7 @@ def _answer(request: bytes, first: bool) -> dict[str, Any]:
         if first:
             for which, soft, hard in fixed:
                 resource.setrlimit(which, (soft, hard))
-            _become(ctx.files_run_as)
+            _become(ctx.run_as)
         _limit_cpu(cpu)
     except OSError as err:
         return {"setup": str(err), "retire": True}
@@ -315,3 +326,6 @@ def _become(ids: tuple[int, int] | None) -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    # A change of user clears the parent-death signal: set it again.
+    if not _die_with_server():
+        raise ProcessLookupError("the file tools' process server stopped")

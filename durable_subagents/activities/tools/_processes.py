@@ -234,7 +234,7 @@ class ForkServer:
         """
         loop = asyncio.get_running_loop()
         fixed, cpu = _plan(ctx)
-        key: Key = (ctx.task_id, ctx.files_run_as, tuple(fixed))
+        key: Key = (ctx.task_id, ctx.run_as, tuple(fixed))
         ref = (tool.fn.__module__, tool.fn.__name__)
         request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu)), pickle.HIGHEST_PROTOCOL)
         child = await self._take(loop, key)
