@@ -252,10 +252,10 @@ async def _sample(task_id: str, into: list[int]) -> None:
 async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
     client: SubagentClient, temporal_client: Client, settings: Settings
 ) -> None:
-    """The attacker writes hundreds of heavy ``.gitignore`` files, then searches with
-    eight ``grep`` calls a turn, turn after turn; a bystander's three-step task on the
-    same worker stays within 2x of its quiet time. Quiet and storm runs alternate, so
-    the machine's other load weighs on both alike; the medians are compared."""
+    """The attacker writes hundreds of heavy ``.gitignore`` files, then searches them
+    with eight ``grep`` calls at once; a bystander's three-step task on the same worker
+    stays within 2x of its quiet time. Quiet and storm runs alternate, so the machine's
+    other load weighs on both alike; the medians are compared."""
     workspace = settings.workspace
     assert workspace is not None
     (workspace / "notes.md").write_text("the bystander reads this\n")
@@ -266,22 +266,21 @@ async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
     searching: list[int] = []
     async with create_worker(temporal_client, settings):
         await _bystander_seconds(client)  # warm up
-        # The attacker's tree, and one turn of its searches: each ends at the bound on
-        # what ignore files may cost, and says so, instead of running for minutes.
-        first = await client.spawn_task(
-            "general", "x", model=script(storm, greps, {"text": "done"})
-        )
+        # The attacker's tree, and a search of it: it ends at the bound on what ignore
+        # files may cost, and says so, instead of running for minutes.
+        one = {"tool_calls": [{"name": "grep", "arguments": {"pattern": "needle"}}]}
+        first = await client.spawn_task("general", "x", model=script(storm, one, {"text": "done"}))
         info = await client.check_task(first, wait=True, timeout=300)
         assert info.status == TaskStatus.COMPLETED, info
         outputs = [m.content for m in await client.get_transcript(first) if m.role == "tool"]
         assert len(list(workspace.glob("storm/d*/.gitignore"))) == STORM_DIRS
-        assert len(outputs) == 9
-        assert all("ignore files not fully applied" in o for o in outputs[1:]), outputs
+        assert outputs[1].startswith("no matches for 'needle' under '.'\n[... ignore files")
 
         for _ in range(5):
             quiet.append(await _bystander_seconds(client))
+            # one turn of searches lasts seconds, far longer than the bystander's run
             attacker = await client.spawn_task(
-                "general", "x", model=script(*[greps] * 50, {"text": "done"})
+                "general", "x", model=script(greps, {"text": "done"})
             )
             await _until(lambda a=attacker: len(running_calls(a)) >= 4, 60, "the searches")
             sampler = asyncio.create_task(_sample(attacker, searching))
@@ -289,7 +288,9 @@ async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
                 loaded.append(await _bystander_seconds(client))
             finally:
                 sampler.cancel()
-            assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
+            # The attacker ends on its own, so the next quiet run is quiet.
+            info = await client.check_task(attacker, wait=True, timeout=300)
+            assert info.status == TaskStatus.COMPLETED, info
     # the attacker's searches ran all along
     assert statistics.mean(searching) >= 2, searching
     before, during = statistics.median(quiet), statistics.median(loaded)

@@ -172,7 +172,7 @@ async def test_cancelling_a_task_mid_grep_kills_its_process(
         await _until(lambda: running_calls(task_id), 30, "the search to start")
         pids = running_calls(task_id)
         assert all(alive(pid) for pid in pids)
-        info = await client.cancel_task(task_id)
+        info = await client.cancel_task(task_id, timeout=120)
         assert info.status == TaskStatus.CANCELLED
         # Cancel waits for the activity, which waits for its process to be reaped.
         assert not any(alive(pid) for pid in pids)
