@@ -41,7 +41,7 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer, FakeReply
+from durable_subagents.testing import FakeOpenAIServer, FakeReply, workspace_for_tools
 
 STEPS = 2
 """Tool-calling model turns per task."""
@@ -95,31 +95,37 @@ class Turn:
     message with one tool call and its one tool result, in order: no turn or tool
     result lost, doubled or from another task."""
     last_tool: str = ""
+    problem: str = ""
+    """What was wrong, when not well formed (the first tool result out of place)."""
 
 
 def read_turn(body: Mapping[str, Any]) -> Turn:
     """Parse a Chat Completions request of a load task."""
     messages = [m for m in body.get("messages", []) if m.get("role") not in ("system", "developer")]
     if not messages or messages[0].get("role") != "user":
-        return Turn(None, 0, False)
+        return Turn(None, 0, False, problem="no user prompt first")
     found = _MARK.search(_text(messages[0].get("content")))
     mark = found.group(0) if found else None
     rest = messages[1:]
     turns = sum(1 for m in rest if m.get("role") == "assistant")
     ok = mark is not None and len(rest) == 2 * turns
+    problem = "" if ok else f"{len(rest)} messages after the prompt for {turns} turns"
     last_tool = ""
     for i in range(turns if ok else 0):
         assistant, tool = rest[2 * i], rest[2 * i + 1]
         calls = assistant.get("tool_calls") or []
         last_tool = _text(tool.get("content")).strip()
-        ok = ok and (
+        sound = (
             assistant.get("role") == "assistant"
             and len(calls) == 1
             and tool.get("role") == "tool"
             and tool.get("tool_call_id") == calls[0].get("id")
             and last_tool == step_line(mark or "", i + 1)
         )
-    return Turn(mark, turns, ok, last_tool)
+        if ok and not sound:
+            problem = f"turn {i + 1}: {len(calls)} calls, tool result {last_tool[:300]!r}"
+        ok = ok and sound
+    return Turn(mark, turns, ok, last_tool, problem)
 
 
 class TaskScriptServer(FakeOpenAIServer):
@@ -200,8 +206,13 @@ class WorkerProcess:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
-    async def start(self, timeout: float = 60.0) -> None:
-        """Start the process and wait until it polls (it prints ``worker on ...``)."""
+    async def start(self, timeout: float = 300.0) -> None:
+        """Start the process and wait until it polls (it prints ``worker on ...``).
+
+        The wait ends when the worker is ready or has exited. ``timeout`` only stops a
+        start that hangs: several workers importing at once on a busy machine took
+        over a minute.
+        """
         offset = self.log.stat().st_size if self.log.exists() else 0
         self.proc = self._spawn()
         deadline = time.monotonic() + timeout
@@ -296,6 +307,8 @@ class LoadResult:
     """Successful (200) model requests beyond one per task and turn."""
     malformed: int = 0
     """Model requests whose conversation was not well formed (see ``Turn``)."""
+    problems: list[str] = field(default_factory=list)
+    """Why, for the first few malformed requests."""
     kills: int = 0
     in_flight_tools: int = 0
     in_flight_models: int = 0
@@ -373,6 +386,7 @@ async def run_load(
     say = log or (lambda _: None)
     workspace, blob_dir = tmp / "ws", tmp / "blobs"
     workspace.mkdir(parents=True, exist_ok=True)
+    workspace_for_tools(workspace)  # a root worker's commands run as its owner
     queue = f"faults-{uuid.uuid4().hex[:10]}"
     result = LoadResult(tasks=tasks, requests_min=tasks * TURNS, side_expected=tasks * STEPS)
     workers: list[WorkerProcess] = []
@@ -470,6 +484,8 @@ def tally(
         else:
             answered[(turn.mark, turn.turn)] += 1
         result.malformed += not turn.well_formed
+        if not turn.well_formed and len(result.problems) < 5:
+            result.problems.append(f"{turn.mark}: {turn.problem}")
     result.resent = sum(n - 1 for n in answered.values())
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import platform
 import statistics
 import tempfile
@@ -23,11 +22,11 @@ from pathlib import Path
 from durable_subagents.activities.tools import ToolContext, bash
 from durable_subagents.activities.tools._limits import limit_mechanisms
 from durable_subagents.activities.tools._sandbox import (
-    NOBODY,
     bwrap_executable,
     detect_sandbox,
     tool_user,
 )
+from durable_subagents.testing import workspace_for_tools
 
 COMMANDS = {
     "true": "true",
@@ -48,8 +47,7 @@ async def main() -> None:
     args = parser.parse_args()
     detect_sandbox("auto")
     with tempfile.TemporaryDirectory() as tmp:
-        if os.geteuid() == 0:  # a root worker's commands run as the workspace's owner
-            os.chown(tmp, *NOBODY)
+        workspace_for_tools(Path(tmp))  # a root worker's commands run as its owner
         runs_as = tool_user(Path(tmp))
         sandboxed = ToolContext(workspace=Path(tmp), task_id="bench", sandbox="auto")
         host = ToolContext(workspace=Path(tmp), task_id="bench", sandbox="none")

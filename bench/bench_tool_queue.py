@@ -42,6 +42,7 @@ from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
 VARIANTS = ("tool queue", "same queue")
@@ -94,6 +95,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-toolq-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "ws").mkdir()
+        workspace_for_tools(tmp / "ws")  # a root worker's commands run as its owner
         server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / "temporal.db", ui=False)
         await server.start()
         try:

@@ -4,6 +4,7 @@ Spawn a subagent and get its id at once; check it, wait on it, cancel it. Each t
 is a Temporal workflow, so it survives crashes of workers and of the parent.
 """
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from durable_subagents._connect import connect_client
@@ -55,8 +56,15 @@ __all__ = [
     "UnknownCallId",
     "Usage",
     "WrongTaskState",
+    "__version__",
     "connect_client",
 ]
+
+try:
+    __version__ = version("durable-subagents")
+    """The installed distribution's version (``subagents --version`` prints it)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -162,22 +162,27 @@ PROBE_TASK = "_probe"
 """Where ``check_blob_store`` writes (the sweep removes it like an unknown task's)."""
 
 
-async def check_blob_store(store: BlobStore) -> None:
+async def check_blob_store(store: BlobStore, name: str = "probe") -> None:
     """Write a small record and read it back: a worker checks its store at start.
+
+    Args:
+        store: The store.
+        name: The record's name; one per process that probes again and again (its
+            readiness), so that two workers probing at once never read each other's.
 
     Raises:
         BlobStoreUnavailable: the store cannot be written or read (the message names it
             and says what to check: the bucket, the credentials, the endpoint).
     """
     data = f"probe {os.getpid()} {datetime.now(UTC).isoformat()}".encode()
-    await store.put_record(PROBE_TASK, "probe", data)
-    back = await store.get_record(PROBE_TASK, "probe")
+    await store.put_record(PROBE_TASK, name, data)
+    back = await store.get_record(PROBE_TASK, name)
     if back != data:
         raise BlobStoreUnavailable(
             f"the blob store {store.url} did not give back what was just written to it; "
             "check that the bucket or directory is not shared with something else",
             store=store.url,
-            key=f"{PROBE_TASK}/records/probe",
+            key=f"{PROBE_TASK}/records/{name}",
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import logging
 from typing import Any
 
 import temporalio.runtime
@@ -40,6 +41,7 @@ async def connect_client(
         InvalidRequest: ``address`` is not a ``host:port``.
         TemporalUnavailable: the server did not answer on ``address``.
     """
+    check_address(address)
     release_runtime_at_exit()
     if tracing_enabled(tracing):
         kwargs["plugins"] = [*kwargs.get("plugins", ()), tracing_plugin()]
@@ -50,14 +52,86 @@ async def connect_client(
     except ValueError as err:
         raise InvalidRequest(
             f"{address!r} is not a Temporal address ({err}); give host:port, e.g. "
-            "localhost:7233 (--address or TEMPORAL_ADDRESS)"
+            f"localhost:7233 ({_WHERE})"
         ) from None
     except RuntimeError as err:
         raise TemporalUnavailable(
-            f"cannot reach Temporal at {address} (namespace {namespace!r}): {err}. "
-            "Start a local server with `subagents dev`, or point TEMPORAL_ADDRESS / "
-            "--address at a running one"
+            f"cannot reach Temporal at {address} (namespace {namespace!r}): "
+            f"{plain_connection_error(str(err))}. Start a local server with `subagents "
+            "dev`, or point TEMPORAL_ADDRESS / --address at a running one",
+            detail=str(err),
         ) from err
+
+
+_WHERE = "--address or TEMPORAL_ADDRESS"
+
+
+def check_address(address: str) -> None:
+    """Refuse an address that is not ``host:port`` before anything tries to reach it.
+
+    Temporal's client takes ``localhost`` to mean port 80, and takes ``http://...``
+    with a warning printed from its own source.
+
+    Raises:
+        InvalidRequest: A scheme, no port, or a port that is not a number.
+    """
+    scheme, sep, rest = address.partition("://")
+    if sep:
+        raise InvalidRequest(
+            f"{address!r} is a URL; give the Temporal address as host:port without "
+            f"{scheme}://, e.g. {rest.rstrip('/') or 'localhost:7233'} ({_WHERE})"
+        )
+    host, port = _split(address)
+    if port is None:
+        raise InvalidRequest(
+            f"{address!r} has no port; give host:port, e.g. {host or 'localhost'}:7233 ({_WHERE})"
+        )
+    if not port.isdecimal() or not 0 < int(port) < 65536:
+        raise InvalidRequest(
+            f"{address!r} has no valid port ({port!r}); give host:port, e.g. "
+            f"{host or 'localhost'}:7233 ({_WHERE})"
+        )
+
+
+def _split(address: str) -> tuple[str, str | None]:
+    """``(host, port)`` of ``host:port`` or ``[v6]:port``; no port: None."""
+    if address.startswith("["):
+        host, _, rest = address.partition("]")
+        return host + "]", rest[1:] if rest.startswith(":") else None
+    if address.count(":") == 1:
+        host, _, port = address.partition(":")
+        return host, port
+    return address, None
+
+
+_PLAIN = (
+    (("connection refused", "connectionrefused"), "connection refused"),
+    (
+        ("dns error", "failed to lookup address", "name or service not known", "nodename nor"),
+        "no such host",
+    ),
+    (("timeout expired", "timed out", "deadline"), "timed out"),
+    (
+        ("grpc-status header missing", "http status code"),
+        "something answers there, but it is not a Temporal frontend",
+    ),
+    (("certificate", "handshake"), "the TLS handshake failed"),
+    (("connection reset", "broken pipe"), "the connection was reset"),
+    (("tcp connect error", "transport error", "unavailable"), "the server does not answer"),
+)
+
+
+def plain_connection_error(text: str) -> str:
+    """What a transport error means, in words: ``connection refused``, ``no such host``...
+
+    The transport's own text (``tonic::transport::Error(Transport, ConnectError(...
+    Os { code: 111 ...}))``) is for ``-v``; people read the words.
+    """
+    lowered = text.lower()
+    for needles, words in _PLAIN:
+        if any(needle in lowered for needle in needles):
+            return words
+    return "the connection failed"
 
 
 _registered = False
@@ -84,3 +158,13 @@ def _drop_default_runtime() -> None:
     if ref is not None and hasattr(ref, "_default_runtime"):
         ref._default_runtime = None
     gc.collect()
+
+
+def no_connection_retries(record: logging.LogRecord) -> bool:
+    """A log filter: drop Temporal core's lines about retrying a call to the server.
+
+    A command that loses the server says so in one line of its own; the retries
+    before it are ten lines of transport errors. Add it to the ``temporalio.core``
+    logger (where ``subagents`` forwards core's log).
+    """
+    return "temporalio_client::retry" not in record.getMessage()

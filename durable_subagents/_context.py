@@ -196,12 +196,16 @@ class Sizer:
 
 
 def message_chars(message: Message) -> int:
-    """Characters a message takes on the wire, about (its text, its calls and framing)."""
+    """Characters a message takes on the wire, about (its text, its calls and framing).
+
+    Thinking counts too: in a tool loop the API reads the loop's thinking as input
+    (only the thinking of turns before the last message a user wrote is left out).
+    """
     calls = sum(
         len(c.name) + len(json.dumps(c.arguments, ensure_ascii=False)) + 40
         for c in message.tool_calls
     )
-    return len(message.content) + calls + 20
+    return len(message.content) + calls + len(message.thinking) + 20
 
 
 def request_chars(system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:

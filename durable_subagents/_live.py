@@ -13,6 +13,9 @@ the task's pending activity (``describe()``) while the turn runs:
 Only the last ``LIVE_TEXT_LIMIT`` characters travel; ``start`` says where they begin
 in the turn's text. When the turn ends, the watcher completes the text from the turn's
 recorded result, so the deltas it yields add up to the turn's exact text.
+
+A model that thinks aloud (Anthropic's extended thinking) streams its thinking first;
+it travels the same way under a key of its own, so it is never mixed into the text.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LIVE_TEXT_LIMIT", "LiveSnapshot", "LiveText", "parse_live"]
+__all__ = ["LIVE_TEXT_LIMIT", "LiveSnapshot", "LiveText", "parse_live", "parse_live_thinking"]
 
 LIVE_TEXT_LIMIT = 32 * 1024
 """Characters of the turn's latest text a heartbeat carries."""
 
 _KEY = "live_text"
+_THINKING_KEY = "live_thinking"
 
 
 @dataclass(frozen=True)
@@ -44,41 +48,65 @@ class LiveSnapshot:
         return self.start + len(self.text)
 
 
+class _Channel:
+    """One stream of a turn's pieces (its text, or its thinking)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.sent = 0
+
+    def add(self, delta: str) -> None:
+        if delta:
+            self.parts.append(delta)
+            self.length += len(delta)
+
+    def tail(self) -> tuple[int, str]:
+        """Where the latest ``LIVE_TEXT_LIMIT`` characters start, and they."""
+        text = "".join(self.parts)
+        self.parts = [text]
+        self.sent = len(text)
+        start = max(0, len(text) - LIVE_TEXT_LIMIT)
+        return start, text[start:]
+
+
 class LiveText:
-    """Collects a streaming turn's text; gives the heartbeat details that carry it."""
+    """Collects a streaming turn's text and thinking; gives the heartbeat details."""
 
     def __init__(self, turn: int, attempt: int) -> None:
         self.turn = turn
         self.attempt = attempt
-        self._parts: list[str] = []
-        self._length = 0
-        self._sent = 0
+        self._text = _Channel()
+        self._thinking = _Channel()
 
     def add(self, delta: str) -> None:
         """Take one piece of the answer's text (a provider's ``on_text``)."""
-        if delta:
-            self._parts.append(delta)
-            self._length += len(delta)
+        self._text.add(delta)
+
+    def add_thinking(self, delta: str) -> None:
+        """Take one piece of the model's thinking (a provider's ``on_thinking``)."""
+        self._thinking.add(delta)
 
     @property
     def changed(self) -> bool:
-        """Whether text arrived since the last ``details()``."""
-        return self._length != self._sent
+        """Whether text or thinking arrived since the last ``details()``."""
+        return any(c.length != c.sent for c in (self._text, self._thinking))
 
     def details(self) -> dict[str, Any]:
-        """The heartbeat details: the latest ``LIVE_TEXT_LIMIT`` characters and where."""
-        text = "".join(self._parts)
-        self._parts = [text]
-        self._sent = len(text)
-        start = max(0, len(text) - LIVE_TEXT_LIMIT)
-        return {
-            _KEY: {"turn": self.turn, "attempt": self.attempt, "start": start, "text": text[start:]}
-        }
+        """The heartbeat details: the latest ``LIVE_TEXT_LIMIT`` characters of each, and where."""
+        out = {_KEY: self._snapshot(self._text)}
+        if self._thinking.length:
+            out[_THINKING_KEY] = self._snapshot(self._thinking)
+        return out
+
+    def _snapshot(self, channel: _Channel) -> dict[str, Any]:
+        start, text = channel.tail()
+        return {"turn": self.turn, "attempt": self.attempt, "start": start, "text": text}
 
 
-def parse_live(details: Any) -> LiveSnapshot | None:
+def parse_live(details: Any, key: str = _KEY) -> LiveSnapshot | None:
     """Read ``LiveText.details()`` back; None for anything else (older workers send none)."""
-    value = details.get(_KEY) if isinstance(details, dict) else None
+    value = details.get(key) if isinstance(details, dict) else None
     if not isinstance(value, dict):
         return None
     turn, attempt, start, text = (value.get(k) for k in ("turn", "attempt", "start", "text"))
@@ -91,3 +119,8 @@ def parse_live(details: Any) -> LiveSnapshot | None:
     ):
         return None
     return LiveSnapshot(turn=turn, attempt=attempt, start=start, text=text)
+
+
+def parse_live_thinking(details: Any) -> LiveSnapshot | None:
+    """The thinking ``LiveText.details()`` carries, if any."""
+    return parse_live(details, _THINKING_KEY)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.markup import escape
-from rich.table import Column, Table
 from rich.text import Text
 
 from durable_subagents._terminal import json_shown, shown
@@ -67,12 +68,14 @@ def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None)
             )
     task = shlex.quote(info.id)
     first = shlex.quote(info.pending_approvals[0].call_id)
+    # --pause: a decision typed late never reaches a newer pause under the same call ids
+    pause = f"--pause {shlex.quote(info.pause_id or '')}"
     console.print("  decide with one of:", highlight=False)
     for command in (
-        f"subagents approve {task} {first}",
-        f"subagents approve {task} --all",
-        f"subagents reject {task} {first} --reason TEXT",
-        f"subagents reject {task} --all --reason TEXT",
+        f"subagents approve {task} {first} {pause}",
+        f"subagents approve {task} --all {pause}",
+        f"subagents reject {task} {first} {pause} --reason TEXT",
+        f"subagents reject {task} --all {pause} --reason TEXT",
     ):
         console.print(f"    {command}", markup=False, highlight=False, soft_wrap=True)
 
@@ -131,24 +134,70 @@ def usage_text(usage: Usage) -> str:
     return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}"
 
 
-def task_table(tasks: Sequence[TaskInfo]) -> Table:
-    """Tasks as rows of id, agent, status, turns, tokens and description."""
-    # ids are what check/cancel take: never shorten them to fit the width
-    table = Table(
-        Column("id", no_wrap=True),
-        "agent",
-        Column("status", no_wrap=True),
-        "turns",
-        Column("tokens in/out (cached)", no_wrap=True),
-        "description",
-    )
-    for t in tasks:
-        usage = t.tree_usage or t.usage
-        table.add_row(
-            *(Text(shown(v)) for v in (t.id, t.agent)),
-            t.status.value,
-            str(t.turns),
-            f"{usage.input_tokens:,}/{usage.output_tokens:,} ({usage.cache_read_tokens:,})",
-            Text(shown(t.description)),
+def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = None) -> list[str]:
+    """Tasks as aligned lines of id, agent, status, turns, age and description.
+
+    Ids and agent names are what ``check`` and ``spawn`` take: they are never cut or
+    wrapped. The description gets the rest of ``width`` and is cut with ``…``.
+
+    Args:
+        tasks: The tasks, one line each.
+        width: The columns of the terminal (80 in a pipe).
+        now: The time ages count to (default: now).
+    """
+    now = now or datetime.now(UTC)
+    rows = [
+        (
+            (shown(t.id), shown(t.agent), t.status.value, str(t.turns), age(t.created_at, now)),
+            shown(t.description),
         )
-    return table
+        for t in tasks
+    ]
+    return plain_table(("id", "agent", "status", "turns", "age", "description"), rows, width, {3})
+
+
+def plain_table(
+    header: Sequence[str],
+    rows: Sequence[tuple[Sequence[str], str]],
+    width: int,
+    right: Collection[int] = (),
+) -> list[str]:
+    """Aligned lines a script can split on whitespace: every cell whole but the last.
+
+    The cells before the last (names, ids, states) are never cut or wrapped, whatever
+    the width; the last, free text, gets the rest of ``width`` on one line and is cut
+    with ``…`` (at least as many columns as its header show, however narrow the
+    terminal).
+
+    Args:
+        header: The columns' names, the last one the free text's.
+        rows: Per line, the cells before the last (without spaces) and the free text.
+        width: The columns of the terminal (80 in a pipe).
+        right: Indexes of the cells aligned to the right (numbers).
+    """
+    firsts = [tuple(header[:-1]), *(tuple(cells) for cells, _ in rows)]
+    widths = [max(cell_len(cells[i]) for cells in firsts) for i in range(len(header) - 1)]
+    room = max(width - sum(widths) - 2 * len(widths), cell_len(header[-1]))
+    lines = []
+    for cells, last in [(firsts[0], header[-1]), *((tuple(c), t) for c, t in rows)]:
+        padded = [
+            cell.rjust(w) if i in right else cell + " " * (w - cell_len(cell))
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        text = Text(" ".join(last.split()))
+        text.truncate(room, overflow="ellipsis")
+        lines.append("  ".join([*padded, text.plain]).rstrip())
+    return lines
+
+
+def age(created: datetime | None, now: datetime) -> str:
+    """How long ago a task was created, in its largest unit: ``45s``, ``12m``, ``3h``, ``2d``."""
+    if created is None:
+        return "-"
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    seconds = max(0, int((now - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from urllib.parse import quote
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -32,10 +33,17 @@ def cli_flags() -> list[str]:
     return out
 
 
-def register_command(namespace: str = "default") -> str:
-    """The ``temporal operator`` commands that register the attributes on any server."""
+def register_command(namespace: str = "default", address: str | None = None) -> str:
+    """The ``temporal operator`` commands that register the attributes on any server.
+
+    Args:
+        namespace: The namespace.
+        address: The server's ``host:port``, named in each command: without it the
+            ``temporal`` CLI goes to its own default (``localhost:7233``).
+    """
+    at = f"--address {shlex.quote(address)} " if address else ""
     return "\n".join(
-        f"temporal operator search-attribute create --namespace {namespace} "
+        f"temporal operator search-attribute create {at}--namespace {shlex.quote(namespace)} "
         f"--name {key.name} --type {_type_name(key)}"
         for key in ALL
     )
@@ -104,8 +112,13 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
             raise SubagentError(
                 f"could not register search attributes {sorted(missing)} in namespace "
                 f"{namespace!r}: {err.message}; register them by hand:\n"
-                + register_command(namespace)
+                + register_command(namespace, _address(client))
             ) from err
+
+
+def _address(client: Client) -> str | None:
+    target = client.service_client.config.target_host
+    return target if isinstance(target, str) and target else None
 
 
 def _type_name(key: SearchAttributeKey) -> str:

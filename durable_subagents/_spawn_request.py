@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
@@ -226,15 +227,45 @@ def static_details(task_input: TaskInput, workflow_id: str) -> str:
         f"**Model** {model} · **max turns** {task_input.max_turns}"
         + (f" · **time limit** {task_input.time_limit:g}s" if task_input.time_limit else ""),
         f"**Tools** {tools} · **mode** {escape(spec.permission_mode)}",
+        *_rule_lines(spec),
     ]
     if task_input.parent_id:
         lines.append(f"**Parent** {code_span(task_input.parent_id)}")
     if task_input.workspace:
-        lines.append(f"**Workspace** {code_span(task_input.workspace)}")
+        lines.append(f"**Workspace** {code_span(task_input.workspace)} (in the worker's root)")
+    else:
+        lines.append("**Workspace** the worker's root (its `--workspace`)")
     if task_input.output_schema is not None:
         lines.append("**Answer** structured: validated against the spawn's output schema")
     lines.append(f"**Prompt** {code_span(one_line(task_input.prompt, limit=300))}")
     return "\n\n".join(lines)
+
+
+_LISTED_RULES = 20
+"""Most rules of a set listed one by one in the details (the rest are counted)."""
+
+
+def _rule_lines(spec: AgentSpec) -> list[str]:
+    """The permission rules that decide which calls run, ask (and pause) or are denied.
+
+    The agent's rules and the spawn's restrictions are two sets; the stricter answer of
+    the two wins, and the mode decides what no rule matches.
+    """
+    if not spec.permissions and not spec.restrictions:
+        return ["**Rules** none: the mode decides every call"]
+    lines = []
+    for title, rules in (("**Rules**", spec.permissions), ("**Spawn rules**", spec.restrictions)):
+        if not rules:
+            continue
+        shown = [
+            code_span(
+                f"{r.tool}: {r.action}" if r.pattern == "*" else f"{r.tool} {r.pattern}: {r.action}"
+            )
+            for r in rules[:_LISTED_RULES]
+        ]
+        more = f" and {len(rules) - _LISTED_RULES} more" if len(rules) > _LISTED_RULES else ""
+        lines.append(f"{title} {', '.join(shown)}{more}")
+    return lines
 
 
 def model_label(model: str) -> str:
@@ -247,3 +278,22 @@ def model_label(model: str) -> str:
 def _first_line(prompt: str, limit: int = 80) -> str:
     line = prompt.strip().splitlines()[0].strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+MAX_FAIRNESS_KEY = 64
+"""Bytes Temporal allows in a fairness key."""
+
+
+def fairness(task_input: TaskInput, task_id: str) -> Priority:
+    """The task's share of its queues: one fairness key per orchestrator.
+
+    Tasks spawned under one parent (an orchestrator's ``parent_id``) share a key, and
+    a task with no parent has one of its own; a task's children and all its model turns
+    and tool calls inherit it. On a server with task-queue fairness the queues then
+    dispatch in turn between keys, so one orchestrator's swarm cannot starve another's
+    tasks; a server without it ignores the key.
+    """
+    key = task_input.parent_id or task_id
+    if len(key.encode()) > MAX_FAIRNESS_KEY:
+        key = "sha256:" + hashlib.sha256(key.encode()).hexdigest()[:32]
+    return Priority(fairness_key=key)

@@ -171,9 +171,10 @@ def _has_call_refs(message: Message) -> bool:
 
 
 def _size(message: Message) -> int:
-    """About what a cached message holds, in bytes (text, arguments and overhead)."""
+    """About what a cached message holds, in bytes (text, arguments, thinking, overhead)."""
     calls = sum(len(str(c.arguments)) + 100 for c in message.tool_calls)
-    return len(message.content) + calls + 200
+    reasoning = sum(len(b.thinking) + len(b.signature) + len(b.data) for b in message.reasoning)
+    return len(message.content) + calls + reasoning + 200
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:

@@ -7,24 +7,35 @@ activities read.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
+from durable_subagents._notify_url import check_notify_url
+from durable_subagents._temporal_config import (
+    TemporalConnection,
+    credential_files,
+    is_credential_env,
+    profile_defaults,
+    resolve_connection,
+)
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.errors import InvalidRequest
 
 SECRET_ENV_NAME = re.compile(
-    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE
+    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
+    r"|GRPC_META|CODEC_AUTH",
+    re.IGNORECASE,
 )
 """Environment variable names treated as secrets: their values are scrubbed from spans.
 (Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
@@ -39,6 +50,8 @@ def _default_limit(name: str) -> int:
 DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_DRAIN_TIMEOUT = 25.0
+"""Seconds a stopping worker lets running activities finish (below Kubernetes' 30 s)."""
 DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
 """Seconds a model stream may go without data before the attempt is abandoned."""
 
@@ -86,6 +99,35 @@ def parse_tool_user(value: str) -> tuple[int, int] | None:
     return uid, gid
 
 
+_PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def parse_rate_limits(value: str) -> dict[str, float]:
+    """``openai=5,anthropic=0.5`` as ``{"openai": 5.0, "anthropic": 0.5}``.
+
+    Raises:
+        ValueError: An entry is not ``provider=turns per second`` with a positive,
+            finite rate.
+    """
+    out: dict[str, float] = {}
+    for entry in value.split(","):
+        if not entry.strip():
+            continue
+        name, sep, rate = entry.partition("=")
+        name = name.strip()
+        try:
+            per_second = float(rate)
+        except ValueError:
+            per_second = math.nan
+        if not sep or not _PROVIDER.fullmatch(name) or not 0 < per_second < math.inf:
+            raise ValueError(
+                f"SUBAGENTS_MODEL_RATE_LIMITS entry {entry.strip()!r} is not "
+                "provider=turns per second (e.g. openai=5,anthropic=0.5)"
+            )
+        out[name] = per_second
+    return out
+
+
 def default_data_dir() -> Path:
     """The per-user data directory (``SUBAGENTS_DATA_DIR`` overrides it)."""
     env = os.environ.get("SUBAGENTS_DATA_DIR")
@@ -100,11 +142,22 @@ class Settings(BaseSettings):
     address: str = Field(
         DEFAULT_ADDRESS, validation_alias=AliasChoices("TEMPORAL_ADDRESS", "address")
     )
-    """Temporal frontend ``host:port``."""
+    """Temporal frontend ``host:port``. Given explicitly (``--address``, ``address=``)
+    it wins; else ``TEMPORAL_ADDRESS``, else the profile's ``address``, else
+    ``localhost:7233``."""
     namespace: str = Field(
         DEFAULT_NAMESPACE, validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "namespace")
     )
-    """Temporal namespace the tasks live in."""
+    """Temporal namespace the tasks live in (resolved like ``address``)."""
+    profile: str | None = Field(None, validation_alias=AliasChoices("TEMPORAL_PROFILE", "profile"))
+    """The profile of Temporal's TOML configuration file to connect with (``--profile``):
+    its address, namespace, API key, TLS certificates and gRPC metadata, under the
+    ``TEMPORAL_*`` environment. None: ``default``."""
+    config_file: Path | None = Field(
+        None, validation_alias=AliasChoices("TEMPORAL_CONFIG_FILE", "config_file")
+    )
+    """Temporal's TOML configuration file. None: the platform's default
+    (``~/.config/temporalio/temporal.toml`` on Linux), which may be absent."""
     task_queue: str = Field(
         DEFAULT_TASK_QUEUE, validation_alias=AliasChoices("SUBAGENTS_TASK_QUEUE", "task_queue")
     )
@@ -297,6 +350,36 @@ class Settings(BaseSettings):
     """Running tasks a worker keeps in memory (Temporal's sticky cache, ~100 KB each).
     A task pushed out is replayed from its history at its next step: keep this at
     least the number of tasks one worker runs at once."""
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        validation_alias=AliasChoices("SUBAGENTS_METRICS_PORT", "metrics_port"),
+    )
+    """Port of the worker's operations endpoint: ``/metrics`` (Prometheus text: Temporal's
+    SDK metrics and the product's own), ``/healthz`` and ``/readyz``. None: no endpoint."""
+    metrics_host: str = Field(
+        "127.0.0.1", validation_alias=AliasChoices("SUBAGENTS_METRICS_HOST", "metrics_host")
+    )
+    """Address the operations endpoint listens on; ``0.0.0.0`` for a scraper or a
+    probe on another host (Kubernetes' kubelet, a Prometheus server)."""
+    drain_timeout: float = Field(
+        DEFAULT_DRAIN_TIMEOUT,
+        ge=0,
+        le=3600,
+        validation_alias=AliasChoices("SUBAGENTS_DRAIN_TIMEOUT", "drain_timeout"),
+    )
+    """Seconds a stopping worker (SIGTERM, Ctrl-C) lets running model turns and tool
+    calls finish after it stopped polling; what still runs then is handed back to other
+    workers, which start it at once. Keep it below the orchestrator's grace period
+    (Kubernetes: 30 s)."""
+    model_rate_limits: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_MODEL_RATE_LIMITS", "model_rate_limits")
+    )
+    """Fleet-wide model turns per second by provider, ``openai=5,anthropic=0.5``: those
+    providers' turns go to a queue of their own (``<task queue>-model-<provider>``)
+    whose dispatch rate the Temporal server limits for all workers together. Give every
+    worker of the task queue the same value."""
     deployment_name: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_DEPLOYMENT_NAME", "deployment_name")
     )
@@ -309,6 +392,97 @@ class Settings(BaseSettings):
     )
     """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
     per code version, shared by every worker of that code."""
+
+    notify_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_URL", "notify_url")
+    )
+    """Worker side: where every task POSTs its events (a pause for a decision, its
+    end), signed with ``notify_secret``, unless its spawn named a ``notify_url``."""
+    notify_allow: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_NOTIFY_ALLOW", "notify_allow")
+    )
+    """Worker side: comma-separated URL prefixes (``https://hooks.example.com/ci/``)
+    a task's ``notify_url`` may start with, besides ``notify_url`` itself. Any other
+    URL a spawn names is never posted to."""
+    notify_secret: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_SECRET", "notify_secret")
+    )
+    """Worker side: the HMAC-SHA256 key notifications are signed with (Standard
+    Webhooks: ``whsec_`` and base64, or any text of 16 bytes or more). A worker
+    without it sends none."""
+    inbox_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_INBOX_URL", "inbox_url")
+    )
+    """Worker side: the address people open ``subagents serve``'s page at; each
+    notification links to its task there."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_connection_is_unset(cls, data: object) -> object:
+        """An empty ``TEMPORAL_ADDRESS`` (compose's ``${TEMPORAL_ADDRESS:-}``) is unset."""
+        if not isinstance(data, dict):
+            return data
+        blank = [
+            k
+            for k in ("address", "namespace", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
+            if isinstance(data.get(k), str) and not data[k].strip()
+        ]
+        return {k: v for k, v in data.items() if k not in blank} if blank else data
+
+    @model_validator(mode="after")
+    def _address_from_profile(self) -> Settings:
+        """Address and namespace from Temporal's configuration where none was given."""
+        given = self.model_fields_set
+        if "address" in given and "namespace" in given:
+            return self
+        address, namespace = profile_defaults(self.profile, self.config_file)
+        if address and "address" not in given:
+            self.address = address
+        if namespace and "namespace" not in given:
+            self.namespace = namespace
+        return self
+
+    def temporal_connection(self) -> TemporalConnection:
+        """How to connect, as Temporal's own clients would.
+
+        The address and namespace, with the profile's and the environment's API key,
+        TLS certificates (read now) and gRPC metadata.
+
+        Raises:
+            TemporalConfigError: The profile or file cannot be used, or a certificate
+                or key cannot be read.
+        """
+        return resolve_connection(
+            self.address, self.namespace, profile=self.profile, config_file=self.config_file
+        )
+
+    @field_validator("profile", "config_file", mode="before")
+    @classmethod
+    def _blank_profile_is_unset(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @field_validator("notify_url", "inbox_url", mode="before")
+    @classmethod
+    def _blank_url_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url_is_a_url(cls, value: str | None) -> str | None:
+        # Refused when the worker starts, not at each event as "not allowed".
+        if value is None:
+            return None
+        try:
+            return check_notify_url(value.strip())
+        except InvalidRequest as err:
+            raise ValueError(f"SUBAGENTS_NOTIFY_URL: {err}") from None
+
+    @property
+    def notify_allow_list(self) -> list[str]:
+        """``notify_allow``'s URL prefixes (``notify_url`` is allowed besides them)."""
+        return [u.strip() for u in self.notify_allow.split(",") if u.strip()]
 
     @field_validator("deployment_name", "build_id", mode="before")
     @classmethod
@@ -356,7 +530,29 @@ class Settings(BaseSettings):
                     f"SUBAGENTS_TOOL_ENV names {name.strip()}: the payload keys decrypt every "
                     "task and never reach a tool; remove it from the list"
                 )
+            if is_credential_env(name):
+                raise ValueError(
+                    f"SUBAGENTS_TOOL_ENV names {name.strip()}: Temporal credentials would "
+                    "let a tool decide, cancel or read any task, and never reach one; "
+                    "remove it from the list"
+                )
         return value
+
+    @field_validator("model_rate_limits")
+    @classmethod
+    def _valid_rate_limits(cls, value: str) -> str:
+        parse_rate_limits(value)
+        return value
+
+    @property
+    def model_rate_limit_map(self) -> dict[str, float]:
+        """``model_rate_limits`` as provider -> turns per second."""
+        return parse_rate_limits(self.model_rate_limits)
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _blank_port_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("tool_user")
     @classmethod
@@ -419,6 +615,7 @@ class Settings(BaseSettings):
             Path(platformdirs.user_config_dir("durable-subagents")),
             Path(platformdirs.user_config_dir("temporalio")),
         ]
+        paths += credential_files(self.profile, self.config_file)
         for name in (
             "TEMPORAL_CONFIG_FILE",
             "TEMPORAL_TLS_CLIENT_CERT_PATH",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import tempfile
 import uuid
@@ -29,6 +30,8 @@ from durable_subagents.activities.tools._sandbox import NOBODY
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
 from durable_subagents.dev import (
+    DEFAULT_PORT,
+    DEFAULT_UI_PORT,
     DEV_RECORD,
     DevServer,
     ensure_search_attributes,
@@ -130,8 +133,11 @@ async def run_demo(
                 infos.append(await _follow_up(client, first, question, console))
         if server is not None:
             console.print(
-                "\nThe tasks are kept in the SQLite file. Run [bold]subagents dev[/] to "
-                "browse them in the Web UI at the links above."
+                f"\nThe tasks are kept in {server.db}. To browse them in the Web UI at the "
+                f"links above, run:\n  {_dev_command(port, ui_port, db)}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
             )
         failed = [i for i in infos if i.status != TaskStatus.COMPLETED]
         if failed:
@@ -274,6 +280,18 @@ def _report(infos: list[TaskInfo], console: Console, ui_base: str) -> None:
         body = info.result or info.error or ""
         console.print(Panel(Text(shown(body)), title=title, subtitle=info.id, expand=False))
         console.print(f"  Web UI: {ui_base}/{info.id}", soft_wrap=True)
+
+
+def _dev_command(port: int, ui_port: int, db: Path | None) -> str:
+    """The ``subagents dev`` that serves the demo's database and Web UI where it did."""
+    parts = ["subagents", "dev"]
+    if port != DEFAULT_PORT:
+        parts += ["--port", str(port)]
+    if ui_port != DEFAULT_UI_PORT:
+        parts += ["--ui-port", str(ui_port)]
+    if db is not None:
+        parts += ["--db", shlex.quote(str(db))]
+    return " ".join(parts)
 
 
 def _ui_base(server: DevServer | None, namespace: str, record: Path, port: int) -> str:

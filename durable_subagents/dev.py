@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import random
 import re
@@ -18,9 +20,10 @@ import signal
 import socket
 import sysconfig
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from google.protobuf.duration_pb2 import Duration
 from rich.markup import escape
@@ -46,6 +49,7 @@ from durable_subagents.errors import InvalidRequest, SubagentError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from temporalio.worker import Worker
 
 LOW_LATENCY_DYNAMIC_CONFIG: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "1000",
@@ -64,7 +68,21 @@ current shows ``drained`` seconds after its last pinned run closed, rather than 
 the server's default 3-minute grace period and 3-minute checks. (Worker versioning
 itself needs no setting on this server: it is on by default.)"""
 
-_START_TIMEOUT = 30.0
+FAIRNESS_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.enableFairness": "true",
+}
+"""Dynamic config for the dev server: task-queue fairness, so that the tasks of one
+orchestrator (one fairness key, see ``_spawn_request.fairness``) cannot starve another's.
+Servers from 1.29 have it, off by default."""
+
+DEFAULT_PORT = 7233
+"""The gRPC port ``subagents dev`` and ``demo`` use by default (Temporal's)."""
+DEFAULT_UI_PORT = 8233
+"""The Web UI's port by default (Temporal's)."""
+
+_START_TIMEOUT = 120.0
+"""Seconds the dev server may take to answer. A start that fails ends sooner: the
+process exits (its log's tail is shown). A busy machine can take over 30 s."""
 _START_ATTEMPTS = 3
 _LOWEST_PICKED_PORT = 20000
 _PORT_TAKEN = re.compile(r"listen tcp [^\s:]*:(\d+): bind: address already in use")
@@ -225,10 +243,12 @@ class DevServer:
         self.dynamic_config = {
             **LOW_LATENCY_DYNAMIC_CONFIG,
             **DRAINAGE_DYNAMIC_CONFIG,
+            **FAIRNESS_DYNAMIC_CONFIG,
             **(dynamic_config or {}),
         }
         self.codec_endpoint = codec_endpoint
         self._process: asyncio.subprocess.Process | None = None
+        self._lock: IO[str] | None = None
         self._pick_internal_ports()
 
     def _pick_internal_ports(self) -> None:
@@ -255,6 +275,29 @@ class DevServer:
         """The server's process id (also its process group id) while it runs."""
         return self._process.pid if self._process else None
 
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit code once its process exited (None while it runs)."""
+        return self._process.returncode if self._process else None
+
+    async def exited(self) -> int:
+        """Wait until the server's process exits on its own; its exit code.
+
+        Raises:
+            SubagentError: The server was not started (or was stopped).
+        """
+        if self._process is None:
+            raise SubagentError("this dev server is not running")
+        return await self._process.wait()
+
+    def exit_text(self, code: int) -> str:
+        """How the server ended, in words: ``killed by SIGKILL``, ``exit code 1``."""
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        return f"exit code {code}"
+
     def command(self) -> list[str]:
         """The command line :meth:`start` runs."""
         cmd = [str(temporal_binary()), "server", "start-dev", "--db-filename", str(self.db)]
@@ -275,17 +318,19 @@ class DevServer:
 
         Raises:
             SubagentError: If a port is taken, the process exits early, or the frontend
-                does not answer within 30 seconds. The message includes the log's tail.
+                does not answer within 120 seconds. The message includes the log's tail.
         """
         if self._process is not None:
             raise SubagentError("this dev server is already started")
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        self._claim_db()
         for port in [self.port] + ([self.ui_port] if self.ui else []):
             if _port_in_use(self.ip, port):
+                self._release_db()
                 raise SubagentError(
                     f"port {port} on {self.ip} is already in use; stop what listens there "
                     "or choose other ports (--port / --ui-port)"
                 )
-        self.db.parent.mkdir(parents=True, exist_ok=True)
         try:
             client = await self._launch()
             await ensure_search_attributes(client, self._namespace)
@@ -305,6 +350,8 @@ class DevServer:
                     stdout=log,
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
+                    # The server holds the database's lock too: it may outlive this process.
+                    pass_fds=[self._lock.fileno()] if self._lock else [],
                 )
             try:
                 return await self._wait_for_frontend()
@@ -313,7 +360,7 @@ class DevServer:
                     raise
             # The server also binds ports it picks itself (its internal services), and
             # another program took one between the pick and the bind: start it again.
-            await self.stop()
+            await self._end_process()
             self._pick_internal_ports()
         raise AssertionError("unreachable")
 
@@ -356,6 +403,10 @@ class DevServer:
 
     async def stop(self) -> None:
         """Stop the server: SIGTERM to its process group, SIGKILL if it lingers."""
+        await self._end_process()
+        self._release_db()
+
+    async def _end_process(self) -> None:
         process, self._process = self._process, None
         if process is None:
             return
@@ -366,6 +417,43 @@ class DevServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
+
+    @property
+    def lock_path(self) -> Path:
+        """The file whose lock says which server uses the database: ``<db>.lock``."""
+        return self.db.with_name(self.db.name + ".lock")
+
+    def _claim_db(self) -> None:
+        """Take the database's lock, or say which server holds it.
+
+        Two servers writing one SQLite file corrupt each other's state, and nothing in
+        Temporal's dev server stops the second. The lock is held by this process and
+        by the server it starts, so it lasts while either runs, and the kernel drops it
+        when both are gone.
+
+        Raises:
+            DatabaseInUse: Another dev server uses the file.
+        """
+        if self._lock is not None:
+            return
+        lock = self.lock_path.open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read()
+            lock.close()
+            raise DatabaseInUse(self.db, _holder_port(holder)) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(json.dumps({"port": self.port, "ui_port": self.ui_port, "pid": os.getpid()}))
+        lock.flush()
+        self._lock = lock
+
+    def _release_db(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()
 
     async def __aenter__(self) -> DevServer:
         await self.start()
@@ -491,7 +579,7 @@ async def run_dev(
                 if ui_base
                 else f"the Web UI's workflow list, query {paused}"
             )
-            async with worker:
+            async with _serving(worker, server) as runner:
                 versioning = await _versioning_text(
                     client,
                     version,
@@ -504,14 +592,24 @@ async def run_dev(
                     f"[bold green]subagents dev[/] is ready\n  gRPC address: {address}\n"
                     f"  Web UI:       {ui_url}\n{escape(codec_text)}"
                     f"  Paused tasks: {paused_url}\n  Database:     {db_text}\n"
-                    f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}",
+                    f"  Namespace:    {namespace}\n  Task queue:   {worker.task_queue}\n"
+                    f"  Workspace:    {escape(str(settings.resolved_workspace))} (the root the "
+                    "file tools and commands are jailed to: what a general task may edit)",
                     soft_wrap=True,  # addresses and commands stay whole, to be copied
                 )
                 # one command per line, unwrapped, ready to copy
                 console.print(versioning, markup=False, highlight=False, soft_wrap=True)
                 console.print("Ctrl-C to stop.")
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.Event().wait()
+                    code = await _until_stopped(runner, server)
+                    if code is not None:
+                        assert server is not None
+                        raise ServerExited(
+                            f"the Temporal dev server on {address} exited "
+                            f"({server.exit_text(code)}), so subagents dev stopped its worker. "
+                            f"The tasks are kept in {server.db}: run subagents dev again to "
+                            f"go on with them (server log: {server.log_path})"
+                        )
             sweeper.cancel()
         finally:
             if server is not None:
@@ -522,6 +620,81 @@ async def run_dev(
         if codec is not None:
             await asyncio.to_thread(codec.stop)
     console.print("Stopped.")
+
+
+class DatabaseInUse(SubagentError):
+    """Another dev server uses the SQLite file; ``port`` is its gRPC port if known."""
+
+    def __init__(self, db: Path, port: int | None) -> None:
+        where = f"the Temporal dev server on port {port}" if port else "another dev server"
+        use = f"use that server (--port {port})" if port else "stop that server"
+        super().__init__(
+            f"the database {db} is in use by {where}: two servers on one SQLite file "
+            f"overwrite each other's tasks. {use[0].upper()}{use[1:]}, or give this one a "
+            "database of its own (--db FILE)"
+        )
+        self.db = db
+        self.port = port
+
+
+def _holder_port(text: str) -> int | None:
+    """The gRPC port a lock file's holder recorded, if it did."""
+    try:
+        return int(json.loads(text)["port"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class ServerExited(SubagentError):
+    """The dev server that ``subagents dev`` started exited while it ran."""
+
+
+_LOST_SERVER_GRACE = 1.0
+"""Seconds a worker whose server is gone gets to shut down: with no server to tell,
+its graceful shutdown only retries (about 20 s)."""
+
+
+@contextlib.asynccontextmanager
+async def _serving(worker: Worker, server: DevServer | None) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``worker`` for the block; the task running it.
+
+    As ``async with worker``, with one difference: when the dev server this process
+    started is gone, the worker's shutdown is cut short.
+    """
+    runner = asyncio.create_task(worker.run())
+    try:
+        yield runner
+    finally:
+        stopping = asyncio.ensure_future(worker.shutdown())
+        gone = server is not None and server.returncode is not None
+        if gone:
+            # Every line core logs from now on says it cannot reach the server.
+            logging.getLogger("temporalio.core").addFilter(lambda _: False)
+        done, _ = await asyncio.wait({runner}, timeout=_LOST_SERVER_GRACE if gone else None)
+        if not done:
+            runner.cancel()
+            stopping.cancel()
+        elif not runner.cancelled() and runner.exception() is not None:
+            raise runner.exception()  # type: ignore[misc]
+
+
+async def _until_stopped(runner: asyncio.Task[None], server: DevServer | None) -> int | None:
+    """Wait until the worker stops on its own (its error is raised) or the server exits.
+
+    Returns:
+        The exit code of the dev server this process started, if it exited; a
+        cancellation (Ctrl-C, SIGTERM) propagates.
+    """
+    exited = asyncio.ensure_future(server.exited()) if server is not None else None
+    try:
+        await asyncio.wait({runner, *([exited] if exited else [])}, return_when="FIRST_COMPLETED")
+    finally:
+        if exited is not None and not exited.done():
+            exited.cancel()
+    if exited is not None and exited.done() and not exited.cancelled():
+        return exited.result()
+    runner.result()  # the worker stopped: its fatal error
+    raise SubagentError("the worker stopped")
 
 
 def _start_codec(keys: KeyRing, port: int | None, ui_ports: list[int]) -> CodecServer:

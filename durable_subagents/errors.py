@@ -16,6 +16,8 @@ __all__ = [
     "SearchAttributesMissing",
     "SubagentError",
     "TaskNotFound",
+    "TemporalAccessDenied",
+    "TemporalConfigError",
     "TemporalUnavailable",
     "UnknownCallId",
     "WrongTaskState",
@@ -35,7 +37,33 @@ class TaskNotFound(SubagentError, LookupError):
 
 
 class TemporalUnavailable(SubagentError, ConnectionError):
-    """The Temporal server could not be reached."""
+    """The Temporal server could not be reached.
+
+    The message says why in plain words (connection refused, no such host, timed
+    out); ``detail`` keeps the transport's own error text, if there was one.
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class TemporalConfigError(InvalidRequest):
+    """The Temporal connection settings cannot be used.
+
+    A profile that does not exist, a configuration file that does not parse, a
+    certificate or key file that cannot be read. The message names the setting
+    (environment variable or profile key).
+    """
+
+
+class TemporalAccessDenied(TemporalUnavailable):
+    """The Temporal server answered but refused this client.
+
+    A TLS handshake it did not accept (no client certificate, or one it does not know; a
+    server certificate this client does not trust) or credentials it rejected (an API
+    key). The message names the setting.
+    """
 
 
 class WrongTaskState(InvalidRequest):

@@ -29,6 +29,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "PendingApproval",
+    "ReasoningBlock",
     "TaskEvent",
     "TaskInfo",
     "TaskResult",
@@ -141,6 +142,26 @@ class Compaction(BaseModel):
     """Model calls it took: 1 when it wrote a summary, else 0."""
 
 
+THINKING_SEPARATOR = "\n\n"
+"""What separates the texts of a turn's thinking blocks when they are shown as one."""
+
+
+class ReasoningBlock(BaseModel):
+    """A block of a model's reasoning, kept exactly as the provider sent it.
+
+    Anthropic's extended thinking: a ``thinking`` block (its text and the ``signature``
+    that lets the API check it came from the model) or a ``redacted_thinking`` block
+    (opaque ``data``). The API wants them back unchanged, in their order, so they are
+    stored as they arrived and sent again as they are; they are never the answer.
+    """
+
+    type: Literal["thinking", "redacted_thinking"] = "thinking"
+    thinking: str = ""
+    signature: str = ""
+    data: str = ""
+    """A ``redacted_thinking`` block's encrypted content."""
+
+
 class Message(BaseModel):
     """One provider-neutral transcript message.
 
@@ -150,6 +171,10 @@ class Message(BaseModel):
     A message with ``compaction`` set marks a compaction point (role ``system``): its
     content is the summary the model was given from there on in place of the earlier
     turns ("" if the compaction only turned tool results into notes).
+
+    An assistant message's ``reasoning`` holds the thinking blocks the model wrote
+    before its answer, byte for byte (signatures included); ``content`` never holds
+    any of it.
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -160,6 +185,17 @@ class Message(BaseModel):
     tool_name: str | None = None
     is_error: bool = False
     compaction: Compaction | None = None
+    reasoning: list[ReasoningBlock] = Field(default_factory=list)
+
+    @property
+    def thinking(self) -> str:
+        """The text of the message's thinking blocks, one after the other ("" if none)."""
+        return thinking_text(self.reasoning)
+
+
+def thinking_text(blocks: list[ReasoningBlock]) -> str:
+    """The readable text of reasoning blocks (redacted ones have none)."""
+    return THINKING_SEPARATOR.join(b.thinking for b in blocks if b.thinking)
 
 
 class ToolSpec(BaseModel):
@@ -202,6 +238,8 @@ class ModelResponse(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     stop_reason: str | None = None
     model: str = ""
+    reasoning: list[ReasoningBlock] = Field(default_factory=list)
+    """The thinking blocks before the answer, as the provider sent them."""
 
 
 # ---------------------------------------------------------------- what a parent sees
@@ -324,16 +362,19 @@ class TaskInfo(BaseModel):
 class TaskEvent(BaseModel):
     """One event of ``SubagentClient.watch``.
 
-    A model turn shows as its ``text`` events (the answer as it streams: each carries
+    A model turn shows as its ``thinking`` events (the model's reasoning as it streams,
+    when it thinks aloud), its ``text`` events (the answer as it streams: each carries
     the new piece), then one ``turn`` event when the turn is recorded (``error`` set if
     it failed); then the turn's tool calls. The ``text`` pieces of a turn add up to its
-    answer; a piece with ``summary="restarted"`` starts that text over (the model call
-    was retried after part of an answer was shown). A ``compaction`` event says the
+    answer, and its ``thinking`` pieces to its thinking, which never is part of the
+    answer; a piece with ``summary="restarted"`` starts that text (or thinking) over
+    (the model call was retried after part of it was shown). A ``compaction`` event says the
     conversation was made to fit the model's context window, and by how much.
     """
 
     kind: Literal[
         "status",
+        "thinking",
         "text",
         "turn",
         "tool_started",
@@ -352,6 +393,7 @@ class TaskEvent(BaseModel):
     summary: str | None = None
     error: str | None = None
     text: str | None = None
-    """A ``text`` event's new piece of the turn's answer."""
+    """A ``text`` event's new piece of the turn's answer; a ``thinking`` event's new
+    piece of the turn's thinking."""
     usage: Usage | None = None
     """A ``turn`` event's tokens (cache reads and writes included)."""

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import stat
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -20,28 +17,7 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
-TOOL_USER = (10001, 10001)
-"""Owner of the tests' workspaces when the suite runs as root: a root worker runs tool
-commands as the workspace's owner, as it would for a user's checkout."""
-
-
-def give_to_tool_user(path: Path) -> Path:
-    """Make ``path`` and what it holds the tool user's (no-op when not root).
-
-    A test writes its fixture files as root; in a real checkout their owner wrote them.
-    """
-    if os.geteuid() != 0:
-        return path
-    os.chown(path, *TOOL_USER, follow_symlinks=False)
-    if path.is_dir() and not path.is_symlink():
-        for top, dirs, files in os.walk(path):
-            for name in dirs + files:
-                os.chown(os.path.join(top, name), *TOOL_USER, follow_symlinks=False)
-    for parent in path.parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-    return path
+from .helpers.tasks import give_to_tool_user
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -94,6 +70,8 @@ def settings(tmp_path: Path, dev_server: DevServer) -> Settings:
         data_dir=tmp_path / "data",
         blob_dir=tmp_path / "blobs",
         workspace=workspace,
+        # A test that ends with a call running waits no longer than it used to.
+        drain_timeout=5.0,
     )
 
 
@@ -116,13 +94,3 @@ def client(temporal_client: Client, settings: Settings) -> SubagentClient:
 async def worker(temporal_client: Client, settings: Settings) -> AsyncIterator[None]:
     async with create_worker(temporal_client, settings):
         yield
-
-
-def script(*turns: dict[str, Any], repeat: int | None = None, final: str | None = None) -> str:
-    """A ``scripted:`` model string with an inline script."""
-    body: Any = list(turns)
-    if repeat is not None:
-        body = {"turns": list(turns), "repeat": repeat}
-        if final is not None:
-            body["final"] = final
-    return "scripted:" + json.dumps(body)

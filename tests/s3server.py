@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 import uuid
 
+from .helpers import CEILING
+
 ACCESS_KEY = "test-access-key"
 SECRET_KEY = "test-secret-key"
 REGION = "us-east-1"
@@ -42,7 +44,7 @@ class S3Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + CEILING  # ends when it answers, or exits
         while True:
             try:
                 urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).close()

@@ -30,7 +30,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 
 def write(path: Path, text: str) -> Path:
@@ -563,6 +564,45 @@ def test_broken_file_keeps_the_name_it_gives(tmp_path: Path) -> None:
     assert resolve_agent("reviewer", agents).description == "the OpenCode one"
 
 
+def test_every_invalid_field_of_a_file_is_reported(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / ".claude/agents/bad.md",
+        "---\nname: bad\ndescription: d\npermissionMode: yolo\nmaxTurns: lots\ntools: 3\n"
+        "network: maybe\n---\n",
+    )
+    found = scan_agents(tmp_path)
+    assert found.warnings == [
+        f"{path}:4: permissionMode 'yolo' is not one we know (default, acceptEdits, plan, "
+        "dontAsk, bypassPermissions); using default (edits and commands ask first)",
+        f"agent file {path}:5: 'maxTurns' must be an integer >= 1, got 'lots'; line 6: 'tools' "
+        "must be a comma-separated string or a list of tool names, got 3; line 7: 'network' "
+        "must be true or false, got 'maybe' (agent 'bad' skipped)",
+    ]
+    warnings: list[str] = []
+    with pytest.raises(InvalidRequest) as err:
+        load_agent_file(path, warnings=warnings)
+    assert str(err.value) == found.warnings[1].removesuffix(" (agent 'bad' skipped)")
+    assert warnings == found.warnings[:1]
+
+
+def test_a_file_that_replaces_a_built_in_says_so(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / ".claude/agents/explore.md", "---\nname: explore\ndescription: mine\n---\n"
+    )
+    found = scan_agents(tmp_path)
+    assert found.warnings == [
+        f"{path}: agent 'explore' replaces the built-in 'explore' (its tools, mode and prompt "
+        "are this file's); rename it to keep both"
+    ]
+    assert resolve_agent("explore", load_agents(tmp_path, warnings=[])).description == "mine"
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "agents", "--agents-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"warning: {found.warnings[0]}\n"
+
+
 def test_readme_in_an_agents_directory_is_not_an_agent(tmp_path: Path) -> None:
     write(tmp_path / ".claude/agents/README.md", "# Our agents\n\nSee each file.\n")
     write(tmp_path / ".claude/agents/good.md", "---\nname: good\ndescription: d\n---\n")
@@ -639,7 +679,7 @@ async def test_connect_with_agents_dir_runs_a_file_agent(
     assert set(client.agents) == {"finder"}
     task_id = await client.spawn_task("finder", "find the needle")
     assert task_id.startswith("subagent-finder-")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.agent == "finder" and info.model is not None and info.model.startswith("scripted")
     transcript = await client.get_transcript(task_id)
@@ -682,7 +722,7 @@ async def test_a_broken_file_fails_only_its_own_spawn(
     )
     task_id = await client.spawn_task("acme:runner", "run")
     assert task_id.startswith("subagent-acme.runner-")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert (info.agent, info.result) == ("acme.runner", "ran")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,8 @@ from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 CAREFUL = AgentSpec(
     name="careful",
@@ -54,7 +55,7 @@ async def test_pause_approve_some_reject_the_rest(
 ) -> None:
     model = script(bash("echo approved > out.txt", "echo nope > no.txt"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "write files", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED and paused.pause_id
     assert [p.tool_name for p in paused.pending_approvals] == ["bash", "bash"]
     assert "echo approved" in paused.pending_approvals[0].arguments_preview
@@ -66,7 +67,9 @@ async def test_pause_approve_some_reject_the_rest(
     assert again.status == TaskStatus.PAUSED and again.pause_id == paused.pause_id
     await careful.reject(task_id, reason="not that one")
 
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED and done.pending_approvals == []
     assert (workspace / "out.txt").read_text() == "approved\n"
     assert not (workspace / "no.txt").exists()
@@ -82,12 +85,12 @@ async def test_a_wait_after_a_decision_skips_the_pause_it_decided(
     model = script(bash("echo one", "echo two"), bash("echo three"), {"text": "done"})
     async with create_worker(temporal_client, settings):
         task_id = await careful.spawn_task("careful", "x", model=model)
-        first = await careful.check_task(task_id, wait=True, timeout=30)
+        first = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.PAUSED
     one, two = (p.call_id for p in first.pending_approvals)
     await careful.approve(task_id, [one])
     # a partly decided pause still needs the caller: returned at once
-    partly = await careful.check_task(task_id, wait=True, timeout=30)
+    partly = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert partly.pause_id == first.pause_id
     await careful.reject(task_id, [two], reason="no")
     await careful.approve(task_id, [one])  # a repeat sends nothing
@@ -97,10 +100,10 @@ async def test_a_wait_after_a_decision_skips_the_pause_it_decided(
         assert time.monotonic() - started >= 1  # waited past it, to the timeout
         assert still.pause_id == first.pause_id
     async with create_worker(temporal_client, settings):
-        second = await careful.check_task(task_id, wait=True, timeout=30)
+        second = await careful.check_task(task_id, wait=True, timeout=CEILING)
         assert second.status == TaskStatus.PAUSED and second.pause_id != first.pause_id
         await careful.approve(task_id)
-        done = await careful.check_task(task_id, wait=True, timeout=30)
+        done = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED
     decided = [
         e
@@ -116,13 +119,15 @@ async def test_pause_is_visible_and_decidable_with_no_worker(
     model = script(bash("echo ok > late.txt"), {"text": "done"})
     async with create_worker(temporal_client, settings):
         task_id = await careful.spawn_task("careful", "x", model=model)
-        paused = await careful.check_task(task_id, wait=True, timeout=30)
+        paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     # every worker is gone: the pause is still readable and the decision is durable
     assert (await careful.check_task(task_id)).pending_approvals[0].tool_name == "bash"
     await careful.approve(task_id)
     async with create_worker(temporal_client, settings):
-        done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+        done = await careful.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED
     assert (workspace / "late.txt").exists()
 
@@ -132,10 +137,12 @@ async def test_approval_timeout_rejects_undecided_calls(
 ) -> None:
     model = script(bash("touch never.txt"), {"text": "gave up: {last_tool_result}"})
     task_id = await careful.spawn_task("careful", "x", model=model, approval_timeout=1)
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause="none")
+    done = await careful.check_task(task_id, wait=True, timeout=CEILING, after_pause="none")
     paused_first = done.status == TaskStatus.PAUSED
     if paused_first:
-        done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=done.pause_id)
+        done = await careful.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=done.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED
     assert "approval timed out after 1s" in (done.result or "")
     assert not (workspace / "never.txt").exists()
@@ -144,7 +151,7 @@ async def test_approval_timeout_rejects_undecided_calls(
 async def test_decisions_are_checked(careful: SubagentClient, worker: None) -> None:
     model = script(bash("echo hi"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "x", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     with pytest.raises(UnknownCallId, match="not pending"):
         await careful.approve(task_id, ["call_9_9"])
     with pytest.raises(InvalidRequest, match="call_ids is empty"):
@@ -152,7 +159,9 @@ async def test_decisions_are_checked(careful: SubagentClient, worker: None) -> N
     with pytest.raises(TaskNotFound):
         await careful.approve("no-such-task")
     await careful.approve(task_id)
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED
     with pytest.raises(WrongTaskState, match="not paused") as caught:
         await careful.approve(task_id)
@@ -168,7 +177,7 @@ async def test_stale_and_mismatched_decisions_are_ignored_and_recorded(
 ) -> None:
     model = script(bash("echo 1 > one.txt"), bash("echo 2 > two.txt"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "two steps", model=model)
-    first = await careful.check_task(task_id, wait=True, timeout=30)
+    first = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.PAUSED and first.pending_approvals[0].arguments_hash
     handle = careful.temporal.get_workflow_handle(task_id)
     call = first.pending_approvals[0]
@@ -177,7 +186,9 @@ async def test_stale_and_mismatched_decisions_are_ignored_and_recorded(
     forged = CallDecision(call_id=call.call_id, arguments_hash="0" * 16, approved=True)
     await handle.signal("decide", Decisions(pause_id=first.pause_id or "", decisions=[forged]))
     await careful.approve(task_id)
-    second = await careful.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+    second = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=first.pause_id
+    )
     assert second.status == TaskStatus.PAUSED and second.pause_id != first.pause_id
     assert (workspace / "one.txt").exists() and not (workspace / "two.txt").exists()
 
@@ -200,25 +211,40 @@ async def test_stale_and_mismatched_decisions_are_ignored_and_recorded(
         f"call {call.call_id}: its arguments differ",
         f"pause {first.pause_id} is over (current pause: {second.pause_id})",
     ]
-    events = [e async for e in _events_until_paused(careful, task_id)]
+    events = await _events_until(
+        careful,
+        task_id,
+        lambda seen: (
+            sum(e.kind == "decision_ignored" for e in seen) >= len(reasons)
+            and sum(e.kind == "decision" for e in seen) >= 3
+        ),
+    )
     assert [e.summary for e in events if e.kind == "decision_ignored"] == [
         f"pause {first.pause_id}: {r}" for r in reasons
     ]
     assert sum(e.kind == "decision" for e in events) == 3
 
     await careful.reject(task_id, reason="enough")
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=second.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=second.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED and not (workspace / "two.txt").exists()
 
 
-async def _events_until_paused(client: SubagentClient, task_id: str) -> AsyncIterator[TaskEvent]:
-    """The task's events so far (it is paused, so the stream is cut at a timeout)."""
-    stream = client.watch(task_id).__aiter__()
-    while True:
-        try:
-            yield await asyncio.wait_for(stream.__anext__(), 2)
-        except (TimeoutError, StopAsyncIteration):
-            return
+async def _events_until(
+    client: SubagentClient, task_id: str, enough: Callable[[list[TaskEvent]], bool]
+) -> list[TaskEvent]:
+    """The task's events until ``enough(events)``: a paused task's stream does not end."""
+    events: list[TaskEvent] = []
+
+    async def read() -> None:
+        async for event in client.watch(task_id):
+            events.append(event)
+            if enough(events):
+                return
+
+    await asyncio.wait_for(read(), CEILING)
+    return events
 
 
 async def test_a_pause_shows_what_it_waits_for_in_the_web_ui(
@@ -226,7 +252,7 @@ async def test_a_pause_shows_what_it_waits_for_in_the_web_ui(
 ) -> None:
     model = script(bash("make deploy"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "x", model=model, approval_timeout=600)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     handle = careful.temporal.get_workflow_handle(task_id)
     details = (
         await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
@@ -235,7 +261,7 @@ async def test_a_pause_shows_what_it_waits_for_in_the_web_ui(
     assert "rejected automatically after 600s" in details
     assert f"subagents approve {task_id}" in details
     await careful.approve(task_id)
-    await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    await careful.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == ""
 
@@ -246,12 +272,14 @@ async def test_large_arguments_pause_by_reference_and_run_in_full(
     command = "echo " + "z" * 9000 + " > big.txt"
     model = script(bash(command), {"text": "done"})
     task_id = await careful.spawn_task("careful", "x", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     pending = paused.pending_approvals[0]
     assert pending.arguments_ref and len(pending.arguments_preview) <= 210
     assert pending.arguments_hash != arguments_hash({"command": command[:100]})
     await careful.approve(task_id)
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED
     assert (workspace / "big.txt").read_text() == "z" * 9000 + "\n"
 
@@ -263,23 +291,23 @@ async def test_modes_pause_what_they_should(
     model = script({"tool_calls": [write]}, bash("echo ran > ran.txt"), {"text": "done"})
     # general runs everything (dont_ask); narrowed to accept_edits, only bash asks
     task_id = await client.spawn_task("general", "x", model=model, permission_mode="accept_edits")
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED and paused.turns == 2
     assert (workspace / "notes.md").read_text() == "hi"
     assert [p.tool_name for p in paused.pending_approvals] == ["bash"]
     await client.reject(task_id, reason="no shell")
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED and not (workspace / "ran.txt").exists()
 
     # default mode asks before the edit too
     task_id = await client.spawn_task("general", "x", model=model, permission_mode="default")
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert [p.tool_name for p in paused.pending_approvals] == ["write_file"]
     await client.cancel_task(task_id)
 
     # plan never offers or runs them: both calls come back as errors
     task_id = await client.spawn_task("general", "x", model=model, permission_mode="plan")
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED and done.turns == 3
     errors = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert all("unknown tool" in e for e in errors) and len(errors) == 2
@@ -295,7 +323,7 @@ async def test_spawn_restrictions_can_ask_but_never_widen(
         model=model,
         permissions=[{"tool": "bash", "pattern": "echo *", "action": "ask"}],
     )
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     await client.cancel_task(task_id)
     info = await client.check_task(task_id)
@@ -315,7 +343,7 @@ async def test_rules_see_the_whole_of_a_long_command(
     huge = "echo " + "y" * 70_000 + " >/dev/null; echo fine"
     model = script(bash(padded), bash(huge), {"text": "done"})
     task_id = await client.spawn_task("no-touch", "x", model=model)
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED
     assert not (workspace / "pwned").exists()
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
@@ -337,7 +365,7 @@ async def test_calls_sharing_an_id_never_share_a_verdict(
     ]
     model = script({"tool_calls": calls}, {"text": "done"})
     task_id = await careful.spawn_task("careful", "x", model=model)
-    done = await careful.check_task(task_id, wait=True, timeout=30)
+    done = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED, done
     assert not (workspace / "pwned.txt").exists()
     outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
@@ -352,11 +380,13 @@ async def test_a_long_reason_for_many_calls_never_fails_the_task(
     64 calls run, here pause; the next 64 come back as errors; the rest are dropped.)"""
     model = script(bash(*(f"echo {i}" for i in range(200))), {"text": "{last_tool_result}"})
     task_id = await careful.spawn_task("careful", "x", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert len(paused.pending_approvals) == MAX_CALLS_PER_TURN
     reason = "Do not run commands here. " + "x" * 4000
     await careful.reject(task_id, reason=reason)
-    done = await careful.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
     assert done.status == TaskStatus.COMPLETED, done.error
     outputs = [m.content for m in await careful.get_transcript(task_id) if m.role == "tool"]
     assert len(outputs) == MAX_CALLS_KEPT
@@ -373,7 +403,7 @@ async def test_a_wait_returns_when_the_decision_it_would_skip_for_was_ignored(
     that skips decided pauses must not sleep through the pause it leaves open."""
     model = script(bash("echo 1 > one.txt"), {"text": "done"})
     task_id = await careful.spawn_task("careful", "one step", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     call = paused.pending_approvals[0]
     forged = CallDecision(call_id=call.call_id, arguments_hash="0" * 16, approved=True)

@@ -13,9 +13,9 @@ from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers.processes import processes_matching, wait_for
+from .helpers.tasks import script
 from .parent_workflows import BadRequestWorkflow, FanOutWorkflow, LongChildWorkflow
-from .test_durability import processes_matching, wait_for
 
 WORKFLOWS = [FanOutWorkflow, BadRequestWorkflow, LongChildWorkflow]
 
@@ -68,11 +68,11 @@ async def test_cancelling_the_parent_cancels_the_subagent_and_its_processes(
         handle = await temporal_client.start_workflow(
             LongChildWorkflow.run, model, id=parent_id, task_queue=settings.task_queue
         )
-        await wait_for(lambda: bool(processes_matching("sleep 3801")), 30, "the child's command")
+        await wait_for(lambda: bool(processes_matching("sleep 3801")), what="the child's command")
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        await wait_for(lambda: not processes_matching("sleep 3801"), 10, "the command to die")
+        await wait_for(lambda: not processes_matching("sleep 3801"), what="the command to die")
     children = [
         e.start_child_workflow_execution_initiated_event_attributes.workflow_id
         async for e in handle.fetch_history_events()

@@ -8,12 +8,9 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,43 +18,14 @@ import pytest
 from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, _search_attributes
+from durable_subagents import SubagentClient, _search_attributes, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
+from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
-
-CLI = [sys.executable, "-m", "durable_subagents"]
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def flat_err(self) -> str:
-        """Stderr with rich's line wrapping undone."""
-        return " ".join(self.err.split())
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SUBAGENTS_", "TEMPORAL_")) and k not in ("COLUMNS", "LINES")
-    }
-    env.update(
-        CI="true",
-        SUBAGENTS_DATA_DIR=str(tmp_path / "cli-data"),
-        SUBAGENTS_BLOB_DIR=str(tmp_path / "cli-blobs"),
-    )
-    env.update(overrides)
-    return env
+from .helpers import CEILING, eventually
+from .helpers.cli import CLI, _env, arun, failed, ok, run
+from .helpers.tasks import give_to_tool_user, script
 
 
 @pytest.fixture
@@ -72,59 +40,6 @@ def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
     )
-
-
-def run(*args: str, env: dict[str, str], timeout: float = 60, stdin: str = "") -> Result:
-    """Run the command, blocking: only where no in-process worker must make progress."""
-    proc = subprocess.run(
-        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-async def arun(*args: str, env: dict[str, str], timeout: float = 60, stdin: str = "") -> Result:
-    """Run the command without blocking the event loop (the in-process worker runs on it)."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
-    except TimeoutError:
-        proc.kill()
-        out, err = await proc.communicate()
-        pytest.fail(f"`subagents {' '.join(args)}` ran over {timeout} s:\n{out!r}\n{err!r}")
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
-
-
-def ok(result: Result) -> Result:
-    assert result.code == 0, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert "Traceback" not in result.err
-    return result
-
-
-def failed(result: Result) -> Result:
-    """A clean failure: exit 1, a message on stderr, no traceback, nothing on stdout."""
-    assert result.code == 1, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert result.err.startswith("error: "), result.err
-    assert "Traceback" not in result.err and "Traceback" not in result.out
-    assert result.out == ""
-    return result
-
-
-async def _eventually(check: Any, timeout: float = 10.0) -> Any:
-    """Visibility is eventually consistent: retry ``check`` until it returns a truthy value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.2)
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -180,14 +95,63 @@ async def test_spawn_check_and_ls(env: dict[str, str], worker: None) -> None:
         assert isinstance(tasks, list)
         return [t for t in tasks if t["id"] == task_id]
 
-    everything = await _eventually(listed)
+    everything = await eventually(listed, "the task in the list")
     assert [t["status"] for t in everything] == ["completed"]
-    completed = await _eventually(lambda: listed("--status", "completed"))
+    completed = await eventually(lambda: listed("--status", "completed"), "it completed")
     assert [t["id"] for t in completed] == [task_id]
     assert await listed("--status", "running") == []
     table = ok(await arun("ls", env=env)).out
     row = [line for line in table.splitlines() if task_id in line]  # the id is never shortened
     assert len(row) == 1 and "completed" in row[0] and "explore" in row[0], table
+
+
+async def test_ls_fits_80_columns_by_cutting_descriptions_never_ids_or_names(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "code-rev.md").write_text(
+        "---\nname: code-rev\ndescription: Reviews code\ntools: Read, Grep\n---\nReview.\n"
+    )
+    parent = f"ls-{uuid.uuid4().hex[:8]}"
+    spawned = [
+        ok(
+            await arun(
+                "spawn",
+                agent,
+                "look",
+                "--description",
+                description,
+                "--parent",
+                parent,
+                "--agents-dir",
+                str(project),
+                "--json",
+                env=env,
+            )
+        ).json()["id"]
+        for agent, description in (
+            ("code-rev", "review the retry logic of the payment module " * 3),
+            ("explore", "a short one"),
+        )
+    ]  # fmt: skip  (no worker: both stay pending)
+
+    async def table() -> list[str]:
+        lines = ok(await arun("ls", "--parent", parent, env=env)).out.splitlines()
+        return lines if len(lines) == 3 else []
+
+    lines = await eventually(table, "both tasks in the table")
+    assert lines[0].split() == ["id", "agent", "status", "turns", "age", "description"], lines
+    assert all(len(line) <= 80 for line in lines), lines  # a pipe: 80 columns
+    newest, oldest = (line.split(maxsplit=5) for line in lines[1:])
+    assert newest[:4] == [spawned[1], "explore", "pending", "0"]
+    assert newest[5] == "a short one"
+    assert oldest[:4] == [spawned[0], "code-rev", "pending", "0"]
+    assert re.fullmatch(r"\d+[smh]", oldest[4]) and re.fullmatch(r"\d+[smh]", newest[4])
+    assert oldest[5].startswith("review the retry") and oldest[5].endswith("…")
+    assert len(lines[2]) == 80, lines  # cut to the width, not wrapped
+    limited = ok(await arun("ls", "--parent", parent, "--limit", "1", env=env)).out.splitlines()
+    assert [line.split()[0] for line in limited] == ["id", spawned[1]]
 
 
 async def test_spawn_reads_the_prompt_from_stdin_and_waits(
@@ -216,7 +180,7 @@ async def test_cancel_stops_a_long_bash(env: dict[str, str], worker: None) -> No
     async def sleeping() -> list[int]:
         return _pids_with(f"sleep {marker}")
 
-    assert await _eventually(sleeping, timeout=20), "the bash tool never started"
+    await eventually(sleeping, "the bash tool to start")
     info = ok(await arun("check", task_id, "--json", env=env)).json()
     assert info["status"] == "running"
 
@@ -229,7 +193,7 @@ async def test_cancel_stops_a_long_bash(env: dict[str, str], worker: None) -> No
     async def gone() -> bool:
         return not await sleeping()
 
-    assert await _eventually(gone, timeout=5), "cancel left the sleep running"
+    await eventually(gone, "cancel to end the sleep")
     again = ok(await arun("check", task_id, "--json", env=env)).json()
     assert again["status"] == "cancelled"
 
@@ -242,7 +206,7 @@ async def test_watch_prints_turns_tools_and_close(
         {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "bye"}
     )
     task_id = ok(await arun("spawn", "explore", "watch me", "--model", model, "--json", env=env))
-    watched = ok(await arun("watch", task_id.json()["id"], env=env, timeout=30))
+    watched = ok(await arun("watch", task_id.json()["id"], env=env))
     lines = [line.split(maxsplit=2) for line in watched.out.splitlines() if line.strip()]
     kinds = [parts[1] for parts in lines]
     assert all(len(parts[0]) == 8 and parts[0].count(":") == 2 for parts in lines), watched.out
@@ -250,6 +214,126 @@ async def test_watch_prints_turns_tools_and_close(
     assert "tool_started" in kinds and "tool_finished" in kinds
     assert any(p[1] == "tool_started" and "read_file" in p[2] for p in lines), watched.out
     assert lines[-1][1:] == ["closed", "completed"]
+
+
+async def test_check_of_a_task_running_a_command_shows_the_usage_of_its_turns(
+    env: dict[str, str], worker: None
+) -> None:
+    marker = f"3603.{uuid.uuid4().int % 10**6:06d}"  # a sleep only this test runs
+    model = script(
+        {
+            "tool_calls": [{"name": "bash", "arguments": {"command": f"sleep {marker}"}}],
+            "usage": {"input_tokens": 1234, "output_tokens": 56},
+        },
+    )
+    spawned = ok(await arun("spawn", "general", "sleep", "--model", model, "--json", env=env))
+    task_id = spawned.json()["id"]
+
+    async def sleeping() -> list[int]:
+        return _pids_with(f"sleep {marker}")
+
+    await eventually(sleeping, "the bash tool to start")
+    shown = ok(await arun("check", task_id, env=env)).out
+    assert shown.splitlines()[:3] == [
+        f"{task_id}  running",
+        "  agent general · turns 1 · model scripted",
+        "  tokens in 1,234 / out 56",
+    ], shown
+    ok(await arun("cancel", task_id, env=env))
+
+
+async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
+    env: dict[str, str], worker: None, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("hello\n")
+    model = script(
+        {"text": "reading", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+        {"text": "it says hello"},
+    )
+    task_id = ok(await arun("spawn", "explore", "read", "--model", model, "--json", env=env))
+    task_id = task_id.json()["id"]
+    ok(await arun("check", task_id, "--wait", "--json", env=env))
+    await asyncio.sleep(1.5)  # a replay now is later than any event
+    events = [
+        json.loads(line)
+        for line in ok(await arun("watch", task_id, "--json", env=env)).out.splitlines()
+    ]
+    kinds = [e["kind"] for e in events]
+    assert kinds == [
+        "status", "text", "turn", "tool_started", "tool_finished", "text", "turn", "status",
+        "closed",
+    ], kinds  # fmt: skip
+    times = [e["time"] for e in events]
+    assert times == sorted(times), events  # replayed text is not stamped with the replay time
+    for i, event in enumerate(events):
+        if event["kind"] == "text":  # the text is the turn's, recorded when the turn ended
+            assert event["time"] == events[i + 1]["time"] and events[i + 1]["kind"] == "turn"
+
+
+async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
+    tmp_path: Path,
+) -> None:
+    """The server dies under `watch` and `check --wait`: each says so in one line, that
+    the task goes on, and exits 1; the task finishes once the server is back."""
+    (tmp_path / "ws").mkdir()
+    workspace = give_to_tool_user(tmp_path / "ws")
+    async with DevServer(
+        port=free_port(), ui_port=free_port(), db=tmp_path / "own.db", ui=False
+    ) as server:
+        settings = Settings(
+            address=server.address,
+            task_queue=f"lost-{uuid.uuid4().hex[:8]}",
+            data_dir=tmp_path / "data",
+            blob_dir=tmp_path / "blobs",
+            workspace=workspace,
+        )
+        env = _env(tmp_path, TEMPORAL_ADDRESS=server.address)
+        temporal = await connect_client(server.address)
+        client = SubagentClient(
+            temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+        )
+        async with create_worker(temporal, settings):
+            model = script(
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 15"}}]},
+                {"text": "slept through it"},
+            )
+            task_id = await client.spawn_task("general", "sleep", model=model)
+            watcher = await asyncio.create_subprocess_exec(
+                *CLI, "watch", task_id, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            waiter = asyncio.ensure_future(
+                arun("check", task_id, "--wait", "--timeout", "600", env=env, timeout=300)
+            )
+            assert watcher.stdout is not None and watcher.stderr is not None
+            seen = b""
+            while b"tool_started" not in seen:  # watching, and the command runs
+                line = await asyncio.wait_for(watcher.stdout.readline(), CEILING)
+                assert line, (seen, await watcher.stderr.read())
+                seen += line
+            await asyncio.sleep(1)  # check --wait has connected and waits too
+            assert server.pid is not None
+            os.killpg(server.pid, signal.SIGKILL)
+            await server.stop()  # reaps it
+
+            out, err = await asyncio.wait_for(watcher.communicate(), 240)
+            waited = await waiter
+            await server.start()  # the same database: the task goes on
+            done = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert done.status == "completed" and done.result == "slept through it", done
+    lost = f"error: lost the connection to Temporal at {server.address}: the server does not answer"
+    assert watcher.returncode == 1, (seen, out, err)
+    assert err.decode() == (
+        f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`subagents watch {task_id}` again once the server answers\n"
+    ), err.decode()
+    kinds = [line.split()[1] for line in (seen + out).decode().splitlines()]
+    assert kinds == ["status", "turn", "tool_started"], (seen + out).decode()
+    assert waited.code == 1 and waited.out == ""
+    assert waited.err == (
+        f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`subagents check {task_id} --wait` again once the server answers\n"
+    ), waited.err
 
 
 # ---------------------------------------------------------------- no worker needed
@@ -265,6 +349,27 @@ def test_agents_lists_the_builtins() -> None:
     assert all(a["description"] and a["max_turns"] >= 1 for a in agents)
 
 
+def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> None:
+    """A script that reads `subagents agents` line by line finds each agent by name."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    name = "code-reviewer-for-the-payment-service"
+    (agents / f"{name}.md").write_text(
+        f"---\nname: {name}\ndescription: {'Reviews payment code for retries. ' * 6}\n"
+        "tools: Read, Grep, Bash\n---\nReview.\n"
+    )
+    lines = ok(run("agents", "--agents-dir", str(tmp_path), env=_env(tmp_path))).out.splitlines()
+    assert lines[0].split() == ["name", "tools", "mode", "turns", "source", "description"]
+    rows = {line.split()[0]: line.split(maxsplit=5) for line in lines[1:]}
+    assert list(rows) == ["explore", "plan", "research", "general", name], lines
+    _, tools, mode, turns, source, description = rows[name]
+    assert (tools, mode) == ("read_file,grep,bash", "default") and turns.isdigit()
+    assert source.endswith(f".claude/agents/{name}.md")
+    # the free text is cut to the width: one line per agent, however long
+    assert description.startswith("Reviews pa") and description.endswith("…")
+    assert len(lines) == 6
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -273,6 +378,8 @@ def test_agents_lists_the_builtins() -> None:
             ["unknown agent 'nope'", "known: explore, plan, research, general"],
         ),
         (["spawn", "explore", "   "], ["prompt is empty"]),
+        (["spawn", "explore", "do it", "--metadata", "{nope"], ["--metadata is not JSON"]),
+        (["spawn", "explore", "do it", "--metadata", "[1]"], ["metadata"]),
         (["spawn", "explore", "do it", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
         (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
@@ -288,7 +395,8 @@ def test_agents_lists_the_builtins() -> None:
         (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
         (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
-    ids=["unknown-agent", "empty-prompt", "max-turns-0", "check-unknown", "cancel-unknown",
+    ids=["unknown-agent", "empty-prompt", "metadata-not-json", "metadata-not-object",
+         "max-turns-0", "check-unknown", "cancel-unknown",
          "watch-unknown", "markup-in-message", "approve-unknown", "reject-unknown",
          "send-unknown", "time-limit-0", "time-limit-inf",
          "approval-timeout-negative", "max-turns-huge", "bad-model", "widening-mode"],
@@ -330,12 +438,114 @@ def test_help_keeps_bracketed_text(tmp_path: Path) -> None:
     assert "[default: per-user data dir]" in dev
 
 
-@pytest.mark.parametrize("address", ["localhost:abc", "not a host"])
-def test_a_malformed_address_is_one_line(tmp_path: Path, address: str) -> None:
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("localhost:abc", "'localhost:abc' has no valid port ('abc'); give host:port, e.g. "
+         "localhost:7233 (--address or TEMPORAL_ADDRESS)"),
+        ("not a host", "'not a host' has no port; give host:port, e.g. not a host:7233"),
+        ("localhost", "'localhost' has no port; give host:port, e.g. localhost:7233 "
+         "(--address or TEMPORAL_ADDRESS)"),
+        ("http://localhost:7233", "'http://localhost:7233' is a URL; give the Temporal address "
+         "as host:port without http://, e.g. localhost:7233 (--address or TEMPORAL_ADDRESS)"),
+        ("[::1]", "'[::1]' has no port; give host:port, e.g. [::1]:7233"),
+    ],
+    ids=["bad-port", "spaces", "no-port", "url", "ipv6-no-port"],
+)  # fmt: skip
+def test_a_malformed_address_is_one_line(tmp_path: Path, address: str, expected: str) -> None:
     result = failed(run("ls", "--address", address, env=_env(tmp_path)))
-    assert "Traceback" not in result.err and result.err.count("\n") == 1, result.err
-    assert f"{address!r} is not a Temporal address" in result.flat_err
-    assert "host:port" in result.flat_err
+    assert result.err.count("\n") == 1, result.err  # no UserWarning, no source line
+    assert result.err.startswith(f"error: {expected}"), result.err
+
+
+@pytest.mark.parametrize(
+    ("address", "reason", "transport"),
+    [
+        ("127.0.0.1:1", "connection refused", "Os { code: 111"),
+        ("no-such-host.invalid:7233", "no such host", "dns error"),
+    ],
+    ids=["refused", "no-such-host"],
+)
+def test_an_unreachable_address_says_why_in_words_and_v_shows_the_detail(
+    tmp_path: Path, address: str, reason: str, transport: str
+) -> None:
+    result = failed(run("check", "some-task", "--address", address, env=_env(tmp_path)))
+    assert result.err == (
+        f"error: cannot reach Temporal at {address} (namespace 'default'): {reason}. Start a "
+        "local server with `subagents dev`, or point TEMPORAL_ADDRESS / --address at a running "
+        "one (`subagents -v ...` shows the transport's error)\n"
+    ), result.err
+    verbose = run("-v", "check", "some-task", "--address", address, env=_env(tmp_path))
+    assert verbose.code == 1 and verbose.out == ""
+    first, detail = verbose.err.splitlines()
+    assert first.startswith(f"error: cannot reach Temporal at {address}") and reason in first
+    assert detail.startswith("  detail: ") and "tonic::transport" in detail
+    assert transport in detail
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # what Temporal's client said, on this machine, for each kind of failure
+        ('Failed client connect: `get_system_info` call error after connection: Status { code: '
+         'Cancelled, message: "Timeout expired", source: Some(tonic::transport::Error(Transport, '
+         "TimeoutExpired(()))) }", "timed out"),
+        ('Failed client connect: `get_system_info` call error after connection: Status { code: '
+         'Unimplemented, message: "grpc-status header missing, mapped from HTTP status code 404"',
+         "something answers there, but it is not a Temporal frontend"),
+        ("tcp connect error", "the server does not answer"),
+        ("something new", "the connection failed"),
+    ],
+    ids=["timeout", "not-temporal", "lost", "unknown"],
+)  # fmt: skip
+def test_transport_errors_in_words(text: str, words: str) -> None:
+    from durable_subagents._connect import plain_connection_error
+
+    assert plain_connection_error(text) == words
+
+
+def test_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    import durable_subagents
+
+    installed = version("durable-subagents")
+    assert durable_subagents.__version__ == installed
+    result = ok(run("--version", env=_env(tmp_path)))
+    assert result.out == f"subagents (durable-subagents) {installed}\n" and result.err == ""
+
+
+_COMMANDS = [
+    "dev", "worker", "codec-server", "keygen", "spawn", "check", "cancel", "approve", "reject",
+    "send", "ls", "watch", "agents", "mcp", "demo",
+]  # fmt: skip
+
+
+def test_usage_and_help_name_arguments_and_values_conventionally(tmp_path: Path) -> None:
+    usages = {}
+    for command in _COMMANDS:
+        out = ok(run(command, "--help", env=_env(tmp_path))).out
+        usages[command] = out.splitlines()[0]
+        # no Python types, no {required} or [lowercase] argument forms
+        assert not re.search(r"<(str|int|float|bool|path|list)", out), out
+        assert not re.search(r"\{\w+\}|\[[a-z_]+\]", usages[command]), usages[command]
+    assert usages["spawn"] == "Usage: subagents spawn [OPTIONS] AGENT PROMPT"
+    assert usages["approve"] == "Usage: subagents approve [OPTIONS] ID [CALL_ID]..."
+    assert usages["send"] == "Usage: subagents send [OPTIONS] ID TEXT"
+    assert usages["check"] == "Usage: subagents check [OPTIONS] ID"
+    spawn = ok(run("spawn", "--help", env=_env(tmp_path))).out
+    for option in ("--tool TOOL", "--ask TOOL[:GLOB]", "--time-limit SECONDS", "--max-turns N",
+                   "--address HOST:PORT", "--workspace DIR", "--token-budget N"):  # fmt: skip
+        assert f"  {option} " in spawn, (option, spawn)
+    assert "  AGENT " in spawn and "  PROMPT " in spawn
+    worker = " ".join(ok(run("worker", "--help", env=_env(tmp_path))).out.split())
+    assert "--role all|tasks|tools" in worker
+    # the errors name arguments as the usage line does
+    missing = run("spawn", "explore", env=_env(tmp_path))
+    assert missing.code == 2 and "Missing argument 'PROMPT'" in missing.err, missing.err
+    undecided = run("approve", "some-task", "--address", "127.0.0.1:1", env=_env(tmp_path))
+    assert undecided.code == 2
+    assert "[CALL_ID]..." in undecided.err and "Invalid value for CALL_ID:" in undecided.err
 
 
 def test_bad_status_is_a_usage_error(env: dict[str, str]) -> None:
@@ -363,7 +573,7 @@ async def test_worker_command_runs_tasks_and_stops_on_sigterm(
         result = ok(
             await arun(
                 "spawn", "explore", "hi", "--model", script({"text": "from the cli worker"}),
-                "--wait", "--json", env=env, timeout=30,
+                "--wait", "--json", env=env,
             )
         )  # fmt: skip
         assert result.json()["status"] == "completed"
@@ -417,7 +627,7 @@ async def test_tasks_and_tools_workers_split_a_deployment(
         assert not any((host / "where.txt").exists() for host in hosts.values() if host.exists())
 
         assert f"tool calls only, on {settings.task_queue}-tools" in await start("tools")
-        done = ok(await arun("check", task_id, "--wait", "--json", env=env, timeout=30))
+        done = ok(await arun("check", task_id, "--wait", "--json", env=env))
         assert done.json()["status"] == "completed"
         assert (hosts["tools"] / "where.txt").read_text() == "ran\n"
         assert not (hosts["tasks"] / "where.txt").exists()
@@ -454,9 +664,10 @@ async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path
         for name in names:
             assert name in lines[0] + lines[1]
             kind = "Int" if name == "SubagentTurns" else "Keyword"
+            # pasted as shown, it goes to the server the worker was given
             command = (
-                f"temporal operator search-attribute create --namespace default --name {name} "
-                f"--type {kind}"
+                f"temporal operator search-attribute create --address {server.address} "
+                f"--namespace default --name {name} --type {kind}"
             )
             assert command in lines
         # and it did not register them behind the operator's back
@@ -470,14 +681,12 @@ async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     port, ui_port = free_port(), free_port()
     db = tmp_path / "demo.db"
     env = _env(tmp_path)
-    started = time.monotonic()
     result = ok(
         await arun(
             "demo", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db),
-            env=env, timeout=90,
+            env=env,
         )
     )  # fmt: skip
-    assert time.monotonic() - started < 90
     out = result.out
     flat = " ".join(out.split())
     assert "Model: the offline scripted model" in flat
@@ -493,6 +702,15 @@ async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     for name in ("inventory/models.py", "inventory/store.py", "tests/test_models.py"):
         lines = len((workspace / name).read_text().splitlines())
         assert re.search(rf"│ +{lines} {re.escape(name)} ", out), (name, out)
+    # as wc -l printed it: its counts right-aligned, the first line's too
+    general = out[out.index("general · completed") :]
+    counts = re.findall(r"^│( +\d+) (?:\S+\.py|total) ", general, re.M)
+    assert len(counts) == 6 and len({len(c) for c in counts}) == 1, general
+    # where the tasks are kept, and the exact command that serves them
+    assert (
+        f"The tasks are kept in {db.resolve()}. To browse them in the Web UI at the links "
+        f"above, run:\n  subagents dev --port {port} --ui-port {ui_port} --db {db}\n"
+    ) in out, out
     # a follow-up to the finished explore task: a new run with a different answer
     assert "> Which of these functions have tests?" in out
     follow_up = out[out.index("Follow-up:") :]
@@ -529,7 +747,7 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
     assert proc.stdout is not None and proc.stderr is not None
     banner = ""
     try:
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + CEILING
         while "Ctrl-C to stop" not in banner:
             line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
             assert line, f"dev exited early:\n{banner}\n{(await proc.stderr.read()).decode()}"
@@ -538,6 +756,10 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
         assert f"gRPC address: 127.0.0.1:{port}" in banner
         assert env["SUBAGENTS_TASK_QUEUE"] in banner
         assert str(db.resolve()) in banner
+        assert (
+            f"  Workspace:    {workspace.resolve()} (the root the file tools and commands are "
+            "jailed to: what a general task may edit)\n"
+        ) in banner, banner
         address = f"127.0.0.1:{port}"
         assert await server_answers(address)
 
@@ -550,7 +772,7 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
         result = ok(
             await arun(
                 "spawn", "explore", "read the note", "--model", model, "--wait", "--json",
-                env=client_env, timeout=30,
+                env=client_env,
             )
         )  # fmt: skip
         info = result.json()
@@ -570,6 +792,103 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
     assert not await server_answers(f"127.0.0.1:{port}", timeout=0.5)
     assert _pids_with(str(db.resolve())) == []
     assert db.is_file()
+
+
+async def _start_dev(env: dict[str, str], *args: str) -> tuple[asyncio.subprocess.Process, str]:
+    """A `subagents dev` process and its banner, once it says it is ready."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "dev", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    banner = ""
+    while "Ctrl-C to stop" not in banner:
+        line = await asyncio.wait_for(proc.stdout.readline(), CEILING)
+        assert line, f"dev exited early:\n{banner}\n{(await proc.stderr.read()).decode()}"
+        banner += line.decode()
+    return proc, banner
+
+
+def _server_of(port: int) -> int:
+    """The pid of the `temporal server start-dev` serving ``port``."""
+    [pid] = [
+        pid for pid in _pids_with("start-dev") if f"\0--port\0{port}\0".encode()
+        in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]  # fmt: skip
+    return pid
+
+
+async def test_dev_stops_in_one_line_when_its_server_dies(tmp_path: Path) -> None:
+    port = free_port()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    give_to_tool_user(workspace)
+    env = _env(tmp_path, SUBAGENTS_TASK_QUEUE=f"cli-dies-{uuid.uuid4().hex[:8]}")
+    proc, _ = await _start_dev(
+        env, "--port", str(port), "--ui-port", str(free_port()), "--workspace", str(workspace)
+    )
+    try:
+        marker = f"3602.{uuid.uuid4().int % 10**6:06d}"  # a sleep only this test runs
+        model = script(
+            {"tool_calls": [{"name": "bash", "arguments": {"command": f"sleep {marker}"}}]}
+        )
+        client_env = {**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
+        ok(await arun("spawn", "general", "sleep", "--model", model, env=client_env))
+
+        async def sleeping() -> list[int]:
+            return _pids_with(f"sleep {marker}")
+
+        await eventually(sleeping, "the dev worker to run the command")
+        os.kill(_server_of(port), signal.SIGKILL)
+        code = await asyncio.wait_for(proc.wait(), 60)  # before: it ran on, retrying
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert proc.stdout is not None and proc.stderr is not None
+    rest, err = (await proc.stdout.read()).decode(), (await proc.stderr.read()).decode()
+    assert code == 1, (rest, err)
+    db = (tmp_path / "cli-data" / "temporal.db").resolve()
+    assert err == (
+        f"error: the Temporal dev server on 127.0.0.1:{port} exited (killed by SIGKILL), so "
+        f"subagents dev stopped its worker. The tasks are kept in {db}: run subagents dev "
+        f"again to go on with them (server log: {db}.log)\n"
+    ), err
+    assert rest == ""
+
+    async def gone() -> bool:
+        return not await sleeping()
+
+    await eventually(gone, "the worker's command to end with it")
+
+
+async def test_two_dev_servers_never_share_a_database_file(tmp_path: Path) -> None:
+    """`subagents dev`, then `dev` or `demo` on another port: both would open the data
+    directory's temporal.db; they refuse, naming the file and the running server's port."""
+    port, other = free_port(), free_port()
+    env = _env(tmp_path)
+    proc, banner = await _start_dev(
+        env, "--port", str(port), "--ui-port", str(free_port()), "--workspace", str(tmp_path)
+    )
+    db = (tmp_path / "cli-data" / "temporal.db").resolve()
+    assert f"Database:     {db}" in banner
+    try:
+        for command in ("dev", "demo"):
+            second = failed(
+                await arun(
+                    command, "--port", str(other), "--ui-port", str(free_port()),
+                    env=env, timeout=120,
+                )
+            )  # fmt: skip
+            assert second.err == (
+                f"error: the database {db} is in use by the Temporal dev server on port {port}: "
+                "two servers on one SQLite file overwrite each other's tasks. Use that server "
+                f"(--port {port}), or give this one a database of its own (--db FILE)\n"
+            ), (command, second.err)
+            assert not await server_answers(f"127.0.0.1:{other}", timeout=0.5)
+        assert await server_answers(f"127.0.0.1:{port}")  # the first one serves on
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
 
 
 async def test_ask_pause_and_approve_from_the_shell(
@@ -647,7 +966,7 @@ async def test_approve_named_calls_then_the_rest_with_all(
         pending = [p["call_id"] for p in info["pending_approvals"]]
         return info if pending == ["call_0_1"] else None
 
-    still = await _eventually(only_the_other_pending)
+    still = await eventually(only_the_other_pending, "only the other call pending")
     assert still, "the partial approval did not leave call_0_1 pending"
     assert still["status"] == "paused" and still["pause_id"] == paused["pause_id"]
     assert not (workspace / "a.txt").exists()  # nothing runs before every call is decided
@@ -816,11 +1135,12 @@ async def test_check_shows_the_full_arguments_of_pending_calls(
     human = ok(await arun("check", task_id, env=env)).out
     assert f'"command": "{command}"' in human  # on one line, not cut
     assert f'"content": "{content}"' in human
-    for line in (
-        f"subagents approve {task_id} call_0_0",
-        f"subagents approve {task_id} --all",
-        f"subagents reject {task_id} call_0_0 --reason TEXT",
-        f"subagents reject {task_id} --all --reason TEXT",
+    pause = info["pause_id"]
+    for line in (  # --pause: a decision typed late never reaches a newer pause
+        f"subagents approve {task_id} call_0_0 --pause {pause}",
+        f"subagents approve {task_id} --all --pause {pause}",
+        f"subagents reject {task_id} call_0_0 --pause {pause} --reason TEXT",
+        f"subagents reject {task_id} --all --pause {pause} --reason TEXT",
     ):
         assert line in [text.strip() for text in human.splitlines()], human[-1000:]
 
@@ -851,10 +1171,10 @@ async def test_what_a_model_writes_cannot_rewrite_the_terminal(
     assert "\\u202e" in human and "\\x1b[2J" in human.replace("\\u001b", "\\x1b")
     ok(await arun("approve", task_id, "--all", env=env))
     done = ok(await arun("check", task_id, "--wait", "--after-pause", info["pause_id"], env=env))
-    watched = ok(await arun("watch", task_id, env=env, timeout=30)).out
+    watched = ok(await arun("watch", task_id, env=env)).out
     for out in (done.out, watched):
         assert not set(out) & {"\x1b", "\x07", "\u202e", "\u202c"}, repr(out)
         assert "\\x1b[1A" in out and "\\u202e" in out
-    events = ok(await arun("watch", task_id, "--json", env=env, timeout=30)).out
+    events = ok(await arun("watch", task_id, "--json", env=env)).out
     texts = [json.loads(line) for line in events.splitlines()]
     assert "".join(e.get("text", "") for e in texts if e.get("turn") == 2) == answer

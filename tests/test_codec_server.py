@@ -43,10 +43,10 @@ from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.worker import create_worker
 
 from .browser import CHROMIUM, needs_browser
-from .conftest import script
-from .test_cli import CLI, _env, failed, ok, run
-from .test_dev import _wait_ready
-from .test_encryption import decoded_strings, temporal_cli
+from .helpers import CEILING
+from .helpers.cli import CLI, _env, decoded_strings, failed, ok, run, temporal_cli
+from .helpers.processes import _wait_ready
+from .helpers.tasks import script
 
 # Plain words: the Web UI shows a summary as markdown, escaping punctuation.
 PROMPT = "Reconcile the ledger of account 4471 for the quarterly audit"
@@ -93,7 +93,7 @@ async def _run_task(settings: Settings, *, worker: bool = True) -> Task:
         task_id = await client.spawn_task(
             "general", PROMPT, model=script({"text": ANSWER}), description=PROMPT
         )
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED and info.result == ANSWER, info
     assert info.run_id is not None
     return Task(keys, settings.payload_key.get_secret_value(), task_id, info.run_id)
@@ -395,7 +395,7 @@ async def test_the_codec_server_command_serves_until_ctrl_c(
     try:
         assert proc.stdout is not None
         banner = ""
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + CEILING
         while "Ctrl-C to stop" not in banner and time.monotonic() < deadline:
             line = await asyncio.to_thread(proc.stdout.readline)
             assert line, f"exited {proc.wait()}: {banner}{proc.stderr.read()}"  # type: ignore[union-attr]

@@ -23,8 +23,10 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
-from .test_durability import fake_provider, processes_matching, wait_for
+from .helpers import CEILING
+from .helpers.processes import processes_matching, wait_for
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 
 @contextlib.asynccontextmanager
@@ -77,7 +79,7 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
     model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 
     async def running() -> None:
-        await wait_for(lambda: bool(processes_matching("sleep 3501")), 30, "the command")
+        await wait_for(lambda: bool(processes_matching("sleep 3501")), what="the command")
 
     async with worker_killed_after(settings, workspace, running):
         task_id = await client.spawn_task("general", "x", model=model)
@@ -89,7 +91,7 @@ async def test_a_retried_tool_call_checks_for_a_cancel_first(
     assert not processes_matching("sleep 3501")
 
     async with create_worker(temporal_client, settings):
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
 
 
@@ -105,7 +107,7 @@ async def test_a_retried_model_call_checks_for_a_cancel_first(
         srv.add_reply(text="must not be asked for")
 
         async def hanging() -> None:
-            await asyncio.wait_for(srv.hanging.wait(), 30)
+            await asyncio.wait_for(srv.hanging.wait(), CEILING)
 
         async with worker_killed_after(settings, workspace, hanging):
             task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
@@ -117,5 +119,5 @@ async def test_a_retried_model_call_checks_for_a_cancel_first(
         assert len(srv.requests) == 1
 
         async with create_worker(temporal_client, settings):
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.CANCELLED and len(srv.requests) == 1

@@ -35,7 +35,8 @@ from durable_subagents.config import Settings
 from durable_subagents.policy import PathRules
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
-from .conftest import give_to_tool_user, script
+from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user, script
 
 HOOK = "#!/bin/sh\ntouch {marker}\n"
 SECRET = "the-secret-key-material"
@@ -130,7 +131,7 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
         ),
         permissions=[{"tool": "*", "pattern": "secrets/*", "action": "deny"}],
     )
-    info = await client.check_task(task_id, wait=True, timeout=90)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     outputs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert outputs[TOOL_CALLS_AT_ONCE - 1].content == "swapped\n"
@@ -197,7 +198,7 @@ async def test_the_approver_sees_where_a_path_lands_and_the_approval_holds_only_
             {"text": "done"},
         ),
     )
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused  # a protected path: a person decides
     [pending] = paused.pending_approvals
     assert pending.resolved_path == ".git/hooks/post-checkout"
@@ -215,7 +216,7 @@ async def test_the_approver_sees_where_a_path_lands_and_the_approval_holds_only_
     (workspace / "hk").unlink()
     (workspace / "hk").symlink_to("elsewhere")
     await client.approve(task_id)
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert result.is_error
@@ -253,7 +254,7 @@ async def test_a_search_never_follows_a_symlink_into_a_denied_path(
         ),
         permissions=[{"tool": "*", "pattern": "secrets/*", "action": "deny"}],
     )
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     found, listed = (m.content for m in await client.get_transcript(task_id) if m.role == "tool")
     assert found == "docs/notes.md:1: key-material lives elsewhere"
@@ -277,7 +278,7 @@ async def test_a_path_is_judged_as_written_too(
         ),
         permissions=[{"tool": "write_file", "pattern": ".env", "action": "deny"}],
     )
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert result.is_error and "denied by this agent's permission rules" in result.content

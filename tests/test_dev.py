@@ -40,6 +40,9 @@ from durable_subagents.dev import (
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
+from .helpers import CEILING
+from .helpers.processes import _wait_ready
+
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:
     return DevServer(port=free_port(), ui_port=free_port(), db=tmp_path / "t.db", **kwargs)  # type: ignore[arg-type]
@@ -253,15 +256,6 @@ async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
         assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=2)
 
 
-async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
-    deadline = time.monotonic() + 30
-    while "Ctrl-C to stop" not in out.getvalue():
-        assert not task.done(), out.getvalue()
-        assert time.monotonic() < deadline, out.getvalue()
-        await asyncio.sleep(0.05)
-    return out.getvalue()
-
-
 async def test_run_dev_starts_and_stops_its_own_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,7 +288,7 @@ async def test_run_dev_starts_and_stops_its_own_server(
         f"127.0.0.1:{port}", settings=settings.model_copy(update={"address": f"127.0.0.1:{port}"})
     )
     task_id = await client.spawn_task("explore", "look", model="scripted")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED  # run by the dev command's own worker
 
     task.cancel()

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,58 +17,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.processes import processes_matching, wait_for
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 PAYLOAD_LIMIT = 256 * 1024
-
-
-def processes_matching(text: str, *, started_as: bool = False) -> list[int]:
-    """PIDs whose command line contains ``text`` (seen from the host PID namespace).
-
-    With ``started_as``, only those whose command line starts with it: the command
-    itself, not the sandbox and shell processes that carry it in their arguments
-    (how many of those there are depends on the worker's user).
-    """
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        found = cmdline.startswith(text) if started_as else text in cmdline
-        if found and "pytest" not in cmdline:
-            pids.append(int(entry.name))
-    return pids
-
-
-async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def fake_provider(
-    monkeypatch: pytest.MonkeyPatch, server: FakeModelServer, prefix: str, key: str = "k"
-) -> AsyncIterator[FakeModelServer]:
-    """Serve a fake model API and point this process's worker at it (env + fresh clients)."""
-    async with server as srv:
-        monkeypatch.setenv(f"{prefix}_API_KEY", key)
-        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
-        clear_provider_cache()
-        try:
-            yield srv
-        finally:
-            await close_providers()
 
 
 async def all_runs_events(temporal: Client, task_id: str) -> list:  # type: ignore[type-arg]
@@ -93,7 +50,7 @@ async def test_200_turns_of_50kb_tool_output_keep_history_small(
         final="all done",
     )
     task_id = await client.spawn_task("explore", "read it 200 times", model=model, max_turns=300)
-    info = await client.check_task(task_id, wait=True, timeout=240)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.turns == 201
     assert info.result == "all done"
@@ -142,7 +99,7 @@ async def test_api_keys_never_enter_the_history(
         srv.add_reply(text="nothing here", usage=(150, 9))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "look", model="openai:gpt-test")
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.usage.input_tokens == 250 and info.usage.output_tokens == 16
     assert info.model == "openai:gpt-test"
@@ -171,7 +128,7 @@ async def test_anthropic_through_the_workflow_sums_usage(
         srv.add_reply(text="no matches", usage=(60, 4))
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "grep", model="anthropic:claude-test")
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == "no matches"
     assert (info.usage.input_tokens, info.usage.output_tokens) == (100, 7)
@@ -232,10 +189,10 @@ async def test_cancel_closes_a_streaming_model_call(
         srv.add_reply(text="this will never finish", hang=True)
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "hang", model="openai:gpt-test")
-            await asyncio.wait_for(srv.hanging.wait(), 15)
-            info = await client.cancel_task(task_id, wait=True, timeout=15)
+            await asyncio.wait_for(srv.hanging.wait(), CEILING)
+            info = await client.cancel_task(task_id, wait=True, timeout=CEILING)
             assert info.status == TaskStatus.CANCELLED
-            await asyncio.wait_for(srv.disconnected.wait(), 5)
+            await asyncio.wait_for(srv.disconnected.wait(), CEILING)
     assert srv.disconnects >= 1
 
 
@@ -273,15 +230,15 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     )
     try:
         task_id = await client.spawn_task("general", "crash me", model=model)
-        await wait_for(lambda: len(processes_matching("sleep 340")) >= 2, 30, "sleeps to start")
+        await wait_for(lambda: len(processes_matching("sleep 340")) >= 2, what="sleeps to start")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        await wait_for(lambda: not processes_matching("sleep 340"), 5, "tool processes to die")
+        await wait_for(lambda: not processes_matching("sleep 340"), what="tool processes to die")
     finally:
         if proc.poll() is None:
             proc.kill()
     async with create_worker(temporal_client, settings):
-        info = await client.check_task(task_id, wait=True, timeout=60)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert "second-attempt" in (info.result or "")
 
@@ -296,7 +253,7 @@ async def test_oversized_input_fails_the_task_clearly(
         max_prompt_bytes=2_000_000,
     )
     task_id = await client.spawn_task("explore", "y" * 400_000, model="scripted")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.FAILED
     assert info.error is not None and "payload limit" in info.error
     desc = await temporal_client.get_workflow_handle(task_id).describe()
@@ -315,9 +272,9 @@ async def test_temporal_retries_429_after_retry_after_and_fails_fast_on_400(
         srv.add_error(400, body={"error": {"message": "bad parameter max_tokens"}})
         async with create_worker(temporal_client, settings):
             retried = await client.spawn_task("explore", "a", model="openai:gpt-test")
-            ok = await client.check_task(retried, wait=True, timeout=30)
+            ok = await client.check_task(retried, wait=True, timeout=CEILING)
             bad = await client.spawn_task("explore", "b", model="openai:gpt-test")
-            failed = await client.check_task(bad, wait=True, timeout=30)
+            failed = await client.check_task(bad, wait=True, timeout=CEILING)
     assert ok.status == TaskStatus.COMPLETED and ok.result == "after the retry"
     attempts = [
         e.activity_task_started_event_attributes.attempt
@@ -370,15 +327,52 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
             search_attributes=attributes,
             execution_timeout=timedelta(seconds=3),
         )
-        await wait_for(
-            lambda: len(processes_matching("sleep 3913", started_as=True)) == 2, 30, "both commands"
-        )
+        await wait_for(lambda: len(processes_matching("sleep 3913")) == 2, what="both commands")
         assert (await client.check_task(terminated)).status == TaskStatus.RUNNING
         await temporal_client.get_workflow_handle(terminated).terminate(reason="operator stop")
-        info = await client.check_task(timed_out, wait=True, timeout=30)
+        info = await client.check_task(timed_out, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.TIMED_OUT and info.stop_reason == "execution_timeout"
     stopped = await client.check_task(terminated)
     assert stopped.status == TaskStatus.CANCELLED and stopped.stop_reason == "terminated"
     for task_id in (terminated, timed_out):
         desc = await temporal_client.get_workflow_handle(task_id).describe()
         assert (await desc.memo())["status"] == "running"  # stale, and not shown
+
+
+def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
+    """A sandbox's inner process that outlived its killed worker dies at the next start.
+
+    The window is the sandbox's start: its inner process asks to die with its parent a
+    moment after it is made, and a worker killed in between leaves it running in the
+    call's cgroup. Here the leftover is placed there directly.
+    """
+    from durable_subagents.activities.tools import _limits
+
+    hierarchies = _limits._available()
+    if not hierarchies:
+        pytest.skip("no writable pids or memory cgroup for tool calls on this machine")
+    parent = hierarchies[0].base.parent
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ours = parent / f"durable-subagents-{_limits._pid_namespace()}-{gone.pid}" / "call-left"
+    # a worker of another PID namespace: its pid means nothing here, its calls are kept
+    theirs = parent / f"durable-subagents-1-{gone.pid}" / "call-kept"
+    left, kept = [subprocess.Popen(["sleep", seconds]) for seconds in ("3601", "3602")]
+    try:
+        for cgroup, proc in ((ours, left), (theirs, kept)):
+            cgroup.mkdir(parents=True)
+            (cgroup / "cgroup.procs").write_text(str(proc.pid))
+
+        _limits._sweep_stale(parent)
+
+        assert left.wait(5) == -signal.SIGKILL
+        assert not ours.parent.exists()
+        assert kept.poll() is None and theirs.exists()
+    finally:
+        for proc in (left, kept):
+            proc.kill()
+            proc.wait()
+        for cgroup in (theirs, ours):
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+                cgroup.parent.rmdir()

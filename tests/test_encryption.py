@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +35,13 @@ from durable_subagents._codec import (
     new_key,
 )
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, temporal_binary
+from durable_subagents.dev import DevServer
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.cli import decoded_strings, temporal_cli
+from .helpers.tasks import script
 
 PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
 OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
@@ -74,37 +74,6 @@ async def keyed_client(own: Settings) -> tuple[Client, SubagentClient]:
         agents={"careful": CAREFUL},
     )
     return temporal, client
-
-
-async def temporal_cli(*args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        str(temporal_binary()),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
-
-
-def decoded_strings(value: Any) -> Iterator[str]:
-    """Every string in a JSON value, and the base64-decoded text of each that is base64."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from decoded_strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from decoded_strings(v)
-    elif isinstance(value, str):
-        yield value
-        if len(value) >= 8 and re.fullmatch(r"[A-Za-z0-9+/=_-]+", value):
-            for decode in (base64.b64decode, base64.urlsafe_b64decode):
-                try:
-                    yield decode(value + "=" * (-len(value) % 4)).decode("utf-8", "replace")
-                except ValueError:
-                    pass
 
 
 async def raw_texts(dev_server: DevServer, task_id: str) -> str:
@@ -249,18 +218,18 @@ async def test_history_memo_and_metadata_hold_none_of_the_task_in_plain_text(
     )
     async with create_worker(temporal, own):
         task_id = await client.spawn_task("careful", PROMPT, description=DESCRIPTION, model=model)
-        paused = await client.check_task(task_id, wait=True, timeout=30)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused
         assert paused.description == DESCRIPTION
         assert OUTPUT in paused.pending_approvals[0].arguments_preview
         await client.approve(task_id)
-        done = await client.check_task(task_id, wait=True, timeout=30)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
         events = [e async for e in client.watch(task_id)]
         assert any(e.kind == "tool_finished" and OUTPUT in (e.summary or "") for e in events)
         assert any(e.kind == "decision" and "approve" in (e.summary or "") for e in events)
         await client.send_input(task_id, INPUT)
-        again = await client.check_task(task_id, wait=True, timeout=30)
+        again = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert again.result == ANSWER + " and March", again
         transcript = await client.get_transcript(task_id)
         assert any(OUTPUT in m.content for m in transcript if m.role == "tool")
@@ -313,7 +282,7 @@ async def test_a_worker_without_the_key_or_with_another_names_the_key_it_needs(
         assert f"encrypted with key {kid}, and {held}" in info.retrying, info.retrying
     # The last task waited through both; a worker with the key finishes it.
     async with create_worker(temporal, own):
-        done = await client.check_task(task_id, wait=True, timeout=60)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
 
 
@@ -344,14 +313,14 @@ async def test_a_key_rotates_while_a_task_runs_across_the_change(
     temporal_a, client_a = await keyed_client(before)
     async with create_worker(temporal_a, before):
         task_id = await client_a.spawn_task("careful", PROMPT, model=model)
-        paused = await client_a.check_task(task_id, wait=True, timeout=30)
+        paused = await client_a.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused
 
     temporal_b, client_b = await keyed_client(after)
     async with create_worker(temporal_b, after):
         assert (await client_b.check_task(task_id)).pause_id == paused.pause_id
         await client_b.approve(task_id)
-        done = await client_b.check_task(task_id, wait=True, timeout=30)
+        done = await client_b.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED and done.result == ANSWER, done
     transcript = await client_b.get_transcript(task_id)
     assert [m.role for m in transcript][:2] == ["system", "user"] and PROMPT in transcript[
@@ -373,8 +342,8 @@ async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
 ) -> None:
     """``subagents spawn/check/watch/ls`` and ``subagents mcp``, configured only by the
     environment, against an encrypted worker; a CLI without the key names the one it needs."""
-    from .test_cli import _env, arun, failed, ok
-    from .test_mcp import call, mcp_session
+    from .helpers.cli import _env, arun, failed, ok
+    from .helpers.mcp import call, mcp_session
 
     own = with_keys(settings, key)
     temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
@@ -423,7 +392,7 @@ async def test_a_hostile_model_cannot_read_the_payload_key(
     settings: Settings, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The key is in the worker's environment; the attacker tries every way to it."""
-    from .test_hostile import bash, call, run_attack
+    from .helpers.attacks import bash, call, run_attack
 
     monkeypatch.setenv("SUBAGENTS_PAYLOAD_KEY", key)
     own = with_keys(settings, key)

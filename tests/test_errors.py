@@ -17,6 +17,8 @@ from durable_subagents import (
 from durable_subagents._audience import for_model, for_shell
 from durable_subagents.config import Settings
 
+from .helpers import CEILING
+
 
 async def _no_task_started(client: SubagentClient) -> None:
     assert await client.list_tasks() == [] or all(
@@ -128,7 +130,7 @@ def test_spawn_options_refuse_unknown_names_and_stay_as_built() -> None:
 async def test_narrowing_options_take_effect(
     client: SubagentClient, worker: None, workspace: object
 ) -> None:
-    from .conftest import script
+    from .helpers.tasks import script
 
     model = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf x"}}]},
@@ -142,7 +144,7 @@ async def test_narrowing_options_take_effect(
         disallowed_tools=["grep"],
         permissions=[{"tool": "bash", "pattern": "rm *", "action": "deny"}],
     )
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == "completed"
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "denied by this agent's permission rules" in tool_msgs[0].content
@@ -181,7 +183,7 @@ async def test_a_workspace_the_worker_cannot_use_fails_the_task_in_one_log_line(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     task_id = await client.spawn_task("explore", "x", model="scripted", workspace=workspace)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == "failed"
     assert info.error is not None and problem in info.error
     mine = [r for r in caplog.records if task_id in r.getMessage() and r.levelno >= logging.INFO]
@@ -212,7 +214,7 @@ async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
     bad = settings.model_copy(update={"model": "gpt-4"})
     async with create_worker(temporal_client, bad):  # type: ignore[arg-type]
         task_id = await client.spawn_task("explore", "x")
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == "failed"
     assert info.error is not None and "SUBAGENTS_MODEL" in info.error
 
@@ -268,14 +270,14 @@ async def test_every_call_names_an_unknown_task(client: SubagentClient) -> None:
 async def test_after_bad_requests_the_worker_still_runs_tasks(
     client: SubagentClient, worker: None
 ) -> None:
-    from .conftest import script
+    from .helpers.tasks import script
 
     for bad in ({"max_turns": 0}, {"time_limit": float("inf")}, {"metadata": {"x": object()}}):
         with pytest.raises(InvalidRequest):
             await client.spawn_task("explore", "x", description="must not start", **bad)  # type: ignore[arg-type]
     await _no_task_started(client)
     task_id = await client.spawn_task("explore", "x", model=script({"text": "fine"}))
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == "completed" and info.result == "fine"
 
 

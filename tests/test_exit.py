@@ -69,7 +69,7 @@ def test_a_worker_that_called_a_model_leaves_no_open_session_at_exit(
                 )
                 async with create_worker(temporal, settings):
                     task_id = await client.spawn_task("explore", "x", model="openai:gpt-test")
-                    info = await client.check_task(task_id, wait=True, timeout=30)
+                    info = await client.check_task(task_id, wait=True, timeout=120)
                     print("status:", info.status.value, info.result)
 
         asyncio.run(main())

@@ -31,7 +31,8 @@ from durable_subagents.activities.tools._seccomp import REFUSED_CALLS, seccomp_s
 from durable_subagents.config import Settings, parse_tool_user
 from durable_subagents.worker import create_worker
 
-from .conftest import TOOL_USER, give_to_tool_user, script
+from .helpers import CEILING
+from .helpers.tasks import TOOL_USER, give_to_tool_user, script
 
 WORKER_USER = (10002, 10002)
 """The unprivileged worker's user (a process of its own when the suite runs as root)."""
@@ -118,7 +119,7 @@ async def attack(client: SubagentClient, *commands: str) -> list[str]:
         "tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]
     }
     task_id = await client.spawn_task("general", "tidy up", model=script(turn, {"text": "done"}))
-    info = await client.check_task(task_id, wait=True, timeout=120)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     return [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
 
@@ -294,7 +295,7 @@ async def test_the_file_tools_act_as_the_tool_user(
         ]
     }
     task_id = await client.spawn_task("general", "tidy up", model=script(turn, {"text": "done"}))
-    info = await client.check_task(task_id, wait=True, timeout=120)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert outputs[0] == "wrote 2 bytes to dir/made.txt", outputs

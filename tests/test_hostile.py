@@ -28,7 +28,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
+from .helpers import CEILING
+from .helpers.attacks import bash, call, run_attack, tool_outputs
+from .helpers.tasks import give_to_tool_user, script
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = {
@@ -36,30 +38,6 @@ SECRETS = {
     "AZURE_OPENAI_KEY": "azure-hostile-test-key-0123456789",
     "DATABASE_URL": "postgres://user:db-hostile-PASSWORD-0123@db/app",
 }
-
-
-def bash(*commands: str) -> dict[str, Any]:
-    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
-
-async def tool_outputs(client: SubagentClient, task_id: str) -> list[str]:
-    return [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
-
-
-async def run_attack(
-    client: SubagentClient, *turns: dict[str, Any], agent: str = "general", **options: Any
-) -> tuple[str, list[str]]:
-    """Spawn the attacker, wait for it to finish, return its id and its tool outputs."""
-    task_id = await client.spawn_task(
-        agent, "summarise the README", model=script(*turns, {"text": "done"}), **options
-    )
-    info = await client.check_task(task_id, wait=True, timeout=60)
-    assert info.status == TaskStatus.COMPLETED, info
-    return task_id, await tool_outputs(client, task_id)
 
 
 async def everything_recorded(temporal_client: Client, task_id: str, settings: Settings) -> str:
@@ -147,7 +125,7 @@ async def test_blob_store_inside_the_workspace_is_still_hidden(
         victim = await client.spawn_task(
             "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
         )
-        await client.check_task(victim, wait=True, timeout=30)
+        await client.check_task(victim, wait=True, timeout=CEILING)
         assert any((workspace / ".store").rglob("*"))
         _, outputs = await run_attack(
             client,
@@ -174,7 +152,7 @@ async def test_a_data_directory_inside_the_workspace_is_hidden_without_breaking_
         victim = await client.spawn_task(
             "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
         )
-        await client.check_task(victim, wait=True, timeout=30)
+        await client.check_task(victim, wait=True, timeout=CEILING)
         assert any((workspace / ".data").rglob("*"))
         _, outputs = await run_attack(
             client, bash("echo works; ls -A .data | wc -l; grep -rl victim- .data | wc -l")
@@ -196,7 +174,7 @@ async def test_ignore_files_the_model_writes_cannot_widen_or_redirect_a_search(
         victim = await client.spawn_task(
             "explore", f"victim-{uuid.uuid4().hex}", model=script({"text": "victim done"})
         )
-        await client.check_task(victim, wait=True, timeout=30)
+        await client.check_task(victim, wait=True, timeout=CEILING)
         _, outputs = await run_attack(
             client,
             call("write_file", path=".gitignore", content="!.store/\n!/.store/**\n!**\n"),
@@ -228,7 +206,7 @@ async def test_tools_cannot_reach_temporal_or_decide_another_tasks_pause(
     victim = await client.spawn_task(
         "careful", "victim", model=script(bash("echo approved > victim.txt"), {"text": "v"})
     )
-    paused = await client.check_task(victim, wait=True, timeout=30)
+    paused = await client.check_task(victim, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     pending = paused.pending_approvals[0]
     host, port = dev_server.address.rsplit(":", 1)
@@ -283,6 +261,56 @@ async def test_worker_secrets_never_reach_a_tool(
         assert value not in recorded
 
 
+async def test_temporal_credentials_never_reach_a_tool(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker connected to a secured cluster holds an API key, a client key inline, a
+    gRPC header and a profile whose key files sit in the workspace; the model hunts them."""
+    creds = workspace / "deploy" / "temporal"
+    creds.mkdir(parents=True)
+    key_pem = (
+        "-----BEGIN PRIVATE KEY-----\nhostile-test-client-key-0123\n-----END PRIVATE KEY-----\n"
+    )
+    (creds / "client.key").write_text(key_pem)
+    (creds / "client.pem").write_text("-----BEGIN CERTIFICATE-----\ncert\n")
+    config = creds / "temporal.toml"
+    config.write_text(
+        '[profile.default]\napi_key = "tsk-hostile-test-file-key-0123"\n'
+        f'[profile.default.tls]\nclient_key_path = "{creds / "client.key"}"\n'
+        f'client_cert_path = "{creds / "client.pem"}"\n'
+    )
+    give_to_tool_user(workspace)
+    secrets = {
+        "TEMPORAL_API_KEY": "tsk-hostile-test-env-key-0123",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA": "hostile-test-inline-key-0123",
+        "TEMPORAL_GRPC_META_AUTHORIZATION": "Bearer hostile-test-header-0123",
+        "TEMPORAL_CONFIG_FILE": str(config),
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="Temporal credentials"):
+        Settings(address="x:1", tool_env="TEMPORAL_API_KEY")
+    async with create_worker(temporal_client, settings):
+        task_id, outputs = await run_attack(
+            client,
+            bash("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"),
+            bash("cat deploy/temporal/temporal.toml deploy/temporal/client.key; echo END"),
+            bash("cat ~/.config/temporalio/temporal.toml /root/.config/temporalio/* 2>&1"),
+        )
+        recorded = await everything_recorded(temporal_client, task_id, settings)
+    text = "\n".join(outputs)
+    assert "PATH=" in text and "END" in text  # the commands ran
+    for value in [*secrets.values(), "tsk-hostile-test-file-key-0123", "hostile-test-client-key"]:
+        if value != str(config):
+            assert value not in text
+            assert value not in recorded
+    assert (creds / "client.key").read_text() == key_pem  # masked, not removed
+
+
 async def test_only_allowlisted_variables_pass_and_agents_pick_among_them(
     client: SubagentClient,
     temporal_client: Client,
@@ -329,15 +357,17 @@ async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
         permission_mode="accept_edits",
         permissions=[{"tool": "bash", "action": "ask"}],
     )
-    first = await client.check_task(task_id, wait=True, timeout=30)
+    first = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.PAUSED  # bash asks (a spawn rule)
     await client.approve(task_id)
-    second = await client.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+    second = await client.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=first.pause_id
+    )
     # write_file is an edit, which accept_edits runs: but not into .git
     assert second.status == TaskStatus.PAUSED, second
     assert second.pending_approvals[0].tool_name == "write_file"
     await client.reject(task_id, reason="no hooks")
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=second.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=second.pause_id)
     assert done.status == TaskStatus.COMPLETED
     outputs = await tool_outputs(client, task_id)
     assert "Read-only file system" in outputs[0]
@@ -417,7 +447,7 @@ async def test_cancel_still_kills_everything_the_attacker_started(
     while not _sleepers(tag):
         assert asyncio.get_running_loop().time() < deadline, "the attack never started"
         await asyncio.sleep(0.1)
-    info = await client.cancel_task(task_id, wait=True, timeout=30)
+    info = await client.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     deadline = asyncio.get_running_loop().time() + 5
     while _sleepers(tag):
@@ -474,7 +504,7 @@ async def test_a_changed_blob_fails_the_task_instead_of_being_used(
     model = script(bash("echo hi"), {"text": "done"})
     async with create_worker(temporal_client, settings):
         task_id = await client.spawn_task("careful", "x", model=model)
-        paused = await client.check_task(task_id, wait=True, timeout=30)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     changed = 0
     for path in (settings.resolved_blob_dir).rglob("*"):
@@ -485,7 +515,9 @@ async def test_a_changed_blob_fails_the_task_instead_of_being_used(
     await client.approve(task_id)
     # A new worker: nothing cached, every blob read from the store.
     async with create_worker(temporal_client, settings):
-        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.FAILED
     assert "does not match its hash" in (done.error or "")
 
@@ -608,12 +640,12 @@ async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
         {"text": "done"},
     ]
     task_id = await client.spawn_task("careful", "x", model=script(*turns))
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     ids = [p.call_id for p in paused.pending_approvals]
     assert len(set(ids)) == 2 and all("/" not in i for i in ids)
     await client.approve(task_id)
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done.error
     outputs = await tool_outputs(client, task_id)
     assert outputs[:2] == ["a\n", "b\n"]
@@ -630,13 +662,14 @@ async def test_many_parallel_results_in_one_turn_never_fail_the_task(
     task_id = await client.spawn_task(
         "explore", "x", model=script({"tool_calls": reads}, {"text": "{last_tool_result}"})
     )
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     outputs = await tool_outputs(client, task_id)
     assert len(outputs) == 40
     short = [(i, out[:80]) for i, out in enumerate(outputs) if f"end {i}" not in out]
     assert not short and all(7_000 < len(out) < 8 * 1024 for out in outputs)
-    assert (info.result or "").startswith("1\tfile 39")  # the model read them
+    # the model read them (the answer keeps read_file's line-number padding)
+    assert (info.result or "").startswith("     1\tfile 39")
 
 
 async def test_thousands_of_calls_that_ask_in_one_turn_never_wedge_the_task(
@@ -657,11 +690,13 @@ async def test_thousands_of_calls_that_ask_in_one_turn_never_wedge_the_task(
     files = settings.model_copy(update={"script_files": True})
     async with create_worker(temporal_client, files):
         task_id = await client.spawn_task("asks", "x", model=f"scripted:@{path}")
-        paused = await client.check_task(task_id, wait=True, timeout=60)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED and paused.retrying is None, paused
         assert [p.call_id for p in paused.pending_approvals] == [f"call_0_{i}" for i in range(64)]
         await client.reject(task_id, reason="no")
-        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED, done.error
     assert "at most 64 tool calls run in one turn" in (done.result or "")
     [answer] = [m for m in await client.get_transcript(task_id) if m.tool_calls]
@@ -694,11 +729,11 @@ async def test_chained_commands_cannot_ride_on_an_allowed_one(
     task_id = await client.spawn_task(
         "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})
     )
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     assert len(paused.pending_approvals) == len(attacks)  # every one asks; none ran
     await client.reject(task_id, reason="no")
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED  # the plain `git status` ran unasked
     assert not list(workspace.glob("pwned*"))
 
@@ -735,11 +770,11 @@ async def test_code_hidden_in_arithmetic_or_an_environment_cannot_ride_on_an_all
     task_id = await client.spawn_task(
         "git-only", "x", model=script(bash(*attacks), bash("git status"), {"text": "done"})
     )
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     assert len(paused.pending_approvals) == len(attacks)  # every one asks; none ran
     await client.reject(task_id, reason="no")
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED  # the plain `git status` ran unasked
     assert not list(workspace.glob("pwned*"))
 
@@ -830,12 +865,12 @@ async def test_an_id_made_to_match_a_renamed_duplicate_cannot_skip_an_approval(
         {"text": "done"},
     ]
     task_id = await client.spawn_task("careful", "x", model=script(*turns))
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert not (workspace / "pwned.txt").exists()
     assert paused.status == TaskStatus.PAUSED, paused
     assert [p.tool_name for p in paused.pending_approvals] == ["bash"]
     await client.reject(task_id, reason="no")
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done.error
     assert not (workspace / "pwned.txt").exists()
     outputs = await tool_outputs(client, task_id)

@@ -17,9 +17,15 @@ from durable_subagents.client._live import RESTARTED, LiveTurn
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
-from .test_cli import CLI, _env
-from .test_model_faults import MODELS, PROVIDERS, model_api
+from .helpers import CEILING
+from .helpers.cli import CLI, _env
+from .helpers.providers import (
+    MODELS,
+    PROVIDERS,
+    model_api,
+    turn_text,
+)
+from .helpers.tasks import script
 
 WORDS = " ".join(f"word{i}" for i in range(1, 25)) + "."
 
@@ -33,15 +39,6 @@ async def turn_open(temporal: Client, task_id: str) -> bool:
 
 async def watch_until_closed(client: SubagentClient, task_id: str) -> list[TaskEvent]:
     return [e async for e in client.watch(task_id)]
-
-
-def turn_text(events: list[TaskEvent], turn: int) -> str:
-    """The text a watcher would show for ``turn``: from its last restart on."""
-    text = ""
-    for event in events:
-        if event.kind == "text" and event.turn == turn:
-            text = (event.text or "") if event.summary == RESTARTED else text + (event.text or "")
-    return text
 
 
 async def test_text_streams_before_its_turn_event(
@@ -92,7 +89,7 @@ async def test_a_finished_task_replays_each_turns_text(
         {"text": "All done."},
     )
     task_id = await client.spawn_task("explore", "go", model=model)
-    await client.check_task(task_id, wait=True, timeout=30)
+    await client.check_task(task_id, wait=True, timeout=CEILING)
     events = await watch_until_closed(client, task_id)
     shown = [(e.kind, e.turn, e.text) for e in events if e.kind in ("text", "turn")]
     assert shown == [
@@ -205,12 +202,12 @@ async def test_a_watcher_that_fell_behind_marks_the_gap() -> None:
     first, second = next(beats), next(beats)
     first.add(full[:5])
     second.add(full[:-4])
-    snapshots = iter([parse_live(first.details()), parse_live(second.details())])
+    beats_sent = iter([first.details(), second.details()])
 
-    async def snapshot() -> object:
-        return next(snapshots)
+    async def details() -> object:
+        return next(beats_sent)
 
-    turn._snapshot = snapshot  # type: ignore[method-assign]
+    turn._details = details  # type: ignore[method-assign]
     (a,) = await turn.poll()
     (b,) = await turn.poll()
     assert a.text == "xxxxx"
@@ -242,9 +239,9 @@ async def test_watch_prints_text_live(
     assert proc.stdout is not None
     out = b""
     live = False
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CEILING
     while time.monotonic() < deadline:
-        chunk = await asyncio.wait_for(proc.stdout.read(256), timeout=30)
+        chunk = await asyncio.wait_for(proc.stdout.read(256), timeout=CEILING)
         if not chunk:
             break
         out += chunk

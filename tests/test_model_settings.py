@@ -21,6 +21,7 @@ from temporalio.client import Client
 from durable_subagents import AgentSpec, InvalidRequest, SubagentClient, TaskStatus
 from durable_subagents._spawn_options import child_spec
 from durable_subagents.activities.providers import clear_provider_cache, close_providers
+from durable_subagents.activities.providers._thinking import THINKING_BUDGETS
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
@@ -107,7 +108,7 @@ async def test_no_effort_and_no_settings_send_none_and_report_no_reasoning(
     assert info.usage.reasoning_tokens == 0 and info.usage.output_tokens == 5
 
 
-async def test_the_anthropic_wire_gets_temperature_and_max_tokens_but_no_effort_yet(
+async def test_the_anthropic_wire_gets_thinking_for_the_effort_and_else_the_temperature(
     agents: SubagentClient,
     temporal_client: Client,
     settings: Settings,
@@ -123,10 +124,14 @@ async def test_the_anthropic_wire_gets_temperature_and_max_tokens_but_no_effort_
                 info = await agents.check_task(task_id, wait=True, timeout=60)
                 assert info.status == TaskStatus.COMPLETED, info.error
     thinker, hot = srv.requests
-    assert thinker["temperature"] == 0.3 and thinker["max_tokens"] == 2000
-    assert "thinking" not in thinker and "output_config" not in thinker
+    # a model name without a version thinks adaptively; the effort's budget is room on
+    # top of the answer's tokens; the API takes no temperature with thinking
+    assert thinker["thinking"] == {"type": "adaptive"}
+    assert thinker["output_config"] == {"effort": "medium"}
+    assert thinker["max_tokens"] == 2000 + THINKING_BUDGETS["medium"]
+    assert "temperature" not in thinker
     assert hot["temperature"] == 1.0  # the API's most; OpenAI's go to 2
-    assert hot["max_tokens"] == 8192
+    assert hot["max_tokens"] == 8192 and "thinking" not in hot
 
 
 async def test_a_spawn_may_lower_the_effort_never_raise_it(

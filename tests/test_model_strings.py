@@ -27,10 +27,16 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.types import Message, ModelRequest
 from durable_subagents.worker import create_worker
 
-from .conftest import script
-from .test_live_text import turn_text
-from .test_model_faults import MODELS, PROVIDERS, activity_runs, model_api
-from .test_providers import recorded_failure
+from .helpers import CEILING
+from .helpers.providers import (
+    MODELS,
+    PROVIDERS,
+    activity_runs,
+    model_api,
+    recorded_failure,
+    turn_text,
+)
+from .helpers.tasks import script
 
 LONE = "\ud800"
 R = "\ufffd"
@@ -202,7 +208,7 @@ async def test_the_scripted_model_is_carried_the_same_way(
         {"text": f"done {LONE}", "stream": 1.5},
     )
     task_id = await client.spawn_task("explore", "go", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == f"done {R}"
     runs = await activity_runs(temporal_client, task_id)
@@ -235,15 +241,17 @@ async def test_a_lone_surrogate_from_a_caller_is_refused_with_a_typed_error(
             "permissions": [{"tool": "bash", "pattern": f"rm{LONE}*", "action": "deny"}],
         },
     ]
+    # the session's server holds other tests' tasks: these are told apart by parent
+    parent = f"surrogates-{uuid.uuid4().hex[:8]}"
     for options in spawns:
         with pytest.raises(InvalidRequest, match="lone surrogate"):
-            await client.spawn_task("general", **options)
-    tools = SubagentTools(client, parent_id=f"orchestrator-{uuid.uuid4().hex[:8]}")
+            await client.spawn_task("general", parent_id=parent, **options)
+    tools = SubagentTools(client, parent_id=parent)
     answer = json.loads(
         await tools.call("spawn_subagent", {"agent": "general", "prompt": f"x{LONE}"})
     )
     assert "lone surrogate" in answer["error"] and "prompt" in answer["error"]
-    assert await client.list_tasks(parent_id=tools.parent_id) == []
+    assert await client.list_tasks(parent_id=parent) == []
 
     task_id = await client.spawn_task(
         "general",
@@ -251,7 +259,7 @@ async def test_a_lone_surrogate_from_a_caller_is_refused_with_a_typed_error(
         model=script({"tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}),
         permission_mode="default",
     )
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     with pytest.raises(InvalidRequest, match="input holds a lone surrogate"):
         await client.send_input(task_id, f"steer {LONE}")

@@ -32,19 +32,10 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.types import PendingApproval, Usage
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.mcp import NAMES
+from .helpers.tasks import script
 
-NAMES = [
-    "spawn_subagent",
-    "check_subagent",
-    "wait_subagents",
-    "approve_tool_calls",
-    "reject_tool_calls",
-    "send_subagent_input",
-    "cancel_subagent",
-    "show_tool_call",
-    "list_subagents",
-]
 CAREFUL = AgentSpec(
     name="careful",
     description="Asks before every shell command.",
@@ -71,12 +62,14 @@ async def call(tools: SubagentTools, name: str, **arguments: Any) -> dict[str, A
 
 
 async def eventually(fetch: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool]) -> Any:
-    for _ in range(100):
+    deadline = time.monotonic() + CEILING  # an outcome (see helpers), not a pace
+    while True:
         value = await fetch()
         if ok(value):
             return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never true; last value: {value}")
         await asyncio.sleep(0.1)
-    raise AssertionError(f"never true; last value: {value}")
 
 
 def sleeping(marker: str = "sleep 3701") -> bool:

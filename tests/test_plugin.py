@@ -18,11 +18,12 @@ from durable_subagents._codec import ENCODING, EncryptionCodec, new_key
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
+from .histories import HISTORIES
 from .parent_workflows import FanOutWorkflow
-from .test_replay import HISTORIES
 
 
 def keyed(settings: Settings) -> Settings:
@@ -45,7 +46,7 @@ async def run_task(client: SubagentClient) -> str:
     task_id = await client.spawn_task(
         "explore", "What is the answer?", model=script({"text": "the answer is 42"})
     )
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     assert info.result == "the answer is 42"
     return task_id
@@ -76,19 +77,22 @@ async def test_the_plugin_given_to_the_worker_too_registers_once(
         )
     config = worker.config(active_config=True)
     assert config["workflows"].count(SubagentWorkflow) == 1
-    assert len(config["activities"]) == 3  # model_turn, run_tool, compact_context
+    assert config["workflows"].count(NotifyWorkflow) == 1
+    # model_turn, run_tool, compact_context, send_notification
+    assert len(config["activities"]) == 4
     # The workflow named by hand: the plugin still adds the activities.
     config = Worker(
         temporal, task_queue=f"{settings.task_queue}-3", workflows=[SubagentWorkflow]
     ).config(active_config=True)
-    assert config["workflows"] == [SubagentWorkflow] and len(config["activities"]) == 3
+    assert config["workflows"] == [NotifyWorkflow, SubagentWorkflow]
+    assert len(config["activities"]) == 4
     # create_worker on a client with the plugin: the plugin finds it registered.
     # (Each worker built here has a queue of its own: one client may not poll a queue twice.)
     config = create_worker(temporal, settings, task_queue=f"{settings.task_queue}-2").config(
         active_config=True
     )
     assert config["workflows"].count(SubagentWorkflow) == 1
-    assert len(config["activities"]) == 3
+    assert len(config["activities"]) == 4
 
 
 async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) -> None:
@@ -98,7 +102,7 @@ async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) ->
         {"text": "{last_tool_result}"},
     )
     task_id = await client.spawn_task("general", "x", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     assert "from-the-tools" in (info.result or "")
     queues = [
@@ -134,7 +138,7 @@ async def test_worker_options_come_from_the_settings_unless_given(
     assert config["max_concurrent_activities"] == 7
     assert config["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=3)
     assert config["max_cached_workflows"] == own.max_cached_tasks
-    assert config["graceful_shutdown_timeout"] == timedelta(seconds=5)
+    assert config["graceful_shutdown_timeout"] == timedelta(seconds=own.drain_timeout)
     assert config["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
     runner = config["workflow_runner"]
     assert isinstance(runner, SandboxedWorkflowRunner)

@@ -43,7 +43,8 @@ from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-from .conftest import give_to_tool_user, script
+from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user, script
 from .parent_workflows import WorkspaceWorkflow
 
 FILES_WITHOUT_SUFFIX = {".envrc"}
@@ -181,12 +182,12 @@ async def test_a_dont_ask_task_pauses_before_changing_any_entry_existing_or_miss
         )
         after = None
         for turn in turns:
-            info = await client.check_task(task_id, wait=True, timeout=60, after_pause=after)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=after)
             assert info.status == TaskStatus.PAUSED, (where, info)
             assert len(info.pending_approvals) == len(turn["tool_calls"]), where
             await client.reject(task_id, reason="protected")
             after = info.pause_id
-        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=after)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=after)
         assert done.status == TaskStatus.COMPLETED, done
     assert snapshot(workspace) == before
 
@@ -213,14 +214,16 @@ async def test_the_worker_setting_protects_more_for_file_tools_and_bash(
                 {"text": "done"},
             ),
         )
-        paused = await client.check_task(task_id, wait=True, timeout=60)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED
         assert sorted(p.arguments_preview for p in paused.pending_approvals) == [
             "write_file · Release.cfg",
             "write_file · deploy/hooks/post.sh",
         ]
         await client.reject(task_id)
-        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED
     outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "Read-only file system" in outputs[0]
@@ -258,7 +261,7 @@ async def test_bash_leaves_no_missing_entry_behind(
 async def run_bash(client: SubagentClient, *commands: str) -> list[str]:
     model = script({"tool_calls": [call("bash", command=c) for c in commands]}, {"text": "ok"})
     task_id = await client.spawn_task("general", "tidy up", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     return [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
 
@@ -273,10 +276,12 @@ async def test_a_run_replays_with_the_list_its_worker_reported(
     model = script({"tool_calls": [call("write_file", path="release.cfg", content="x")]})
     async with create_worker(temporal_client, extended):
         task_id = await client.spawn_task("general", "x", model=model)
-        paused = await client.check_task(task_id, wait=True, timeout=60)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED
         await client.reject(task_id)
-        done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
     # The decision comes from the history, not from this process's lists.
@@ -346,11 +351,11 @@ async def test_a_planted_pre_commit_hook_never_runs_at_the_users_next_commit(
     task_id = await client.spawn_task(
         "general", "tidy up", model=script({"tool_calls": attack}, {"text": "done"})
     )
-    paused = await client.check_task(task_id, wait=True, timeout=60)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
     assert [p.tool_name for p in paused.pending_approvals] == ["write_file", "edit_file"]
     await client.reject(task_id, reason="no hooks")
-    done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED
     outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "Read-only file system" in outputs[0]
@@ -420,7 +425,7 @@ async def test_a_symlink_one_task_planted_is_no_workspace_for_the_next(
             {"text": "done"},
         ),
     )
-    assert (await client.check_task(planter, wait=True, timeout=60)).status == "completed"
+    assert (await client.check_task(planter, wait=True, timeout=CEILING)).status == "completed"
     assert (workspace / "proj2").is_symlink() and (workspace / "deep" / "r").is_symlink()
     for requested, problem in [
         ("proj2", "workspace 'proj2' (it resolves to '.git') is, or lies inside, the protected"),
@@ -431,7 +436,7 @@ async def test_a_symlink_one_task_planted_is_no_workspace_for_the_next(
         task_id = await client.spawn_task(
             "general", "x", model=script(APPEND_FSMONITOR, {"text": "d"}), workspace=requested
         )
-        info = await client.check_task(task_id, wait=True, timeout=60)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.FAILED, info
         assert info.error is not None and problem in info.error, info.error
     assert snapshot(repo) == before
@@ -450,12 +455,12 @@ async def test_a_workspace_swapped_for_a_symlink_after_the_spawn_stops_the_task(
         workspace="proj2",
         permissions=[{"tool": "bash", "action": "ask"}],
     )
-    paused = await client.check_task(task_id, wait=True, timeout=60)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     (workspace / "proj2").rmdir()
     (workspace / "proj2").symlink_to(".git")
     await client.approve(task_id)
-    done = await client.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.FAILED
     assert done.error is not None and "protected path '.git'" in done.error
     assert snapshot(repo) == before
@@ -488,7 +493,7 @@ async def test_a_child_a_model_spawns_gets_the_same_check(
     await asyncio.sleep(0.5)  # its workspace was checked as the turn started
     (workspace / "proj2").rmdir()
     (workspace / "proj2").symlink_to(".git")
-    done = await client.check_task(lead, wait=True, timeout=60)
+    done = await client.check_task(lead, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.FAILED
     children = await until(lambda: client.list_tasks(parent_id=lead), "the child listed")
     child = await client.check_task(children[0].id)

@@ -15,8 +15,6 @@ import pytest
 from aiohttp import web
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
-from temporalio.api.failure.v1 import Failure
-from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents.activities.providers import (
@@ -33,6 +31,9 @@ from durable_subagents.activities.providers._errors import retry_after
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
+
+from .helpers import CEILING
+from .helpers.providers import recorded_failure
 
 OPENAI_KEY = "sk-test-openai-secret-0123456789"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
@@ -129,15 +130,6 @@ async def failure(provider: ModelProvider, model: str) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
         await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
     return info.value
-
-
-def recorded_failure(error: Exception) -> str:
-    """What Temporal would record in history for ``error``, cause chain included."""
-    failure = Failure()
-    DataConverter.default.failure_converter.to_failure(
-        error, DataConverter.default.payload_converter, failure
-    )
-    return str(failure)
 
 
 # ------------------------------------------------------------------------------ openai
@@ -413,11 +405,11 @@ async def test_openai_cancel_closes_the_stream(
     task = asyncio.create_task(
         openai_provider.complete(ModelRequest(model="gpt-test", messages=[user("x")]))
     )
-    await asyncio.wait_for(openai_srv.hanging.wait(), 2)
+    await asyncio.wait_for(openai_srv.hanging.wait(), CEILING)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.wait_for(openai_srv.disconnected.wait(), 2)
+    await asyncio.wait_for(openai_srv.disconnected.wait(), CEILING)
     assert openai_srv.disconnects == 1
     assert openai_srv.completed_streams == 0
 
@@ -562,11 +554,11 @@ async def test_anthropic_cancel_closes_the_stream(
     task = asyncio.create_task(
         anthropic_provider.complete(ModelRequest(model="claude-test", messages=[user("x")]))
     )
-    await asyncio.wait_for(anthropic_srv.hanging.wait(), 2)
+    await asyncio.wait_for(anthropic_srv.hanging.wait(), CEILING)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.wait_for(anthropic_srv.disconnected.wait(), 2)
+    await asyncio.wait_for(anthropic_srv.disconnected.wait(), CEILING)
     assert anthropic_srv.disconnects == 1
 
 

@@ -32,7 +32,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker import sweep_blobs
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 from .s3server import S3Server
 
 
@@ -249,7 +250,7 @@ async def test_a_task_moves_between_hosts_that_share_only_s3(
     hosts[0].kill()
     hosts.append(Host(tmp_path / "host-b", settings, env))
 
-    info = await parent.check_task(task_id, wait=True, timeout=120)
+    info = await parent.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.turns == TURNS
     assert info.result is not None and info.result == "done after eleven tool calls"
@@ -297,7 +298,7 @@ async def test_a_long_answer_comes_whole_only_when_asked_for(
         await parent.spawn_task("explore", "a", model=script({"text": medium})),
         await parent.spawn_task("explore", "b", model=script({"text": long})),
     ]
-    done = await parent.wait_tasks(ids, timeout=60)
+    done = await parent.wait_tasks(ids, timeout=CEILING)
     by_id = {i.id: i for i in done}
     assert by_id[ids[0]].result == medium and not by_id[ids[0]].result_truncated
     truncated = by_id[ids[1]]
@@ -353,7 +354,7 @@ async def test_hosts_with_separate_local_stores_fail_the_task_loudly(
     hosts[0].kill()
     hosts.append(Host(tmp_path / "host-b", settings, {}))
     started = time.monotonic()
-    info = await parent.check_task(task_id, wait=True, timeout=90)
+    info = await parent.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.FAILED
     error = info.error or ""
     assert "is not in the blob store" in error
@@ -386,7 +387,7 @@ async def test_a_store_that_does_not_answer_shows_while_the_turn_is_retried(
         assert info.retrying.startswith("model turn, attempt ")
         assert f"s3://bucket/p/{settings.namespace} at {endpoint}" in info.retrying
         assert f"p/{settings.namespace}/{task_id}/sha256/" in info.retrying
-        cancelled = await parent.cancel_task(task_id, timeout=30)
+        cancelled = await parent.cancel_task(task_id, timeout=CEILING)
     assert cancelled.status == TaskStatus.CANCELLED
 
 
@@ -434,7 +435,7 @@ async def test_a_hostile_model_cannot_reach_the_s3_store_or_its_keys(
     """
     from durable_subagents.worker import create_worker
 
-    from .test_hostile import bash, call, run_attack
+    from .helpers.attacks import bash, call, run_attack
 
     secret = "s3-secret-" + os.urandom(8).hex()
     workspace = settings.workspace

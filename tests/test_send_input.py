@@ -20,8 +20,9 @@ from durable_subagents import (
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
-from .test_durability import wait_for
+from .helpers import CEILING
+from .helpers.processes import wait_for
+from .helpers.tasks import script
 
 
 async def test_follow_up_continues_a_completed_task(
@@ -29,11 +30,11 @@ async def test_follow_up_continues_a_completed_task(
 ) -> None:
     model = script({"text": "first answer"}, {"text": "second answer"})
     task_id = await client.spawn_task("explore", "question one", model=model)
-    first = await client.check_task(task_id, wait=True, timeout=30)
+    first = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.COMPLETED and first.result == "first answer"
 
     await client.send_input(task_id, "question two")
-    second = await client.check_task(task_id, wait=True, timeout=30)
+    second = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert second.status == TaskStatus.COMPLETED
     assert second.result == "second answer"
     assert second.turns == 2 and second.run_id != first.run_id
@@ -61,10 +62,10 @@ async def test_input_while_a_tool_runs_joins_at_the_next_turn_boundary(
 ) -> None:
     model = script(bash("touch started; sleep 1.5; echo slept"), {"text": "finished"})
     task_id = await client.spawn_task("general", "work", model=model)
-    await wait_for(lambda: (workspace / "started").exists(), 15, "the tool to start")
+    await wait_for(lambda: (workspace / "started").exists(), what="the tool to start")
     info = await client.send_input(task_id, "also check the tests")
     assert info.status == TaskStatus.RUNNING and info.turns == 1
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.result == "finished" and done.turns == 2
     talk = conversation(await client.get_transcript(task_id))
     # the tool's result first (the call was answered), then the input, then the model
@@ -77,13 +78,13 @@ async def test_input_while_paused_follows_the_decided_calls(
 ) -> None:
     model = script(bash("echo ran > ran.txt"), {"text": "done"})
     task_id = await client.spawn_task("general", "x", model=model, permission_mode="default")
-    paused = await client.check_task(task_id, wait=True, timeout=30)
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     await client.send_input(task_id, "use the fast path")
     still = await client.check_task(task_id)
     assert still.status == TaskStatus.PAUSED and still.pause_id == paused.pause_id
     await client.approve(task_id)
-    done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED and (workspace / "ran.txt").exists()
     talk = conversation(await client.get_transcript(task_id))
     assert [role for role, _ in talk] == ["user", "assistant", "tool", "user", "assistant"]
@@ -97,7 +98,7 @@ async def test_input_during_the_final_answer_is_read_before_completing(
     task_id = await client.spawn_task("explore", "x", model=model)
     await wait_for_turn(client, task_id, 1)
     await client.send_input(task_id, "mention the edge cases")
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED
     assert done.result == "revised answer" and done.turns == 2 and done.unread_input == 0
     assert conversation(await client.get_transcript(task_id)) == [
@@ -127,7 +128,7 @@ async def test_input_to_a_stopped_task_is_refused_in_every_stopped_state(
         timed_out = await client.spawn_task(
             "general", "x", model=script(bash("sleep 60")), time_limit=1
         )
-        states = await client.wait_tasks([failed, timed_out], timeout=30)
+        states = await client.wait_tasks([failed, timed_out], timeout=CEILING)
     assert [i.status for i in states] == [TaskStatus.FAILED, TaskStatus.TIMED_OUT]
     # a cancel that no worker has applied yet shows as cancelling
     cancelling = await client.spawn_task("explore", "x", model="scripted")
@@ -156,7 +157,7 @@ async def test_input_a_task_never_read_is_reported(
     await client.send_input(task_id, "read this first")  # no worker yet: queued
     await client.cancel_task(task_id, wait=False)
     async with create_worker(temporal_client, settings):
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED and info.turns == 0
     assert info.unread_input == 1
 
@@ -167,10 +168,10 @@ async def test_follow_up_after_max_turns_keeps_the_conversation_well_formed(
     read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "x"}}]}
     model = script({"text": "reading", **read}, {"text": "after the follow-up"})
     task_id = await client.spawn_task("explore", "go", model=model, max_turns=1)
-    first = await client.check_task(task_id, wait=True, timeout=30)
+    first = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert first.stop_reason == "max_turns"
     await client.send_input(task_id, "please continue")
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.result == "after the follow-up"
     roles = [(m.role, m.tool_call_id) for m in await client.get_transcript(task_id)]
     # every tool call is answered before the next user message
@@ -191,13 +192,13 @@ async def test_input_during_the_last_allowed_turn_waits_for_a_follow_up(
     task_id = await client.spawn_task("explore", "x", model=model, max_turns=1)
     await wait_for_turn(client, task_id, 1)
     await client.send_input(task_id, "one more thing")
-    first = await client.check_task(task_id, wait=True, timeout=30)
+    first = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.COMPLETED and first.stop_reason == "max_turns"
     assert first.result == "draft" and first.unread_input == 1  # said, not dropped
 
     # the follow-up run reads it first, with the spawn's budget of one turn again
     await client.send_input(task_id, "and this")
-    second = await client.check_task(task_id, wait=True, timeout=30)
+    second = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert second.status == TaskStatus.COMPLETED and second.turns == 2
     assert second.stop_reason == "max_turns" and second.unread_input == 0
     assert second.result == "read it: x"
@@ -219,7 +220,7 @@ async def test_many_large_inputs_at_once_are_read_over_several_turns(
     big = [f"{n}" + "y" * 100_000 for n in range(3)]
     for text in big:
         await client.send_input(task_id, text)
-    done = await client.check_task(task_id, wait=True, timeout=30)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED, done.error
     talk = conversation(await client.get_transcript(task_id))
     assert [c for r, c in talk if r == "user"] == ["x", *big]  # all read, in order

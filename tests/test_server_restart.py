@@ -34,8 +34,9 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
-from .test_durability import wait_for
+from .helpers import CEILING
+from .helpers.processes import wait_for
+from .helpers.tasks import give_to_tool_user, script
 
 SIDE = "side.txt"
 SLOW_ANSWER = " ".join(f"word{i}" for i in range(12))
@@ -122,15 +123,14 @@ async def test_tasks_survive_a_server_restart_on_the_same_db(
         paused = await client.spawn_task(
             "general", "ask first", model=asks, permissions=[{"tool": "bash", "action": "ask"}]
         )
-        before = await client.check_task(paused, wait=True, timeout=30)
+        before = await client.check_task(paused, wait=True, timeout=CEILING)
         assert before.status == TaskStatus.PAUSED and before.pause_id
         await wait_for(
-            lambda: all(side_effects(workspace)[f"s{i} start"] for i in range(3)), 30, "sleeps"
+            lambda: all(side_effects(workspace)[f"s{i} start"] for i in range(3)), what="sleeps"
         )
         await wait_for(
             lambda: len(slow_model.requests) == 1 and slow_model.completed_streams == 0,
-            5,
-            "the slow stream to start",
+            what="the slow stream to start",
         )
         last = await client.spawn_task("explore", "x", model=script({"text": "just in time"}))
 
@@ -145,8 +145,11 @@ async def test_tasks_survive_a_server_restart_on_the_same_db(
         assert after.status == TaskStatus.PAUSED and after.pause_id == before.pause_id
         await client.approve(paused)
         infos = await asyncio.gather(
-            *(client.check_task(t, wait=True, timeout=60) for t in [*sleepers, streaming, last]),
-            client.check_task(paused, wait=True, timeout=60, after_pause=before.pause_id),
+            *(
+                client.check_task(t, wait=True, timeout=CEILING)
+                for t in [*sleepers, streaming, last]
+            ),
+            client.check_task(paused, wait=True, timeout=CEILING, after_pause=before.pause_id),
         )
         finished = time.monotonic()
     print(

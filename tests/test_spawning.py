@@ -13,8 +13,9 @@ from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, Subagen
 from durable_subagents.activities.providers import SCRIPTS
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
-from .conftest import give_to_tool_user, script
-from .test_durability import processes_matching, wait_for
+from .helpers import CEILING
+from .helpers.processes import processes_matching, wait_for
+from .helpers.tasks import give_to_tool_user, script
 
 
 def spawn(agent: str, prompt: str, model: str) -> dict:  # type: ignore[type-arg]
@@ -64,7 +65,7 @@ async def test_a_child_is_narrowed_to_its_parent(
         {"text": "lead done: {last_tool_result}"},
     )
     task_id = await lead.spawn_task("lead", "split the work", model=model)
-    info = await lead.check_task(task_id, wait=True, timeout=60)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert "child answer" in (info.result or "")
     child = await child_of(lead, task_id)
@@ -86,7 +87,7 @@ async def test_a_childs_pause_surfaces_on_the_parent(
         spawn("general", "write c.txt", child_model), WAIT, WAIT, {"text": "{last_tool_result}"}
     )
     task_id = await lead.spawn_task("lead-ask", "delegate", model=model)
-    paused = await lead.check_task(task_id, wait=True, timeout=60)
+    paused = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     child = await child_of(lead, task_id)
     assert [p.call_id.split("/")[0] for p in paused.pending_approvals] == [child]
@@ -94,7 +95,7 @@ async def test_a_childs_pause_surfaces_on_the_parent(
     assert not (workspace / "c.txt").exists()
 
     await lead.approve(task_id)  # routed to the child
-    done = await lead.check_task(task_id, wait=True, timeout=60, after_pause=paused.pause_id)
+    done = await lead.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done
     assert (workspace / "c.txt").read_text() == "child\n"
     assert "child wrote it" in (done.result or "")
@@ -106,8 +107,8 @@ async def test_cancelling_the_parent_cancels_its_children(
     child_model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3901"}}]})
     model = script(spawn("general", "sleep", child_model), WAIT)
     task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
-    await wait_for(lambda: bool(processes_matching("sleep 3901")), 30, "the child's command")
-    info = await lead.cancel_task(task_id, wait=True, timeout=30)
+    await wait_for(lambda: bool(processes_matching("sleep 3901")), what="the child's command")
+    info = await lead.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     child = await child_of(lead, task_id)
     assert (await lead.check_task(child)).status == TaskStatus.CANCELLED
@@ -125,7 +126,7 @@ async def test_a_child_cannot_switch_provider_or_read_files_as_scripts(
         {"text": "done"},
     )
     task_id = await lead.spawn_task("lead", "try", model=model)
-    info = await lead.check_task(task_id, wait=True, timeout=30)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     tool_msgs = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
     assert all(m.is_error and "is not allowed" in m.content for m in tool_msgs)
@@ -144,10 +145,10 @@ async def test_a_follow_up_run_still_knows_the_children_of_earlier_runs(
         {"text": "again: {last_tool_result}"},
     )
     task_id = await lead.spawn_task("lead", "split the work", model=model)
-    first = await lead.check_task(task_id, wait=True, timeout=60)
+    first = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.COMPLETED and first.result == "lead done"
     await lead.send_input(task_id, "what did your subagent say?")
-    second = await lead.check_task(task_id, wait=True, timeout=60)
+    second = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert second.status == TaskStatus.COMPLETED and second.run_id != first.run_id
     assert "child answer" in (second.result or ""), second.result
 
@@ -166,7 +167,7 @@ async def test_limits_flow_down_the_tree(lead: SubagentClient, worker: None) -> 
     task_id = await lead.spawn_task(
         "lead", "split", model=model, max_turns=3, time_limit=300, token_budget=100_000
     )
-    info = await lead.check_task(task_id, wait=True, timeout=60)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert (info.max_turns, info.time_limit, info.token_budget) == (3, 300, 100_000)
     assert info.children == 8  # at most 8 spawns in one turn
@@ -194,7 +195,7 @@ async def test_a_token_budget_stops_the_task(client: SubagentClient, worker: Non
     task_id = await client.spawn_task(
         "explore", "x", model=script(turn, repeat=10), token_budget=1_200
     )
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     assert info.stop_reason == "token_budget" and info.turns == 3
     assert info.usage.input_tokens + info.usage.output_tokens == 1_500
@@ -213,15 +214,15 @@ async def test_a_childs_tool_calls_run_two_at_once_so_a_tree_cannot_fill_the_too
     sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": command}}] * 5}
     model = script(spawn("general", "sleep", script(sleeps)), WAIT)
     task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
-    await wait_for(lambda: len(list((workspace / "started").iterdir())) == 2, 30, "two calls")
+    await wait_for(lambda: len(list((workspace / "started").iterdir())) == 2, what="two calls")
     await asyncio.sleep(2)  # time for more calls to start, if they could
     assert len(list((workspace / "started").iterdir())) == 2
     [child] = await lead.list_tasks(parent_id=task_id)
     assert child.status == TaskStatus.RUNNING
-    info = await lead.cancel_task(task_id, wait=True, timeout=30)
+    info = await lead.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     assert (await lead.check_task(child.id)).status == TaskStatus.CANCELLED
-    await wait_for(lambda: not processes_matching("sleep 3911"), 15, "the sleeps to end")
+    await wait_for(lambda: not processes_matching("sleep 3911"), what="the sleeps to end")
     assert len(list((workspace / "started").iterdir())) == 2  # the queued three never ran
 
 
@@ -241,7 +242,7 @@ async def test_children_answering_at_length_cannot_fail_their_parent(
     ]
     model = script({"tool_calls": calls}, WAIT, {"text": "lead done"})
     task_id = await lead.spawn_task("lead", "split", model=model)
-    info = await lead.check_task(task_id, wait=True, timeout=60)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     waited = [m for m in await lead.get_transcript(task_id) if m.role == "tool"][-1]
     assert len(waited.content) <= WAIT_REPORT_BYTES
@@ -262,7 +263,7 @@ async def test_a_long_spawn_prompt_is_refused_not_cut(lead: SubagentClient, work
     }
     model = script({"tool_calls": [call]}, {"text": "lead done"})
     task_id = await lead.spawn_task("lead", "split", model=model)
-    info = await lead.check_task(task_id, wait=True, timeout=60)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert await lead.list_tasks(parent_id=task_id) == []
     [refused] = [m for m in await lead.get_transcript(task_id) if m.role == "tool"]
@@ -280,7 +281,7 @@ async def test_a_wait_on_many_ids_gets_a_short_answer(
     turns = [spawn("explore", "x", child), wait, {"text": "lead done"}]
     monkeypatch.setitem(SCRIPTS, "many-ids", turns)
     task_id = await lead.spawn_task("lead", "x", model="scripted:many-ids")
-    info = await lead.check_task(task_id, wait=True, timeout=60)
+    info = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     refused = [m for m in await lead.get_transcript(task_id) if m.role == "tool"][-1]
     assert refused.is_error and len(refused.content) < 1000, refused.content[:300]

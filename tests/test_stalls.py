@@ -26,7 +26,8 @@ from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from . import stall_worker
-from .conftest import give_to_tool_user, script
+from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user, script
 from .stall_worker import RELEASE, hang
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ async def test_a_blocked_call_holds_only_its_own_thread(tmp_path: Path, released
         asyncio.create_task(hang.run(attacker, {"label": str(i)}))
         for i in range(MAX_THREADS_PER_TASK)
     ]
-    await _until(lambda: _THREADS.running("attacker") == MAX_THREADS_PER_TASK, 5, "the calls")
+    await _until(lambda: _THREADS.running("attacker") == MAX_THREADS_PER_TASK, CEILING, "the calls")
 
     # the attacker's next call waits for a thread of its own task, then gives up
     more = ToolContext(workspace=tmp_path, task_id="attacker", time_limit=0.3)
@@ -74,7 +75,7 @@ async def test_a_blocked_call_holds_only_its_own_thread(tmp_path: Path, released
     results = await asyncio.gather(*blocked, return_exceptions=True)
     assert all(isinstance(r, asyncio.CancelledError) for r in results)
     RELEASE.set()
-    await _until(lambda: _THREADS.running("attacker") == 0, 5, "the threads to end")
+    await _until(lambda: _THREADS.running("attacker") == 0, CEILING, "the threads to end")
 
 
 async def test_an_endless_search_is_stopped_at_its_time_limit(tmp_path: Path) -> None:
@@ -137,7 +138,7 @@ async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
         calls = [{"name": "hang", "arguments": {"label": str(i)}} for i in range(6)]
         await client.spawn_task("attacker", "x", model=script({"tool_calls": calls}))
         await _until(
-            lambda: len(list(workspace.glob("hang-*.started"))) == 6, 60, "the calls to block"
+            lambda: len(list(workspace.glob("hang-*.started"))) == 6, CEILING, "the calls to block"
         )
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
@@ -165,7 +166,9 @@ async def test_many_slow_local_reads_leave_other_tasks_on_time(
     searches = [{"name": "grep", "arguments": {"pattern": f"needle{i}"}} for i in range(150)]
     async with create_worker(temporal_client, settings):
         attacker = await client.spawn_task("explore", "x", model=script({"tool_calls": searches}))
-        await _until(lambda: len(running_calls(attacker)) == TOOL_CALLS_AT_ONCE, 30, "the searches")
+        await _until(
+            lambda: len(running_calls(attacker)) == TOOL_CALLS_AT_ONCE, CEILING, "the searches"
+        )
         await _bystander_reads_on_time(client, wait=60)
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
 
@@ -178,7 +181,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
     task's model turns still start at once."""
     from temporalio.api.enums.v1 import EventType
 
-    from .test_durability import processes_matching
+    from .helpers.processes import processes_matching
 
     workspace = settings.workspace
     assert workspace is not None
@@ -196,14 +199,14 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         attacker = await client.spawn_task(
             "attacker", "x", model=script({"tool_calls": sleeps}, {"text": "never"})
         )
-        await _until(lambda: running() == 2, 30, "two sleeps")
+        await _until(lambda: running() == 2, CEILING, "two sleeps")
         started = time.monotonic()
         bystanders = [
             await client.spawn_task("explore", f"b{i}", model=script({"text": f"ok {i}"}))
             for i in range(3)
         ]
         for i, task_id in enumerate(bystanders):
-            info = await client.check_task(task_id, wait=True, timeout=30)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
             assert info.status == TaskStatus.COMPLETED and info.result == f"ok {i}"
         assert time.monotonic() - started < 10
         # the attacker's calls fill the tool slots: two run, two wait their turn
@@ -216,7 +219,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         ]
         assert queues == [f"{settings.task_queue}-tools"] * 4
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
-        await _until(lambda: not processes_matching("sleep 3907"), 15, "the sleeps to end")
+        await _until(lambda: not processes_matching("sleep 3907"), CEILING, "the sleeps to end")
 
 
 STORM_DIRS = 300
@@ -236,7 +239,7 @@ async def _bystander_seconds(client: SubagentClient) -> float:
     started = time.monotonic()
     reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
     task_id = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
-    info = await client.check_task(task_id, wait=True, timeout=120)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED and info.result == "ok", info
     return time.monotonic() - started
 
@@ -282,7 +285,7 @@ async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
             attacker = await client.spawn_task(
                 "general", "x", model=script(greps, {"text": "done"})
             )
-            await _until(lambda a=attacker: len(running_calls(a)) >= 4, 60, "the searches")
+            await _until(lambda a=attacker: len(running_calls(a)) >= 4, CEILING, "the searches")
             sampler = asyncio.create_task(_sample(attacker, searching))
             try:
                 loaded.append(await _bystander_seconds(client))

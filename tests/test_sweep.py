@@ -13,7 +13,8 @@ from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.config import Settings
 from durable_subagents.worker import sweep_blobs
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 
 async def test_sweep_removes_only_expired_tasks(
@@ -22,7 +23,9 @@ async def test_sweep_removes_only_expired_tasks(
     store = settings.blob_store()
     assert isinstance(store, LocalBlobStore)
     done = await client.spawn_task("explore", "quick", model="scripted")
-    assert (await client.check_task(done, wait=True, timeout=30)).status == TaskStatus.COMPLETED
+    assert (
+        await client.check_task(done, wait=True, timeout=CEILING)
+    ).status == TaskStatus.COMPLETED
     slow = await client.spawn_task(
         "explore",
         "slow",

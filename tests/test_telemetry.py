@@ -52,7 +52,8 @@ from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 SECRET = "sk-test-telemetry-0123456789abcdef"
 NOTES = "the answer is 42\n"
@@ -104,7 +105,7 @@ async def run_task(
     )
     async with create_worker(temporal, settings, tracer_provider=tracer_provider):
         task_id = await client.spawn_task("explore", "What is the answer?", model=model)
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     events = [e async for e in temporal.get_workflow_handle(task_id).fetch_history_events()]
     return info, events
@@ -367,7 +368,7 @@ async def test_no_span_carries_what_a_hostile_model_chose(
     )
     async with create_worker(temporal, settings, tracer_provider=otel.provider):
         task_id = await client.spawn_task("explore", "look", model=model)
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == f"{HOSTILE} final answer"
     spans = finished(otel)

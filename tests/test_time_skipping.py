@@ -24,7 +24,8 @@ from durable_subagents._search_attributes import ensure_search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 TEST_SERVER = shutil.which("temporal-test-server", path=str(Path(sys.executable).parent))
 
@@ -83,7 +84,9 @@ async def test_an_hour_long_approval_timeout_rejects_the_calls_and_the_run_goes_
         task_id = await client.spawn_task("careful", "x", model=model)
         paused = await paused_state(client, task_id)
         await env.sleep(3601)
-        done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.COMPLETED
     run = await env.client.get_workflow_handle(task_id).describe()
     assert run.close_time and (run.close_time - run.start_time).total_seconds() >= 3600
@@ -107,7 +110,9 @@ async def test_a_day_long_time_limit_times_out_with_partial_output(
         task_id = await client.spawn_task("careful", "x", model=model, time_limit=86_400)
         paused = await paused_state(client, task_id)  # waiting for a decision nobody sends
         await env.sleep(86_401)
-        done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+        done = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
     assert done.status == TaskStatus.TIMED_OUT and done.stop_reason == "time_limit"
     run = await env.client.get_workflow_handle(task_id).describe()
     assert run.close_time and (run.close_time - run.start_time).total_seconds() >= 86_400

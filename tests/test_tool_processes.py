@@ -34,8 +34,9 @@ from durable_subagents.activities.tools._processes import (
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .forked_tools import misbehave
+from .helpers import CEILING
+from .helpers.tasks import script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,10 +170,10 @@ async def test_cancelling_a_task_mid_grep_kills_its_process(
                 {"text": "done"},
             ),
         )
-        await _until(lambda: running_calls(task_id), 30, "the search to start")
+        await _until(lambda: running_calls(task_id), CEILING, "the search to start")
         pids = running_calls(task_id)
         assert all(alive(pid) for pid in pids)
-        info = await client.cancel_task(task_id, timeout=120)
+        info = await client.cancel_task(task_id, timeout=CEILING)
         assert info.status == TaskStatus.CANCELLED
         # Cancel waits for the activity, which waits for its process to be reaped.
         assert not any(alive(pid) for pid in pids)
@@ -181,7 +182,7 @@ async def test_cancelling_a_task_mid_grep_kills_its_process(
 
 async def test_a_cancelled_call_kills_its_process_at_once(ws: Path) -> None:
     call = asyncio.create_task(misbehave.run(context(ws, "cancelled"), {"how": "sleep"}))
-    await _until(lambda: (ws / "sleeping").exists(), 30, "the call to start")
+    await _until(lambda: (ws / "sleeping").exists(), CEILING, "the call to start")
     pid = int((ws / "sleeping").read_text())
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -318,7 +319,7 @@ async def test_a_killed_worker_leaves_no_file_tool_process(ws: Path) -> None:
         line = await asyncio.wait_for(worker.stdout.readline(), 60)
         server = json.loads(line)
         # the server, the call's child and the spare forked for the next call
-        await _until(lambda: len(children(server)) == 2, 30, "the spare")
+        await _until(lambda: len(children(server)) == 2, CEILING, "the spare")
         processes = [server, *children(server)]
         os.kill(worker.pid, signal.SIGKILL)
         await worker.wait()

@@ -38,7 +38,8 @@ from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.activities.tools._bash import truncate_middle
 from durable_subagents.errors import InvalidRequest
 
-from .conftest import give_to_tool_user
+from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ["bwrap", "none"]
@@ -780,14 +781,14 @@ def running(argvs: list[list[str]]) -> list[list[str]]:
     return found
 
 
-async def wait_present(argvs: list[list[str]], within: float = 5.0) -> None:
+async def wait_present(argvs: list[list[str]], within: float = CEILING) -> None:
     deadline = time.monotonic() + within
     while len(running(argvs)) < len(argvs):
         assert time.monotonic() < deadline, f"never started: {argvs}"
         await asyncio.sleep(0.02)
 
 
-async def wait_gone(argvs: list[list[str]], within: float = 10.0) -> None:
+async def wait_gone(argvs: list[list[str]], within: float = CEILING) -> None:
     deadline = time.monotonic() + within
     while left := running(argvs):
         assert time.monotonic() < deadline, f"still running: {left}"
@@ -871,9 +872,9 @@ async def test_worker_death_kills_the_process_tree(ws: Path, mode: str) -> None:
     )
     try:
         # a fresh interpreter importing the library: slow on a busy machine
-        await wait_present(sleepers, within=30)
+        await wait_present(sleepers)
         os.kill(worker.pid, signal.SIGKILL)
-        assert await asyncio.wait_for(worker.wait(), 5) == -signal.SIGKILL
+        assert await asyncio.wait_for(worker.wait(), CEILING) == -signal.SIGKILL
         assert worker.stdout is not None
         assert (await worker.stdout.read()).decode().strip() == mode
         await wait_gone(sleepers)
@@ -888,7 +889,7 @@ async def test_spawn_sandboxed_kill(ws: Path) -> None:
     proc = await spawn_sandboxed(["sleep", "30"], cwd=ws, mode="auto")
     assert proc.mode == mode
     proc.kill()
-    assert await asyncio.wait_for(proc.wait(), 3) != 0
+    assert await asyncio.wait_for(proc.wait(), CEILING) != 0
 
 
 # ---------------------------------------------------------------- registry

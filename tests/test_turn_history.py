@@ -21,7 +21,8 @@ from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 CALLS = [
     {"name": "read_file", "arguments": {"path": "a.txt"}},
@@ -61,7 +62,7 @@ async def test_reads_run_locally_and_writes_as_activities(
     local = await client.spawn_task("both", "read and write", model=model)
     apart = await client.spawn_task("apart", "read and write", model=model)
     for task_id in (local, apart):
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.COMPLETED, info.error
         results = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
         assert "alpha" in results[0] and "a.txt" in results[1] and "a.txt:1" in results[2]
@@ -120,7 +121,7 @@ async def test_fast_turns_cost_seven_events_and_the_memo_stays_right(
     task_id = await client.spawn_task(
         "explore", "read", model=script(read, repeat=turns - 1, final="done")
     )
-    info = await client.check_task(task_id, wait=True, timeout=60)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED and info.turns == turns
     events, memo_writes = await history_counts(temporal_client, task_id)
     # per turn: a workflow task (3), the local read (1), the model turn (3)
@@ -168,7 +169,7 @@ async def test_later_turns_name_the_offered_tools_by_digest_and_rules_still_hold
     task_id = await client.spawn_task(
         "explore", "read", model=script(read, read, write, {"text": "ok"})
     )
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     converter = temporal_client.data_converter.payload_converter
     results = []

@@ -40,7 +40,8 @@ from durable_subagents.worker._deployment import (
     set_current_command,
 )
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 CAREFUL = AgentSpec(
     name="careful",
@@ -111,7 +112,7 @@ async def temporal_cli(command: str, address: str) -> str:
 
 async def set_current(version: WorkerDeploymentVersion, address: str) -> None:
     """The README's ``set-current-version``; a version exists once its worker has polled."""
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + CEILING
     while True:
         try:
             await temporal_cli(set_current_command(version, address), address)
@@ -129,7 +130,7 @@ async def drainage(version: WorkerDeploymentVersion, address: str) -> str:
 
 
 async def until_drainage(version: WorkerDeploymentVersion, address: str, status: str) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + CEILING
     while (seen := await drainage(version, address)) != status:
         assert time.monotonic() < deadline, f"{version.build_id} is still {seen}, not {status}"
         await asyncio.sleep(0.5)
@@ -187,7 +188,7 @@ async def test_an_upgrade_leaves_running_tasks_on_their_build_and_starts_new_one
     async with versioned_worker(temporal_client, settings, v1):
         await set_current(v1, address)
         old = await careful.spawn_task("careful", "the old task", model=old_model)
-        paused = await careful.check_task(old, wait=True, timeout=30)
+        paused = await careful.check_task(old, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused.error
         first_run = await run_id(temporal_client, old)
 
@@ -200,11 +201,13 @@ async def test_an_upgrade_leaves_running_tasks_on_their_build_and_starts_new_one
             new = await careful.spawn_task(
                 "careful", "the new task", model=script(READ, {"text": "new done"})
             )
-            new_info = await careful.check_task(new, wait=True, timeout=30)
+            new_info = await careful.check_task(new, wait=True, timeout=CEILING)
             assert new_info.status == TaskStatus.COMPLETED, new_info.error
 
             await careful.approve(old)
-            done = await careful.check_task(old, wait=True, timeout=30, after_pause=paused.pause_id)
+            done = await careful.check_task(
+                old, wait=True, timeout=CEILING, after_pause=paused.pause_id
+            )
             assert done.status == TaskStatus.COMPLETED, done.error
             assert done.result is not None and "child answer" in done.result
             assert (workspace / "old.txt").read_text() == "approved\n"
@@ -234,7 +237,7 @@ async def test_an_upgrade_leaves_running_tasks_on_their_build_and_starts_new_one
 
             # a follow-up to the old task is a new run: it starts on the current version
             await careful.send_input(old, "and then?")
-            followed = await careful.check_task(old, wait=True, timeout=30)
+            followed = await careful.check_task(old, wait=True, timeout=CEILING)
             assert followed.status == TaskStatus.COMPLETED, followed.error
             assert followed.result == "follow-up answer"
             latest = await run_id(temporal_client, old)
@@ -266,13 +269,13 @@ async def test_a_long_task_continues_as_new_on_the_current_version(
     async with versioned_worker(temporal_client, settings, v1):
         await set_current(v1, settings.address)
         task_id = await careful.spawn_task("long", "a long task", model=model)
-        paused = await careful.check_task(task_id, wait=True, timeout=30)
+        paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused.error
         first_run = await run_id(temporal_client, task_id)
         async with versioned_worker(temporal_client, settings, v2):
             await set_current(v2, settings.address)
             await careful.approve(task_id)
-            done = await careful.check_task(task_id, wait=True, timeout=60)
+            done = await careful.check_task(task_id, wait=True, timeout=CEILING)
             assert done.status == TaskStatus.COMPLETED, done.error
             assert done.result == "long done" and done.turns == 18
 
@@ -311,7 +314,7 @@ async def test_dev_makes_its_version_current_and_prints_the_upgrade(tmp_path: Pa
         )
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + CEILING
         while "Ctrl-C to stop" not in out.getvalue():
             assert not task.done() and time.monotonic() < deadline, out.getvalue()
             await asyncio.sleep(0.05)
@@ -374,7 +377,7 @@ async def test_the_worker_command_says_how_to_make_its_version_current(
         assert command == set_current_command(v1, settings.address)
         await temporal_cli(command, settings.address)  # as printed, it works
         task_id = await careful.spawn_task("careful", "hi", model=script({"text": "on v1"}))
-        info = await careful.check_task(task_id, wait=True, timeout=30)
+        info = await careful.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.COMPLETED and info.result == "on v1", info.error
     finally:
         if proc.returncode is None:

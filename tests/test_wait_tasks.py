@@ -15,7 +15,8 @@ from durable_subagents import (
     TaskStatus,
 )
 
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 SLOW = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}]})
 ASK = script(
@@ -37,7 +38,7 @@ async def test_any_returns_when_the_first_task_finishes(
     slow = await client.spawn_task("general", "slow", model=SLOW)
     fast = await client.spawn_task("explore", "fast", model=script({"text": "quick"}))
     started = time.monotonic()
-    infos = await client.wait_tasks([slow, fast], mode="any", timeout=60)
+    infos = await client.wait_tasks([slow, fast], mode="any", timeout=CEILING)
     assert time.monotonic() - started < 20
     assert [i.id for i in infos] == [slow, fast]
     assert infos[0].status == TaskStatus.RUNNING
@@ -52,13 +53,13 @@ async def test_all_returns_when_every_task_finished_or_paused(
     done = await asking.spawn_task(
         "explore", "two turns", model=script({"text": "a", "delay": 1}, {"text": "b"})
     )
-    infos = await asking.wait_tasks([paused, done], mode="all", timeout=60)
+    infos = await asking.wait_tasks([paused, done], mode="all", timeout=CEILING)
     assert [i.status for i in infos] == [TaskStatus.PAUSED, TaskStatus.COMPLETED]
 
     # a pause the caller decided is skipped, as with check_task's after_pause
     pause_id = infos[0].pause_id
     await asking.approve(paused)
-    again = await asking.wait_tasks([paused], timeout=60, after_pause={paused: pause_id})
+    again = await asking.wait_tasks([paused], timeout=CEILING, after_pause={paused: pause_id})
     assert again[0].status == TaskStatus.COMPLETED and again[0].result == "approved"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ from durable_subagents._markdown import escape
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
-from .test_web_ui_markdown import commonmark
+from .helpers import CEILING
+from .helpers.markdown import commonmark
+from .helpers.tasks import script
 
 HOSTILE_COMMAND = (
     "wc -l inventory/*.py tests/*.py\n\n"
@@ -77,8 +79,8 @@ async def current_details(client: SubagentClient, task_id: str) -> str:
 
 
 async def details_once(client: SubagentClient, task_id: str, wanted: str) -> str:
-    """The task's current details once they contain ``wanted`` (fails after 30 s)."""
-    deadline = time.monotonic() + 30
+    """The task's current details once they contain ``wanted`` (fails at ``CEILING``)."""
+    deadline = time.monotonic() + CEILING
     details = ""
     while time.monotonic() < deadline:
         details = await current_details(client, task_id)
@@ -100,7 +102,7 @@ async def test_a_running_task_says_what_runs_and_names_the_workers_model(
     assert rendered.codes == ["scripted", "bash · sleep 30"]
     # the memo names the model as soon as it answered, not at the next status change
     assert info.status == TaskStatus.RUNNING and info.model == "scripted"
-    await client.cancel_task(task_id, wait=True, timeout=30)
+    await client.cancel_task(task_id, wait=True, timeout=CEILING)
     assert await current_details(client, task_id) == ""
 
 
@@ -125,7 +127,7 @@ async def test_tool_calls_beyond_the_slots_are_counted_as_waiting(
     rendered = commonmark(details)
     assert "8 tool calls running 2 waiting for a free slot" in rendered.text
     assert rendered.codes[1:] == [f"bash · sleep 30; echo {i}" for i in range(8)]
-    await client.cancel_task(task_id, wait=True, timeout=30)
+    await client.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
@@ -135,7 +137,7 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
     task_id = await careful.spawn_task(
         "careful", "count the lines of __init__ in *.py", model=model, approval_timeout=600
     )
-    paused = await careful.check_task(task_id, wait=True, timeout=30)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED
     call = paused.pending_approvals[0]
     # what check and watch show is the text itself, not Markdown
@@ -145,8 +147,8 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
         paused.pause_id,
         call.call_id,
         call.arguments_preview,
-        f"subagents approve {task_id} --all",
-        f"subagents reject {task_id} --all --reason TEXT",
+        f"subagents approve {task_id} --all --pause {paused.pause_id}",
+        f"subagents reject {task_id} --all --pause {paused.pause_id} --reason TEXT",
         "scripted",
     ]
     assert rendered.text == (
@@ -158,7 +160,7 @@ async def test_a_hostile_pending_call_shows_literally_and_adds_nothing(
     details = await careful.temporal.get_workflow_handle(task_id).describe()
     prompt = commonmark(await details.static_details() or "").codes[-1]
     assert prompt == "count the lines of __init__ in *.py"
-    await careful.cancel_task(task_id, wait=True, timeout=30)
+    await careful.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_spawned_childs_summary_shows_its_description_literally(
@@ -168,7 +170,7 @@ async def test_a_spawned_childs_summary_shows_its_description_literally(
     child_model = script(bash("wc -l inventory/*.py tests/*.py"), {"text": "counted"})
     model = script(spawn("general", "count lines", child_model, description), WAIT, WAIT)
     task_id = await careful.spawn_task("lead-ask", "delegate", model=model)
-    paused = await careful.check_task(task_id, wait=True, timeout=60)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
     child = paused.pending_approvals[0].call_id.split("/")[0]
     desc = await careful.temporal.get_workflow_handle(child).describe()
@@ -176,7 +178,7 @@ async def test_a_spawned_childs_summary_shows_its_description_literally(
     assert summary == escape(description)
     assert commonmark(summary).text == description
     assert (await careful.check_task(child)).description == description
-    await careful.cancel_task(task_id, wait=True, timeout=30)
+    await careful.cancel_task(task_id, wait=True, timeout=CEILING)
 
 
 async def test_a_spawned_tasks_summary_shows_its_description_literally(
@@ -189,3 +191,77 @@ async def test_a_spawned_tasks_summary_shows_its_description_literally(
         assert commonmark(await desc.static_summary() or "").text == description
     finally:
         await client.cancel_task(task_id, wait=False)
+
+
+async def test_the_details_name_the_rules_that_pause_and_the_workspace(
+    careful: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """`general --ask bash`: the details say which rule makes it pause, and where it works."""
+    (workspace / "sub").mkdir()
+    model = script(bash("wc -l *.py"), {"text": "done"})
+    asks = await careful.spawn_task(
+        "general", "count", model=model, permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    own = await careful.spawn_task(
+        "careful",
+        "count",
+        model=model,
+        workspace="sub",
+        permissions=[PermissionRule(tool="read_file", pattern="secrets/*", action="deny")],
+    )
+    details = {}
+    for task_id in (asks, own):
+        desc = await careful.temporal.get_workflow_handle(task_id).describe()
+        details[task_id] = commonmark(await desc.static_details() or "")
+        await careful.cancel_task(task_id, wait=False)
+    # (the text without its code spans, and the code spans, as markdown-it reads them)
+    assert details[asks].text == (
+        "Subagent · task Model · max turns 50 Tools read_file, list_files, grep, write_file, "
+        "edit_file, bash · mode dont_ask Spawn rules Workspace the worker's root (its ) Prompt"
+    )
+    assert details[asks].codes == [
+        "general", asks, "scripted", "bash: ask", "--workspace", "count"
+    ]  # fmt: skip
+    assert details[own].text == (
+        "Subagent · task Model · max turns 50 Tools bash, read_file · mode default Rules "
+        "Spawn rules Workspace (in the worker's root) Prompt"
+    )
+    assert details[own].codes == [
+        "careful", own, "scripted", "bash: ask", "read_file secrets/*: deny", "sub", "count"
+    ]  # fmt: skip
+
+
+async def test_a_pause_is_a_running_timer_named_for_it(
+    careful: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """The Web UI's Timeline, its default view, draws a running timer up to now with its
+    name: a pause shows there as "Waiting for approval", for as long as it lasts."""
+    model = script(bash("wc -l inventory/*.py", "ls"), {"text": "done"})
+    task_id = await careful.spawn_task("careful", "count", model=model)
+    paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
+    assert paused.status == TaskStatus.PAUSED
+    converter = temporal_client.data_converter.payload_converter
+
+    async def timers() -> list[tuple[str, str]]:
+        found = []
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events():
+            if e.HasField("timer_started_event_attributes"):
+                name = converter.from_payload(e.user_metadata.summary, str)
+                found.append((name, "started"))
+            elif e.HasField("timer_canceled_event_attributes"):
+                found.append(("", "cancelled"))
+        return found
+
+    assert await timers() == [
+        (
+            f"Waiting for approval (pause {paused.pause_id}): bash · wc -l inventory/*.py "
+            "and 1 more call",
+            "started",
+        )
+    ]
+    await careful.approve(task_id)
+    done = await careful.check_task(
+        task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+    )
+    assert done.status == TaskStatus.COMPLETED
+    assert [kind for _, kind in await timers()] == ["started", "cancelled"]

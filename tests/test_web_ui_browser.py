@@ -24,7 +24,8 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .browser import CHROMIUM
-from .conftest import script
+from .helpers import CEILING
+from .helpers.tasks import script
 
 pytestmark = [
     pytest.mark.browser,
@@ -105,9 +106,9 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
     wait = {"name": "wait_subagents", "arguments": {}}
     model = script(_calls(spawn), _calls(wait), _calls(wait))
     task_id = await lead.spawn_task("lead-ask", "delegate", description="lead", model=model)
-    paused = await lead.check_task(task_id, wait=True, timeout=60)
+    paused = await lead.check_task(task_id, wait=True, timeout=CEILING)
     assert paused.status == TaskStatus.PAUSED, paused
-    child = paused.pending_approvals[0].call_id.split("/")[0]
+    child, child_pause, _ = paused.pending_approvals[0].call_id.split("/")
 
     list_url = web_ui_tasks_url(ui_server.ui_url, ui_server.namespace, tasks_query(status="paused"))
     async with async_api.async_playwright() as playwright:
@@ -115,7 +116,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
         try:
             page = await browser.new_page(viewport={"width": 2000, "height": 900})
             # The list: both tasks are paused (the parent waits on its child's call).
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING
             while True:
                 await page.goto(list_url)
                 await page.locator(ROW).first.wait_for(timeout=10_000)
@@ -153,7 +154,7 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
 
             # Its current details (answered by the worker) show the call to approve.
             details = page.frame_locator("#user-metadata-current-details").locator("main")
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING
             text = ""
             while "Waiting for approval" not in text and time.monotonic() < deadline:
                 text = await details.inner_text()
@@ -162,11 +163,60 @@ async def test_a_paused_task_is_found_by_status_and_summary_and_shows_its_call(
                     await page.wait_for_timeout(300)
             assert "Waiting for approval of 1 tool call" in text, text
             assert f"bash · {COMMAND}" in text
-            assert f"subagents approve {child} --all" in text
+            assert f"subagents approve {child} --all --pause {child_pause}" in text
             assert "Turn 1 of" in text and "scripted" in text
             prompt = page.frame_locator("#user-metadata-details").locator("main")
             assert "count the lines" in await prompt.inner_text()
             await page.screenshot(path=screenshots / "paused-task-details.png", full_page=True)
         finally:
             await browser.close()
-    await lead.cancel_task(task_id, wait=True, timeout=30)
+    await lead.cancel_task(task_id, wait=True, timeout=CEILING)
+
+
+async def test_a_paused_tasks_first_view_says_it_waits_for_approval(
+    lead: SubagentClient, ui_server: DevServer, screenshots: Path
+) -> None:
+    """`general --ask bash`, paused: the Timeline a task opens on says what it waits for,
+    and User Metadata names the rule that made it pause, the workspace and the commands
+    that decide this pause and no later one."""
+    model = script(_calls({"name": "bash", "arguments": {"command": COMMAND}}), {"text": "done"})
+    task_id = await lead.spawn_task(
+        "general", "count the lines", model=model,
+        permissions=[PermissionRule(tool="bash", action="ask")],
+    )  # fmt: skip
+    paused = await lead.check_task(task_id, wait=True, timeout=CEILING)
+    assert paused.status == TaskStatus.PAUSED, paused
+    waiting = f"Waiting for approval (pause {paused.pause_id}): bash · {COMMAND}"
+    url = f"{ui_server.ui_url}/namespaces/{ui_server.namespace}/workflows/{task_id}"
+    async with async_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            page = await browser.new_page(viewport={"width": 1600, "height": 1000})
+            await page.goto(url)
+            # the view a task opens on: its Timeline, where the pause is a running bar
+            assert await page.get_by_role("tab", name="Timeline").get_attribute(
+                "aria-selected"
+            ) == "true"  # fmt: skip
+            await page.get_by_text(waiting).wait_for(timeout=30_000)
+            await page.screenshot(path=screenshots / "paused-timeline.png", full_page=True)
+
+            await page.get_by_role("tab", name="User Metadata").click()
+            details = page.frame_locator("#user-metadata-details").locator("main")
+            await details.wait_for()
+            # (the UI curls straight quotes in text outside code)
+            text = " ".join((await details.inner_text()).replace("\u2019", "'").split())
+            assert "Spawn rules bash: ask" in text, text
+            assert "Workspace the worker's root (its --workspace)" in text, text
+            current = page.frame_locator("#user-metadata-current-details").locator("main")
+            deadline = time.monotonic() + CEILING
+            now = ""
+            while "Waiting for approval" not in now and time.monotonic() < deadline:
+                now = " ".join((await current.inner_text()).split())
+                if "Waiting for approval" not in now:
+                    await page.keyboard.press("r")  # the UI's refresh key
+                    await page.wait_for_timeout(300)
+            assert f"subagents approve {task_id} --all --pause {paused.pause_id}" in now, now
+            await page.screenshot(path=screenshots / "paused-metadata.png", full_page=True)
+        finally:
+            await browser.close()
+    await lead.cancel_task(task_id, wait=True, timeout=CEILING)

@@ -14,7 +14,8 @@ from durable_subagents.activities.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
+from .helpers import CEILING, eventually
+from .helpers.tasks import script
 
 
 def read(path: str) -> dict:
@@ -28,7 +29,7 @@ async def test_runs_to_final_answer_with_usage_and_turns(
     model = script(read("notes.txt"), {"text": "Found: {last_tool_result}"})
     task_id = await client.spawn_task("explore", "What is the answer?", model=model)
     assert task_id.startswith("subagent-explore-")
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     assert "the answer is 42" in (info.result or "")
     assert info.turns == 2
@@ -47,7 +48,7 @@ async def test_several_tool_calls_of_one_turn_run_in_parallel(
     ]
     model = script({"tool_calls": calls}, {"text": "done"})
     task_id = await client.spawn_task("general", "run three things", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     events = [e async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()]
     tool_events = [
@@ -67,7 +68,7 @@ async def test_several_tool_calls_of_one_turn_run_in_parallel(
 async def test_max_turns_stops_with_reason(client: SubagentClient, worker: None) -> None:
     model = script({"text": "looking", **read("x")}, repeat=50)
     task_id = await client.spawn_task("explore", "loop forever", model=model, max_turns=3)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     assert info.stop_reason == "max_turns"
     assert info.turns == 3
@@ -79,7 +80,7 @@ async def test_time_limit_times_out_with_partial_output(
 ) -> None:
     model = script({"text": "partial", **read("x")}, {"text": "slow", "delay": 30})
     task_id = await client.spawn_task("explore", "be slow", model=model, time_limit=2)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.TIMED_OUT
     assert info.stop_reason == "time_limit"
     assert info.result == "partial"
@@ -94,7 +95,7 @@ async def test_tool_errors_go_back_to_the_model(
         {"text": "last: {last_tool_result}"},
     )
     task_id = await client.spawn_task("explore", "try things", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     transcript = await client.get_transcript(task_id)
     tool_msgs = [m for m in transcript if m.role == "tool"]
@@ -115,15 +116,15 @@ async def test_check_and_list_answer_with_no_worker(
     assert info.description == "a plan" and info.parent_id == "parent-xyz"
     waited = await client.check_task(task_id, wait=True, timeout=1.5)
     assert waited.status == TaskStatus.PENDING
-    tasks = await _eventually(lambda: client.list_tasks(parent_id="parent-xyz"))
+    tasks = await eventually(lambda: client.list_tasks(parent_id="parent-xyz"), "the listing")
     assert [t.id for t in tasks] == [task_id]
     assert tasks[0].status == TaskStatus.PENDING
     # a worker comes back: the task runs
     async with create_worker(temporal_client, settings):
-        done = await client.check_task(task_id, wait=True, timeout=30)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED
-    completed = await _eventually(
-        lambda: client.list_tasks(parent_id="parent-xyz", status="completed")
+    completed = await eventually(
+        lambda: client.list_tasks(parent_id="parent-xyz", status="completed"), "it completed"
     )
     assert [t.id for t in completed] == [task_id]
     assert await client.list_tasks(parent_id="parent-xyz", status="running") == []
@@ -133,7 +134,7 @@ async def test_spawn_with_task_id_is_idempotent(client: SubagentClient, worker: 
     first = await client.spawn_task("explore", "once", model="scripted", task_id="job-123")
     second = await client.spawn_task("explore", "once", model="scripted", task_id="job-123")
     assert first == second == "job-123"
-    await client.check_task(first, wait=True, timeout=30)
+    await client.check_task(first, wait=True, timeout=CEILING)
     third = await client.spawn_task("explore", "once", model="scripted", task_id="job-123")
     assert third == "job-123"
     desc = await client.temporal.get_workflow_handle("job-123").describe()
@@ -147,7 +148,7 @@ async def test_web_ui_metadata(
     task_id = await client.spawn_task(
         "general", "List the files please", description="list files", model=model
     )
-    await client.check_task(task_id, wait=True, timeout=30)
+    await client.check_task(task_id, wait=True, timeout=CEILING)
     handle = temporal_client.get_workflow_handle(task_id)
     desc = await handle.describe()
     assert await desc.static_summary() == "list files"
@@ -199,16 +200,6 @@ async def test_watch_reports_a_cancelled_tool_call(client: SubagentClient, worke
         assert events[-1].kind == "closed" and events[-1].status == TaskStatus.CANCELLED
 
 
-async def _eventually(fetch, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    """Visibility is eventually consistent: poll briefly until a list is non-empty."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await fetch()
-        if result or asyncio.get_running_loop().time() > deadline:
-            return result
-        await asyncio.sleep(0.2)
-
-
 async def test_cancel_with_no_worker_is_durable(
     client: SubagentClient, temporal_client: Client, settings: Settings
 ) -> None:
@@ -217,7 +208,7 @@ async def test_cancel_with_no_worker_is_durable(
     assert info.status == TaskStatus.CANCELLING
     assert (await client.check_task(task_id)).status == TaskStatus.CANCELLING
     async with create_worker(temporal_client, settings):
-        done = await client.check_task(task_id, wait=True, timeout=30)
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.CANCELLED
     assert done.turns == 0
 
@@ -235,9 +226,9 @@ async def test_custom_tools_and_their_crashes(
     )
     async with create_worker(temporal_client, settings, tools=registry):
         task_id = await client.spawn_task("shouter", "shout", model=model)
-        info = await client.check_task(task_id, wait=True, timeout=30)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
         narrowed = await client.spawn_task("explore", "shout", model=model)
-        await client.check_task(narrowed, wait=True, timeout=30)
+        await client.check_task(narrowed, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert tool_msgs[0].content == f"HI (from {task_id})" and not tool_msgs[0].is_error
@@ -274,7 +265,7 @@ async def test_malformed_tool_arguments_never_break_the_workflow(
     ]
     model = script({"tool_calls": calls}, {"text": "survived"})
     task_id = await client.spawn_task("general", "bad args", model=model)
-    info = await client.check_task(task_id, wait=True, timeout=30)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED and info.result == "survived"
     tool_msgs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert len(tool_msgs) == 6
@@ -291,7 +282,7 @@ async def test_max_activities_bounds_the_model_turns_in_flight(
     async with create_worker(temporal_client, one):
         ids = [await client.spawn_task("explore", f"task {i}", model=model) for i in range(3)]
         for task_id in ids:
-            info = await client.check_task(task_id, wait=True, timeout=60)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
             assert info.status == TaskStatus.COMPLETED, info.error
     spans = []
     for task_id in ids:

@@ -51,6 +51,7 @@ from durable_subagents._payloads import (
     ModelTurnResult,
     ToolCallInput,
     ToolCallResult,
+    model_queue,
     tools_digest,
 )
 from durable_subagents._telemetry import (
@@ -65,6 +66,7 @@ from durable_subagents.activities.providers import (
     ModelProvider,
     TextSink,
     model_unavailable,
+    parse_model,
     resolve_provider,
 )
 from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
@@ -91,7 +93,7 @@ from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
-from durable_subagents.errors import PayloadCorrupt, PayloadEncryptionError
+from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -140,6 +142,8 @@ class SubagentActivities:
         prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
         prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
             (``Settings.prompt_cache_key``).
+        rate_limited: Providers whose model turns this worker sends on to their own
+            queue (``model_queue``), where the server enforces a rate limit.
     """
 
     def __init__(
@@ -164,6 +168,8 @@ class SubagentActivities:
         compact_at: float = COMPACT_AT,
         prompt_cache: bool = True,
         prompt_cache_key: str = "auto",
+        notify: bool = False,
+        rate_limited: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
@@ -191,6 +197,8 @@ class SubagentActivities:
         self.compact_at = compact_at
         self.prompt_cache = prompt_cache
         self.prompt_cache_key = prompt_cache_key
+        self.notify = notify
+        self.rate_limited = rate_limited
 
     # ------------------------------------------------------------------ model turn
 
@@ -204,6 +212,9 @@ class SubagentActivities:
             raise _blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+        queue = self.provider_queue(input)
+        if queue is not None:
+            return ModelTurnResult(head=input.head or "", model_queue=queue)
         task_id = input.task_id
         if _may_be_stale(activity.info()) and await _cancel_requested():
             raise ApplicationError(
@@ -235,7 +246,7 @@ class SubagentActivities:
         live = LiveText(input.turn, activity.info().attempt)
         try:
             async with _heartbeating(live):
-                response = await self.complete(provider, request, live.add)
+                response = await self.complete(provider, request, live.add, live.add_thinking)
         except ApplicationError as err:
             if err.type == CONTEXT_LENGTH_ERROR and context is not None:
                 activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
@@ -276,7 +287,13 @@ class SubagentActivities:
         # from the task's result with no access to the blob store.
         limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT
         text, text_ref = await self.transcript.store_text(task_id, response.text, limit)
-        answer = Message(role="assistant", content=text, content_ref=text_ref, tool_calls=calls)
+        answer = Message(
+            role="assistant",
+            content=text,
+            content_ref=text_ref,
+            tool_calls=calls,
+            reasoning=response.reasoning,  # kept in the chain only, never in a result
+        )
         return ModelTurnResult(
             # one node per turn: what was new, and the answer
             head=await self.transcript.append(task_id, input.head, [*new_messages, answer]),
@@ -291,8 +308,26 @@ class SubagentActivities:
             output_call=judged.call_id if judged else None,
             output_schema_ref=schema_ref,
             chars=chars,
+            thinking=len(answer.thinking),
             **self.tools_offered(input, offered),
         )
+
+    def provider_queue(self, input: ModelTurnInput) -> str | None:
+        """The queue to send the turn on to, or None to answer it here.
+
+        A queue when this worker rate-limits the turn's provider on a queue of its own
+        (``SUBAGENTS_MODEL_RATE_LIMITS``) and this is not that queue.
+        """
+        if not input.may_redirect or not self.rate_limited:
+            return None
+        try:
+            provider = parse_model(input.model, default_model=self.default_model)[0]
+        except InvalidRequest:
+            return None  # the turn itself says what is wrong with the name
+        here = activity.info().task_queue
+        if provider not in self.rate_limited or here.endswith(model_queue("", provider)):
+            return None
+        return model_queue(here, provider)
 
     async def output_schema(self, input: ModelTurnInput) -> tuple[str | None, str | None]:
         """The task's output schema (as ``schema_text``), and the blob stored this turn.
@@ -378,13 +413,17 @@ class SubagentActivities:
         )
 
     async def complete(
-        self, provider: ModelProvider, request: ModelRequest, on_text: TextSink | None = None
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_thinking: TextSink | None = None,
     ) -> ModelResponse:
         """One model call, abandoned (retryably) after ``model_turn_timeout`` seconds."""
         # The provider's idle watchdog catches a stalled stream; this limit catches
         # one that trickles on forever.
         return await within(
-            provider.complete(request, on_text=on_text),
+            provider.complete(request, on_text=on_text, on_thinking=on_thinking),
             self.model_turn_timeout,
             lambda: model_unavailable(
                 f"the model turn took longer than {self.model_turn_timeout:g}s "
@@ -413,13 +452,15 @@ class SubagentActivities:
             names.append(FINAL_ANSWER_TOOL)
         read_only = [t for t in offered if self.read_only(t)]
         protected = list(self.protected_paths)
-        if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
+        digest = tools_digest(names, read_only, self.sandbox_state, protected, self.notify)
+        if input.known_tools == digest:
             return {"same_tools": True}
         return {
             "offered_tools": names,
             "read_only_tools": read_only,
             "sandbox": self.sandbox_state,
             "protected_paths": protected,
+            "notify": self.notify,
         }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:

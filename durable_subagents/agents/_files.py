@@ -38,13 +38,14 @@ import fnmatch
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import ValidationError
 
+from durable_subagents.agents._builtin import BUILTIN_AGENTS
 from durable_subagents.agents._front_matter import (
     FrontMatter,
     FrontMatterError,
@@ -76,6 +77,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 AgentFormat = Literal["claude", "opencode"]
 
@@ -139,11 +141,21 @@ class AgentFileError(InvalidRequest):
     its stem when that cannot be read).
     """
 
-    def __init__(self, message: str, *, path: Path, line: int | None, agent: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path,
+        line: int | None,
+        agent: str,
+        detail: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.path = path
         self.line = line
         self.agent = agent
+        self.detail = detail or message
+        """The problem without the file and line (``'maxTurns' must be ...``)."""
 
 
 class UnloadableAgent(AgentSpec):
@@ -200,9 +212,10 @@ def load_agent_file(
         >>> spec = load_agent_file(".claude/agents/reviewer.md")
     """
     found: list[str] = []
-    spec = _load(Path(path), format, found)[0]
-    _hand_over(found, warnings)
-    return spec
+    try:
+        return _load(Path(path), format, found)[0]
+    finally:
+        _hand_over(found, warnings)  # a broken file's other problems too
 
 
 def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
@@ -234,6 +247,7 @@ def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
             try:
                 spec, disabled = _load(path, fmt, file_warnings)
             except AgentFileError as err:
+                found.warnings += file_warnings  # what else is wrong in it
                 _warn(found.warnings, f"{err} (agent {err.agent!r} skipped)")
                 if err.agent not in found.agents:
                     found.broken[err.agent] = str(err)
@@ -245,6 +259,12 @@ def scan_agents(root: str | os.PathLike[str]) -> AgentFiles:
                 _warn(
                     found.warnings,
                     f"{path}: agent {spec.name!r} overrides the one in {found.sources[spec.name]}",
+                )
+            elif spec.name in BUILTIN_AGENTS:
+                _warn(
+                    found.warnings,
+                    f"{path}: agent {spec.name!r} replaces the built-in {spec.name!r} (its "
+                    "tools, mode and prompt are this file's); rename it to keep both",
                 )
             found.broken.pop(spec.name, None)
             found.agents[spec.name] = spec
@@ -317,10 +337,45 @@ class _File:
     def meta(self) -> dict[str, Any]:
         return self.front.fields
 
+    problems: list[AgentFileError] = field(default_factory=list)
+    """What makes the file broken, every field's problem (see ``done``)."""
+
     def fail(self, key: str | None, message: str) -> AgentFileError:
         line = self.front.line(key) if key is not None else 1
         return AgentFileError(
-            f"agent file {self.path}:{line}: {message}", path=self.path, line=line, agent=self.agent
+            f"agent file {self.path}:{line}: {message}",
+            path=self.path,
+            line=line,
+            agent=self.agent,
+            detail=message,
+        )
+
+    def parse(self, read: Callable[[], T], default: T) -> T:
+        """``read()``, or ``default`` with its problem kept, so every field is checked."""
+        try:
+            return read()
+        except AgentFileError as err:
+            self.problems.append(err)
+            return default
+
+    def done(self) -> None:
+        """Raise the file's problems as one error, in line order (the first names the file).
+
+        Raises:
+            AgentFileError: A field could not be read; the message lists every such field.
+        """
+        if not self.problems:
+            return
+        first, *rest = sorted(self.problems, key=lambda err: err.line or 0)
+        if not rest:
+            raise first
+        more = "; ".join(f"line {err.line}: {err.detail}" for err in rest)
+        raise AgentFileError(
+            f"{first}; {more}",
+            path=self.path,
+            line=first.line,
+            agent=self.agent,
+            detail=f"{first.detail}; {more}",
         )
 
     def warn(self, key: str, message: str) -> None:
@@ -370,25 +425,26 @@ def _claude(f: _File) -> AgentSpec:
     f.agent = _name(f, f.meta.get("name"))
     description = _text(f.meta.get("description"))
     if not description:
-        raise f.fail(
-            "description",
-            "'description' is missing or empty; Claude Code agents need one saying when "
-            "to use the agent (add a 'description: ...' line to the front matter)",
+        f.problems.append(
+            f.fail(
+                "description",
+                "'description' is missing or empty; Claude Code agents need one saying when "
+                "to use the agent (add a 'description: ...' line to the front matter)",
+            )
         )
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
     _warn_unused(f, known | {"maxTurns"} | _CLAUDE_IGNORED | _SANDBOX_KEYS | _MODEL_KEYS)
-    return _spec(
-        name=f.agent,
-        description=description,
-        system_prompt=f.front.body,
-        model=_model(f),
-        tools=_claude_tools(f, "tools"),
-        disallowed_tools=_claude_tools(f, "disallowedTools") or [],
-        permission_mode=_permission_mode(f),
-        max_turns=_turns(f, "maxTurns"),
+    fields = {
+        "model": _model(f),
+        "tools": f.parse(lambda: _claude_tools(f, "tools"), None),
+        "disallowed_tools": f.parse(lambda: _claude_tools(f, "disallowedTools"), None) or [],
+        "permission_mode": _permission_mode(f),
+        "max_turns": f.parse(lambda: _turns(f, "maxTurns"), None),
         **_sandbox_fields(f),
         **_model_settings(f),
-    )
+    }
+    f.done()
+    return _spec(name=f.agent, description=description, system_prompt=f.front.body, **fields)
 
 
 def _permission_mode(f: _File) -> str:
@@ -434,29 +490,33 @@ def _opencode(f: _File) -> AgentSpec:
     if isinstance(description, (int, float)) and not isinstance(description, bool):
         description = str(description)
     if not isinstance(description, str):
-        raise f.fail(
-            "description",
-            f"'description' must be text, got {description!r}; quote it if YAML read it as "
-            "another type",
+        f.problems.append(
+            f.fail(
+                "description",
+                f"'description' must be text, got {description!r}; quote it if YAML read it "
+                "as another type",
+            )
         )
+        description = ""
     mode = f.meta.get("mode", "all")
     if mode not in _OPENCODE_MODES:
         f.warn("mode", f"mode {mode!r} is not one of {', '.join(_OPENCODE_MODES)}; ignored")
     steps_key = "steps" if "steps" in f.meta else "maxSteps"
     known = {"description", "model", "tools", "permission", "mode", "steps", "maxSteps"}
     _warn_unused(f, known | _OPENCODE_IGNORED | _SANDBOX_KEYS | _MODEL_KEYS)
-    return _spec(
-        name=f.agent,
-        description=description.strip(),
-        system_prompt=f.front.body,
-        model=_model(f),
-        tools=None,
-        disallowed_tools=_opencode_disabled(f),
-        permissions=_opencode_permissions(f),
-        permission_mode="dont_ask",
-        max_turns=_turns(f, steps_key),
+    fields = {
+        "model": _model(f),
+        "tools": None,
+        "disallowed_tools": f.parse(lambda: _opencode_disabled(f), list[str]()),
+        "permissions": f.parse(lambda: _opencode_permissions(f), list[PermissionRule]()),
+        "permission_mode": "dont_ask",
+        "max_turns": f.parse(lambda: _turns(f, steps_key), None),
         **_sandbox_fields(f),
         **_model_settings(f),
+    }
+    f.done()
+    return _spec(
+        name=f.agent, description=description.strip(), system_prompt=f.front.body, **fields
     )
 
 
@@ -607,38 +667,48 @@ def _sandbox_fields(f: _File) -> dict[str, Any]:
     """Our own keys: ``network``, ``env``, ``limits`` and ``context_window``.
 
     ``network: true``, ``env: [NAME, ...]``, ``limits: {memory_mb: 512, ...}``,
-    ``context_window: 32000``.
+    ``context_window: 32000``. A value that cannot be read is kept among the file's
+    problems (see ``_File.done``).
     """
     meta = f.meta
     fields: dict[str, Any] = {}
     if "context_window" in meta:
         window = meta["context_window"]
         if isinstance(window, bool) or not isinstance(window, int) or window < 1024:
-            raise f.fail(
-                "context_window",
-                f"'context_window' must be a number of tokens (at least 1024), got {window!r}",
+            f.problems.append(
+                f.fail(
+                    "context_window",
+                    f"'context_window' must be a number of tokens (at least 1024), got {window!r}",
+                )
             )
-        fields["context_window"] = window
+        else:
+            fields["context_window"] = window
     if "network" in meta:
-        if not isinstance(meta["network"], bool):
-            raise f.fail("network", f"'network' must be true or false, got {meta['network']!r}")
-        fields["network"] = meta["network"]
+        if isinstance(meta["network"], bool):
+            fields["network"] = meta["network"]
+        else:
+            f.problems.append(
+                f.fail("network", f"'network' must be true or false, got {meta['network']!r}")
+            )
     if "env" in meta:
         env = meta["env"]
         if isinstance(env, str):
             env = [n.strip() for n in env.split(",") if n.strip()]
-        if not isinstance(env, list) or not all(isinstance(n, str) for n in env):
-            raise f.fail("env", f"'env' must be a list of variable names, got {env!r}")
-        fields["env"] = env
+        if isinstance(env, list) and all(isinstance(n, str) for n in env):
+            fields["env"] = env
+        else:
+            f.problems.append(f.fail("env", f"'env' must be a list of variable names, got {env!r}"))
     if "limits" in meta:
         try:
             fields["limits"] = ToolLimits.model_validate(meta["limits"])
         except ValidationError as err:
-            raise f.fail(
-                "limits",
-                f"invalid 'limits' ({err.errors()[0]['msg']}); use processes, memory_mb, "
-                "file_size_mb, cpu_seconds, open_files",
-            ) from None
+            f.problems.append(
+                f.fail(
+                    "limits",
+                    f"invalid 'limits' ({err.errors()[0]['msg']}); use processes, memory_mb, "
+                    "file_size_mb, cpu_seconds, open_files",
+                )
+            )
     return fields
 
 

@@ -124,12 +124,14 @@ class AgentSpec(BaseModel):
     workflow task heartbeat (about 8 s) instead of the next activity heartbeat (1 s)."""
 
     reasoning_effort: ReasoningEffort | None = None
-    """How hard a reasoning model thinks before each answer (OpenAI's ``reasoning_effort``);
-    None: the model's default. A spawn may lower it, never raise it."""
+    """How hard a reasoning model thinks before each answer (OpenAI's ``reasoning_effort``,
+    Anthropic's extended thinking); None: the model's default. A spawn may lower it,
+    never raise it."""
     temperature: float | None = Field(None, ge=0, le=2)
     """Sampling temperature; None: the model's default."""
     max_output_tokens: int | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
-    """Most tokens one model answer may take, reasoning included; None: 8,192."""
+    """Most tokens one model answer may take, reasoning included (Anthropic's thinking gets
+    its effort's budget on top); None: 8,192."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order."""

@@ -12,10 +12,11 @@ import contextlib
 import logging
 import os
 import sys
+from typing import Annotated
 
 import typer
 
-from durable_subagents.cli import _serve, _tasks
+from durable_subagents.cli import _common, _help, _serve, _tasks
 
 __all__ = ["app", "main"]
 
@@ -32,6 +33,7 @@ for _name, _command in (
     ("dev", _serve.dev),
     ("worker", _serve.worker),
     ("codec-server", _serve.codec_server),
+    ("serve", _serve.serve),
     ("keygen", _serve.keygen),
     ("spawn", _tasks.spawn),
     ("check", _tasks.check),
@@ -45,7 +47,49 @@ for _name, _command in (
     ("mcp", _serve.mcp),
     ("demo", _serve.demo),
 ):
-    app.command(_name)(_command)
+    _help.register(app, _name, _command)
+
+_RUN_WORKERS = {"dev", "worker", "demo"}
+"""Commands that run a worker: their connection retries are the log of a lost server."""
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from durable_subagents import __version__
+
+        print(f"subagents (durable-subagents) {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="On errors, show the detail (the transport's error, the traceback) and "
+            "Temporal's connection retries",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Durable LLM subagents on Temporal: spawn, check, cancel and list tasks."""
+    _common.VERBOSE = verbose
+    if not verbose and ctx.invoked_subcommand not in _RUN_WORKERS:
+        # A client command reports a lost server in one line of its own.
+        from durable_subagents._connect import no_connection_retries
+
+        logging.getLogger("temporalio.core").addFilter(no_connection_retries)
 
 
 def _core_logs_to_stderr() -> None:
@@ -75,7 +119,7 @@ def main() -> None:
     """Entry point of the ``subagents`` command."""
     _core_logs_to_stderr()
     try:
-        app()
+        app(prog_name="subagents")  # also under `python -m durable_subagents`
         code: object = 0
     except SystemExit as exc:
         code = exc.code

@@ -1,30 +1,41 @@
 """What the commands share: the consoles, the common options, settings from them.
 
 ``run`` runs a command's coroutine: a ``SubagentError`` becomes a red message and exit
-code 1, Ctrl-C exit code 130, SIGTERM 143 (after the coroutine's cleanup ran).
+code 1, and so does a Temporal server that stops answering (one line, no traceback;
+``-v`` adds the detail); Ctrl-C exits with code 130, SIGTERM 143 (after the
+coroutine's cleanup ran).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from durable_subagents._audience import for_shell
 from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import SubagentError, TemporalUnavailable
 
 console = Console()
 err_console = Console(stderr=True)
 T = TypeVar("T")
+
+VERBOSE = False
+"""``subagents -v``: errors show their detail, and Temporal's connection retries show."""
+
+_address: str | None = None
+"""The Temporal address of the command's settings (a lost connection names it)."""
 
 Address = Annotated[
     str | None,
@@ -32,6 +43,14 @@ Address = Annotated[
 ]
 Namespace = Annotated[
     str | None, typer.Option("--namespace", help="Temporal namespace [env TEMPORAL_NAMESPACE]")
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Profile of Temporal's configuration file (address, namespace, API key, TLS) "
+        "[env TEMPORAL_PROFILE; default]",
+    ),
 ]
 TaskQueue = Annotated[
     str | None,
@@ -75,10 +94,52 @@ def make_settings(
     task_queue: str | None = None,
     **extra: Any,
 ) -> Settings:
-    """Settings from the environment, with the options given (not None) on top."""
-    settings = Settings()
-    update = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
-    return settings.model_copy(update={k: v for k, v in update.items() if v is not None})
+    """Settings from the environment, with the options given (not None) on top.
+
+    The options are given to the constructor, not copied in afterwards: ``--profile``
+    decides the address and namespace that ``--address`` and ``--namespace`` leave open.
+    """
+    global _address
+    given = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    try:
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as err:
+        raise typer.BadParameter(_first_error(err)) from None
+    _address = settings.address
+    return settings
+
+
+def _first_error(err: ValidationError) -> str:
+    """A settings error as one line: the field's message, without pydantic's frame."""
+    first = err.errors()[0]
+    return str(first.get("ctx", {}).get("error") or first["msg"])
+
+
+def error(message: str) -> None:
+    """Print an error for people: one line, commands in it left unwrapped to be copied."""
+    err_console.print(
+        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
+    )
+
+
+def _detail(detail: str | None) -> None:
+    """With ``-v``, the transport's own error text under the message."""
+    if VERBOSE and detail:
+        err_console.print(f"  detail: {detail}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _lost(err: Exception, after: str | None) -> str:
+    """The one line that says the server stopped answering mid-command."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from durable_subagents._connect import plain_connection_error
+
+    where = f"Temporal at {_address}" if _address else "Temporal"
+    if isinstance(err, RPCError) and err.status != RPCStatusCode.UNAVAILABLE:
+        return f"{where} refused the call: {err.message} ({err.status.name})"
+    words = plain_connection_error(str(err))
+    text = f"lost the connection to {where}: {words}"
+    return text + (f"; {after}" if after else "; is the server running? (`subagents dev`)")
 
 
 async def _stop_on_sigterm(coro: Awaitable[T]) -> T:
@@ -99,6 +160,19 @@ async def _stop_on_sigterm(coro: Awaitable[T]) -> T:
             loop.remove_signal_handler(signal.SIGTERM)
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process at once, with what it printed flushed.
+
+    For a command whose remaining tasks can only wind down by retrying a server that
+    is gone: ``asyncio.run`` would wait for them. Tool processes die with the process
+    (their sandbox dies with its parent).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def _exit_if_tool_calls_stuck(code: int) -> None:
     """End the process at once if a worker it ran left tool calls stuck in threads.
 
@@ -110,15 +184,31 @@ def _exit_if_tool_calls_stuck(code: int) -> None:
         worker.exit_if_tool_calls_stuck(code)
 
 
-def run(coro: Awaitable[T]) -> T:
-    """Run a coroutine; typed errors become a red message and exit code 1."""
+def run(coro: Awaitable[T], *, lost: str | None = None) -> T:
+    """Run a coroutine; typed errors become a red message and exit code 1.
+
+    Args:
+        coro: The command's work.
+        lost: What to tell the user when the server stops answering meanwhile (what
+            goes on without this command, and how to pick it up again).
+    """
+    from temporalio.service import RPCError
+
     try:
         result = asyncio.run(_stop_on_sigterm(coro))
     except SubagentError as err:
-        # soft_wrap: commands in the message must stay on one line to be copied
-        err_console.print(
-            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
-        )
+        detail = err.detail if isinstance(err, TemporalUnavailable) else None
+        if detail and not VERBOSE:
+            error(f"{err} (`subagents -v ...` shows the transport's error)")
+        else:
+            error(str(err))
+            _detail(detail)
+        _exit_if_tool_calls_stuck(1)
+        raise typer.Exit(1) from None
+    except RPCError as err:
+        error(_lost(err, lost))
+        if VERBOSE:
+            _detail("".join(traceback.format_exception(err)).rstrip())
         _exit_if_tool_calls_stuck(1)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from durable_subagents._audience import for_shell
+from durable_subagents._render import plain_table
+from durable_subagents._terminal import shown
 from durable_subagents.agents import (
     ALL_TOOLS,
     BUILTIN_AGENTS,
@@ -35,10 +36,13 @@ from durable_subagents.cli._common import (
     DeploymentName,
     JsonOut,
     Namespace,
+    Profile,
     TaskQueue,
     Workspace,
     console,
     err_console,
+    error,
+    exit_now,
     make_settings,
     run,
 )
@@ -100,7 +104,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.dev import parse_duration, run_dev
+    from durable_subagents.dev import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
@@ -109,23 +113,31 @@ def dev(
     settings = make_settings(
         task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
     )
-    run(
-        run_dev(
-            settings=settings,
-            port=port,
-            ui_port=ui_port,
-            db=db,
-            retention=keep,
-            workspace=workspace,
-            console=console,
-            codec_port=codec_port,
-        )
-    )
+
+    async def main() -> None:
+        try:
+            await run_dev(
+                settings=settings,
+                port=port,
+                ui_port=ui_port,
+                db=db,
+                retention=keep,
+                workspace=workspace,
+                console=console,
+                codec_port=codec_port,
+            )
+        except ServerExited as err:
+            # The worker's remaining tasks could only retry a server that is gone.
+            error(str(err))
+            exit_now(1)
+
+    run(main())
 
 
 def worker(
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
     sticky_queue_timeout: Annotated[
@@ -173,12 +185,47 @@ def worker(
     ] = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve /metrics (Prometheus), /healthz and /readyz on this port "
+            "(SUBAGENTS_METRICS_PORT; SUBAGENTS_METRICS_HOST, default 127.0.0.1)",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a stopping worker lets running model turns and tool calls finish "
+            "before it hands them to other workers (SUBAGENTS_DRAIN_TIMEOUT; default 25)",
+            min=0,
+            max=3600,
+        ),
+    ] = None,
+    model_rate_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-rate-limit",
+            help="PROVIDER=TURNS_PER_SECOND for all workers together, e.g. openai=5; repeat "
+            "for several (SUBAGENTS_MODEL_RATE_LIMITS)",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Check once that a worker of this host is ready (Temporal sees it poll, "
+            "the blob store answers) and exit 0, or 1 with the reason: for exec probes",
+        ),
+    ] = False,
 ) -> None:
     """Run a worker against an existing Temporal server."""
     settings = make_settings(
         address,
         namespace,
         task_queue,
+        profile=profile,
         workspace=workspace,
         sticky_queue_timeout=sticky_queue_timeout,
         max_activities=max_activities,
@@ -187,7 +234,15 @@ def worker(
         worker_role=role.value if role else None,
         deployment_name=deployment_name,
         build_id=build_id,
+        metrics_port=metrics_port,
+        drain_timeout=drain_timeout,
+        model_rate_limits=",".join(model_rate_limit) if model_rate_limit else None,
     )
+    if check:
+        from durable_subagents.worker import check_worker
+
+        console.print(run(check_worker(settings)), markup=False, highlight=False, soft_wrap=True)
+        return
     ready = asyncio.Event()
 
     async def main() -> None:
@@ -205,9 +260,12 @@ def worker(
                 f"a tools worker serves {settings.task_queue}-tools)",
                 "tools": f"tool calls only, on [bold]{settings.task_queue}-tools[/bold]",
             }[settings.worker_role]
+            ops = ""
+            if settings.metrics_port is not None:
+                ops = f" · metrics and health on {settings.metrics_host}:{settings.metrics_port}"
             console.print(
                 f"worker on [bold]{settings.address}[/bold] namespace {settings.namespace} "
-                f"{queues} · workspace {settings.resolved_workspace} · Ctrl-C to stop",
+                f"{queues} · workspace {settings.resolved_workspace}{ops} · Ctrl-C to stop",
                 soft_wrap=True,  # one line, for logs and for whoever reads it
             )
             if version is not None:
@@ -221,13 +279,11 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     """Say whether the worker's version is current, and how to make it so if not."""
     from temporalio.service import RPCError
 
-    from durable_subagents._connect import connect_client
+    from durable_subagents._temporal_config import connect_temporal
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"
-    client = await connect_client(
-        settings.address, settings.namespace, keys=settings.payload_keys()
-    )
+    client = await connect_temporal(settings)
     try:
         current = await current_build_id(
             client, version.deployment_name, registered=version.build_id
@@ -251,9 +307,7 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
 
 def _fail(message: str) -> NoReturn:
     """Print an error for the user and exit with code 1."""
-    err_console.print(
-        f"[red]error:[/red] {escape(for_shell(message))}", soft_wrap=True, highlight=False
-    )
+    error(message)
     raise typer.Exit(1)
 
 
@@ -357,6 +411,100 @@ def codec_server(
     console.print("Stopped.")
 
 
+def serve(
+    address: Address = None,
+    namespace: Namespace = None,
+    profile: Profile = None,
+    task_queue: TaskQueue = None,
+    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8090,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; other than 127.0.0.1, put TLS in front (tokens "
+            "travel in each request)"
+        ),
+    ] = "127.0.0.1",
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            envvar="SUBAGENTS_INBOX_TOKENS",
+            show_envvar=False,
+            help="TOML file of [[tokens]] (name, role viewer|approver, token or "
+            "token_sha256, optional task_prefixes and parent_ids) [env SUBAGENTS_INBOX_TOKENS; "
+            "SUBAGENTS_INBOX_TOKEN adds one unscoped approver token]",
+        ),
+    ] = None,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Another browser origin (scheme://host:port) whose pages may call the API; "
+            "repeat for several [default: the inbox's own page only]",
+        ),
+    ] = None,
+    ui_url: Annotated[
+        str | None,
+        typer.Option(
+            "--ui-url",
+            envvar="SUBAGENTS_UI_URL",
+            show_envvar=False,
+            help="The Temporal Web UI's address, for links to the tasks [env SUBAGENTS_UI_URL]",
+        ),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option(help="Seconds between two listings of paused tasks (shared by all pages)"),
+    ] = 2.0,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Log each request (who by token name, never a token)"),
+    ] = False,
+) -> None:
+    """Serve the approval inbox: a JSON API and a page to approve paused calls.
+
+    Lists the paused task trees of the task queue, shows each call's full arguments,
+    and approves or rejects them bound to the pause and the arguments read. Needs the
+    deployment's payload key and blob store like any client. Ctrl-C stops it.
+    """
+    import os
+
+    from durable_subagents.cli.inbox import Inbox, InboxServer, load_tokens
+    from durable_subagents.client import SubagentClient
+
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+    try:
+        grants = load_tokens(tokens, os.environ.get("SUBAGENTS_INBOX_TOKEN") or None)
+    except SubagentError as err:
+        _fail(str(err))
+    if not len(grants):
+        _fail(
+            "no tokens: set SUBAGENTS_INBOX_TOKEN (one approver token), or give --tokens "
+            "FILE with viewer and approver tokens; make a token with python -c "
+            '"import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    if verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s")
+        logging.getLogger("aiohttp.access").setLevel(logging.INFO)
+
+    async def main() -> None:
+        client = await SubagentClient.connect(settings=settings, agents={})
+        inbox = Inbox(client, task_queue=settings.task_queue, ui_url=ui_url, poll=poll)
+        server = InboxServer(inbox, grants, host=host, port=port, origins=origin or ())
+        async with server:
+            console.print(
+                f"inbox on {server.url} · Temporal {settings.address} namespace "
+                f"{settings.namespace} task queue {settings.task_queue} · {len(grants)} "
+                f"token(s) · API document {server.url}/api/openapi.json · Ctrl-C to stop",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            await asyncio.Future()
+
+    run(main())
+
+
 def keygen() -> None:
     """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
 
@@ -397,12 +545,15 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
-        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
-    console.print(table)
+        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
+        listed.append((cells, shown(a.description)))
+    header = ("name", "tools", "mode", "turns", "source", "description")
+    for line in plain_table(header, listed, console.width, right={3}):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _source(path: Path) -> str:
@@ -423,6 +574,7 @@ def mcp(
     agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     approvals: Annotated[
         Approvals,
@@ -443,7 +595,7 @@ def mcp(
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
     from durable_subagents.client._mcp import default_parent_id, run_mcp
 
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     parent = parent_id or default_parent_id()
     # stdout carries the protocol: anything for people goes to stderr
     err_console.print(

@@ -18,6 +18,7 @@ from durable_subagents.cli._common import (
     AgentsDir,
     JsonOut,
     Namespace,
+    Profile,
     TaskQueue,
     console,
     make_settings,
@@ -92,11 +93,19 @@ def spawn(
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
     ] = None,
+    no_network: Annotated[
+        bool, typer.Option("--no-network", help="Take the network away from the task's tools")
+    ] = False,
+    metadata: Annotated[
+        str | None,
+        typer.Option(metavar="JSON", help="A small JSON object kept with the task"),
+    ] = None,
     task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
     agents_dir: AgentsDir = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -105,7 +114,7 @@ def spawn(
 
     async def main() -> TaskStatus | None:
         schema = _read_schema(output_schema) if output_schema is not None else None
-        settings = make_settings(address, namespace, task_queue)
+        settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(
             agent,
@@ -124,6 +133,8 @@ def spawn(
             reasoning_effort=reasoning_effort,
             output_schema=schema,
             workspace=workspace,
+            network=False if no_network else None,
+            metadata=_read_metadata(metadata) if metadata is not None else None,
             task_id=task_id,
         )
         if wait:
@@ -137,6 +148,17 @@ def spawn(
         return None
 
     _exit_if_unsuccessful(run(main()))
+
+
+def _read_metadata(text: str) -> Any:
+    """The JSON of ``--metadata`` (``spawn_task`` checks that it is a small object)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(
+            f"--metadata is not JSON ({err.msg} at character {err.pos}); give an object, "
+            """e.g. '{"ticket": "PAY-12"}'"""
+        ) from None
 
 
 def _read_schema(path: Path) -> Any:
@@ -172,13 +194,14 @@ def check(
     ] = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
 
     async def main() -> TaskStatus:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
             try:
@@ -190,9 +213,18 @@ def check(
         print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
-    status = run(main())
+    again = f"subagents check {shlex.quote(task_id)} --wait"
+    status = run(main(), lost=_goes_on(again) if wait else None)
     if wait:
         _exit_if_unsuccessful(status)
+
+
+def _goes_on(again: str) -> str:
+    """What a waiting command says when Temporal stops answering under it."""
+    return (
+        "the task goes on (it runs on the workers, and Temporal keeps it); run "
+        f"`{again}` again once the server answers"
+    )
 
 
 def cancel(
@@ -201,12 +233,13 @@ def cancel(
     timeout: Annotated[float, typer.Option(help="Seconds to wait at most")] = 30.0,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
     _show(
-        make_settings(address, namespace, task_queue),
+        make_settings(address, namespace, task_queue, profile=profile),
         lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
         as_json,
     )
@@ -230,7 +263,7 @@ def _chosen(call_ids: list[str] | None, all_calls: bool, verb: str) -> list[str]
         raise typer.BadParameter(
             f"none named; name the call ids to {verb}, or pass --all to {verb} every pending "
             "call (a decision must be explicit; `subagents check ID` lists the calls)",
-            param_hint="CALL_IDS",
+            param_hint="CALL_ID",
         )
     return call_ids or None
 
@@ -298,12 +331,13 @@ def approve(
     pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Approve tool calls of a paused task: name their call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "approve")
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(settings, task_id, chosen, approved=True, reason=None, as_json=as_json, pause_id=pause)
 
 
@@ -315,12 +349,13 @@ def reject(
     pause: PauseId = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
     """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
     chosen = _chosen(call_ids, all_calls, "reject")
-    settings = make_settings(address, namespace, task_queue)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(
         settings, task_id, chosen, approved=False, reason=reason, as_json=as_json, pause_id=pause
     )
@@ -331,6 +366,7 @@ def send(
     text: Annotated[str, typer.Argument(help="The input; '-' reads it from stdin")],
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -343,7 +379,7 @@ def send(
     body = sys.stdin.read() if text == "-" else text
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         before = await client.check_task(task_id)
         info = await client.send_input(task_id, body)
         # A task that closed just now is continued too: it is then in a new run.
@@ -373,24 +409,29 @@ def send(
 def list_command(
     parent: Annotated[str | None, typer.Option(help="Only children of this parent id")] = None,
     status: Annotated[str | None, typer.Option(help="Only tasks in this status")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Only the newest N tasks [default: all]", min=1)
+    ] = None,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: JsonOut = False,
 ) -> None:
-    """List tasks (latest run of each), newest first."""
+    """List tasks (latest run of each), newest first, with their age."""
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         try:
-            tasks = await client.list_tasks(parent_id=parent, status=status)
+            tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--status") from None
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
             return
-        console.print(task_table(tasks))
+        for line in task_table(tasks, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     run(main())
 
@@ -399,45 +440,56 @@ def watch(
     task_id: str,
     address: Address = None,
     namespace: Namespace = None,
+    profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
     ] = False,
 ) -> None:
-    """Follow a task until it closes: the model's live text, turns, tool calls, status."""
+    """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
 
     async def main() -> None:
-        client = await _client(make_settings(address, namespace, task_queue))
-        in_text = False
-        async for event in client.watch(task_id):
-            if as_json:
-                print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
-                continue
-            when = event.time.strftime("%H:%M:%S") if event.time else ""
-            if event.kind == "text" and event.text is not None:
-                restarted = event.summary == "restarted"
-                if not in_text or restarted:
-                    if in_text:
-                        console.line()
-                    head = "[restarted] " if restarted else ""
-                    console.print(f"{when} {'text':<13} {head}", end="", markup=False)
-                    in_text = True
-                body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
-                console.print(body, end="", markup=False, highlight=False, soft_wrap=True)
+        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        streaming: str | None = None  # "text" or "thinking" while one is being printed
+        try:
+            async for event in client.watch(task_id):
+                if as_json:
+                    print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
+                    continue
+                when = event.time.strftime("%H:%M:%S") if event.time else ""
+                if event.kind in ("text", "thinking") and event.text is not None:
+                    restarted = event.summary == "restarted"
+                    if streaming != event.kind or restarted:
+                        if streaming is not None:
+                            console.line()
+                        head = "[restarted] " if restarted else ""
+                        console.print(f"{when} {event.kind:<13} {head}", end="", markup=False)
+                        streaming = event.kind
+                    # the thinking dimmed: the model's reasoning, not its answer
+                    style = "dim" if event.kind == "thinking" else None
+                    body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+                    console.print(
+                        body, end="", markup=False, highlight=False, soft_wrap=True, style=style
+                    )
+                    console.file.flush()
+                    continue
+                if streaming is not None:
+                    console.line()
+                    streaming = None
+                detail = event.summary or (event.status.value if event.status else "")
+                if event.usage is not None and event.kind == "turn":
+                    detail = f"{detail} · tokens {usage_text(event.usage)}"
+                if event.error:
+                    detail = f"{detail} ({event.error})" if detail else event.error
+                console.print(
+                    f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False
+                )
                 console.file.flush()
-                continue
-            if in_text:
+        finally:
+            if streaming is not None:  # end the line, so whatever is printed next starts its own
                 console.line()
-                in_text = False
-            detail = event.summary or (event.status.value if event.status else "")
-            if event.usage is not None and event.kind == "turn":
-                detail = f"{detail} · tokens {usage_text(event.usage)}"
-            if event.error:
-                detail = f"{detail} ({event.error})" if detail else event.error
-            console.print(f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False)
-            console.file.flush()
 
-    run(main())
+    run(main(), lost=_goes_on(f"subagents watch {shlex.quote(task_id)}"))
 
 
 _TEXT_INDENT = len("00:00:00 ") + 14

@@ -39,18 +39,20 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
-from durable_subagents._connect import connect_client
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
 from durable_subagents._spawn_request import (
     MAX_PROMPT_BYTES,
     build_task_input,
+    fairness,
     refuse_unencodable,
     start_metadata,
     static_details,
     static_summary,
     validate_task_id,
 )
+from durable_subagents._temporal_config import connect_temporal
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     PROTECTED_PATHS,
@@ -124,12 +126,20 @@ class SubagentClient:
         settings: Settings | None = None,
         agents: Mapping[str, AgentSpec] | None = None,
         agents_dir: str | Path | None = None,
+        profile: str | None = None,
     ) -> SubagentClient:
-        """Connect to Temporal.
+        """Connect to Temporal, configured as Temporal's own clients are.
+
+        The connection follows ``temporalio.envconfig``: ``TEMPORAL_ADDRESS``,
+        ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY`` (which turns TLS on), the
+        ``TEMPORAL_TLS*`` certificates, ``TEMPORAL_GRPC_META_*``, and a profile of
+        Temporal's TOML file, with the ``temporal`` CLI's precedence.
 
         Args:
-            address: ``host:port``; default ``TEMPORAL_ADDRESS`` or ``localhost:7233``.
-            namespace: Default ``TEMPORAL_NAMESPACE`` or ``default``.
+            address: ``host:port``; it wins over the environment and the profile.
+                Default ``TEMPORAL_ADDRESS``, the profile's, or ``localhost:7233``.
+            namespace: Likewise; default ``TEMPORAL_NAMESPACE``, the profile's, or
+                ``default``.
             task_queue: Default ``SUBAGENTS_TASK_QUEUE`` or ``subagents``.
             settings: Explicit settings instead of the environment.
             agents: Extra agents (by name) besides the built-ins; when given, no agent
@@ -138,18 +148,25 @@ class SubagentClient:
                 ``.opencode/agent[s]``) to load; default: the project the current
                 directory is in (see ``discover_agents``). A broken agent file is
                 skipped with a warning; only a spawn of its agent fails.
+            profile: The profile of Temporal's configuration file (when ``settings``
+                is not given); default ``TEMPORAL_PROFILE``, else ``default``.
 
         Raises:
             TemporalUnavailable: nothing answers on the address.
+            TemporalAccessDenied: the server refused the TLS handshake or the credentials
+                (the message names the setting).
+            TemporalConfigError: the profile, the configuration file, or a certificate
+                or key it names cannot be used.
         """
-        settings = settings or Settings()
+        given: dict[str, Any] = {"address": address, "namespace": namespace}
+        if settings is None:
+            chosen = {**given, "profile": profile}
+            settings = Settings(**{k: v for k, v in chosen.items() if v is not None})
+        elif address or namespace:
+            settings = settings.model_copy(update={k: v for k, v in given.items() if v})
         if agents is None:
             agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
-        client = await connect_client(
-            address or settings.address,
-            namespace or settings.namespace,
-            keys=settings.payload_keys(),
-        )
+        client = await connect_temporal(settings)
         return cls(
             client,
             task_queue=task_queue or settings.task_queue,
@@ -183,6 +200,7 @@ class SubagentClient:
         token_budget: int | None = None,
         reasoning_effort: str | None = None,
         output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
+        notify_url: str | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -221,6 +239,9 @@ class SubagentClient:
                 and ``result`` its JSON text; an answer that does not match goes back
                 to the model with what is wrong, and the third such answer fails the
                 task.
+            notify_url: Where the task POSTs its events (a pause for a decision, its
+                end); default: the workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only
+                to URLs their allowlist holds (``SUBAGENTS_NOTIFY_ALLOW``).
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -230,7 +251,8 @@ class SubagentClient:
                 option that would widen the agent, a workspace spelled through a
                 protected path (``.git``, ``.vscode``...), or an output schema that is
                 not a JSON Schema for an object, is over 32 KiB, or has a ``$ref`` that
-                does not resolve within it.
+                does not resolve within it, or a ``notify_url`` that is not an http(s)
+                URL (or holds credentials).
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
@@ -260,6 +282,8 @@ class SubagentClient:
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
         )
+        if notify_url is not None:
+            task_input.notify_url = check_notify_url(notify_url)
         if task_id is not None:
             validate_task_id(task_id)
         workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
@@ -277,6 +301,7 @@ class SubagentClient:
                 static_details=static_details(task_input, workflow_id),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                priority=fairness(task_input, workflow_id),
             )
         except WorkflowAlreadyStartedError:
             if task_id is None:
@@ -546,14 +571,21 @@ class SubagentClient:
     # ------------------------------------------------------------------ list / transcript
 
     async def list_tasks(
-        self, parent_id: str | None = None, status: TaskStatus | str | None = None
+        self,
+        parent_id: str | None = None,
+        status: TaskStatus | str | None = None,
+        *,
+        limit: int | None = None,
     ) -> list[TaskInfo]:
         """Tasks in the namespace, newest first; one entry per task id (its latest run).
 
         Args:
             parent_id: Only tasks spawned with this parent id.
             status: Only tasks in this status.
+            limit: At most this many (the newest); only theirs are decoded.
         """
+        if limit is not None and limit < 1:
+            raise InvalidRequest(f"limit must be at least 1, got {limit}")
         query = f"WorkflowType = '{WORKFLOW}'"
         if parent_id is not None:
             query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
@@ -578,10 +610,17 @@ class SubagentClient:
             info.finished_at = execution.close_time
             if wanted is None or info.status == wanted:
                 infos.append(info.public())
+                if len(infos) == limit:
+                    break
         return infos
 
     async def approve(
-        self, task_id: str, call_ids: Sequence[str] | None = None, *, pause_id: str | None = None
+        self,
+        task_id: str,
+        call_ids: Sequence[str] | None = None,
+        *,
+        pause_id: str | None = None,
+        shown: Collection[tuple[str, str, str]] | None = None,
     ) -> TaskInfo:
         """Approve tool calls of the task's current pause.
 
@@ -593,6 +632,11 @@ class SubagentClient:
             pause_id: The pause you read (``TaskInfo.pause_id``): if the task paused
                 again since, under the same call ids perhaps, nothing is approved and
                 ``WrongTaskState`` says so.
+            shown: ``(call id, tool name, argument hash)`` of each call the approver
+                read: only those are decided. ``call_ids=None`` then means every call
+                read that is still pending (calls added to the pause since stay
+                pending), and a call named that was not read, or was read with other
+                arguments, is refused with ``UnknownCallId``.
 
         Returns:
             The task's state when the decision was sent (``check_task(wait=True,
@@ -602,8 +646,11 @@ class SubagentClient:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
             WrongTaskState: the task is not paused, or not on ``pause_id``.
+            UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
-        return await self._decide(task_id, call_ids, approved=True, reason=None, pause_id=pause_id)
+        return await self._decide(
+            task_id, call_ids, approved=True, reason=None, pause_id=pause_id, shown=shown
+        )
 
     async def reject(
         self,
@@ -612,18 +659,20 @@ class SubagentClient:
         reason: str | None = None,
         *,
         pause_id: str | None = None,
+        shown: Collection[tuple[str, str, str]] | None = None,
     ) -> TaskInfo:
         """Reject tool calls of the current pause; the model gets ``reason`` as the result.
 
-        ``pause_id`` works as for ``approve``.
+        ``pause_id`` and ``shown`` work as for ``approve``.
 
         Raises:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
             WrongTaskState: the task is not paused, or not on ``pause_id``.
+            UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
         return await self._decide(
-            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id
+            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id, shown=shown
         )
 
     async def _decide(

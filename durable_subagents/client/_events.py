@@ -88,7 +88,7 @@ async def history_events(
                 if name == MODEL_TURN_ACTIVITY:
                     completed = kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
                     result = await _result(client, attrs) if completed else None
-                    for text_event in await live.finish(result):
+                    for text_event in await live.finish(result, time):
                         yield text_event
                     if result is not None and result.get("compact"):
                         continue  # not answered: a compaction comes first, then the turn again

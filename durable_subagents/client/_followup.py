@@ -23,7 +23,7 @@ from durable_subagents._payloads import (
     TaskInput,
     TaskState,
 )
-from durable_subagents._spawn_request import static_details, static_summary
+from durable_subagents._spawn_request import fairness, static_details, static_summary
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
 from durable_subagents.types import TaskResult, TaskStatus
@@ -182,6 +182,7 @@ async def start_follow_up(
         start_signal_args=[text],
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        priority=fairness(previous, task_id),
     )
 
 

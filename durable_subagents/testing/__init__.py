@@ -5,9 +5,12 @@ them to test model turns offline, including streaming, HTTP errors with
 ``Retry-After``, random 5xx (``fail_rate``), broken streams (``add_fault``: reset,
 truncated, hanging), slow streams, client disconnects, a context window refused with
 each API's own error (``context_window``), each API's prompt caching with its usage
-fields, and replies made from the request (``responder``).
+fields, replies made from the request (``responder``), and Anthropic's extended
+thinking: signed thinking blocks that must come back unchanged. ``workspace_for_tools``
+readies a workspace for a root worker's tools.
 """
 
+from ._workspace import workspace_for_tools
 from .fake_anthropic import FakeAnthropicServer
 from .fake_openai import FAULTS, FakeModelServer, FakeOpenAIServer, FakeReply, Fault
 
@@ -18,4 +21,5 @@ __all__ = [
     "FakeOpenAIServer",
     "FakeReply",
     "Fault",
+    "workspace_for_tools",
 ]

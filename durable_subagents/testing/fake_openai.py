@@ -79,6 +79,11 @@ class FakeReply:
     deltas: list[str] | None = None
     """The text streamed in exactly these pieces (default: word by word), e.g. a
     surrogate pair cut in two; ``text`` is then their concatenation."""
+    thinking: list[str | None] | None = None
+    """Anthropic: the thinking blocks before the answer when the request asks for
+    thinking, a string per ``thinking`` block and None per ``redacted_thinking`` block
+    (``[]``: none); None: the server's ``default_thinking``. Never sent to a request
+    that does not ask for thinking."""
     stop_reason: str | None = None
     """Overrides the natural finish/stop reason."""
     chunk_delay: float | None = None
@@ -214,13 +219,14 @@ class FakeModelServer:
         chunk_delay: float | None = None,
         hang: bool = False,
         reasoning_tokens: int | None = None,
+        thinking: list[str | None] | None = None,
     ) -> None:
         """Queue a successful reply; replies are played in order, one per request.
 
         ``text=""`` without tool calls is an empty answer (a finish reason, no content).
         ``deltas`` streams the text in exactly those pieces (``text`` is their join).
-        ``reasoning_tokens`` is what the usage reports as spent reasoning (see
-        ``FakeReply``).
+        ``reasoning_tokens`` is what the usage reports as spent reasoning, ``thinking``
+        the thinking blocks the Anthropic server sends (see ``FakeReply``).
         """
         self._replies.append(
             FakeReply(
@@ -232,6 +238,7 @@ class FakeModelServer:
                 chunk_delay=chunk_delay,
                 hang=hang,
                 reasoning_tokens=reasoning_tokens,
+                thinking=None if thinking is None else list(thinking),
             )
         )
 

@@ -1,11 +1,12 @@
 """Builds and runs the worker: workflows, activities, data converter, limits."""
 
+from durable_subagents._connect import connect_client
 from durable_subagents.worker._plugin import SubagentsPlugin
 from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
     SearchAttributesMissing,
     check_search_attributes,
-    connect_client,
+    check_worker,
     create_worker,
     exit_if_tool_calls_stuck,
     run_worker,
@@ -15,6 +16,7 @@ __all__ = [
     "SearchAttributesMissing",
     "SubagentsPlugin",
     "check_search_attributes",
+    "check_worker",
     "connect_client",
     "create_worker",
     "exit_if_tool_calls_stuck",

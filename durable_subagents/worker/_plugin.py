@@ -26,13 +26,14 @@ from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker._lifecycle import sessions_closed_after
+from durable_subagents.worker._model_queues import model_queues_served
 from durable_subagents.worker._tool_queue import (
     activity_named,
     building_tool_worker,
     tool_calls_served,
 )
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 _WORKER_DEFAULTS = {
     name: p.default
@@ -163,6 +164,9 @@ class SubagentsPlugin(SimplePlugin):
         for name, value in setup.options.items():
             if name == "workflow_runner":  # see _with_passthrough
                 continue
+            if name == "interceptors":  # the worker's own run inside ours
+                config["interceptors"] = [*value, *config.get("interceptors", ())]
+                continue
             if name == "deployment_config" and config.get("use_worker_versioning"):
                 continue  # the worker's own (legacy) versioning
             if name not in config or config.get(name) == _WORKER_DEFAULTS.get(name):
@@ -174,13 +178,17 @@ class SubagentsPlugin(SimplePlugin):
         async with (
             sessions_closed_after(),
             tool_calls_served(worker, self.settings.max_tool_calls),
+            model_queues_served(
+                worker, self.settings.model_rate_limit_map, self.settings.max_activities
+            ),
         ):
             await super().run_worker(worker, next)
 
 
 def _with_subagent_workflow(workflows: Sequence[type] | None) -> Sequence[type]:
     workflows = list(workflows or ())
-    return workflows if SubagentWorkflow in workflows else [SubagentWorkflow, *workflows]
+    ours = [w for w in (SubagentWorkflow, NotifyWorkflow) if w not in workflows]
+    return [*ours, *workflows]
 
 
 def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner:

@@ -30,14 +30,17 @@ from durable_subagents._payloads import RUN_TOOL_ACTIVITY, tool_queue
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 
 __all__ = [
+    "SHARED_OPTIONS",
     "ToolQueuePlugin",
     "activity_named",
     "building_tool_worker",
+    "shut_down_with",
+    "side_worker",
     "tool_calls_served",
     "tool_worker",
 ]
 
-_SHARED_OPTIONS = (
+SHARED_OPTIONS = (
     "interceptors",
     "identity",  # the same process: the Web UI names it as the one that ran the call
     "activity_executor",
@@ -80,10 +83,10 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
     ):
         yield
         return
-    options: dict[str, Any] = {k: config[k] for k in _SHARED_OPTIONS if config.get(k)}  # type: ignore[literal-required]
+    options: dict[str, Any] = {k: config[k] for k in SHARED_OPTIONS if config.get(k)}  # type: ignore[literal-required]
     tools = tool_worker(config["client"], worker.task_queue, run_tool, max_tool_calls, options)
     _SERVED.add(worker)
-    follow = asyncio.create_task(_shut_down_with(worker, tools))
+    follow = asyncio.create_task(shut_down_with(worker, tools))
     try:
         async with tools:
             yield
@@ -103,21 +106,36 @@ def tool_worker(
 
     Plugins of the client (``SubagentsPlugin``) leave it as it is.
     """
+    return side_worker(client, tool_queue(task_queue), run_tool, max_tool_calls, options)
+
+
+def side_worker(
+    client: Client,
+    queue: str,
+    activity: Callable[..., Any] | Sequence[Callable[..., Any]],
+    slots: int,
+    options: dict[str, Any],
+    **extra: Any,
+) -> Worker:
+    """A worker of one activity (or a few) on a queue of its own, beside a subagent worker.
+
+    Plugins of the client (``SubagentsPlugin``) leave it as it is.
+    """
     token = _BUILDING.set(True)
     try:
-        tools = Worker(
+        side = Worker(
             client,
-            task_queue=tool_queue(task_queue),
-            activities=[run_tool],
-            **{**options, "max_concurrent_activities": max_tool_calls},
+            task_queue=queue,
+            activities=list(activity) if isinstance(activity, Sequence) else [activity],
+            **{**options, "max_concurrent_activities": slots, **extra},
         )
     finally:
         _BUILDING.reset(token)
-    _TOOL_WORKERS.add(tools)
-    return tools
+    _TOOL_WORKERS.add(side)
+    return side
 
 
-async def _shut_down_with(worker: Worker, tools: Worker) -> None:
+async def shut_down_with(worker: Worker, tools: Worker) -> None:
     """Start the tool worker's shutdown as soon as ``worker``'s is asked for."""
     requested = getattr(worker, "_shutdown_event", None)
     if not isinstance(requested, asyncio.Event):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,19 +25,23 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobStore, check_blob_store
-from durable_subagents._connect import connect_client
+from durable_subagents._metrics import Labels
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
-from durable_subagents.activities import SubagentActivities
+from durable_subagents._temporal_config import connect_temporal
+from durable_subagents.activities import Notifier, SubagentActivities
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, SearchAttributesMissing
+from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
 from durable_subagents.worker._deployment import deployment_config
+from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
+from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
+from durable_subagents.worker._model_queues import ModelQueuesPlugin
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +89,16 @@ def worker_setup(
         extra: The worker's own plugins and interceptors (they may trace too).
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID.
+        InvalidRequest: The settings name only one of a deployment and a build ID, or
+            a notification secret that is too short.
     """
     version = deployment or settings.worker_deployment()
+    notifier = Notifier(
+        default_url=settings.notify_url,
+        allow=settings.notify_allow_list,
+        secret=settings.notify_secret.get_secret_value() if settings.notify_secret else None,
+        inbox_url=settings.inbox_url,
+    )
     activities = SubagentActivities(
         settings.blob_store() if blob_store is None else blob_store,
         workspace_root=settings.resolved_workspace,
@@ -106,8 +118,11 @@ def worker_setup(
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
         prompt_cache_key=settings.prompt_cache_key,
+        notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
+        rate_limited=frozenset(settings.model_rate_limit_map),
     )
+    labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
         "workflow_runner": workflow_runner(),
         "max_cached_workflows": settings.max_cached_tasks,
@@ -117,11 +132,16 @@ def worker_setup(
         # default (8 s for tools), a cancel took that long to reach a running command.
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         "default_heartbeat_throttle_interval": timedelta(seconds=1),
-        "graceful_shutdown_timeout": timedelta(seconds=5),
+        "graceful_shutdown_timeout": timedelta(seconds=settings.drain_timeout),
+        "interceptors": [OperationsInterceptor(labels)],
     }
     if version is not None:
         options["deployment_config"] = deployment_config(version)
-    return WorkerSetup([SubagentWorkflow], list(activities.activities), options)
+    return WorkerSetup(
+        [SubagentWorkflow, NotifyWorkflow],
+        [*activities.activities, notifier.send_notification],
+        options,
+    )
 
 
 def create_worker(
@@ -184,6 +204,10 @@ def create_worker(
         extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
     )
     options = {**setup.options, **worker_options}
+    options["interceptors"] = [
+        *setup.options["interceptors"],
+        *worker_options.get("interceptors", ()),
+    ]
     role = role or settings.worker_role
     queue = task_queue or settings.task_queue
     tool_slots = max_tool_calls or settings.max_tool_calls
@@ -212,6 +236,10 @@ def create_worker(
     options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
     if role == "all":
         options["plugins"] = [*options["plugins"], ToolQueuePlugin(tool_slots)]
+    limits = settings.model_rate_limit_map
+    if limits:
+        slots = options.get("max_concurrent_activities", settings.max_activities)
+        options["plugins"] = [*options["plugins"], ModelQueuesPlugin(limits, slots)]
     return Worker(
         client,
         task_queue=queue,
@@ -258,6 +286,9 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
 
     Raises:
         TemporalUnavailable: the server did not answer.
+        TemporalAccessDenied: the server refused the TLS handshake or the credentials.
+        TemporalConfigError: the Temporal profile, configuration file or a certificate
+            cannot be used.
         SearchAttributesMissing: the namespace lacks the custom search attributes; the
             message has the commands that register them.
         InvalidRequest: the settings name only one of a deployment and a build ID, or
@@ -267,29 +298,77 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     """
     settings.worker_deployment()  # a half-given version fails before connecting
     tracing = setup_tracing(settings)
-    client = await connect_client(
-        settings.address, settings.namespace, tracing=tracing, keys=settings.payload_keys()
-    )
+    telemetry = telemetry_runtime(settings)
+    extra = {"runtime": telemetry.runtime} if telemetry is not None else {}
+    client = await connect_temporal(settings, tracing=tracing, **extra)
     missing = await check_search_attributes(client)
     if missing:
         raise SearchAttributesMissing(
             f"namespace {settings.namespace!r} lacks the search attributes "
             f"{', '.join(missing)}. Register them once with:\n"
-            + sa.register_command(settings.namespace)
+            + sa.register_command(settings.namespace, settings.address)
             + "\n(`subagents dev` registers them on its own server)"
         )
     store = settings.blob_store()
     await check_blob_store(store)
     worker = create_worker(client, settings)
+    readiness = Readiness.of(client, settings, identity=client.identity)
+    ops = None
+    if settings.metrics_port is not None:
+        ops = OpsServer(
+            readiness,
+            telemetry,
+            settings.task_queue,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+        )
+        await ops.start()
     sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:
             if ready is not None:
                 ready.set()
-            await asyncio.Future()
+            try:
+                await asyncio.Future()
+            finally:
+                # Stopping (SIGTERM, Ctrl-C): the worker stops polling now and gives
+                # what runs the drain timeout; meanwhile it is not ready.
+                readiness.draining = True
+                log.info(
+                    "stopping: polling no more; running model turns and tool calls have "
+                    "%g s to finish (SUBAGENTS_DRAIN_TIMEOUT), then go to other workers",
+                    settings.drain_timeout,
+                )
     finally:
         if sweeper is not None:
             sweeper.cancel()
+        if ops is not None:
+            await ops.stop()
+
+
+async def check_worker(settings: Settings) -> str:
+    """Run a worker's readiness checks once, from another process of its host.
+
+    For exec probes (``subagents worker --check``): Temporal answers, it sees a worker
+    of this host poll the settings' queue, and the blob store takes a write and gives it
+    back.
+
+    Returns:
+        A one-line summary of what was checked.
+
+    Raises:
+        SubagentError: A check failed; the message says which, in one line.
+    """
+    client = await connect_temporal(settings)
+    host = socket.gethostname()
+    readiness = Readiness.of(client, settings, identity=f"@{host}")
+    why = await readiness.check()
+    if why is not None:
+        raise SubagentError(f"not ready: {why}")
+    return (
+        f"ready: Temporal at {settings.address} sees a worker of {host} poll task queue "
+        f"{readiness.queue!r}; blob store {readiness.store.url} answers"
+    )
 
 
 def exit_if_tool_calls_stuck(code: int) -> None:

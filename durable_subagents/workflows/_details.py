@@ -116,7 +116,8 @@ def _pause_lines(view: TaskView) -> list[str]:
     pending = view.pending
     calls = "1 tool call" if len(pending) == 1 else f"{len(pending)} tool calls"
     timeout = view.approval_timeout
-    task = view.task_id
+    # --pause: a decision pasted late never reaches a newer pause
+    decide = f"{view.task_id} --all --pause {view.pause_id or ''}"
     return [
         f"**Waiting for approval** of {calls} · pause {code_span(view.pause_id or '')}"
         + (f" · rejected automatically after {timeout:g}s" if timeout else ""),
@@ -125,8 +126,8 @@ def _pause_lines(view: TaskView) -> list[str]:
             for p in pending[:LISTED_CALLS]
         ),
         *([f"and {len(pending) - LISTED_CALLS} more"] if len(pending) > LISTED_CALLS else []),
-        f"Approve: {code_span(f'subagents approve {task} --all')} (or name call ids) · "
-        f"reject: {code_span(f'subagents reject {task} --all --reason TEXT')}",
+        f"Approve: {code_span(f'subagents approve {decide}')} (or name call ids) · "
+        f"reject: {code_span(f'subagents reject {decide} --reason TEXT')}",
     ]
 
 

@@ -47,6 +47,7 @@ async def start_subagent(
     approval_timeout: float | None = None,
     time_limit: float | None = None,
     workspace: str | None = None,
+    network: bool | None = None,
     task_id: str | None = None,
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
@@ -82,6 +83,8 @@ async def start_subagent(
         output_schema: A JSON Schema for an object, or a pydantic model class: the
             result's ``output`` is then the answer, validated against it.
         workspace: A directory inside the worker's workspace root.
+        network: False takes the network away from the subagent's tools; True keeps
+            it, if the agent has it.
         task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
         agents: Extra agents by name, besides the built-ins.
@@ -108,6 +111,7 @@ async def start_subagent(
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             workspace=workspace,
+            network=network,
             token_budget=token_budget,
             reasoning_effort=reasoning_effort,
             output_schema=output_schema,

@@ -8,7 +8,7 @@ head, so the history stays small however long the conversation gets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from durable_subagents.workflows._helpers import (
     tool_error,
     tool_timeout,
 )
+from durable_subagents.workflows._notify import Notifications
 from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
+        NotifyTask,
         TaskInput,
         TaskState,
         ToolCallInput,
@@ -137,6 +139,47 @@ def _lands_elsewhere(call: ToolCall) -> str | None:
     return path
 
 
+_PAUSE_TIMER = timedelta(days=1)
+"""How long each timer of a pause without an approval timeout runs; another follows."""
+
+
+async def _wait_named(decided: Callable[[], bool], timeout: float | None, summary: str) -> None:
+    """Wait until ``decided()``, or ``timeout`` seconds, under a timer named ``summary``.
+
+    The Web UI opens a task on its Timeline, where a paused task is a running workflow
+    whose last bar is a finished model turn. A running timer is drawn there up to now,
+    with its name: so the pause is, for as long as it lasts. Without an approval
+    timeout the wait has no end: each timer that fires is followed by another.
+    """
+    if timeout:
+        try:
+            await workflow.wait_condition(
+                decided, timeout=timedelta(seconds=timeout), timeout_summary=summary
+            )
+        except TimeoutError:
+            pass
+        return
+    while True:
+        try:
+            await workflow.wait_condition(decided, timeout=_PAUSE_TIMER, timeout_summary=summary)
+            return
+        except TimeoutError:
+            continue
+
+
+def _pause_summary(pause_id: str | None, pending: list[PendingApproval]) -> str:
+    """``Waiting for approval (pause pause-2-ab12cd34): bash · wc -l *.py and 1 more call``.
+
+    Plain text, as the Web UI shows timer names; short, well under the 400 bytes a
+    summary may have (encrypted too).
+    """
+    first = pending[0].arguments_preview if pending else ""
+    first = first if len(first) <= 80 else first[:79] + "…"
+    rest = len(pending) - 1
+    more = f" and {rest} more call{'s' if rest > 1 else ''}" if rest > 0 else ""
+    return f"Waiting for approval (pause {pause_id}): {first}{more}"
+
+
 def _shared_ids(calls: list[ToolCall]) -> set[str]:
     """Ids that more than one call of a turn has."""
     seen: set[str] = set()
@@ -156,6 +199,8 @@ class SubagentWorkflow:
         self._usage = Usage()
         self._head: str | None = None
         self._model = "default"
+        self._model_queue: str | None = None
+        """Where this run's model turns go once a worker sent one on (rate limits)."""
         self._inbox: list[str] = []
         self._last_text = ""
         self._last_text_ref: str | None = None
@@ -205,6 +250,11 @@ class SubagentWorkflow:
         """Answers of this run that did not match the output schema."""
         self._schema_ref: str | None = None
         """The blob the output schema was stored as by this run's first turn."""
+        self._notes = Notifications()
+        """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._worker_notifies: bool | None = None
+        """The workers post events of their own accord (``ModelTurnResult.notify``);
+        None until a model turn of this run answered."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -307,23 +357,27 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
-            return self._finish(
+            result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
                 error=f"time limit of {input.time_limit:g}s reached",
             )
+            await self._notify_end(result.stop_reason, result.error)
+            return result
         except asyncio.CancelledError:
             self._pause_id, self._pending = None, []
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
+            await self._notify_end("cancelled", None)
             raise
         try:
-            return loop.result()
+            result = loop.result()
         except (ActivityError, ApplicationError) as err:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
         except workflow.NondeterminismError:
             raise
@@ -334,7 +388,37 @@ class SubagentWorkflow:
             workflow.logger.exception("subagent loop failed")
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="InternalError", non_retryable=True) from err
+        await self._notify_end(result.stop_reason, result.error)
+        return result
+
+    def _notify_task(
+        self, status: TaskStatus, stop_reason: str | None = None, error: str | None = None
+    ) -> NotifyTask:
+        """The task as a notification names it."""
+        assert self._input is not None
+        return NotifyTask(
+            id=workflow.info().workflow_id,
+            agent=self._input.agent.name,
+            description=self._input.description,
+            status=status,
+            parent_id=self._input.parent_id,
+            turns=self._turns,
+            stop_reason=stop_reason,
+            error=error,
+            result_preview=self._last_text if status == TaskStatus.COMPLETED else None,
+        )
+
+    async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
+        """Notify the run's end (its status is the one just published).
+
+        A run that ends before any model turn answered (its first one failed, or it was
+        cancelled) does not know whether the workers notify: its event goes to the
+        worker that delivers it, which posts it to its own URL or drops it.
+        """
+        if self._notes.enabled(self._input, self._worker_notifies is not False):
+            await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
@@ -421,6 +505,7 @@ class SubagentWorkflow:
                 self._read_only = set(turn.read_only_tools)
                 self._sandbox = turn.sandbox
                 self._take_protected(turn.protected_paths)
+                self._worker_notifies = turn.notify
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             self._schema_ref = turn.output_schema_ref or self._schema_ref
             new = []
@@ -480,10 +565,29 @@ class SubagentWorkflow:
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(await self._pause(asks))
+            if self._waits_on_activities(turn.tool_calls, verdicts) and patched(
+                "progress-before-tool-calls"
+            ):
+                # A command may run for minutes: meanwhile the memo shows this turn's usage
+                # (the throttle would have left the last write's).
+                self._publish(TaskStatus.RUNNING)
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
+
+    def _waits_on_activities(self, calls: list[ToolCall], verdicts: dict[str, _Verdict]) -> bool:
+        """Whether a call that runs will be awaited as an activity or a child, not inline.
+
+        Reads run as local activities within this workflow task (see ``_run_tool``):
+        a turn of reads alone is over before anyone could look.
+        """
+        assert self._input is not None
+        local = self._input.agent.local_read_tools
+        return any(
+            verdicts[c.id][0] == "allow" and not (local and c.name in policy.READ_ONLY_TOOLS)
+            for c in calls
+        )
 
     def _take_protected(self, reported: list[str] | None) -> None:
         """Keep the paths a worker protects; a run never drops one a worker reported.
@@ -613,7 +717,11 @@ class SubagentWorkflow:
             max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(
-                    self._offered, list(self._read_only), self._sandbox, self._reported_protected
+                    self._offered,
+                    list(self._read_only),
+                    self._sandbox,
+                    self._reported_protected,
+                    bool(self._worker_notifies),
                 )
                 if self._offered
                 else None
@@ -623,21 +731,27 @@ class SubagentWorkflow:
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
         turn_input = self._turn_input(new, compacted=compacted)
+        if patched("model-queues"):
+            turn_input.may_redirect = True
         self._check_size(turn_input, f"model turn {self._turns} input")
         self._waiting_for_model = True
         self._show_details()
         try:
-            return await workflow.execute_activity(
-                MODEL_TURN_ACTIVITY,
-                turn_input,
-                result_type=ModelTurnResult,
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=15),
-                retry_policy=_MODEL_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                # The model's name is known from the first answer on (``default`` before).
-                summary=f"turn {self._turns} · {model_label(self._model)}",
-            )
+            result = await self._schedule_turn(turn_input)
+            if turn_input.may_redirect and result.model_queue is not None:
+                # A worker that rate-limits the provider on a queue of its own sent the
+                # turn on without calling the model; so go this run's later turns.
+                self._model_queue = result.model_queue
+                result = await self._schedule_turn(turn_input)
+                if result.model_queue is not None:
+                    raise ApplicationError(
+                        f"model turn {self._turns} was sent on from {self._model_queue} "
+                        f"to {result.model_queue}: give every worker of the task queue "
+                        "the same SUBAGENTS_MODEL_RATE_LIMITS",
+                        type="InvalidRequest",
+                        non_retryable=True,
+                    )
+            return result
         finally:
             self._waiting_for_model = False
 
@@ -683,6 +797,8 @@ class SubagentWorkflow:
             result = await workflow.execute_activity(
                 COMPACT_ACTIVITY,
                 compact_input,
+                # its summary is a model call: under the provider's rate limit too
+                task_queue=self._model_queue,
                 result_type=CompactResult,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=15),
@@ -698,6 +814,20 @@ class SubagentWorkflow:
             self._compactions += 1
             workflow.logger.info("%s", describe(result.compaction))
         self._progress()
+
+    async def _schedule_turn(self, turn_input: ModelTurnInput) -> ModelTurnResult:
+        return await workflow.execute_activity(
+            MODEL_TURN_ACTIVITY,
+            turn_input,
+            task_queue=self._model_queue,
+            result_type=ModelTurnResult,
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(seconds=15),
+            retry_policy=_MODEL_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            # The model's name is known from the first answer on (``default`` before).
+            summary=f"turn {self._turns} · {model_label(self._model)}",
+        )
 
     def _verdict(self, call: ToolCall) -> _Verdict:
         """Whether a call runs, waits for a decision, or goes back as an error."""
@@ -787,13 +917,19 @@ class SubagentWorkflow:
         self._decisions = {}
         self._publish(TaskStatus.PAUSED)
         timeout = self._input.approval_timeout
-        try:
-            await workflow.wait_condition(
-                lambda: all(c.id in self._decisions for c in asks),
-                timeout=timedelta(seconds=timeout) if timeout else None,
-            )
-        except TimeoutError:
-            pass
+
+        def decided() -> bool:
+            return all(c.id in self._decisions for c in asks)
+
+        if patched("pause-timer-summary"):
+            await _wait_named(decided, timeout, _pause_summary(self._pause_id, self._pending))
+        else:
+            try:
+                await workflow.wait_condition(
+                    decided, timeout=timedelta(seconds=timeout) if timeout else None
+                )
+            except TimeoutError:
+                pass
         verdicts: dict[str, _Verdict] = {}
         # One reason given to many calls is repeated in each result: together they fit.
         limit = max(min(_REASON_LIMIT, _REASONS_PER_TURN // len(asks)), _REASON_LEAST)
@@ -960,6 +1096,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(
             head=self._head,
@@ -1100,6 +1237,9 @@ class SubagentWorkflow:
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
+        notifies = self._notes.enabled(self._input, bool(self._worker_notifies))
+        if status == TaskStatus.PAUSED and pending and notifies:
+            self._notes.paused(self._notify_task(status), pause_id, pending)
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""

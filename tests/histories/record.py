@@ -9,11 +9,15 @@ would break on upgrade.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+
+from aiohttp import web
+from pydantic import SecretStr
 
 from durable_subagents import AgentSpec, SubagentClient, connect_client
 from durable_subagents._payloads import Decisions
@@ -107,7 +111,25 @@ STRUCTURED_SCRIPT = "scripted:" + json.dumps(
 )
 
 
+async def receiver(stack: contextlib.AsyncExitStack) -> str:
+    """A webhook receiver that takes every POST, for the tasks that notify."""
+    app = web.Application()
+    app.router.add_post("/hook", lambda _: web.Response(text="ok"))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return f"http://127.0.0.1:{port}/hook"
+
+
 async def main() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        await record(stack)
+
+
+async def record(stack: contextlib.AsyncExitStack) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "ws").mkdir()
@@ -167,6 +189,41 @@ async def main() -> None:
                     "explore", "review", model=STRUCTURED_SCRIPT, output_schema=VERDICT
                 )
                 await client.check_task(structured, wait=True, timeout=60)
+            # model turns sent on to a provider's rate-limited queue (the first, by the
+            # worker of the task's own queue; the later ones scheduled there)
+            limited = settings.model_copy(
+                update={
+                    "task_queue": f"{settings.task_queue}-limited",
+                    "model_rate_limits": "scripted=20",
+                }
+            )
+            limited_client = SubagentClient(
+                temporal, task_queue=limited.task_queue, blob_store=limited.blob_store()
+            )
+            async with create_worker(temporal, limited):
+                rated = await limited_client.spawn_task("general", "look", model=TOOLS_SCRIPT)
+                await limited_client.check_task(rated, wait=True, timeout=60)
+            # a task on workers that notify (their own URL): a pause, a decision, the
+            # end, each event a SubagentNotify child
+            notify_settings = settings.model_copy(
+                update={
+                    "task_queue": f"{settings.task_queue}-notify",
+                    "notify_url": await receiver(stack),
+                    "notify_secret": SecretStr("a secret of sixteen bytes or more"),
+                }
+            )
+            notify_client = SubagentClient(
+                temporal, task_queue=notify_settings.task_queue, blob_store=settings.blob_store()
+            )
+            async with create_worker(temporal, notify_settings):
+                notified = await notify_client.spawn_task(
+                    "general", "ask first", model=ASK_SCRIPT, permission_mode="default"
+                )
+                paused = await notify_client.check_task(notified, wait=True, timeout=60)
+                await notify_client.approve(notified, pause_id=paused.pause_id)
+                await notify_client.check_task(
+                    notified, wait=True, timeout=60, after_pause=paused.pause_id
+                )
             recorded = {
                 "completed": done,
                 "cancelled": slow,
@@ -176,6 +233,8 @@ async def main() -> None:
                 "approvals": asks,
                 "registered": parent,
                 "structured": structured,
+                "rate_limited": rated,
+                "notified": notified,
             }
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():

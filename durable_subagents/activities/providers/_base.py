@@ -55,7 +55,10 @@ class ModelProvider(Protocol):
     """``openai``, ``anthropic`` or ``scripted``."""
 
     async def complete(
-        self, request: ModelRequest, on_text: TextSink | None = None
+        self,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_thinking: TextSink | None = None,
     ) -> ModelResponse:
         """Run one model turn.
 
@@ -63,12 +66,15 @@ class ModelProvider(Protocol):
             request: The neutral request; ``request.model`` is the provider's own name.
             on_text: Called with each piece of the answer's text as it arrives; the
                 pieces joined are the response's ``text``.
+            on_thinking: Called with each piece of the model's thinking as it arrives
+                (providers that show none never call it); the pieces joined are
+                ``types.thinking_text`` of the response's ``reasoning``.
 
         Returns:
-            The neutral response (text, tool calls, usage, stop reason). Its strings,
-            and the pieces given to ``on_text``, hold no lone surrogate: they become
-            U+FFFD where they arrive (``_text.encodable_response``), since no payload
-            can carry one.
+            The neutral response (text, tool calls, reasoning blocks, usage, stop
+            reason). Its strings, and the pieces given to ``on_text`` and
+            ``on_thinking``, hold no lone surrogate: they become U+FFFD where they
+            arrive (``_text.encodable_response``), since no payload can carry one.
         """
         ...
 

@@ -72,7 +72,7 @@ def encodable_value(value: Any) -> Any:
 
 
 def encodable_response(response: ModelResponse) -> ModelResponse:
-    """A provider's answer with its text, calls, stop reason and model name encodable."""
+    """A provider's answer with its text, calls, thinking, stop reason and model encodable."""
     calls = [
         call.model_copy(
             update={
@@ -84,12 +84,23 @@ def encodable_response(response: ModelResponse) -> ModelResponse:
         for call in response.tool_calls
     ]
     stop = response.stop_reason
+    reasoning = [
+        block.model_copy(
+            update={
+                "thinking": encodable(block.thinking),
+                "signature": encodable(block.signature),
+                "data": encodable(block.data),
+            }
+        )
+        for block in response.reasoning
+    ]
     return response.model_copy(
         update={
             "text": encodable(response.text),
             "tool_calls": calls,
             "stop_reason": None if stop is None else encodable(stop),
             "model": encodable(response.model),
+            "reasoning": reasoning,
         }
     )
 

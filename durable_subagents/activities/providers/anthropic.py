@@ -8,10 +8,19 @@ from typing import Any
 
 from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
 
-from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+from durable_subagents.types import (
+    THINKING_SEPARATOR,
+    ModelRequest,
+    ModelResponse,
+    ReasoningBlock,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
+from ._thinking import thinking_params, without_reasoning
 from .openai import parse_arguments
 
 __all__ = [
@@ -28,7 +37,8 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
 
     Tool results become ``tool_result`` blocks of a user message; consecutive
     messages of one role are merged (the API requires roles to alternate), so the
-    results of several parallel tool calls arrive in one user message.
+    results of several parallel tool calls arrive in one user message. An answer's
+    thinking blocks come first in its message, as the model sent them.
 
     Returns:
         ``(system, messages)``.
@@ -52,6 +62,7 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
                 }
             )
         else:
+            blocks.extend(_reasoning_block(b) for b in message.reasoning)
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             for call in message.tool_calls:
@@ -65,6 +76,12 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
         else:
             turns.append({"role": role, "content": blocks})
     return "\n\n".join(system_parts), turns
+
+
+def _reasoning_block(block: ReasoningBlock) -> dict[str, Any]:
+    if block.type == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.data}
+    return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
 
 
 def to_anthropic_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
@@ -116,6 +133,15 @@ class _Block:
     name: str = ""
     parts: list[str] = field(default_factory=list)
     start_input: dict[str, Any] = field(default_factory=dict)
+    signature: str = ""
+    """A thinking block's signature (``signature_delta``)."""
+    data: str = ""
+    """A redacted thinking block's data."""
+    shown: bool = False
+    """Some of a thinking block's text went to ``on_thinking``."""
+
+
+_REASONING = ("thinking", "redacted_thinking")
 
 
 def _dict(value: object) -> dict[str, Any]:
@@ -142,10 +168,15 @@ class _Accumulator:
     cache_read: int = 0
     cache_write: int = 0
     output_tokens: int = 0
+    thinking_tokens: int = 0
+    """Output tokens spent thinking (``output_tokens_details.thinking_tokens``)."""
     stop_reason: str | None = None
     stopped: bool = False
     """``message_stop`` arrived: the answer is complete."""
     on_text: Callable[[str], None] | None = None
+    on_thinking: Callable[[str], None] | None = None
+    thought: bool = False
+    """Thinking text went to ``on_thinking`` (a later block's starts after a separator)."""
 
     def add(self, event: dict[str, Any]) -> None:
         """Take one stream event (an event of ``SSEEvents``: always a dict)."""
@@ -161,12 +192,19 @@ class _Accumulator:
         elif kind == "content_block_delta":
             target = self.blocks.setdefault(_index(event), _Block("text"))
             delta = _dict(event.get("delta"))
-            if delta.get("type") == "text_delta":
+            thinking = target.kind in _REASONING
+            # thinking and text never pass into each other's blocks, whatever the stream says
+            if delta.get("type") == "text_delta" and not thinking:
                 target.parts.append(str(delta.get("text") or ""))
                 if target.kind == "text":
                     self._live(target.parts[-1])
-            elif delta.get("type") == "input_json_delta":
+            elif delta.get("type") == "input_json_delta" and not thinking:
                 target.parts.append(str(delta.get("partial_json") or ""))
+            elif delta.get("type") == "thinking_delta" and target.kind == "thinking":
+                target.parts.append(str(delta.get("thinking") or ""))
+                self._think(target)
+            elif delta.get("type") == "signature_delta" and target.kind == "thinking":
+                target.signature += str(delta.get("signature") or "")
         elif kind == "message_delta":
             stop_reason = _dict(event.get("delta")).get("stop_reason")
             if stop_reason:
@@ -187,12 +225,31 @@ class _Accumulator:
         elif kind == "text":
             self.blocks[index] = _Block("text", parts=[str(block.get("text") or "")])
             self._live(self.blocks[index].parts[0])
+        elif kind == "thinking":
+            self.blocks[index] = _Block(
+                "thinking",
+                parts=[str(block.get("thinking") or "")],
+                signature=str(block.get("signature") or ""),
+            )
+            self._think(self.blocks[index])
+        elif kind == "redacted_thinking":
+            self.blocks[index] = _Block("redacted_thinking", data=str(block.get("data") or ""))
         else:
             self.blocks[index] = _Block(kind)
 
     def _live(self, text: str) -> None:
         if text and self.on_text is not None:
             self.on_text(text)
+
+    def _think(self, block: _Block) -> None:
+        """Pass a thinking block's latest piece on, the blocks apart as ``thinking_text``."""
+        text = block.parts[-1]
+        if not text or block.kind != "thinking" or self.on_thinking is None:
+            return
+        if not block.shown and self.thought:
+            self.on_thinking(THINKING_SEPARATOR)
+        block.shown = self.thought = True
+        self.on_thinking(text)
 
     def _usage(self, usage: Any) -> None:
         """Take the counts of ``message_start`` or ``message_delta`` (both cumulative)."""
@@ -203,13 +260,21 @@ class _Accumulator:
         self.cache_read = max(self.cache_read, _tokens(usage.get("cache_read_input_tokens")))
         if isinstance(usage.get("output_tokens"), int):
             self.output_tokens = usage["output_tokens"]
+        details = _dict(usage.get("output_tokens_details"))
+        self.thinking_tokens = max(self.thinking_tokens, _tokens(details.get("thinking_tokens")))
 
     def response(self) -> ModelResponse:
         text: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[ReasoningBlock] = []
         for _, block in sorted(self.blocks.items()):
             if block.kind == "text":
                 text.append("".join(block.parts))
+            elif block.kind == "thinking":
+                thinking = "".join(block.parts)
+                reasoning.append(ReasoningBlock(thinking=thinking, signature=block.signature))
+            elif block.kind == "redacted_thinking":
+                reasoning.append(ReasoningBlock(type="redacted_thinking", data=block.data))
             elif block.kind == "tool_use":
                 raw = "".join(block.parts)
                 arguments = parse_arguments(raw) if raw.strip() else block.start_input
@@ -222,11 +287,13 @@ class _Accumulator:
                 # the last cache breakpoint
                 input_tokens=self.input_tokens + self.cache_read + self.cache_write,
                 output_tokens=self.output_tokens,
+                reasoning_tokens=self.thinking_tokens,
                 cache_read_tokens=self.cache_read,
                 cache_write_tokens=self.cache_write,
             ),
             stop_reason=self.stop_reason,
             model=self.model,
+            reasoning=reasoning,
         )
 
 
@@ -261,19 +328,24 @@ class AnthropicProvider:
         self.idle_timeout = idle_timeout
 
     async def complete(
-        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+        self,
+        request: ModelRequest,
+        on_text: Callable[[str], None] | None = None,
+        on_thinking: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         """Run one streamed Messages API turn.
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``claude-haiku-4-5``.
-                Its ``reasoning_effort`` is not used here yet (extended thinking is not
-                turned on).
+                Its ``reasoning_effort`` turns extended thinking on as the model takes
+                it (see ``_thinking``).
             on_text: Called with each text delta as it arrives.
+            on_thinking: Called with each piece of thinking text as it arrives.
 
         Returns:
-            Text, tool calls, usage (input from ``message_start``, output from
-            ``message_delta``) and the API's stop reason.
+            Text, tool calls, thinking blocks as sent, usage (input from
+            ``message_start``, output and thinking tokens from ``message_delta``) and
+            the API's stop reason.
 
         Raises:
             temporalio.exceptions.ApplicationError: The API failed (retryable or not as
@@ -281,22 +353,34 @@ class AnthropicProvider:
                 without ``message_stop``, or had neither text nor tool calls.
         """
         system, messages = to_anthropic_messages(request)
+        thinking = thinking_params(
+            request.model, request.reasoning_effort, request.max_tokens, messages
+        )
+        if not thinking:
+            # without thinking the API takes no thinking blocks in the turn it continues
+            messages = without_reasoning(messages)
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
             "messages": messages,
             "stream": True,
+            **thinking,
         }
         if system:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
-        if request.temperature is not None:
-            # Not among the SDK's typed parameters; the API takes 0-1 (OpenAI's 0-2).
+        if request.temperature is not None and not thinking:
+            # Not among the SDK's typed parameters; the API takes 0-1 (OpenAI's 0-2), and
+            # only its default with thinking.
             params["extra_body"] = {"temperature": min(request.temperature, 1.0)}
         if request.prompt_cache:
             add_cache_breakpoints(params)
-        accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
+        accumulator = _Accumulator(
+            model=request.model,
+            on_text=encodable_sink(on_text),
+            on_thinking=encodable_sink(on_thinking),
+        )
         reader = StreamReader(
             provider="anthropic",
             key_env="ANTHROPIC_API_KEY",

@@ -239,13 +239,17 @@ class OpenAIProvider:
         self.idle_timeout = idle_timeout
 
     async def complete(
-        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+        self,
+        request: ModelRequest,
+        on_text: Callable[[str], None] | None = None,
+        on_thinking: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         """Run one streamed Chat Completions turn.
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``gpt-4.1-mini``.
             on_text: Called with each text delta as it arrives.
+            on_thinking: Not called: Chat Completions shows no reasoning text.
 
         Returns:
             Text, tool calls (arguments decoded), usage (reasoning tokens included, as

@@ -61,6 +61,16 @@ SCRIPTS: dict[str, Any] = {
             f"definitions:\n\n{{last_tool_result}}\n\n{_REAL_MODEL_HINT}"
         ),
     ],
+    "default-bash": [
+        _step(
+            "Counting the lines of the Python files with bash.",
+            _call("bash", command="find . -name '*.py' -not -path '*/.*' | sort | xargs wc -l"),
+        ),
+        _step(
+            f"{_OFFLINE} It counted the lines of the workspace's Python files with bash:"
+            f"\n\n{{last_tool_result}}\n\n{_REAL_MODEL_HINT}"
+        ),
+    ],
     "demo-explore": [
         _step("Mapping the Python files first.", _call("list_files", pattern="**/*.py")),
         _step(
@@ -113,7 +123,8 @@ SCRIPTS: dict[str, Any] = {
         ),
     ],
 }
-"""Built-in scripts by name; ``default`` is what plain ``scripted`` plays."""
+"""Built-in scripts by name. Plain ``scripted`` plays ``default``, or ``default-bash`` to
+an agent offered ``bash`` (as ``general`` is): a command to approve, offline."""
 
 _FORMS = "scripted, scripted:<name>, scripted:@/abs/path.json or scripted:<inline JSON>"
 
@@ -258,7 +269,9 @@ def load_script(spec: str, *, files: bool = True) -> Script:
 def _fill(text: str, request: ModelRequest) -> str:
     if "{last_tool_result}" in text:
         last = next((m.content for m in reversed(request.messages) if m.role == "tool"), "")
-        text = text.replace("{last_tool_result}", last[:2000].strip() or "(no tool output)")
+        # Blank lines go, not the indent of the first line (`wc -l` aligns its counts).
+        shown = last[:2000].rstrip().lstrip("\r\n") or "(no tool output)"
+        text = text.replace("{last_tool_result}", shown)
     if "{prompt}" in text:
         prompt = next((m.content for m in request.messages if m.role == "user"), "")
         text = text.replace("{prompt}", prompt)
@@ -307,7 +320,10 @@ class ScriptedProvider:
         self.script_files = script_files
 
     async def complete(
-        self, request: ModelRequest, on_text: Callable[[str], None] | None = None
+        self,
+        request: ModelRequest,
+        on_text: Callable[[str], None] | None = None,
+        on_thinking: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         """Answer with the scripted turn for this point of the conversation.
 
@@ -315,6 +331,7 @@ class ScriptedProvider:
             request: The neutral request; ``model`` is the script selector.
             on_text: Called with the text: at once, or word by word over the turn's
                 ``stream`` seconds.
+            on_thinking: Not called: scripts do not think.
 
         Returns:
             The turn's text and tool calls (ids ``call_<turn>_<index>``), or
@@ -324,8 +341,11 @@ class ScriptedProvider:
             temporalio.exceptions.ApplicationError: The script is unknown or invalid
                 (non-retryable ``ModelRequestError``).
         """
+        selector = request.model
+        if not _selector(selector) and any(t.name == "bash" for t in request.tools):
+            selector = "default-bash"
         try:
-            script = load_script(request.model, files=self.script_files)
+            script = load_script(selector, files=self.script_files)
         except InvalidRequest as exc:
             raise model_request_error(str(exc)) from exc
         # The task's turn, when the request says it: a compacted conversation holds

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from durable_subagents._metrics import record_sandbox_failure
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 from durable_subagents.activities.tools._sandbox import (
     SandboxedProcess,
@@ -127,8 +128,10 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
             ["bash", "-c", command], mode=ctx.sandbox, profile=ctx.profile()
         )
     except SandboxUnavailable as e:
+        record_sandbox_failure("unavailable")
         raise ToolError(f"bash: this worker cannot run commands: {e}") from None
     except OSError as e:
+        record_sandbox_failure("spawn")
         raise ToolError(f"bash: cannot start the command: {e}") from None
     output = _Output()
     reader = asyncio.create_task(_pump(proc, output, ctx.on_output))

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import resource
+import signal
 import threading
 import time
 import uuid
@@ -129,7 +130,7 @@ def _find_hierarchies() -> list[_Hierarchy]:
             continue
         parent = mount / own.lstrip("/")
         _sweep_stale(parent)
-        base = parent / f"durable-subagents-{os.getpid()}"
+        base = parent / _base_name()
         try:
             base.mkdir(exist_ok=True)
             probe = base / f"probe-{uuid.uuid4().hex[:8]}"
@@ -145,21 +146,62 @@ def _find_hierarchies() -> list[_Hierarchy]:
     return found
 
 
+def _pid_namespace() -> str:
+    """This worker's PID namespace, so that a pid in a cgroup name means one process."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _base_name() -> str:
+    return f"durable-subagents-{_pid_namespace()}-{os.getpid()}"
+
+
 def _sweep_stale(parent: Path) -> None:
-    """Remove the cgroups of workers that died (their calls' processes died with them)."""
+    """Remove the cgroups of workers that died, killing what their calls left behind.
+
+    A worker killed while a sandbox was starting can leave the sandbox's inner process
+    running: it had not yet asked to die with its parent. It stays in its call's cgroup,
+    and the next worker on the host ends it here. Only the calls of workers of this PID
+    namespace are killed (elsewhere a pid names another process); others' cgroups are
+    only removed when empty.
+    """
     try:
         entries = list(parent.glob("durable-subagents-*"))
     except OSError:
         return
+    namespace = _pid_namespace()
     for entry in entries:
-        pid = entry.name.rsplit("-", 1)[-1]
+        parts = entry.name.removeprefix("durable-subagents-").split("-")
+        pid = parts[-1]
+        ours = len(parts) == 2 and parts[0] == namespace
         if not pid.isdigit() or Path(f"/proc/{pid}").exists():
             continue
         with contextlib.suppress(OSError):
             for call in entry.iterdir():
-                if call.is_dir():
-                    call.rmdir()
+                if not call.is_dir():
+                    continue
+                if ours:
+                    _kill_all(call)
+                call.rmdir()
             entry.rmdir()
+
+
+def _kill_all(cgroup: Path, wait: float = 2.0) -> None:
+    """SIGKILL every process in ``cgroup`` until it is empty (or ``wait`` has passed)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
 
 
 def _available() -> list[_Hierarchy]:
