@@ -43,8 +43,10 @@ from durable_subagents.activities.tools import (
     write_file,
 )
 from durable_subagents.activities.tools._processes import fork_server
+from durable_subagents.activities.tools._sandbox import tool_user
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +110,9 @@ class Row:
 async def per_call(workspace: Path, calls: int) -> list[Row]:
     rows = []
     for label, (tool, arguments, fresh) in CALLS.items():
-        ctx = ToolContext(workspace=workspace, task_id="bench")
+        # A root worker's file tools run as its tool user (in a thread they cannot).
+        run_as = tool_user(workspace)
+        ctx = ToolContext(workspace=workspace, task_id="bench", run_as=run_as)
         wall: dict[bool, list[float]] = {True: [], False: []}
         cpu = {True: 0.0, False: 0.0}
         for on in (True, False):  # warm up (the cache of compiled ignore rules, too)
@@ -120,7 +124,7 @@ async def per_call(workspace: Path, calls: int) -> list[Row]:
             for on in (True, False):
                 forking(on)
                 if fresh:
-                    ctx = ToolContext(workspace=workspace, task_id=f"bench-{n}")
+                    ctx = ToolContext(workspace=workspace, task_id=f"bench-{n}", run_as=run_as)
                     await asyncio.sleep(0.02)  # a model turn: the next spare is forked
                 start, used = time.perf_counter(), time.process_time()
                 await tool.run(ctx, arguments)
@@ -190,11 +194,12 @@ async def main() -> None:
     print(f"fork server started in {(time.perf_counter() - started) * 1000:.0f} ms")
     with tempfile.TemporaryDirectory(prefix="bench-files-") as tmp_name:
         tmp = Path(tmp_name)
-        os.chmod(tmp, 0o755)  # a root worker's tool user must reach the workspace
         workspace = tmp / "ws"
         shutil.copytree(REPO / "durable_subagents", workspace / "src")
         shutil.copy(REPO / ".gitignore", workspace / ".gitignore")
         (workspace / "f.txt").write_text("x\n")
+        (workspace / "out").mkdir()
+        workspace_for_tools(workspace)  # a root worker's tool user may write it
         calls = await per_call(workspace, args.calls)
         forked, threaded = await per_turn(tmp, workspace, args.turns, args.repeats)
 
