@@ -29,13 +29,8 @@ from durable_subagents._temporal_config import (
     resolve_connection,
 )
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
-from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.errors import InvalidRequest
-
-DEFAULT_LIMITS = ToolLimits(
-    processes=256, memory_mb=2048, file_size_mb=512, cpu_seconds=600, open_files=1024
-)
-"""What a worker allows each tool call unless configured otherwise."""
 
 SECRET_ENV_NAME = re.compile(
     r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"

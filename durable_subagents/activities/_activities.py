@@ -81,6 +81,7 @@ from durable_subagents.activities.tools._beneath import Escape, open_beneath
 from durable_subagents.activities.tools._decorator import DecidedPath
 from durable_subagents.activities.tools._files import rule_path, written_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
+from durable_subagents.activities.tools._processes import prestart_fork_server
 from durable_subagents.activities.tools._sandbox import (
     BASE_ENV,
     NOBODY,
@@ -174,6 +175,8 @@ class SubagentActivities:
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
         self.tools = tools if tools is not None else ToolRegistry()
+        if any(t.forked for t in self.tools):
+            prestart_fork_server()
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
