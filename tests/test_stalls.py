@@ -107,21 +107,23 @@ async def test_a_stalled_task_leaves_other_tasks_on_time(
             30,
             "the attacker's calls to block",
         )
-        bystander = await _bystander_reads_on_time(client, wait=30)
+        bystander = await _bystander_reads_on_time(client)
         outputs = [m.content for m in await client.get_transcript(bystander) if m.role == "tool"]
         assert all("the bystander reads this" in o for o in outputs)
 
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
 
 
-async def _bystander_reads_on_time(client: SubagentClient, *, wait: float) -> str:
-    """A task of three ``read_file`` turns completes within 10 s; its id."""
-    started = time.monotonic()
+async def _bystander_reads_on_time(client: SubagentClient, *, wait: float = CEILING) -> str:
+    """A task of three ``read_file`` turns completes; its id.
+
+    The attacker's calls block until it is cancelled, so a bystander that had to wait
+    for them would never complete: completing at all is the outcome.
+    """
     reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}] * 3
     bystander = await client.spawn_task("explore", "x", model=script(*reads, {"text": "ok"}))
     info = await client.check_task(bystander, wait=True, timeout=wait)
     assert info.status == TaskStatus.COMPLETED and info.result == "ok"
-    assert time.monotonic() - started < 10
     return bystander
 
 
@@ -141,12 +143,11 @@ async def test_a_worker_with_stuck_calls_still_stops_on_ctrl_c(
             lambda: len(list(workspace.glob("hang-*.started"))) == 6, CEILING, "the calls to block"
         )
         proc.send_signal(signal.SIGINT)
-        started = time.monotonic()
-        out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+        # stops at all, though its calls never return (they would hold it forever)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=CEILING)
         assert proc.returncode == 0, err.decode()[-2000:]
         assert b"stopped" in out
         assert b"tool call(s) still stuck in their threads" in err
-        assert time.monotonic() - started < 20
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -169,7 +170,7 @@ async def test_many_slow_local_reads_leave_other_tasks_on_time(
         await _until(
             lambda: len(running_calls(attacker)) == TOOL_CALLS_AT_ONCE, CEILING, "the searches"
         )
-        await _bystander_reads_on_time(client, wait=60)
+        await _bystander_reads_on_time(client)
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
 
 
