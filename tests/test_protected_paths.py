@@ -161,6 +161,43 @@ def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> 
     assert activities.tool_context(opted_in).protected == ()
 
 
+def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> None:
+    """Two calls at once on a workspace without ``.opencode``: the first makes its
+    placeholder, the second finds it there and mounts it too, so the first's end must
+    leave it to the second (else the second's sandbox cannot start)."""
+    from durable_subagents.activities.tools._sandbox import _guard_protected
+
+    activities = SubagentActivities(
+        Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
+        workspace_root=tmp_path,
+    )
+    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
+    profile = activities.tool_context(tool_input).profile()
+    first = _guard_protected(profile)
+    second = _guard_protected(profile)
+    assert (tmp_path / ".opencode").is_dir()
+    first.release()
+    assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
+    second.release()
+    assert not os.path.lexists(tmp_path / ".opencode")
+
+
+async def test_parallel_commands_of_parallel_tasks_all_start(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    """Calls that start and end at staggered times, in three tasks on one workspace
+    without ``.claude`` or ``.opencode``: every sandbox starts and every command runs."""
+    calls = [call("bash", command=f"sleep 0.{i % 4}; echo ran {i}") for i in range(8)]
+    model = script({"tool_calls": calls}, {"text": "ok"})
+    ids = [await client.spawn_task("general", "x", model=model) for _ in range(3)]
+    for info in await client.wait_tasks(ids, timeout=CEILING):
+        assert info.status == TaskStatus.COMPLETED, info
+        outputs = [m.content for m in await client.get_transcript(info.id) if m.role == "tool"]
+        assert sorted(o.strip() for o in outputs) == sorted(f"ran {i}" for i in range(8))
+    assert not os.path.lexists(workspace / ".opencode")
+    assert not os.path.lexists(workspace / ".claude")
+
+
 # ---------------------------------------------------------------- file tools
 
 

@@ -523,8 +523,16 @@ def _remove_made(ws: Path, name: str) -> bool:
 def _guard_protected(profile: SandboxProfile) -> _Guard:
     """Take placeholders for missing agent directories; note the other missing entries."""
     guard = _Guard(profile.workspace)
-    _, missing = _present(profile.workspace, profile.protected)
     with _placeholder_lock:
+        # under the lock: a placeholder another call holds is present on disk, and this
+        # call binds it too, so it takes a share, or that call's end would remove what
+        # this one's sandbox is about to mount
+        _, missing = _present(profile.workspace, profile.protected)
+        for name in _PLACEHOLDERS:
+            held = profile.workspace / name
+            if name not in missing and held in _placeholder_users:
+                _placeholder_users[held] += 1
+                guard.placeholders.append(held)
         for name in missing:
             if name in _CREATABLE:
                 continue
