@@ -431,7 +431,9 @@ def access_denied(err: BaseException, conn: TemporalConnection) -> TemporalAcces
             f"{at} requires credentials ({status}): set TEMPORAL_API_KEY, or a client "
             "certificate (TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH)"
         )
-    if "transport error" not in text:
+    # a refusal during a call reads "transport error"; one while connecting carries
+    # only tonic's "tonic::transport::Error(Transport, ...)"
+    if "transport error" not in text and "transport::Error" not in text:
         return None
     if conn.tls_on and any(mark in text for mark in _HANDSHAKE_CLOSED):
         if conn.client_cert:
