@@ -24,10 +24,10 @@ import contextvars
 import functools
 import itertools
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import tree_sitter
-import tree_sitter_bash
+if TYPE_CHECKING:
+    import tree_sitter
 
 __all__ = [
     "Command",
@@ -122,6 +122,10 @@ class SimpleCommand(NamedTuple):
 
 @functools.cache
 def _parser() -> tree_sitter.Parser:
+    # Imported at the first line that needs the parser: a client never does.
+    import tree_sitter
+    import tree_sitter_bash
+
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 

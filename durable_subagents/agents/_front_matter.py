@@ -20,8 +20,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 __all__ = ["FrontMatter", "FrontMatterError", "parse_front_matter"]
 
 _OPEN = re.compile(r"^---[ \t]*$")
@@ -100,6 +98,9 @@ def parse_front_matter(data: bytes) -> FrontMatter:
         )
     block = lines[1:end]
     body = "\n".join(lines[end + 1 :]).strip()
+    # PyYAML is imported with the first agent file read, not by every client.
+    import yaml
+
     try:
         parsed = yaml.safe_load("\n".join(block))
     except yaml.YAMLError:
@@ -150,6 +151,8 @@ def _field_by_field(block: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def _field_value(key: str, chunk: list[str]) -> Any:
+    import yaml
+
     try:
         parsed = yaml.safe_load("\n".join(chunk))
     except yaml.YAMLError:

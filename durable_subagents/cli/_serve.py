@@ -21,13 +21,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from durable_subagents._audience import for_shell
-from durable_subagents.agents import (
-    ALL_TOOLS,
-    BUILTIN_AGENTS,
-    AgentFiles,
-    find_project_root,
-    scan_agents,
-)
 from durable_subagents.cli._common import (
     Address,
     AgentsDir,
@@ -45,11 +38,12 @@ from durable_subagents.cli._common import (
     make_settings,
     run,
 )
-from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
 
 if TYPE_CHECKING:
     from temporalio.common import WorkerDeploymentVersion
+
+    from durable_subagents.config import Settings
 
 
 class Role(enum.StrEnum):
@@ -434,6 +428,14 @@ def keygen() -> None:
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
+    from durable_subagents.agents import (
+        ALL_TOOLS,
+        BUILTIN_AGENTS,
+        AgentFiles,
+        find_project_root,
+        scan_agents,
+    )
+
     try:
         root = agents_dir or find_project_root()
         found = scan_agents(root) if root is not None else AgentFiles()
