@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel
 
+from durable_subagents._lazy import imported
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.types import ToolCall, ToolSpec
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
 
-# jsonschema, referencing and re2 are imported by the first schema or answer checked:
-# a client that never passes an output schema never loads them.
+# jsonschema, referencing and re2 are imported by the first schema or answer checked
+# (see ``_lazy``): a client that never passes an output schema never loads them.
 
 __all__ = [
     "ANSWER_RETRIES",
@@ -126,12 +127,10 @@ def check_output_schema(value: object) -> dict[str, Any]:
             'list or a single value in a property, e.g. {"type": "object", "properties": '
             '{"items": {"type": "array"}}}'
         )
-    from jsonschema.exceptions import SchemaError
-
     cls = _dialect(schema)
     try:
         cls.check_schema(schema)
-    except SchemaError as err:
+    except imported("jsonschema.exceptions").SchemaError as err:
         raise InvalidRequest(
             f"output_schema is not a valid JSON Schema: at {err.json_path}: {_cut(err.message)}"
         ) from None
@@ -160,8 +159,7 @@ def answer_tool(schema: Mapping[str, Any]) -> ToolSpec:
 
 
 def _dialect(schema: Mapping[str, Any]) -> Any:
-    import jsonschema
-
+    jsonschema = imported("jsonschema")
     uri = schema.get("$schema")
     if uri is None:
         return jsonschema.Draft202012Validator
@@ -188,8 +186,7 @@ def _nodes(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _check_patterns(schema: dict[str, Any]) -> None:
     """Patterns must compile with RE2, which matches in time linear in the answer."""
-    import re2
-
+    re2 = imported("re2")
     pattern_properties = unevaluated = False
     for path, node in _nodes(schema):
         patterns = []
@@ -217,10 +214,9 @@ def _check_patterns(schema: dict[str, Any]) -> None:
 
 def _check_refs(schema: dict[str, Any], cls: Any) -> None:
     """Every ``$ref`` must resolve within the schema: nothing is ever fetched."""
-    import referencing
-    import referencing.exceptions
-    import referencing.jsonschema
-
+    referencing = imported("referencing")
+    imported("referencing.jsonschema")
+    imported("referencing.exceptions")
     spec = referencing.jsonschema.specification_with(cls.META_SCHEMA["$id"])
     root = spec.create_resource(schema)
     registry = referencing.Registry().with_resource(root.id() or "", root).crawl()
@@ -465,8 +461,7 @@ def _counted(keyword: _Keyword) -> _Keyword:
 
 @functools.lru_cache(maxsize=1024)
 def _regex(pattern: str) -> Any:
-    import re2
-
+    re2 = imported("re2")
     options = re2.Options()
     options.max_mem = 8 << 20
     options.log_errors = False
@@ -479,9 +474,9 @@ def _matches(pattern: str, text: str) -> bool:
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     if validator.is_type(instance, "string") and not _matches(pattern, instance):
-        from jsonschema.exceptions import ValidationError
-
-        yield ValidationError(f"{_cut(repr(instance), 80)} does not match {_cut(repr(pattern))}")
+        yield imported("jsonschema.exceptions").ValidationError(
+            f"{_cut(repr(instance), 80)} does not match {_cut(repr(pattern))}"
+        )
 
 
 def _pattern_properties(
@@ -511,9 +506,9 @@ def _additional_properties(
     elif not additional and extras:
         named = ", ".join(_cut(repr(k), 60) for k in sorted(extras)[:10])
         more = f" and {len(extras) - 10} more" if len(extras) > 10 else ""
-        from jsonschema.exceptions import ValidationError
-
-        yield ValidationError(f"additional properties are not allowed ({named}{more})")
+        yield imported("jsonschema.exceptions").ValidationError(
+            f"additional properties are not allowed ({named}{more})"
+        )
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
@@ -523,9 +518,9 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
     for index, item in enumerate(instance):
         key = json.dumps(_canonical(item), sort_keys=True)
         if key in seen:
-            from jsonschema.exceptions import ValidationError
-
-            yield ValidationError(f"has non-unique elements (item {index} repeats an earlier one)")
+            yield imported("jsonschema.exceptions").ValidationError(
+                f"has non-unique elements (item {index} repeats an earlier one)"
+            )
             return
         seen.add(key)
 
@@ -552,16 +547,14 @@ _LINEAR = {
 @functools.cache
 def _checking(base: Any) -> Any:
     """``base`` with linear-time keywords, each evaluation within the check's time."""
-    from jsonschema.validators import extend
-
     keywords = {**base.VALIDATORS, **_LINEAR}
-    return extend(base, {name: _counted(keyword) for name, keyword in keywords.items()})
+    return imported("jsonschema.validators").extend(
+        base, {name: _counted(keyword) for name, keyword in keywords.items()}
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _validator(text: str) -> Any:
-    import referencing
-
     schema = json.loads(text)
     # An empty registry: a reference is looked up in the schema alone, never fetched.
-    return _checking(_dialect(schema))(schema, registry=referencing.Registry())
+    return _checking(_dialect(schema))(schema, registry=imported("referencing").Registry())

@@ -26,6 +26,8 @@ import itertools
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
+from durable_subagents._lazy import imported
+
 if TYPE_CHECKING:
     import tree_sitter
 
@@ -122,11 +124,9 @@ class SimpleCommand(NamedTuple):
 
 @functools.cache
 def _parser() -> tree_sitter.Parser:
-    # Imported at the first line that needs the parser: a client never does.
-    import tree_sitter
-    import tree_sitter_bash
-
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    # Imported at the first line that needs the parser (see ``_lazy``): a client never does.
+    tree_sitter = imported("tree_sitter")
+    return tree_sitter.Parser(tree_sitter.Language(imported("tree_sitter_bash").language()))
 
 
 Command = tuple[tuple[str, ...], bool]

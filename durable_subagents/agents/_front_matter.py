@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_subagents._lazy import imported
+
 __all__ = ["FrontMatter", "FrontMatterError", "parse_front_matter"]
 
 _OPEN = re.compile(r"^---[ \t]*$")
@@ -98,9 +100,9 @@ def parse_front_matter(data: bytes) -> FrontMatter:
         )
     block = lines[1:end]
     body = "\n".join(lines[end + 1 :]).strip()
-    # PyYAML is imported with the first agent file read, not by every client.
-    import yaml
-
+    # PyYAML is imported with the first agent file read (see ``_lazy``), not by every
+    # client.
+    yaml = imported("yaml")
     try:
         parsed = yaml.safe_load("\n".join(block))
     except yaml.YAMLError:
@@ -151,8 +153,7 @@ def _field_by_field(block: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def _field_value(key: str, chunk: list[str]) -> Any:
-    import yaml
-
+    yaml = imported("yaml")
     try:
         parsed = yaml.safe_load("\n".join(chunk))
     except yaml.YAMLError:
