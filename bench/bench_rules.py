@@ -79,11 +79,12 @@ def timed(command: str, repeats: int, judge: Callable[[str], object]) -> list[fl
 
 
 def decide(line: str) -> object:
-    return policy.decide(SPEC, "bash", {"command": line}, parse_bash=True)
+    return policy.decide(SPEC, "bash", {"command": line})
 
 
 def raw(line: str) -> object:
-    return policy.decide(SPEC, "bash", {"command": line}, parse_bash=False)
+    """The whole line matched against each rule's glob, unparsed."""
+    return policy._evaluate(SPEC.permissions, "bash", line, "allow")
 
 
 def main() -> None:

@@ -46,6 +46,8 @@ __all__ = [
     "MAX_CALLS_KEPT",
     "MAX_CALLS_PER_TURN",
     "MODEL_TURN_ACTIVITY",
+    "NOTIFY_ACTIVITY",
+    "NOTIFY_WORKFLOW",
     "REGISTER_CHILD_SIGNAL",
     "RUN_TOOL_ACTIVITY",
     "SEND_INPUT_SIGNAL",
@@ -60,6 +62,11 @@ __all__ = [
     "Decisions",
     "ModelTurnInput",
     "ModelTurnResult",
+    "NotifyCall",
+    "NotifyEvent",
+    "NotifyInput",
+    "NotifyResult",
+    "NotifyTask",
     "TaskInput",
     "TaskState",
     "ToolCallInput",
@@ -90,20 +97,28 @@ REGISTER_CHILD_SIGNAL = "register_child"
 """A task spawned through the client names its parent task (the child's id, a ``str``)."""
 STATUS_QUERY = "status"
 """The live state of a task (the memo's fields), answered by a worker."""
+NOTIFY_WORKFLOW = "SubagentNotify"
+"""The workflow that delivers one notification (``NotifyInput`` -> ``NotifyResult``): a
+task starts it as a child it abandons, so delivery outlives the task and never holds
+it up."""
+NOTIFY_ACTIVITY = "send_notification"
+"""The activity that POSTs one notification to its URL (``NotifyInput`` -> ``None``)."""
+NOTIFY_UNSET = "NotifyUnset"
+"""The error type of a notification without a URL on a worker without one: nothing to
+post, not a failure (a task that ended before it learnt whether its workers notify)."""
 MAX_CALLS_PER_TURN = 64
-"""Tool calls of one model turn that may run (since the patch ``calls-per-turn``); the
-rest go back as tool errors that say so. A turn of 8,000 calls that ask made the
-pause's memo over Temporal's 2 MB payload limit, and every workflow task of the task
-failed from then on; 64 keeps a pause's memo near 20 KB, and a parent's with 16 paused
-children near 350 KB."""
+"""Tool calls of one model turn that may run; the rest go back as tool errors that say
+so. A turn of 8,000 calls that ask made the pause's memo over Temporal's 2 MB payload
+limit, and every workflow task of the task failed from then on; 64 keeps a pause's memo
+near 20 KB, and a parent's with 16 paused children near 350 KB."""
 MAX_CALLS_KEPT = 2 * MAX_CALLS_PER_TURN
 """Tool calls of one model answer a worker keeps; the rest are dropped from the answer
 (the transcript too), so the results the next turn carries stay small. The calls kept
 past ``MAX_CALLS_PER_TURN`` come back as errors that tell the model the limit."""
 TOOL_QUEUE_SUFFIX = "-tools"
-"""A task's tool calls go to its task queue's name plus this (since the patch
-``tool-queue``): a queue with slots of its own, so tool calls, which may each run for
-minutes, never hold the slots every task's model turns need."""
+"""A task's tool calls go to its task queue's name plus this: a queue with slots of its
+own, so tool calls, which may each run for minutes, never hold the slots every task's
+model turns need."""
 
 
 def tool_queue(task_queue: str) -> str:
@@ -154,6 +169,11 @@ class TaskInput(BaseModel):
     created_at: datetime | None = None
     state: TaskState | None = None
     """Set when the run continues an earlier one (continue-as-new or follow-up)."""
+    notify_url: str | None = None
+    """Where the spawn asked the task's events to be POSTed (a pause for a decision,
+    its end); None: the worker's ``SUBAGENTS_NOTIFY_URL``, if it has one. Only a URL
+    the worker's allowlist holds is ever posted to; a subagent's child has none (its
+    pauses are its parent's events)."""
 
 
 class TaskState(BaseModel):
@@ -343,6 +363,9 @@ class ModelTurnResult(_Compact):
     """The request's tokens as the provider's refusal counted them."""
     window: int | None = None
     """The context window the provider's refusal named."""
+    notify: bool = False
+    """The worker posts tasks' events to its own ``SUBAGENTS_NOTIFY_URL`` (for a task
+    whose spawn named no ``notify_url``); part of ``known_tools``."""
     thinking: int = 0
     """Characters of thinking the answer came with. The thinking itself is only in the
     transcript (``Message.reasoning``), never in a result: a watcher reads it there."""
@@ -381,14 +404,18 @@ def tools_digest(
     read_only: list[str],
     sandbox: str | None,
     protected: list[str] | None = None,
+    notify: bool = False,
 ) -> str:
     """A short fingerprint of what a model turn offered (see ``ModelTurnInput.known_tools``).
 
-    Without ``protected`` it is the digest of workers that reported no protected paths.
+    Without ``protected`` it is the digest of workers that reported no protected paths;
+    without ``notify``, of workers that post no events of their own accord.
     """
     fields: list[object] = [offered, sorted(read_only), sandbox]
     if protected is not None:
         fields.append(protected)
+    if notify:
+        fields.append("notify")
     text = json.dumps(fields)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -460,6 +487,67 @@ class ChildState(BaseModel):
     status: TaskStatus
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- notifications
+
+
+class NotifyCall(BaseModel):
+    """A call awaiting a decision, as a notification names it (a preview, never whole)."""
+
+    call_id: str
+    tool_name: str
+    arguments_preview: str
+    arguments_hash: str
+    task_id: str
+    """The task whose call it is: the notifying task, or a child whose pause surfaces
+    on it (then ``call_id`` is ``<child>/<child pause>/<call>``, as decisions name it)."""
+
+
+class NotifyTask(BaseModel):
+    """The task a notification is about, as it was when the event happened."""
+
+    id: str
+    agent: str = ""
+    description: str = ""
+    status: TaskStatus
+    parent_id: str | None = None
+    turns: int = 0
+    stop_reason: str | None = None
+    error: str | None = None
+    result_preview: str | None = None
+
+
+class NotifyEvent(BaseModel):
+    """One event of a task, the body a notification receiver gets (with links added)."""
+
+    id: str
+    """Unique per event, the same in every attempt to deliver it: dedupe by it."""
+    type: str
+    """``task.paused``, ``task.completed``, ``task.failed``, ``task.cancelled`` or
+    ``task.timed_out``."""
+    time: datetime
+    task: NotifyTask
+    pause_id: str | None = None
+    """The pause to decide (``task.paused``): what the inbox and ``approve`` bind to."""
+    calls: list[NotifyCall] = Field(default_factory=list)
+    calls_total: int = 0
+    """How many calls the pause holds (``calls`` may list fewer)."""
+
+
+class NotifyInput(BaseModel):
+    """Input of ``SubagentNotify`` and of its ``send_notification`` activity."""
+
+    event: NotifyEvent
+    url: str | None = None
+    """The spawn's ``notify_url``; None: the sending worker's ``SUBAGENTS_NOTIFY_URL``."""
+
+
+class NotifyResult(BaseModel):
+    """What became of a notification: delivered, or why not (never a failure)."""
+
+    delivered: bool
+    error: str | None = None
 
 
 TaskState.model_rebuild()

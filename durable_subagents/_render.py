@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -138,8 +138,7 @@ def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = Non
     """Tasks as aligned lines of id, agent, status, turns, age and description.
 
     Ids and agent names are what ``check`` and ``spawn`` take: they are never cut or
-    wrapped. The description gets the rest of ``width`` and is cut with ``…`` (at least
-    its first 11 columns show, however narrow the terminal).
+    wrapped. The description gets the rest of ``width`` and is cut with ``…``.
 
     Args:
         tasks: The tasks, one line each.
@@ -147,32 +146,45 @@ def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = Non
         now: The time ages count to (default: now).
     """
     now = now or datetime.now(UTC)
-    header = ("id", "agent", "status", "turns", "age")
     rows = [
         (
-            (
-                shown(t.id),
-                shown(t.agent),
-                t.status.value,
-                str(t.turns),
-                age(t.created_at, now),
-            ),
-            " ".join(shown(t.description).split()),
+            (shown(t.id), shown(t.agent), t.status.value, str(t.turns), age(t.created_at, now)),
+            shown(t.description),
         )
         for t in tasks
     ]
-    widths = [
-        max(cell_len(cells[i]) for cells in [header, *(r[0] for r in rows)])
-        for i in range(len(header))
-    ]
-    room = max(width - sum(widths) - 2 * len(widths), len("description"))
+    return plain_table(("id", "agent", "status", "turns", "age", "description"), rows, width, {3})
+
+
+def plain_table(
+    header: Sequence[str],
+    rows: Sequence[tuple[Sequence[str], str]],
+    width: int,
+    right: Collection[int] = (),
+) -> list[str]:
+    """Aligned lines a script can split on whitespace: every cell whole but the last.
+
+    The cells before the last (names, ids, states) are never cut or wrapped, whatever
+    the width; the last, free text, gets the rest of ``width`` on one line and is cut
+    with ``…`` (at least as many columns as its header show, however narrow the
+    terminal).
+
+    Args:
+        header: The columns' names, the last one the free text's.
+        rows: Per line, the cells before the last (without spaces) and the free text.
+        width: The columns of the terminal (80 in a pipe).
+        right: Indexes of the cells aligned to the right (numbers).
+    """
+    firsts = [tuple(header[:-1]), *(tuple(cells) for cells, _ in rows)]
+    widths = [max(cell_len(cells[i]) for cells in firsts) for i in range(len(header) - 1)]
+    room = max(width - sum(widths) - 2 * len(widths), cell_len(header[-1]))
     lines = []
-    for cells, description in [(header, "description"), *rows]:
+    for cells, last in [(firsts[0], header[-1]), *((tuple(c), t) for c, t in rows)]:
         padded = [
-            cell.rjust(w) if i == 3 else cell + " " * (w - cell_len(cell))
+            cell.rjust(w) if i in right else cell + " " * (w - cell_len(cell))
             for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
         ]
-        text = Text(description)
+        text = Text(" ".join(last.split()))
         text.truncate(room, overflow="ellipsis")
         lines.append("  ".join([*padded, text.plain]).rstrip())
     return lines

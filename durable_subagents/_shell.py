@@ -35,25 +35,22 @@ __all__ = [
     "Command",
     "SimpleCommand",
     "command_words",
-    "command_words_v1",
-    "command_words_v2",
     "split_commands",
 ]
 
 _UNKNOWN = "\x00"
 """Stands for a word nobody can know before the command runs."""
 
-_RUNS_ITS_ARGUMENTS_V2 = {"eval", "source", ".", "exec", "xargs", "command", "builtin", "trap"}
-_RUNS_ITS_ARGUMENTS = _RUNS_ITS_ARGUMENTS_V2 | {
-    "alias", "coproc", "hash", "let", "compgen", "enable"
+_RUNS_ITS_ARGUMENTS = {
+    "eval", "source", ".", "exec", "xargs", "command", "builtin", "trap",
+    "alias", "coproc", "hash", "let", "compgen", "enable",
 }  # fmt: skip
 """Builtins and programs whose arguments become a command: what they run is unknown.
 (``alias x=...`` and ``hash -p /bin/rm ls`` change what a later name runs, ``let`` and
 ``compgen -W`` evaluate their words, ``enable -f`` loads code.)"""
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"}
-_WRAPPERS_V2 = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
-_SPECIAL_NAMES_V2 = _RUNS_ITS_ARGUMENTS_V2 | _SHELLS | _WRAPPERS_V2
-_SPECIAL_NAMES = _RUNS_ITS_ARGUMENTS | _SHELLS | _WRAPPERS_V2 | {"find", "mapfile", "readarray"}
+_WRAPPERS = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
+_SPECIAL_NAMES = _RUNS_ITS_ARGUMENTS | _SHELLS | _WRAPPERS | {"find", "mapfile", "readarray"}
 """Commands that run other commands (wrappers such as ``env X=1 timeout 5 cmd``, whose
 command is judged too), or whose words are code: a plain line hands them to _emit."""
 _DOUBLE_QUOTED_ESCAPES = '$`"\\\n'
@@ -152,34 +149,6 @@ def command_words(line: str) -> tuple[Command, ...]:
     return plain if plain is not None else _parse(line)
 
 
-def command_words_v1(line: str) -> tuple[Command, ...]:
-    """What :func:`command_words` gave before lines were checked to be read apart.
-
-    For replaying runs that started then: the parser alone, which reads
-    ``a | b | c<newline>d`` with ``c d`` as one command.
-    """
-    token = _VERSION.set(1)
-    try:
-        return _parse(line)
-    finally:
-        _VERSION.reset(token)
-
-
-def command_words_v2(line: str) -> tuple[Command, ...]:
-    """What :func:`command_words` gave before wrappers were read option by option.
-
-    For replaying runs that started then: assignments, globs in a command's name,
-    ``[[ ]]``, ``(( ))``, line continuations inside a word and code in strings were
-    not judged either.
-    """
-    token = _VERSION.set(2)
-    try:
-        plain = _split_plain(line)
-        return plain if plain is not None else _parse(line)
-    finally:
-        _VERSION.reset(token)
-
-
 def _split_plain(line: str) -> tuple[Command, ...] | None:
     """The commands of a plain line (see the module docstring), or None if not plain.
 
@@ -197,7 +166,7 @@ def _split_plain(line: str) -> tuple[Command, ...] | None:
         if not _FLAT_LINE.fullmatch("".join(parts[0::2])):
             return None
         hidden = "\x0f".join([q[1:-1] for q in strings])
-        if ("$(" in hidden or "`" in hidden) and _VERSION.get() >= 3:
+        if "$(" in hidden or "`" in hidden:
             return None  # code in a string: the parser's to judge
         if (
             _CONTROL.search(hidden)
@@ -238,10 +207,7 @@ def _split_plain(line: str) -> tuple[Command, ...] | None:
         for k, text in zip(quoted, shown.split("\x0f"), strict=True):
             commands[k] = text.split("\x01")
     found: list[Command] = []
-    if _VERSION.get() >= 3:
-        special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES or "*" in w}
-    else:
-        special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES_V2}
+    special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES or "*" in w}
     for words in commands:
         if words[0] in special:
             _emit(words, True, found)
@@ -258,7 +224,7 @@ def _parse(line: str) -> tuple[Command, ...]:
     unknown: tuple[Command, ...] = (((line,), False),)
     if not line.isascii() and "{" in line and _BEYOND_BMP.search(line, line.index("{")):
         return unknown
-    if ("\v" in line or "\f" in line or "\r" in line) and _VERSION.get() >= 3:
+    if "\v" in line or "\f" in line or "\r" in line:
         return unknown  # blanks to the grammar, parts of a word to bash
     source = line.encode("utf-8", errors="surrogateescape")
     for _ in range(_MAX_JOINS):
@@ -266,9 +232,8 @@ def _parse(line: str) -> tuple[Command, ...]:
         root = tree.root_node
         if root.has_error:
             return unknown
-        if b"#" in source and b"\\" in source and _VERSION.get() >= 3:
-            if _word_comment(root, source):
-                return unknown
+        if b"#" in source and b"\\" in source and _word_comment(root, source):
+            return unknown
         found: list[Command] = []
         try:
             _walk(root, found)
@@ -308,11 +273,6 @@ def _word_comment(root: tree_sitter.Node, source: bytes) -> bool:
     return False
 
 
-_VERSION = contextvars.ContextVar("bash_rules_version", default=3)
-"""Which reading of a line: 1 joins two lines' words as the grammar does, 2 reads lines
-apart, 3 (current) also sees what wrappers, assignments, globs and tests run."""
-
-
 class _Misparsed(Exception):
     """The parser read a line break as a space between one command's words."""
 
@@ -334,8 +294,7 @@ def _check_one_line(node: tree_sitter.Node) -> None:
     is ``rm``), which the grammar reads apart: :class:`_Joined` says where.
     """
     text = node.text or b""
-    version = _VERSION.get()
-    if b"\n" not in text or version < 2:
+    if b"\n" not in text:
         return
     start = node.start_byte
     children = node.children
@@ -343,13 +302,12 @@ def _check_one_line(node: tree_sitter.Node) -> None:
         gap = text[before.end_byte - start : after.start_byte - start]
         if b"\n" in gap.replace(b"\\\n", b""):
             raise _Misparsed
-        if version >= 3 and gap == b"\\\n":
+        if gap == b"\\\n":
             raise _Joined(before.end_byte)
 
 
 def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
     """Every command under ``node``, in source order (iterative: lists nest deeply)."""
-    v3 = _VERSION.get() >= 3
     stack = [node]
     while stack:
         node = stack.pop()
@@ -360,41 +318,40 @@ def _walk(node: tree_sitter.Node, found: list[Command]) -> None:
         if kind in ("declaration_command", "unset_command"):
             _declaration(node, found)
             continue
-        if v3:
-            if kind == "redirected_statement":
-                body = node.child_by_field_name("body")
-                extra = [a for r in node.children_by_field_name("redirect") for a in _hidden(r)]
-                if extra:
-                    # ``rm </dev/null -rf x``: the grammar gives ``-rf x`` to the
-                    # redirection; bash, to the command.
-                    if body is None or body.type != "command":
-                        raise _Misparsed
-                    _command(body, found, extra)
-                    stack.extend(reversed([c for c in node.children if c != body]))
-                    continue
-            if kind == "file_redirect":
-                _redirect(node, found)
+        if kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            extra = [a for r in node.children_by_field_name("redirect") for a in _hidden(r)]
+            if extra:
+                # ``rm </dev/null -rf x``: the grammar gives ``-rf x`` to the
+                # redirection; bash, to the command.
+                if body is None or body.type != "command":
+                    raise _Misparsed
+                _command(body, found, extra)
+                stack.extend(reversed([c for c in node.children if c != body]))
                 continue
-            if kind == "heredoc_redirect":
-                _check_heredoc(node)
-                hidden = _hidden(node)
-                stack.extend(reversed([c for c in node.children if c not in hidden]))
-                continue
-            if kind == "variable_assignment":  # ``PATH=x`` alone: it changes what runs next
-                word, ok = _assignment(node, found)
-                found.append(((word,), ok))
-                continue
-            if kind == "test_command":
-                _test(node, found)
-                continue
-            if kind == "compound_statement" and node.text == b"{}":
-                found.append((("{}",), True))  # to bash, a command named ``{}``
-                continue
-            if kind == "c_style_for_statement" or (
-                kind == "compound_statement" and node.children and node.children[0].type == "(("
-            ):
-                _arithmetic(node, found, stack)
-                continue
+        if kind == "file_redirect":
+            _redirect(node, found)
+            continue
+        if kind == "heredoc_redirect":
+            _check_heredoc(node)
+            hidden = _hidden(node)
+            stack.extend(reversed([c for c in node.children if c not in hidden]))
+            continue
+        if kind == "variable_assignment":  # ``PATH=x`` alone: it changes what runs next
+            word, ok = _assignment(node, found)
+            found.append(((word,), ok))
+            continue
+        if kind == "test_command":
+            _test(node, found)
+            continue
+        if kind == "compound_statement" and node.text == b"{}":
+            found.append((("{}",), True))  # to bash, a command named ``{}``
+            continue
+        if kind == "c_style_for_statement" or (
+            kind == "compound_statement" and node.children and node.children[0].type == "(("
+        ):
+            _arithmetic(node, found, stack)
+            continue
         stack.extend(reversed(node.children))
 
 
@@ -553,15 +510,14 @@ def _assignment(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool
 
 def _declaration(node: tree_sitter.Node, found: list[Command]) -> None:
     _check_one_line(node)
-    v3 = _VERSION.get() >= 3
     words: list[str] = []
     known = True
     for child in node.named_children:
-        if v3 and child.type == "variable_assignment":
+        if child.type == "variable_assignment":
             word, ok = _assignment(child, found)
         else:
             word, ok = _word(child, found)
-            ok = ok and not (v3 and _runs_code(word))
+            ok = ok and not _runs_code(word)
         words.append(word)
         known = known and ok
     first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
@@ -578,39 +534,34 @@ def _command(
 ) -> None:
     """One simple command; ``extra``: its arguments the grammar put in a redirection."""
     _check_one_line(node)
-    v3 = _VERSION.get() >= 3
     prefix: list[str] = []
     words: list[str] = []
     known = True
     children = node.named_children
-    if v3:
-        hidden = [a for child in children for a in _hidden(child)]
-        if hidden or extra:
-            # The arguments a redirection holds (``</dev/null rm -rf x`` is fine; the
-            # grammar reads ``rm -rf </dev/null x`` with ``x`` in the redirection).
-            children = [c for c in children if c not in hidden] + hidden + (extra or [])
+    hidden = [a for child in children for a in _hidden(child)]
+    if hidden or extra:
+        # The arguments a redirection holds (``</dev/null rm -rf x`` is fine; the
+        # grammar reads ``rm -rf </dev/null x`` with ``x`` in the redirection).
+        children = [c for c in children if c not in hidden] + hidden + (extra or [])
     for child in children:
         if child.type == "variable_assignment":
             # ``X=1 cmd``: the assignment changes cmd's environment (``GIT_CONFIG_*``,
             # ``LD_PRELOAD``): a rule sees it as part of the command. Its value may run
             # substitutions, which are commands of their own.
-            if v3:
-                word, ok = _assignment(child, found)
-                prefix.append(word)
-            else:
-                _, ok = _word(child, found)
+            word, ok = _assignment(child, found)
+            prefix.append(word)
             known = known and ok
             continue
-        if v3 and child.type == "file_redirect":
+        if child.type == "file_redirect":
             _redirect(child, found)
             continue
-        if v3 and child.type == "heredoc_redirect":
+        if child.type == "heredoc_redirect":
             _check_heredoc(child)
             for part in child.named_children:
                 if part.type not in _SKIP_WORD_NODES and part not in hidden:
                     _walk(part, found)
             continue
-        if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+        if child.type == "herestring_redirect":
             for part in child.named_children:
                 _word(part, found)  # substitutions inside still run
             continue
@@ -633,9 +584,6 @@ def _emit(
     A wrapper's command is judged too (``timeout -s KILL 5 cmd``: ``cmd``), read option
     by option; where an option is not understood, every later word may start it.
     """
-    if _VERSION.get() < 3:
-        _emit_v2(words, known, found)
-        return
     for _ in range(_MAX_UNWRAPPED):
         name = words[0].rsplit("/", 1)[-1]
         if (
@@ -652,7 +600,7 @@ def _emit(
         prefix = None
         if name in _RUNS_A_LINE:
             _emit_lines(name, words, found)
-        inner, certain = _unwrap_v3(name, words)
+        inner, certain = _unwrap(name, words)
         if name == "find":
             depth = _DEPTH.get()
             token = _DEPTH.set(depth + 1)
@@ -788,7 +736,7 @@ _OPTIONS: dict[str, _Options] = {
 """The options of each command that runs the rest of its words (GNU and bash's)."""
 
 
-def _unwrap_v3(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
+def _unwrap(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
     """The commands a wrapper runs, and whether its options were all understood.
 
     ``find``: the command of each ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``.
@@ -852,38 +800,12 @@ def _unwrap_v3(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
     return ([words[i:]] if i < len(words) else []), True
 
 
-def _emit_v2(words: list[str], known: bool, found: list[Command]) -> None:
-    """:func:`_emit` of version 2 (replay only)."""
-    name = words[0].rsplit("/", 1)[-1]
-    if name in _RUNS_ITS_ARGUMENTS_V2 or (name in _SHELLS and "-c" in words[1:]):
-        known = False
-    found.append((tuple(words), known))
-    if name in _WRAPPERS_V2:
-        inner = _unwrap(words)
-        if inner:
-            found.append((tuple(inner), known and _UNKNOWN not in inner))
-
-
-def _unwrap(words: list[str]) -> list[str]:
-    """The command a wrapper (``env X=1 cmd``, ``timeout 5 cmd``) runs, else [] (v2)."""
-    rest = list(words)
-    unwrapped = False
-    while rest and rest[0].rsplit("/", 1)[-1] in _WRAPPERS_V2:
-        wrapper = rest.pop(0).rsplit("/", 1)[-1]
-        unwrapped = True
-        while rest and (rest[0].startswith("-") or (wrapper == "env" and "=" in rest[0])):
-            rest.pop(0)
-        if wrapper == "timeout" and rest:
-            rest.pop(0)  # the duration
-    return rest if unwrapped else []
-
-
 def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     """The literal value of a word node, and whether it is known statically."""
     kind = node.type
     text = node.text.decode("utf-8", errors="surrogateescape") if node.text else ""
     if kind in ("word", "number", "command_name"):
-        if "\n" in text and _VERSION.get() >= 3 and _bare_newline(text):
+        if "\n" in text and _bare_newline(text):
             raise _Misparsed  # ``ls<newline>\\touch x``: the grammar's word, two lines
         if node.named_children:
             return _concat(node.named_children, found)

@@ -363,7 +363,16 @@ def credential_files(profile: str | None = None, config_file: Path | None = None
 
 _NAME_EXPECTED = re.compile(r'expected: DnsName\("([^"]+)"\)|expected: IpAddress\(([^)]+)\)')
 _INVALID_CERT = re.compile(r"InvalidCertificate\((\w+)")
-_HANDSHAKE_CLOSED = ("close_notify", "UnexpectedEof", "CertificateRequired", "HandshakeFailure")
+_HANDSHAKE_CLOSED = (
+    "close_notify",
+    "UnexpectedEof",
+    "CertificateRequired",
+    "HandshakeFailure",
+    # TLS 1.3 checks the client's certificate after the client's side of the handshake:
+    # a server that refuses it may close before its alert is read
+    "ConnectionReset",
+    "BrokenPipe",
+)
 
 
 def access_denied(err: BaseException, conn: TemporalConnection) -> TemporalAccessDenied | None:

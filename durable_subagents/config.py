@@ -20,6 +20,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
     TemporalConnection,
@@ -29,13 +30,8 @@ from durable_subagents._temporal_config import (
     resolve_connection,
 )
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
-from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.errors import InvalidRequest
-
-DEFAULT_LIMITS = ToolLimits(
-    processes=256, memory_mb=2048, file_size_mb=512, cpu_seconds=600, open_files=1024
-)
-"""What a worker allows each tool call unless configured otherwise."""
 
 SECRET_ENV_NAME = re.compile(
     r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
@@ -397,6 +393,29 @@ class Settings(BaseSettings):
     """The worker's build within ``deployment_name`` (e.g. a release tag or a commit); one
     per code version, shared by every worker of that code."""
 
+    notify_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_URL", "notify_url")
+    )
+    """Worker side: where every task POSTs its events (a pause for a decision, its
+    end), signed with ``notify_secret``, unless its spawn named a ``notify_url``."""
+    notify_allow: str = Field(
+        "", validation_alias=AliasChoices("SUBAGENTS_NOTIFY_ALLOW", "notify_allow")
+    )
+    """Worker side: comma-separated URL prefixes (``https://hooks.example.com/ci/``)
+    a task's ``notify_url`` may start with, besides ``notify_url`` itself. Any other
+    URL a spawn names is never posted to."""
+    notify_secret: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_NOTIFY_SECRET", "notify_secret")
+    )
+    """Worker side: the HMAC-SHA256 key notifications are signed with (Standard
+    Webhooks: ``whsec_`` and base64, or any text of 16 bytes or more). A worker
+    without it sends none."""
+    inbox_url: str | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_INBOX_URL", "inbox_url")
+    )
+    """Worker side: the address people open ``subagents serve``'s page at; each
+    notification links to its task there."""
+
     @model_validator(mode="before")
     @classmethod
     def _blank_connection_is_unset(cls, data: object) -> object:
@@ -443,6 +462,27 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return value.strip() or None
         return value
+
+    @field_validator("notify_url", "inbox_url", mode="before")
+    @classmethod
+    def _blank_url_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url_is_a_url(cls, value: str | None) -> str | None:
+        # Refused when the worker starts, not at each event as "not allowed".
+        if value is None:
+            return None
+        try:
+            return check_notify_url(value.strip())
+        except InvalidRequest as err:
+            raise ValueError(f"SUBAGENTS_NOTIFY_URL: {err}") from None
+
+    @property
+    def notify_allow_list(self) -> list[str]:
+        """``notify_allow``'s URL prefixes (``notify_url`` is allowed besides them)."""
+        return [u.strip() for u in self.notify_allow.split(",") if u.strip()]
 
     @field_validator("deployment_name", "build_id", mode="before")
     @classmethod

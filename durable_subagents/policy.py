@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from durable_subagents._shell import command_words, command_words_v1, command_words_v2
+from durable_subagents._shell import command_words
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._protected import (
     PROTECTED_PATHS_V1,
@@ -42,11 +42,10 @@ def main_argument(arguments: dict[str, Any]) -> str:
     return str(arguments[key]) if key is not None else ""
 
 
-def has_rules_for(spec: AgentSpec, tool_name: str, *, include_allow: bool = True) -> bool:
+def has_rules_for(spec: AgentSpec, tool_name: str) -> bool:
     """Whether any rule could apply to this tool (so its full main argument matters)."""
     return any(
-        (include_allow or r.action != "allow") and fnmatch.fnmatchcase(tool_name, r.tool)
-        for r in (*spec.permissions, *spec.restrictions)
+        fnmatch.fnmatchcase(tool_name, r.tool) for r in (*spec.permissions, *spec.restrictions)
     )
 
 
@@ -72,9 +71,6 @@ def decide(
     arguments: dict[str, Any],
     *,
     read_only: bool | None = None,
-    parse_bash: bool = False,
-    bash_v1: bool = False,
-    bash_v2: bool = False,
     path: str | None = None,
     written: str | None = None,
 ) -> Action:
@@ -87,10 +83,8 @@ def decide(
     ``read_only`` says whether the tool never changes anything (default: whether it is
     one of the built-in read-only tools). ``path`` is the call's path resolved through
     symlinks; ``written`` the same path as written, where it differs (the rules judge
-    both, and the stricter answer wins). ``bash_v1`` splits bash lines as runs that
-    started before lines were checked to be read apart did, ``bash_v2`` as runs that
-    started before wrappers' options, assignments, paths and globs in a command's name,
-    ``[[ ]]`` and ``(( ))`` were judged (replay only).
+    both, and the stricter answer wins). A ``bash`` line is judged command by command
+    (see ``_evaluate_bash``).
     """
     if read_only is None:
         read_only = tool_name in READ_ONLY_TOOLS
@@ -107,11 +101,10 @@ def decide(
             for p in seen
         ]
         return max(actions, key=_ORDER.__getitem__)
-    if parse_bash and tool_name == "bash" and isinstance(arguments.get("command"), str):
-        version = 1 if bash_v1 else 2 if bash_v2 else 3
+    if tool_name == "bash" and isinstance(arguments.get("command"), str):
         return _strictest(
-            _evaluate_bash(spec.permissions, target, default, version=version),
-            _evaluate_bash(spec.restrictions, target, "allow", version=version),
+            _evaluate_bash(spec.permissions, target, default),
+            _evaluate_bash(spec.restrictions, target, "allow"),
         )
     agent = _evaluate(spec.permissions, tool_name, target, default)
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
@@ -173,9 +166,7 @@ def _path_action(
     )
 
 
-def _evaluate_bash(
-    rules: list[PermissionRule], command: str, default: Action, *, version: int = 3
-) -> Action:
+def _evaluate_bash(rules: list[PermissionRule], command: str, default: Action) -> Action:
     """Rules applied to each simple command the line runs; the strictest answer wins.
 
     A command that cannot be known before it runs (an expansion, a substitution,
@@ -195,12 +186,7 @@ def _evaluate_bash(
     if guarded:
         whole = matcher.last(command)
         result = relevant[whole].action if whole is not None else "allow"
-    if version == 1:
-        pieces = command_words_v1(command)
-    elif version == 2:
-        pieces = command_words_v2(command)
-    else:
-        pieces = command_words(command)
+    pieces = command_words(command)
     for words, known in pieces:
         index = matcher.last(" ".join(words))
         action: Action
@@ -210,7 +196,7 @@ def _evaluate_bash(
             action = relevant[index].action
             if action == "allow" and not known:
                 action = "ask"
-        if version >= 3 and guarded and ("/" in words[0] or "=" in words[0]):
+        if guarded and ("/" in words[0] or "=" in words[0]):
             for view in _views(words):
                 seen = matcher.last(view)
                 if seen is not None and _ORDER[relevant[seen].action] > _ORDER[action]:
@@ -317,26 +303,6 @@ def _may_match(kind: int, inner: str, first: str) -> bool:
     if kind == _PREFIX:
         return first.startswith(inner)
     return True
-
-
-def decide_v1(spec: AgentSpec, tool_name: str, arguments: dict[str, Any]) -> Action:
-    """The rules of tasks started before modes had defaults (replay only).
-
-    No rule match meant allow; ``accept_edits`` turned ``ask`` into ``allow`` for edits
-    and ``dont_ask`` turned ``ask`` into ``deny``.
-    """
-    if spec.permission_mode == "plan" and tool_name not in READ_ONLY_TOOLS:
-        return "deny"
-    target = main_argument(arguments)
-    action = _strictest(
-        _evaluate(spec.permissions, tool_name, target, "allow"),
-        _evaluate(spec.restrictions, tool_name, target, "allow"),
-    )
-    if action == "ask" and spec.permission_mode == "accept_edits" and tool_name in EDIT_TOOLS:
-        return "allow"
-    if action == "ask" and spec.permission_mode == "dont_ask":
-        return "deny"
-    return action
 
 
 def protected_write(

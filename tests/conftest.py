@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -17,20 +15,9 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
-TOOL_USER = (10001, 10001)
-"""Owner of the tests' workspaces when the suite runs as root: a root worker runs tool
-commands as the workspace's owner, as it would for a user's checkout."""
-
-
-def give_to_tool_user(path: Path) -> Path:
-    """Make ``path`` and what it holds the tool user's (no-op when not root).
-
-    A test writes its fixture files as root; in a real checkout their owner wrote them.
-    """
-    return workspace_for_tools(path, TOOL_USER)
+from .helpers.tasks import give_to_tool_user
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,13 +94,3 @@ def client(temporal_client: Client, settings: Settings) -> SubagentClient:
 async def worker(temporal_client: Client, settings: Settings) -> AsyncIterator[None]:
     async with create_worker(temporal_client, settings):
         yield
-
-
-def script(*turns: dict[str, Any], repeat: int | None = None, final: str | None = None) -> str:
-    """A ``scripted:`` model string with an inline script."""
-    body: Any = list(turns)
-    if repeat is not None:
-        body = {"turns": list(turns), "repeat": repeat}
-        if final is not None:
-            body["final"] = final
-    return "scripted:" + json.dumps(body)

@@ -30,8 +30,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.tasks import script
 
 
 def write(path: Path, text: str) -> Path:

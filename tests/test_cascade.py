@@ -13,10 +13,10 @@ from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
 from . import test_cli
-from .conftest import script
 from .helpers import CEILING
-from .test_cli import arun, ok
-from .test_durability import processes_matching, wait_for
+from .helpers.cli import arun, ok
+from .helpers.processes import processes_matching, wait_for
+from .helpers.tasks import script
 
 env = test_cli.env  # the CLI's environment fixture
 

@@ -8,12 +8,9 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,40 +23,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
 from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
 from .helpers import CEILING, eventually
-
-CLI = [sys.executable, "-m", "durable_subagents"]
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def flat_err(self) -> str:
-        """Stderr with rich's line wrapping undone."""
-        return " ".join(self.err.split())
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SUBAGENTS_", "TEMPORAL_")) and k not in ("COLUMNS", "LINES")
-    }
-    env.update(
-        CI="true",
-        SUBAGENTS_DATA_DIR=str(tmp_path / "cli-data"),
-        SUBAGENTS_BLOB_DIR=str(tmp_path / "cli-blobs"),
-    )
-    env.update(overrides)
-    return env
+from .helpers.cli import CLI, _env, arun, failed, ok, run
+from .helpers.tasks import give_to_tool_user, script
 
 
 @pytest.fixture
@@ -74,51 +40,6 @@ def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
     )
-
-
-def run(*args: str, env: dict[str, str], timeout: float = CEILING, stdin: str = "") -> Result:
-    """Run the command, blocking: only where no in-process worker must make progress."""
-    proc = subprocess.run(
-        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-async def arun(
-    *args: str, env: dict[str, str], timeout: float = CEILING, stdin: str = ""
-) -> Result:
-    """Run the command without blocking the event loop (the in-process worker runs on it)."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
-    except TimeoutError:
-        proc.kill()
-        out, err = await proc.communicate()
-        pytest.fail(f"`subagents {' '.join(args)}` ran over {timeout} s:\n{out!r}\n{err!r}")
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
-
-
-def ok(result: Result) -> Result:
-    assert result.code == 0, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert "Traceback" not in result.err
-    return result
-
-
-def failed(result: Result) -> Result:
-    """A clean failure: exit 1, a message on stderr, no traceback, nothing on stdout."""
-    assert result.code == 1, f"exit {result.code}\nstdout:\n{result.out}\nstderr:\n{result.err}"
-    assert result.err.startswith("error: "), result.err
-    assert "Traceback" not in result.err and "Traceback" not in result.out
-    assert result.out == ""
-    return result
 
 
 def _pids_with(marker: str) -> list[int]:
@@ -428,6 +349,27 @@ def test_agents_lists_the_builtins() -> None:
     assert all(a["description"] and a["max_turns"] >= 1 for a in agents)
 
 
+def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> None:
+    """A script that reads `subagents agents` line by line finds each agent by name."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    name = "code-reviewer-for-the-payment-service"
+    (agents / f"{name}.md").write_text(
+        f"---\nname: {name}\ndescription: {'Reviews payment code for retries. ' * 6}\n"
+        "tools: Read, Grep, Bash\n---\nReview.\n"
+    )
+    lines = ok(run("agents", "--agents-dir", str(tmp_path), env=_env(tmp_path))).out.splitlines()
+    assert lines[0].split() == ["name", "tools", "mode", "turns", "source", "description"]
+    rows = {line.split()[0]: line.split(maxsplit=5) for line in lines[1:]}
+    assert list(rows) == ["explore", "plan", "research", "general", name], lines
+    _, tools, mode, turns, source, description = rows[name]
+    assert (tools, mode) == ("read_file,grep,bash", "default") and turns.isdigit()
+    assert source.endswith(f".claude/agents/{name}.md")
+    # the free text is cut to the width: one line per agent, however long
+    assert description.startswith("Reviews pa") and description.endswith("…")
+    assert len(lines) == 6
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -436,6 +378,8 @@ def test_agents_lists_the_builtins() -> None:
             ["unknown agent 'nope'", "known: explore, plan, research, general"],
         ),
         (["spawn", "explore", "   "], ["prompt is empty"]),
+        (["spawn", "explore", "do it", "--metadata", "{nope"], ["--metadata is not JSON"]),
+        (["spawn", "explore", "do it", "--metadata", "[1]"], ["metadata"]),
         (["spawn", "explore", "do it", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
         (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
@@ -451,7 +395,8 @@ def test_agents_lists_the_builtins() -> None:
         (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
         (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
-    ids=["unknown-agent", "empty-prompt", "max-turns-0", "check-unknown", "cancel-unknown",
+    ids=["unknown-agent", "empty-prompt", "metadata-not-json", "metadata-not-object",
+         "max-turns-0", "check-unknown", "cancel-unknown",
          "watch-unknown", "markup-in-message", "approve-unknown", "reject-unknown",
          "send-unknown", "time-limit-0", "time-limit-inf",
          "approval-timeout-negative", "max-turns-huge", "bad-model", "widening-mode"],
@@ -820,6 +765,7 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
 
         client_env = {**env, "TEMPORAL_ADDRESS": address}
         (workspace / "note.txt").write_text("dev worker was here\n")
+        give_to_tool_user(tmp_path)  # as a user's checkout is theirs
         model = script(
             {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
             {"text": "read: {last_tool_result}"},

@@ -43,11 +43,10 @@ from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.worker import create_worker
 
 from .browser import CHROMIUM, needs_browser
-from .conftest import script
 from .helpers import CEILING
-from .test_cli import CLI, _env, failed, ok, run
-from .test_dev import _wait_ready
-from .test_encryption import decoded_strings, temporal_cli
+from .helpers.cli import CLI, _env, decoded_strings, failed, ok, run, temporal_cli
+from .helpers.processes import _wait_ready
+from .helpers.tasks import script
 
 # Plain words: the Web UI shows a summary as markdown, escaping punctuation.
 PROMPT = "Reconcile the ledger of account 4471 for the quarterly audit"

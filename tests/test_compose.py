@@ -224,6 +224,58 @@ def test_the_payload_key_reaches_the_workers_and_the_encryption_profile_serves_t
     assert ui["TEMPORAL_CORS_ORIGINS"] == "http://localhost:8233"
 
 
+def test_the_inbox_profile_serves_the_workers_tasks_on_loopback() -> None:
+    plain = compose_config()["services"]
+    assert "inbox" not in plain  # only with the profile
+    notify = plain["worker"]["environment"]
+    assert notify["SUBAGENTS_NOTIFY_URL"] == notify["SUBAGENTS_NOTIFY_SECRET"] == ""
+    assert notify["SUBAGENTS_INBOX_URL"] == "http://localhost:8090"
+
+    services = compose_config(
+        "--profile",
+        "inbox",
+        INBOX_TOKEN="t" * 32,
+        SUBAGENTS_PAYLOAD_KEY="k",
+        TEMPORAL_ADDRESS="ns.acct.tmprl.cloud:7233",
+        TEMPORAL_API_KEY="tsk-from-env",
+        NOTIFY_URL="https://hooks.example.com/x",
+        NOTIFY_SECRET="s" * 32,
+    )["services"]
+    inbox, worker = services["inbox"], services["worker"]
+    assert inbox["image"] == worker["image"]
+    command = inbox["command"]
+    assert command[0] == "serve"
+    assert "--address" not in command  # TEMPORAL_ADDRESS, as the workers
+    assert command[command.index("--ui-url") + 1] == "http://localhost:8233"
+    port = int(command[command.index("--port") + 1])
+    [published_port] = inbox["ports"]
+    assert published_port["host_ip"] == "127.0.0.1" and published_port["target"] == port
+    assert worker["environment"]["SUBAGENTS_INBOX_URL"] == (
+        f"http://localhost:{published_port['published']}"
+    )
+    env = inbox["environment"]
+    assert env["SUBAGENTS_INBOX_TOKEN"] == "t" * 32
+    # It reads what the workers write: the same namespace, queue, store and keys.
+    for name in (
+        "TEMPORAL_ADDRESS",
+        "TEMPORAL_NAMESPACE",
+        "TEMPORAL_API_KEY",
+        "TEMPORAL_TLS_CLIENT_CERT_DATA",
+        "TEMPORAL_TLS_CLIENT_KEY_DATA",
+        "SUBAGENTS_TASK_QUEUE",
+        "SUBAGENTS_BLOB_URL",
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "SUBAGENTS_PAYLOAD_KEY",
+        "SUBAGENTS_PAYLOAD_OLD_KEYS",
+    ):
+        assert env[name] == worker["environment"][name], name
+    assert worker["environment"]["SUBAGENTS_NOTIFY_URL"] == "https://hooks.example.com/x"
+    assert worker["environment"]["SUBAGENTS_NOTIFY_SECRET"] == "s" * 32
+    assert "SUBAGENTS_NOTIFY_SECRET" not in env  # the inbox posts nothing
+
+
 def test_the_host_client_in_the_header_reaches_the_same_store(
     config: dict,  # type: ignore[type-arg]
 ) -> None:
@@ -463,7 +515,7 @@ def test_the_split_profile_runs_commands_on_tool_workers_only() -> None:
 
 # ------------------------------------------------------------------ exposure
 
-ALL_PROFILES = ("--profile", "encryption", "--profile", "split")
+ALL_PROFILES = ("--profile", "encryption", "--profile", "split", "--profile", "inbox")
 OPENED = {
     ("temporal", 7233),
     ("temporal-ui", 8080),
@@ -499,8 +551,10 @@ def test_the_bind_address_opens_the_client_ports_and_nothing_else() -> None:
     services = compose_config(*ALL_PROFILES, SUBAGENTS_BIND="0.0.0.0")["services"]
     ports = published(services)
     assert {key for key, host in ports.items() if host == "0.0.0.0"} == OPENED
-    # MinIO's admin console and the codec server (it decrypts every task) stay local
+    # MinIO's admin console, the codec server (it decrypts every task) and the inbox
+    # (it decides with bearer tokens sent in clear) stay local
     assert ports[("minio", 9001)] == ports[("codec-server", 8081)] == "127.0.0.1"
+    assert ports[("inbox", 8090)] == "127.0.0.1"
     one = published(compose_config(SUBAGENTS_BIND="10.0.0.5")["services"])
     assert {key for key, host in one.items() if host == "10.0.0.5"} == OPENED
 

@@ -23,9 +23,10 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
-from .test_durability import fake_provider, processes_matching, wait_for
+from .helpers.processes import processes_matching, wait_for
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 
 @contextlib.asynccontextmanager

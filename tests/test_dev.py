@@ -41,6 +41,7 @@ from durable_subagents.dev import (
 from durable_subagents.errors import InvalidRequest, SubagentError
 
 from .helpers import CEILING
+from .helpers.processes import _wait_ready
 
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:
@@ -253,15 +254,6 @@ async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
             DescribeNamespaceRequest(namespace="default")
         )
         assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(days=2)
-
-
-async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
-    deadline = time.monotonic() + CEILING
-    while "Ctrl-C to stop" not in out.getvalue():
-        assert not task.done(), out.getvalue()
-        assert time.monotonic() < deadline, out.getvalue()
-        await asyncio.sleep(0.05)
-    return out.getvalue()
 
 
 async def test_run_dev_starts_and_stops_its_own_server(

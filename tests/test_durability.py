@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,58 +17,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.processes import processes_matching, wait_for
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 PAYLOAD_LIMIT = 256 * 1024
-
-
-def processes_matching(text: str) -> list[int]:
-    """PIDs whose command line starts with ``text`` (seen from the host PID namespace).
-
-    The command itself: not the sandbox (``bwrap ... bash -c sleep 3907``) or the shell
-    whose arguments hold it, which would count each command two or three times.
-    """
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if cmdline.startswith(text):
-            pids.append(int(entry.name))
-    return pids
-
-
-async def wait_for(predicate, timeout: float = CEILING, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    """Until ``predicate()``: an outcome, bounded only by ``CEILING`` (see ``helpers``)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def fake_provider(
-    monkeypatch: pytest.MonkeyPatch, server: FakeModelServer, prefix: str, key: str = "k"
-) -> AsyncIterator[FakeModelServer]:
-    """Serve a fake model API and point this process's worker at it (env + fresh clients)."""
-    async with server as srv:
-        monkeypatch.setenv(f"{prefix}_API_KEY", key)
-        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
-        clear_provider_cache()
-        try:
-            yield srv
-        finally:
-            await close_providers()
 
 
 async def all_runs_events(temporal: Client, task_id: str) -> list:  # type: ignore[type-arg]

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +35,13 @@ from durable_subagents._codec import (
     new_key,
 )
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, temporal_binary
+from durable_subagents.dev import DevServer
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.cli import decoded_strings, temporal_cli
+from .helpers.tasks import script
 
 PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
 OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
@@ -75,37 +74,6 @@ async def keyed_client(own: Settings) -> tuple[Client, SubagentClient]:
         agents={"careful": CAREFUL},
     )
     return temporal, client
-
-
-async def temporal_cli(*args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        str(temporal_binary()),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
-
-
-def decoded_strings(value: Any) -> Iterator[str]:
-    """Every string in a JSON value, and the base64-decoded text of each that is base64."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from decoded_strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from decoded_strings(v)
-    elif isinstance(value, str):
-        yield value
-        if len(value) >= 8 and re.fullmatch(r"[A-Za-z0-9+/=_-]+", value):
-            for decode in (base64.b64decode, base64.urlsafe_b64decode):
-                try:
-                    yield decode(value + "=" * (-len(value) % 4)).decode("utf-8", "replace")
-                except ValueError:
-                    pass
 
 
 async def raw_texts(dev_server: DevServer, task_id: str) -> str:
@@ -374,8 +342,8 @@ async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
 ) -> None:
     """``subagents spawn/check/watch/ls`` and ``subagents mcp``, configured only by the
     environment, against an encrypted worker; a CLI without the key names the one it needs."""
-    from .test_cli import _env, arun, failed, ok
-    from .test_mcp import call, mcp_session
+    from .helpers.cli import _env, arun, failed, ok
+    from .helpers.mcp import call, mcp_session
 
     own = with_keys(settings, key)
     temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
@@ -424,7 +392,7 @@ async def test_a_hostile_model_cannot_read_the_payload_key(
     settings: Settings, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The key is in the worker's environment; the attacker tries every way to it."""
-    from .test_hostile import bash, call, run_attack
+    from .helpers.attacks import bash, call, run_attack
 
     monkeypatch.setenv("SUBAGENTS_PAYLOAD_KEY", key)
     own = with_keys(settings, key)

@@ -31,8 +31,8 @@ from durable_subagents.activities.tools._seccomp import REFUSED_CALLS, seccomp_s
 from durable_subagents.config import Settings, parse_tool_user
 from durable_subagents.worker import create_worker
 
-from .conftest import TOOL_USER, give_to_tool_user, script
 from .helpers import CEILING
+from .helpers.tasks import TOOL_USER, give_to_tool_user, script
 
 WORKER_USER = (10002, 10002)
 """The unprivileged worker's user (a process of its own when the suite runs as root)."""
@@ -272,6 +272,43 @@ async def test_what_a_tool_makes_belongs_to_an_unprivileged_user(
         info = (workspace / name).lstat()
         assert (info.st_uid, info.st_gid) == (uid, gid), name
         assert info.st_uid != 0
+
+
+@pytest.mark.skipif(not ROOT, reason="a file only root may read needs a root suite")
+async def test_the_file_tools_act_as_the_tool_user(
+    client: SubagentClient, attacked: tuple[int, int], workspace: Path
+) -> None:
+    """What ``write_file`` makes is the tool user's, as a command's is; a file only root
+    may read, placed in the workspace or linked from it, is never read, searched or
+    changed by a file tool."""
+    secret = workspace / "secret.txt"
+    secret.write_text("root's secret\n")
+    secret.chmod(0o600)
+    (workspace / "alias.txt").symlink_to("secret.txt")
+    turn = {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "dir/made.txt", "content": "x\n"}},
+            {"name": "read_file", "arguments": {"path": "secret.txt"}},
+            {"name": "read_file", "arguments": {"path": "alias.txt"}},
+            {"name": "grep", "arguments": {"pattern": "secret"}},
+            {"name": "edit_file", "arguments": {"path": "secret.txt", "old": "root", "new": "my"}},
+        ]
+    }
+    task_id = await client.spawn_task("general", "tidy up", model=script(turn, {"text": "done"}))
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info
+    outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert outputs[0] == "wrote 2 bytes to dir/made.txt", outputs
+    uid, gid = attacked
+    for name in ("dir", "dir/made.txt"):
+        info_ = (workspace / name).lstat()
+        assert (info_.st_uid, info_.st_gid) == (uid, gid), name
+    assert outputs[1] == "cannot read 'secret.txt': Permission denied", outputs
+    assert outputs[2] == "cannot read 'alias.txt': Permission denied", outputs
+    assert "root's secret" not in "\n".join(outputs), outputs
+    assert "Permission denied" in outputs[4], outputs
+    assert secret.read_text() == "root's secret\n"
+    assert secret.stat().st_uid == 0
 
 
 @pytest.mark.skipif(not ROOT, reason="only a root worker picks a tool user")

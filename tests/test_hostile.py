@@ -28,8 +28,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import create_worker
 
-from .conftest import give_to_tool_user, script
 from .helpers import CEILING
+from .helpers.attacks import bash, call, run_attack, tool_outputs
+from .helpers.tasks import give_to_tool_user, script
 
 REPO = Path(__file__).resolve().parents[1]
 SECRETS = {
@@ -37,30 +38,6 @@ SECRETS = {
     "AZURE_OPENAI_KEY": "azure-hostile-test-key-0123456789",
     "DATABASE_URL": "postgres://user:db-hostile-PASSWORD-0123@db/app",
 }
-
-
-def bash(*commands: str) -> dict[str, Any]:
-    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
-
-async def tool_outputs(client: SubagentClient, task_id: str) -> list[str]:
-    return [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
-
-
-async def run_attack(
-    client: SubagentClient, *turns: dict[str, Any], agent: str = "general", **options: Any
-) -> tuple[str, list[str]]:
-    """Spawn the attacker, wait for it to finish, return its id and its tool outputs."""
-    task_id = await client.spawn_task(
-        agent, "summarise the README", model=script(*turns, {"text": "done"}), **options
-    )
-    info = await client.check_task(task_id, wait=True, timeout=CEILING)
-    assert info.status == TaskStatus.COMPLETED, info
-    return task_id, await tool_outputs(client, task_id)
 
 
 async def everything_recorded(temporal_client: Client, task_id: str, settings: Settings) -> str:

@@ -17,10 +17,15 @@ from durable_subagents.client._live import RESTARTED, LiveTurn
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
-from .test_cli import CLI, _env
-from .test_model_faults import MODELS, PROVIDERS, model_api
+from .helpers.cli import CLI, _env
+from .helpers.providers import (
+    MODELS,
+    PROVIDERS,
+    model_api,
+    turn_text,
+)
+from .helpers.tasks import script
 
 WORDS = " ".join(f"word{i}" for i in range(1, 25)) + "."
 
@@ -34,15 +39,6 @@ async def turn_open(temporal: Client, task_id: str) -> bool:
 
 async def watch_until_closed(client: SubagentClient, task_id: str) -> list[TaskEvent]:
     return [e async for e in client.watch(task_id)]
-
-
-def turn_text(events: list[TaskEvent], turn: int) -> str:
-    """The text a watcher would show for ``turn``: from its last restart on."""
-    text = ""
-    for event in events:
-        if event.kind == "text" and event.turn == turn:
-            text = (event.text or "") if event.summary == RESTARTED else text + (event.text or "")
-    return text
 
 
 async def test_text_streams_before_its_turn_event(

@@ -24,6 +24,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
@@ -36,6 +37,7 @@ from durable_subagents import (
     connect_client,
 )
 from durable_subagents._context import SUMMARY_PROMPT
+from durable_subagents._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
 from durable_subagents._telemetry import COMPACTION_SPAN, MODEL_TURN_SPAN
 from durable_subagents.agents import load_agent_file
 from durable_subagents.config import Settings
@@ -45,8 +47,8 @@ from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._details import TaskView, current_details
 
-from .conftest import script
-from .test_durability import fake_provider
+from .helpers.providers import fake_provider
+from .helpers.tasks import script
 
 FILES = 30
 FILE_BYTES = 16 * 1024
@@ -149,6 +151,18 @@ def reported(usages: list[dict[str, Any]], anthropic: bool) -> Usage:
     return total
 
 
+async def model_call_queues(temporal_client: Client, task_id: str) -> dict[str, list[str]]:
+    """The task queue each model turn and compaction was scheduled on, in order."""
+    queues: dict[str, list[str]] = {MODEL_TURN_ACTIVITY: [], COMPACT_ACTIVITY: []}
+    handle = temporal_client.get_workflow_handle(task_id)
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name in queues:
+                queues[attrs.activity_type.name].append(attrs.task_queue.name)
+    return queues
+
+
 WIRES = {
     "openai": (FakeOpenAIServer, "OPENAI", "openai:fake-32k", openai_wire),
     "anthropic": (FakeAnthropicServer, "ANTHROPIC", "anthropic:claude-fake-32k", anthropic_wire),
@@ -167,8 +181,12 @@ async def test_a_30_file_read_outlives_a_32k_window(
     server_class, prefix, model, parse = WIRES[wire]
     facts = write_files(workspace)
     server = server_class(context_window=WINDOW, responder=reading_model(parse))
+    # OpenAI's turns and compactions go through a rate-limited queue of their own (a
+    # rate no run reaches); Anthropic's stay on the task queue
+    limits = "openai=1000" if wire == "openai" else ""
+    worker_settings = settings.model_copy(update={"model_rate_limits": limits})
     async with fake_provider(monkeypatch, server, prefix) as srv:
-        async with create_worker(temporal_client, settings):
+        async with create_worker(temporal_client, worker_settings):
             task_id = await client.spawn_task(
                 "explore",
                 "Read f00.txt to f29.txt; note each file's fact.",
@@ -185,6 +203,10 @@ async def test_a_30_file_read_outlives_a_32k_window(
             info = await client.check_task(task_id, wait=True, timeout=170)
             await asyncio.wait_for(watching, 30)
     assert info.status == TaskStatus.COMPLETED, info.error
+    queues = await model_call_queues(temporal_client, task_id)
+    expected = model_queue(settings.task_queue, "openai") if limits else settings.task_queue
+    assert set(queues[COMPACT_ACTIVITY]) == {expected}, queues
+    assert set(queues[MODEL_TURN_ACTIVITY][1:]) == {expected}, queues
     # every fact the model noted along the way is in its answer
     assert info.result is not None
     assert sorted(_FACT.findall(info.result)) == sorted(
@@ -508,10 +530,10 @@ async def test_check_ls_and_watch_show_cached_tokens_and_compactions(
     as_json = json.loads(await cli("check", task_id, "--json"))
     assert as_json["compactions"] == info.compactions
     assert as_json["usage"]["cache_read_tokens"] == usage.cache_read_tokens
-    listed = await cli("ls")
-    row = next(line for line in listed.splitlines() if task_id in line)
-    shown = f"{usage.input_tokens:,}/{usage.output_tokens:,} ({usage.cache_read_tokens:,})"
-    assert shown in row
+    listed = json.loads(await cli("ls", "--json"))
+    row = next(entry for entry in listed if entry["id"] == task_id)
+    assert row["usage"]["cache_read_tokens"] == usage.cache_read_tokens
+    assert row["usage"]["input_tokens"] == usage.input_tokens
     watched = await cli("watch", task_id)
     compactions = [line for line in watched.splitlines() if " compaction " in line]
     assert len(compactions) == info.compactions and "tokens" in compactions[0]

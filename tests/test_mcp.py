@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult, TextContent
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient
@@ -20,9 +13,9 @@ from durable_subagents.agents import load_agents
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 
-from .conftest import script
-from .test_cli import _env
-from .test_orchestrator_tools import NAMES
+from .helpers.cli import _env
+from .helpers.mcp import NAMES, call, mcp_session
+from .helpers.tasks import script
 
 REVIEWER = """\
 ---
@@ -42,34 +35,6 @@ def project(tmp_path: Path) -> Path:
     (root / ".claude" / "agents").mkdir(parents=True)
     (root / ".claude" / "agents" / "reviewer.md").write_text(REVIEWER)
     return root
-
-
-@asynccontextmanager
-async def mcp_session(
-    tmp_path: Path, env: dict[str, str], *args: str
-) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "durable_subagents", "mcp", *args],
-        env=env,
-        cwd=tmp_path,
-    )
-    with (tmp_path / "mcp.err").open("w") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            yield session
-
-
-async def call(session: ClientSession, name: str, **arguments: Any) -> tuple[bool, Any]:
-    """One tool call: (isError, the JSON the tool answered)."""
-    result = await session.call_tool(name, arguments)
-    assert isinstance(result, CallToolResult)
-    [content] = result.content
-    assert isinstance(content, TextContent)
-    return result.is_error, json.loads(content.text)
 
 
 async def test_tools_spawn_check_and_errors(

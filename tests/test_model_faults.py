@@ -6,39 +6,23 @@ fault queued, and checks what the task, the history and the server saw.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+from durable_subagents.testing import FakeModelServer
 from durable_subagents.worker import create_worker
 
-from .test_durability import fake_provider
+from .helpers.providers import MODELS, PROVIDERS, activity_runs, model_api
 
-PROVIDERS = ["openai", "anthropic"]
-MODELS = {"openai": "openai:gpt-test", "anthropic": "anthropic:claude-test"}
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-
-
-@contextlib.asynccontextmanager
-async def model_api(
-    monkeypatch: pytest.MonkeyPatch, kind: str, key: str = "k", **options: Any
-) -> AsyncIterator[FakeModelServer]:
-    """Serve a fake ``kind`` API and point this process's worker at it."""
-    server = FakeOpenAIServer(**options) if kind == "openai" else FakeAnthropicServer(**options)
-    async with fake_provider(monkeypatch, server, kind.upper(), key) as srv:
-        yield srv
 
 
 def worker_with(client: Client, settings: Settings, **timeouts: float) -> Worker:
@@ -51,48 +35,6 @@ async def run_task(
 ) -> TaskInfo:
     task_id = await client.spawn_task(agent, "go", model=MODELS[kind])
     return await client.check_task(task_id, wait=True, timeout=timeout)
-
-
-@dataclass
-class Attempt:
-    """A finished activity execution: its name, final attempt and the last failure."""
-
-    activity: str
-    attempt: int
-    last_failure: str
-    last_failure_type: str
-    local: bool = False
-
-
-async def activity_runs(temporal: Client, task_id: str) -> list[Attempt]:
-    """Every activity of the task, from its history; a local activity from its marker.
-
-    Temporal writes an activity's started event once, for the attempt that ended it,
-    with the failure of the attempt before.
-    """
-    names: dict[int, str] = {}
-    runs = []
-    converter = temporal.data_converter.payload_converter
-    async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            marker = e.marker_recorded_event_attributes
-            if marker.marker_name == "core_local_activity":
-                data = converter.from_payload(marker.details["data"].payloads[0], dict)
-                runs.append(Attempt(data["activity_type"], data["attempt"], "", "", local=True))
-        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            attrs = e.activity_task_started_event_attributes
-            failure = attrs.last_failure
-            runs.append(
-                Attempt(
-                    names[attrs.scheduled_event_id],
-                    attrs.attempt,
-                    failure.message,
-                    failure.application_failure_info.type,
-                )
-            )
-    return runs
 
 
 def tool_results(body: dict[str, Any]) -> list[str]:

@@ -27,11 +27,16 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.types import Message, ModelRequest
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
-from .test_live_text import turn_text
-from .test_model_faults import MODELS, PROVIDERS, activity_runs, model_api
-from .test_providers import recorded_failure
+from .helpers.providers import (
+    MODELS,
+    PROVIDERS,
+    activity_runs,
+    model_api,
+    recorded_failure,
+    turn_text,
+)
+from .helpers.tasks import script
 
 LONE = "\ud800"
 R = "\ufffd"

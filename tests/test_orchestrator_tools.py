@@ -32,20 +32,10 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.types import PendingApproval, Usage
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.mcp import NAMES
+from .helpers.tasks import script
 
-NAMES = [
-    "spawn_subagent",
-    "check_subagent",
-    "wait_subagents",
-    "approve_tool_calls",
-    "reject_tool_calls",
-    "send_subagent_input",
-    "cancel_subagent",
-    "show_tool_call",
-    "list_subagents",
-]
 CAREFUL = AgentSpec(
     name="careful",
     description="Asks before every shell command.",

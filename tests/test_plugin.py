@@ -18,12 +18,12 @@ from durable_subagents._codec import ENCODING, EncryptionCodec, new_key
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.tasks import script
+from .histories import HISTORIES
 from .parent_workflows import FanOutWorkflow
-from .test_replay import HISTORIES
 
 
 def keyed(settings: Settings) -> Settings:
@@ -77,19 +77,22 @@ async def test_the_plugin_given_to_the_worker_too_registers_once(
         )
     config = worker.config(active_config=True)
     assert config["workflows"].count(SubagentWorkflow) == 1
-    assert len(config["activities"]) == 3  # model_turn, run_tool, compact_context
+    assert config["workflows"].count(NotifyWorkflow) == 1
+    # model_turn, run_tool, compact_context, send_notification
+    assert len(config["activities"]) == 4
     # The workflow named by hand: the plugin still adds the activities.
     config = Worker(
         temporal, task_queue=f"{settings.task_queue}-3", workflows=[SubagentWorkflow]
     ).config(active_config=True)
-    assert config["workflows"] == [SubagentWorkflow] and len(config["activities"]) == 3
+    assert config["workflows"] == [NotifyWorkflow, SubagentWorkflow]
+    assert len(config["activities"]) == 4
     # create_worker on a client with the plugin: the plugin finds it registered.
     # (Each worker built here has a queue of its own: one client may not poll a queue twice.)
     config = create_worker(temporal, settings, task_queue=f"{settings.task_queue}-2").config(
         active_config=True
     )
     assert config["workflows"].count(SubagentWorkflow) == 1
-    assert len(config["activities"]) == 3
+    assert len(config["activities"]) == 4
 
 
 async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) -> None:

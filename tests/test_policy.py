@@ -126,15 +126,6 @@ def test_may_pause_follows_the_mode() -> None:
     assert may_pause(AgentSpec(name="a", permission_mode="dont_ask", permissions=asks))
 
 
-def test_v1_rules_still_decide_tasks_started_before_mode_defaults() -> None:
-    spec = AgentSpec(name="a", permission_mode="default")
-    assert policy.decide_v1(spec, "bash", {"command": "ls"}) == "allow"
-    asking = AgentSpec(
-        name="a", permission_mode="dont_ask", permissions=[PermissionRule(action="ask")]
-    )
-    assert policy.decide_v1(asking, "bash", {"command": "ls"}) == "deny"
-
-
 @pytest.mark.parametrize(
     ("tool", "path", "expected"),
     [

@@ -15,8 +15,6 @@ import pytest
 from aiohttp import web
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
-from temporalio.api.failure.v1 import Failure
-from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents.activities.providers import (
@@ -35,6 +33,7 @@ from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 
 from .helpers import CEILING
+from .helpers.providers import recorded_failure
 
 OPENAI_KEY = "sk-test-openai-secret-0123456789"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
@@ -131,15 +130,6 @@ async def failure(provider: ModelProvider, model: str) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
         await provider.complete(ModelRequest(model=model, messages=[user("hi")]))
     return info.value
-
-
-def recorded_failure(error: Exception) -> str:
-    """What Temporal would record in history for ``error``, cause chain included."""
-    failure = Failure()
-    DataConverter.default.failure_converter.to_failure(
-        error, DataConverter.default.payload_converter, failure
-    )
-    return str(failure)
 
 
 # ------------------------------------------------------------------------------ openai

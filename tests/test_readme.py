@@ -1,4 +1,4 @@
-"""Every Python snippet of the README runs as shown, against a real server and worker.
+"""Every Python snippet of the README and docs/ runs as shown, against a real server and worker.
 
 Each snippet runs as a script of its own in a fresh process, with only what a user's
 environment would give it (``TEMPORAL_ADDRESS``, ``SUBAGENTS_TASK_QUEUE`` and, for the
@@ -7,7 +7,9 @@ tool loop, ``OPENAI_BASE_URL``), while a worker with the scripted model serves i
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import base64
 import importlib.util
 import json
 import os
@@ -15,40 +17,57 @@ import re
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._payloads import NotifyEvent, NotifyInput, NotifyTask
+from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "CONTRIBUTING.md"]
+"""The pages whose snippets run: the README, every page of docs/, CONTRIBUTING."""
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
 @dataclass
 class Snippet:
+    page: str
     line: int
     lang: str
     code: str
 
     @property
     def name(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.page}:{self.line}"
 
 
 def snippets(lang: str) -> list[Snippet]:
-    text = README.read_text()
-    return [
-        Snippet(text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2))
-        for m in _BLOCK.finditer(text)
-        if m.group(1) == lang
-    ]
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        found += [
+            Snippet(
+                str(page.relative_to(ROOT)),
+                text.count("\n", 0, m.start()) + 1,
+                m.group(1),
+                m.group(2),
+            )
+            for m in _BLOCK.finditer(text)
+            if m.group(1) == lang
+        ]
+    return found
 
 
 PYTHON = snippets("python")
@@ -57,6 +76,8 @@ PYTHON = snippets("python")
 def kind(snippet: Snippet) -> str:
     """Which check a snippet gets (each must be one of the known kinds)."""
     code = snippet.code
+    if "webhook-signature" in code:
+        return "webhook"
     if "SubagentsPlugin" in code:
         return "plugin"
     if "@workflow.defn" in code:
@@ -83,13 +104,12 @@ def test_every_python_snippet_has_a_check() -> None:
 
 
 COMMON = {"--address", "--namespace", "--profile", "--task-queue", "--help"}
-"""Options the README states once for every command that talks to Temporal."""
+"""Options docs/cli.md states once for every command that talks to Temporal."""
 
 
 def synopsis() -> dict[str, str]:
-    """The README's command synopsis: each command's lines joined, by command name."""
-    text = README.read_text()
-    section = text[text.index("## Command line") :]
+    """The command synopsis of docs/cli.md: each command's lines joined, by command name."""
+    section = (ROOT / "docs" / "cli.md").read_text()
     block = next(m.group(2) for m in _BLOCK.finditer(section) if m.group(1) == "")
     commands: dict[str, str] = {}
     name = ""
@@ -104,7 +124,7 @@ def synopsis() -> dict[str, str]:
 
 
 def test_the_command_synopsis_matches_each_commands_help() -> None:
-    """Every command, argument and option of `--help` is in the README's synopsis, and
+    """Every command, argument and option of `--help` is in the synopsis of docs/cli.md, and
     nothing else is (options every command takes are stated once, above it)."""
     import typer.main
 
@@ -173,7 +193,7 @@ async def served(
 
 
 async def run_snippet(snippet: Snippet, env: dict[str, str], cwd: Path) -> str:
-    script = cwd / f"snippet_{snippet.line}.py"
+    script = cwd / f"snippet_{Path(snippet.page).stem.replace('-', '_')}_{snippet.line}.py"
     script.write_text(snippet.code)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -223,7 +243,10 @@ async def test_snippet_runs_as_shown(
         assert out.startswith("completed ") and "offline" in out.lower(), out
         return
     out = await run_snippet(snippet, served, tmp_path)
-    if what == "spawn":
+    if what == "webhook":
+        assert out == ""
+        await _verify_a_real_notification(snippet)
+    elif what == "spawn":
         assert "input_tokens" in out and "offline" in out.lower(), out
     elif what == "structured":
         verdict, rest = out.split(" ", 1)
@@ -272,3 +295,81 @@ async def _run_review_workflow(
         sys.modules.pop("readme_review", None)
         sys.path.remove(str(tmp_path))
     assert len(results) == 2 and all(isinstance(r, str) and r for r in results)
+
+
+async def _verify_a_real_notification(snippet: Snippet) -> None:
+    """The snippet's ``verify`` accepts what a worker posts, and nothing altered."""
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        received.append((dict(request.headers), await request.read()))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    event = NotifyEvent(
+        id="subagent-x-notify-1",
+        type="task.completed",
+        time=datetime.now(UTC),
+        task=NotifyTask(id="subagent-x", status=TaskStatus.COMPLETED, result_preview="d\u202eone"),
+    )
+    try:
+        for key in (secret, "a plain secret of 16+ bytes"):
+            notifier = Notifier(default_url=f"http://127.0.0.1:{port}/hook", secret=key)
+            await notifier.send_notification(NotifyInput(event=event))
+    finally:
+        await runner.cleanup()
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet.code, snippet.name, "exec"), namespace)
+    verify = namespace["verify"]
+    (headers, body), (plain_headers, plain_body) = received
+    assert verify(secret, headers, body)
+    assert verify("a plain secret of 16+ bytes", plain_headers, plain_body)
+    assert not verify(secret, headers, body.replace(b"completed", b"cancelled"))
+    assert not verify(secret, plain_headers, plain_body)  # another secret's
+    assert not verify(secret, {**headers, "webhook-id": "other"}, body)
+    stale = {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) - 3600)}
+    assert not verify(secret, stale, body)
+
+
+def test_the_client_table_names_each_calls_parameters() -> None:
+    """docs/client.md's table of calls states each call's parameters, in order, with the
+    same keyword-only marker and defaults as the code: the table cannot drift."""
+    import inspect
+
+    from durable_subagents import SubagentClient
+
+    text = (ROOT / "docs" / "client.md").read_text()
+    rows = re.findall(r"^\| (`\w+\(.*?\)`(?: / `\w+\(.*?\)`)*) \|", text, re.M)
+    shown = {}
+    for cell in rows:
+        for call in re.findall(r"`(\w+)\((.*?)\)`", cell):
+            shown[call[0]] = call[1].replace("\\|", "|")
+    public = {
+        name
+        for name, fn in inspect.getmembers(SubagentClient, inspect.iscoroutinefunction)
+        if not name.startswith("_")
+    } | {"watch"}
+    assert set(shown) == public - {"close", "connect"}, sorted(public ^ set(shown))
+    alias = {"id": "task_id", "ids": "task_ids"}  # the table's short names
+    for name, params in shown.items():
+        signature = list(inspect.signature(getattr(SubagentClient, name)).parameters.values())
+        positional = [p.name for p in signature[1:] if p.kind is not p.KEYWORD_ONLY]
+        keyword = {p.name for p in signature[1:] if p.kind is p.KEYWORD_ONLY}
+        defaults = {p.name: p.default for p in signature[1:]}
+        written = [part.strip() for part in params.split(",")]
+        before = [w.split("=")[0] for w in written] + ["*"]  # none written: all positional
+        star = before.index("*")
+        names = [alias.get(w, w) for w in before[:star]]
+        assert names == positional, (name, names, positional)
+        assert {alias.get(w, w) for w in before[star + 1 : -1]} == keyword, (name, keyword)
+        for w in written:
+            key, _, value = w.partition("=")
+            if value and key != "mode":  # mode="all"|"any" names the choices
+                assert ast.literal_eval(value) == defaults[alias.get(key, key)], (name, w)

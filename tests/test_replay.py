@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,22 +13,30 @@ from temporalio.worker import Replayer
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+from .histories import HISTORIES
+from .histories.record import SCENARIOS, VERSION
 
 
 def test_histories_are_committed() -> None:
+    """Every scenario ``record`` knows, recorded from the current baseline."""
     stems = {p.stem for p in HISTORIES}
-    for version in ("v1", "v2", "v3", "v4", "v5", "v6"):
-        assert {f"{k}-{version}" for k in ("completed", "cancelled", "timed_out")} <= stems
-    for version in ("v3", "v4", "v5", "v6"):
-        assert {f"approvals-{version}", f"registered-{version}"} <= stems
-    # v7: a task that compacts (summaries too), and a tree with its usage (tree-usage)
-    assert {"compacted-v7", "spawning-v7"} <= stems
+    assert {f"{name}-{VERSION}" for name in SCENARIOS} <= stems
+
+
+def workflow_id(text: str, stem: str) -> str:
+    """The id a history replays under: the recorded task's own where its commands name it.
+
+    A notification's workflow id is the task's id and a suffix, so a history with
+    notifications replays only under the id it was recorded with.
+    """
+    found = re.search(r'"workflowId": *"([^"]+)-notify-[0-9a-f]{16}"', text)
+    return found.group(1) if found else f"replay-{stem}"
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    text = path.read_text()
+    history = WorkflowHistory.from_json(workflow_id(text, path.stem), text)
     replayer = Replayer(
         workflows=[SubagentWorkflow],
         data_converter=pydantic_data_converter,

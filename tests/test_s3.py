@@ -32,8 +32,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker import sweep_blobs
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.tasks import script
 from .s3server import S3Server
 
 
@@ -435,7 +435,7 @@ async def test_a_hostile_model_cannot_reach_the_s3_store_or_its_keys(
     """
     from durable_subagents.worker import create_worker
 
-    from .test_hostile import bash, call, run_attack
+    from .helpers.attacks import bash, call, run_attack
 
     secret = "s3-secret-" + os.urandom(8).hex()
     workspace = settings.workspace

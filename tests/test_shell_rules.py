@@ -20,7 +20,6 @@ from durable_subagents._shell import (
     _parse,
     _parser,
     _split_plain,
-    command_words_v1,
     split_commands,
 )
 from durable_subagents.activities.tools._files import rule_path
@@ -45,7 +44,7 @@ NO_RM = AgentSpec(
 
 
 def decide(spec: AgentSpec, command: str) -> str:
-    return policy.decide(spec, "bash", {"command": command}, parse_bash=True)
+    return policy.decide(spec, "bash", {"command": command})
 
 
 @pytest.mark.parametrize(
@@ -256,14 +255,6 @@ def test_compiled_rule_patterns_pick_the_last_match_fnmatch_would(
     assert _Matcher(tuple(patterns)).last(text) == expected
 
 
-def test_runs_started_before_lines_were_read_apart_replay_as_they_ran() -> None:
-    line = "git status | git status | git log\ntouch pwned && ls > /dev/null"
-    assert decide(GIT_ONLY, line) == "ask"
-    joined = policy.decide(GIT_ONLY, "bash", {"command": line}, parse_bash=True, bash_v1=True)
-    assert joined == "allow"  # what such a run decided then; a replay must decide it again
-    assert ("git", "log", "touch", "pwned") in [w for w, _ in command_words_v1(line)]
-
-
 def test_lines_that_crash_the_bash_grammar_never_reach_it() -> None:
     """tree-sitter-bash 0.25 reads past its buffer on a ``{`` followed by a character
     beyond the BMP (tree-sitter/tree-sitter-bash#337): the process dies with SIGSEGV,
@@ -365,11 +356,6 @@ RM_DENIED = AgentSpec(
 )
 
 
-def decide_v2(spec: AgentSpec, command: str) -> str:
-    """The decision of runs started before commands were read whole (replay)."""
-    return policy.decide(spec, "bash", {"command": command}, parse_bash=True, bash_v2=True)
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -395,7 +381,6 @@ def decide_v2(spec: AgentSpec, command: str) -> str:
 )
 def test_deny_rules_see_the_command_bash_runs(command: str) -> None:
     assert decide(RM_DENIED, command) == "deny"
-    assert decide_v2(RM_DENIED, command) == "allow"  # what such a run decided then
 
 
 @pytest.mark.parametrize(
@@ -415,7 +400,6 @@ def test_deny_rules_see_the_command_bash_runs(command: str) -> None:
 )
 def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> None:
     assert decide(RM_DENIED, command) == "deny"
-    assert decide_v2(RM_DENIED, command) == "ask"
 
 
 @pytest.mark.parametrize(
@@ -436,7 +420,6 @@ def test_deny_rules_see_into_commands_that_run_their_arguments(command: str) -> 
 )
 def test_commands_nobody_can_name_are_never_allowed_past_a_deny_rule(command: str) -> None:
     assert decide(RM_DENIED, command) == "ask"
-    assert decide_v2(RM_DENIED, command) == "allow"
 
 
 @pytest.mark.parametrize(
@@ -460,7 +443,6 @@ def test_commands_nobody_can_name_are_never_allowed_past_a_deny_rule(command: st
 )
 def test_allowed_commands_cannot_carry_code_the_rules_do_not_see(command: str) -> None:
     assert decide(GIT_ONLY, command) == "ask"
-    assert decide_v2(GIT_ONLY, command) == "allow"
 
 
 @pytest.mark.parametrize(
@@ -547,7 +529,6 @@ def test_an_allowed_command_does_not_allow_writing_a_file(command: str, expected
     )
     if command.startswith("ls") and expected == "ask":
         assert decide(default, command) == "ask"  # as write_file would
-        assert decide_v2(default, command) == "allow"
 
 
 def test_deny_rules_can_name_a_redirection() -> None:
@@ -581,7 +562,6 @@ def test_deny_rules_can_name_a_redirection() -> None:
 )
 def test_what_the_grammar_misreads_is_unknown(command: str) -> None:
     assert decide(GIT_ONLY, command) == "ask"
-    assert decide_v2(GIT_ONLY, command) == "allow"
 
 
 @pytest.mark.parametrize(
@@ -595,7 +575,6 @@ def test_what_the_grammar_misreads_is_unknown(command: str) -> None:
 )
 def test_arguments_after_a_redirection_are_the_command_s(command: str) -> None:
     assert decide(RM_DENIED, command) == "deny"
-    assert decide_v2(RM_DENIED, command) == "allow"
     assert ("rm", "-rf", "x") in [c.words for c in split_commands(command)]
 
 
@@ -603,12 +582,10 @@ def test_arguments_after_a_redirection_are_the_command_s(command: str) -> None:
 def test_blanks_only_the_grammar_sees_make_a_line_unknown(blank: str) -> None:
     # bash runs a command named by the character itself (``ls;<blank>`` runs it).
     assert decide(GIT_ONLY, f"ls;{blank}") == "ask"
-    assert decide_v2(GIT_ONLY, f"ls;{blank}") == "allow"
 
 
 def test_an_empty_brace_pair_is_a_command() -> None:
     assert decide(GIT_ONLY, "ls; {}") == "ask"
-    assert decide_v2(GIT_ONLY, "ls; {}") == "allow"
     assert decide(GIT_ONLY, "ls; { ls; }") == "allow"
 
 

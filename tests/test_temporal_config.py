@@ -26,7 +26,7 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.errors import TemporalAccessDenied, TemporalConfigError
 
-from .conftest import give_to_tool_user, script
+from .helpers.tasks import give_to_tool_user, script
 from .tls_front import Certificates, TlsFront
 
 CLI = [sys.executable, "-m", "durable_subagents"]

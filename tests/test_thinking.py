@@ -45,7 +45,7 @@ from durable_subagents.testing import FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
 
-from .test_cli import CLI, _env
+from .helpers.cli import CLI, _env
 
 MANUAL = "anthropic:claude-haiku-4-5"
 ADAPTIVE = "anthropic:claude-opus-4-6"

@@ -38,8 +38,8 @@ from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.activities.tools._bash import truncate_middle
 from durable_subagents.errors import InvalidRequest
 
-from .conftest import give_to_tool_user
 from .helpers import CEILING
+from .helpers.tasks import give_to_tool_user
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ["bwrap", "none"]
@@ -644,6 +644,42 @@ async def test_huge_and_pathological_ignore_files_stay_bounded(ws: Path) -> None
     assert "many/f2000.txt" in listed and "many/f1999.txt" not in listed
     assert "many/f0.txt" not in listed
     assert f"odd/{'a' * 200}0" in listed and "odd/x.tmp" not in listed
+    # what was left out is named, not silently dropped
+    assert listed[-1] == (
+        "[... ignore files not fully applied (over the bounds on their size, patterns or "
+        "compile time): big/.gitignore, many/.gitignore; results may include what they "
+        "ignore ...]"
+    )
+
+
+async def test_a_search_compiles_ignore_files_within_its_budget_and_says_what_it_left(
+    ws: Path,
+) -> None:
+    from durable_subagents.activities.tools import _ignore
+
+    # Distinct wildcard patterns: the costliest to compile, and no two files alike.
+    for i in range(60):
+        heavy = "".join(f"{'?' * 16}{i}x{j}\n" for j in range(1300))
+        write_tree(ws, {f"d{i:02}/.gitignore": f"hidden.txt\n{heavy}", f"d{i:02}/hidden.txt": ""})
+    write_tree(ws, {"d00/needle.txt": "needle\n", "d59/needle.txt": "needle\n"})
+    ctx = context(ws)
+    found = (await grep.run(ctx, {"pattern": "needle"})).splitlines()
+    assert found[:2] == ["d00/needle.txt:1: needle", "d59/needle.txt:1: needle"]
+    note = found[2]
+    assert note.startswith("[... ignore files not fully applied") and len(found) == 3
+    # the first directories' files applied (as many as a CPU second compiles); the
+    # others are named (three, and a count)
+    left = int(note.split(" and ")[1].split(" more")[0]) + 3
+    assert 0 < left < 60 and "d00/" not in note
+    listed = (await list_files.run(ctx, {"pattern": "**/hidden.txt"})).splitlines()
+    assert "d00/hidden.txt" not in listed and "d59/hidden.txt" in listed
+    assert listed[-1].startswith("[... ignore files not fully applied")
+    # a search of one of them has the budget for it: its rules apply, with no note
+    assert (await list_files.run(ctx, {"path": "d59"})).splitlines() == [
+        "d59/.gitignore",
+        "d59/needle.txt",
+    ]
+    assert _ignore.MAX_SEARCH_COMPILE_SECONDS == 1.0
 
 
 async def test_heavy_ignore_files_neither_stall_the_worker_nor_pile_up(ws: Path) -> None:

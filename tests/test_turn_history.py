@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, SubagentClient, TaskStatus
-from durable_subagents.activities.tools._decorator import _THREADS
+from durable_subagents.activities.tools._processes import running_calls
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
+from .helpers.tasks import script
 
 CALLS = [
     {"name": "read_file", "arguments": {"path": "a.txt"}},
@@ -92,17 +92,18 @@ async def test_a_cancel_stops_a_long_local_read(
     async with create_worker(temporal_client, settings):
         task_id = await client.spawn_task("explore", "search", model=model)
         started = time.monotonic()
-        while _THREADS.running(task_id) == 0:
-            assert time.monotonic() - started < 30, "the search never started"
+        while not running_calls(task_id):
+            assert time.monotonic() - started < CEILING, "the search never started"
             await asyncio.sleep(0.02)
+        (pid,) = running_calls(task_id)
         asked = time.monotonic()
         info = await client.cancel_task(task_id)
         assert info.status == TaskStatus.CANCELLED
         # within the workflow-task heartbeat, not after the whole search
         assert time.monotonic() - asked < 12
-        while _THREADS.running(task_id):
-            assert time.monotonic() - asked < 15, "the search thread ran on"
-            await asyncio.sleep(0.05)
+        # its process was killed and reaped before the cancel returned
+        assert not running_calls(task_id)
+        assert not Path(f"/proc/{pid}").exists()
 
 
 async def history_counts(temporal: Client, task_id: str) -> tuple[int, int]:

@@ -22,9 +22,9 @@ from durable_subagents._markdown import escape
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .conftest import script
 from .helpers import CEILING
-from .test_web_ui_markdown import commonmark
+from .helpers.markdown import commonmark
+from .helpers.tasks import script
 
 HOSTILE_COMMAND = (
     "wc -l inventory/*.py tests/*.py\n\n"

@@ -24,8 +24,8 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .browser import CHROMIUM
-from .conftest import script
 from .helpers import CEILING
+from .helpers.tasks import script
 
 pytestmark = [
     pytest.mark.browser,

@@ -14,12 +14,10 @@ import re
 import string
 import urllib.parse
 import urllib.request
-from html.parser import HTMLParser
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from markdown_it import MarkdownIt
 
 from durable_subagents import AgentSpec
 from durable_subagents._markdown import code_span, escape, one_line
@@ -31,6 +29,8 @@ from durable_subagents.dev import DevServer
 from durable_subagents.policy import arguments_preview
 from durable_subagents.types import PendingApproval, TaskStatus
 from durable_subagents.workflows._details import TaskView, current_details
+
+from .helpers.markdown import Rendered, commonmark
 
 HOSTILE = [
     "check __init__ in *.py",
@@ -59,43 +59,6 @@ hostile_text = st.one_of(
     ),
     st.text(max_size=40),
 )
-
-
-class Rendered(HTMLParser):
-    """Rendered HTML read back: the text outside code, the code texts, the tags used."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.outside: list[str] = []
-        self.codes: list[str] = []
-        self.tags: list[str] = []
-        self._in_code = 0
-        self.feed(html)
-        self.close()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        if tag == "code":
-            self._in_code += 1
-            self.codes.append("")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "code":
-            self._in_code -= 1
-
-    def handle_data(self, data: str) -> None:
-        if self._in_code:
-            self.codes[-1] += data
-        else:
-            self.outside.append(data)
-
-    @property
-    def text(self) -> str:
-        return " ".join("".join(self.outside).split())
-
-
-def commonmark(markdown: str) -> Rendered:
-    return Rendered(MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(markdown))
 
 
 _QUOTES = re.compile("[\"'\u201c\u201d\u2018\u2019]")

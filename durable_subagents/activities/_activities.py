@@ -81,6 +81,7 @@ from durable_subagents.activities.tools._beneath import Escape, open_beneath
 from durable_subagents.activities.tools._decorator import DecidedPath
 from durable_subagents.activities.tools._files import rule_path, written_path
 from durable_subagents.activities.tools._limits import limit_mechanisms
+from durable_subagents.activities.tools._processes import prestart_fork_server
 from durable_subagents.activities.tools._sandbox import (
     BASE_ENV,
     NOBODY,
@@ -167,12 +168,15 @@ class SubagentActivities:
         compact_at: float = COMPACT_AT,
         prompt_cache: bool = True,
         prompt_cache_key: str = "auto",
+        notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.transcript = Transcript(store)
         self.workspace_root = workspace_root.resolve()
         self.tools = tools if tools is not None else ToolRegistry()
+        if any(t.forked for t in self.tools):
+            prestart_fork_server()
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
@@ -193,6 +197,7 @@ class SubagentActivities:
         self.compact_at = compact_at
         self.prompt_cache = prompt_cache
         self.prompt_cache_key = prompt_cache_key
+        self.notify = notify
         self.rate_limited = rate_limited
 
     # ------------------------------------------------------------------ model turn
@@ -447,13 +452,15 @@ class SubagentActivities:
             names.append(FINAL_ANSWER_TOOL)
         read_only = [t for t in offered if self.read_only(t)]
         protected = list(self.protected_paths)
-        if input.known_tools == tools_digest(names, read_only, self.sandbox_state, protected):
+        digest = tools_digest(names, read_only, self.sandbox_state, protected, self.notify)
+        if input.known_tools == digest:
             return {"same_tools": True}
         return {
             "offered_tools": names,
             "read_only_tools": read_only,
             "sandbox": self.sandbox_state,
             "protected_paths": protected,
+            "notify": self.notify,
         }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:

@@ -60,6 +60,13 @@ class ToolLimits(BaseModel):
         )
 
 
+DEFAULT_LIMITS = ToolLimits(
+    processes=256, memory_mb=2048, file_size_mb=512, cpu_seconds=600, open_files=1024
+)
+"""What a worker allows each tool call unless configured otherwise (next to the model,
+not in ``config``: the file tools' processes use it without the worker's settings)."""
+
+
 class PermissionRule(BaseModel):
     """``tool`` + glob ``pattern`` (matched against the call's main argument) -> action.
 

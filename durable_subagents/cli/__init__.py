@@ -33,6 +33,7 @@ for _name, _command in (
     ("dev", _serve.dev),
     ("worker", _serve.worker),
     ("codec-server", _serve.codec_server),
+    ("serve", _serve.serve),
     ("keygen", _serve.keygen),
     ("spawn", _tasks.spawn),
     ("check", _tasks.check),

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from durable_subagents._audience import for_shell
 from durable_subagents.cli._common import (
@@ -404,6 +403,100 @@ def codec_server(
     console.print("Stopped.")
 
 
+def serve(
+    address: Address = None,
+    namespace: Namespace = None,
+    profile: Profile = None,
+    task_queue: TaskQueue = None,
+    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8090,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on; other than 127.0.0.1, put TLS in front (tokens "
+            "travel in each request)"
+        ),
+    ] = "127.0.0.1",
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            envvar="SUBAGENTS_INBOX_TOKENS",
+            show_envvar=False,
+            help="TOML file of [[tokens]] (name, role viewer|approver, token or "
+            "token_sha256, optional task_prefixes and parent_ids) [env SUBAGENTS_INBOX_TOKENS; "
+            "SUBAGENTS_INBOX_TOKEN adds one unscoped approver token]",
+        ),
+    ] = None,
+    origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--origin",
+            help="Another browser origin (scheme://host:port) whose pages may call the API; "
+            "repeat for several [default: the inbox's own page only]",
+        ),
+    ] = None,
+    ui_url: Annotated[
+        str | None,
+        typer.Option(
+            "--ui-url",
+            envvar="SUBAGENTS_UI_URL",
+            show_envvar=False,
+            help="The Temporal Web UI's address, for links to the tasks [env SUBAGENTS_UI_URL]",
+        ),
+    ] = None,
+    poll: Annotated[
+        float,
+        typer.Option(help="Seconds between two listings of paused tasks (shared by all pages)"),
+    ] = 2.0,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Log each request (who by token name, never a token)"),
+    ] = False,
+) -> None:
+    """Serve the approval inbox: a JSON API and a page to approve paused calls.
+
+    Lists the paused task trees of the task queue, shows each call's full arguments,
+    and approves or rejects them bound to the pause and the arguments read. Needs the
+    deployment's payload key and blob store like any client. Ctrl-C stops it.
+    """
+    import os
+
+    from durable_subagents.cli.inbox import Inbox, InboxServer, load_tokens
+    from durable_subagents.client import SubagentClient
+
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+    try:
+        grants = load_tokens(tokens, os.environ.get("SUBAGENTS_INBOX_TOKEN") or None)
+    except SubagentError as err:
+        _fail(str(err))
+    if not len(grants):
+        _fail(
+            "no tokens: set SUBAGENTS_INBOX_TOKEN (one approver token), or give --tokens "
+            "FILE with viewer and approver tokens; make a token with python -c "
+            '"import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    if verbose:
+        logging.basicConfig(format="%(asctime)s %(message)s")
+        logging.getLogger("aiohttp.access").setLevel(logging.INFO)
+
+    async def main() -> None:
+        client = await SubagentClient.connect(settings=settings, agents={})
+        inbox = Inbox(client, task_queue=settings.task_queue, ui_url=ui_url, poll=poll)
+        server = InboxServer(inbox, grants, host=host, port=port, origins=origin or ())
+        async with server:
+            console.print(
+                f"inbox on {server.url} · Temporal {settings.address} namespace "
+                f"{settings.namespace} task queue {settings.task_queue} · {len(grants)} "
+                f"token(s) · API document {server.url}/api/openapi.json · Ctrl-C to stop",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            await asyncio.Future()
+
+    run(main())
+
+
 def keygen() -> None:
     """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
 
@@ -428,6 +521,8 @@ def keygen() -> None:
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
+    from durable_subagents._render import plain_table
+    from durable_subagents._terminal import shown
     from durable_subagents.agents import (
         ALL_TOOLS,
         BUILTIN_AGENTS,
@@ -452,12 +547,15 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
         print(json.dumps(rows, indent=2))
         return
-    table = Table("name", "tools", "mode", "max turns", "source", "description")
+    listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ", ".join(a.allowed_tools(ALL_TOOLS))
-        table.add_row(n, tools, a.permission_mode, str(a.max_turns), sources[n], a.description)
-    console.print(table)
+        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
+        listed.append((cells, shown(a.description)))
+    header = ("name", "tools", "mode", "turns", "source", "description")
+    for line in plain_table(header, listed, console.width, right={3}):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _source(path: Path) -> str:

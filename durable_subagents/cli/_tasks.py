@@ -103,6 +103,13 @@ def spawn(
     workspace: Annotated[
         str | None, typer.Option(help="Directory inside the worker's root")
     ] = None,
+    no_network: Annotated[
+        bool, typer.Option("--no-network", help="Take the network away from the task's tools")
+    ] = False,
+    metadata: Annotated[
+        str | None,
+        typer.Option(metavar="JSON", help="A small JSON object kept with the task"),
+    ] = None,
     task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
     agents_dir: AgentsDir = None,
@@ -139,6 +146,8 @@ def spawn(
             reasoning_effort=reasoning_effort,
             output_schema=schema,
             workspace=workspace,
+            network=False if no_network else None,
+            metadata=_read_metadata(metadata) if metadata is not None else None,
             task_id=task_id,
         )
         if wait:
@@ -152,6 +161,17 @@ def spawn(
         return None
 
     _exit_if_unsuccessful(run(main()))
+
+
+def _read_metadata(text: str) -> Any:
+    """The JSON of ``--metadata`` (``spawn_task`` checks that it is a small object)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(
+            f"--metadata is not JSON ({err.msg} at character {err.pos}); give an object, "
+            """e.g. '{"ticket": "PAY-12"}'"""
+        ) from None
 
 
 def _read_schema(path: Path) -> Any:

@@ -39,6 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
 from durable_subagents._spawn_request import (
@@ -204,6 +205,7 @@ class SubagentClient:
         token_budget: int | None = None,
         reasoning_effort: str | None = None,
         output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
+        notify_url: str | None = None,
     ) -> str:
         """Start a subagent task and return its id at once.
 
@@ -242,6 +244,9 @@ class SubagentClient:
                 and ``result`` its JSON text; an answer that does not match goes back
                 to the model with what is wrong, and the third such answer fails the
                 task.
+            notify_url: Where the task POSTs its events (a pause for a decision, its
+                end); default: the workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only
+                to URLs their allowlist holds (``SUBAGENTS_NOTIFY_ALLOW``).
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
@@ -251,7 +256,8 @@ class SubagentClient:
                 option that would widen the agent, a workspace spelled through a
                 protected path (``.git``, ``.vscode``...), or an output schema that is
                 not a JSON Schema for an object, is over 32 KiB, or has a ``$ref`` that
-                does not resolve within it.
+                does not resolve within it, or a ``notify_url`` that is not an http(s)
+                URL (or holds credentials).
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
@@ -281,6 +287,8 @@ class SubagentClient:
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
         )
+        if notify_url is not None:
+            task_input.notify_url = check_notify_url(notify_url)
         if task_id is not None:
             validate_task_id(task_id)
         workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
@@ -612,7 +620,12 @@ class SubagentClient:
         return infos
 
     async def approve(
-        self, task_id: str, call_ids: Sequence[str] | None = None, *, pause_id: str | None = None
+        self,
+        task_id: str,
+        call_ids: Sequence[str] | None = None,
+        *,
+        pause_id: str | None = None,
+        shown: Collection[tuple[str, str, str]] | None = None,
     ) -> TaskInfo:
         """Approve tool calls of the task's current pause.
 
@@ -624,6 +637,11 @@ class SubagentClient:
             pause_id: The pause you read (``TaskInfo.pause_id``): if the task paused
                 again since, under the same call ids perhaps, nothing is approved and
                 ``WrongTaskState`` says so.
+            shown: ``(call id, tool name, argument hash)`` of each call the approver
+                read: only those are decided. ``call_ids=None`` then means every call
+                read that is still pending (calls added to the pause since stay
+                pending), and a call named that was not read, or was read with other
+                arguments, is refused with ``UnknownCallId``.
 
         Returns:
             The task's state when the decision was sent (``check_task(wait=True,
@@ -633,8 +651,11 @@ class SubagentClient:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
             WrongTaskState: the task is not paused, or not on ``pause_id``.
+            UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
-        return await self._decide(task_id, call_ids, approved=True, reason=None, pause_id=pause_id)
+        return await self._decide(
+            task_id, call_ids, approved=True, reason=None, pause_id=pause_id, shown=shown
+        )
 
     async def reject(
         self,
@@ -643,18 +664,20 @@ class SubagentClient:
         reason: str | None = None,
         *,
         pause_id: str | None = None,
+        shown: Collection[tuple[str, str, str]] | None = None,
     ) -> TaskInfo:
         """Reject tool calls of the current pause; the model gets ``reason`` as the result.
 
-        ``pause_id`` works as for ``approve``.
+        ``pause_id`` and ``shown`` work as for ``approve``.
 
         Raises:
             TaskNotFound: no task has this id.
             InvalidRequest: the task is not paused, or a call id is not pending.
             WrongTaskState: the task is not paused, or not on ``pause_id``.
+            UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
         return await self._decide(
-            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id
+            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id, shown=shown
         )
 
     async def _decide(

@@ -7,10 +7,11 @@ run. Temporal can hold the limit instead: a worker sets
 that queue's activities no faster, to all its workers together.
 
 So with ``SUBAGENTS_MODEL_RATE_LIMITS=openai=5`` a worker also serves
-``<task queue>-model-openai`` (``_payloads.model_queue``), with ``model_turn`` alone
-and that rate. A model turn of an OpenAI task that reaches the task's own queue is not
-answered there: the activity returns the queue's name, and the task schedules that
-turn, and its later ones, there (one extra activity per run). A 429's ``retry-after``
+``<task queue>-model-openai`` (``_payloads.model_queue``), with ``model_turn`` and
+``compact_context`` (whose summary is a model call) alone, at that rate. A model turn of
+an OpenAI task that reaches the task's own queue is not answered there: the activity
+returns the queue's name, and the task schedules that turn, its later ones and its
+compactions there (one extra activity per run). A 429's ``retry-after``
 still sets the retry delay of a turn the provider refused anyway.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from durable_subagents._payloads import MODEL_TURN_ACTIVITY, model_queue
+from durable_subagents._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 from durable_subagents.worker._tool_queue import (
     SHARED_OPTIONS,
@@ -51,7 +52,9 @@ async def model_queues_served(
         slots: Model turns each queue's worker runs at once.
     """
     config = worker.config(active_config=True)
-    turn = activity_named(config.get("activities") or (), MODEL_TURN_ACTIVITY)
+    activities = config.get("activities") or ()
+    turn = activity_named(activities, MODEL_TURN_ACTIVITY)
+    compact = activity_named(activities, COMPACT_ACTIVITY)
     if not limits or turn is None or building_tool_worker():
         yield []
         return
@@ -60,7 +63,7 @@ async def model_queues_served(
         side_worker(
             config["client"],
             model_queue(worker.task_queue, provider),
-            turn,
+            [turn] if compact is None else [turn, compact],
             slots,
             options,
             max_task_queue_activities_per_second=rate,

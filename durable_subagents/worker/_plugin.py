@@ -33,7 +33,7 @@ from durable_subagents.worker._tool_queue import (
     tool_calls_served,
 )
 from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 _WORKER_DEFAULTS = {
     name: p.default
@@ -187,7 +187,8 @@ class SubagentsPlugin(SimplePlugin):
 
 def _with_subagent_workflow(workflows: Sequence[type] | None) -> Sequence[type]:
     workflows = list(workflows or ())
-    return workflows if SubagentWorkflow in workflows else [SubagentWorkflow, *workflows]
+    ours = [w for w in (SubagentWorkflow, NotifyWorkflow) if w not in workflows]
+    return [*ours, *workflows]
 
 
 def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner:

@@ -112,12 +112,12 @@ def tool_worker(
 def side_worker(
     client: Client,
     queue: str,
-    activity: Callable[..., Any],
+    activity: Callable[..., Any] | Sequence[Callable[..., Any]],
     slots: int,
     options: dict[str, Any],
     **extra: Any,
 ) -> Worker:
-    """A worker of one activity on a queue of its own, beside a subagent worker.
+    """A worker of one activity (or a few) on a queue of its own, beside a subagent worker.
 
     Plugins of the client (``SubagentsPlugin``) leave it as it is.
     """
@@ -126,7 +126,7 @@ def side_worker(
         side = Worker(
             client,
             task_queue=queue,
-            activities=[activity],
+            activities=list(activity) if isinstance(activity, Sequence) else [activity],
             **{**options, "max_concurrent_activities": slots, **extra},
         )
     finally:

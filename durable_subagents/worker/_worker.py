@@ -29,7 +29,7 @@ from durable_subagents._metrics import Labels
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents._temporal_config import connect_temporal
-from durable_subagents.activities import SubagentActivities
+from durable_subagents.activities import Notifier, SubagentActivities
 from durable_subagents.activities.providers import import_sdk
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
@@ -42,7 +42,7 @@ from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,16 @@ def worker_setup(
         extra: The worker's own plugins and interceptors (they may trace too).
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID.
+        InvalidRequest: The settings name only one of a deployment and a build ID, or
+            a notification secret that is too short.
     """
     version = deployment or settings.worker_deployment()
+    notifier = Notifier(
+        default_url=settings.notify_url,
+        allow=settings.notify_allow_list,
+        secret=settings.notify_secret.get_secret_value() if settings.notify_secret else None,
+        inbox_url=settings.inbox_url,
+    )
     activities = SubagentActivities(
         settings.blob_store() if blob_store is None else blob_store,
         workspace_root=settings.resolved_workspace,
@@ -112,6 +119,7 @@ def worker_setup(
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
         prompt_cache_key=settings.prompt_cache_key,
+        notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
         rate_limited=frozenset(settings.model_rate_limit_map),
     )
@@ -130,7 +138,11 @@ def worker_setup(
     }
     if version is not None:
         options["deployment_config"] = deployment_config(version)
-    return WorkerSetup([SubagentWorkflow], list(activities.activities), options)
+    return WorkerSetup(
+        [SubagentWorkflow, NotifyWorkflow],
+        [*activities.activities, notifier.send_notification],
+        options,
+    )
 
 
 def create_worker(

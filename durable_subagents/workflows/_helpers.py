@@ -11,38 +11,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.types import ToolCall
 
 
-BASELINE = "baseline-2026-11"
-"""One marker that stands for every patch below: a run started on this version or later
-records it once instead of a marker (and a search attribute update) per patch."""
-_IN_BASELINE = frozenset(
-    {
-        "bash-lines-read-apart",
-        "limits-down-the-tree",
-        "local-read-tools",
-        "memo-progress-throttled",
-        "parsed-bash-rules",
-        "permission-mode-defaults",
-        "protected-paths",
-        "record-ignored-input",
-        "search-attributes-on-status-change",
-        "time-limit-from-run-start",
-        "tool-calls-at-once",
-        "turn-results-by-record",
-    }
-)
-
-
-def patched(patch_id: str) -> bool:
-    """``workflow.patched``, with the patches of ``BASELINE`` recorded as one marker.
-
-    Runs recorded before the baseline have no baseline marker and keep the answer of
-    their own markers on replay.
-    """
-    if patch_id in _IN_BASELINE and workflow.patched(BASELINE):
-        return True
-    return workflow.patched(patch_id)
-
-
 def tool_timeout(value: object) -> float:
     """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
     try:

@@ -27,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.types import TaskResult
     from durable_subagents.workflows._subtasks import start_child
 
-from durable_subagents.workflows._helpers import patched
 
 __all__ = ["start_subagent"]
 
@@ -47,6 +46,7 @@ async def start_subagent(
     approval_timeout: float | None = None,
     time_limit: float | None = None,
     workspace: str | None = None,
+    network: bool | None = None,
     task_id: str | None = None,
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
@@ -82,6 +82,8 @@ async def start_subagent(
         output_schema: A JSON Schema for an object, or a pydantic model class: the
             result's ``output`` is then the answer, validated against it.
         workspace: A directory inside the worker's workspace root.
+        network: False takes the network away from the subagent's tools; True keeps
+            it, if the agent has it.
         task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
         agents: Extra agents by name, besides the built-ins.
@@ -108,6 +110,7 @@ async def start_subagent(
             approval_timeout=approval_timeout,
             time_limit=time_limit,
             workspace=workspace,
+            network=network,
             token_budget=token_budget,
             reasoning_effort=reasoning_effort,
             output_schema=output_schema,
@@ -124,12 +127,7 @@ async def start_subagent(
         )
         if task_id is not None:
             validate_task_id(task_id)
-        try:
-            refuse_protected_workspace(workspace)
-        except InvalidRequest:
-            # Callers' runs that started such a child before this check replay as they ran.
-            if patched("spawn-workspace-protected"):
-                raise
+        refuse_protected_workspace(workspace)
     except InvalidRequest as err:
         # A plain exception would fail the caller's workflow task over and over.
         raise ApplicationError(str(err), type="InvalidRequest", non_retryable=True) from None

@@ -21,10 +21,10 @@ from durable_subagents.workflows._details import TaskView, current_details
 from durable_subagents.workflows._helpers import (
     error_message,
     final_stop_reason,
-    patched,
     tool_error,
     tool_timeout,
 )
+from durable_subagents.workflows._notify import Notifications
 from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
+        NotifyTask,
         TaskInput,
         TaskState,
         ToolCallInput,
@@ -93,9 +94,9 @@ TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads
 (``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
 CHILD_TOOL_CALLS_AT_ONCE = 2
-"""The same for a subagent's child (since the patch ``child-tool-calls``): a task and
-its ``MAX_CHILDREN`` children then hold at most 8 + 16 x 2 = 40 tool slots at once,
-under a worker's default 100, so one prompt-injected tree cannot fill them."""
+"""The same for a subagent's child: a task and its ``MAX_CHILDREN`` children then hold
+at most 8 + 16 x 2 = 40 tool slots at once, under a worker's default 100, so one
+prompt-injected tree cannot fill them."""
 _PROGRESS_EVERY = timedelta(seconds=1)
 """Least workflow time between two memo writes of progress alone (see ``_progress``)."""
 
@@ -248,6 +249,11 @@ class SubagentWorkflow:
         """Answers of this run that did not match the output schema."""
         self._schema_ref: str | None = None
         """The blob the output schema was stored as by this run's first turn."""
+        self._notes = Notifications()
+        """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._worker_notifies: bool | None = None
+        """The workers post events of their own accord (``ModelTurnResult.notify``);
+        None until a model turn of this run answered."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -311,8 +317,6 @@ class SubagentWorkflow:
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None = None) -> None:
         """Drop a stale decision, and say so in the memo (and so in the task's events)."""
         workflow.logger.warning("ignoring decision: %s", why)
-        if not patched("record-ignored-input"):
-            return
         ids = call_ids if call_ids is not None else [d.call_id for d in decisions.decisions]
         entry = {"pause_id": decisions.pause_id, "call_ids": ids, "reason": why}
         self._ignored = [*self._ignored, entry][-_IGNORED_KEPT:]
@@ -350,23 +354,27 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
-            return self._finish(
+            result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
                 error=f"time limit of {input.time_limit:g}s reached",
             )
+            await self._notify_end(result.stop_reason, result.error)
+            return result
         except asyncio.CancelledError:
             self._pause_id, self._pending = None, []
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
+            await self._notify_end("cancelled", None)
             raise
         try:
-            return loop.result()
+            result = loop.result()
         except (ActivityError, ApplicationError) as err:
             message = error_message(err)
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="TaskFailed", non_retryable=True) from err
         except workflow.NondeterminismError:
             raise
@@ -377,19 +385,46 @@ class SubagentWorkflow:
             workflow.logger.exception("subagent loop failed")
             self._publish(TaskStatus.FAILED, error=message)
             await self._cancel_adopted()
+            await self._notify_end(None, message)
             raise ApplicationError(message, type="InternalError", non_retryable=True) from err
+        await self._notify_end(result.stop_reason, result.error)
+        return result
+
+    def _notify_task(
+        self, status: TaskStatus, stop_reason: str | None = None, error: str | None = None
+    ) -> NotifyTask:
+        """The task as a notification names it."""
+        assert self._input is not None
+        return NotifyTask(
+            id=workflow.info().workflow_id,
+            agent=self._input.agent.name,
+            description=self._input.description,
+            status=status,
+            parent_id=self._input.parent_id,
+            turns=self._turns,
+            stop_reason=stop_reason,
+            error=error,
+            result_preview=self._last_text if status == TaskStatus.COMPLETED else None,
+        )
+
+    async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
+        """Notify the run's end (its status is the one just published).
+
+        A run that ends before any model turn answered (its first one failed, or it was
+        cancelled) does not know whether the workers notify: its event goes to the
+        worker that delivers it, which posts it to its own URL or drops it.
+        """
+        if self._notes.enabled(self._input, self._worker_notifies is not False):
+            await self._notes.ended(self._notify_task(self._status, stop_reason, error))
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
             return None
-        if patched("time-limit-from-run-start"):
-            # Counted by the server's clock from this chain of runs' first start; a
-            # follow-up run gets a fresh limit.
-            state = input.state
-            from_state = state.time_limit_from if state is not None else None
-            self._time_limit_from = from_state or workflow.info().start_time
-        else:
-            self._time_limit_from = input.created_at or workflow.info().start_time
+        # Counted by the server's clock from this chain of runs' first start; a
+        # follow-up run gets a fresh limit.
+        state = input.state
+        from_state = state.time_limit_from if state is not None else None
+        self._time_limit_from = from_state or workflow.info().start_time
         left = input.time_limit - (workflow.now() - self._time_limit_from).total_seconds()
         return timedelta(seconds=max(left, 0.001))
 
@@ -464,11 +499,12 @@ class SubagentWorkflow:
                 self._read_only = set(turn.read_only_tools)
                 self._sandbox = turn.sandbox
                 self._take_protected(turn.protected_paths)
+                self._worker_notifies = turn.notify
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
             self._schema_ref = turn.output_schema_ref or self._schema_ref
             new = []
             told: str | None = None
-            if inp.output_schema is not None and patched("output-schema"):
+            if inp.output_schema is not None:
                 if turn.output is not None:
                     if not self._inbox:
                         return self._answered(turn)
@@ -499,12 +535,12 @@ class SubagentWorkflow:
             if inp.output_schema is not None:
                 verdicts.update(answer_verdicts(turn, told))
             shared = _shared_ids(turn.tool_calls)
-            if shared and patched("shared-call-ids-denied"):
+            if shared:
                 # Calls that share an id would share one verdict and one decision: the
                 # worker gives each call its own id, so only a broken worker sends these.
                 for call_id in shared:
                     verdicts[call_id] = ("deny", f"not run: call id {call_id!r} is not unique")
-            if len(turn.tool_calls) > MAX_CALLS_PER_TURN and patched("calls-per-turn"):
+            if len(turn.tool_calls) > MAX_CALLS_PER_TURN:
                 for c in turn.tool_calls[MAX_CALLS_PER_TURN:]:
                     verdicts[c.id] = (
                         "deny",
@@ -513,7 +549,7 @@ class SubagentWorkflow:
                     )
             spawns = [c for c in turn.tool_calls if c.name == SPAWN_SUBAGENT]
             self._child_share = self._share(min(len(spawns), MAX_SPAWNS_PER_TURN))
-            if len(spawns) > MAX_SPAWNS_PER_TURN and patched("limits-down-the-tree"):
+            if len(spawns) > MAX_SPAWNS_PER_TURN:
                 for c in spawns[MAX_SPAWNS_PER_TURN:]:
                     verdicts[c.id] = (
                         "deny",
@@ -523,9 +559,7 @@ class SubagentWorkflow:
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(await self._pause(asks))
-            if self._waits_on_activities(turn.tool_calls, verdicts) and patched(
-                "progress-before-tool-calls"
-            ):
+            if self._waits_on_activities(turn.tool_calls, verdicts):
                 # A command may run for minutes: meanwhile the memo shows this turn's usage
                 # (the throttle would have left the last write's).
                 self._publish(TaskStatus.RUNNING)
@@ -629,7 +663,7 @@ class SubagentWorkflow:
         """
         sizes = [len(m.content.encode()) for m in new]
         total = sum(sizes)
-        if total <= _RESULTS_PER_TURN or not patched("turn-results-by-record"):
+        if total <= _RESULTS_PER_TURN:
             return new, {}
         out = list(new)
         records: dict[str, str] = {}
@@ -649,8 +683,6 @@ class SubagentWorkflow:
         spec = self._input.agent
         new, records = self._results_by_record(new)
         self._records = {}
-        # No patch: a turn answers ``compact`` only to a workflow that sends this, so no
-        # recorded history can take the new path on replay.
         context = self._context.model_copy(
             update={"window": spec.context_window, "compacted": compacted}
         )
@@ -675,7 +707,11 @@ class SubagentWorkflow:
             max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
             known_tools=(
                 tools_digest(
-                    self._offered, list(self._read_only), self._sandbox, self._reported_protected
+                    self._offered,
+                    list(self._read_only),
+                    self._sandbox,
+                    self._reported_protected,
+                    bool(self._worker_notifies),
                 )
                 if self._offered
                 else None
@@ -685,14 +721,13 @@ class SubagentWorkflow:
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
         turn_input = self._turn_input(new, compacted=compacted)
-        if patched("model-queues"):
-            turn_input.may_redirect = True
+        turn_input.may_redirect = True
         self._check_size(turn_input, f"model turn {self._turns} input")
         self._waiting_for_model = True
         self._show_details()
         try:
             result = await self._schedule_turn(turn_input)
-            if turn_input.may_redirect and result.model_queue is not None:
+            if result.model_queue is not None:
                 # A worker that rate-limits the provider on a queue of its own sent the
                 # turn on without calling the model; so go this run's later turns.
                 self._model_queue = result.model_queue
@@ -751,6 +786,8 @@ class SubagentWorkflow:
             result = await workflow.execute_activity(
                 COMPACT_ACTIVITY,
                 compact_input,
+                # its summary is a model call: under the provider's rate limit too
+                task_queue=self._model_queue,
                 result_type=CompactResult,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=15),
@@ -792,43 +829,22 @@ class SubagentWorkflow:
         if call.name in SPAWN_TOOLS:
             return "allow", None  # may_spawn is the permission; the children are narrowed
         spec = self._input.agent
-        # Runs started before this patch had no per-mode defaults (no match meant allow).
-        modes = patched("permission-mode-defaults")
-        if call.rule_target_truncated and policy.has_rules_for(
-            spec, call.name, include_allow=modes
-        ):
+        if call.rule_target_truncated and policy.has_rules_for(spec, call.name):
             return "deny", (
                 f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
                 "check against this agent's permission rules; make it shorter"
             )
         read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
-        if modes:
-            # Runs started before this patch matched bash rules against the raw line.
-            parse = (
-                call.name == "bash"
-                and policy.has_rules_for(spec, "bash")
-                and patched("parsed-bash-rules")
-            )
-            action = policy.decide(
-                spec,
-                call.name,
-                call.arguments,
-                read_only=read_only,
-                parse_bash=parse,
-                # Runs started before this patch let the parser join two lines' words.
-                bash_v1=parse and not patched("bash-lines-read-apart"),
-                # Runs started before this patch did not see wrappers' options,
-                # assignments, a command's directory, globs, ``[[ ]]`` or ``(( ))``.
-                bash_v2=parse and not patched("bash-commands-read-whole"),
-                path=call.path,  # set by workers that resolve paths for the rules
-                # and, where a symlink makes it differ, the path as written (set by
-                # workers that bind decisions; judged since this patch)
-                written=call.written_path
-                if call.written_path is not None and patched("rules-on-written-path")
-                else None,
-            )
-        else:
-            action = policy.decide_v1(spec, call.name, call.arguments)
+        action = policy.decide(
+            spec,
+            call.name,
+            call.arguments,
+            read_only=read_only,
+            path=call.path,  # set by workers that resolve paths for the rules
+            # and, where a symlink makes it differ, the path as written (set by
+            # workers that bind decisions)
+            written=call.written_path,
+        )
         if (
             action == "allow"
             and not spec.write_protected_paths
@@ -839,7 +855,6 @@ class SubagentWorkflow:
                 path=call.path,
                 protected=self._protected,
             )
-            and patched("protected-paths")
         ):
             action = "ask"  # agent definitions and hooks: a person decides
         if action == "deny":
@@ -873,15 +888,7 @@ class SubagentWorkflow:
         def decided() -> bool:
             return all(c.id in self._decisions for c in asks)
 
-        if patched("pause-timer-summary"):
-            await _wait_named(decided, timeout, _pause_summary(self._pause_id, self._pending))
-        else:
-            try:
-                await workflow.wait_condition(
-                    decided, timeout=timedelta(seconds=timeout) if timeout else None
-                )
-            except TimeoutError:
-                pass
+        await _wait_named(decided, timeout, _pause_summary(self._pause_id, self._pending))
         verdicts: dict[str, _Verdict] = {}
         # One reason given to many calls is repeated in each result: together they fit.
         limit = max(min(_REASON_LIMIT, _REASONS_PER_TURN // len(asks)), _REASON_LEAST)
@@ -933,7 +940,7 @@ class SubagentWorkflow:
             return await self._shown_running(call, self._spawn_tool(call))
         spec = self._input.agent
         rules = None
-        if call.name != "bash" and patched("permission-mode-defaults"):
+        if call.name != "bash":
             # What the file tools judge beyond the path the call was decided on.
             read_only = call.name in self._read_only or call.name in policy.READ_ONLY_TOOLS
             rules = policy.PathRules.of(spec, call.name, read_only=read_only)
@@ -949,8 +956,6 @@ class SubagentWorkflow:
         )
         self._check_size(tool_input, f"{call.name} call input")
         self._records[call.id] = policy.result_record_name(call)
-        if not patched("tool-calls-at-once"):
-            return await self._shown_running(call, self._run_tool(call, tool_input))
         # A turn of many slow calls holds only this many of the worker's slots; the
         # rest wait here, in the workflow, where they hold nothing.
         slots = self._tool_slots()
@@ -984,7 +989,7 @@ class SubagentWorkflow:
         """How many of this task's tool calls run at once; the rest wait in the workflow."""
         if self._calls_at_once is None:
             assert self._input is not None
-            child = self._input.parent_is_subagent and patched("child-tool-calls")
+            child = self._input.parent_is_subagent
             self._calls_at_once = asyncio.Semaphore(
                 CHILD_TOOL_CALLS_AT_ONCE if child else TOOL_CALLS_AT_ONCE
             )
@@ -994,11 +999,7 @@ class SubagentWorkflow:
         assert self._input is not None
         timeout = tool_timeout(call.arguments.get("timeout"))
         summary = policy.arguments_preview(call.name, call.arguments)
-        if (
-            self._input.agent.local_read_tools
-            and call.name in policy.READ_ONLY_TOOLS
-            and patched("local-read-tools")
-        ):
+        if self._input.agent.local_read_tools and call.name in policy.READ_ONLY_TOOLS:
             # In-process, bounded and read-only: run within this workflow task.
             return await workflow.execute_local_activity(
                 RUN_TOOL_ACTIVITY,
@@ -1009,13 +1010,12 @@ class SubagentWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=summary,
             )
-        # Since the patch, on the tool queue: its own slots, which a task's slow or
-        # stalled calls (up to 600 s each) can fill without delaying any model turn.
-        queue = tool_queue(workflow.info().task_queue) if patched("tool-queue") else None
+        # On the tool queue: its own slots, which a task's slow or stalled calls (up to
+        # 600 s each) can fill without delaying any model turn.
         return await workflow.execute_activity(
             RUN_TOOL_ACTIVITY,
             tool_input,
-            task_queue=queue,
+            task_queue=tool_queue(workflow.info().task_queue),
             result_type=ToolCallResult,
             start_to_close_timeout=timedelta(seconds=timeout + 60),
             heartbeat_timeout=timedelta(seconds=10),
@@ -1033,7 +1033,7 @@ class SubagentWorkflow:
                     parent=self._input,
                     parent_tools=[t for t in self._offered if t not in SPAWN_TOOLS],
                     parent_model=self._model,
-                    left=self._left() if patched("limits-down-the-tree") else None,
+                    left=self._left(),
                 )
             else:
                 content = await self._children.wait(call)
@@ -1048,6 +1048,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(
             head=self._head,
@@ -1113,7 +1114,7 @@ class SubagentWorkflow:
         A status change is published at once; progress alone at most once per
         ``_PROGRESS_EVERY`` of workflow time, so fast turns do not add a memo event each.
         """
-        if self._status == TaskStatus.RUNNING and patched("memo-progress-throttled"):
+        if self._status == TaskStatus.RUNNING:
             last = self._progress_at
             if (
                 last is not None
@@ -1128,9 +1129,9 @@ class SubagentWorkflow:
         """Whether the first turn just named the model (``default`` -> the worker's).
 
         Published at once, so ``check`` never shows ``default`` for a task whose model
-        has answered; runs recorded before this patch waited for the next memo write.
+        has answered.
         """
-        return self._memo.get("model") != model_label(self._model) and patched("memo-model-at-once")
+        return self._memo.get("model") != model_label(self._model)
 
     def _publish(
         self, status: TaskStatus, *, stop_reason: str | None = None, error: str | None = None
@@ -1169,29 +1170,32 @@ class SubagentWorkflow:
         if status.terminal and self._last_text:
             memo["result_preview"] = self._last_text[:500]
         unread = len(self._inbox) + self._unread_pending
-        if status.terminal and unread and patched("record-ignored-input"):
+        if status.terminal and unread:
             memo["unread_input"] = unread  # it arrived after the last turn began
         changed = {k: v for k, v in memo.items() if self._memo.get(k) != v}
         if changed:
             self._memo.update(changed)
             workflow.upsert_memo(changed)
             self._progress_at = workflow.now()
-        # Runs recorded before this patch upserted the search attributes every turn.
+        # Only a status change updates the search attributes: one update per turn
+        # would add an event to every turn's history.
         sa_state = (status.value, self._turns)
         last = self._published_sa
-        if patched("search-attributes-on-status-change"):
-            if last is not None and last[0] == status.value:
-                sa_state = last
+        if last is not None and last[0] == status.value:
+            sa_state = last
         if sa_state != last:
             self._published_sa = sa_state
             workflow.upsert_search_attributes(
                 [sa.STATUS.value_set(status.value), sa.TURNS.value_set(self._turns)]
             )
         self._report_to_parent(status, pause_id, pending)
+        notifies = self._notes.enabled(self._input, bool(self._worker_notifies))
+        if status == TaskStatus.PAUSED and pending and notifies:
+            self._notes.paused(self._notify_task(status), pause_id, pending)
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""
-        if not self._children.count or not patched("tree-usage"):
+        if not self._children.count:
             return None
         return self._usage + self._children.usage()
 

@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
-from durable_subagents.workflows._helpers import patched
 
 _USAGE = "usage"
 """A finished child's entry: its tree's usage (kept out of the reports the model reads)."""
@@ -230,15 +229,14 @@ class ChildTasks:
         parent: TaskInput,
         parent_tools: list[str],
         parent_model: str,
-        left: ParentLeft | None = None,
+        left: ParentLeft,
     ) -> str:
         """Start a child for a ``spawn_subagent`` call; the model gets its task id.
 
-        With ``left`` (recorded since the patch ``limits-down-the-tree``), the child's
-        turns, time and tokens are capped by what the parent has left, and a task
-        spawns at most ``MAX_CHILDREN``.
+        The child's turns, time and tokens are capped by what the parent has ``left``,
+        and a task spawns at most ``MAX_CHILDREN``.
         """
-        if call.arguments_ref and patched("spawn-arguments-by-reference-refused"):
+        if call.arguments_ref:
             # Over 8 KB, the arguments are in this task's blobs, and the workflow holds a
             # preview of each text: the child would get 200 characters of its prompt.
             raise ToolCallRefused(
@@ -246,20 +244,17 @@ class ChildTasks:
                 "file in the workspace and give the subagent a short prompt that names it"
             )
         args = call.arguments
-        budget: int | None = None
-        if left is not None:
-            if len(self._known) >= MAX_CHILDREN:
-                raise ToolCallRefused(
-                    f"this task has spawned {MAX_CHILDREN} subagents, the most one task may; "
-                    "wait for them and use their results"
-                )
-            if left.tokens is not None:
-                budget = left.tokens
-                if budget < MIN_CHILD_TOKENS:
-                    raise ToolCallRefused(
-                        f"only {budget} tokens of this task's budget are left for a subagent, "
-                        f"under the {MIN_CHILD_TOKENS} one needs: finish the work yourself"
-                    )
+        if len(self._known) >= MAX_CHILDREN:
+            raise ToolCallRefused(
+                f"this task has spawned {MAX_CHILDREN} subagents, the most one task may; "
+                "wait for them and use their results"
+            )
+        budget = left.tokens
+        if budget is not None and budget < MIN_CHILD_TOKENS:
+            raise ToolCallRefused(
+                f"only {budget} tokens of this task's budget are left for a subagent, "
+                f"under the {MIN_CHILD_TOKENS} one needs: finish the work yourself"
+            )
         model = str(args.get("model") or "")
         provider = parent_model.split(":", 1)[0]
         if model and (model.split(":", 1)[0] != provider or model.startswith("scripted:@")):
@@ -273,9 +268,9 @@ class ChildTasks:
             prompt = args.get("prompt")
             options = SpawnOptions(
                 model=model or None,
-                max_turns=min(spec.max_turns, left.turns) if left else None,
+                max_turns=min(spec.max_turns, left.turns),
                 approval_timeout=parent.approval_timeout,
-                time_limit=max(left.seconds, 1.0) if left and left.seconds is not None else None,
+                time_limit=max(left.seconds, 1.0) if left.seconds is not None else None,
                 workspace=parent.workspace,
                 token_budget=budget,
             )
@@ -343,7 +338,7 @@ class ChildTasks:
             else:
                 report.append({"task_id": task_id, "status": "running"})
         text = json.dumps(report)
-        if len(text) > WAIT_REPORT_BYTES and patched("wait-report-bounded"):
+        if len(text) > WAIT_REPORT_BYTES:
             # Results a model wrote, escaped by JSON (an emoji takes 12 bytes): uncut,
             # sixteen of them were over the parent's model-turn payload limit.
             share = WAIT_REPORT_BYTES // len(report) - 2  # each entry's ", " or "[]"
@@ -423,9 +418,8 @@ class ChildTasks:
                 "turns": result.turns,
                 "tokens": result.usage.input_tokens + result.usage.output_tokens,
             }
-            if patched("tree-usage"):
-                usage = result.tree_usage or result.usage
-                self._done[task_id][_USAGE] = usage.model_dump()
+            usage = result.tree_usage or result.usage
+            self._done[task_id][_USAGE] = usage.model_dump()
         except ChildWorkflowError as err:
             cause = err.cause
             status = "cancelled" if isinstance(cause, CancelledError) else "failed"

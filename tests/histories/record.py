@@ -1,6 +1,7 @@
 """Record the histories that tests/test_replay.py replays.
 
-Run after a deliberate change of workflow behaviour that old runs need not replay:
+Run when a release changes what the workflow records (see "Upgrading workers" in
+docs/durability.md), after bumping ``VERSION``:
     .venv/bin/python -m tests.histories.record [NAME ...]
 Never re-record to make a replay failure go away: that failure means running tasks
 would break on upgrade.
@@ -9,21 +10,45 @@ would break on upgrade.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
+from aiohttp import web
+from pydantic import SecretStr
+
 from durable_subagents import AgentSpec, SubagentClient, connect_client
 from durable_subagents._payloads import Decisions
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
-VERSION = "v7"
-"""Bump when recording after a workflow change; keep the older files."""
+VERSION = "0.2.0"
+"""The release the histories were recorded from (files ``<scenario>-<VERSION>.json``).
+
+Bump when a release changes what the workflow records, and record every scenario
+anew. Keep the older files for as long as the code replays them: while an in-place
+``workflow.patched`` branch still reads them. The release that removes that branch
+(``workflow.deprecate_patch``) deletes them.
+"""
+SCENARIOS = (
+    "completed",
+    "cancelled",
+    "timed_out",
+    "spawning",
+    "compacted",
+    "approvals",
+    "registered",
+    "structured",
+    "rate_limited",
+    "notified",
+)
+"""What ``record`` records, each a task of one shape (names of the files)."""
 
 TOOLS_SCRIPT = "scripted:" + json.dumps(
     [
@@ -107,12 +132,32 @@ STRUCTURED_SCRIPT = "scripted:" + json.dumps(
 )
 
 
+async def receiver(stack: contextlib.AsyncExitStack) -> str:
+    """A webhook receiver that takes every POST, for the tasks that notify."""
+    app = web.Application()
+    app.router.add_post("/hook", lambda _: web.Response(text="ok"))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return f"http://127.0.0.1:{port}/hook"
+
+
 async def main() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        await record(stack)
+
+
+async def record(stack: contextlib.AsyncExitStack) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "ws").mkdir()
         (root / "ws" / "a.txt").write_text("alpha\n")
         (root / "ws" / "big.txt").write_text("a line of the notes file\n" * 50)
+        # a root worker runs commands as the workspace's owner (not root, not nobody)
+        workspace_for_tools(root / "ws", (10001, 10001))
         async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as server:
             temporal = await connect_client(server.address)
             settings = Settings(
@@ -181,6 +226,27 @@ async def main() -> None:
             async with create_worker(temporal, limited):
                 rated = await limited_client.spawn_task("general", "look", model=TOOLS_SCRIPT)
                 await limited_client.check_task(rated, wait=True, timeout=60)
+            # a task on workers that notify (their own URL): a pause, a decision, the
+            # end, each event a SubagentNotify child
+            notify_settings = settings.model_copy(
+                update={
+                    "task_queue": f"{settings.task_queue}-notify",
+                    "notify_url": await receiver(stack),
+                    "notify_secret": SecretStr("a secret of sixteen bytes or more"),
+                }
+            )
+            notify_client = SubagentClient(
+                temporal, task_queue=notify_settings.task_queue, blob_store=settings.blob_store()
+            )
+            async with create_worker(temporal, notify_settings):
+                notified = await notify_client.spawn_task(
+                    "general", "ask first", model=ASK_SCRIPT, permission_mode="default"
+                )
+                paused = await notify_client.check_task(notified, wait=True, timeout=60)
+                await notify_client.approve(notified, pause_id=paused.pause_id)
+                await notify_client.check_task(
+                    notified, wait=True, timeout=60, after_pause=paused.pause_id
+                )
             recorded = {
                 "completed": done,
                 "cancelled": slow,
@@ -191,7 +257,9 @@ async def main() -> None:
                 "registered": parent,
                 "structured": structured,
                 "rate_limited": rated,
+                "notified": notified,
             }
+            assert tuple(recorded) == SCENARIOS
             wanted = sys.argv[1:] or list(recorded)
             for name, task_id in recorded.items():
                 if name not in wanted:

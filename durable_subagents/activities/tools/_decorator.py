@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import json
 import re
+import sys
 import threading
 import time
 import typing
@@ -71,14 +72,20 @@ class ToolContext:
         protected: Workspace entries commands see read-only (empty: opted in to writes).
         hidden: Host paths no tool may read (the blob store, data and config directories).
         read_paths: Extra host paths commands see read-only.
-        run_as: The uid and gid commands run as (a root worker's tool user; see
-            ``tool_user``); None: the worker's own.
+        run_as: The uid and gid commands and the file tools' processes run as (a root
+            worker's tool user; see ``tool_user``), the file tools with no
+            supplementary groups; None: the worker's own. Only a root worker can
+            switch.
         time_limit: Seconds a call of a sync tool may run; then it is stopped (its
-            thread is told to stop, and the model gets a tool error).
+            thread is told to stop, or its process killed, and the model gets a tool
+            error).
         decided: The path the call was judged on: opening the call's path anywhere
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
+
+    The context is plain data: it is pickled to the file tools' processes (without
+    ``on_output``, which stays with the caller).
     """
 
     workspace: Path
@@ -121,6 +128,16 @@ class ToolContext:
     def stopped(self) -> bool:
         """Whether the call was cancelled or timed out."""
         return self._stop.is_set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["on_output"] = None
+        del state["_stop"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stop = threading.Event()
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -198,6 +215,8 @@ class Tool:
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
         self.read_only = read_only
+        self.forked = False
+        """Whether calls run in a process of their own (see ``_processes.forked``)."""
         self._takes_context, fields = _signature_fields(fn, arg_docs)
         # Fields get neutral names and the parameters' names as aliases, so a parameter
         # may be called ``json`` or ``model_config`` without clashing with BaseModel.
@@ -238,6 +257,11 @@ class Tool:
         args = (ctx,) if self._takes_context else ()
         if self._is_async:
             result = await self.fn(*args, **kwargs)
+        elif self.forked and sys.platform.startswith("linux"):
+            # Elsewhere (no SOCK_SEQPACKET pairs, no PR_SET_PDEATHSIG) in a thread.
+            from durable_subagents.activities.tools._processes import run_forked
+
+            return await run_forked(self, ctx, kwargs)
         else:
             result = await self._in_thread(ctx, args, kwargs)
         return _as_text(result)

@@ -6,6 +6,9 @@ elsewhere and symlinks pointing out are refused, even when the tree changes whil
 tool runs. Listing and grep walk the tree by descriptors, never entering a symlinked
 directory, and skip symlinked files that point out; by default they also skip what
 ``.gitignore`` ignores, virtualenvs, ``node_modules`` and caches (see ``_ignore``).
+
+Each call runs in a process of its own, with the call's CPU-time and memory limits
+(see ``_processes``): what one task's calls cost is not taken from the worker.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from durable_subagents.activities.tools._beneath import (
 from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
 from durable_subagents.activities.tools._ignore import Ignorer, Scope
 from durable_subagents.activities.tools._landing import WRITE_FLAGS, landing_check
+from durable_subagents.activities.tools._processes import forked
 
 __all__ = [
     "edit_file",
@@ -257,6 +261,7 @@ def _open_for_write(ctx: ToolContext, path: str) -> Opened:
     return opened
 
 
+@forked
 @tool(read_only=True)
 def read_file(ctx: ToolContext, path: str, offset: int = 0, limit: int = 2000) -> str:
     """Read a text file from the workspace.
@@ -552,6 +557,12 @@ def _note(ignorer: Ignorer | None) -> str:
     return ignorer.note() if ignorer is not None else ""
 
 
+def _bounded(output: str, ignorer: Ignorer | None) -> str:
+    """``output``, then a line naming ignore files a bound kept from applying, if any."""
+    note = ignorer.limits_note() if ignorer is not None else ""
+    return f"{output}\n{note}" if note else output
+
+
 def _search_base(ctx: ToolContext, path: str) -> Opened:
     try:
         return open_in_workspace(ctx, path, _READ)
@@ -559,6 +570,7 @@ def _search_base(ctx: ToolContext, path: str) -> Opened:
         raise ToolError(f"path not found: '{path}' (workspace root {ctx.workspace})") from None
 
 
+@forked
 @tool(read_only=True)
 def list_files(
     ctx: ToolContext, pattern: str = "**/*", path: str = ".", include_ignored: bool = False
@@ -600,14 +612,15 @@ def list_files(
             os.close(base.fd)
     matches.sort()
     if not matches:
-        return f"no files match '{pattern}' under '{path}'{_note(ignorer)}"
+        return _bounded(f"no files match '{pattern}' under '{path}'{_note(ignorer)}", ignorer)
     if len(matches) > MAX_LIST_ENTRIES:
         hidden = len(matches) - MAX_LIST_ENTRIES
         matches = matches[:MAX_LIST_ENTRIES]
         matches.append(f"[... {hidden} more files not shown; use a narrower pattern or path ...]")
-    return "\n".join(matches)
+    return _bounded("\n".join(matches), ignorer)
 
 
+@forked
 @tool(read_only=True)
 def grep(
     ctx: ToolContext,
@@ -655,12 +668,12 @@ def grep(
         finally:
             os.close(base.fd)
     if not results:
-        return f"no matches for {pattern!r} under '{path}'{_note(ignorer)}"
+        return _bounded(f"no matches for {pattern!r} under '{path}'{_note(ignorer)}", ignorer)
     if capped:
         results.append(
             f"[... stopped after {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob ...]"
         )
-    return "\n".join(results)
+    return _bounded("\n".join(results), ignorer)
 
 
 def _grep_file(
@@ -691,6 +704,7 @@ def _grep_file(
     return False
 
 
+@forked
 @tool
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file in the workspace with the given content.
@@ -713,6 +727,7 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     return f"wrote {len(data)} bytes to {_display(opened.parts)}"
 
 
+@forked
 @tool
 def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
     """Replace exact text in a file of the workspace.

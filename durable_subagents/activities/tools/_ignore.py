@@ -14,10 +14,12 @@ real directory), only regular files count, and only the first ``MAX_IGNORE_FILE_
 of a file, ``MAX_IGNORE_PATTERNS`` and ``MAX_IGNORE_CHARS`` of a directory and
 ``MAX_SCOPE_CHARS`` in force at once are used. Patterns match on RE2 (pathspec's
 ``re2`` backend: linear time, where Python's ``re`` backtracks on ``*a*a*a*b``), in
-small sets (see ``_CHUNK_CHARS``). Rules only ever remove results: ``.git``, the
-worker's own data and symlinks leading out stay skipped whatever a file says, since
-the walk checks those apart from the rules; a file that cannot be read or compiled
-just means fewer rules.
+small sets (see ``_CHUNK_CHARS``). One search compiles at most
+``MAX_SEARCH_IGNORE_CHARS`` of patterns, for at most ``MAX_SEARCH_COMPILE_SECONDS`` of
+CPU time; ignore files past a bound are not read (or only in part), and the search's
+output says which. Rules only ever remove results: ``.git``, the worker's own data and
+symlinks leading out stay skipped whatever a file says, since the walk checks those
+apart from the rules; a file that cannot be read or compiled just means fewer rules.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -36,6 +39,8 @@ __all__ = [
     "IGNORE_FILES",
     "MAX_IGNORE_FILE_BYTES",
     "MAX_IGNORE_PATTERNS",
+    "MAX_SEARCH_COMPILE_SECONDS",
+    "MAX_SEARCH_IGNORE_CHARS",
     "SKIPPED_DIRS",
     "Ignorer",
     "Scope",
@@ -72,6 +77,12 @@ own ``re.compile`` of each; a real ``.gitignore`` is a few KiB (~10 ms, then cac
 MAX_SCOPE_CHARS = 64 << 10
 """Characters of patterns in force at once (the directories from the root down to one
 being searched); a deeper ignore file beyond it is not read."""
+MAX_SEARCH_IGNORE_CHARS = 256 << 10
+"""Characters of patterns one search compiles (patterns compiled earlier in the same
+process are free). A repository's ignore files are a few KiB in all."""
+MAX_SEARCH_COMPILE_SECONDS = 1.0
+"""CPU seconds one search spends compiling patterns; hundreds of heavy ignore files
+would otherwise cost minutes (measured: 300 files of 32 KiB of wildcards, 150 s)."""
 _CACHE_CHARS = 64 << 10
 """Characters of compiled patterns kept for later calls, least recently used dropped."""
 _MAX_PATTERN_CHARS = 1_024
@@ -100,11 +111,13 @@ class _Rules:
         parts: Where the directory is in the workspace.
         specs: The patterns in file order, in sets of up to 256; a later set's match wins.
         chars: The characters of the patterns (what they cost to hold).
+        cut: Whether some of the directory's patterns were left out (over a bound).
     """
 
     parts: tuple[str, ...]
     specs: tuple[GitIgnoreSpec, ...]
     chars: int
+    cut: bool = False
 
     def verdict(self, parts: tuple[str, ...], is_dir: bool) -> bool | None:
         """True: ignored; False: re-included by a ``!`` pattern; None: no pattern matched."""
@@ -166,6 +179,12 @@ class Ignorer:
     hidden: Callable[[tuple[str, ...]], bool]
     skipped: int = 0
     examples: list[str] = field(default_factory=list)
+    compiled_chars: int = 0
+    """Characters of patterns this search compiled (see ``MAX_SEARCH_IGNORE_CHARS``)."""
+    compile_seconds: float = 0.0
+    """CPU time this search spent compiling them (see ``MAX_SEARCH_COMPILE_SECONDS``)."""
+    unapplied: list[str] = field(default_factory=list)
+    """Ignore files not read, or read in part, because of a bound."""
 
     def base_scope(self, root_fd: int, base: tuple[str, ...]) -> Scope | None:
         """The rules of the directories above the search's base, from the workspace root.
@@ -210,13 +229,55 @@ class Ignorer:
             parts: Where it is in the workspace.
             present: Names in the directory (only ignore files among them are read).
         """
+        names = [n for n in IGNORE_FILES if n in present and not self.hidden((*parts, n))]
+        if not names:
+            return scope
         budget = min(MAX_IGNORE_CHARS, MAX_SCOPE_CHARS - scope.chars)
+        if budget <= 0 or self.spent:
+            self._unapplied(parts, names)
+            return scope
         lines: list[str] = []
-        for name in IGNORE_FILES:
-            if budget > 0 and name in present and not self.hidden((*parts, name)):
-                lines.extend(_read_lines(fd, name))
-        rules = _compile(parts, lines, budget)
+        cut = False
+        for name in names:
+            read, cut_here = _read_lines(fd, name)
+            lines.extend(read)
+            cut = cut or cut_here
+        rules = self._compile(parts, lines, budget)
+        if cut or (rules is not None and rules.cut):
+            self._unapplied(parts, names)
         return Scope((*scope.rules, rules)) if rules else scope
+
+    @property
+    def spent(self) -> bool:
+        """Whether this search has used its budget for compiling patterns."""
+        return (
+            self.compiled_chars >= MAX_SEARCH_IGNORE_CHARS
+            or self.compile_seconds >= MAX_SEARCH_COMPILE_SECONDS
+        )
+
+    def _compile(self, parts: tuple[str, ...], lines: list[str], budget: int) -> _Rules | None:
+        started = time.thread_time()
+        rules, compiled = _compile(parts, lines, budget)
+        if compiled:
+            self.compiled_chars += rules.chars if rules is not None else 0
+            self.compile_seconds += time.thread_time() - started
+        return rules
+
+    def _unapplied(self, parts: tuple[str, ...], names: list[str]) -> None:
+        self.unapplied.extend(_safe("/".join((*parts, n))) for n in names)
+
+    def limits_note(self) -> str:
+        """A line saying which ignore files a bound kept from applying; "" if none."""
+        if not self.unapplied:
+            return ""
+        shown = ", ".join(self.unapplied[:_MAX_EXAMPLES])
+        more = len(self.unapplied) - _MAX_EXAMPLES
+        if more > 0:
+            shown += f" and {more} more"
+        return (
+            f"[... ignore files not fully applied (over the bounds on their size, "
+            f"patterns or compile time): {shown}; results may include what they ignore ...]"
+        )
 
     @staticmethod
     def is_virtualenv(fd: int) -> bool:
@@ -252,7 +313,10 @@ class Ignorer:
         try:
             fds.append(os.open(".git", _DIR_OPEN, dir_fd=root_fd))
             fds.append(os.open("info", _DIR_OPEN, dir_fd=fds[-1]))
-            rules = _compile((), _read_lines(fds[-1], "exclude"), MAX_IGNORE_CHARS)
+            lines, cut = _read_lines(fds[-1], "exclude")
+            rules = self._compile((), lines, MAX_IGNORE_CHARS)
+            if cut or (rules is not None and rules.cut):
+                self._unapplied((".git", "info"), ["exclude"])
         except OSError:
             return ()  # no repository here, or .git is a file (a worktree): not followed
         finally:
@@ -261,15 +325,19 @@ class Ignorer:
         return (rules,) if rules else ()
 
 
-def _read_lines(dir_fd: int, name: str) -> list[str]:
-    """The lines of ignore file ``name`` in ``dir_fd``: a regular file, never a symlink."""
+def _read_lines(dir_fd: int, name: str) -> tuple[list[str], bool]:
+    """The lines of ignore file ``name`` in ``dir_fd``: a regular file, never a symlink.
+
+    Returns:
+        The lines, and whether the file was longer than what was read.
+    """
     try:
         fd = os.open(name, _FILE_READ, dir_fd=dir_fd)
     except OSError:
-        return []  # missing, a symlink (ELOOP), unreadable: as if there were none
+        return [], False  # missing, a symlink (ELOOP), unreadable: as if there were none
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
+            return [], False
         os.set_blocking(fd, True)
         chunks: list[bytes] = []
         size = 0
@@ -281,35 +349,48 @@ def _read_lines(dir_fd: int, name: str) -> list[str]:
             size += len(chunk)
         cut = size >= MAX_IGNORE_FILE_BYTES and os.read(fd, 1) != b""
     except OSError:
-        return []
+        return [], False
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if cut:
         data = data[: data.rfind(b"\n") + 1]  # a line cut in two is not used
     text = data.decode("utf-8", "replace").removeprefix("\ufeff")
-    return [line.removesuffix("\r") for line in text.split("\n")]
+    return [line.removesuffix("\r") for line in text.split("\n")], cut
 
 
-def _compile(parts: tuple[str, ...], lines: Iterable[str], budget: int) -> _Rules | None:
-    """The rules of one directory from at most ``budget`` characters of patterns."""
+def _compile(
+    parts: tuple[str, ...], lines: Iterable[str], budget: int
+) -> tuple[_Rules | None, bool]:
+    """The rules of one directory from at most ``budget`` characters of patterns.
+
+    Returns:
+        The rules (None: no pattern), and whether they were compiled now rather than
+        found in the cache.
+    """
     used: list[str] = []
     chars = 0
+    cut = False
     for line in lines:
-        if len(line) > _MAX_PATTERN_CHARS or line.startswith("#") or not line.strip():
+        if line.startswith("#") or not line.strip():
+            continue
+        if len(line) > _MAX_PATTERN_CHARS:
+            cut = True
             continue
         if chars + len(line) > budget or len(used) == MAX_IGNORE_PATTERNS:
+            cut = True
             break
         used.append(line)
         chars += len(line)
     if not used:
-        return None
+        return None, False
     key = tuple(used)
     specs = _CACHE.get(key)
+    compiled = specs is None
     if specs is None:
         specs = _specs(used)
         _CACHE.put(key, specs, chars)
-    return _Rules(parts, specs, chars) if specs else None
+    return (_Rules(parts, specs, chars, cut) if specs else None), compiled
 
 
 def _specs(lines: list[str]) -> tuple[GitIgnoreSpec, ...]:

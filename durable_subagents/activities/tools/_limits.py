@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from durable_subagents.agents._spec import ToolLimits
-from durable_subagents.config import DEFAULT_LIMITS
+from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 
 __all__ = ["DEFAULT_LIMITS", "CallCgroup", "limit_mechanisms", "rlimit_setter"]
 

@@ -1,0 +1,233 @@
+"""What running the file tools in a process per call costs, beside running them in-process.
+
+Run: ``.venv/bin/python bench/bench_file_tools.py [--calls 200] [--turns 20] [--repeats 5]``
+
+Two measures, each interleaved (forked, in-process, forked, ...) so the ratio holds on
+a noisy machine:
+
+- **per call**: ``tool.run`` of ``read_file``, ``grep``, ``list_files`` and
+  ``write_file`` on a copy of this package's source (with this repository's
+  ``.gitignore``), in a child of the fork server against a thread of this process
+  (the same tools with ``forked`` switched off): wall time, and CPU time of every
+  process involved (on a loaded machine the wall time is mostly waiting for a CPU);
+- **per turn**: a task of N turns with one ``read_file`` each (a local activity, as in
+  ``bench_core.py``), on a dev server and a worker this script starts, spawn to
+  ``check_task(wait=True)`` returning completed, divided by N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from durable_subagents import SubagentClient, TaskStatus, connect_client
+from durable_subagents.activities.tools import (
+    Tool,
+    ToolContext,
+    grep,
+    list_files,
+    read_file,
+    write_file,
+)
+from durable_subagents.activities.tools._processes import fork_server
+from durable_subagents.activities.tools._sandbox import tool_user
+from durable_subagents.config import Settings
+from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import workspace_for_tools
+from durable_subagents.worker import create_worker
+
+REPO = Path(__file__).resolve().parents[1]
+FILE_TOOLS = (read_file, grep, list_files, write_file)
+CALLS: dict[str, tuple[Tool, dict[str, Any], bool]] = {
+    "read_file, 2-byte file": (read_file, {"path": "f.txt"}, False),
+    "read_file, 2-byte file, a task's first call": (read_file, {"path": "f.txt"}, True),
+    "read_file, 760-line module": (
+        read_file,
+        {"path": "src/activities/tools/_files.py"},
+        False,
+    ),
+    "grep 'def ', the package (~80 files)": (grep, {"pattern": "def ", "path": "src"}, False),
+    "list_files '**/*.py', the package": (list_files, {"pattern": "**/*.py"}, False),
+    "write_file, 1 KB": (write_file, {"path": "out/w.txt", "content": "x" * 1024}, False),
+}
+"""Label: the tool, its arguments, and whether each call is a new task's (a fresh
+process; otherwise one task's calls reuse its process, as a task's turns do)."""
+
+
+def forking(on: bool) -> None:
+    """Run the built-in file tools in a child (on) or in a thread of this process (off)."""
+    for t in FILE_TOOLS:
+        t.forked = on
+
+
+async def timed(call: Callable[[], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    await call()
+    return (time.perf_counter() - start) * 1000
+
+
+def p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def server_cpu() -> float:
+    """CPU seconds of the fork server and of its children, living and reaped."""
+    pid = fork_server().pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    ticks = 0
+    for n, each in enumerate([str(pid), *children]):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # reaped meanwhile: counted in the server's children's time
+        ticks += sum(int(f) for f in fields[11 : 15 if n == 0 else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Row:
+    label: str
+    wall: dict[bool, list[float]]
+    """Milliseconds per call, forked (True) and in-process (False)."""
+    cpu: dict[bool, float]
+    """CPU milliseconds per call: this process's, plus the server's and its children's."""
+
+
+async def per_call(workspace: Path, calls: int) -> list[Row]:
+    rows = []
+    for label, (tool, arguments, fresh) in CALLS.items():
+        # A root worker's file tools run as its tool user (in a thread they cannot).
+        run_as = tool_user(workspace)
+        ctx = ToolContext(workspace=workspace, task_id="bench", run_as=run_as)
+        wall: dict[bool, list[float]] = {True: [], False: []}
+        cpu = {True: 0.0, False: 0.0}
+        for on in (True, False):  # warm up (the cache of compiled ignore rules, too)
+            forking(on)
+            await tool.run(ctx, arguments)
+        await asyncio.sleep(0.2)  # the next spare is forked
+        server_before = server_cpu()
+        for n in range(calls):
+            for on in (True, False):
+                forking(on)
+                if fresh:
+                    ctx = ToolContext(workspace=workspace, task_id=f"bench-{n}", run_as=run_as)
+                    await asyncio.sleep(0.02)  # a model turn: the next spare is forked
+                start, used = time.perf_counter(), time.process_time()
+                await tool.run(ctx, arguments)
+                wall[on].append((time.perf_counter() - start) * 1000)
+                cpu[on] += time.process_time() - used
+        await asyncio.sleep(0.2)  # the last child is reaped
+        cpu[True] += server_cpu() - server_before
+        rows.append(Row(label, wall, {on: cpu[on] * 1000 / calls for on in cpu}))
+    forking(True)
+    return rows
+
+
+async def per_turn(
+    tmp: Path, workspace: Path, turns: int, repeats: int
+) -> tuple[list[float], list[float]]:
+    server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / "temporal.db", ui=False)
+    await server.start()
+    try:
+        settings = Settings(
+            address=server.address,
+            namespace=server.namespace,
+            task_queue=f"bench-files-{uuid.uuid4().hex[:8]}",
+            data_dir=tmp / "data",
+            blob_dir=tmp / "blobs",
+            workspace=workspace,
+        )
+        temporal = await connect_client(server.address, server.namespace)
+        client = SubagentClient(
+            temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+        )
+        model = "scripted:" + json.dumps(
+            {
+                "turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "f.txt"}}]}],
+                "repeat": turns,
+                "final": "done",
+            }
+        )
+
+        async def run() -> None:
+            task_id = await client.spawn_task("explore", "bench", model=model)
+            info = await client.check_task(task_id, wait=True, timeout=300)
+            assert info.status == TaskStatus.COMPLETED, info
+
+        times: dict[bool, list[float]] = {True: [], False: []}
+        async with create_worker(temporal, settings):
+            for on in (True, False):
+                forking(on)
+                await run()
+            for _ in range(repeats):
+                for on in (True, False):
+                    forking(on)
+                    times[on].append(await timed(run) / turns)
+        forking(True)
+        return times[True], times[False]
+    finally:
+        await server.stop()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=200, help="calls per tool and side")
+    parser.add_argument("--turns", type=int, default=20, help="turns of the per-turn task")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of it per side")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    await asyncio.to_thread(fork_server)
+    print(f"fork server started in {(time.perf_counter() - started) * 1000:.0f} ms")
+    with tempfile.TemporaryDirectory(prefix="bench-files-") as tmp_name:
+        tmp = Path(tmp_name)
+        workspace = tmp / "ws"
+        shutil.copytree(REPO / "durable_subagents", workspace / "src")
+        shutil.copy(REPO / ".gitignore", workspace / ".gitignore")
+        (workspace / "f.txt").write_text("x\n")
+        (workspace / "out").mkdir()
+        workspace_for_tools(workspace)  # a root worker's tool user may write it
+        calls = await per_call(workspace, args.calls)
+        forked, threaded = await per_turn(tmp, workspace, args.turns, args.repeats)
+
+    print(f"# file tools in a process per call vs in-process ({date.today()}, ", end="")
+    print(f"{platform.machine()}, {platform.system()} {platform.release()})")
+    print()
+    print(
+        "| call | in-process p50 ms | forked p50 ms | added p50 ms | forked p95 ms "
+        "| in-process CPU ms | forked CPU ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in calls:
+        on, off = row.wall[True], row.wall[False]
+        added = statistics.median(on) - statistics.median(off)
+        print(
+            f"| {row.label} | {statistics.median(off):.2f} | {statistics.median(on):.2f} | "
+            f"{added:+.2f} | {p(on, 0.95):.2f} | {row.cpu[False]:.2f} | {row.cpu[True]:.2f} |"
+        )
+    print()
+    print("CPU: this process's time (both sides), plus the fork server's and its children's")
+    print("(forked side: the spares forked ahead, the calls, the exits).")
+    print()
+    print(f"| {args.turns}-turn task, one read_file a turn | in-process | forked | ratio |")
+    print("|---|---|---|---|")
+    on_ms, off_ms = statistics.median(forked), statistics.median(threaded)
+    print(f"| ms per turn (median of {args.repeats}) | {off_ms:.1f} | {on_ms:.1f} | ", end="")
+    print(f"{on_ms / off_ms:.2f}x |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,634 @@
+r"""The inbox over HTTP: a JSON API, its OpenAPI document, and the page that uses it.
+
+Every ``/api`` request needs ``Authorization: Bearer <token>``; nothing is read from
+a cookie, so no other site can make a browser decide through it. Browsers may call it
+from its own page and from the origins it is given, and from no other (403). Errors
+are the client's typed errors with their one-line messages, under HTTP statuses
+(``ERROR_STATUS``). What a model wrote leaves as JSON data, with control, bidi and
+invisible characters as ``\uXXXX`` escapes, and the page shows it as text.
+
+The routes are declared once (``ROUTES``): the router and the OpenAPI document are
+both made from that table, so the document cannot drift from what is served.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
+from temporalio.service import RPCError
+
+from durable_subagents._codec_server import _normal_origin
+from durable_subagents._terminal import UNSAFE, json_shown
+from durable_subagents.cli.inbox._access import Grant, Tokens
+from durable_subagents.cli.inbox._inbox import (
+    CancelRequest,
+    DecisionRequest,
+    DecisionResult,
+    Inbox,
+    InboxView,
+    InputRequest,
+    PauseView,
+    RejectRequest,
+    TaskList,
+)
+from durable_subagents.errors import (
+    BlobNotFound,
+    BlobStoreUnavailable,
+    InvalidRequest,
+    PayloadTooLarge,
+    SubagentError,
+    TaskNotFound,
+    TemporalUnavailable,
+    UnknownCallId,
+    WrongTaskState,
+)
+from durable_subagents.types import TaskInfo
+
+__all__ = ["ERROR_STATUS", "ROUTES", "InboxServer", "build_app", "openapi"]
+
+log = logging.getLogger(__name__)
+
+ERROR_STATUS: list[tuple[type[SubagentError], int]] = [
+    (TaskNotFound, 404),
+    (UnknownCallId, 409),
+    (WrongTaskState, 409),
+    (PayloadTooLarge, 413),
+    (InvalidRequest, 400),
+    (BlobNotFound, 404),
+    (BlobStoreUnavailable, 503),
+    (TemporalUnavailable, 503),
+]
+"""The client's typed errors and their HTTP statuses, first match wins (others: 500)."""
+
+MAX_BODY = 1024 * 1024
+"""Largest request body (a decision names at most a few thousand calls)."""
+MAX_WAIT = 60.0
+"""Longest long poll of ``/api/inbox`` (seconds)."""
+
+_PAGE = resources.files("durable_subagents.cli.inbox") / "page"
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_ALLOW_HEADERS = "Authorization, Content-Type"
+_WHO: Any = web.RequestKey("who", str) if hasattr(web, "RequestKey") else "who"
+"""The name of the token a request came with (its log line says who, never the token)."""
+
+
+class ErrorBody(BaseModel):
+    """An error: the client's one-line message, and the error's type."""
+
+    error: str
+    type: str
+    status: str | None = None
+    """For ``WrongTaskState``: the state the task is in."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """One operation of the API: what the router serves and the document describes."""
+
+    method: str
+    path: str
+    operation: str
+    summary: str
+    response: type[BaseModel]
+    request: type[BaseModel] | None = None
+    decides: bool = False
+    """Needs an approver token (a viewer's gets 403)."""
+    query: tuple[Param, ...] = ()
+    errors: tuple[int, ...] = field(default=(401,))
+
+
+_TASK_ERRORS = (400, 401, 404, 503)
+ROUTES = (
+    Route(
+        "GET",
+        "/api/inbox",
+        "inbox",
+        "The paused task trees: each with its pause and every call that waits in it. "
+        "With `wait`, a long poll: it answers once the inbox differs from `since`, or "
+        "after `wait` seconds.",
+        InboxView,
+        query=(
+            Param("wait", {"type": "number", "minimum": 0, "maximum": MAX_WAIT}, "Seconds to wait"),
+            Param("since", {"type": "string"}, "The version the caller has"),
+        ),
+        errors=(400, 401, 503),
+    ),
+    Route(
+        "GET",
+        "/api/tasks",
+        "list_tasks",
+        "Tasks of the namespace, newest first (those the token reaches).",
+        TaskList,
+        query=(
+            Param("parent_id", {"type": "string"}, "Only tasks spawned with this parent id"),
+            Param("status", {"type": "string"}, "Only tasks in this status"),
+        ),
+        errors=(400, 401, 503),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/{task_id}",
+        "check_task",
+        "A task's state.",
+        TaskInfo,
+        errors=_TASK_ERRORS,
+    ),
+    Route(
+        "GET",
+        "/api/tasks/{task_id}/pause",
+        "pause",
+        "The task's current pause, each call with its full arguments: read this before "
+        "deciding, and send back the pause id and the calls as read.",
+        PauseView,
+        errors=(*_TASK_ERRORS, 409),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/{task_id}/approve",
+        "approve",
+        "Approve calls of the pause read, bound to the pause id and each call's argument "
+        "hash: a pause that changed since it was read is refused (409), and nothing is "
+        "decided.",
+        DecisionResult,
+        DecisionRequest,
+        decides=True,
+        errors=(*_TASK_ERRORS, 403, 409, 413),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/{task_id}/reject",
+        "reject",
+        "Reject calls of the pause read (bound as approve); the model reads the reason.",
+        DecisionResult,
+        RejectRequest,
+        decides=True,
+        errors=(*_TASK_ERRORS, 403, 409, 413),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/{task_id}/input",
+        "send_input",
+        "Send steering input to a running or paused task, or continue a completed one.",
+        TaskInfo,
+        InputRequest,
+        decides=True,
+        errors=(*_TASK_ERRORS, 403, 409, 413),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/{task_id}/cancel",
+        "cancel_task",
+        "Cancel a task (its model call and tool processes are stopped).",
+        TaskInfo,
+        CancelRequest,
+        decides=True,
+        errors=(*_TASK_ERRORS, 403),
+    ),
+)
+"""The API, in the order the document lists it."""
+
+
+def _status_of(err: SubagentError) -> int:
+    for kind, status in ERROR_STATUS:
+        if isinstance(err, kind):
+            return status
+    return 500
+
+
+def _json(model: BaseModel | dict[str, Any], status: int = 200) -> web.Response:
+    text = model.model_dump_json() if isinstance(model, BaseModel) else json.dumps(model)
+    return web.Response(
+        status=status, body=json_shown(text).encode(), content_type="application/json"
+    )
+
+
+def _error(status: int, message: str, kind: str, state: str | None = None) -> web.Response:
+    response = _json(ErrorBody(error=message, type=kind, status=state), status)
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="subagents inbox"'
+    return response
+
+
+def openapi(server_url: str | None = None) -> dict[str, Any]:
+    """The API's OpenAPI 3.1 document, made from ``ROUTES`` and the pydantic models."""
+    models: list[type[BaseModel]] = [ErrorBody]
+    for route in ROUTES:
+        models += [route.response] + ([route.request] if route.request else [])
+    unique = list(dict.fromkeys(models))
+    _, defs = models_json_schema(
+        [(m, "validation") for m in unique], ref_template="#/components/schemas/{model}"
+    )
+    schemas = defs.get("$defs", {})
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        operation: dict[str, Any] = {
+            "operationId": route.operation,
+            "summary": route.summary,
+            "security": [{"bearer": []}],
+            "responses": {
+                "200": {
+                    "description": "OK",
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": f"#/components/schemas/{route.response.__name__}"}
+                        }
+                    },
+                },
+                **{
+                    str(code): {
+                        "description": _ERROR_TEXT[code],
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/ErrorBody"}
+                            }
+                        },
+                    }
+                    for code in sorted(set(route.errors))
+                },
+            },
+        }
+        parameters = [
+            {
+                "name": p.name,
+                "in": "query",
+                "required": False,
+                "schema": p.schema,
+                "description": p.description,
+            }
+            for p in route.query
+        ]
+        if "{task_id}" in route.path:
+            parameters.insert(
+                0,
+                {
+                    "name": "task_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string"},
+                    "description": "The task (the top task of a tree, to decide its calls)",
+                },
+            )
+        if parameters:
+            operation["parameters"] = parameters
+        if route.request is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{route.request.__name__}"}
+                    }
+                },
+            }
+        if route.decides:
+            operation["description"] = "Needs an approver token."
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "durable-subagents inbox",
+            "version": "1",
+            "description": "Paused subagent tasks and their decisions. Every operation "
+            "needs a bearer token; approve, reject, input and cancel need an approver's.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+    if server_url:
+        document["servers"] = [{"url": server_url}]
+    return document
+
+
+_ERROR_TEXT = {
+    400: "The request is malformed or cannot be done (the message says why)",
+    401: "No token, or not one of the server's",
+    403: "The token may not do this (a viewer's cannot decide), or the origin is not allowed",
+    404: "No such task, or not one the token reaches",
+    409: "The task is not in a state for it: not paused, or the pause or a call changed "
+    "since it was read (nothing was decided)",
+    413: "The body or a text in it is too large",
+    503: "Temporal or the blob store does not answer",
+}
+
+
+class _Api:
+    """The handlers: each checks the token's role and scope, then asks the inbox."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+
+    async def inbox_view(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
+        wait = _number(request.query.get("wait"), "wait", MAX_WAIT)
+        since = request.query.get("since")
+        if wait:
+            return await self.inbox.wait(grant, since, wait)
+        return await self.inbox.view(grant)
+
+    async def list_tasks(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
+        query = request.query
+        tasks = await self.inbox.tasks(grant, query.get("parent_id"), query.get("status"))
+        return TaskList(tasks=tasks)
+
+    async def check_task(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
+        return await self.inbox.task(grant, request.match_info["task_id"])
+
+    async def pause(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
+        return await self.inbox.pause(grant, request.match_info["task_id"])
+
+    async def approve(self, request: web.Request, grant: Grant, body: DecisionRequest) -> BaseModel:
+        task_id = request.match_info["task_id"]
+        return await self.inbox.decide(grant, task_id, body, approved=True)
+
+    async def reject(self, request: web.Request, grant: Grant, body: RejectRequest) -> BaseModel:
+        task_id = request.match_info["task_id"]
+        return await self.inbox.decide(grant, task_id, body, approved=False)
+
+    async def send_input(self, request: web.Request, grant: Grant, body: InputRequest) -> BaseModel:
+        task_id = request.match_info["task_id"]
+        await self.inbox.task(grant, task_id)
+        info = await self.inbox.client.send_input(task_id, body.text)
+        self.inbox.changed()
+        return info
+
+    async def cancel_task(
+        self, request: web.Request, grant: Grant, body: CancelRequest
+    ) -> BaseModel:
+        task_id = request.match_info["task_id"]
+        await self.inbox.task(grant, task_id)
+        info = await self.inbox.client.cancel_task(task_id, wait=body.wait, timeout=body.timeout)
+        self.inbox.changed()
+        return info
+
+
+def _number(text: str | None, name: str, most: float) -> float:
+    if text is None or text == "":
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= most:
+        raise InvalidRequest(f"{name} must be a number of seconds from 0 to {most:g}")
+    return value
+
+
+Handler = Callable[[web.Request, Grant, Any], Awaitable[BaseModel]]
+
+
+def _bearer(request: web.Request) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _endpoint(route: Route, handler: Handler, tokens: Tokens) -> Callable[..., Any]:
+    async def serve(request: web.Request) -> web.StreamResponse:
+        token = _bearer(request)
+        grant = tokens.find(token) if token is not None else None
+        if grant is None:
+            return _error(
+                401,
+                "send Authorization: Bearer <token>, a token this server was given "
+                "(--tokens or SUBAGENTS_INBOX_TOKEN)"
+                if token is None
+                else "this token is not one of the server's",
+                "Unauthorized",
+            )
+        request[_WHO] = grant.name
+        if route.decides and not grant.may_decide:
+            return _error(
+                403,
+                f"token {grant.name!r} is a viewer: it reads the inbox; deciding, sending "
+                "input and cancelling need an approver token",
+                "Forbidden",
+            )
+        body: BaseModel | None = None
+        if route.request is not None:
+            raw = await request.read()
+            try:
+                body = route.request.model_validate_json(raw or b"{}")
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "body"
+                raise InvalidRequest(
+                    f"the body is not a {route.request.__name__}: {where}: {first['msg']}"
+                ) from None
+        return _json(await handler(request, grant, body))
+
+    return serve
+
+
+class _AccessLog(AbstractAccessLogger):
+    """One line per request: who (the token's name, never the token), what, the status."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info(
+            '%s %s "%s %s" %s %.3fs',
+            request.remote,
+            request.get(_WHO, "-"),
+            request.method,
+            request.path,
+            response.status,
+            time,
+        )
+
+
+def build_app(inbox: Inbox, tokens: Tokens, *, origins: Iterable[str] = ()) -> web.Application:
+    """The aiohttp application: the API, its document and the page.
+
+    Args:
+        inbox: What the API reads and decides through.
+        tokens: Who may use it.
+        origins: Browser origins besides the page's own that may call the API
+            (``scheme://host:port``); any other origin's request gets 403.
+
+    Raises:
+        InvalidRequest: an origin is not ``scheme://host[:port]``.
+    """
+    allowed = frozenset(_normal_origin(o) for o in origins)
+
+    def cross_origin(request: web.Request) -> tuple[str | None, bool]:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return None, True
+        normal = origin.strip().rstrip("/").lower()
+        own = f"{request.scheme}://{request.host}".lower()
+        return origin, normal == own or normal in allowed
+
+    @web.middleware
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        origin, ok = cross_origin(request)
+        api = request.path.startswith("/api/")
+        if not ok:
+            response: web.StreamResponse = _error(
+                403,
+                f"origin {origin} may not call this server; start it with --origin {origin} "
+                "to allow that page",
+                "Forbidden",
+            )
+        elif request.method == "OPTIONS" and api:
+            response = web.Response(status=204)
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = _error(exc.status, exc.reason, type(exc).__name__)
+            except SubagentError as err:
+                response = _error(
+                    _status_of(err), str(err), type(err).__name__, getattr(err, "status", None)
+                )
+            except RPCError as err:
+                response = _error(
+                    503, f"Temporal refused or did not answer: {err.message}", "RPCError"
+                )
+        if origin is not None and ok:
+            response.headers["Access-Control-Allow-Origin"] = origin.strip().rstrip("/")
+            response.headers["Access-Control-Allow-Headers"] = _ALLOW_HEADERS
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            response.headers["Access-Control-Max-Age"] = "600"
+        response.headers["Vary"] = "Origin"
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Content-Security-Policy"] = _CSP
+        return response
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    api = _Api(inbox)
+    handlers: dict[str, Handler] = {
+        "inbox": api.inbox_view,
+        "list_tasks": api.list_tasks,
+        "check_task": api.check_task,
+        "pause": api.pause,
+        "approve": api.approve,
+        "reject": api.reject,
+        "send_input": api.send_input,
+        "cancel_task": api.cancel_task,
+    }
+    for route in ROUTES:
+        app.router.add_route(
+            route.method, route.path, _endpoint(route, handlers[route.operation], tokens)
+        )
+
+    document = json.dumps(openapi(), indent=2)
+    script = (_PAGE / "inbox.js").read_text().replace('"__UNSAFE__"', json.dumps(UNSAFE))
+    page = {
+        "/": ((_PAGE / "index.html").read_text(), "text/html"),
+        "/inbox.js": (script, "text/javascript"),
+        "/inbox.css": ((_PAGE / "inbox.css").read_text(), "text/css"),
+    }
+
+    async def openapi_document(request: web.Request) -> web.StreamResponse:
+        return web.Response(text=document, content_type="application/json")
+
+    def static(path: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        text, kind = page[path]
+
+        async def serve(request: web.Request) -> web.StreamResponse:
+            return web.Response(text=text, content_type=kind, charset="utf-8")
+
+        return serve
+
+    app.router.add_get("/api/openapi.json", openapi_document)
+    for path in page:
+        app.router.add_get(path, static(path))
+    return app
+
+
+class InboxServer:
+    """``subagents serve``'s HTTP server: start it, read :attr:`url`, stop it.
+
+    Args:
+        inbox: What it serves.
+        tokens: Who may use it.
+        host: Address to listen on (127.0.0.1 keeps it to this machine).
+        port: Port; 0 picks a free one.
+        origins: Other browser origins allowed to call the API.
+    """
+
+    def __init__(
+        self,
+        inbox: Inbox,
+        tokens: Tokens,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8090,
+        origins: Iterable[str] = (),
+    ) -> None:
+        self.app = build_app(inbox, tokens, origins=origins)
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        """Where the page is (127.0.0.1 for a server on every interface)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen.
+
+        Raises:
+            SubagentError: the address is taken or cannot be bound.
+        """
+        # Long polls would hold a stop up for their whole wait: a page polls again.
+        runner = web.AppRunner(
+            self.app,
+            access_log_class=_AccessLog,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as err:
+            await runner.cleanup()
+            raise SubagentError(
+                f"the inbox cannot listen on {self.host}:{self.port}: {err.strerror}; choose "
+                "another port (--port) or stop what listens there"
+            ) from None
+        self._runner = runner
+        server = site._server
+        if self.port == 0 and server is not None:
+            self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        """Stop listening (idempotent)."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> InboxServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

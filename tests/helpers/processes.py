@@ -1,0 +1,47 @@
+"""Processes seen from the host: a command's pid, waiting for one."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from pathlib import Path
+
+from . import CEILING
+
+
+async def _wait_ready(task: asyncio.Task[None], out: io.StringIO) -> str:
+    deadline = time.monotonic() + CEILING
+    while "Ctrl-C to stop" not in out.getvalue():
+        assert not task.done(), out.getvalue()
+        assert time.monotonic() < deadline, out.getvalue()
+        await asyncio.sleep(0.05)
+    return out.getvalue()
+
+
+def processes_matching(text: str) -> list[int]:
+    """PIDs whose command line starts with ``text`` (seen from the host PID namespace).
+
+    The command itself: not the sandbox (``bwrap ... bash -c sleep 3907``) or the shell
+    whose arguments hold it, which would count each command two or three times.
+    """
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if cmdline.startswith(text):
+            pids.append(int(entry.name))
+    return pids
+
+
+async def wait_for(predicate, timeout: float = CEILING, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    """Until ``predicate()``: an outcome, bounded only by ``CEILING`` (see ``helpers``)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

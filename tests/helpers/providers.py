@@ -1,0 +1,113 @@
+"""Fake model providers for a test's worker, and reading their requests."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
+from temporalio.client import Client
+from temporalio.converter import DataConverter
+
+from durable_subagents import TaskEvent
+from durable_subagents.activities.providers import (
+    clear_provider_cache,
+    close_providers,
+)
+from durable_subagents.client._live import RESTARTED
+from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+
+
+@contextlib.asynccontextmanager
+async def fake_provider(
+    monkeypatch: pytest.MonkeyPatch, server: FakeModelServer, prefix: str, key: str = "k"
+) -> AsyncIterator[FakeModelServer]:
+    """Serve a fake model API and point this process's worker at it (env + fresh clients)."""
+    async with server as srv:
+        monkeypatch.setenv(f"{prefix}_API_KEY", key)
+        monkeypatch.setenv(f"{prefix}_BASE_URL", srv.base_url)
+        clear_provider_cache()
+        try:
+            yield srv
+        finally:
+            await close_providers()
+
+
+def turn_text(events: list[TaskEvent], turn: int) -> str:
+    """The text a watcher would show for ``turn``: from its last restart on."""
+    text = ""
+    for event in events:
+        if event.kind == "text" and event.turn == turn:
+            text = (event.text or "") if event.summary == RESTARTED else text + (event.text or "")
+    return text
+
+
+PROVIDERS = ["openai", "anthropic"]
+
+
+MODELS = {"openai": "openai:gpt-test", "anthropic": "anthropic:claude-test"}
+
+
+@contextlib.asynccontextmanager
+async def model_api(
+    monkeypatch: pytest.MonkeyPatch, kind: str, key: str = "k", **options: Any
+) -> AsyncIterator[FakeModelServer]:
+    """Serve a fake ``kind`` API and point this process's worker at it."""
+    server = FakeOpenAIServer(**options) if kind == "openai" else FakeAnthropicServer(**options)
+    async with fake_provider(monkeypatch, server, kind.upper(), key) as srv:
+        yield srv
+
+
+@dataclass
+class Attempt:
+    """A finished activity execution: its name, final attempt and the last failure."""
+
+    activity: str
+    attempt: int
+    last_failure: str
+    last_failure_type: str
+    local: bool = False
+
+
+async def activity_runs(temporal: Client, task_id: str) -> list[Attempt]:
+    """Every activity of the task, from its history; a local activity from its marker.
+
+    Temporal writes an activity's started event once, for the attempt that ended it,
+    with the failure of the attempt before.
+    """
+    names: dict[int, str] = {}
+    runs = []
+    converter = temporal.data_converter.payload_converter
+    async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name == "core_local_activity":
+                data = converter.from_payload(marker.details["data"].payloads[0], dict)
+                runs.append(Attempt(data["activity_type"], data["attempt"], "", "", local=True))
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = e.activity_task_started_event_attributes
+            failure = attrs.last_failure
+            runs.append(
+                Attempt(
+                    names[attrs.scheduled_event_id],
+                    attrs.attempt,
+                    failure.message,
+                    failure.application_failure_info.type,
+                )
+            )
+    return runs
+
+
+def recorded_failure(error: Exception) -> str:
+    """What Temporal would record in history for ``error``, cause chain included."""
+    failure = Failure()
+    DataConverter.default.failure_converter.to_failure(
+        error, DataConverter.default.payload_converter, failure
+    )
+    return str(failure)
