@@ -4,12 +4,9 @@ Spawn a subagent and get its id at once; check it, wait on it, cancel it. Each t
 is a Temporal workflow, so it survives crashes of workers and of the parent.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from durable_subagents._connect import connect_client
-from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
-from durable_subagents.client import SubagentClient
 from durable_subagents.errors import (
     BlobCorrupt,
     BlobError,
@@ -26,10 +23,16 @@ from durable_subagents.errors import (
     UnknownCallId,
     WrongTaskState,
 )
-from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
 
 if TYPE_CHECKING:
+    from durable_subagents._connect import connect_client
+    from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
+    from durable_subagents.client import SubagentClient
+    from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
     from durable_subagents.worker import SubagentsPlugin
+
+    __version__: str
+    """The installed distribution's version (``subagents --version`` prints it)."""
 
 __all__ = [
     "AgentSpec",
@@ -60,17 +63,50 @@ __all__ = [
     "connect_client",
 ]
 
-try:
-    __version__ = version("durable-subagents")
-    """The installed distribution's version (``subagents --version`` prints it)."""
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+_LAZY = {
+    "connect_client": "durable_subagents._connect",
+    "AgentSpec": "durable_subagents.agents",
+    "PermissionRule": "durable_subagents.agents",
+    "ToolLimits": "durable_subagents.agents",
+    "SubagentClient": "durable_subagents.client",
+    "Message": "durable_subagents.types",
+    "TaskEvent": "durable_subagents.types",
+    "TaskInfo": "durable_subagents.types",
+    "TaskStatus": "durable_subagents.types",
+    "Usage": "durable_subagents.types",
+    "SubagentsPlugin": "durable_subagents.worker",
+}
+"""Public names imported when first asked for, and the modules that define them.
+
+Importing the package, or any of its modules (``subagents --help`` imports the CLI's),
+runs this file: what it imports at once every command pays for. The client's names
+bring in Temporal's client, the worker's its SDK worker and the tools.
+"""
 
 
 def __getattr__(name: str) -> Any:
-    # The worker side (activities, tools, workflow code) is imported only when asked for.
-    if name == "SubagentsPlugin":
-        from durable_subagents.worker import SubagentsPlugin
+    if name == "__version__":
+        return _version()
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return SubagentsPlugin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _version() -> str:
+    # importlib.metadata reads the installed distributions: tens of milliseconds that
+    # only ``--version`` needs.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("durable-subagents")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -31,10 +31,8 @@ import hashlib
 import hmac
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -52,6 +50,9 @@ from durable_subagents.errors import (
     PayloadEncryptionError,
     PayloadKeyMissing,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = [
     "ENCODING",
@@ -106,6 +107,10 @@ class KeyRing:
     def __init__(self, current: bytes, old: Iterable[bytes] = ()) -> None:
         if len(current) != 32 or any(len(k) != 32 for k in old):
             raise InvalidRequest("a payload key is 32 bytes (AES-256)")
+        # cryptography is imported with the first key: a process without one never
+        # encrypts.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self.current_id = key_id(current)
         self._current = AESGCM(current)
         self._keys: dict[str, AESGCM] = {self.current_id: self._current}
@@ -160,6 +165,8 @@ class KeyRing:
         key = self._keys.get(kid)
         if key is None:
             raise missing_key(kid, self.ids, what)
+        from cryptography.exceptions import InvalidTag
+
         try:
             return key.decrypt(data[:_NONCE], data[_NONCE:], aad)
         except InvalidTag:

@@ -26,19 +26,19 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import re2
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
-from jsonschema import Draft7Validator, Draft201909Validator, Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
-from jsonschema.validators import extend
 from pydantic import BaseModel
 
+from durable_subagents._lazy import imported
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.types import ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+
+# jsonschema, referencing and re2 are imported by the first schema or answer checked
+# (see ``_lazy``): a client that never passes an output schema never loads them.
 
 __all__ = [
     "ANSWER_RETRIES",
@@ -75,11 +75,12 @@ about 0.1 s); an answer and a schema that need more fail the check."""
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 """Keywords whose values are data, not subschemas (a ``$ref`` in them is no reference)."""
 
-_DIALECTS: dict[str, Any] = {
-    "https://json-schema.org/draft/2020-12/schema": Draft202012Validator,
-    "https://json-schema.org/draft/2019-09/schema": Draft201909Validator,
-    "http://json-schema.org/draft-07/schema": Draft7Validator,
+_DIALECTS = {
+    "https://json-schema.org/draft/2020-12/schema": "Draft202012Validator",
+    "https://json-schema.org/draft/2019-09/schema": "Draft201909Validator",
+    "http://json-schema.org/draft-07/schema": "Draft7Validator",
 }
+"""Dialects answers are checked with, and their validators in ``jsonschema``."""
 
 
 # ---------------------------------------------------------------------- the schema
@@ -129,7 +130,7 @@ def check_output_schema(value: object) -> dict[str, Any]:
     cls = _dialect(schema)
     try:
         cls.check_schema(schema)
-    except SchemaError as err:
+    except imported("jsonschema.exceptions").SchemaError as err:
         raise InvalidRequest(
             f"output_schema is not a valid JSON Schema: at {err.json_path}: {_cut(err.message)}"
         ) from None
@@ -158,16 +159,17 @@ def answer_tool(schema: Mapping[str, Any]) -> ToolSpec:
 
 
 def _dialect(schema: Mapping[str, Any]) -> Any:
+    jsonschema = imported("jsonschema")
     uri = schema.get("$schema")
     if uri is None:
-        return Draft202012Validator
-    cls = _DIALECTS.get(uri.rstrip("#")) if isinstance(uri, str) else None
-    if cls is None:
+        return jsonschema.Draft202012Validator
+    name = _DIALECTS.get(uri.rstrip("#")) if isinstance(uri, str) else None
+    if name is None:
         raise InvalidRequest(
             f"output_schema: $schema {uri!r:.100} is not a dialect answers are checked with; "
             "use draft 2020-12 (leave $schema out), 2019-09 or draft-07"
         )
-    return cls
+    return getattr(jsonschema, name)
 
 
 def _nodes(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -184,6 +186,7 @@ def _nodes(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _check_patterns(schema: dict[str, Any]) -> None:
     """Patterns must compile with RE2, which matches in time linear in the answer."""
+    re2 = imported("re2")
     pattern_properties = unevaluated = False
     for path, node in _nodes(schema):
         patterns = []
@@ -211,6 +214,9 @@ def _check_patterns(schema: dict[str, Any]) -> None:
 
 def _check_refs(schema: dict[str, Any], cls: Any) -> None:
     """Every ``$ref`` must resolve within the schema: nothing is ever fetched."""
+    referencing = imported("referencing")
+    imported("referencing.jsonschema")
+    imported("referencing.exceptions")
     spec = referencing.jsonschema.specification_with(cls.META_SCHEMA["$id"])
     root = spec.create_resource(schema)
     registry = referencing.Registry().with_resource(root.id() or "", root).crawl()
@@ -436,7 +442,7 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 _CLOCK_EVERY = 16
 """Keyword evaluations between two looks at the clock (each look is a system call)."""
 
-_Keyword = Callable[[Any, Any, Any, Any], Iterator[ValidationError]]
+_Keyword: TypeAlias = "Callable[[Any, Any, Any, Any], Iterator[ValidationError]]"
 
 
 def _counted(keyword: _Keyword) -> _Keyword:
@@ -455,6 +461,7 @@ def _counted(keyword: _Keyword) -> _Keyword:
 
 @functools.lru_cache(maxsize=1024)
 def _regex(pattern: str) -> Any:
+    re2 = imported("re2")
     options = re2.Options()
     options.max_mem = 8 << 20
     options.log_errors = False
@@ -467,7 +474,9 @@ def _matches(pattern: str, text: str) -> bool:
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     if validator.is_type(instance, "string") and not _matches(pattern, instance):
-        yield ValidationError(f"{_cut(repr(instance), 80)} does not match {_cut(repr(pattern))}")
+        yield imported("jsonschema.exceptions").ValidationError(
+            f"{_cut(repr(instance), 80)} does not match {_cut(repr(pattern))}"
+        )
 
 
 def _pattern_properties(
@@ -497,7 +506,9 @@ def _additional_properties(
     elif not additional and extras:
         named = ", ".join(_cut(repr(k), 60) for k in sorted(extras)[:10])
         more = f" and {len(extras) - 10} more" if len(extras) > 10 else ""
-        yield ValidationError(f"additional properties are not allowed ({named}{more})")
+        yield imported("jsonschema.exceptions").ValidationError(
+            f"additional properties are not allowed ({named}{more})"
+        )
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
@@ -507,7 +518,9 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
     for index, item in enumerate(instance):
         key = json.dumps(_canonical(item), sort_keys=True)
         if key in seen:
-            yield ValidationError(f"has non-unique elements (item {index} repeats an earlier one)")
+            yield imported("jsonschema.exceptions").ValidationError(
+                f"has non-unique elements (item {index} repeats an earlier one)"
+            )
             return
         seen.add(key)
 
@@ -535,11 +548,13 @@ _LINEAR = {
 def _checking(base: Any) -> Any:
     """``base`` with linear-time keywords, each evaluation within the check's time."""
     keywords = {**base.VALIDATORS, **_LINEAR}
-    return extend(base, {name: _counted(keyword) for name, keyword in keywords.items()})
+    return imported("jsonschema.validators").extend(
+        base, {name: _counted(keyword) for name, keyword in keywords.items()}
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _validator(text: str) -> Any:
     schema = json.loads(text)
     # An empty registry: a reference is looked up in the schema alone, never fetched.
-    return _checking(_dialect(schema))(schema, registry=referencing.Registry())
+    return _checking(_dialect(schema))(schema, registry=imported("referencing").Registry())

@@ -24,10 +24,12 @@ import contextvars
 import functools
 import itertools
 import re
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import tree_sitter
-import tree_sitter_bash
+from durable_subagents._lazy import imported
+
+if TYPE_CHECKING:
+    import tree_sitter
 
 __all__ = [
     "Command",
@@ -119,7 +121,9 @@ class SimpleCommand(NamedTuple):
 
 @functools.cache
 def _parser() -> tree_sitter.Parser:
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    # Imported at the first line that needs the parser (see ``_lazy``): a client never does.
+    tree_sitter = imported("tree_sitter")
+    return tree_sitter.Parser(tree_sitter.Language(imported("tree_sitter_bash").language()))
 
 
 Command = tuple[tuple[str, ...], bool]

@@ -50,7 +50,6 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
-from durable_subagents.config import SECRET_ENV_NAME
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.types import Usage
 
@@ -505,6 +504,8 @@ def _hide(text: str, hidden: Sequence[str]) -> str:
 
 def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` with the values of secret-looking environment variables replaced."""
+    from durable_subagents.config import SECRET_ENV_NAME
+
     env = os.environ if env is None else env
     for name, value in env.items():
         if len(value) >= 8 and SECRET_ENV_NAME.search(name) and value in text:

@@ -21,6 +21,7 @@ from temporalio.common import WorkerDeploymentVersion
 from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
 from durable_subagents._codec import KeyRing
 from durable_subagents._notify_url import check_notify_url
+from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
     TemporalConnection,
     credential_files,
@@ -47,7 +48,6 @@ def _default_limit(name: str) -> int:
     return value
 
 
-DEFAULT_TASK_QUEUE = "subagents"
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_DRAIN_TIMEOUT = 25.0

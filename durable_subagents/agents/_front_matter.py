@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
+from durable_subagents._lazy import imported
 
 __all__ = ["FrontMatter", "FrontMatterError", "parse_front_matter"]
 
@@ -100,6 +100,9 @@ def parse_front_matter(data: bytes) -> FrontMatter:
         )
     block = lines[1:end]
     body = "\n".join(lines[end + 1 :]).strip()
+    # PyYAML is imported with the first agent file read (see ``_lazy``), not by every
+    # client.
+    yaml = imported("yaml")
     try:
         parsed = yaml.safe_load("\n".join(block))
     except yaml.YAMLError:
@@ -150,6 +153,7 @@ def _field_by_field(block: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
 
 
 def _field_value(key: str, chunk: list[str]) -> Any:
+    yaml = imported("yaml")
     try:
         parsed = yaml.safe_load("\n".join(chunk))
     except yaml.YAMLError:

@@ -52,6 +52,10 @@ for _name, _command in (
 _RUN_WORKERS = {"dev", "worker", "demo"}
 """Commands that run a worker: their connection retries are the log of a lost server."""
 
+_from_main = False
+"""Whether the console script runs the app (``main``), which owns the process's Temporal
+runtime; an app invoked in another program's process leaves that program's alone."""
+
 
 def _print_version(value: bool) -> None:
     if value:
@@ -85,6 +89,10 @@ def _options(
 ) -> None:
     """Durable LLM subagents on Temporal: spawn, check, cancel and list tasks."""
     _common.VERBOSE = verbose
+    if _from_main:
+        # Here rather than in ``main``: Temporal's runtime is imported by the commands
+        # that run, never by ``--help`` or ``--version``.
+        _core_logs_to_stderr()
     if not verbose and ctx.invoked_subcommand not in _RUN_WORKERS:
         # A client command reports a lost server in one line of its own.
         from durable_subagents._connect import no_connection_retries
@@ -117,7 +125,8 @@ def _core_logs_to_stderr() -> None:
 
 def main() -> None:
     """Entry point of the ``subagents`` command."""
-    _core_logs_to_stderr()
+    global _from_main
+    _from_main = True
     try:
         app(prog_name="subagents")  # also under `python -m durable_subagents`
         code: object = 0

@@ -16,16 +16,20 @@ import sys
 import traceback
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from durable_subagents._audience import for_shell
-from durable_subagents.config import DEFAULT_TASK_QUEUE, Settings
+from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
 from durable_subagents.errors import SubagentError, TemporalUnavailable
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from durable_subagents.config import Settings
 
 console = Console()
 err_console = Console(stderr=True)
@@ -99,6 +103,12 @@ def make_settings(
     The options are given to the constructor, not copied in afterwards: ``--profile``
     decides the address and namespace that ``--address`` and ``--namespace`` leave open.
     """
+    # The settings (pydantic-settings, Temporal's config) are imported by the commands
+    # that read them, not by `subagents --help`.
+    from pydantic import ValidationError
+
+    from durable_subagents.config import Settings
+
     global _address
     given = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
     try:

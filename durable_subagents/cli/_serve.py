@@ -20,15 +20,6 @@ import typer
 from rich.markup import escape
 
 from durable_subagents._audience import for_shell
-from durable_subagents._render import plain_table
-from durable_subagents._terminal import shown
-from durable_subagents.agents import (
-    ALL_TOOLS,
-    BUILTIN_AGENTS,
-    AgentFiles,
-    find_project_root,
-    scan_agents,
-)
 from durable_subagents.cli._common import (
     Address,
     AgentsDir,
@@ -46,11 +37,12 @@ from durable_subagents.cli._common import (
     make_settings,
     run,
 )
-from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
 
 if TYPE_CHECKING:
     from temporalio.common import WorkerDeploymentVersion
+
+    from durable_subagents.config import Settings
 
 
 class Role(enum.StrEnum):
@@ -529,6 +521,16 @@ def keygen() -> None:
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
+    from durable_subagents._render import plain_table
+    from durable_subagents._terminal import shown
+    from durable_subagents.agents import (
+        ALL_TOOLS,
+        BUILTIN_AGENTS,
+        AgentFiles,
+        find_project_root,
+        scan_agents,
+    )
+
     try:
         root = agents_dir or find_project_root()
         found = scan_agents(root) if root is not None else AgentFiles()

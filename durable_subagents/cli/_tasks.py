@@ -7,11 +7,10 @@ import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from durable_subagents._render import info_json, print_info, task_table, usage_text
 from durable_subagents._terminal import json_shown, shown
 from durable_subagents.cli._common import (
     Address,
@@ -24,19 +23,28 @@ from durable_subagents.cli._common import (
     make_settings,
     run,
 )
-from durable_subagents.client import SubagentClient
-from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError
-from durable_subagents.types import TaskInfo, TaskStatus
+
+if TYPE_CHECKING:
+    from durable_subagents.client import SubagentClient
+    from durable_subagents.config import Settings
+    from durable_subagents.types import TaskInfo, TaskStatus
+
+# The client, the settings and the task types are imported by the commands that use
+# them: `subagents --help` imports this module and needs none of them.
 
 
 def _exit_if_unsuccessful(status: TaskStatus | None) -> None:
     """``--wait`` ends with exit code 1 when the task failed, timed out or was cancelled."""
+    from durable_subagents.types import TaskStatus
+
     if status in (TaskStatus.FAILED, TaskStatus.TIMED_OUT, TaskStatus.CANCELLED):
         raise typer.Exit(1)
 
 
 async def _client(settings: Settings) -> SubagentClient:
+    from durable_subagents.client import SubagentClient
+
     # Only spawning resolves agents: a broken agent file must not block check or cancel.
     return await SubagentClient.connect(settings=settings, agents={})
 
@@ -49,6 +57,8 @@ def _show(
     """Connect, run one call on a task, print the task it returns."""
 
     async def main() -> None:
+        from durable_subagents._render import print_info
+
         print_info(console, await action(await _client(settings)), as_json)
 
     run(main())
@@ -113,6 +123,9 @@ def spawn(
     text = sys.stdin.read() if prompt == "-" else prompt
 
     async def main() -> TaskStatus | None:
+        from durable_subagents._render import print_info
+        from durable_subagents.client import SubagentClient
+
         schema = _read_schema(output_schema) if output_schema is not None else None
         settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
@@ -201,6 +214,8 @@ def check(
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
 
     async def main() -> TaskStatus:
+        from durable_subagents._render import print_info
+
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
@@ -279,6 +294,8 @@ def _decide(
     pause_id: str | None = None,
 ) -> None:
     async def main() -> None:
+        from durable_subagents._render import info_json
+
         client = await _client(settings)
         if approved:
             info = await client.approve(task_id, call_ids, pause_id=pause_id)
@@ -379,6 +396,9 @@ def send(
     body = sys.stdin.read() if text == "-" else text
 
     async def main() -> None:
+        from durable_subagents._render import info_json, print_info
+        from durable_subagents.types import TaskStatus
+
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         before = await client.check_task(task_id)
         info = await client.send_input(task_id, body)
@@ -421,6 +441,8 @@ def list_command(
     """List tasks (latest run of each), newest first, with their age."""
 
     async def main() -> None:
+        from durable_subagents._render import task_table
+
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         try:
             tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
@@ -449,6 +471,8 @@ def watch(
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
 
     async def main() -> None:
+        from durable_subagents._render import usage_text
+
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         streaming: str | None = None  # "text" or "thinking" while one is being printed
         try:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution as RunRef
@@ -66,7 +66,6 @@ from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
 from durable_subagents.client._info import InternalInfo, info_from, quote, settled
-from durable_subagents.config import Settings
 from durable_subagents.errors import (
     InvalidRequest,
     PayloadEncryptionError,
@@ -77,6 +76,9 @@ from durable_subagents.errors import (
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
+
+if TYPE_CHECKING:
+    from durable_subagents.config import Settings
 
 MAX_REASON_BYTES = 4096
 """Longest rejection reason (it is the rejected call's result the model reads)."""
@@ -158,6 +160,9 @@ class SubagentClient:
             TemporalConfigError: the profile, the configuration file, or a certificate
                 or key it names cannot be used.
         """
+        # The settings (pydantic-settings) are loaded by a client that reads them.
+        from durable_subagents.config import Settings
+
         given: dict[str, Any] = {"address": address, "namespace": namespace}
         if settings is None:
             chosen = {**given, "profile": profile}

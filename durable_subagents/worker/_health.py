@@ -29,8 +29,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
@@ -54,6 +54,9 @@ from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession, web
 
 __all__ = ["OpsServer", "Readiness", "TelemetryRuntime", "telemetry_runtime"]
 
@@ -275,6 +278,9 @@ class OpsServer:
 
     async def start(self) -> None:
         """Listen. Raises ``SubagentError`` if the port is taken."""
+        # aiohttp's server is imported only by a worker that serves these endpoints.
+        from aiohttp import web
+
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -305,15 +311,21 @@ class OpsServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _request: web.Request) -> web.Response:
+        from aiohttp import web
+
         return web.Response(text="ok\n")
 
     async def _readyz(self, _request: web.Request) -> web.Response:
+        from aiohttp import web
+
         why = await self.readiness.check()
         if why is None:
             return web.Response(text="ready\n")
         return web.Response(status=503, text=f"not ready: {why}\n")
 
     async def _metrics(self, _request: web.Request) -> web.Response:
+        from aiohttp import ClientError, ClientSession, ClientTimeout, web
+
         telemetry = self.telemetry
         if telemetry is None or telemetry.prometheus is None:
             where = f"over OTLP to {telemetry.otlp}" if telemetry and telemetry.otlp else "nowhere"

@@ -30,6 +30,7 @@ from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
+from durable_subagents.activities.providers import import_sdk
 from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
@@ -297,6 +298,11 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
             message names it and what to check).
     """
     settings.worker_deployment()  # a half-given version fails before connecting
+    # The default model's SDK is imported while the worker connects, not by its first
+    # task (a tools worker runs no model).
+    sdk = None
+    if settings.worker_role != "tools":
+        sdk = asyncio.create_task(asyncio.to_thread(import_sdk, settings.model))
     tracing = setup_tracing(settings)
     telemetry = telemetry_runtime(settings)
     extra = {"runtime": telemetry.runtime} if telemetry is not None else {}
@@ -323,6 +329,8 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
             port=settings.metrics_port,
         )
         await ops.start()
+    if sdk is not None:
+        await sdk
     sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:

@@ -10,6 +10,7 @@ from ._base import (
     TextSink,
     clear_provider_cache,
     close_providers,
+    import_sdk,
     parse_model,
     resolve_provider,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "TextSink",
     "clear_provider_cache",
     "close_providers",
+    "import_sdk",
     "load_script",
     "model_unavailable",
     "parse_model",

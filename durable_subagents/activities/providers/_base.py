@@ -9,6 +9,7 @@ key, idle timeout) so a worker reuses one HTTP client across turns.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -27,6 +28,7 @@ __all__ = [
     "TextSink",
     "clear_provider_cache",
     "close_providers",
+    "import_sdk",
     "parse_model",
     "resolve_provider",
 ]
@@ -201,6 +203,22 @@ def _build(
             api_key=key, base_url=base_url, idle_timeout=idle_timeout
         )
     return _cache[cache_key]
+
+
+def import_sdk(model: str | None) -> None:
+    """Import the SDK of the provider ``model`` names, if it has one.
+
+    A provider imports its SDK when it is first built, so a worker loads only the SDKs
+    of the providers its tasks name. A worker imports its default model's in a thread
+    while it starts, so that its first task does not wait for it (OpenAI's took about
+    half a second, Anthropic's two). A malformed name is left for the task that uses it.
+    """
+    try:
+        provider, _, _ = parse_model(model or "scripted")
+    except InvalidRequest:
+        return
+    if provider in ("openai", "anthropic"):
+        importlib.import_module(f"{__package__}.{provider}").import_sdk()
 
 
 def clear_provider_cache() -> None:

@@ -8,24 +8,26 @@ failure becomes an ``ApplicationError`` whose ``non_retryable`` flag and
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-import anthropic
-import httpx2
-import openai
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ._text import encodable
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 __all__ = [
     "CONTEXT_LENGTH_ERROR",
     "RETRYABLE_STATUS",
     "context_length",
     "empty_response_error",
+    "loaded_classes",
     "missing_key_error",
     "model_request_error",
     "model_unavailable",
@@ -41,12 +43,25 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 _MAX_RETRY_AFTER = timedelta(hours=1)
 _SECRET_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 
-_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
-_CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
-_TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)
-_API_ERRORS = (openai.APIError, anthropic.APIError)
 _REFUSALS = {"content_filter", "refusal"}
 _OUT_OF_TOKENS = {"length", "max_tokens"}
+
+
+def loaded_classes(*names: str) -> tuple[type[Any], ...]:
+    """The classes named ``module.Class`` whose modules this process has imported.
+
+    An exception of a module never imported cannot have been raised, so testing an
+    exception against these alone answers as testing it against all of them would,
+    without importing the SDKs: importing both took seconds, and a worker runs one
+    provider's SDK only once it first runs that provider.
+    """
+    found: list[type[Any]] = []
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        cls = getattr(sys.modules.get(module), attr, None)
+        if cls is not None:
+            found.append(cls)
+    return tuple(found)
 
 
 def missing_key_error(provider: str, env_var: str) -> ApplicationError:
@@ -262,7 +277,11 @@ def to_application_error(
         exception's cause in history, and the SDK's own message may echo the key.
     """
     secrets = list(secrets)
-    if isinstance(exc, _STATUS_ERRORS):
+    status_errors: tuple[type[openai.APIStatusError | anthropic.APIStatusError], ...] = (
+        loaded_classes("openai.APIStatusError", "anthropic.APIStatusError")
+    )
+    connection_errors = loaded_classes("openai.APIConnectionError", "anthropic.APIConnectionError")
+    if isinstance(exc, status_errors):
         status = exc.status_code
         headers = exc.response.headers if exc.response is not None else None
         detail = _redact(_server_message(exc.body, str(exc)), secrets)
@@ -290,16 +309,21 @@ def to_application_error(
             type="ModelRequestError",
             non_retryable=True,
         )
-    if isinstance(exc, (*_CONNECTION_ERRORS, httpx2.TransportError)):
+    if isinstance(exc, (*connection_errors, *loaded_classes("httpx2.TransportError"))):
         # the SDKs say "Connection error."; the transport error under it says what broke,
         # and under that aiohttp's own (its httpx adapter calls a refused connection
         # a connect timeout)
-        cause = exc.__cause__ if isinstance(exc, _CONNECTION_ERRORS) else exc
+        cause = exc.__cause__ if isinstance(exc, connection_errors) else exc
         cause = cause if isinstance(cause, Exception) else exc
-        timed_out = isinstance(exc, _TIMEOUT_ERRORS) or isinstance(cause, _TIMEOUT_ERRORS)
-        if isinstance(cause.__cause__, aiohttp.ClientError):
+        timeout_errors = loaded_classes(
+            "openai.APITimeoutError", "anthropic.APITimeoutError", "httpx2.TimeoutException"
+        )
+        timed_out = isinstance(exc, timeout_errors) or isinstance(cause, timeout_errors)
+        if isinstance(cause.__cause__, loaded_classes("aiohttp.ClientError")):
             cause = cause.__cause__
-            timed_out = isinstance(cause, (aiohttp.ServerTimeoutError, TimeoutError))
+            timed_out = isinstance(
+                cause, (*loaded_classes("aiohttp.ServerTimeoutError"), TimeoutError)
+            )
         if timed_out:
             kind = "timed out"
         elif streaming:
@@ -308,7 +332,7 @@ def to_application_error(
             kind = "connection failed"
         detail = _redact(_describe(cause), secrets)
         return model_unavailable(f"{provider} API {kind}: {detail} (will retry)")
-    if isinstance(exc, _API_ERRORS):
+    if isinstance(exc, loaded_classes("openai.APIError", "anthropic.APIError")):
         detail = _redact(_server_message(getattr(exc, "body", None), str(exc)), secrets)
         return model_unavailable(f"{provider} API error during the response: {detail} (will retry)")
     return model_unavailable(

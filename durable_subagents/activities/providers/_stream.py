@@ -13,17 +13,13 @@ import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic, TypeVar
-
-import aiohttp
-import anthropic
-import httpx2
-import openai
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable_subagents.types import ModelResponse
 
 from ._errors import (
     empty_response_error,
+    loaded_classes,
     model_unavailable,
     stalled_error,
     to_application_error,
@@ -31,19 +27,24 @@ from ._errors import (
 )
 from ._text import encodable_response
 
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
 __all__ = ["PerLoop", "SSEEvents", "StreamReader", "use_aiohttp", "within"]
 
 T = TypeVar("T")
 C = TypeVar("C")
 
 _STREAM_ERRORS = (
-    openai.OpenAIError,
-    anthropic.AnthropicError,
-    httpx2.HTTPError,
-    aiohttp.ClientError,
+    "openai.OpenAIError",
+    "anthropic.AnthropicError",
+    "httpx2.HTTPError",
+    "aiohttp.ClientError",
 )
 """What reading a stream may raise: the SDKs wrap some transport errors, not all, and
-the aiohttp transport maps most of its own to httpx's."""
+the aiohttp transport maps most of its own to httpx's (looked up among the modules
+imported, see ``loaded_classes``)."""
 
 
 async def within(
@@ -221,7 +222,9 @@ class StreamReader:
                         return
                     self.events += 1
                     on_event(event)
-        except _STREAM_ERRORS as exc:
+        except Exception as exc:
+            if not isinstance(exc, loaded_classes(*_STREAM_ERRORS)):
+                raise
             raise to_application_error(
                 exc,
                 provider=self.provider,

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
-
 from durable_subagents.types import (
     THINKING_SEPARATOR,
     ModelRequest,
@@ -27,6 +25,7 @@ __all__ = [
     "CACHE_BREAKPOINTS",
     "AnthropicProvider",
     "add_cache_breakpoints",
+    "import_sdk",
     "to_anthropic_messages",
     "to_anthropic_tools",
 ]
@@ -297,6 +296,23 @@ class _Accumulator:
         )
 
 
+def import_sdk() -> None:
+    """Import the SDK and the modules its first streamed request would import.
+
+    The SDK loads its resources, and its HTTP stack its TLS module, when first used: a
+    client built and dropped here imports them, so that a worker can do it in a thread
+    while it starts instead of in its first model turn.
+    """
+    from anthropic import AsyncAnthropic, DefaultAioHttpClient
+
+    client = AsyncAnthropic(
+        api_key="unused",
+        max_retries=0,
+        http_client=DefaultAioHttpClient() if use_aiohttp() else None,
+    )
+    client.messages.with_streaming_response  # noqa: B018
+
+
 class AnthropicProvider:
     """Messages API with tools, streamed.
 
@@ -316,7 +332,12 @@ class AnthropicProvider:
     def __init__(
         self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
     ) -> None:
+        # The SDK is imported once a provider is built: a worker imports only the SDKs
+        # of the providers it runs (importing both took seconds).
+        from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
+
         self._key = api_key
+        self._api_error = APIError
         self._clients = PerLoop(
             lambda: AsyncAnthropic(
                 api_key=api_key,
@@ -392,7 +413,7 @@ class AnthropicProvider:
             lambda: SSEEvents(
                 client.messages.with_streaming_response.create(**params),
                 provider="anthropic",
-                error=APIError,
+                error=self._api_error,
             ).open(),
             accumulator.add,
         )

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from openai import APIError, AsyncOpenAI, DefaultAioHttpClient
-
 from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
@@ -17,6 +15,7 @@ from ._text import encodable_sink
 
 __all__ = [
     "OpenAIProvider",
+    "import_sdk",
     "openai_usage",
     "parse_arguments",
     "to_openai_messages",
@@ -196,6 +195,23 @@ class _Accumulator:
         )
 
 
+def import_sdk() -> None:
+    """Import the SDK and the modules its first streamed request would import.
+
+    The SDK loads its resources, and its HTTP stack its TLS module, when first used: a
+    client built and dropped here imports them, so that a worker can do it in a thread
+    while it starts instead of in its first model turn.
+    """
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    client = AsyncOpenAI(
+        api_key="unused",
+        max_retries=0,
+        http_client=DefaultAioHttpClient() if use_aiohttp() else None,
+    )
+    client.chat.completions.with_streaming_response  # noqa: B018
+
+
 class OpenAIProvider:
     """Chat Completions with tools, streamed.
 
@@ -225,7 +241,12 @@ class OpenAIProvider:
         idle_timeout: float | None = None,
         prompt_cache_key: bool = False,
     ) -> None:
+        # The SDK is imported once a provider is built: a worker imports only the SDKs
+        # of the providers it runs (importing both took seconds).
+        from openai import APIError, AsyncOpenAI, DefaultAioHttpClient
+
         self._key = api_key
+        self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
         self._custom_base = base_url is not None and "api.openai.com" not in base_url
         self._clients = PerLoop(
@@ -296,7 +317,7 @@ class OpenAIProvider:
             lambda: SSEEvents(
                 client.chat.completions.with_streaming_response.create(**params),
                 provider="openai",
-                error=APIError,
+                error=self._api_error,
             ).open(),
             accumulator.add,
         )
