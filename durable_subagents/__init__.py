@@ -8,14 +8,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from durable_subagents.errors import (
-    BlobCorrupt,
-    BlobError,
-    BlobNotFound,
-    BlobStoreUnavailable,
     InvalidRequest,
-    PayloadCorrupt,
-    PayloadEncryptionError,
-    PayloadKeyMissing,
     PayloadTooLarge,
     SubagentError,
     TaskNotFound,
@@ -26,42 +19,47 @@ from durable_subagents.errors import (
 
 if TYPE_CHECKING:
     from durable_subagents._connect import connect_client
+    from durable_subagents.activities.tools import ToolContext, ToolError, ToolRegistry, tool
     from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
-    from durable_subagents.client import SubagentClient
+    from durable_subagents.client import SubagentClient, SubagentTools
+    from durable_subagents.config import Settings
     from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
     from durable_subagents.worker import SubagentsPlugin
+    from durable_subagents.workflows import start_subagent
 
     __version__: str
     """The installed distribution's version (``subagents --version`` prints it)."""
 
 __all__ = [
     "AgentSpec",
-    "BlobCorrupt",
-    "BlobError",
-    "BlobNotFound",
-    "BlobStoreUnavailable",
     "InvalidRequest",
     "Message",
-    "PayloadCorrupt",
-    "PayloadEncryptionError",
-    "PayloadKeyMissing",
     "PayloadTooLarge",
     "PermissionRule",
+    "Settings",
     "SubagentClient",
     "SubagentError",
+    "SubagentTools",
     "SubagentsPlugin",
     "TaskEvent",
     "TaskInfo",
     "TaskNotFound",
     "TaskStatus",
     "TemporalUnavailable",
+    "ToolContext",
+    "ToolError",
     "ToolLimits",
+    "ToolRegistry",
     "UnknownCallId",
     "Usage",
     "WrongTaskState",
     "__version__",
     "connect_client",
+    "start_subagent",
+    "tool",
 ]
+"""The public face. Storage and encryption errors (``BlobError``, ``PayloadCorrupt``...)
+are in ``durable_subagents.errors``; the roles' own names in their packages."""
 
 _LAZY = {
     "connect_client": "durable_subagents._connect",
@@ -69,6 +67,13 @@ _LAZY = {
     "PermissionRule": "durable_subagents.agents",
     "ToolLimits": "durable_subagents.agents",
     "SubagentClient": "durable_subagents.client",
+    "SubagentTools": "durable_subagents.client",
+    "Settings": "durable_subagents.config",
+    "tool": "durable_subagents.activities.tools",
+    "ToolContext": "durable_subagents.activities.tools",
+    "ToolError": "durable_subagents.activities.tools",
+    "ToolRegistry": "durable_subagents.activities.tools",
+    "start_subagent": "durable_subagents.workflows",
     "Message": "durable_subagents.types",
     "TaskEvent": "durable_subagents.types",
     "TaskInfo": "durable_subagents.types",

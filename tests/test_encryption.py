@@ -19,7 +19,6 @@ from temporalio.client import Client
 
 from durable_subagents import (
     AgentSpec,
-    PayloadKeyMissing,
     PermissionRule,
     SubagentClient,
     TaskStatus,
@@ -36,7 +35,7 @@ from durable_subagents._codec import (
 )
 from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
-from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt
+from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING
