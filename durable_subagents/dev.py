@@ -398,8 +398,16 @@ class DevServer:
         return bool(taken) and not taken & {self.port, self.ui_port}
 
     def _log_tail(self, lines: int = 20) -> str:
+        """The log's last lines; for a Go panic, its message and first frames instead.
+
+        A panic's message comes before its goroutine dump, which alone fills the tail.
+        """
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+        logged = text.splitlines()
+        panics = [i for i, line in enumerate(logged) if line.startswith("panic:")]
+        if panics:
+            return "\n".join(logged[panics[-1] : panics[-1] + 8])
+        return "\n".join(logged[-lines:]) or "(empty log)"
 
     async def stop(self) -> None:
         """Stop the server: SIGTERM to its process group, SIGKILL if it lingers."""

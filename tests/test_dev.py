@@ -219,6 +219,23 @@ async def test_process_exit_reports_the_log_tail(tmp_path: Path) -> None:
     assert "not-a-level" in str(info.value)
 
 
+def test_a_panic_is_shown_by_its_message_not_the_goroutine_dump_after_it(
+    tmp_path: Path,
+) -> None:
+    """The server's Web UI panics when its port is taken after the check before start;
+    the error shows the panic's message, not the last lines of the dump that follows."""
+    server = _server(tmp_path)
+    frames = [f"github.com/temporalio/cli/internal/x.f{i}()\n\t/src/x.go:{i}" for i in range(40)]
+    server.log_path.write_text(
+        "time=... level=INFO msg=starting\n"
+        "panic: listen tcp 127.0.0.1:8233: bind: address already in use\n\n"
+        "goroutine 1 [running]:\n" + "\n".join(frames) + "\n"
+    )
+    tail = server._log_tail()
+    assert tail.startswith("panic: listen tcp 127.0.0.1:8233: bind: address already in use")
+    assert len(tail.splitlines()) <= 8
+
+
 async def test_run_dev_reuses_a_running_server(tmp_path: Path) -> None:
     pytest.importorskip("durable_subagents.worker", exc_type=ImportError)
     async with _server(tmp_path, ui=False) as server:
