@@ -369,9 +369,11 @@ _HANDSHAKE_CLOSED = (
     "CertificateRequired",
     "HandshakeFailure",
     # TLS 1.3 checks the client's certificate after the client's side of the handshake:
-    # a server that refuses it may close before its alert is read
+    # a server that refuses it may close before its alert is read, or while the
+    # client's first call is on its way (hyper: Canceled, "connection closed")
     "ConnectionReset",
     "BrokenPipe",
+    '"connection closed"',
 )
 
 
