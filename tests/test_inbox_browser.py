@@ -23,17 +23,10 @@ from durable_subagents._terminal import shown
 from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 
-from .browser import CHROMIUM
+from .browser import CHROMIUM, needs_browser
 from .helpers.tasks import script
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="no chromium binary on PATH (Debian: apt-get install chromium); this test "
-        "never downloads playwright's own browsers",
-    ),
-]
+pytestmark = [pytest.mark.browser, needs_browser]
 async_api = pytest.importorskip(
     "playwright.async_api", reason="playwright is not installed (pip install -e '.[dev]')"
 )

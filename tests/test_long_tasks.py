@@ -47,6 +47,7 @@ from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._details import TaskView, current_details
 
+from .helpers.processes import worker_process
 from .helpers.providers import fake_provider
 from .helpers.tasks import script
 
@@ -313,19 +314,8 @@ async def test_a_worker_killed_mid_compaction_repeats_only_the_summary_call(
     async with server_class(context_window=WINDOW, responder=respond) as srv:
 
         def worker() -> WorkerProcess:
-            assert settings.blob_dir is not None
-            workers.append(
-                WorkerProcess(
-                    address=settings.address,
-                    namespace=settings.namespace,
-                    task_queue=settings.task_queue,
-                    workspace=workspace,
-                    blob_dir=settings.blob_dir,
-                    log=tmp_path / "worker.log",
-                    env={f"{prefix}_BASE_URL": srv.base_url, f"{prefix}_API_KEY": "sk-fake"},
-                    args=["--sticky-queue-timeout", "1"],
-                )
-            )
+            env = {f"{prefix}_BASE_URL": srv.base_url, f"{prefix}_API_KEY": "sk-fake"}
+            workers.append(worker_process(settings, workspace, tmp_path / "worker.log", env))
             return workers[-1]
 
         try:

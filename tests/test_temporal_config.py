@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,28 +25,18 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.errors import TemporalAccessDenied, TemporalConfigError
 
+from .helpers.cli import CLI, _env
 from .helpers.tasks import give_to_tool_user, script
 from .tls_front import Certificates, TlsFront
 
-CLI = [sys.executable, "-m", "durable_subagents"]
 POLL = "/temporal.api.workflowservice.v1.WorkflowService/PollActivityTaskQueue"
 START = "/temporal.api.workflowservice.v1.WorkflowService/StartWorkflowExecution"
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The process environment without any Temporal or subagents settings, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SUBAGENTS_", "TEMPORAL_")) and k not in ("COLUMNS", "LINES")
-    }
-    env.update(
-        CI="true",
-        SUBAGENTS_DATA_DIR=str(tmp_path / "data"),
-        TEMPORAL_CONFIG_FILE=str(tmp_path / "absent.toml"),
-    )
-    env.update(extra)
-    return env
+    """The process environment without any Temporal or subagents settings, no Temporal
+    configuration file, plus ``extra``."""
+    return _env(tmp_path, **{"TEMPORAL_CONFIG_FILE": str(tmp_path / "absent.toml"), **extra})
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -46,6 +46,7 @@ from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
 
 from .helpers.cli import CLI, _env
+from .helpers.processes import worker_process
 
 MANUAL = "anthropic:claude-haiku-4-5"
 ADAPTIVE = "anthropic:claude-opus-4-6"
@@ -115,19 +116,8 @@ async def test_thinking_in_a_tool_loop_survives_a_worker_killed_mid_task(
         srv.add_reply(text=answer, thinking=["THOUGHT-3: both read; answer."])
 
         def worker() -> WorkerProcess:
-            assert settings.blob_dir is not None
-            workers.append(
-                WorkerProcess(
-                    address=settings.address,
-                    namespace=settings.namespace,
-                    task_queue=settings.task_queue,
-                    workspace=workspace,
-                    blob_dir=settings.blob_dir,
-                    log=tmp_path / "worker.log",
-                    env={"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": "sk-fake"},
-                    args=["--sticky-queue-timeout", "1"],
-                )
-            )
+            env = {"ANTHROPIC_BASE_URL": srv.base_url, "ANTHROPIC_API_KEY": "sk-fake"}
+            workers.append(worker_process(settings, workspace, tmp_path / "worker.log", env))
             return workers[-1]
 
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -112,6 +112,8 @@ _Verdict = tuple[str, str | None]
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 """Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
+
+_Result = TypeVar("_Result")
 
 _MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -783,17 +785,12 @@ class SubagentWorkflow:
         self._compacting = True
         self._show_details()
         try:
-            result = await workflow.execute_activity(
+            # its summary is a model call: under the provider's rate limit too
+            result = await self._model_call(
                 COMPACT_ACTIVITY,
                 compact_input,
-                # its summary is a model call: under the provider's rate limit too
-                task_queue=self._model_queue,
-                result_type=CompactResult,
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=timedelta(seconds=15),
-                retry_policy=_MODEL_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"compaction {self._compactions + 1} · {model_label(self._model)}",
+                CompactResult,
+                f"compaction {self._compactions + 1} · {model_label(self._model)}",
             )
         finally:
             self._compacting = False
@@ -805,17 +802,27 @@ class SubagentWorkflow:
         self._progress()
 
     async def _schedule_turn(self, turn_input: ModelTurnInput) -> ModelTurnResult:
+        # The model's name is known from the first answer on (``default`` before).
+        summary = f"turn {self._turns} · {model_label(self._model)}"
+        return await self._model_call(MODEL_TURN_ACTIVITY, turn_input, ModelTurnResult, summary)
+
+    async def _model_call(
+        self, activity: str, arg: Any, result_type: type[_Result], summary: str
+    ) -> _Result:
+        """Run an activity that calls the model, as every such call runs.
+
+        On the provider's queue once one is learned, with the model's timeouts and retries.
+        """
         return await workflow.execute_activity(
-            MODEL_TURN_ACTIVITY,
-            turn_input,
+            activity,
+            arg,
             task_queue=self._model_queue,
-            result_type=ModelTurnResult,
+            result_type=result_type,
             start_to_close_timeout=timedelta(minutes=10),
             heartbeat_timeout=timedelta(seconds=15),
             retry_policy=_MODEL_RETRY,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            # The model's name is known from the first answer on (``default`` before).
-            summary=f"turn {self._turns} · {model_label(self._model)}",
+            summary=summary,
         )
 
     def _verdict(self, call: ToolCall) -> _Verdict:

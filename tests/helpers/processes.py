@@ -7,6 +7,9 @@ import io
 import time
 from pathlib import Path
 
+from bench.bench_faults import WorkerProcess
+from durable_subagents.config import Settings
+
 from . import CEILING
 
 
@@ -45,3 +48,21 @@ async def wait_for(predicate, timeout: float = CEILING, what: str = "condition")
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def worker_process(
+    settings: Settings, workspace: Path, log: Path, env: dict[str, str]
+) -> WorkerProcess:
+    """A ``subagents worker`` subprocess on ``settings``' server, queue and blob store,
+    giving up a task's sticky queue after a second (so another worker takes it on)."""
+    assert settings.blob_dir is not None
+    return WorkerProcess(
+        address=settings.address,
+        namespace=settings.namespace,
+        task_queue=settings.task_queue,
+        workspace=workspace,
+        blob_dir=settings.blob_dir,
+        log=log,
+        env=env,
+        args=["--sticky-queue-timeout", "1"],
+    )
