@@ -765,7 +765,7 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
 
         client_env = {**env, "TEMPORAL_ADDRESS": address}
         (workspace / "note.txt").write_text("dev worker was here\n")
-        give_to_tool_user(tmp_path)  # as a user's checkout is theirs
+        give_to_tool_user(workspace)  # as a user's checkout is theirs
         model = script(
             {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
             {"text": "read: {last_tool_result}"},
