@@ -12,9 +12,9 @@ import inspect
 import typer.main
 
 from durable_subagents import SubagentClient
-from durable_subagents._spawn_options import SpawnOptions
 from durable_subagents.cli import app
 from durable_subagents.client._tools import SpawnSubagent
+from durable_subagents.spawn import SpawnOptions
 from durable_subagents.workflows import start_subagent
 
 OPTIONS = set(SpawnOptions.model_fields)

@@ -41,17 +41,6 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
-from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
-from durable_subagents._spawn_request import (
-    MAX_PROMPT_BYTES,
-    build_task_input,
-    fairness,
-    refuse_unencodable,
-    start_metadata,
-    static_details,
-    static_summary,
-    validate_task_id,
-)
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
@@ -73,6 +62,18 @@ from durable_subagents.errors import (
     TaskNotFound,
     UnknownCallId,
     WrongTaskState,
+)
+from durable_subagents.spawn import (
+    MAX_PROMPT_BYTES,
+    SpawnOptions,
+    build_task_input,
+    fairness,
+    refuse_protected_workspace,
+    refuse_unencodable,
+    start_metadata,
+    static_details,
+    static_summary,
+    validate_task_id,
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow

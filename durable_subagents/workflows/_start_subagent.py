@@ -17,13 +17,14 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
-    from durable_subagents._spawn_request import (
-        build_task_input,
-        validate_task_id,
-    )
     from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
     from durable_subagents.errors import InvalidRequest
+    from durable_subagents.spawn import (
+        SpawnOptions,
+        build_task_input,
+        refuse_protected_workspace,
+        validate_task_id,
+    )
     from durable_subagents.types import TaskResult
     from durable_subagents.workflows._subtasks import start_child
 

@@ -1,4 +1,10 @@
-"""Validation of a spawn request and the workflow input it becomes."""
+"""A spawn request's own checks and the workflow input it becomes.
+
+``build_task_input`` takes the options (checked alone, see ``_options``), narrows the
+agent with them (``_narrow``) and checks the rest of the request: prompt, label, ids,
+model. ``start_metadata`` and the static details are what the task starts with,
+readable with no worker.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,26 @@ from temporalio.common import Priority, SearchAttributePair, TypedSearchAttribut
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents._payloads import TaskInput
-from durable_subagents._spawn_options import SpawnOptions, narrow
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
+from durable_subagents.spawn._narrow import narrow
+from durable_subagents.spawn._options import SpawnOptions
 from durable_subagents.types import TaskStatus
+
+__all__ = [
+    "MAX_DESCRIPTION_BYTES",
+    "MAX_ID_BYTES",
+    "MAX_PROMPT_BYTES",
+    "build_task_input",
+    "fairness",
+    "may_pause",
+    "model_label",
+    "refuse_unencodable",
+    "start_metadata",
+    "static_details",
+    "static_summary",
+    "validate_task_id",
+]
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
