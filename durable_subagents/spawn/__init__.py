@@ -22,8 +22,11 @@ from durable_subagents.spawn._options import (
     MAX_TURNS_LIMIT,
     MAX_WORKSPACE_BYTES,
     MODE_RANK,
+    SpawnKwargs,
     SpawnOptions,
     refuse_protected_workspace,
+    takes_spawn_options,
+    validate_task_id,
 )
 from durable_subagents.spawn._task_input import (
     MAX_DESCRIPTION_BYTES,
@@ -37,7 +40,6 @@ from durable_subagents.spawn._task_input import (
     start_metadata,
     static_details,
     static_summary,
-    validate_task_id,
 )
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_TURNS_LIMIT",
     "MAX_WORKSPACE_BYTES",
     "MODE_RANK",
+    "SpawnKwargs",
     "SpawnOptions",
     "build_task_input",
     "child_spec",
@@ -64,5 +67,6 @@ __all__ = [
     "static_details",
     "static_summary",
     "stricter_mode",
+    "takes_spawn_options",
     "validate_task_id",
 ]

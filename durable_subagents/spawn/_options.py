@@ -1,25 +1,30 @@
-"""Spawn options: what a spawn may set besides its prompt, each checked alone.
+"""Spawn options: declared once (``SpawnKwargs``), checked alone (``SpawnOptions``).
 
 A spawn names an agent and may narrow it: fewer tools, a stricter mode, more rules,
 less time, fewer turns and tokens, less reasoning effort. It may also ask for a
-structured answer (``output_schema``), which only constrains what the task returns.
-Every door of a spawn builds one ``SpawnOptions``; a model's options are the same
-model, so what it sends is checked by the same code, with the same messages, as a
-person's. Checking them against the agent is ``_narrow``'s.
+structured answer (``output_schema``), which only constrains what the task returns,
+name its own id and where its events go. ``SpawnKwargs`` declares each option's name,
+type and meaning for every door; every door builds one ``SpawnOptions`` from them,
+and a model's options are the same model, so what it sends is checked by the same
+code, with the same messages, as a person's. Checking them against the agent is
+``_narrow``'s.
 
 Pure and deterministic: workflow code calls all of it.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import posixpath
-from collections.abc import Mapping, Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict, TypeVar, Unpack, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._output_schema import check_output_schema
 from durable_subagents.agents import (
     REASONING_EFFORTS,
@@ -38,8 +43,11 @@ __all__ = [
     "MAX_TURNS_LIMIT",
     "MAX_WORKSPACE_BYTES",
     "MODE_RANK",
+    "SpawnKwargs",
     "SpawnOptions",
     "refuse_protected_workspace",
+    "takes_spawn_options",
+    "validate_task_id",
 ]
 
 MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
@@ -54,31 +62,104 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_TOKEN_BUDGET = 10**10
 MAX_WORKSPACE_BYTES = 4096
 
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def validate_task_id(task_id: str) -> None:
+    """Task ids become workflow ids and blob directory names: keep them simple."""
+    if not _TASK_ID.match(task_id):
+        raise InvalidRequest(
+            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+
+
+class SpawnKwargs(TypedDict, total=False):
+    """The keyword options of a spawn, declared once for every door.
+
+    ``SubagentClient.spawn_task`` and ``start_subagent`` take them as keywords
+    (``**options: Unpack[SpawnKwargs]``), so editors and type checkers show and check
+    each one; ``SpawnOptions`` checks exactly these, and the command line's flags and
+    the orchestrator tools' schema are tested against them (``test_spawn_doors``). An
+    option left out, or None, keeps the agent's value; every option that bears on what
+    the task may do only narrows the agent.
+    """
+
+    model: str | None
+    """``provider:model``; default: the agent's, then the spawner's default (the
+    client's ``SUBAGENTS_MODEL``), then the worker's."""
+    max_turns: int | None
+    """Turn limit, 1 to 10,000; default: the agent's."""
+    metadata: dict[str, Any] | None
+    """Free-form JSON data kept with the task (at most 16 KiB)."""
+    tools: Sequence[str] | None
+    """Restrict the agent to these of its tools."""
+    disallowed_tools: Sequence[str] | None
+    """Tools to take away."""
+    permission_mode: str | None
+    """``plan``, ``default``, ``accept_edits`` or ``dont_ask``: at most as permissive as
+    the agent's."""
+    permissions: Sequence[PermissionRule | dict[str, str]] | None
+    """Extra ``deny`` or ``ask`` rules, kept apart from the agent's (the stricter answer
+    of the two wins); a rule that allows is refused."""
+    approval_timeout: float | None
+    """Seconds a pause may wait for a decision; then its calls are rejected."""
+    time_limit: float | None
+    """Seconds the task may run in all; then it stops as ``timed_out``."""
+    workspace: str | None
+    """A directory inside the worker's workspace root, neither one of the protected
+    paths (``.git``, ``.vscode``...) nor inside one."""
+    network: bool | None
+    """``False`` takes the network from an agent that has it (its tool processes get
+    loopback only); ``True`` only if the agent allows it."""
+    token_budget: int | None
+    """Input plus output tokens the task and the subagents it spawns may use in all;
+    then it stops (``stop_reason="token_budget"``)."""
+    reasoning_effort: str | None
+    """``low``, ``medium`` or ``high``: how hard a reasoning model thinks; at most the
+    agent's (any, if the agent sets none)."""
+    output_schema: Mapping[str, Any] | type[BaseModel] | None
+    """A JSON Schema for an object, or a pydantic model class: the answer must match
+    it. ``TaskInfo.output`` is then the validated answer and ``result`` its JSON text;
+    an answer that does not match goes back to the model with what is wrong, and the
+    third such answer fails the task."""
+    task_id: str | None
+    """Your own id for the task (1-200 letters, digits, ``.``, ``_``, ``-``); spawning
+    again with it returns the same task. Default: ``subagent-<agent>-<hex>``."""
+    notify_url: str | None
+    """Where the task POSTs its events (a pause for a decision, its end); default: the
+    workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only to URLs their allowlist holds
+    (``SUBAGENTS_NOTIFY_ALLOW``)."""
+
+
+_Door = TypeVar("_Door", bound=Callable[..., Any])
+
+
+def takes_spawn_options(door: _Door) -> _Door:
+    """Show a door's ``**options: Unpack[SpawnKwargs]`` as the options themselves.
+
+    Type checkers read the ``Unpack``; ``help()``, ``inspect.signature`` and
+    documentation tools read the runtime signature, which this spells out: each option
+    of ``SpawnKwargs`` as a keyword-only parameter defaulting to None, as the door
+    treats an option left out.
+    """
+    signature = inspect.signature(door)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in get_type_hints(SpawnKwargs).items()
+    ]
+    door.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
+    return door
+
 
 class SpawnOptions(BaseModel):
-    """What a spawn may set besides its prompt and label; every option only narrows.
+    """A spawn's options, each checked alone: the ``SpawnKwargs``, normalized.
 
-    Construction checks each option alone and raises ``InvalidRequest`` saying what was
-    wrong and what to do (the same messages a model gets back for its own
-    ``spawn_subagent`` call); ``narrow`` then checks them against the agent. An option
-    left as None keeps the agent's value.
-
-    Attributes:
-        model: ``provider:model``; None: the agent's, else the spawner's default.
-        max_turns: Turn limit; None: the agent's.
-        metadata: Free-form JSON data kept with the task.
-        tools: Only these of the agent's tools.
-        disallowed_tools: Tools taken away.
-        permission_mode: A mode at most as permissive as the agent's.
-        permissions: Extra ``deny`` or ``ask`` rules, applied as restrictions.
-        approval_timeout: Seconds a pause may wait; None: the agent's.
-        time_limit: Seconds the task may run in all.
-        workspace: A directory inside the worker's workspace root.
-        network: False takes the network away; True keeps it, if the agent has it.
-        token_budget: Input plus output tokens the task and its children may use.
-        reasoning_effort: At most the agent's effort (any, for an agent without one).
-        output_schema: The JSON Schema the task's answer must match (a pydantic model
-            class is taken as its schema); checked by ``check_output_schema``.
+    Construction checks each option and raises ``InvalidRequest`` saying what was wrong
+    and what to do (the same messages a model gets back for its own ``spawn_subagent``
+    call); ``narrow`` then checks them against the agent. Sequences become tuples,
+    rules ``PermissionRule``s, a pydantic model class its JSON Schema.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -97,8 +178,10 @@ class SpawnOptions(BaseModel):
     token_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     output_schema: dict[str, Any] | None = None
+    task_id: str | None = None
+    notify_url: str | None = None
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: Unpack[SpawnKwargs]) -> None:
         """Check the options.
 
         Raises:
@@ -167,6 +250,12 @@ class SpawnOptions(BaseModel):
             )
         if data.get("output_schema") is not None:
             data["output_schema"] = check_output_schema(data["output_schema"])
+        task_id = data.get("task_id")
+        if task_id is not None:
+            _check_type("task_id", task_id, str, "a string")
+            validate_task_id(task_id)
+        if data.get("notify_url") is not None:
+            data["notify_url"] = check_notify_url(data["notify_url"])
         return data
 
 

@@ -9,7 +9,6 @@ readable with no worker.
 from __future__ import annotations
 
 import hashlib
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,20 +35,7 @@ __all__ = [
     "start_metadata",
     "static_details",
     "static_summary",
-    "validate_task_id",
 ]
-
-_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-
-
-def validate_task_id(task_id: str) -> None:
-    """Task ids become workflow ids and blob directory names: keep them simple."""
-    if not _TASK_ID.match(task_id):
-        raise InvalidRequest(
-            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit"
-        )
-
 
 MAX_PROMPT_BYTES = 128 * 1024
 """Longest prompt a spawn takes by default; longer material goes in the workspace."""
@@ -126,6 +112,7 @@ def build_task_input(
         approval_timeout=approval_timeout,
         token_budget=options.token_budget,
         output_schema=options.output_schema,
+        notify_url=options.notify_url,
         created_at=created_at or datetime.now(UTC),
     )
     refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
