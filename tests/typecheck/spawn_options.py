@@ -34,7 +34,7 @@ async def spawn(client: SubagentClient) -> None:
     await client.spawn_task("explore", "x", max_turn=5)  # type: ignore[call-arg]
     await client.spawn_task("explore", "x", max_turns="5")  # type: ignore[arg-type]
     await client.spawn_task("explore", "x", network="no")  # type: ignore[arg-type]
-    await client.spawn_task("explore", "x", "label", None, "gpt")  # type: ignore[call-arg, arg-type]
+    await client.spawn_task("explore", "x", "label", None, None)  # type: ignore[call-arg]
     late: SpawnKwargs = {"time_limit": "soon"}  # type: ignore[typeddict-item]
     await client.spawn_task("explore", "x", **late)
 
