@@ -31,6 +31,7 @@ from durable_subagents.config import Settings
 from durable_subagents.spawn import SpawnKwargs, SpawnOptions, build_task_input
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows import start_subagent
+from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
 
 from .helpers.cli import _env
 from .helpers.mcp import mcp_session
@@ -133,6 +134,14 @@ def test_a_models_spawn_tool_takes_every_option_it_is_meant_to() -> None:
     wanted = OPTIONS - set(NOT_FOR_MODELS)
     assert wanted <= fields, _lacks("the orchestrator's spawn_subagent tool", fields, wanted)
     assert not set(NOT_FOR_MODELS) & fields, "an option left out on purpose is offered"
+
+
+def test_a_subagents_own_spawn_tool_offers_only_declared_options() -> None:
+    """A subagent spawning in turn sets only the model: its child's other options come
+    from what the parent has left (``ParentLeft``), never from the model's arguments."""
+    [spawn] = [s for s in SPAWN_TOOL_SPECS if s.name == "spawn_subagent"]
+    offered = set(spawn.parameters["properties"]) - {"agent", "prompt", "description"}
+    assert offered == {"model"}, f"a subagent's spawn_subagent offers {sorted(offered)}"
 
 
 async def test_the_mcp_servers_spawn_tool_takes_every_option_it_is_meant_to(
