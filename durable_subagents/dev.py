@@ -72,7 +72,7 @@ FAIRNESS_DYNAMIC_CONFIG: dict[str, str] = {
     "matching.enableFairness": "true",
 }
 """Dynamic config for the dev server: task-queue fairness, so that the tasks of one
-orchestrator (one fairness key, see ``_spawn_request.fairness``) cannot starve another's.
+orchestrator (one fairness key, see ``spawn.fairness``) cannot starve another's.
 Servers from 1.29 have it, off by default."""
 
 DEFAULT_PORT = 7233

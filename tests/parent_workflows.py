@@ -78,3 +78,16 @@ class StructuredChildWorkflow:
             return {"error": f"{err.type}: {err.message}"}
         result = await handle
         return {"status": result.status.value, "output": result.output, "result": result.result}
+
+
+@workflow.defn
+class OptionsWorkflow:
+    """Starts a subagent with the options it is given; the child's id, or the error."""
+
+    @workflow.run
+    async def run(self, options: dict[str, Any]) -> str:
+        try:
+            handle = await start_subagent("explore", "x", model="scripted", **options)
+        except ApplicationError as err:
+            return f"{err.type}: {err.message}"
+        return handle.id

@@ -304,9 +304,8 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
 ) -> None:
     from datetime import timedelta
 
-    from durable_subagents._spawn_options import SpawnOptions
-    from durable_subagents._spawn_request import build_task_input, start_metadata
     from durable_subagents.agents import BUILTIN_AGENTS
+    from durable_subagents.spawn import SpawnOptions, build_task_input, start_metadata
 
     sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3913"}}]})
     task_input = build_task_input(

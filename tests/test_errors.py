@@ -114,7 +114,7 @@ async def test_each_spawn_option_is_checked_with_a_message_that_says_what_to_do(
 def test_spawn_options_refuse_unknown_names_and_stay_as_built() -> None:
     from pydantic import ValidationError
 
-    from durable_subagents._spawn_options import SpawnOptions
+    from durable_subagents.spawn import SpawnOptions
 
     with pytest.raises(InvalidRequest, match=r"unknown spawn option 'max_turn'.*max_turns"):
         SpawnOptions(max_turn=3)

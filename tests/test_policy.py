@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 
 from durable_subagents import policy
-from durable_subagents._spawn_options import SpawnOptions, narrow
-from durable_subagents._spawn_request import may_pause
 from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.spawn import SpawnOptions, may_pause, narrow
 
 CALLS: dict[str, dict[str, Any]] = {
     "read_file": {"path": "a.py"},
@@ -148,8 +147,8 @@ def test_protected_writes_are_found_on_normalized_paths(
 
 
 def test_child_spec_narrows_the_sandbox_to_the_parent() -> None:
-    from durable_subagents._spawn_options import child_spec
     from durable_subagents.agents import ToolLimits
+    from durable_subagents.spawn import child_spec
 
     parent = AgentSpec(name="p", network=False, env=["A", "B"], limits=ToolLimits(memory_mb=512))
     child = AgentSpec(

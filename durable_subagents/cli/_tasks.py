@@ -111,6 +111,10 @@ def spawn(
         typer.Option(metavar="JSON", help="A small JSON object kept with the task"),
     ] = None,
     task_id: Annotated[str | None, typer.Option(help="Your own id (idempotent spawn)")] = None,
+    notify_url: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="POST the task's events here (if workers allow it)"),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the result")] = False,
     agents_dir: AgentsDir = None,
     address: Address = None,
@@ -149,6 +153,7 @@ def spawn(
             network=False if no_network else None,
             metadata=_read_metadata(metadata) if metadata is not None else None,
             task_id=task_id,
+            notify_url=notify_url,
         )
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)

@@ -13,9 +13,8 @@ import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
-from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution as RunRef
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.failure.v1 import Failure
@@ -39,25 +38,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._blobstore import BlobError, BlobStore
-from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
-from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
-from durable_subagents._spawn_request import (
-    MAX_PROMPT_BYTES,
-    build_task_input,
-    fairness,
-    refuse_unencodable,
-    start_metadata,
-    static_details,
-    static_summary,
-    validate_task_id,
-)
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,
-    PermissionRule,
     discover_agents,
     load_agents,
     resolve_agent,
@@ -73,6 +59,19 @@ from durable_subagents.errors import (
     TaskNotFound,
     UnknownCallId,
     WrongTaskState,
+)
+from durable_subagents.spawn import (
+    MAX_PROMPT_BYTES,
+    SpawnKwargs,
+    SpawnOptions,
+    build_task_input,
+    fairness,
+    refuse_protected_workspace,
+    refuse_unencodable,
+    start_metadata,
+    static_details,
+    static_summary,
+    takes_spawn_options,
 )
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
@@ -183,34 +182,24 @@ class SubagentClient:
 
     # ------------------------------------------------------------------ spawn
 
+    @takes_spawn_options
     async def spawn_task(
         self,
         agent: str,
         prompt: str,
         description: str = "",
         parent_id: str | None = None,
-        model: str | None = None,
-        max_turns: int | None = None,
-        metadata: dict[str, Any] | None = None,
-        *,
-        tools: Sequence[str] | None = None,
-        disallowed_tools: Sequence[str] | None = None,
-        permission_mode: str | None = None,
-        permissions: Sequence[PermissionRule | dict[str, str]] | None = None,
-        approval_timeout: float | None = None,
-        time_limit: float | None = None,
-        workspace: str | None = None,
-        task_id: str | None = None,
-        network: bool | None = None,
-        token_budget: int | None = None,
-        reasoning_effort: str | None = None,
-        output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
-        notify_url: str | None = None,
+        **options: Unpack[SpawnKwargs],
     ) -> str:
         """Start a subagent task and return its id at once.
 
         Keyword options may only narrow what the agent allows. Spawning needs no
         running worker: the task waits in Temporal until one polls.
+
+        Example:
+            >>> task_id = await client.spawn_task(
+            ...     "explore", "Where is the retry logic?", max_turns=10, tools=["grep"]
+            ... )
 
         Args:
             agent: Agent name (``explore``, ``plan``, ``research``, ``general``, or a
@@ -220,78 +209,35 @@ class SubagentClient:
             parent_id: The spawning task's id, if any. When it names a running task,
                 the new task registers with it (by signal) and is cancelled when that
                 task is cancelled, fails or times out; any other id is recorded only.
-            model: ``provider:model``; default: the agent's, then ``SUBAGENTS_MODEL``,
-                then the worker's default.
-            max_turns: Turn limit (default: the agent's).
-            metadata: Free-form JSON data kept with the task.
-            tools: Restrict the agent to these of its tools.
-            disallowed_tools: Tools to take away.
-            permission_mode: A mode at most as permissive as the agent's.
-            permissions: Extra rules; they can deny, never allow more.
-            approval_timeout: Seconds a pause may wait for a decision.
-            time_limit: Seconds the task may run in all; then it stops as ``timed_out``.
-            workspace: A directory inside the worker's workspace root, neither one of
-                the protected paths nor inside one.
-            task_id: Your own id; spawning again with it returns the same task.
-            network: ``False`` takes the network from an agent that has it (its tool
-                processes get loopback only); ``True`` only if the agent allows it.
-            token_budget: Input plus output tokens the task and the subagents it
-                spawns may use in all; then it stops (``stop_reason="token_budget"``).
-            reasoning_effort: ``low``, ``medium`` or ``high``: how hard a reasoning model
-                thinks; at most the agent's (any, if the agent sets none).
-            output_schema: A JSON Schema for an object, or a pydantic model class: the
-                answer must match it. ``TaskInfo.output`` is then the validated answer
-                and ``result`` its JSON text; an answer that does not match goes back
-                to the model with what is wrong, and the third such answer fails the
-                task.
-            notify_url: Where the task POSTs its events (a pause for a decision, its
-                end); default: the workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only
-                to URLs their allowlist holds (``SUBAGENTS_NOTIFY_ALLOW``).
+            **options: The spawn options, as keywords: ``model``, ``max_turns``,
+                ``tools``, ``permission_mode``, ``time_limit``, ``task_id``... Each is
+                described in ``SpawnKwargs``, which declares them for every door.
 
         Returns:
             The task id (also the workflow id: ``subagent-<agent>-<hex>``).
 
         Raises:
-            InvalidRequest: unknown agent, empty or oversized prompt, bad limits, an
-                option that would widen the agent, a workspace spelled through a
-                protected path (``.git``, ``.vscode``...), or an output schema that is
-                not a JSON Schema for an object, is over 32 KiB, or has a ``$ref`` that
-                does not resolve within it, or a ``notify_url`` that is not an http(s)
-                URL (or holds credentials).
+            InvalidRequest: unknown agent or option, empty or oversized prompt, bad
+                limits, an option that would widen the agent, a workspace spelled
+                through a protected path (``.git``, ``.vscode``...), or an output
+                schema that is not a JSON Schema for an object, is over 32 KiB, or has a
+                ``$ref`` that does not resolve within it, or a ``notify_url`` that is
+                not an http(s) URL (or holds credentials).
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
-        options = SpawnOptions(
-            model=model,
-            max_turns=max_turns,
-            metadata=metadata,
-            tools=tools,
-            disallowed_tools=disallowed_tools,
-            permission_mode=permission_mode,
-            permissions=permissions,
-            approval_timeout=approval_timeout,
-            time_limit=time_limit,
-            workspace=workspace,
-            network=network,
-            token_budget=token_budget,
-            reasoning_effort=reasoning_effort,
-            output_schema=output_schema,
-        )
-        refuse_protected_workspace(options.workspace, self.protected_paths)
+        checked = SpawnOptions(**options)
+        refuse_protected_workspace(checked.workspace, self.protected_paths)
         task_input = build_task_input(
             spec,
             prompt,
-            options,
+            checked,
             description=description,
             parent_id=parent_id,
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
         )
-        if notify_url is not None:
-            task_input.notify_url = check_notify_url(notify_url)
-        if task_id is not None:
-            validate_task_id(task_id)
-        workflow_id = task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
+        workflow_id = checked.task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
         registers = parent_id is not None and await self._live_parent(parent_id)
         memo, attributes = start_metadata(task_input)
         try:
@@ -309,7 +255,7 @@ class SubagentClient:
                 priority=fairness(task_input, workflow_id),
             )
         except WorkflowAlreadyStartedError:
-            if task_id is None:
+            if checked.task_id is None:
                 raise
         if registers:
             assert parent_id is not None

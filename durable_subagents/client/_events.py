@@ -20,9 +20,9 @@ from durable_subagents._payloads import (
     SEND_INPUT_SIGNAL,
     Decisions,
 )
-from durable_subagents._spawn_request import model_label
 from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
+from durable_subagents.spawn import model_label
 from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {

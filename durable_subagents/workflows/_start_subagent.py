@@ -9,21 +9,22 @@ attributes as a task spawned by ``SubagentClient``, so ``check_task``, ``list_ta
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
-    from durable_subagents._spawn_request import (
-        build_task_input,
-        validate_task_id,
-    )
-    from durable_subagents.agents import AgentSpec, PermissionRule, resolve_agent
+    from durable_subagents.agents import AgentSpec, resolve_agent
     from durable_subagents.errors import InvalidRequest
+    from durable_subagents.spawn import (
+        SpawnKwargs,
+        SpawnOptions,
+        build_task_input,
+        refuse_protected_workspace,
+        takes_spawn_options,
+    )
     from durable_subagents.types import TaskResult
     from durable_subagents.workflows._subtasks import start_child
 
@@ -31,33 +32,20 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["start_subagent"]
 
 
+@takes_spawn_options
 async def start_subagent(
     agent: str | AgentSpec,
     prompt: str,
     description: str = "",
     *,
-    model: str | None = None,
-    max_turns: int | None = None,
-    metadata: dict[str, Any] | None = None,
-    tools: Sequence[str] | None = None,
-    disallowed_tools: Sequence[str] | None = None,
-    permission_mode: str | None = None,
-    permissions: Sequence[PermissionRule | dict[str, str]] | None = None,
-    approval_timeout: float | None = None,
-    time_limit: float | None = None,
-    workspace: str | None = None,
-    network: bool | None = None,
-    task_id: str | None = None,
     task_queue: str | None = None,
     agents: Mapping[str, AgentSpec] | None = None,
-    token_budget: int | None = None,
-    reasoning_effort: str | None = None,
-    output_schema: Mapping[str, Any] | type[BaseModel] | None = None,
+    **options: Unpack[SpawnKwargs],
 ) -> workflow.ChildWorkflowHandle[Any, TaskResult]:
     """Start a subagent as a child of the calling workflow; await the handle for its result.
 
-    Call it from workflow code. The options mean what they mean for
-    ``SubagentClient.spawn_task``, and may only narrow the agent.
+    Call it from workflow code. It takes the options ``SubagentClient.spawn_task``
+    takes, meaning the same, and they may only narrow the agent.
 
     Example:
         >>> handle = await start_subagent("explore", "Where is the retry logic?")
@@ -68,68 +56,37 @@ async def start_subagent(
         agent: A built-in agent's name, a name in ``agents``, or an ``AgentSpec``.
         prompt: The task for the subagent.
         description: A short label for the Web UI and listings.
-        model: ``provider:model``; default: the agent's, else the worker's default.
-        max_turns: Turn limit (default: the agent's).
-        metadata: Free-form JSON data kept with the task.
-        tools: Restrict the agent to these of its tools.
-        disallowed_tools: Tools to take away.
-        permission_mode: A mode at most as permissive as the agent's.
-        permissions: Extra ``deny`` or ``ask`` rules.
-        approval_timeout: Seconds a pause may wait for a decision.
-        time_limit: Seconds the subagent may run; then it stops as ``timed_out``.
-        token_budget: Tokens the subagent (and its children) may use in all.
-        reasoning_effort: ``low``, ``medium`` or ``high``; at most the agent's.
-        output_schema: A JSON Schema for an object, or a pydantic model class: the
-            result's ``output`` is then the answer, validated against it.
-        workspace: A directory inside the worker's workspace root.
-        network: False takes the network away from the subagent's tools; True keeps
-            it, if the agent has it.
-        task_id: The child's workflow id (default ``subagent-<agent>-<hex>``).
         task_queue: The subagent workers' queue (default: the caller's).
         agents: Extra agents by name, besides the built-ins.
+        **options: The spawn options, as keywords (see ``SpawnKwargs``). The model
+            defaults to the agent's, else the worker's; ``task_id`` is the child's
+            workflow id (default ``subagent-<agent>-<hex>``).
 
     Returns:
         The child workflow's handle; ``handle.id`` is the task id.
 
     Raises:
         ApplicationError: type ``InvalidRequest``, non-retryable, for a bad request
-            (unknown agent, empty prompt, an option that would widen the agent, a
-            workspace spelled through a protected path...).
+            (unknown agent or option, empty prompt, an option that would widen the
+            agent, a workspace spelled through a protected path...).
     """
     info = workflow.info()
     try:
         spec = agent if isinstance(agent, AgentSpec) else resolve_agent(agent, agents)
-        options = SpawnOptions(
-            model=model,
-            max_turns=max_turns,
-            metadata=metadata,
-            tools=tools,
-            disallowed_tools=disallowed_tools,
-            permission_mode=permission_mode,
-            permissions=permissions,
-            approval_timeout=approval_timeout,
-            time_limit=time_limit,
-            workspace=workspace,
-            network=network,
-            token_budget=token_budget,
-            reasoning_effort=reasoning_effort,
-            output_schema=output_schema,
-        )
+        checked = SpawnOptions(**options)
         task_input = build_task_input(
             spec,
             prompt,
-            options,
+            checked,
             description=description,
             parent_id=info.workflow_id,
             default_model=None,
             created_at=workflow.now(),
             check_model=False,
         )
-        if task_id is not None:
-            validate_task_id(task_id)
-        refuse_protected_workspace(workspace)
+        refuse_protected_workspace(checked.workspace)
     except InvalidRequest as err:
         # A plain exception would fail the caller's workflow task over and over.
         raise ApplicationError(str(err), type="InvalidRequest", non_retryable=True) from None
-    child_id = task_id or f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
+    child_id = checked.task_id or f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
     return await start_child(task_input, child_id, task_queue or info.task_queue)

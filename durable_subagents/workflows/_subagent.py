@@ -67,9 +67,9 @@ with workflow.unsafe.imports_passed_through():
         tool_queue,
         tools_digest,
     )
-    from durable_subagents._spawn_request import model_label
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
     from durable_subagents.policy import call_hash
+    from durable_subagents.spawn import model_label
     from durable_subagents.types import (
         Message,
         PendingApproval,

@@ -28,16 +28,17 @@ with workflow.unsafe.imports_passed_through():
         Decisions,
         TaskInput,
     )
-    from durable_subagents._spawn_options import SpawnOptions, child_spec
-    from durable_subagents._spawn_request import (
+    from durable_subagents.agents import resolve_agent
+    from durable_subagents.agents._spec import SPAWN_TOOLS
+    from durable_subagents.errors import InvalidRequest
+    from durable_subagents.spawn import (
+        SpawnOptions,
         build_task_input,
+        child_spec,
         start_metadata,
         static_details,
         static_summary,
     )
-    from durable_subagents.agents import resolve_agent
-    from durable_subagents.agents._spec import SPAWN_TOOLS
-    from durable_subagents.errors import InvalidRequest
     from durable_subagents.types import (
         PendingApproval,
         TaskResult,

@@ -1,38 +1,38 @@
-"""Spawn options, and narrowing: how an agent becomes what one task of it may do.
+"""Spawn options: declared once (``SpawnKwargs``), checked alone (``SpawnOptions``).
 
 A spawn names an agent and may narrow it: fewer tools, a stricter mode, more rules,
 less time, fewer turns and tokens, less reasoning effort. It may also ask for a
-structured answer (``output_schema``), which only constrains what the task returns.
-Three entry points take a spawn (``SubagentClient.spawn_task``, ``start_subagent`` in a
-user's workflow, and a model's ``spawn_subagent`` call) and each builds one
-``SpawnOptions``; a model's options are the same model, so what it sends is checked by
-the same code, with the same messages, as a person's. The narrowing itself (``narrow``
-for spawn options, ``child_spec`` for a subagent's child, ``MODE_RANK`` for modes)
-lives here, beside the options, so no other module decides what "narrower" means.
+structured answer (``output_schema``), which only constrains what the task returns,
+name its own id and where its events go. ``SpawnKwargs`` declares each option's name,
+type and meaning for every door; every door builds one ``SpawnOptions`` from them,
+and a model's options are the same model, so what it sends is checked by the same
+code, with the same messages, as a person's. Checking them against the agent is
+``_narrow``'s.
 
 Pure and deterministic: workflow code calls all of it.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import posixpath
-from collections.abc import Mapping, Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict, TypeVar, Unpack, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from durable_subagents._notify_url import check_notify_url
 from durable_subagents._output_schema import check_output_schema
 from durable_subagents.agents import (
     REASONING_EFFORTS,
-    AgentSpec,
     PermissionMode,
     PermissionRule,
     ReasoningEffort,
 )
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
-from durable_subagents.agents._spec import SPAWN_TOOLS
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 
 __all__ = [
@@ -43,11 +43,11 @@ __all__ = [
     "MAX_TURNS_LIMIT",
     "MAX_WORKSPACE_BYTES",
     "MODE_RANK",
+    "SpawnKwargs",
     "SpawnOptions",
-    "child_spec",
-    "narrow",
     "refuse_protected_workspace",
-    "stricter_mode",
+    "takes_spawn_options",
+    "validate_task_id",
 ]
 
 MODE_RANK: dict[str, int] = {"plan": 0, "default": 1, "accept_edits": 2, "dont_ask": 3}
@@ -62,31 +62,104 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_TOKEN_BUDGET = 10**10
 MAX_WORKSPACE_BYTES = 4096
 
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def validate_task_id(task_id: str) -> None:
+    """Task ids become workflow ids and blob directory names: keep them simple."""
+    if not _TASK_ID.match(task_id):
+        raise InvalidRequest(
+            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+
+
+class SpawnKwargs(TypedDict, total=False):
+    """The keyword options of a spawn, declared once for every door.
+
+    ``SubagentClient.spawn_task`` and ``start_subagent`` take them as keywords
+    (``**options: Unpack[SpawnKwargs]``), so editors and type checkers show and check
+    each one; ``SpawnOptions`` checks exactly these, and the command line's flags and
+    the orchestrator tools' schema are tested against them (``test_spawn_doors``). An
+    option left out, or None, keeps the agent's value; every option that bears on what
+    the task may do only narrows the agent.
+    """
+
+    model: str | None
+    """``provider:model``; default: the agent's, then the spawner's default (the
+    client's ``SUBAGENTS_MODEL``), then the worker's."""
+    max_turns: int | None
+    """Turn limit, 1 to 10,000; default: the agent's."""
+    metadata: dict[str, Any] | None
+    """Free-form JSON data kept with the task (at most 16 KiB)."""
+    tools: Sequence[str] | None
+    """Restrict the agent to these of its tools."""
+    disallowed_tools: Sequence[str] | None
+    """Tools to take away."""
+    permission_mode: str | None
+    """``plan``, ``default``, ``accept_edits`` or ``dont_ask``: at most as permissive as
+    the agent's."""
+    permissions: Sequence[PermissionRule | dict[str, str]] | None
+    """Extra ``deny`` or ``ask`` rules, kept apart from the agent's (the stricter answer
+    of the two wins); a rule that allows is refused."""
+    approval_timeout: float | None
+    """Seconds a pause may wait for a decision; then its calls are rejected."""
+    time_limit: float | None
+    """Seconds the task may run in all; then it stops as ``timed_out``."""
+    workspace: str | None
+    """A directory inside the worker's workspace root, neither one of the protected
+    paths (``.git``, ``.vscode``...) nor inside one."""
+    network: bool | None
+    """``False`` takes the network from an agent that has it (its tool processes get
+    loopback only); ``True`` only if the agent allows it."""
+    token_budget: int | None
+    """Input plus output tokens the task and the subagents it spawns may use in all;
+    then it stops (``stop_reason="token_budget"``)."""
+    reasoning_effort: str | None
+    """``low``, ``medium`` or ``high``: how hard a reasoning model thinks; at most the
+    agent's (any, if the agent sets none)."""
+    output_schema: Mapping[str, Any] | type[BaseModel] | None
+    """A JSON Schema for an object, or a pydantic model class: the answer must match
+    it. ``TaskInfo.output`` is then the validated answer and ``result`` its JSON text;
+    an answer that does not match goes back to the model with what is wrong, and the
+    third such answer fails the task."""
+    task_id: str | None
+    """Your own id for the task (1-200 letters, digits, ``.``, ``_``, ``-``); spawning
+    again with it returns the same task. Default: ``subagent-<agent>-<hex>``."""
+    notify_url: str | None
+    """Where the task POSTs its events (a pause for a decision, its end); default: the
+    workers' ``SUBAGENTS_NOTIFY_URL``. Workers post only to URLs their allowlist holds
+    (``SUBAGENTS_NOTIFY_ALLOW``)."""
+
+
+_Door = TypeVar("_Door", bound=Callable[..., Any])
+
+
+def takes_spawn_options(door: _Door) -> _Door:
+    """Show a door's ``**options: Unpack[SpawnKwargs]`` as the options themselves.
+
+    Type checkers read the ``Unpack``; ``help()``, ``inspect.signature`` and
+    documentation tools read the runtime signature, which this spells out: each option
+    of ``SpawnKwargs`` as a keyword-only parameter defaulting to None, as the door
+    treats an option left out.
+    """
+    signature = inspect.signature(door)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in get_type_hints(SpawnKwargs).items()
+    ]
+    door.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
+    return door
+
 
 class SpawnOptions(BaseModel):
-    """What a spawn may set besides its prompt and label; every option only narrows.
+    """A spawn's options, each checked alone: the ``SpawnKwargs``, normalized.
 
-    Construction checks each option alone and raises ``InvalidRequest`` saying what was
-    wrong and what to do (the same messages a model gets back for its own
-    ``spawn_subagent`` call); ``narrow`` then checks them against the agent. An option
-    left as None keeps the agent's value.
-
-    Attributes:
-        model: ``provider:model``; None: the agent's, else the spawner's default.
-        max_turns: Turn limit; None: the agent's.
-        metadata: Free-form JSON data kept with the task.
-        tools: Only these of the agent's tools.
-        disallowed_tools: Tools taken away.
-        permission_mode: A mode at most as permissive as the agent's.
-        permissions: Extra ``deny`` or ``ask`` rules, applied as restrictions.
-        approval_timeout: Seconds a pause may wait; None: the agent's.
-        time_limit: Seconds the task may run in all.
-        workspace: A directory inside the worker's workspace root.
-        network: False takes the network away; True keeps it, if the agent has it.
-        token_budget: Input plus output tokens the task and its children may use.
-        reasoning_effort: At most the agent's effort (any, for an agent without one).
-        output_schema: The JSON Schema the task's answer must match (a pydantic model
-            class is taken as its schema); checked by ``check_output_schema``.
+    Construction checks each option and raises ``InvalidRequest`` saying what was wrong
+    and what to do (the same messages a model gets back for its own ``spawn_subagent``
+    call); ``narrow`` then checks them against the agent. Sequences become tuples,
+    rules ``PermissionRule``s, a pydantic model class its JSON Schema.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -105,8 +178,10 @@ class SpawnOptions(BaseModel):
     token_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     output_schema: dict[str, Any] | None = None
+    task_id: str | None = None
+    notify_url: str | None = None
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: Unpack[SpawnKwargs]) -> None:
         """Check the options.
 
         Raises:
@@ -175,6 +250,12 @@ class SpawnOptions(BaseModel):
             )
         if data.get("output_schema") is not None:
             data["output_schema"] = check_output_schema(data["output_schema"])
+        task_id = data.get("task_id")
+        if task_id is not None:
+            _check_type("task_id", task_id, str, "a string")
+            validate_task_id(task_id)
+        if data.get("notify_url") is not None:
+            data["notify_url"] = check_notify_url(data["notify_url"])
         return data
 
 
@@ -286,107 +367,3 @@ def refuse_protected_workspace(
             "whose files run code outside the sandbox (hooks, editor and agent "
             "configuration); spawn with a directory that is not protected"
         )
-
-
-# ---------------------------------------------------------------------- narrowing
-
-
-def stricter_mode(a: str, b: str) -> str:
-    """The more restrictive of two permission modes."""
-    return min(a, b, key=MODE_RANK.__getitem__)
-
-
-def narrow(spec: AgentSpec, options: SpawnOptions) -> AgentSpec:
-    """Apply spawn options to an agent; refuse any that would widen it.
-
-    Raises:
-        InvalidRequest: an option asks for more than the agent allows.
-    """
-    update: dict[str, Any] = {}
-    if options.network is not None:
-        if options.network and not spec.network:
-            raise InvalidRequest(
-                f"agent {spec.name!r} does not allow the network for its tools; spawn "
-                "options can only narrow: give the agent `network: true` to allow it"
-            )
-        update["network"] = options.network
-    if options.tools is not None:
-        tools = list(options.tools)
-        if spec.tools is not None:
-            extra = [t for t in tools if t not in spec.tools]
-            if extra:
-                raise InvalidRequest(
-                    f"agent {spec.name!r} does not allow {', '.join(extra)}; its tools are "
-                    f"{', '.join(spec.tools)}. Spawn options can only narrow an agent: pick "
-                    "another agent (e.g. 'general') for more tools"
-                )
-        update["tools"] = tools
-    if options.disallowed_tools:
-        update["disallowed_tools"] = sorted({*spec.disallowed_tools, *options.disallowed_tools})
-    mode = options.permission_mode
-    if mode is not None:
-        if MODE_RANK[mode] > MODE_RANK[spec.permission_mode]:
-            raise InvalidRequest(
-                f"permission_mode {mode!r} is more permissive than agent "
-                f"{spec.name!r}'s {spec.permission_mode!r}; spawn options can only narrow"
-            )
-        update["permission_mode"] = mode
-    if options.permissions:
-        widening = [r for r in options.permissions if r.action == "allow"]
-        if widening:
-            raise InvalidRequest(
-                "spawn permissions can only add 'deny' or 'ask' rules (they narrow the "
-                f"agent); got {', '.join(f'{r.tool}:{r.pattern}={r.action}' for r in widening)}"
-            )
-        update["restrictions"] = [*spec.restrictions, *options.permissions]
-    effort = options.reasoning_effort
-    if effort is not None:
-        most = spec.reasoning_effort
-        if most is not None and EFFORT_RANK[effort] > EFFORT_RANK[most]:
-            raise InvalidRequest(
-                f"reasoning_effort {effort!r} is more than agent {spec.name!r}'s {most!r}; "
-                "spawn options can only lower it"
-            )
-        update["reasoning_effort"] = effort
-    return spec.model_copy(update=update)
-
-
-def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> AgentSpec:
-    """What a subagent's child may be: its agent narrowed to what the parent may do.
-
-    Its tools are those of its agent that the parent was offered, the parent's rules
-    apply to it as restrictions, its mode is the stricter of the two, its sandbox is no
-    wider than the parent's, its reasoning effort no more than the parent's, and it
-    cannot spawn in turn.
-    """
-    own = agent.tools if agent.tools is not None else parent_tools
-    tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
-    return agent.model_copy(
-        update={
-            "tools": tools,
-            "disallowed_tools": sorted({*agent.disallowed_tools, *parent.disallowed_tools}),
-            "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
-            "permission_mode": stricter_mode(agent.permission_mode, parent.permission_mode),
-            "may_spawn": False,
-            "network": agent.network and parent.network,
-            "env": _narrower_env(agent.env, parent.env),
-            "limits": agent.limits.capped_by(parent.limits),
-            "write_protected_paths": agent.write_protected_paths and parent.write_protected_paths,
-            "reasoning_effort": _lower_effort(agent.reasoning_effort, parent.reasoning_effort),
-        }
-    )
-
-
-def _lower_effort(
-    child: ReasoningEffort | None, parent: ReasoningEffort | None
-) -> ReasoningEffort | None:
-    """The lower of two efforts; None (the model's default) bounds nothing."""
-    if child is None or parent is None:
-        return child or parent
-    return min(child, parent, key=EFFORT_RANK.__getitem__)
-
-
-def _narrower_env(child: list[str] | None, parent: list[str] | None) -> list[str] | None:
-    if parent is None:
-        return child
-    return list(parent) if child is None else [n for n in child if n in parent]

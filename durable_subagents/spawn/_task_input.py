@@ -1,9 +1,14 @@
-"""Validation of a spawn request and the workflow input it becomes."""
+"""A spawn request's own checks and the workflow input it becomes.
+
+``build_task_input`` takes the options (checked alone, see ``_options``), narrows the
+agent with them (``_narrow``) and checks the rest of the request: prompt, label, ids,
+model. ``start_metadata`` and the static details are what the task starts with,
+readable with no worker.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,22 +17,25 @@ from temporalio.common import Priority, SearchAttributePair, TypedSearchAttribut
 from durable_subagents import _search_attributes as sa
 from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents._payloads import TaskInput
-from durable_subagents._spawn_options import SpawnOptions, narrow
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
+from durable_subagents.spawn._narrow import narrow
+from durable_subagents.spawn._options import SpawnOptions
 from durable_subagents.types import TaskStatus
 
-_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-
-
-def validate_task_id(task_id: str) -> None:
-    """Task ids become workflow ids and blob directory names: keep them simple."""
-    if not _TASK_ID.match(task_id):
-        raise InvalidRequest(
-            f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
-            "or '-', starting with a letter or digit"
-        )
-
+__all__ = [
+    "MAX_DESCRIPTION_BYTES",
+    "MAX_ID_BYTES",
+    "MAX_PROMPT_BYTES",
+    "build_task_input",
+    "fairness",
+    "may_pause",
+    "model_label",
+    "refuse_unencodable",
+    "start_metadata",
+    "static_details",
+    "static_summary",
+]
 
 MAX_PROMPT_BYTES = 128 * 1024
 """Longest prompt a spawn takes by default; longer material goes in the workspace."""
@@ -104,6 +112,7 @@ def build_task_input(
         approval_timeout=approval_timeout,
         token_budget=options.token_budget,
         output_schema=options.output_schema,
+        notify_url=options.notify_url,
         created_at=created_at or datetime.now(UTC),
     )
     refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
