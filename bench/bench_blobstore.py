@@ -15,8 +15,8 @@ store), and for each side, interleaved, in this process:
 - **ops**: p50 of single store operations on a fresh store instance (no cache): put of
   a 4 KB transcript node, put of a 60 KB blob, get of a 60 KB blob.
 
-It also counts the store requests per turn of the task (puts and gets), the figures
-``bench/README.md``'s S3 request rates are computed from.
+It also counts the store requests per turn of the task (puts and gets). See
+``bench/README.md`` for the method and ``docs/benchmarks.md`` for the figures.
 """
 
 from __future__ import annotations

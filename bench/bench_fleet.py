@@ -1,5 +1,5 @@
-"""Several worker processes on one task queue: the measured anchor of bench/README.md's
-"Scale on paper" section.
+"""Several worker processes on one task queue: the measured anchor of docs/deployment.md's
+"Sizing a fleet" section.
 
 Run: ``.venv/bin/python bench/bench_fleet.py [--workers 1,2,4] [--no-eager 4] [--tasks 300]``
 
