@@ -438,7 +438,7 @@ def test_a_model_no_worker_runs_warns_and_inherits(tmp_path: Path, model: str) -
 
 
 def test_model_providers_are_the_workers() -> None:
-    from durable_subagents.activities.providers import PROVIDERS
+    from durable_subagents.providers import PROVIDERS
 
     assert MODEL_PROVIDERS == PROVIDERS
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_subagents import _blobstore
-from durable_subagents._blobstore import LocalBlobStore, blob_ref
+from durable_subagents.storage import _blobstore
+from durable_subagents.storage._blobstore import LocalBlobStore, blob_ref
 
 
 def files(root: Path) -> list[str]:

@@ -24,7 +24,8 @@ from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, _search_attributes
 from durable_subagents.config import Settings
-from durable_subagents.dev import (
+from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.testing._dev_server import (
     DEV_RECORD,
     DevServer,
     ensure_search_attributes,
@@ -38,7 +39,6 @@ from durable_subagents.dev import (
     temporal_binary,
     write_dev_record,
 )
-from durable_subagents.errors import InvalidRequest, SubagentError
 
 from .helpers import CEILING
 from .helpers.processes import _wait_ready

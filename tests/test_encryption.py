@@ -24,7 +24,6 @@ from durable_subagents import (
     TaskStatus,
     connect_client,
 )
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents._codec import (
     ENCODING,
     KEY_ID_METADATA,
@@ -34,8 +33,9 @@ from durable_subagents._codec import (
     new_key,
 )
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
+from durable_subagents.storage._blobstore import LocalBlobStore
+from durable_subagents.testing._dev_server import DevServer
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

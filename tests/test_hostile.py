@@ -23,9 +23,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
+from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.tools import _sandbox as sandbox_module
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

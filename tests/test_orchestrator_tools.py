@@ -25,7 +25,7 @@ from durable_subagents import (
 )
 from durable_subagents.client import SubagentTools
 from durable_subagents.client._client import _shown_only
-from durable_subagents.client._info import InternalInfo
+from durable_subagents.client._task_state import InternalInfo
 from durable_subagents.client._tools import StatusName
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer

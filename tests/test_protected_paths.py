@@ -165,7 +165,7 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     """Two calls at once on a workspace without ``.opencode``: the first makes its
     placeholder, the second finds it there and mounts it too, so the first's end must
     leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.activities.tools._sandbox import _guard_protected
+    from durable_subagents.tools._sandbox import _guard_protected
 
     activities = SubagentActivities(
         Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),

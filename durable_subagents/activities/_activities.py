@@ -25,14 +25,8 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from durable_subagents import policy
-from durable_subagents._blobstore import (
-    BlobCorrupt,
-    BlobError,
-    BlobNotFound,
-    BlobStore,
-)
 from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
-from durable_subagents._live import LiveText
+from durable_subagents._live_text import LiveText
 from durable_subagents._output_schema import (
     FINAL_ANSWER_TOOL,
     answer_tool,
@@ -60,40 +54,46 @@ from durable_subagents._telemetry import (
     traced_model_turn,
     traced_tool,
 )
-from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities.providers import (
+from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
+from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
+from durable_subagents.providers import (
     ModelProvider,
     TextSink,
     model_unavailable,
     parse_model,
     resolve_provider,
 )
-from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
-from durable_subagents.activities.providers._stream import within
-from durable_subagents.activities.providers._windows import known_window
-from durable_subagents.activities.tools import (
+from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.providers._stream import within
+from durable_subagents.providers._windows import known_window
+from durable_subagents.storage._blobstore import (
+    BlobCorrupt,
+    BlobError,
+    BlobNotFound,
+    BlobStore,
+)
+from durable_subagents.storage._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
+from durable_subagents.tools import (
     ToolContext,
     ToolError,
     ToolRegistry,
 )
-from durable_subagents.activities.tools._beneath import Escape, open_beneath
-from durable_subagents.activities.tools._decorator import DecidedPath
-from durable_subagents.activities.tools._files import rule_path, written_path
-from durable_subagents.activities.tools._limits import limit_mechanisms
-from durable_subagents.activities.tools._processes import prestart_fork_server
-from durable_subagents.activities.tools._sandbox import (
+from durable_subagents.tools._confined_open import Escape, open_beneath
+from durable_subagents.tools._decorator import DecidedPath
+from durable_subagents.tools._files import rule_path, written_path
+from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._processes import prestart_fork_server
+from durable_subagents.tools._sandbox import (
     BASE_ENV,
     NOBODY,
     sandbox_state,
     tool_user,
     unreachable,
 )
-from durable_subagents.agents import READ_ONLY_TOOLS
-from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
-from durable_subagents.agents._spec import ToolLimits
-from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
-from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
 from durable_subagents.types import (
     Message,
     ModelRequest,

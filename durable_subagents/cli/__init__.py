@@ -2,7 +2,7 @@
 
 The commands live in ``_serve`` (servers, worker, setup) and ``_tasks`` (commands on
 tasks), what they share in ``_common``, and the task rendering, which the demo uses
-too, in ``durable_subagents._render``. They are registered here, in the order
+too, in ``durable_subagents.cli._render``. They are registered here, in the order
 ``subagents --help`` lists them.
 """
 

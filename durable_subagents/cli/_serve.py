@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from durable_subagents._audience import for_shell
+from durable_subagents._error_wording import for_shell
 from durable_subagents.cli._common import (
     Address,
     AgentsDir,
@@ -96,7 +96,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.dev import ServerExited, parse_duration, run_dev
+    from durable_subagents.testing._dev_server import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
@@ -347,7 +347,7 @@ def codec_server(
     deployment's payload keys, so `temporal workflow show --codec-endpoint` and the Web
     UI show tasks decrypted. Ctrl-C stops it.
     """
-    from durable_subagents._codec_server import DEFAULT_ORIGINS, CodecServer, serve
+    from durable_subagents.cli._codec_server import DEFAULT_ORIGINS, CodecServer, serve
 
     try:
         keys = make_settings().payload_keys()
@@ -361,7 +361,7 @@ def codec_server(
         )
     if verbose:
         logging.basicConfig(format="%(asctime)s %(message)s")
-        logging.getLogger("durable_subagents._codec_server").setLevel(logging.DEBUG)
+        logging.getLogger("durable_subagents.cli._codec_server").setLevel(logging.DEBUG)
 
     def ready(server: CodecServer) -> None:
         endpoint = server.endpoint
@@ -521,7 +521,6 @@ def keygen() -> None:
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
-    from durable_subagents._render import plain_table
     from durable_subagents._terminal import shown
     from durable_subagents.agents import (
         ALL_TOOLS,
@@ -530,6 +529,7 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         find_project_root,
         scan_agents,
     )
+    from durable_subagents.cli._render import plain_table
 
     try:
         root = agents_dir or find_project_root()
@@ -626,7 +626,7 @@ def demo(
     ] = None,
 ) -> None:
     """Run subagents over a sample project: an approval, a follow-up, their results."""
-    from durable_subagents.demo import run_demo
+    from durable_subagents.cli._demo import run_demo
 
     settings = make_settings(model=model)
     run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))

@@ -38,7 +38,6 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobError, BlobStore
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._spawn_options import SpawnOptions, refuse_protected_workspace
@@ -53,7 +52,6 @@ from durable_subagents._spawn_request import (
     validate_task_id,
 )
 from durable_subagents._temporal_config import connect_temporal
-from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,
@@ -65,7 +63,7 @@ from durable_subagents.agents import (
 from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
-from durable_subagents.client._info import InternalInfo, info_from, quote, settled
+from durable_subagents.client._task_state import InternalInfo, info_from, quote, settled
 from durable_subagents.errors import (
     InvalidRequest,
     PayloadEncryptionError,
@@ -74,6 +72,8 @@ from durable_subagents.errors import (
     UnknownCallId,
     WrongTaskState,
 )
+from durable_subagents.storage._blobstore import BlobError, BlobStore
+from durable_subagents.storage._transcript import Transcript
 from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
 

@@ -22,7 +22,7 @@ from durable_subagents._payloads import (
 )
 from durable_subagents._spawn_request import model_label
 from durable_subagents.client._decode import decoded, failure_message
-from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
+from durable_subagents.client._live_turn import LIVE_POLL, LiveTurn, TextResolver, ticking
 from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {

@@ -24,7 +24,7 @@ from durable_subagents._payloads import (
     TaskState,
 )
 from durable_subagents._spawn_request import fairness, static_details, static_summary
-from durable_subagents.client._info import InternalInfo
+from durable_subagents.client._task_state import InternalInfo
 from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
 from durable_subagents.types import TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_subagents._audience import for_model
+from durable_subagents._error_wording import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId

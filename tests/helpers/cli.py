@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from durable_subagents.dev import (
+from durable_subagents.testing._dev_server import (
     temporal_binary,
 )
 

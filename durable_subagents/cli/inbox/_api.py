@@ -26,8 +26,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 from temporalio.service import RPCError
 
-from durable_subagents._codec_server import _normal_origin
 from durable_subagents._terminal import UNSAFE, json_shown
+from durable_subagents.cli._codec_server import _normal_origin
 from durable_subagents.cli.inbox._access import Grant, Tokens
 from durable_subagents.cli.inbox._inbox import (
     CancelRequest,

@@ -24,12 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from durable_subagents._connect import connect_client
-from durable_subagents._render import indented_json
 from durable_subagents._terminal import shown
-from durable_subagents.activities.tools._sandbox import NOBODY
+from durable_subagents.cli._render import indented_json
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
-from durable_subagents.dev import (
+from durable_subagents.errors import SubagentError
+from durable_subagents.testing._dev_server import (
     DEFAULT_PORT,
     DEFAULT_UI_PORT,
     DEV_RECORD,
@@ -38,7 +38,7 @@ from durable_subagents.dev import (
     read_dev_record,
     server_answers,
 )
-from durable_subagents.errors import SubagentError
+from durable_subagents.tools._sandbox import NOBODY
 from durable_subagents.types import TaskInfo, TaskStatus
 from durable_subagents.worker import create_worker
 
@@ -310,7 +310,7 @@ def _fresh_workspace(target: Path) -> Path:
     instead, owned by ``nobody``: a root worker runs commands as the workspace's owner,
     and that user must be able to reach it (root's own home is closed to others).
     """
-    source = resources.files("durable_subagents") / "demo_workspace"
+    source = resources.files("durable_subagents.cli") / "demo_workspace"
     if os.geteuid() == 0:
         target = Path(tempfile.mkdtemp(prefix="subagents-demo-")) / "workspace"
         target.parent.chmod(0o755)

@@ -23,14 +23,14 @@ from urllib.parse import urlparse
 import obstore
 from obstore.store import S3Store
 
-from durable_subagents._blobstore import (
+from durable_subagents._codec import KeyRing
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.storage._blobstore import (
     BlobStoreUnavailable,
     CachedBlobStore,
     safe_task_id,
     split_ref,
 )
-from durable_subagents._codec import KeyRing
-from durable_subagents.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig

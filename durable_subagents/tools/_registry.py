@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from durable_subagents.activities.tools._bash import bash
-from durable_subagents.activities.tools._decorator import Tool, tool
-from durable_subagents.activities.tools._files import (
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.tools._bash import bash
+from durable_subagents.tools._decorator import Tool, tool
+from durable_subagents.tools._files import (
     edit_file,
     grep,
     list_files,
     read_file,
     write_file,
 )
-from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ToolSpec
 
 __all__ = ["BUILTIN_TOOLS", "ToolRegistry"]

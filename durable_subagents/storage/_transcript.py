@@ -11,8 +11,8 @@ import asyncio
 import json
 from collections import OrderedDict
 
-from durable_subagents._blobstore import BlobStore
 from durable_subagents.policy import rule_target_key
+from durable_subagents.storage._blobstore import BlobStore
 from durable_subagents.types import Message, ToolCall
 
 PREVIEW_CHARS = 1000

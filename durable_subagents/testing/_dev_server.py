@@ -35,7 +35,6 @@ from temporalio.service import RPCError
 
 from durable_subagents import _search_attributes
 from durable_subagents._codec import KeyRing
-from durable_subagents._codec_server import CodecServer, web_ui_origins
 
 # Re-exported: part of this module's public API (DevServer registers them on start).
 from durable_subagents._search_attributes import (
@@ -44,6 +43,7 @@ from durable_subagents._search_attributes import (
 from durable_subagents._search_attributes import (
     missing_search_attributes as missing_search_attributes,
 )
+from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
 from durable_subagents.config import Settings, default_data_dir
 from durable_subagents.errors import InvalidRequest, SubagentError
 

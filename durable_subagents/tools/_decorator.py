@@ -23,9 +23,9 @@ from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from durable_subagents.activities.tools._sandbox import SandboxProfile
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.policy import PathRules
+from durable_subagents.tools._sandbox import SandboxProfile
 from durable_subagents.types import ToolSpec
 
 __all__ = ["DecidedPath", "Tool", "ToolContext", "ToolError", "tool"]
@@ -259,7 +259,7 @@ class Tool:
             result = await self.fn(*args, **kwargs)
         elif self.forked and sys.platform.startswith("linux"):
             # Elsewhere (no SOCK_SEQPACKET pairs, no PR_SET_PDEATHSIG) in a thread.
-            from durable_subagents.activities.tools._processes import run_forked
+            from durable_subagents.tools._processes import run_forked
 
             return await run_forked(self, ctx, kwargs)
         else:

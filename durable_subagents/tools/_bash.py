@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable
 
 from durable_subagents._metrics import record_sandbox_failure
-from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
-from durable_subagents.activities.tools._sandbox import (
+from durable_subagents.tools._decorator import ToolContext, ToolError, tool
+from durable_subagents.tools._sandbox import (
     SandboxedProcess,
     SandboxUnavailable,
     spawn_sandboxed,

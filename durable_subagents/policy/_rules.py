@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from durable_subagents._shell import command_words
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._protected import (
     PROTECTED_PATHS_V1,
@@ -23,6 +22,7 @@ from durable_subagents.agents._protected import (
     protected_entry,
 )
 from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
+from durable_subagents.policy._shell import command_words
 from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")

@@ -38,7 +38,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from durable_subagents.activities.tools._decorator import ToolContext, ToolError, _as_text
+from durable_subagents.tools._decorator import ToolContext, ToolError, _as_text
 
 __all__ = ["BOOT", "FRAME", "MESSAGE", "NICE", "read_frame", "serve"]
 
@@ -62,14 +62,13 @@ _PR_SET_PDEATHSIG = 1
 BOOT = """\
 import json, sys, types
 sys.path[:] = json.loads(sys.argv[2])
-# The package's and the activities' __init__ re-export the client and the worker,
-# which the tools never use: leaving them out keeps the server (and every fork of it)
-# small.
+# The package's __init__ re-exports the client and the worker, which the tools never
+# use: leaving it out keeps the server (and every fork of it) small.
 for name, path in json.loads(sys.argv[3]).items():
     package = types.ModuleType(name)
     package.__path__ = [path]
     sys.modules[name] = package
-from durable_subagents.activities.tools._forkserver import serve
+from durable_subagents.tools._forkserver import serve
 serve(int(sys.argv[1]))
 """
 """What the server's interpreter runs: ``python -I -c BOOT fd sys.path stubs``."""
@@ -83,7 +82,7 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    importlib.import_module("durable_subagents.activities.tools._files")
+    importlib.import_module("durable_subagents.tools._files")
     _warm_up()
     gc.collect()
     gc.freeze()  # the children share these pages instead of copying them at a collection
@@ -178,7 +177,7 @@ def _warm_up() -> None:
         (root / ".gitignore").write_text("*.log\nbuild/\n!keep.log\n")
         (root / "a.txt").write_text("one\ntwo\n")
         ctx = pickle.loads(pickle.dumps(ToolContext(workspace=root, task_id="warm-up")))
-        files = importlib.import_module("durable_subagents.activities.tools._files")
+        files = importlib.import_module("durable_subagents.tools._files")
         calls = [
             ("read_file", {"path": "a.txt"}),
             ("list_files", {}),

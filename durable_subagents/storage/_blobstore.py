@@ -149,7 +149,7 @@ def open_blob_store(
             )
         return LocalBlobStore(Path(unquote(parsed.path)) / safe_task_id(namespace), keys=keys)
     if parsed.scheme == "s3":
-        from durable_subagents._s3 import S3BlobStore
+        from durable_subagents.storage._s3 import S3BlobStore
 
         return S3BlobStore.from_url(url, namespace, keys=keys)
     raise InvalidRequest(

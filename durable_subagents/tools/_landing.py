@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from durable_subagents.activities.tools._beneath import Landing
-from durable_subagents.activities.tools._decorator import DecidedPath, ToolContext, ToolError
 from durable_subagents.agents._protected import protected_entry
+from durable_subagents.tools._confined_open import Landing
+from durable_subagents.tools._decorator import DecidedPath, ToolContext, ToolError
 
 __all__ = ["WRITE_FLAGS", "landing_check"]
 

@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_subagents.activities.tools._limits import (
+from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
     CallCgroup,
     rlimit_setter,
 )
-from durable_subagents.activities.tools._seccomp import program_fd, seccomp_supported
-from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.tools._seccomp import program_fd, seccomp_supported
 
 __all__ = [
     "BASE_ENV",

@@ -27,16 +27,16 @@ from typing import Any, BinaryIO
 
 import re2
 
-from durable_subagents.activities.tools._beneath import (
+from durable_subagents.tools._confined_open import (
     Escape,
     Opened,
     open_beneath,
     resolve_beneath,
 )
-from durable_subagents.activities.tools._decorator import ToolContext, ToolError, tool
-from durable_subagents.activities.tools._ignore import Ignorer, Scope
-from durable_subagents.activities.tools._landing import WRITE_FLAGS, landing_check
-from durable_subagents.activities.tools._processes import forked
+from durable_subagents.tools._decorator import ToolContext, ToolError, tool
+from durable_subagents.tools._ignore import Ignorer, Scope
+from durable_subagents.tools._landing import WRITE_FLAGS, landing_check
+from durable_subagents.tools._processes import forked
 
 __all__ = [
     "edit_file",

@@ -1,8 +1,8 @@
 """Tools a subagent can call: the ``@tool`` decorator, the built-ins and the registry."""
 
-from durable_subagents.activities.tools._bash import bash
-from durable_subagents.activities.tools._decorator import Tool, ToolContext, ToolError, tool
-from durable_subagents.activities.tools._files import (
+from durable_subagents.tools._bash import bash
+from durable_subagents.tools._decorator import Tool, ToolContext, ToolError, tool
+from durable_subagents.tools._files import (
     edit_file,
     grep,
     list_files,
@@ -11,8 +11,8 @@ from durable_subagents.activities.tools._files import (
     resolve_in_workspace,
     write_file,
 )
-from durable_subagents.activities.tools._registry import BUILTIN_TOOLS, ToolRegistry
-from durable_subagents.activities.tools._sandbox import (
+from durable_subagents.tools._registry import BUILTIN_TOOLS, ToolRegistry
+from durable_subagents.tools._sandbox import (
     SANDBOX_MODES,
     SandboxedProcess,
     SandboxUnavailable,

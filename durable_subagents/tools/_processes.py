@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_subagents.activities.tools._decorator import Tool, ToolContext, ToolError
-from durable_subagents.activities.tools._forkserver import (
+from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
+from durable_subagents.tools._decorator import Tool, ToolContext, ToolError
+from durable_subagents.tools._forkserver import (
     BOOT,
     EXITED,
     FRAME,
@@ -52,7 +53,6 @@ from durable_subagents.activities.tools._forkserver import (
     SPARE,
     TAKEN,
 )
-from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 
 __all__ = [
     "ForkServer",
@@ -129,11 +129,8 @@ class ForkServer:
 
     def __init__(self) -> None:
         control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        package = Path(__file__).resolve().parents[2]
-        stubs = {
-            "durable_subagents": str(package),
-            "durable_subagents.activities": str(package / "activities"),
-        }
+        package = Path(__file__).resolve().parents[1]
+        stubs = {"durable_subagents": str(package)}
         search = [p or os.getcwd() for p in sys.path]  # "" is the worker's directory
         argv = [sys.executable, "-I", "-c", BOOT, str(theirs.fileno())]
         argv += [json.dumps(search), json.dumps(stubs)]
