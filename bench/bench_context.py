@@ -46,12 +46,13 @@ from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents.config import Settings
 from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import (
+    DevServer,
     FakeAnthropicServer,
     FakeModelServer,
     FakeOpenAIServer,
     FakeReply,
+    free_port,
 )
-from durable_subagents.testing._dev_server import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 PRICES = {"anthropic": (1.0, 1.25, 0.1), "openai": (1.0, 0.0, 0.25)}

@@ -67,7 +67,7 @@ from durable_subagents import SubagentClient, TaskStatus, _blobstore, connect_cl
 from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter, new_key
 from durable_subagents.config import Settings
 from durable_subagents.storage._blobstore import blob_ref
-from durable_subagents.testing._dev_server import DevServer, free_port
+from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 AGENT = "explore"

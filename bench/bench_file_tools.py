@@ -35,8 +35,7 @@ from typing import Any
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
-from durable_subagents.testing import workspace_for_tools
-from durable_subagents.testing._dev_server import DevServer, free_port
+from durable_subagents.testing import DevServer, free_port, workspace_for_tools
 from durable_subagents.tools import (
     Tool,
     ToolContext,

@@ -81,7 +81,7 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.storage._blobstore import LocalBlobStore, blob_ref
-from durable_subagents.testing._dev_server import free_port
+from durable_subagents.testing import free_port
 from durable_subagents.types import TaskResult
 
 # ---------------------------------------------------------------------- blob store counting

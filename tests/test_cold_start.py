@@ -16,7 +16,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer
 
 CLIENT_NEVER = (
     "openai",

@@ -35,7 +35,7 @@ from durable_subagents._codec import (
 from durable_subagents.config import Settings
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
 from durable_subagents.storage._blobstore import LocalBlobStore
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

@@ -24,7 +24,7 @@ from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents.config import Settings
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer
 from durable_subagents.tools import _sandbox as sandbox_module
 from durable_subagents.worker import create_worker
 

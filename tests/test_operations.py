@@ -27,8 +27,7 @@ from aiohttp import web
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeOpenAIServer
-from durable_subagents.testing._dev_server import DevServer, free_port
+from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.tools import _sandbox as sandbox_module
 from durable_subagents.worker import run_worker
 

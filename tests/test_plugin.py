@@ -16,7 +16,7 @@ import durable_subagents
 from durable_subagents import InvalidRequest, SubagentClient, TaskStatus
 from durable_subagents._codec import ENCODING, EncryptionCodec, new_key
 from durable_subagents.config import Settings
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 

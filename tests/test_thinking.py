@@ -40,8 +40,7 @@ from durable_subagents.providers._thinking import (
     thinking_params,
 )
 from durable_subagents.providers.anthropic import _Accumulator
-from durable_subagents.testing import FakeAnthropicServer, FakeReply
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer, FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
 

@@ -26,7 +26,7 @@ from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents._spawn_request import static_details, static_summary
 from durable_subagents.client._events import _tool_of, _turn_of, _turn_summary
 from durable_subagents.policy import arguments_preview
-from durable_subagents.testing._dev_server import DevServer
+from durable_subagents.testing import DevServer
 from durable_subagents.types import PendingApproval, TaskStatus
 from durable_subagents.workflows._current_details import TaskView, current_details
 

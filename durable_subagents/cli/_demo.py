@@ -25,6 +25,7 @@ from rich.text import Text
 
 from durable_subagents._connect import connect_client
 from durable_subagents._terminal import shown
+from durable_subagents.cli._dev import DEV_RECORD, read_dev_record
 from durable_subagents.cli._render import indented_json
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
@@ -32,10 +33,8 @@ from durable_subagents.errors import SubagentError
 from durable_subagents.testing._dev_server import (
     DEFAULT_PORT,
     DEFAULT_UI_PORT,
-    DEV_RECORD,
     DevServer,
     ensure_search_attributes,
-    read_dev_record,
     server_answers,
 )
 from durable_subagents.tools._sandbox import NOBODY

@@ -96,7 +96,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.testing._dev_server import ServerExited, parse_duration, run_dev
+    from durable_subagents.cli._dev import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
