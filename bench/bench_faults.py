@@ -39,7 +39,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents.storage._blobstore import LocalBlobStore
+from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import (
     DevServer,
     FakeOpenAIServer,

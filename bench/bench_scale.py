@@ -67,7 +67,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.agents import resolve_agent
 from durable_subagents.config import Settings
-from durable_subagents.storage._blobstore import LocalBlobStore
+from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer, FakeReply, free_port
 from durable_subagents.types import TaskResult
 

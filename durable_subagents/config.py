@@ -18,7 +18,6 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
-from durable_subagents._codec import KeyRing
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
@@ -31,7 +30,10 @@ from durable_subagents._temporal_config import (
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.errors import InvalidRequest
-from durable_subagents.storage._blobstore import BlobStore, LocalBlobStore, open_blob_store
+from durable_subagents.storage._blobstore import BlobStore
+from durable_subagents.storage._factory import open_blob_store
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.storage._sealing import KeyRing
 
 SECRET_ENV_NAME = re.compile(
     r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"

@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.bench_faults import LoadResult, WorkerProcess, run_load
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
-from durable_subagents.storage._blobstore import LocalBlobStore
+from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer
 
 from .helpers import CEILING

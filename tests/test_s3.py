@@ -27,8 +27,8 @@ from durable_subagents.storage._blobstore import (
     BlobNotFound,
     BlobStoreUnavailable,
     blob_ref,
-    open_blob_store,
 )
+from durable_subagents.storage._factory import open_blob_store
 from durable_subagents.storage._s3 import S3BlobStore
 from durable_subagents.worker import sweep_blobs
 
@@ -145,7 +145,7 @@ def test_a_wrong_blob_url_is_refused_clearly(url: str, says: str) -> None:
 
 
 def test_file_urls_and_the_default_stay_local(tmp_path: Path) -> None:
-    from durable_subagents.storage._blobstore import LocalBlobStore
+    from durable_subagents.storage._local import LocalBlobStore
 
     by_url = Settings(blob_url=f"file://{tmp_path}/b", namespace="ns").blob_store()
     assert isinstance(by_url, LocalBlobStore) and by_url.root == tmp_path / "b" / "ns"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durable_subagents.storage._blobstore import LocalBlobStore
+from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.storage._transcript import Transcript
 from durable_subagents.types import Message
 

@@ -70,12 +70,7 @@ from durable_subagents.providers import (
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
-from durable_subagents.storage._blobstore import (
-    BlobCorrupt,
-    BlobError,
-    BlobNotFound,
-    BlobStore,
-)
+from durable_subagents.storage._blobstore import BlobCorrupt, BlobError, BlobNotFound, BlobStore
 from durable_subagents.storage._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
 from durable_subagents.tools import (
     ToolContext,

@@ -33,8 +33,9 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
-from durable_subagents._codec import EncryptionCodec, KeyRing
+from durable_subagents._codec import EncryptionCodec
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError, SubagentError
+from durable_subagents.storage._sealing import KeyRing
 
 __all__ = ["DEFAULT_ORIGINS", "CodecServer", "serve", "web_ui_origins"]
 

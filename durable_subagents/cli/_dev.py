@@ -23,7 +23,6 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents import _search_attributes
-from durable_subagents._codec import KeyRing
 
 # Re-exported: part of this module's public API (DevServer registers them on start).
 from durable_subagents._search_attributes import (
@@ -35,6 +34,7 @@ from durable_subagents._search_attributes import (
 from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.storage._sealing import KeyRing
 from durable_subagents.testing._dev_server import (
     DevServer,
     server_answers,

@@ -505,7 +505,7 @@ def keygen() -> None:
     """
     import base64
 
-    from durable_subagents._codec import key_id, new_key
+    from durable_subagents.storage._sealing import key_id, new_key
 
     key = new_key()
     print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")

@@ -18,9 +18,10 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse
 
 from ._errors import missing_key_error
+from ._names import PROVIDERS, parse_model
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
-from .scripted import ScriptedProvider, check_script
+from .scripted import ScriptedProvider
 
 __all__ = [
     "PROVIDERS",
@@ -32,11 +33,6 @@ __all__ = [
     "parse_model",
     "resolve_provider",
 ]
-
-PROVIDERS = ("openai", "anthropic", "scripted")
-"""Provider prefixes a model name may carry."""
-
-_VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
 
 _cache: dict[tuple[str, str, str, float | None], ModelProvider] = {}
 
@@ -79,47 +75,6 @@ class ModelProvider(Protocol):
             arrive (``_text.encodable_response``), since no payload can carry one.
         """
         ...
-
-
-def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, str, str]:
-    """Split a model name into provider, full name and the provider's model name.
-
-    Pure: reads no environment, so a client can validate a name before spawning.
-
-    Args:
-        model: ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
-            ``default``.
-        default_model: What ``default`` means (the worker's ``SUBAGENTS_MODEL``);
-            None means ``scripted``.
-
-    Returns:
-        ``(provider, "provider:model", "model")``; for ``scripted`` the third part is
-        the script selector (empty for the default script).
-
-    Raises:
-        InvalidRequest: The name has no known provider prefix or no model part.
-    """
-    name = model.strip()
-    if name == "default":
-        if default_model is None or default_model.strip() in ("", "default"):
-            name = "scripted"
-        else:
-            name = default_model.strip()
-    if name == "scripted":
-        return "scripted", "scripted", ""
-    provider, sep, rest = name.partition(":")
-    if not sep or provider not in PROVIDERS:
-        origin = " (from the worker's SUBAGENTS_MODEL)" if name != model.strip() else ""
-        raise InvalidRequest(
-            f"unknown model {name!r}{origin}; use one of: {_VALID_FORMS} "
-            f"(for example openai:gpt-4.1-mini or anthropic:claude-haiku-4-5)"
-        )
-    if provider == "scripted":
-        check_script(rest)
-        return "scripted", name, rest
-    if not rest.strip():
-        raise InvalidRequest(f"model {model!r} names no model; use {provider}:<model>")
-    return provider, name, rest.strip()
 
 
 def resolve_provider(

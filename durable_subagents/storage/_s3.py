@@ -23,7 +23,6 @@ from urllib.parse import urlparse
 import obstore
 from obstore.store import S3Store
 
-from durable_subagents._codec import KeyRing
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.storage._blobstore import (
     BlobStoreUnavailable,
@@ -31,6 +30,7 @@ from durable_subagents.storage._blobstore import (
     safe_task_id,
     split_ref,
 )
+from durable_subagents.storage._sealing import KeyRing
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig
