@@ -825,7 +825,7 @@ second and keeps the latest details for the next)."""
 async def _heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
     """Heartbeat in the background so a stalled call still notices cancellation.
 
-    With ``live``, every heartbeat carries the model's text so far (see ``_live``).
+    With ``live``, every heartbeat carries the model's text so far (see ``_live_text``).
     """
 
     async def beat() -> None:

@@ -60,10 +60,16 @@ from durable_subagents.agents import (
     load_agents,
     resolve_agent,
 )
-from durable_subagents.client._decode import decoded, failure_message
 from durable_subagents.client._events import CLOSE_STATUS, history_events
 from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
-from durable_subagents.client._task_state import InternalInfo, info_from, quote, settled
+from durable_subagents.client._task_state import (
+    InternalInfo,
+    decoded,
+    failure_message,
+    info_from,
+    quote,
+    settled,
+)
 from durable_subagents.errors import (
     InvalidRequest,
     PayloadEncryptionError,

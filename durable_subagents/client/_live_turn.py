@@ -1,7 +1,7 @@
 """A watcher's live text: the open model turn's text and thinking, read from its heartbeats.
 
 ``history_events`` tells ``LiveTurn`` when a turn opens and ends; between the two it
-polls the task's pending model-turn activity (``_live`` says what its heartbeats carry)
+polls the task's pending model-turn activity (``_live_text`` says what its heartbeats carry)
 and turns what is new into ``thinking`` and ``text`` events. When the turn ends, its
 recorded result completes the text, and the transcript (when the blob store is
 readable here) completes the thinking, so the deltas a watcher sees add up to the

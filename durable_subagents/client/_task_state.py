@@ -1,4 +1,11 @@
-"""How a task's state is read from Temporal's description of its workflow."""
+"""How a task's state is read from what Temporal returns: descriptions and histories.
+
+A task's status, pause and usage come from its workflow's description (``info_from``).
+Everything the workflow writes may be encrypted (``SUBAGENTS_PAYLOAD_KEY``), so a raw
+payload or failure found in a history or a description is always read through the
+client's data converter, codec included, never with the bare payload converter
+(``decoded``, ``failure_message``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.converter import DataConverter
 
+from durable_subagents.errors import PayloadEncryptionError
 from durable_subagents.types import IgnoredDecision, PendingApproval, TaskInfo, TaskStatus, Usage
 
 _CLOSED_STATUS = {
@@ -97,3 +108,28 @@ def settled(info: TaskInfo, after_pause: str | None) -> bool:
 def quote(value: str) -> str:
     """A string literal for a visibility query."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+async def decoded(converter: DataConverter, payload: Payload, type_hint: type) -> Any:
+    """One payload's value.
+
+    Raises:
+        PayloadKeyMissing: it is encrypted with a key this client lacks.
+    """
+    [value] = await converter.decode([payload], [type_hint])
+    return value
+
+
+async def failure_message(converter: DataConverter, failure: Failure) -> str:
+    """A failure's message, decrypted when it is encrypted.
+
+    A failure this client cannot decrypt is described by the key it needs, rather than
+    by Temporal's placeholder ("Encoded failure").
+    """
+    copy = Failure()
+    copy.CopyFrom(failure)  # decoding works in place
+    try:
+        error = await converter.decode_failure(copy)
+    except PayloadEncryptionError as err:
+        return f"(encrypted with key {err.key_id}, which this client does not hold)"
+    return getattr(error, "message", None) or str(error) or failure.message

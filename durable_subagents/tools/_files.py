@@ -1,7 +1,7 @@
 """File tools, jailed to the task's workspace root.
 
 Every path is opened in one walk from a descriptor of ``ToolContext.workspace`` (see
-``_beneath``): symlinks inside are followed, and ``..`` escapes, absolute paths
+``_confined_open``): symlinks inside are followed, and ``..`` escapes, absolute paths
 elsewhere and symlinks pointing out are refused, even when the tree changes while the
 tool runs. Listing and grep walk the tree by descriptors, never entering a symlinked
 directory, and skip symlinked files that point out; by default they also skip what

@@ -1,4 +1,7 @@
-"""Small pure helpers of the workflow (deterministic, no I/O)."""
+"""What the loop makes of a turn and a call: stop reasons, tool timeouts, error results.
+
+Pure and deterministic (the workflow calls them), no I/O.
+"""
 
 from __future__ import annotations
 
