@@ -8,12 +8,9 @@ subshells, substitutions, loops and functions. A command whose words cannot all 
 known statically (an expansion, a substitution, ``eval``, ``bash -c``, a parse error)
 is marked unknown: a rule can deny it or ask for it, never allow it.
 
-Most lines a model writes are plain: words, quotes without expansions, and ``;``,
-``&&``, ``||``, ``|`` or newlines between commands. Such a line is split with string
-methods instead (a 10 KB line of 324 commands in about a millisecond, where the parser
-and the walk of its tree take ten); anything else, down to one ``$``, backslash,
-bracket, redirection or reserved word, goes to the parser. A test checks on generated
-lines that both ways agree wherever the fast one applies.
+Most lines a model writes are plain, and are split with string methods instead
+(``_bash_plain``, ten times faster); what a wrapper or a shell runs is read by
+``_bash_wrappers``.
 
 Pure and deterministic: workflow code calls it.
 """
@@ -27,6 +24,22 @@ import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from durable_subagents._lazy import imported
+from durable_subagents.policy._bash_plain import plain_commands
+from durable_subagents.policy._bash_quoting import (
+    DOUBLE_QUOTED_ESCAPES,
+    bare_newline,
+    runs_code,
+    unescape,
+)
+from durable_subagents.policy._bash_wrappers import (
+    CALLBACK_OPTIONS,
+    MAX_UNWRAPPED,
+    RUNS_A_LINE,
+    RUNS_ITS_ARGUMENTS,
+    SHELLS,
+    expands,
+    unwrap,
+)
 
 if TYPE_CHECKING:
     import tree_sitter
@@ -41,64 +54,12 @@ __all__ = [
 _UNKNOWN = "\x00"
 """Stands for a word nobody can know before the command runs."""
 
-_RUNS_ITS_ARGUMENTS = {
-    "eval", "source", ".", "exec", "xargs", "command", "builtin", "trap",
-    "alias", "coproc", "hash", "let", "compgen", "enable",
-}  # fmt: skip
-"""Builtins and programs whose arguments become a command: what they run is unknown.
-(``alias x=...`` and ``hash -p /bin/rm ls`` change what a later name runs, ``let`` and
-``compgen -W`` evaluate their words, ``enable -f`` loads code.)"""
-_SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"}
-_WRAPPERS = {"env", "nohup", "nice", "time", "timeout", "stdbuf", "setsid", "sudo", "doas"}
-_SPECIAL_NAMES = _RUNS_ITS_ARGUMENTS | _SHELLS | _WRAPPERS | {"find", "mapfile", "readarray"}
-"""Commands that run other commands (wrappers such as ``env X=1 timeout 5 cmd``, whose
-command is judged too), or whose words are code: a plain line hands them to _emit."""
-_DOUBLE_QUOTED_ESCAPES = '$`"\\\n'
-"""What a backslash escapes inside double quotes."""
 _SKIP_WORD_NODES = {"comment", "heredoc_body", "heredoc_end", "heredoc_start", "file_redirect"}
 _BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
 """With a ``{`` anywhere before it, a character beyond the BMP (four bytes in UTF-8):
 tree-sitter-bash 0.25 reads past its buffer on such lines and the process dies with
 SIGSEGV (tree-sitter/tree-sitter-bash#337, open). The parser never sees them; they are
 unknown, as a line that does not parse is."""
-
-_MARK = "\x0e"
-"""Where a quoted string starts and ends in a plain line."""
-_HIDE = str.maketrans(" \t\n&|;", "\x02\x03\x04\x05\x06\x07")
-_SHOW = str.maketrans("\x02\x03\x04\x05\x06\x07", " \t\n&|;")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x0e\x10-\x1f\x7f]")
-"""Control characters but the separator ``\\x0f`` (counted apart): the fast path uses
-them as marks, so a quoted string with one is the parser's (outside quotes, no plain
-line has them)."""
-_WIDE_BLANK = re.compile(r"[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
-"""Blanks beyond ASCII that ``str.split()`` would split a quoted string on."""
-_QUOTED = re.compile(r"""('[^']*+'|"[^"$`\\!]*+")""")
-"""A quoted string with nothing inside that the shell expands (or a double quote that
-starts another kind, which stays in the line and makes it not plain)."""
-_FLAT_LINE = re.compile(r"[A-Za-z0-9_./,:=+%@^*\x20\t\n;|&-]*+")
-"""What a plain line holds outside its quoted strings: inert characters, blanks and
-the characters of ``;``, ``&&``, ``||``, ``|`` (a lone ``&`` is caught later)."""
-_OPERATOR_MARKS = (
-    ("&&", "\x00&"),
-    ("||", "\x00o"),
-    ("|", "\x00|"),
-    (";", "\x00;"),
-    ("\n", "\x00\n"),
-)
-"""Each operator of a plain line, and what marks it for one ``split``: NUL, then a
-character that stands for it (``||`` before ``|``, so that it is one operator)."""
-_COMMENTS = re.compile(r"""('[^']*'|"[^"]*")|(?<![^ \t\n;|&])#[^\n]*""")
-_TEST_OPERATOR = re.compile(r"(?<![^ \t\n;|&])==")
-_NOT_PLAIN_FIRST_WORDS = {
-    "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
-    "esac", "function", "select", "time", "coproc", "in",
-}  # fmt: skip
-"""Reserved words: the parser's to read."""
-_NOT_PLAIN_FIRST = re.compile(
-    "^-|^(?:export|declare|local|readonly|typeset|unset)|[=+%@" + _MARK + "]"
-)
-"""In a command's name: a declaration builtin (or a word the grammar reads as one, such
-as ``unsetenv``), an assignment, a quoted string, or what the grammar misreads."""
 
 
 class SimpleCommand(NamedTuple):
@@ -150,74 +111,18 @@ def command_words(line: str) -> tuple[Command, ...]:
 
 
 def _split_plain(line: str) -> tuple[Command, ...] | None:
-    """The commands of a plain line (see the module docstring), or None if not plain.
-
-    Quoted strings are put back without their quotes, between two marks and with their
-    blanks and operator characters hidden (as control characters no plain line holds):
-    the line then holds only words, blanks and operators, and string methods split it.
-    """
-    if "==" in line and _TEST_OPERATOR.search(line):
+    """The commands of a plain line (see ``_bash_plain``), or None if not plain."""
+    plain = plain_commands(line)
+    if plain is None:
         return None
-    if "#" in line:
-        line = _COMMENTS.sub(_keep_quoted, line)
-    if "'" in line or '"' in line:
-        parts = _QUOTED.split(line)
-        strings = parts[1::2]
-        if not _FLAT_LINE.fullmatch("".join(parts[0::2])):
-            return None
-        hidden = "\x0f".join([q[1:-1] for q in strings])
-        if "$(" in hidden or "`" in hidden:
-            return None  # code in a string: the parser's to judge
-        if (
-            _CONTROL.search(hidden)
-            or hidden.count("\x0f") != len(strings) - 1
-            or (not hidden.isascii() and _WIDE_BLANK.search(hidden))
-        ):
-            return None
-        hidden = hidden.translate(_HIDE)
-        parts[1::2] = (_MARK + hidden.replace("\x0f", _MARK + "\x0f" + _MARK) + _MARK).split("\x0f")
-        line = "".join(parts)
-    elif not _FLAT_LINE.fullmatch(line):
-        return None
-    for op, mark in _OPERATOR_MARKS:
-        if op in line:
-            line = line.replace(op, mark)
-    pieces = line.split("\x00")  # each piece after the first: its operator, its command
-    commands: list[list[str]] = []
-    quoted: list[int] = []  # which commands have quoted strings
-    for i, piece in enumerate(pieces):
-        segment = piece[1:] if i else piece
-        words = segment.split()
-        if words:
-            if "&" in segment:
-                return None  # a background ``&`` or a ``|&``
-            if _MARK in segment:
-                quoted.append(len(commands))
-            commands.append(words)
-        elif (piece[0] if i else ";") not in ";\n" or (
-            i + 1 < len(pieces) and pieces[i + 1][0] != "\n"
-        ):
-            return None  # an operator with no command before it, or a line ending in one
-    firsts = {words[0] for words in commands}  # as written: a quoted one has its marks
-    if any(_NOT_PLAIN_FIRST.search(w) or w in _NOT_PLAIN_FIRST_WORDS for w in firsts):
-        return None
-    if quoted:
-        shown = "\x0f".join(["\x01".join(commands[k]) for k in quoted])
-        shown = shown.translate(_SHOW).replace(_MARK, "")
-        for k, text in zip(quoted, shown.split("\x0f"), strict=True):
-            commands[k] = text.split("\x01")
+    commands, special = plain
     found: list[Command] = []
-    special = {w for w in firsts if w.rpartition("/")[2] in _SPECIAL_NAMES or "*" in w}
     for words in commands:
         if words[0] in special:
             _emit(words, True, found)
         else:
             found.append((tuple(words), True))
     return tuple(found)
-
-
-def _keep_quoted(match: re.Match[str]) -> str:
-    return match.group(1) or ""
 
 
 def _parse(line: str) -> tuple[Command, ...]:
@@ -430,7 +335,7 @@ def _test(node: tree_sitter.Node, found: list[Command]) -> None:
         elif part.is_named and part.type not in ("test_operator", "extglob_pattern", "regex"):
             word, ok = _word(part, found)
             words.append(word)
-            known = known and ok and not _runs_code(word)
+            known = known and ok and not runs_code(word)
         else:
             words.append((part.text or b"").decode("utf-8", errors="surrogateescape"))
     known = known and not _ARITHMETIC_TESTS.intersection(words)
@@ -471,22 +376,6 @@ def _substitutions(
         stack.extend(reversed(part.children))
 
 
-def _runs_code(word: str) -> bool:
-    """Whether a word's value (quotes removed) is code some builtin may run.
-
-    An array subscript holding a substitution (``a[$(cmd)]``): builtins that take a
-    variable name (``test -v``, ``printf -v``, ``read``, ``declare``) evaluate it,
-    quoted or not. (String methods, not a regular expression: linear on any word.)
-    """
-    if "[" not in word:
-        return False
-    for part in word.split("[")[1:]:
-        subscript = part.partition("]")[0]
-        if "$(" in subscript or "`" in subscript:
-            return True
-    return False
-
-
 def _assignment(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     """``NAME=value`` with the value's quotes removed, and whether it is known.
 
@@ -517,7 +406,7 @@ def _declaration(node: tree_sitter.Node, found: list[Command]) -> None:
             word, ok = _assignment(child, found)
         else:
             word, ok = _word(child, found)
-            ok = ok and not _runs_code(word)
+            ok = ok and not runs_code(word)
         words.append(word)
         known = known and ok
     first = (node.children[0].text or b"").decode(errors="replace") if node.children else ""
@@ -584,23 +473,21 @@ def _emit(
     A wrapper's command is judged too (``timeout -s KILL 5 cmd``: ``cmd``), read option
     by option; where an option is not understood, every later word may start it.
     """
-    for _ in range(_MAX_UNWRAPPED):
+    for _ in range(MAX_UNWRAPPED):
         name = words[0].rsplit("/", 1)[-1]
         if (
-            name in _RUNS_ITS_ARGUMENTS
-            or (name in _SHELLS and "-c" in words[1:])
-            or (
-                name in _CALLBACK_OPTIONS and any(w.startswith("-") and "C" in w for w in words[1:])
-            )
-            or _expands(words[0])
-            or any("[" in w and _runs_code(w) for w in words)
+            name in RUNS_ITS_ARGUMENTS
+            or (name in SHELLS and "-c" in words[1:])
+            or (name in CALLBACK_OPTIONS and any(w.startswith("-") and "C" in w for w in words[1:]))
+            or expands(words[0])
+            or any("[" in w and runs_code(w) for w in words)
         ):
             known = False
         found.append(((*prefix, *words) if prefix else tuple(words), known))
         prefix = None
-        if name in _RUNS_A_LINE:
+        if name in RUNS_A_LINE:
             _emit_lines(name, words, found)
-        inner, certain = _unwrap(name, words)
+        inner, certain = unwrap(name, words)
         if name == "find":
             depth = _DEPTH.get()
             token = _DEPTH.set(depth + 1)
@@ -617,37 +504,12 @@ def _emit(
             return
         if not certain:
             # Options this reading does not know: the command may start at any word.
-            for start in range(min(len(words), _MAX_UNWRAPPED)):
+            for start in range(min(len(words), MAX_UNWRAPPED)):
                 if start and not words[start].startswith("-"):
                     found.append((tuple(words[start:]), False))
             return
         words = inner[0]
     found.append((tuple(words), False))  # wrappers nested deeper than anyone writes
-
-
-_MAX_UNWRAPPED = 16
-
-
-def _expands(name: str) -> bool:
-    """Whether a command's name holds a glob or a brace expansion.
-
-    ``/bin/r?`` runs ``/bin/rm``, ``{rm,-rf,x}`` runs ``rm -rf x``.
-    """
-    if "*" in name or "?" in name:
-        return True
-    for start, end in (("[", "]"), ("{", "}")):
-        first = name.find(start)
-        if first != -1:
-            last = name.rfind(end)
-            if last > first and (start == "[" or "," in name[first:last] or ".." in name):
-                return True
-    return False
-
-
-_CALLBACK_OPTIONS = {"mapfile", "readarray"}
-"""Builtins whose ``-C`` option names code to run."""
-_RUNS_A_LINE = {"eval", "trap", "alias", *_SHELLS}
-"""Commands whose argument is a line of bash: its commands are judged too (unknown)."""
 
 
 def _emit_lines(name: str, words: list[str], found: list[Command]) -> None:
@@ -682,134 +544,16 @@ def _emit_lines(name: str, words: list[str], found: list[Command]) -> None:
 _DEPTH = contextvars.ContextVar("bash_line_depth", default=0)
 
 
-class _Options(NamedTuple):
-    """What a wrapper's options are: those taking an argument, those that do not."""
-
-    short_arg: str = ""
-    short_flag: str = ""
-    long_arg: frozenset[str] = frozenset()
-    long_flag: frozenset[str] = frozenset()
-    operands: int = 0  # words before the command (``timeout``'s duration)
-    attached: str = ""  # short options whose argument may only be attached (``-i{}``)
-
-
-_OPTIONS: dict[str, _Options] = {
-    "env": _Options(
-        "uC", "i0v",
-        frozenset({"--unset", "--chdir"}),
-        frozenset({"--ignore-environment", "--null", "--debug", "--block-signal",
-                   "--default-signal", "--ignore-signal", "--list-signal-handling"}),
-    ),
-    "nice": _Options("n", "", frozenset({"--adjustment"})),
-    "timeout": _Options(
-        "ks", "v", frozenset({"--kill-after", "--signal"}),
-        frozenset({"--foreground", "--preserve-status", "--verbose"}), operands=1,
-    ),
-    "nohup": _Options(),
-    "stdbuf": _Options("ioe", "", frozenset({"--input", "--output", "--error"})),
-    "setsid": _Options("", "cfw", frozenset(), frozenset({"--ctty", "--fork", "--wait"})),
-    "time": _Options(
-        "fo", "apvq", frozenset({"--format", "--output"}),
-        frozenset({"--append", "--portability", "--verbose", "--quiet"}),
-    ),
-    "sudo": _Options(
-        "CDghpRrtTUu", "AbEHnPSBkN",
-        frozenset({"--close-from", "--chdir", "--group", "--host", "--prompt", "--chroot",
-                   "--role", "--type", "--command-timeout", "--other-user", "--user"}),
-        frozenset({"--askpass", "--background", "--preserve-env", "--set-home",
-                   "--non-interactive", "--preserve-groups", "--stdin", "--bell",
-                   "--reset-timestamp", "--no-update"}),
-    ),
-    "doas": _Options("u", "n"),
-    "command": _Options("", "pvV"),
-    "exec": _Options("a", "cl"),
-    "builtin": _Options(),
-    "xargs": _Options(
-        "adEILnPs", "0oprtx",
-        frozenset({"--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-chars",
-                   "--process-slot-var"}),
-        frozenset({"--null", "--open-tty", "--interactive", "--no-run-if-empty", "--verbose",
-                   "--exit", "--show-limits", "--eof", "--replace", "--max-lines"}),
-        attached="eil",
-    ),
-}  # fmt: skip
-"""The options of each command that runs the rest of its words (GNU and bash's)."""
-
-
-def _unwrap(name: str, words: list[str]) -> tuple[list[list[str]], bool]:
-    """The commands a wrapper runs, and whether its options were all understood.
-
-    ``find``: the command of each ``-exec``, ``-execdir``, ``-ok`` and ``-okdir``.
-    """
-    if name == "find":
-        found, i = [], 1
-        while i < len(words):
-            if words[i] in ("-exec", "-execdir", "-ok", "-okdir"):
-                end = i + 1
-                while end < len(words) and words[end] not in (";", "+"):
-                    end += 1
-                if end > i + 1:
-                    found.append(words[i + 1 : end])
-                i = end
-            i += 1
-        return found, True
-    if name == "coproc":
-        return [words[1:]] if len(words) > 1 else [], False  # ``coproc NAME cmd``
-    spec = _OPTIONS.get(name)
-    if spec is None:
-        return [], True
-    i = 1
-    while i < len(words):
-        word = words[i]
-        if word == "--":
-            i += 1
-            break
-        if name == "env" and (word == "-" or ("=" in word and not word.startswith("-"))):
-            i += 1
-            continue
-        if word.startswith("--"):
-            option, eq, _ = word.partition("=")
-            if option in spec.long_flag:
-                i += 1
-            elif option in spec.long_arg:
-                i += 1 if eq else 2
-            else:
-                return [words[i:]], False
-            continue
-        if not word.startswith("-") or word == "-":
-            break
-        if name == "nice" and word[1:].isdigit():
-            i += 1
-            continue
-        for j, letter in enumerate(word[1:], start=2):
-            if letter in spec.short_flag:
-                continue
-            if letter in spec.attached:
-                break
-            if letter in spec.short_arg:
-                if j == len(word):
-                    i += 1  # the next word is its argument
-                break
-            return [words[i:]], False
-        i += 1
-    i += spec.operands
-    if spec.operands and i < len(words) and words[i] == "--":
-        i += 1  # ``timeout 5 -- cmd`` fails to run ``--``; judging ``cmd`` is stricter
-    if name == "xargs" and i >= len(words):
-        return [], True  # ``echo``
-    return ([words[i:]] if i < len(words) else []), True
-
-
 def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     """The literal value of a word node, and whether it is known statically."""
     kind = node.type
     text = node.text.decode("utf-8", errors="surrogateescape") if node.text else ""
     if kind in ("word", "number", "command_name"):
-        if "\n" in text and _bare_newline(text):
+        if "\n" in text and bare_newline(text):
             raise _Misparsed  # ``ls<newline>\\touch x``: the grammar's word, two lines
         if node.named_children:
             return _concat(node.named_children, found)
-        return _unescape(text), True
+        return unescape(text), True
     if kind == "raw_string":
         return text[1:-1], True
     if kind == "string":
@@ -818,7 +562,7 @@ def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
             for part in parts:
                 _word(part, found)
             return _UNKNOWN, False
-        return _unescape(text[1:-1], _DOUBLE_QUOTED_ESCAPES), True
+        return unescape(text[1:-1], DOUBLE_QUOTED_ESCAPES), True
     if kind == "ansi_c_string":
         return _UNKNOWN, False
     if kind == "concatenation":
@@ -841,19 +585,6 @@ def _word(node: tree_sitter.Node, found: list[Command]) -> tuple[str, bool]:
     return _UNKNOWN, False
 
 
-def _bare_newline(text: str) -> bool:
-    """Whether an unquoted word's text holds a line break that is not escaped."""
-    i = 0
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] == "\n":
-            return True
-        i += 1
-    return False
-
-
 def _concat(nodes: list[tree_sitter.Node], found: list[Command]) -> tuple[str, bool]:
     out, known = [], True
     for child in nodes:
@@ -861,24 +592,3 @@ def _concat(nodes: list[tree_sitter.Node], found: list[Command]) -> tuple[str, b
         out.append(word)
         known = known and ok
     return ("".join(out) if known else _UNKNOWN), known
-
-
-def _unescape(text: str, escapable: str | None = None) -> str:
-    """Remove quoting backslashes; a line continuation (backslash, newline) vanishes.
-
-    Unquoted (``escapable`` None) a backslash keeps any next character literally;
-    inside double quotes it escapes only the characters in ``escapable``.
-    """
-    if "\\" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        nxt = text[i + 1] if i + 1 < len(text) else ""
-        if text[i] == "\\" and nxt and (escapable is None or nxt in escapable):
-            if nxt != "\n":
-                out.append(nxt)
-            i += 2
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
