@@ -372,9 +372,7 @@ class SubagentTools:
         # another asks under the same call id, or a second child paused beside it.
         before = self._sent(a.task_id)
         shown = self._shown.get(a.task_id, set())
-        info = await self.client._decide(
-            a.task_id, a.call_ids, approved=True, reason=None, shown=shown
-        )
+        info = await self.client.approve(a.task_id, a.call_ids, shown=shown)
         chosen = a.call_ids
         if chosen is None:
             chosen = [p.call_id for p in info.pending_approvals if _key(p) in shown]
