@@ -45,7 +45,7 @@ from durable_subagents.tools import (
     write_file,
 )
 from durable_subagents.tools._processes import fork_server
-from durable_subagents.tools._sandbox import tool_user
+from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.worker import create_worker
 
 REPO = Path(__file__).resolve().parents[1]

@@ -165,7 +165,7 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     """Two calls at once on a workspace without ``.opencode``: the first makes its
     placeholder, the second finds it there and mounts it too, so the first's end must
     leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.tools._sandbox import _guard_protected
+    from durable_subagents.tools._protected_mounts import guard_protected
 
     activities = SubagentActivities(
         Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
@@ -173,8 +173,8 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     )
     tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
     profile = activities.tool_context(tool_input).profile()
-    first = _guard_protected(profile)
-    second = _guard_protected(profile)
+    first = guard_protected(profile.workspace, profile.protected)
+    second = guard_protected(profile.workspace, profile.protected)
     assert (tmp_path / ".opencode").is_dir()
     first.release()
     assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it

@@ -15,7 +15,7 @@ from pathlib import Path
 from durable_subagents.activities._failures import workspace_error
 from durable_subagents.agents._protected import protected_entry
 from durable_subagents.tools._confined_open import Escape, open_beneath
-from durable_subagents.tools._sandbox import NOBODY, tool_user, unreachable
+from durable_subagents.tools._sandbox_host import NOBODY, tool_user, unreachable
 
 __all__ = ["log_tool_user", "task_workspace"]
 

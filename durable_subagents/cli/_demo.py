@@ -37,7 +37,7 @@ from durable_subagents.testing._dev_server import (
     ensure_search_attributes,
     server_answers,
 )
-from durable_subagents.tools._sandbox import NOBODY
+from durable_subagents.tools._sandbox_host import NOBODY
 from durable_subagents.types import TaskInfo, TaskStatus
 from durable_subagents.worker import create_worker
 

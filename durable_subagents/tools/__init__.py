@@ -12,13 +12,8 @@ from durable_subagents.tools._files import (
     write_file,
 )
 from durable_subagents.tools._registry import BUILTIN_TOOLS, ToolRegistry
-from durable_subagents.tools._sandbox import (
-    SANDBOX_MODES,
-    SandboxedProcess,
-    SandboxUnavailable,
-    detect_sandbox,
-    spawn_sandboxed,
-)
+from durable_subagents.tools._sandbox import SandboxedProcess, spawn_sandboxed
+from durable_subagents.tools._sandbox_host import SANDBOX_MODES, SandboxUnavailable, detect_sandbox
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -8,11 +8,8 @@ from collections.abc import Callable
 
 from durable_subagents._metrics import record_sandbox_failure
 from durable_subagents.tools._decorator import ToolContext, ToolError, tool
-from durable_subagents.tools._sandbox import (
-    SandboxedProcess,
-    SandboxUnavailable,
-    spawn_sandboxed,
-)
+from durable_subagents.tools._sandbox import SandboxedProcess, spawn_sandboxed
+from durable_subagents.tools._sandbox_host import SandboxUnavailable
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_TIMEOUT", "bash", "truncate_middle"]
 

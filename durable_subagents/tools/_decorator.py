@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.policy import PathRules
-from durable_subagents.tools._sandbox import SandboxProfile
+from durable_subagents.tools._sandbox_profile import SandboxProfile
 from durable_subagents.types import ToolSpec
 
 __all__ = ["DecidedPath", "Tool", "ToolContext", "ToolError", "tool"]
