@@ -24,7 +24,7 @@ from durable_subagents.policy._shell import (
     _split_plain,
     split_commands,
 )
-from durable_subagents.tools._files import rule_path
+from durable_subagents.tools._workspace_paths import rule_path
 
 GIT_ONLY = AgentSpec(
     name="git-only",

@@ -81,11 +81,11 @@ from durable_subagents.tools import (
     ToolRegistry,
 )
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.tools._files import rule_path, written_path
 from durable_subagents.tools._limits import limit_mechanisms
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV
 from durable_subagents.tools._sandbox_host import sandbox_state, tool_user
+from durable_subagents.tools._workspace_paths import rule_path, written_path
 from durable_subagents.types import (
     Message,
     ModelRequest,

@@ -58,6 +58,8 @@ HELLO, SPARE, EXITED, TAKEN, KILL = b"H", b"S", b"X", b"T", b"K"
 FRAME = struct.Struct("!I")
 """The length of a request or an answer, before its bytes."""
 _PR_SET_PDEATHSIG = 1
+_FILE_TOOL_MODULES = ("durable_subagents.tools._files", "durable_subagents.tools._search")
+"""The file tools' modules, imported by the server before it forks (see ``_warm_up``)."""
 
 BOOT = """\
 import json, sys, types
@@ -82,7 +84,8 @@ def serve(fd: int) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    importlib.import_module("durable_subagents.tools._files")
+    for module in _FILE_TOOL_MODULES:
+        importlib.import_module(module)
     _warm_up()
     gc.collect()
     gc.freeze()  # the children share these pages instead of copying them at a collection
@@ -177,17 +180,17 @@ def _warm_up() -> None:
         (root / ".gitignore").write_text("*.log\nbuild/\n!keep.log\n")
         (root / "a.txt").write_text("one\ntwo\n")
         ctx = pickle.loads(pickle.dumps(ToolContext(workspace=root, task_id="warm-up")))
-        files = importlib.import_module("durable_subagents.tools._files")
+        files, search = (importlib.import_module(m) for m in _FILE_TOOL_MODULES)
         calls = [
-            ("read_file", {"path": "a.txt"}),
-            ("list_files", {}),
-            ("grep", {"pattern": "one"}),
-            ("write_file", {"path": "b/c.txt", "content": "x"}),
-            ("edit_file", {"path": "b/c.txt", "old": "x", "new": "y"}),
+            (files.read_file, {"path": "a.txt"}),
+            (search.list_files, {}),
+            (search.grep, {"pattern": "one"}),
+            (files.write_file, {"path": "b/c.txt", "content": "x"}),
+            (files.edit_file, {"path": "b/c.txt", "old": "x", "new": "y"}),
         ]
-        for name, kwargs in calls:
+        for file_tool, kwargs in calls:
             with contextlib.suppress(Exception):
-                json.dumps({"ok": _as_text(getattr(files, name).fn(ctx, **kwargs))})
+                json.dumps({"ok": _as_text(file_tool.fn(ctx, **kwargs))})
 
 
 def _load_prctl() -> Any:

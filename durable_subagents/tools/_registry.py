@@ -8,13 +8,8 @@ from typing import Any
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.tools._bash import bash
 from durable_subagents.tools._decorator import Tool, tool
-from durable_subagents.tools._files import (
-    edit_file,
-    grep,
-    list_files,
-    read_file,
-    write_file,
-)
+from durable_subagents.tools._files import edit_file, read_file, write_file
+from durable_subagents.tools._search import grep, list_files
 from durable_subagents.types import ToolSpec
 
 __all__ = ["BUILTIN_TOOLS", "ToolRegistry"]
