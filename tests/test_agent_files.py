@@ -25,7 +25,7 @@ from durable_subagents.agents import (
     resolve_agent,
     scan_agents,
 )
-from durable_subagents.agents._files import MODEL_PROVIDERS
+from durable_subagents.agents._file_formats import MODEL_PROVIDERS
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
