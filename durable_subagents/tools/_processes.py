@@ -27,11 +27,8 @@ import collections
 import contextlib
 import json
 import logging
-import math
 import os
 import pickle
-import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -41,12 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.tools._decorator import Tool, ToolContext, ToolError
+from durable_subagents.tools._fork_calls import (
+    died,
+    exchange,
+    parse_answer,
+    plan,
+    settle,
+    unpack,
+)
 from durable_subagents.tools._forkserver import (
     BOOT,
     EXITED,
-    FRAME,
     HELLO,
     KILL,
     MESSAGE,
@@ -71,8 +74,6 @@ START_TIMEOUT = 60.0
 """Seconds the server may take to start (a fresh interpreter importing the tools)."""
 REAP_WAIT = 5.0
 """Seconds to wait for a killed child to be reaped before giving up on it."""
-MAX_ANSWER_BYTES = 64 << 20
-"""An answer larger than this is refused (the tools' own caps keep theirs far below)."""
 IDLE_SECONDS = 30.0
 """How long a task's idle child is kept for its next call (a model turn or two)."""
 MAX_IDLE = 32
@@ -230,7 +231,7 @@ class ForkServer:
             ServerGone: The server stopped meanwhile (the worker is shutting down).
         """
         loop = asyncio.get_running_loop()
-        fixed, cpu = _plan(ctx)
+        fixed, cpu = plan(ctx)
         key: Key = (ctx.task_id, ctx.run_as, tuple(fixed))
         ref = (tool.fn.__module__, tool.fn.__name__)
         request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu)), pickle.HIGHEST_PROTOCOL)
@@ -244,19 +245,19 @@ class ForkServer:
         if status is not None:
             call.exited.set_result(status)
         try:
-            raw = await _exchange(loop, child.sock, request)
+            raw = await exchange(loop, child.sock, request)
         except asyncio.CancelledError:
             await asyncio.shield(self._kill(child))
             raise
-        answer = _parse(raw)
+        answer = parse_answer(raw)
         if answer is None:
             # It died, or is still writing an answer over the cap: make sure, then ask why.
             await self._kill(child)
             if call.exited.done() and isinstance(call.exited.exception(), ServerGone):
                 raise ServerGone("the file tools' process server stopped")
-            raise ToolError(_died(tool.name, call.exited, ctx))
+            raise ToolError(died(tool.name, call.exited, ctx))
         self._release(child, reuse=not answer.get("retire") and child.calls < MAX_CALLS)
-        return _unpack(tool.name, answer, ctx)
+        return unpack(tool.name, answer, ctx)
 
     async def _take(self, loop: asyncio.AbstractEventLoop, key: Key) -> _Child:
         """The task's idle child, else a spare (waiting for the next if none is ready)."""
@@ -397,7 +398,7 @@ class ForkServer:
             elif call is None:
                 child.status = status  # taken: the call about to start finds it
         if call is not None:
-            _settle(call.loop, call.exited, status)
+            settle(call.loop, call.exited, status)
         elif waiting:
             child.sock.close()
 
@@ -411,11 +412,11 @@ class ForkServer:
         gone = ServerGone("the file tools' process server stopped")
         for child in children:
             if child.call is not None:
-                _settle(child.call.loop, child.call.exited, gone)
+                settle(child.call.loop, child.call.exited, gone)
             else:
                 child.sock.close()
         for loop, waiter in waiting:
-            _settle(loop, waiter, gone)
+            settle(loop, waiter, gone)
 
     def close(self) -> None:
         """Stop the server: it kills its children, reaps them and exits."""
@@ -436,132 +437,6 @@ class ForkServer:
         with contextlib.suppress(OSError):
             self.process.kill()
         self.process.wait()
-
-
-def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
-    def settle() -> None:
-        if future.done():
-            return
-        if isinstance(outcome, Exception):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-    with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody waits
-        loop.call_soon_threadsafe(settle)
-
-
-async def _exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request: bytes) -> bytes:
-    """Send a request frame, then read the answer frame; b"" if the child ended first."""
-    try:
-        await loop.sock_sendall(sock, FRAME.pack(len(request)) + request)
-        header = await _receive(loop, sock, FRAME.size)
-        (size,) = FRAME.unpack(header)
-        if size > MAX_ANSWER_BYTES:
-            return b""
-        return await _receive(loop, sock, size)
-    except (OSError, EOFError):
-        return b""  # its exit status says why
-
-
-async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
-    chunks: list[bytes] = []
-    while size:
-        chunk = await loop.sock_recv(sock, min(size, 1 << 16))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        answer = json.loads(raw)
-    except ValueError:
-        return None
-    return answer if isinstance(answer, dict) else None
-
-
-def _unpack(name: str, answer: dict[str, Any], ctx: ToolContext) -> str:
-    """The tool's text from a child's answer, or the ``ToolError`` it stands for."""
-    if "ok" in answer:
-        return str(answer["ok"])
-    if "tool_error" in answer:
-        message = str(answer["tool_error"])
-        if answer.get("stopped"):  # its own check saw the deadline first
-            ctx._stop.set()
-            message = f"{name} {message}"
-    elif "memory" in answer:
-        message = (
-            f"{name} ran out of its {_limits(ctx).memory_mb} MiB memory limit and was "
-            "stopped; narrow the path or pattern"
-        )
-    elif "setup" in answer:
-        message = f"{name} could not start: {answer['setup']}"
-    else:
-        # The tool's own bug, as the activity reports one raised in a thread.
-        crash = answer.get("crash", {})
-        log.error("tool %s raised in its process:\n%s", name, crash.get("traceback", ""))
-        message = f"{name} failed: {crash.get('type', 'Error')}: {crash.get('message', '')}"
-    raise ToolError(message)
-
-
-def _died(name: str, exited: asyncio.Future[int], ctx: ToolContext) -> str:
-    """What the model reads when a child ended without an answer."""
-    status = exited.result() if exited.done() and not exited.exception() else None
-    if status is not None and os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        if number == signal.SIGXCPU:
-            return (
-                f"{name} ran over its {_cpu_seconds(ctx)} s CPU-time limit and was stopped; "
-                "narrow the path or pattern"
-            )
-        how = f"was killed by {signal.Signals(number).name}"
-        if number == signal.SIGKILL:
-            how += " (out of memory, or over its CPU-time limit)"
-    elif status is not None and os.WIFEXITED(status):
-        how = f"exited with status {os.WEXITSTATUS(status)}"
-    else:
-        how = "ended"
-    log.warning("tool %s: its process %s without an answer", name, how)
-    return f"{name} failed: its process {how} before it answered; the call did not complete"
-
-
-def _plan(ctx: ToolContext) -> tuple[list[tuple[int, int, int]], int]:
-    """A call's limits, worked out in the worker, where that is cheap.
-
-    Returns:
-        The rlimits its child takes once (memory, file size, open files, no core
-        dumps), none above a hard limit the worker itself runs under; and the call's
-        CPU seconds (``_cpu_seconds``), which the child counts from each call's start.
-    """
-    limits = _limits(ctx)
-    wanted = [(resource.RLIMIT_CORE, 0, 0)]
-    if limits.memory_mb:
-        wanted.append((resource.RLIMIT_DATA, limits.memory_mb << 20, limits.memory_mb << 20))
-    if limits.file_size_mb:
-        size = limits.file_size_mb << 20
-        wanted.append((resource.RLIMIT_FSIZE, size, size))
-    if limits.open_files:
-        wanted.append((resource.RLIMIT_NOFILE, limits.open_files, limits.open_files))
-    fixed = []
-    for which, soft, hard in wanted:
-        _, current = resource.getrlimit(which)
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
-        fixed.append((which, soft, hard))
-    return fixed, _cpu_seconds(ctx)
-
-
-def _limits(ctx: ToolContext) -> ToolLimits:
-    return ctx.limits.filled_from(DEFAULT_LIMITS)
-
-
-def _cpu_seconds(ctx: ToolContext) -> int:
-    """A call's CPU-time limit: its limits' ``cpu_seconds``, at most its time limit."""
-    cpu = _limits(ctx).cpu_seconds or DEFAULT_LIMITS.cpu_seconds or 1
-    return max(1, min(cpu, math.ceil(ctx.time_limit)))
 
 
 _server: ForkServer | None = None
