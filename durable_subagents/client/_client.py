@@ -302,7 +302,7 @@ class SubagentClient:
             return info.public()
         try:
             info = await asyncio.wait_for(
-                wait_until_settled(self.temporal, task_id, info, after_pause), timeout
+                wait_until_settled(self.temporal, self._info, task_id, info, after_pause), timeout
             )
         except TimeoutError:
             info = await self._info(task_id)

@@ -8,6 +8,7 @@ decided already, by anyone, needs no caller and is waited past.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -16,7 +17,7 @@ from temporalio.converter import DataConverter
 
 from durable_subagents._payloads import DECIDE_SIGNAL, Decisions
 from durable_subagents.client._events import CLOSE_STATUS
-from durable_subagents.client._task_state import InternalInfo, decoded, describe_task, settled
+from durable_subagents.client._task_state import InternalInfo, decoded, settled
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
@@ -37,9 +38,17 @@ def check_timeout(timeout: object) -> None:
 
 
 async def wait_until_settled(
-    temporal: Client, task_id: str, info: InternalInfo, after_pause: str | None
+    temporal: Client,
+    describe: Callable[[str], Awaitable[InternalInfo]],
+    task_id: str,
+    info: InternalInfo,
+    after_pause: str | None,
 ) -> InternalInfo:
-    """Long-poll the run's history until the task settles (see ``settled``)."""
+    """Long-poll the run's history until the task settles (see ``settled``).
+
+    ``describe`` reads the task's state (``SubagentClient._info``) when an event may
+    have settled it: a few calls per wait, never a poll loop.
+    """
     while True:
         run_id = info.run_id
         seen = info.history_length
@@ -57,11 +66,11 @@ async def wait_until_settled(
         async for event in events:
             if event.event_id <= seen or not await _may_settle(temporal.data_converter, event):
                 continue
-            info = await describe_task(temporal, task_id)
+            info = await describe(task_id)
             if settled(info, after_pause) or info.run_id != run_id:
                 break
         else:
-            info = await describe_task(temporal, task_id)
+            info = await describe(task_id)
         if settled(info, after_pause):
             return info
 
