@@ -38,6 +38,7 @@ from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
 from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
+from durable_subagents.policy import _rules as policy_rules
 from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
@@ -322,7 +323,7 @@ async def test_a_run_replays_with_the_list_its_worker_reported(
     assert done.status == TaskStatus.COMPLETED
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
     # The decision comes from the history, not from this process's lists.
-    for module in (protected_module, policy):
+    for module in (protected_module, policy_rules):
         monkeypatch.setattr(module, "PROTECTED_PATHS_V1", ())
     monkeypatch.setattr(protected_module, "PROTECTED_PATHS", ())
     replayer = Replayer(

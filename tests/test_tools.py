@@ -35,7 +35,7 @@ from durable_subagents.tools import (
     tool,
     write_file,
 )
-from durable_subagents.tools import _sandbox as sandbox_module
+from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._bash import truncate_middle
 
 from .helpers import CEILING
@@ -807,9 +807,9 @@ def test_detect_sandbox() -> None:
 async def test_no_sandbox_refuses_commands_instead_of_running_on_the_host(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
+    monkeypatch.setattr(sandbox_host, "_bwrap", {"exe": None})
     monkeypatch.setattr(
-        sandbox_module, "_problems", ["bwrap: No permissions to create new namespace"]
+        sandbox_host, "_problems", ["bwrap: No permissions to create new namespace"]
     )
     with pytest.raises(SandboxUnavailable, match=r"SUBAGENTS_TOOL_SANDBOX=none"):
         detect_sandbox("auto")
