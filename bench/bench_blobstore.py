@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._blobstore import BlobStore
-from durable_subagents._s3 import S3BlobStore
-from durable_subagents._transcript import Transcript
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
+from durable_subagents.storage._blobstore import BlobStore
+from durable_subagents.storage._s3 import S3BlobStore
+from durable_subagents.storage._transcript import Transcript
+from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 BIG_FILE = "".join(f"{n:05d} " + "x" * 93 + "\n" for n in range(600))  # 60 KB

@@ -42,9 +42,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from durable_subagents import SubagentClient, TaskStatus, connect_client
-    from durable_subagents._blobstore import LocalBlobStore
     from durable_subagents.config import Settings
-    from durable_subagents.dev import DevServer, free_port, temporal_binary
+    from durable_subagents.storage._local import LocalBlobStore
+    from durable_subagents.testing import DevServer, free_port, temporal_binary
     from durable_subagents.worker import create_worker
 
 AGENT = "explore"

@@ -39,9 +39,14 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer, FakeReply, workspace_for_tools
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.testing import (
+    DevServer,
+    FakeOpenAIServer,
+    FakeReply,
+    free_port,
+    workspace_for_tools,
+)
 
 STEPS = 2
 """Tool-calling model turns per task."""

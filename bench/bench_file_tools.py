@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents.activities.tools import (
+from durable_subagents.config import Settings
+from durable_subagents.testing import DevServer, free_port, workspace_for_tools
+from durable_subagents.tools import (
     Tool,
     ToolContext,
     grep,
@@ -42,11 +44,8 @@ from durable_subagents.activities.tools import (
     read_file,
     write_file,
 )
-from durable_subagents.activities.tools._processes import fork_server
-from durable_subagents.activities.tools._sandbox import tool_user
-from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import workspace_for_tools
+from durable_subagents.tools._processes import fork_server
+from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.worker import create_worker
 
 REPO = Path(__file__).resolve().parents[1]

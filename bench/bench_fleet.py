@@ -79,9 +79,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, connect_client
-from durable_subagents._blobstore import LocalBlobStore, blob_ref
 from durable_subagents.config import Settings
-from durable_subagents.dev import free_port
+from durable_subagents.storage._blobstore import blob_ref
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.testing import free_port
 from durable_subagents.types import TaskResult
 
 # ---------------------------------------------------------------------- blob store counting

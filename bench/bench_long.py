@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 

@@ -30,8 +30,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents._metrics import Labels, record_model_turn, record_tool_call
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 
 

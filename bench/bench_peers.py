@@ -62,7 +62,7 @@ from temporalio.worker import (
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port, temporal_binary
+from durable_subagents.testing import DevServer, free_port, temporal_binary
 from durable_subagents.worker import create_worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

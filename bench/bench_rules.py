@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable
 from datetime import date
 
-from durable_subagents import _shell, policy
+from durable_subagents import policy
 from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.policy import _rules, _shell
 
 SPEC = AgentSpec(
     name="bench",
@@ -84,7 +85,7 @@ def decide(line: str) -> object:
 
 def raw(line: str) -> object:
     """The whole line matched against each rule's glob, unparsed."""
-    return policy._evaluate(SPEC.permissions, "bash", line, "allow")
+    return _rules._evaluate(SPEC.permissions, "bash", line, "allow")
 
 
 def main() -> None:

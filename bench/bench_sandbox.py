@@ -19,14 +19,10 @@ import time
 from datetime import date
 from pathlib import Path
 
-from durable_subagents.activities.tools import ToolContext, bash
-from durable_subagents.activities.tools._limits import limit_mechanisms
-from durable_subagents.activities.tools._sandbox import (
-    bwrap_executable,
-    detect_sandbox,
-    tool_user,
-)
 from durable_subagents.testing import workspace_for_tools
+from durable_subagents.tools import ToolContext, bash
+from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._sandbox_host import bwrap_executable, detect_sandbox, tool_user
 
 COMMANDS = {
     "true": "true",

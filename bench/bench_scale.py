@@ -65,11 +65,10 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.agents import resolve_agent
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer, FakeReply
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.testing import DevServer, FakeOpenAIServer, FakeReply, free_port
 from durable_subagents.types import TaskResult
 
 AGENT = "explore"

@@ -40,8 +40,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 
 IMPORTS: dict[str, list[str]] = {
     "import temporalio.client": ["-c", "import temporalio.client"],

@@ -41,8 +41,7 @@ import durable_subagents.workflows._subagent as subagent_module
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import workspace_for_tools
+from durable_subagents.testing import DevServer, free_port, workspace_for_tools
 from durable_subagents.worker import create_worker
 
 VARIANTS = ("tool queue", "same queue")

@@ -19,10 +19,10 @@ from durable_subagents.errors import (
 
 if TYPE_CHECKING:
     from durable_subagents._connect import connect_client
-    from durable_subagents.activities.tools import ToolContext, ToolError, ToolRegistry, tool
     from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
     from durable_subagents.client import SubagentClient, SubagentTools
     from durable_subagents.config import Settings
+    from durable_subagents.tools import ToolContext, ToolError, ToolRegistry, tool
     from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
     from durable_subagents.worker import SubagentsPlugin
     from durable_subagents.workflows import start_subagent
@@ -69,10 +69,10 @@ _LAZY = {
     "SubagentClient": "durable_subagents.client",
     "SubagentTools": "durable_subagents.client",
     "Settings": "durable_subagents.config",
-    "tool": "durable_subagents.activities.tools",
-    "ToolContext": "durable_subagents.activities.tools",
-    "ToolError": "durable_subagents.activities.tools",
-    "ToolRegistry": "durable_subagents.activities.tools",
+    "tool": "durable_subagents.tools",
+    "ToolContext": "durable_subagents.tools",
+    "ToolError": "durable_subagents.tools",
+    "ToolRegistry": "durable_subagents.tools",
     "start_subagent": "durable_subagents.workflows",
     "Message": "durable_subagents.types",
     "TaskEvent": "durable_subagents.types",

@@ -10,9 +10,10 @@ from typing import Any
 import temporalio.runtime
 from temporalio.client import Client
 
-from durable_subagents._codec import KeyRing, data_converter
+from durable_subagents._codec import data_converter
 from durable_subagents._telemetry import tracing_enabled, tracing_plugin
 from durable_subagents.errors import InvalidRequest, TemporalUnavailable
+from durable_subagents.storage._sealing import KeyRing
 
 
 async def connect_client(

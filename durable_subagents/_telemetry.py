@@ -448,7 +448,7 @@ def _model_attributes(model: str, default_model: str | None) -> dict[str, str]:
     """
     if not model:
         return {}
-    from durable_subagents.activities.providers import PROVIDERS, parse_model
+    from durable_subagents.providers._names import PROVIDERS, parse_model
 
     try:
         provider, full_name, _ = parse_model(model, default_model=default_model)

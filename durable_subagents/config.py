@@ -7,7 +7,6 @@ activities read.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -18,13 +17,11 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
-from durable_subagents._blobstore import BlobStore, LocalBlobStore, open_blob_store
-from durable_subagents._codec import KeyRing
 from durable_subagents._notify_url import check_notify_url
+from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
     TemporalConnection,
-    credential_files,
     is_credential_env,
     profile_defaults,
     resolve_connection,
@@ -32,6 +29,10 @@ from durable_subagents._temporal_config import (
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.storage._blobstore import BlobStore
+from durable_subagents.storage._factory import open_blob_store
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.storage._sealing import KeyRing
 
 SECRET_ENV_NAME = re.compile(
     r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
@@ -54,78 +55,6 @@ DEFAULT_DRAIN_TIMEOUT = 25.0
 """Seconds a stopping worker lets running activities finish (below Kubernetes' 30 s)."""
 DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
 """Seconds a model stream may go without data before the attempt is abandoned."""
-
-
-def parse_tool_user(value: str) -> tuple[int, int] | None:
-    """``SUBAGENTS_TOOL_USER`` as (uid, gid): ``auto`` is None; root is refused.
-
-    ``UID`` alone takes the user's primary group where the system knows the user, else
-    the same number; a name is looked up in the system's user database.
-
-    Raises:
-        ValueError: An unknown user or group, or root.
-    """
-    import grp
-    import pwd
-
-    text = value.strip()
-    if text == "auto":
-        return None
-    user, _, group = text.partition(":")
-    try:
-        if user.isdigit():
-            uid = int(user)
-            try:
-                primary = pwd.getpwuid(uid).pw_gid
-            except KeyError:
-                primary = uid
-        else:
-            entry = pwd.getpwnam(user)
-            uid, primary = entry.pw_uid, entry.pw_gid
-        if not group:
-            gid = primary
-        else:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise ValueError(
-            f"SUBAGENTS_TOOL_USER={value!r}: no such user or group on this machine; use "
-            "auto, UID[:GID] or NAME[:GROUP]"
-        ) from None
-    if uid == 0 or gid == 0:
-        raise ValueError(
-            f"SUBAGENTS_TOOL_USER={value!r} is root: tool commands never run as root; name "
-            "an unprivileged user, or use auto (the workspace's owner)"
-        )
-    return uid, gid
-
-
-_PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-
-
-def parse_rate_limits(value: str) -> dict[str, float]:
-    """``openai=5,anthropic=0.5`` as ``{"openai": 5.0, "anthropic": 0.5}``.
-
-    Raises:
-        ValueError: An entry is not ``provider=turns per second`` with a positive,
-            finite rate.
-    """
-    out: dict[str, float] = {}
-    for entry in value.split(","):
-        if not entry.strip():
-            continue
-        name, sep, rate = entry.partition("=")
-        name = name.strip()
-        try:
-            per_second = float(rate)
-        except ValueError:
-            per_second = math.nan
-        if not sep or not _PROVIDER.fullmatch(name) or not 0 < per_second < math.inf:
-            raise ValueError(
-                f"SUBAGENTS_MODEL_RATE_LIMITS entry {entry.strip()!r} is not "
-                "provider=turns per second (e.g. openai=5,anthropic=0.5)"
-            )
-        out[name] = per_second
-    return out
 
 
 def default_data_dir() -> Path:
@@ -608,29 +537,7 @@ class Settings(BaseSettings):
 
     def hidden_paths(self) -> list[Path]:
         """What no tool may read: blob store, data and config dirs, Temporal and AWS keys."""
-        paths = [
-            self.resolved_blob_dir,
-            self.data_dir,
-            Path.home() / ".aws",
-            Path(platformdirs.user_config_dir("durable-subagents")),
-            Path(platformdirs.user_config_dir("temporalio")),
-        ]
-        paths += credential_files(self.profile, self.config_file)
-        for name in (
-            "TEMPORAL_CONFIG_FILE",
-            "TEMPORAL_TLS_CLIENT_CERT_PATH",
-            "TEMPORAL_TLS_CLIENT_KEY_PATH",
-            "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-            "TEMPORAL_TLS_CERT",
-            "TEMPORAL_TLS_KEY",
-            "TEMPORAL_TLS_CA",
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "AWS_CONFIG_FILE",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-        ):
-            value = os.environ.get(name)
-            if value:
-                paths.append(Path(value))
+        paths = secret_paths(self.resolved_blob_dir, self.data_dir, self.profile, self.config_file)
         store = self.blob_store()
         if isinstance(store, LocalBlobStore):
             paths.append(store.root.parent)  # a file:// URL's directory

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
+from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .helpers.tasks import give_to_tool_user

@@ -13,8 +13,8 @@ import resource
 import signal
 import time
 
-from durable_subagents.activities.tools import ToolContext, tool
-from durable_subagents.activities.tools._processes import forked
+from durable_subagents.tools import ToolContext, tool
+from durable_subagents.tools._processes import forked
 
 PR_GET_PDEATHSIG = 2
 

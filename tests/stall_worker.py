@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 from durable_subagents import connect_client
-from durable_subagents.activities.tools import BUILTIN_TOOLS, ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
+from durable_subagents.tools import BUILTIN_TOOLS, ToolContext, ToolRegistry, tool
 from durable_subagents.worker import create_worker, exit_if_tool_calls_stuck
 
 RELEASE = threading.Event()

@@ -25,7 +25,7 @@ from durable_subagents.agents import (
     resolve_agent,
     scan_agents,
 )
-from durable_subagents.agents._files import MODEL_PROVIDERS
+from durable_subagents.agents._file_formats import MODEL_PROVIDERS
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
@@ -438,7 +438,7 @@ def test_a_model_no_worker_runs_warns_and_inherits(tmp_path: Path, model: str) -
 
 
 def test_model_providers_are_the_workers() -> None:
-    from durable_subagents.activities.providers import PROVIDERS
+    from durable_subagents.providers import PROVIDERS
 
     assert MODEL_PROVIDERS == PROVIDERS
 

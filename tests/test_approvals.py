@@ -356,7 +356,7 @@ async def test_calls_sharing_an_id_never_share_a_verdict(
 ) -> None:
     """A worker that passes the model's ids on unchanged (one from before ids were made
     unique, say): the command and the read share an id, so they would share a verdict."""
-    monkeypatch.setattr(activities_module, "_well_formed", lambda calls, turn: calls)
+    monkeypatch.setattr(activities_module, "well_formed", lambda calls, turn: calls)
     (workspace / "a.txt").write_text("a\n")
     calls = [
         {"id": "x", "name": "bash", "arguments": {"command": "echo pwned > pwned.txt"}},

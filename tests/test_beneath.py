@@ -17,15 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durable_subagents.activities.tools import ToolContext, ToolError
-from durable_subagents.activities.tools._beneath import Escape, open_beneath, resolve_beneath
-from durable_subagents.activities.tools._files import (
-    edit_file,
-    grep,
-    list_files,
-    read_file,
-    write_file,
-)
+from durable_subagents.tools import ToolContext, ToolError
+from durable_subagents.tools._confined_open import Escape, open_beneath, resolve_beneath
+from durable_subagents.tools._files import edit_file, read_file, write_file
+from durable_subagents.tools._search import grep, list_files
 
 SECRET = "SECRET-OUTSIDE"
 NAMES = ["a", "b", "l1", "l2", "l3", "f"]

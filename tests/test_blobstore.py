@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_subagents import _blobstore
-from durable_subagents._blobstore import LocalBlobStore, blob_ref
+from durable_subagents.storage import _local
+from durable_subagents.storage._blobstore import blob_ref
+from durable_subagents.storage._local import LocalBlobStore
 
 
 def files(root: Path) -> list[str]:
@@ -37,7 +38,7 @@ async def test_a_leftover_temp_name_does_not_stop_a_write(
     store = LocalBlobStore(tmp_path)
     await store.put_record("t", "first", b"1")
     counter = iter(range(7, 100))
-    monkeypatch.setattr(_blobstore, "_TEMP_NAMES", counter)
+    monkeypatch.setattr(_local, "_TEMP_NAMES", counter)
     stale = tmp_path / "t" / "records" / f".tmp-{os.getpid()}-7"
     stale.write_bytes(b"left over")
     await store.put_record("t", "second", b"2")
@@ -54,7 +55,7 @@ async def test_a_failed_write_removes_its_temp_file(
     def refuse(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(_blobstore.os, "replace", refuse)
+    monkeypatch.setattr(_local.os, "replace", refuse)
     with pytest.raises(OSError, match="disk full"):
         await store.put_record("t", "second", b"2")
     assert files(tmp_path) == ["t/records/first"]

@@ -16,7 +16,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from durable_subagents.dev import DevServer
+from durable_subagents.testing import DevServer
 
 CLIENT_NEVER = (
     "openai",
@@ -160,7 +160,7 @@ async def test_a_worker_loads_a_provider_sdk_when_it_runs_it(
         stage("imported")
 
         from durable_subagents import SubagentClient, TaskStatus
-        from durable_subagents.activities.providers import resolve_provider
+        from durable_subagents.providers import resolve_provider
         from durable_subagents.config import Settings
         from durable_subagents.testing import FakeOpenAIServer
         from durable_subagents.types import Message, ModelRequest

@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents.dev import FAIRNESS_DYNAMIC_CONFIG, LOW_LATENCY_DYNAMIC_CONFIG
+from durable_subagents.testing._dev_server import (
+    FAIRNESS_DYNAMIC_CONFIG,
+    LOW_LATENCY_DYNAMIC_CONFIG,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET_SERVICE = "minio-setup"

@@ -33,9 +33,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.bench_faults import LoadResult, WorkerProcess, run_load
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
-from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents.dev import DevServer
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.testing import DevServer, FakeOpenAIServer
 
 from .helpers import CEILING
 from .helpers.tasks import give_to_tool_user

@@ -21,18 +21,18 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus, policy
-from durable_subagents.activities.tools import (
+from durable_subagents.client import SubagentTools
+from durable_subagents.config import Settings
+from durable_subagents.policy import PathRules
+from durable_subagents.tools import (
     ToolContext,
     ToolError,
     open_in_workspace,
     read_file,
     write_file,
 )
-from durable_subagents.activities.tools._beneath import open_beneath
-from durable_subagents.activities.tools._decorator import DecidedPath
-from durable_subagents.client import SubagentTools
-from durable_subagents.config import Settings
-from durable_subagents.policy import PathRules
+from durable_subagents.tools._confined_open import open_beneath
+from durable_subagents.tools._decorator import DecidedPath
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
 from .helpers import CEILING

@@ -23,22 +23,22 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, _search_attributes
-from durable_subagents.config import Settings
-from durable_subagents.dev import (
+from durable_subagents.cli._dev import (
     DEV_RECORD,
-    DevServer,
-    ensure_search_attributes,
-    free_port,
-    missing_search_attributes,
     parse_duration,
     read_dev_record,
     run_dev,
-    server_answers,
-    set_retention,
-    temporal_binary,
     write_dev_record,
 )
+from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.testing import DevServer, free_port, temporal_binary
+from durable_subagents.testing._dev_server import (
+    ensure_search_attributes,
+    missing_search_attributes,
+    server_answers,
+    set_retention,
+)
 
 from .helpers import CEILING
 from .helpers.processes import _wait_ready

@@ -19,9 +19,8 @@ from temporalio.client import Client
 
 from bench.bench_faults import WorkerProcess
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents.dev import DevServer
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.testing import DevServer, FakeOpenAIServer
 
 from .helpers.tasks import give_to_tool_user
 

@@ -345,7 +345,7 @@ def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
     moment after it is made, and a worker killed in between leaves it running in the
     call's cgroup. Here the leftover is placed there directly.
     """
-    from durable_subagents.activities.tools import _limits
+    from durable_subagents.tools import _limits
 
     hierarchies = _limits._available()
     if not hierarchies:

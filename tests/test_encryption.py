@@ -24,18 +24,12 @@ from durable_subagents import (
     TaskStatus,
     connect_client,
 )
-from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents._codec import (
-    ENCODING,
-    KEY_ID_METADATA,
-    EncryptionCodec,
-    KeyRing,
-    data_converter,
-    new_key,
-)
+from durable_subagents._codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.storage._sealing import KeyRing, new_key
+from durable_subagents.testing import DevServer
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

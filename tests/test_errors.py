@@ -14,7 +14,7 @@ from durable_subagents import (
     TaskNotFound,
     TemporalUnavailable,
 )
-from durable_subagents._audience import for_model, for_shell
+from durable_subagents._error_wording import for_model, for_shell
 from durable_subagents.config import Settings
 
 from .helpers import CEILING

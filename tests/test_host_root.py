@@ -25,10 +25,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents.activities.tools import ToolContext, bash
-from durable_subagents.activities.tools._sandbox import NOBODY, tool_user
-from durable_subagents.activities.tools._seccomp import REFUSED_CALLS, seccomp_supported
-from durable_subagents.config import Settings, parse_tool_user
+from durable_subagents._setting_values import parse_tool_user
+from durable_subagents.config import Settings
+from durable_subagents.tools import ToolContext, bash
+from durable_subagents.tools._sandbox_host import NOBODY, tool_user
+from durable_subagents.tools._seccomp import REFUSED_CALLS, seccomp_supported
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

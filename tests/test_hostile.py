@@ -23,9 +23,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
+from durable_subagents.testing import DevServer
+from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING
@@ -482,8 +482,8 @@ async def test_unsandboxed_and_sandboxless_workers_say_so_on_every_task(
     info = await client.check_task(task_id)
     assert info.sandbox == "none"
 
-    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
-    monkeypatch.setattr(sandbox_module, "_problems", ["bwrap: user namespaces are disabled"])
+    monkeypatch.setattr(sandbox_host, "_bwrap", {"exe": None})
+    monkeypatch.setattr(sandbox_host, "_problems", ["bwrap: user namespaces are disabled"])
     async with create_worker(temporal_client, settings):
         task_id, outputs = await run_attack(client, bash("touch ran"))
     assert "no sandbox can start on this worker" in outputs[0]

@@ -31,9 +31,9 @@ from durable_subagents import (
     TaskStatus,
     connect_client,
 )
-from durable_subagents._codec import new_key
 from durable_subagents.cli.inbox import ROUTES, Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
+from durable_subagents.storage._sealing import new_key
 from durable_subagents.worker import create_worker
 
 from .helpers.tasks import script

@@ -12,8 +12,8 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskEvent, TaskStatus
-from durable_subagents._live import LIVE_TEXT_LIMIT, LiveText, parse_live
-from durable_subagents.client._live import RESTARTED, LiveTurn
+from durable_subagents._live_text import LIVE_TEXT_LIMIT, LiveText, parse_live
+from durable_subagents.client._live_turn import RESTARTED, LiveTurn
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 

@@ -41,11 +41,10 @@ from durable_subagents._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, m
 from durable_subagents._telemetry import COMPACTION_SPAN, MODEL_TURN_SPAN
 from durable_subagents.agents import load_agent_file
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
-from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer, FakeReply
+from durable_subagents.testing import DevServer, FakeAnthropicServer, FakeOpenAIServer, FakeReply
 from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
-from durable_subagents.workflows._details import TaskView, current_details
+from durable_subagents.workflows._current_details import TaskView, current_details
 
 from .helpers.processes import worker_process
 from .helpers.providers import fake_provider

@@ -19,10 +19,10 @@ from openai import AsyncOpenAI, BadRequestError
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, InvalidRequest, SubagentClient, TaskStatus
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
-from durable_subagents.activities.providers._thinking import THINKING_BUDGETS
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
+from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.providers._thinking import THINKING_BUDGETS
 from durable_subagents.spawn import child_spec
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.testing.fake_openai import REASONING_TOKENS, FakeReply

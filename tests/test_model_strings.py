@@ -20,9 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents import SubagentClient, TaskEvent, TaskStatus
-from durable_subagents.activities.providers import ModelProvider, clear_provider_cache
-from durable_subagents.activities.providers._text import encodable, encodable_value
 from durable_subagents.config import Settings
+from durable_subagents.providers import ModelProvider, clear_provider_cache
+from durable_subagents.providers._text import encodable, encodable_value
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest
 from durable_subagents.worker import create_worker
@@ -55,7 +55,7 @@ async def wire(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[ModelProvider, FakeModelServer, str]]:
     """A provider built by the worker's resolver, speaking to a fake API of its kind."""
-    from durable_subagents.activities.providers import close_providers, resolve_provider
+    from durable_subagents.providers import close_providers, resolve_provider
 
     kind: str = request.param
     server = FakeOpenAIServer() if kind == "openai" else FakeAnthropicServer()

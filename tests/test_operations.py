@@ -26,10 +26,9 @@ import pytest
 from aiohttp import web
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
+from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.worker import run_worker
 
 from .helpers.tasks import script
@@ -207,8 +206,8 @@ async def test_sandbox_start_failures_are_counted(
     settings: Settings, client: SubagentClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker where no sandbox can start refuses commands; the counter says so."""
-    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
-    monkeypatch.setattr(sandbox_module, "_problems", ["bwrap: user namespaces are disabled"])
+    monkeypatch.setattr(sandbox_host, "_bwrap", {"exe": None})
+    monkeypatch.setattr(sandbox_host, "_problems", ["bwrap: user namespaces are disabled"])
     config = settings.model_copy(update={"metrics_port": free_port()})
     async with running_worker(config) as base:
         task_id = await client.spawn_task(

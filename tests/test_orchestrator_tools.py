@@ -24,8 +24,8 @@ from durable_subagents import (
     UnknownCallId,
 )
 from durable_subagents.client import SubagentTools
-from durable_subagents.client._client import _shown_only
-from durable_subagents.client._info import InternalInfo
+from durable_subagents.client._decisions import shown_only
+from durable_subagents.client._task_state import InternalInfo
 from durable_subagents.client._tools import StatusName
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
@@ -484,15 +484,15 @@ def test_all_means_every_call_shown_and_names_must_have_been_shown() -> None:
         id="t", status=TaskStatus.PAUSED, pause_id="a:p1", pending_approvals=[seen, later]
     )
     shown = {("a/p1/c", "bash", "h1")}
-    assert _shown_only(info, None, shown) == ["a/p1/c"]
-    assert _shown_only(info, ["a/p1/c"], shown) == ["a/p1/c"]
+    assert shown_only(info, None, shown) == ["a/p1/c"]
+    assert shown_only(info, ["a/p1/c"], shown) == ["a/p1/c"]
     with pytest.raises(UnknownCallId, match="b/p2/c of pause a:p1 were not shown"):
-        _shown_only(info, ["a/p1/c", "b/p2/c"], shown)
+        shown_only(info, ["a/p1/c", "b/p2/c"], shown)
     with pytest.raises(UnknownCallId, match="not shown"):
-        _shown_only(info, None, set())
+        shown_only(info, None, set())
     changed = {("a/p1/c", "bash", "h0")}  # same id, other arguments
     with pytest.raises(UnknownCallId, match="a/p1/c"):
-        _shown_only(info, ["a/p1/c"], changed)
+        shown_only(info, ["a/p1/c"], changed)
 
 
 async def test_reach_own_keeps_the_model_to_the_tasks_it_spawned(

@@ -14,9 +14,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import durable_subagents
 from durable_subagents import InvalidRequest, SubagentClient, TaskStatus
-from durable_subagents._codec import ENCODING, EncryptionCodec, new_key
+from durable_subagents._codec import ENCODING, EncryptionCodec
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
+from durable_subagents.storage._sealing import new_key
+from durable_subagents.testing import DevServer
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 

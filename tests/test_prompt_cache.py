@@ -20,14 +20,14 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.activities.providers import (
+from durable_subagents.providers import (
     AnthropicProvider,
     OpenAIProvider,
     clear_provider_cache,
     resolve_provider,
 )
-from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR, context_length
-from durable_subagents.activities.providers._windows import known_window
+from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR, context_length
+from durable_subagents.providers._windows import known_window
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 

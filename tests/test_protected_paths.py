@@ -38,6 +38,7 @@ from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
 from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
+from durable_subagents.policy import _rules as policy_rules
 from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
@@ -165,7 +166,7 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     """Two calls at once on a workspace without ``.opencode``: the first makes its
     placeholder, the second finds it there and mounts it too, so the first's end must
     leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.activities.tools._sandbox import _guard_protected
+    from durable_subagents.tools._protected_mounts import guard_protected
 
     activities = SubagentActivities(
         Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
@@ -173,8 +174,8 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     )
     tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
     profile = activities.tool_context(tool_input).profile()
-    first = _guard_protected(profile)
-    second = _guard_protected(profile)
+    first = guard_protected(profile.workspace, profile.protected)
+    second = guard_protected(profile.workspace, profile.protected)
     assert (tmp_path / ".opencode").is_dir()
     first.release()
     assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
@@ -322,7 +323,7 @@ async def test_a_run_replays_with_the_list_its_worker_reported(
     assert done.status == TaskStatus.COMPLETED
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
     # The decision comes from the history, not from this process's lists.
-    for module in (protected_module, policy):
+    for module in (protected_module, policy_rules):
         monkeypatch.setattr(module, "PROTECTED_PATHS_V1", ())
     monkeypatch.setattr(protected_module, "PROTECTED_PATHS", ())
     replayer = Replayer(

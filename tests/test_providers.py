@@ -17,7 +17,8 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.activities.providers import (
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.providers import (
     SCRIPTS,
     AnthropicProvider,
     ModelProvider,
@@ -27,8 +28,7 @@ from durable_subagents.activities.providers import (
     parse_model,
     resolve_provider,
 )
-from durable_subagents.activities.providers._errors import retry_after
-from durable_subagents.errors import InvalidRequest
+from durable_subagents.providers._errors import retry_after
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 

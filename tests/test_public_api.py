@@ -27,8 +27,7 @@ def test_the_public_names_are_pinned() -> None:
 
 
 def test_every_public_name_resolves_to_its_definition() -> None:
-    from durable_subagents import errors
-    from durable_subagents.activities import tools
+    from durable_subagents import errors, tools
     from durable_subagents.client import SubagentClient
     from durable_subagents.workflows import start_subagent
 
@@ -47,8 +46,8 @@ def test_the_worker_side_is_loaded_only_when_asked_for() -> None:
     code = (
         "import sys, durable_subagents\n"
         "assert 'durable_subagents.worker' not in sys.modules\n"
-        "assert 'durable_subagents.activities.tools' not in sys.modules\n"
+        "assert 'durable_subagents.tools' not in sys.modules\n"
         "durable_subagents.tool\n"
-        "assert 'durable_subagents.activities.tools' in sys.modules\n"
+        "assert 'durable_subagents.tools' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

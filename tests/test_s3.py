@@ -20,16 +20,16 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._blobstore import (
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.storage._blobstore import (
     BlobCorrupt,
     BlobNotFound,
     BlobStoreUnavailable,
     blob_ref,
-    open_blob_store,
 )
-from durable_subagents._s3 import S3BlobStore
-from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest
+from durable_subagents.storage._factory import open_blob_store
+from durable_subagents.storage._s3 import S3BlobStore
 from durable_subagents.worker import sweep_blobs
 
 from .helpers import CEILING
@@ -145,7 +145,7 @@ def test_a_wrong_blob_url_is_refused_clearly(url: str, says: str) -> None:
 
 
 def test_file_urls_and_the_default_stay_local(tmp_path: Path) -> None:
-    from durable_subagents._blobstore import LocalBlobStore
+    from durable_subagents.storage._local import LocalBlobStore
 
     by_url = Settings(blob_url=f"file://{tmp_path}/b", namespace="ns").blob_store()
     assert isinstance(by_url, LocalBlobStore) and by_url.root == tmp_path / "b" / "ns"
@@ -392,7 +392,7 @@ async def test_a_store_that_does_not_answer_shows_while_the_turn_is_retried(
 
 
 async def test_a_worker_checks_its_store_at_start(s3: S3Server, bucket: str) -> None:
-    from durable_subagents._blobstore import check_blob_store
+    from durable_subagents.storage._blobstore import check_blob_store
 
     await check_blob_store(open_blob_store(f"s3://{bucket}", Path("/unused"), "ns"))
     with pytest.raises(BlobStoreUnavailable, match="'missing-bucket' does not exist: create it"):

@@ -28,10 +28,9 @@ from pathlib import Path
 import pytest
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer, free_port
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_subagents import policy
-from durable_subagents._shell import (
+from durable_subagents.agents import AgentSpec, PermissionRule
+from durable_subagents.policy._rules import _Matcher
+from durable_subagents.policy._shell import (
     SimpleCommand,
     _parse,
     _parser,
     _split_plain,
     split_commands,
 )
-from durable_subagents.activities.tools._files import rule_path
-from durable_subagents.agents import AgentSpec, PermissionRule
-from durable_subagents.policy import _Matcher
+from durable_subagents.tools._workspace_paths import rule_path
 
 GIT_ONLY = AgentSpec(
     name="git-only",
@@ -260,7 +260,7 @@ def test_lines_that_crash_the_bash_grammar_never_reach_it() -> None:
     beyond the BMP (tree-sitter/tree-sitter-bash#337): the process dies with SIGSEGV,
     often but not always. Such a line is unknown instead, in a child process here."""
     code = (
-        "from durable_subagents._shell import _parse\n"
+        "from durable_subagents.policy._shell import _parse\n"
         "for cp in (0x31860, 0xE0001, 0xFDABB, 0x1F600):\n"
         "    for i in range(10000):\n"
         "        line = 'git status {' + chr(cp) + 'Y' + str(i)\n"

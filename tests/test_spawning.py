@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents.activities.providers import SCRIPTS
+from durable_subagents.providers import SCRIPTS
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
 from .helpers import CEILING

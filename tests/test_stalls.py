@@ -18,10 +18,10 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, SubagentClient, TaskStatus
-from durable_subagents.activities.tools import ToolContext, ToolError, grep, read_file
-from durable_subagents.activities.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
-from durable_subagents.activities.tools._processes import running_calls
 from durable_subagents.config import Settings
+from durable_subagents.tools import ToolContext, ToolError, grep, read_file
+from durable_subagents.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
+from durable_subagents.tools._processes import running_calls
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 

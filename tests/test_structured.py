@@ -29,9 +29,9 @@ from durable_subagents._output_schema import (
     MAX_SCHEMA_BYTES,
 )
 from durable_subagents._payloads import ModelTurnInput
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
+from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 

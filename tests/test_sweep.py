@@ -9,8 +9,8 @@ from datetime import timedelta
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.config import Settings
+from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.worker import sweep_blobs
 
 from .helpers import CEILING

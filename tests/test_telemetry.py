@@ -45,8 +45,8 @@ from durable_subagents._telemetry import (
 )
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
 from durable_subagents.errors import SubagentError
+from durable_subagents.testing import DevServer
 from durable_subagents.types import Message, ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner

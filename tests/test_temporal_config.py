@@ -22,8 +22,8 @@ import pytest
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
 from durable_subagents.errors import TemporalAccessDenied, TemporalConfigError
+from durable_subagents.testing import DevServer
 
 from .helpers.cli import CLI, _env
 from .helpers.tasks import give_to_tool_user, script

@@ -30,18 +30,17 @@ from bench.bench_faults import WorkerProcess
 from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus, connect_client
 from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents._telemetry import MODEL_TURN_SPAN
-from durable_subagents.activities.providers import clear_provider_cache, close_providers
-from durable_subagents.activities.providers._thinking import (
+from durable_subagents.client._live_turn import RESTARTED
+from durable_subagents.config import Settings
+from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.providers._thinking import (
     INTERLEAVED_BETA,
     THINKING_BUDGETS,
     thinking_mode,
     thinking_params,
 )
-from durable_subagents.activities.providers.anthropic import _Accumulator
-from durable_subagents.client._live import RESTARTED
-from durable_subagents.config import Settings
-from durable_subagents.dev import DevServer
-from durable_subagents.testing import FakeAnthropicServer, FakeReply
+from durable_subagents.providers.anthropic import _Accumulator
+from durable_subagents.testing import DevServer, FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
 

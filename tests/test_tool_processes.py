@@ -24,14 +24,14 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, ToolLimits
-from durable_subagents.activities.tools import ToolContext, ToolError, grep, read_file, write_file
-from durable_subagents.activities.tools import _processes as processes
-from durable_subagents.activities.tools._processes import (
+from durable_subagents.config import Settings
+from durable_subagents.tools import ToolContext, ToolError, grep, read_file, write_file
+from durable_subagents.tools import _processes as processes
+from durable_subagents.tools._processes import (
     fork_server,
     running_calls,
     stop_fork_server,
 )
-from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
 from .forked_tools import misbehave
@@ -294,8 +294,8 @@ async def test_a_tasks_calls_reuse_its_process_and_nothing_is_left_behind(
 WORKER = """
 import asyncio, json, sys
 from pathlib import Path
-from durable_subagents.activities.tools import ToolContext
-from durable_subagents.activities.tools._processes import fork_server, running_calls
+from durable_subagents.tools import ToolContext
+from durable_subagents.tools._processes import fork_server, running_calls
 from tests.forked_tools import misbehave
 
 async def main():

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from durable_subagents.activities.tools import (
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.tools import (
     BUILTIN_TOOLS,
     SandboxUnavailable,
     Tool,
@@ -34,9 +35,8 @@ from durable_subagents.activities.tools import (
     tool,
     write_file,
 )
-from durable_subagents.activities.tools import _sandbox as sandbox_module
-from durable_subagents.activities.tools._bash import truncate_middle
-from durable_subagents.errors import InvalidRequest
+from durable_subagents.tools import _sandbox_host as sandbox_host
+from durable_subagents.tools._bash import truncate_middle
 
 from .helpers import CEILING
 from .helpers.tasks import give_to_tool_user
@@ -616,7 +616,7 @@ async def test_ignore_rules_cannot_unhide_git_worker_data_or_links_out(
 
 
 async def test_huge_and_pathological_ignore_files_stay_bounded(ws: Path) -> None:
-    from durable_subagents.activities.tools import _ignore
+    from durable_subagents.tools import _ignore
 
     padding = "# padding line\n" * (_ignore.MAX_IGNORE_FILE_BYTES // 15 + 1000)
     many = "".join(f"f{i}.txt\n" for i in range(_ignore.MAX_IGNORE_PATTERNS + 500))
@@ -655,7 +655,7 @@ async def test_huge_and_pathological_ignore_files_stay_bounded(ws: Path) -> None
 async def test_a_search_compiles_ignore_files_within_its_budget_and_says_what_it_left(
     ws: Path,
 ) -> None:
-    from durable_subagents.activities.tools import _ignore
+    from durable_subagents.tools import _ignore
 
     # Distinct wildcard patterns: the costliest to compile, and no two files alike.
     for i in range(60):
@@ -683,7 +683,7 @@ async def test_a_search_compiles_ignore_files_within_its_budget_and_says_what_it
 
 
 async def test_heavy_ignore_files_neither_stall_the_worker_nor_pile_up(ws: Path) -> None:
-    from durable_subagents.activities.tools import _ignore
+    from durable_subagents.tools import _ignore
 
     heavy = "".join(f"{'?' * 16}{i}\n" for i in range(_ignore.MAX_IGNORE_PATTERNS))
     level = ws
@@ -807,9 +807,9 @@ def test_detect_sandbox() -> None:
 async def test_no_sandbox_refuses_commands_instead_of_running_on_the_host(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sandbox_module, "_bwrap", {"exe": None})
+    monkeypatch.setattr(sandbox_host, "_bwrap", {"exe": None})
     monkeypatch.setattr(
-        sandbox_module, "_problems", ["bwrap: No permissions to create new namespace"]
+        sandbox_host, "_problems", ["bwrap: No permissions to create new namespace"]
     )
     with pytest.raises(SandboxUnavailable, match=r"SUBAGENTS_TOOL_SANDBOX=none"):
         detect_sandbox("auto")
@@ -850,7 +850,7 @@ async def test_cancel_kills_processes_that_left_the_group(ws: Path, mode: str) -
 
 WORKER = """
 import asyncio, sys
-from durable_subagents.activities.tools import spawn_sandboxed
+from durable_subagents.tools import spawn_sandboxed
 
 async def main():
     proc = await spawn_sandboxed(["bash", "-c", sys.argv[2]], cwd=sys.argv[3], mode=sys.argv[1])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durable_subagents._blobstore import LocalBlobStore
-from durable_subagents._transcript import Transcript
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.storage._transcript import Transcript
 from durable_subagents.types import Message
 
 

@@ -17,8 +17,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, SubagentClient, TaskStatus
-from durable_subagents.activities.tools._processes import running_calls
 from durable_subagents.config import Settings
+from durable_subagents.tools._processes import running_calls
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING

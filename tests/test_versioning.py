@@ -31,8 +31,9 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents.cli._dev import run_dev
 from durable_subagents.config import Settings
-from durable_subagents.dev import free_port, run_dev, temporal_binary
+from durable_subagents.testing import free_port, temporal_binary
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._deployment import (
     current_build_id,

@@ -24,11 +24,11 @@ from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents._payloads import TaskInput
 from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents.client._events import _tool_of, _turn_of, _turn_summary
-from durable_subagents.dev import DevServer
 from durable_subagents.policy import arguments_preview
 from durable_subagents.spawn import static_details, static_summary
+from durable_subagents.testing import DevServer
 from durable_subagents.types import PendingApproval, TaskStatus
-from durable_subagents.workflows._details import TaskView, current_details
+from durable_subagents.workflows._current_details import TaskView, current_details
 
 from .helpers.markdown import Rendered, commonmark
 

@@ -10,8 +10,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus
-from durable_subagents.activities.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
+from durable_subagents.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.worker import create_worker
 
 from .helpers import CEILING, eventually

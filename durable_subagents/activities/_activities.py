@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import posixpath
-import re
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
-from durable_subagents import policy
-from durable_subagents._blobstore import (
-    BlobCorrupt,
-    BlobError,
-    BlobNotFound,
-    BlobStore,
-)
 from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
-from durable_subagents._live import LiveText
+from durable_subagents._live_text import LiveText
 from durable_subagents._output_schema import (
     FINAL_ANSWER_TOOL,
     answer_tool,
@@ -60,40 +48,44 @@ from durable_subagents._telemetry import (
     traced_model_turn,
     traced_tool,
 )
-from durable_subagents._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities.providers import (
+from durable_subagents.activities._failures import blob_failure
+from durable_subagents.activities._heartbeats import (
+    cancel_requested,
+    heartbeat,
+    heartbeating,
+    may_be_stale,
+)
+from durable_subagents.activities._tool_call import run_call
+from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
+from durable_subagents.activities._workspaces import log_tool_user, task_workspace
+from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents._protected import PROTECTED_PATHS
+from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.errors import InvalidRequest, PayloadEncryptionError
+from durable_subagents.providers import (
     ModelProvider,
     TextSink,
     model_unavailable,
     parse_model,
     resolve_provider,
 )
-from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
-from durable_subagents.activities.providers._stream import within
-from durable_subagents.activities.providers._windows import known_window
-from durable_subagents.activities.tools import (
+from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.providers._stream import within
+from durable_subagents.providers._windows import known_window
+from durable_subagents.storage._blobstore import BlobError, BlobNotFound, BlobStore
+from durable_subagents.storage._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
+from durable_subagents.tools import (
     ToolContext,
-    ToolError,
     ToolRegistry,
 )
-from durable_subagents.activities.tools._beneath import Escape, open_beneath
-from durable_subagents.activities.tools._decorator import DecidedPath
-from durable_subagents.activities.tools._files import rule_path, written_path
-from durable_subagents.activities.tools._limits import limit_mechanisms
-from durable_subagents.activities.tools._processes import prestart_fork_server
-from durable_subagents.activities.tools._sandbox import (
-    BASE_ENV,
-    NOBODY,
-    sandbox_state,
-    tool_user,
-    unreachable,
-)
-from durable_subagents.agents import READ_ONLY_TOOLS
-from durable_subagents.agents._protected import PROTECTED_PATHS, protected_entry
-from durable_subagents.agents._spec import ToolLimits
-from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
-from durable_subagents.errors import InvalidRequest, PayloadCorrupt, PayloadEncryptionError
+from durable_subagents.tools._decorator import DecidedPath
+from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._processes import prestart_fork_server
+from durable_subagents.tools._sandbox import BASE_ENV
+from durable_subagents.tools._sandbox_host import sandbox_state, tool_user
+from durable_subagents.tools._workspace_paths import rule_path, written_path
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -103,9 +95,6 @@ from durable_subagents.types import (
 )
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_EVERY = 1.0
-"""Seconds between heartbeats of a running activity (cancellation arrives with them)."""
 
 
 class SubagentActivities:
@@ -191,7 +180,7 @@ class SubagentActivities:
         self.model_turn_timeout = model_turn_timeout
         self.script_files = script_files
         self.tool_user = tool_user
-        _log_tool_user(self.workspace_root, tool_user)
+        log_tool_user(self.workspace_root, tool_user)
         self.protected_paths = protected_paths
         self.context_window_tokens = context_window
         self.compact_at = compact_at
@@ -209,14 +198,14 @@ class SubagentActivities:
         try:
             return await self._model_turn(input)
         except (BlobError, PayloadEncryptionError) as err:
-            raise _blob_failure(err) from None  # the server keeps a last failure only while small
+            raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         queue = self.provider_queue(input)
         if queue is not None:
             return ModelTurnResult(head=input.head or "", model_queue=queue)
         task_id = input.task_id
-        if _may_be_stale(activity.info()) and await _cancel_requested():
+        if may_be_stale(activity.info()) and await cancel_requested():
             raise ApplicationError(
                 "the task was cancelled; not calling the model",
                 type="TaskCancelled",
@@ -233,7 +222,7 @@ class SubagentActivities:
             tools.append(answer_tool(json.loads(schema)))
         request = await self.model_request(task_id, messages, tools, provider_model)
         if schema is not None:
-            request.system = "\n\n".join(p for p in (request.system, _ANSWER_INSTRUCTION) if p)
+            request.system = "\n\n".join(p for p in (request.system, ANSWER_INSTRUCTION) if p)
         request.reasoning_effort, request.temperature = input.reasoning_effort, input.temperature
         request.max_tokens, request.turn = input.max_tokens, input.turn
         chars = request_chars(request.system, request.messages, request.tools)
@@ -245,7 +234,7 @@ class SubagentActivities:
                 return await self._compact_first(input, new_messages, offered, "threshold", chars)
         live = LiveText(input.turn, activity.info().attempt)
         try:
-            async with _heartbeating(live):
+            async with heartbeating(live):
                 response = await self.complete(provider, request, live.add, live.add_thinking)
         except ApplicationError as err:
             if err.type == CONTEXT_LENGTH_ERROR and context is not None:
@@ -260,7 +249,7 @@ class SubagentActivities:
                 )
             raise
         kept = response.tool_calls[:MAX_CALLS_KEPT]
-        well_formed = _well_formed(kept, input.turn)
+        checked = well_formed(kept, input.turn)
         judged = None
         if schema is not None:
             # Judged with the arguments as the model sent them (before the depth check
@@ -268,13 +257,12 @@ class SubagentActivities:
             # which must hold up neither the heartbeats nor other tasks' activities.
             as_sent = [
                 c.model_copy(update={"arguments": k.arguments})
-                for c, k in zip(well_formed, kept, strict=True)
+                for c, k in zip(checked, kept, strict=True)
             ]
-            async with _heartbeating():
+            async with heartbeating():
                 judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
         calls = [
-            await self.transcript.store_call(task_id, self.with_path(c, workspace))
-            for c in well_formed
+            await self.transcript.store_call(task_id, self.with_path(c, workspace)) for c in checked
         ]
         if len(response.tool_calls) > MAX_CALLS_KEPT:
             activity.logger.warning(
@@ -382,7 +370,7 @@ class SubagentActivities:
         try:
             return await compact(self, input)
         except (BlobError, PayloadEncryptionError) as err:
-            raise _blob_failure(err) from None  # the server keeps a last failure only while small
+            raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
         """``resolve_provider`` with this worker's settings."""
@@ -433,7 +421,7 @@ class SubagentActivities:
 
     def heartbeating(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Heartbeat in the background meanwhile (a cancel reaches a long call)."""
-        return _heartbeating()
+        return heartbeating()
 
     def context_window(self, context: ContextInput, model: str) -> int | None:
         """The window a task's turns must fit (None: unknown).
@@ -448,7 +436,7 @@ class SubagentActivities:
     def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
         """The turn result's tool fields, or ``same_tools`` if the workflow has them."""
         names = [*offered, *(t.name for t in input.extra_tools)]
-        if _has_schema(input):
+        if has_schema(input):
             names.append(FINAL_ANSWER_TOOL)
         read_only = [t for t in offered if self.read_only(t)]
         protected = list(self.protected_paths)
@@ -478,7 +466,7 @@ class SubagentActivities:
                 )
         allowed = set(available if input.tools is None else input.tools)
         allowed -= set(input.disallowed_tools)
-        if _has_schema(input):
+        if has_schema(input):
             allowed.discard(FINAL_ANSWER_TOOL)  # the answer's tool takes the name
         if input.read_only:
             allowed &= {n for n in available if self.read_only(n)}
@@ -524,54 +512,9 @@ class SubagentActivities:
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """Run one tool call; large output goes to the blob store, a preview comes back."""
         try:
-            return await self._run_tool(input)
+            return await run_call(self, input)
         except (BlobError, PayloadEncryptionError) as err:
-            raise _blob_failure(err) from None  # the server keeps a last failure only while small
-
-    async def _run_tool(self, input: ToolCallInput) -> ToolCallResult:
-        info = activity.info()
-        record = policy.result_record_name(input.call)
-        if _may_be_stale(info) and await _cancel_requested():
-            raise ApplicationError(
-                "the task was cancelled; not running the tool call",
-                type="TaskCancelled",
-                non_retryable=True,
-            )
-        if info.attempt > 1:
-            # An earlier attempt ran the call but its result never reached the server
-            # (the worker died, or the server was down): answer with that result instead
-            # of running the command again.
-            done = await self.store.get_record(input.task_id, record)
-            if done is not None:
-                activity.logger.info("call %s ran already; returning its result", input.call.id)
-                return ToolCallResult.model_validate_json(done)
-        call = await self.transcript.full_call(input.task_id, input.call)
-        tool = self.tools.get(call.name)
-        if tool is None:
-            output, is_error = f"unknown tool {call.name!r}", True
-        else:
-            ctx = self.tool_context(input, call)
-            async with _heartbeating():
-                try:
-                    output, is_error = await tool.run(ctx, call.arguments), False
-                except ToolError as err:
-                    output, is_error = str(err), True
-                except Exception as err:
-                    # A tool's own bug: the model hears of it; the worker log has the trace.
-                    activity.logger.exception("tool %s raised", call.name)
-                    output = f"{call.name} failed: {type(err).__name__}: {err}"
-                    is_error = True
-        content, ref = await self.transcript.store_text(input.task_id, output)
-        result = ToolCallResult(
-            call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            content_ref=ref,
-            is_error=is_error,
-            size=len(output),
-        )
-        await self.store.put_record(input.task_id, record, result.model_dump_json().encode())
-        return result
+            raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     # ------------------------------------------------------------------ helpers
 
@@ -614,7 +557,7 @@ class SubagentActivities:
             workspace=workspace,
             task_id=input.task_id,
             sandbox=self.sandbox,
-            on_output=_heartbeat,
+            on_output=heartbeat,
             network=input.network,
             env=env,
             limits=input.limits.capped_by(self.tool_limits),
@@ -627,264 +570,10 @@ class SubagentActivities:
         )
 
     def workspace(self, requested: str | None) -> Path:
-        """The task's workspace: the worker's root, or a directory inside it.
-
-        Resolved race-free, one component at a time from a descriptor of the root
-        (``open_beneath``), so a symlink planted on the way (``proj -> .git``) is
-        followed where it really leads: a workspace that is, or lies inside, a
-        protected path is refused, like one that leads out of the root. Checked at
-        every step of a task, so a workspace swapped for a symlink after the spawn
-        fails the task's next step instead of running it there.
-        """
-        root = self.workspace_root
-        if not requested:
-            return root
-        try:
-            opened = open_beneath(root, requested, os.O_RDONLY | os.O_DIRECTORY)
-        except Escape as err:
-            raise _workspace_error(
-                f"workspace {requested!r} is outside this worker's workspace root {root}"
-                f"{' (through a symlink)' if err.through_link else ''}; spawn with a "
-                "directory inside it, or start the worker with --workspace"
-            ) from None
-        except (OSError, ValueError) as err:
-            why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise _workspace_error(
-                f"workspace {requested!r} is not a directory under {root} ({why}); create "
-                "it, or spawn with an existing one"
-            ) from None
-        os.close(opened.fd)
-        entry = protected_entry(opened.parts, self.protected_paths)
-        if entry is not None:
-            resolved = opened.relative
-            moved = resolved != posixpath.normpath(requested)
-            via = f" (it resolves to {resolved!r})" if moved else ""
-            raise _workspace_error(
-                f"workspace {requested!r}{via} is, or lies inside, the protected path "
-                f"{entry!r}, whose files run code outside the sandbox; spawn with a "
-                "directory that is not protected"
-            )
-        return root.joinpath(*opened.parts)
+        """The task's workspace, checked race-free at every step (``task_workspace``)."""
+        return task_workspace(self.workspace_root, requested, self.protected_paths)
 
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
         return [self.model_turn, self.run_tool, self.compact_context]
-
-
-_ANSWER_INSTRUCTION = (
-    f"When you are done, call the {FINAL_ANSWER_TOOL} tool with your answer as its "
-    "arguments: the task ends when the answer matches its parameters."
-)
-
-
-def _has_schema(input: ModelTurnInput) -> bool:
-    return input.output_schema is not None or input.output_schema_ref is not None
-
-
-_CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_ARGUMENT_DEPTH = 32
-"""Deeper tool arguments go back to the model as an error (no schema needs more)."""
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of JSON-like data, counting no further than ``limit + 1``."""
-    depth, level = 0, [value]
-    while level and depth <= limit:
-        depth += 1
-        nxt: list[Any] = []
-        for item in level:
-            if isinstance(item, dict):
-                nxt.extend(item.values())
-            elif isinstance(item, list):
-                nxt.extend(item)
-        level = nxt
-    return depth if not level else limit + 1
-
-
-def _well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
-    """Calls every later step can carry: safe unique ids, bounded argument depth.
-
-    A provider's call id becomes part of a pause's call id (``child/pause/call``), so
-    an id with a ``/`` or odd characters could make a pause impossible to decide; such
-    ids are replaced consistently (the transcript keeps the new one, for both the call
-    and its result), and never to an id another call of the turn has: calls sharing an
-    id would share a verdict, and one approval. Arguments nested deeper than any schema
-    needs would fail to serialize further on; they become ``_raw``, which the workflow
-    answers with a tool error, so the model hears of it instead of the turn being
-    retried.
-    """
-    out: list[ToolCall] = []
-    seen: set[str] = set()
-    for index, call in enumerate(calls):
-        update: dict[str, Any] = {}
-        if not _CALL_ID.match(call.id) or call.id in seen:
-            digest = hashlib.sha256(call.id.encode(errors="replace")).hexdigest()[:8]
-            new_id, n = f"call_{turn}_{index}_{digest}", 0
-            while new_id in seen:  # the model may have sent that id itself
-                n += 1
-                new_id = f"call_{turn}_{index}_{digest}_{n}"
-            update["id"] = new_id
-        if _depth(call.arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
-            update["arguments"] = {"_raw": f"arguments nested over {MAX_ARGUMENT_DEPTH} levels"}
-        fixed = call.model_copy(update=update) if update else call
-        seen.add(fixed.id)
-        out.append(fixed)
-    return out
-
-
-def _workspace_error(message: str) -> ApplicationError:
-    """A spawner's mistake, not the worker's: one log line, and the task fails with it."""
-    info = activity.info()
-    log.warning("task %s: %s", info.workflow_id, message)
-    return ApplicationError(
-        message,
-        type="WorkspaceError",
-        non_retryable=True,
-        category=ApplicationErrorCategory.BENIGN,  # no traceback: it says it all
-    )
-
-
-MISSING_BLOB_ATTEMPTS = 3
-"""Attempts of an activity that finds a blob missing before the task fails (a shared
-network filesystem may show a new file late; S3 never does)."""
-
-
-def _blob_failure(err: BlobError | PayloadEncryptionError) -> ApplicationError:
-    """The activity's failure for a blob that cannot be read or written.
-
-    A corrupt blob fails the task at once; a missing one after ``MISSING_BLOB_ATTEMPTS``
-    attempts; an unreachable store is retried like any outage (the message, naming the
-    store and the key, is the activity's last failure meanwhile), and so is a blob sealed
-    with a key this worker lacks (another worker may hold it; the message names it).
-    """
-    attempt = activity.info().attempt
-    if isinstance(err, PayloadEncryptionError):
-        log.warning("task %s, attempt %d: %s", activity.info().workflow_id, attempt, err)
-        return ApplicationError(
-            str(err),
-            {"key_id": err.key_id},
-            type=type(err).__name__,
-            non_retryable=isinstance(err, PayloadCorrupt),
-            category=ApplicationErrorCategory.BENIGN,
-        )
-    if isinstance(err, BlobCorrupt):
-        kind, final = "BlobCorrupt", True
-    elif isinstance(err, BlobNotFound):
-        kind, final = "BlobNotFound", attempt >= MISSING_BLOB_ATTEMPTS
-    else:
-        kind, final = "BlobStoreUnavailable", False
-    log.warning("task %s, attempt %d: %s", activity.info().workflow_id, attempt, err)
-    return ApplicationError(
-        str(err),
-        {"store": err.store, "key": err.key},
-        type=kind,
-        non_retryable=final,
-        category=ApplicationErrorCategory.BENIGN,  # the message says it all
-    )
-
-
-def _log_tool_user(root: Path, configured: tuple[int, int] | None) -> None:
-    """Say who a root worker's commands run as, and when they cannot change the workspace."""
-    try:
-        run_as = tool_user(root, configured)
-    except OSError:
-        return
-    if run_as is None:
-        return
-    log.info("this worker runs as root: tool commands run as uid %d, gid %d", *run_as)
-    closed = unreachable(root, run_as)
-    if closed is not None:
-        log.warning(
-            "tool commands run as uid %d, who may not enter %s on the way to the workspace "
-            "root %s: every command will be refused. Put the workspace where that user can "
-            "reach it, set SUBAGENTS_TOOL_USER, or run the worker as the workspace's owner",
-            run_as[0],
-            closed,
-            root,
-        )
-    elif configured is None and run_as == NOBODY:
-        log.warning(
-            "the workspace root %s belongs to root, so tool commands run as nobody "
-            "(uid %d) and cannot change it: give it to the user the tools should act as "
-            "(chown -R USER %s), set SUBAGENTS_TOOL_USER to a user that may write it, or "
-            "run the worker as that user",
-            root,
-            run_as[0],
-            root,
-        )
-
-
-def _heartbeat(*details: Any) -> None:
-    with contextlib.suppress(RuntimeError):
-        if not activity.info().is_local:  # a local activity's workflow task beats for it
-            activity.heartbeat(*details)
-
-
-LIVE_EVERY = 0.25
-"""Seconds between looks for new live text (the worker sends at most one heartbeat a
-second and keeps the latest details for the next)."""
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
-    """Heartbeat in the background so a stalled call still notices cancellation.
-
-    With ``live``, every heartbeat carries the model's text so far (see ``_live``).
-    """
-
-    async def beat() -> None:
-        # Sleep first: a call that ends within a second costs no heartbeat round trip.
-        await asyncio.sleep(HEARTBEAT_EVERY)
-        since = HEARTBEAT_EVERY
-        while True:
-            if live is not None and (live.changed or since >= HEARTBEAT_EVERY):
-                _heartbeat(live.details())
-                since = 0.0
-            elif live is None:
-                _heartbeat()
-                since = 0.0
-            step = LIVE_EVERY if live is not None else HEARTBEAT_EVERY
-            await asyncio.sleep(step)
-            since += step
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-STALE_AFTER = timedelta(seconds=2)
-"""An attempt that waited this long to start may belong to a task cancelled meanwhile."""
-
-
-def _may_be_stale(info: activity.Info) -> bool:
-    """Whether to ask the server for a cancel before any side effect.
-
-    A retried attempt, or one that waited in the queue (every worker was down), can
-    start on a worker before the workflow has seen a cancel request. A fresh attempt
-    that started at once costs nothing extra.
-    """
-    if info.attempt > 1:
-        return True
-    scheduled = info.current_attempt_scheduled_time
-    return datetime.now(UTC) - scheduled > STALE_AFTER
-
-
-async def _cancel_requested() -> bool:
-    """Whether the activity's task was asked to cancel, or has closed already.
-
-    The server retries activities by itself: a retry can start on a new worker before
-    the workflow has processed a cancel request, so a retried attempt checks first.
-    """
-    info = activity.info()
-    if not info.workflow_id:
-        return False
-    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    desc = await handle.describe()
-    if desc.status != WorkflowExecutionStatus.RUNNING:
-        return True
-    return bool(desc.raw_description.workflow_extended_info.cancel_requested)

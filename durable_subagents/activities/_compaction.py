@@ -36,9 +36,9 @@ from durable_subagents._context import (
     summary_tokens,
 )
 from durable_subagents._payloads import CompactInput, CompactResult, ContextInput
-from durable_subagents._transcript import INLINE_LIMIT
-from durable_subagents.activities.providers import ModelProvider
-from durable_subagents.activities.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.providers import ModelProvider
+from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.storage._transcript import INLINE_LIMIT
 from durable_subagents.types import Compaction, Message, ModelRequest, ToolCall, Usage
 
 if TYPE_CHECKING:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from durable_subagents.agents._agent_file import AgentFileError
 from durable_subagents.agents._builtin import BUILTIN_AGENTS
 from durable_subagents.agents._files import (
-    AgentFileError,
     AgentFiles,
     UnloadableAgent,
     discover_agents,

@@ -1,9 +1,9 @@
 """The ``subagents`` command: its Typer app, and ``main``, the console script's entry.
 
-The commands live in ``_serve`` (servers, worker, setup) and ``_tasks`` (commands on
-tasks), what they share in ``_common``, and the task rendering, which the demo uses
-too, in ``durable_subagents._render``. They are registered here, in the order
-``subagents --help`` lists them.
+The commands live in ``_serve`` (dev, worker, mcp, demo, agents), ``_servers`` (the
+codec server, the inbox, keygen) and ``_tasks`` (commands on tasks); what they share
+is in ``_common``, and the task rendering, which the demo uses too, in ``_render``.
+They are registered here, in the order ``subagents --help`` lists them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from durable_subagents.cli import _common, _help, _serve, _tasks
+from durable_subagents.cli import _common, _help, _serve, _servers, _tasks
 
 __all__ = ["app", "main"]
 
@@ -32,9 +32,9 @@ app = typer.Typer(
 for _name, _command in (
     ("dev", _serve.dev),
     ("worker", _serve.worker),
-    ("codec-server", _serve.codec_server),
-    ("serve", _serve.serve),
-    ("keygen", _serve.keygen),
+    ("codec-server", _servers.codec_server),
+    ("serve", _servers.serve),
+    ("keygen", _servers.keygen),
     ("spawn", _tasks.spawn),
     ("check", _tasks.check),
     ("cancel", _tasks.cancel),

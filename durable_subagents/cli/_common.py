@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from durable_subagents._audience import for_shell
+from durable_subagents._error_wording import for_shell
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
 from durable_subagents.errors import SubagentError, TemporalUnavailable
 

@@ -1,7 +1,7 @@
-"""Commands that run something or set a deployment up.
+"""Commands that run a deployment's parts: dev, worker, mcp and demo, and agents.
 
-dev, worker, codec-server, mcp and demo run until stopped or done; keygen makes a
-payload key and agents lists the agents a worker or client would know. Each imports
+dev, worker, mcp and demo run until stopped or done; agents lists the agents a worker
+or client would know (the HTTP servers are in ``_servers``). Each imports
 what it runs only when called, so that ``subagents --help`` and the task commands start
 fast.
 """
@@ -12,14 +12,13 @@ import asyncio
 import contextlib
 import enum
 import json
-import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from durable_subagents._audience import for_shell
+from durable_subagents._error_wording import for_shell
 from durable_subagents.cli._common import (
     Address,
     AgentsDir,
@@ -96,7 +95,7 @@ def dev(
     With SUBAGENTS_PAYLOAD_KEY set, a codec server runs too, and the Web UI decrypts
     tasks through it.
     """
-    from durable_subagents.dev import ServerExited, parse_duration, run_dev
+    from durable_subagents.cli._dev import ServerExited, parse_duration, run_dev
 
     try:
         keep = parse_duration(retention) if retention else None
@@ -297,231 +296,8 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     )
 
 
-def _fail(message: str) -> NoReturn:
-    """Print an error for the user and exit with code 1."""
-    error(message)
-    raise typer.Exit(1)
-
-
-def codec_server(
-    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8081,
-    host: Annotated[
-        str,
-        typer.Option(
-            help="Address to listen on; other than 127.0.0.1, set a token too "
-            "(whoever reaches it reads every task)"
-        ),
-    ] = "127.0.0.1",
-    token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SUBAGENTS_CODEC_TOKEN",
-            show_envvar=False,
-            help="Require Authorization: Bearer TOKEN on /encode and /decode "
-            "[env SUBAGENTS_CODEC_TOKEN, which keeps it out of the process list]",
-        ),
-    ] = None,
-    origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--origin",
-            help="Browser origin (scheme://host:port) of a Web UI allowed to call it; "
-            "repeat for several [default: http://127.0.0.1:8233 and http://localhost:8233]",
-        ),
-    ] = None,
-    namespace: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--namespace",
-            help="Only answer requests for this namespace (their X-Namespace header); "
-            "repeat for several [default: any]",
-        ),
-    ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Log each request (never its payloads)")
-    ] = False,
-) -> None:
-    """Decrypt tasks for the Temporal Web UI and temporal CLI (needs the payload key).
-
-    Serves Temporal's remote codec protocol (POST /encode, /decode) with the
-    deployment's payload keys, so `temporal workflow show --codec-endpoint` and the Web
-    UI show tasks decrypted. Ctrl-C stops it.
-    """
-    from durable_subagents._codec_server import DEFAULT_ORIGINS, CodecServer, serve
-
-    try:
-        keys = make_settings().payload_keys()
-    except SubagentError as err:
-        _fail(str(err))
-    if keys is None:
-        _fail(
-            "no payload key: set SUBAGENTS_PAYLOAD_KEY to the key the deployment's workers "
-            "and clients use (SUBAGENTS_PAYLOAD_OLD_KEYS too, for data written before a "
-            "rotation); for a new deployment, make one with `subagents keygen`"
-        )
-    if verbose:
-        logging.basicConfig(format="%(asctime)s %(message)s")
-        logging.getLogger("durable_subagents._codec_server").setLevel(logging.DEBUG)
-
-    def ready(server: CodecServer) -> None:
-        endpoint = server.endpoint
-        auth = ' --codec-auth "Bearer $SUBAGENTS_CODEC_TOKEN"' if token else ""
-        held = ", ".join(keys.ids)
-        origins = ", ".join(sorted(server.origins)) or "none"
-        lines = [
-            f"codec server on {endpoint} · key(s) {held} · "
-            + ("bearer token required" if token else "no token"),
-            "Decrypted task histories with the temporal CLI:",
-            f"  temporal workflow show --workflow-id ID --codec-endpoint {endpoint}{auth}",
-            f"  (or export TEMPORAL_CODEC_ENDPOINT={endpoint}"
-            + (' TEMPORAL_CODEC_AUTH="Bearer $SUBAGENTS_CODEC_TOKEN")' if token else ")"),
-            f"In the Web UI (allowed origins: {origins}): enter {endpoint} in its Codec "
-            f"Server setting, or start the server with --ui-codec-endpoint {endpoint}",
-            "Ctrl-C to stop.",
-        ]
-        if host not in ("127.0.0.1", "localhost", "::1") and not token:
-            lines.insert(
-                1,
-                f"warning: listening on {host} without a token: anyone who reaches this "
-                "port can decrypt every task; set SUBAGENTS_CODEC_TOKEN",
-            )
-        for line in lines:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-    try:
-        serve(
-            keys,
-            host=host,
-            port=port,
-            token=token,
-            origins=origin or DEFAULT_ORIGINS,
-            namespaces=namespace or None,
-            on_ready=ready,
-        )
-    except SubagentError as err:
-        _fail(str(err))
-    console.print("Stopped.")
-
-
-def serve(
-    address: Address = None,
-    namespace: Namespace = None,
-    profile: Profile = None,
-    task_queue: TaskQueue = None,
-    port: Annotated[int, typer.Option(help="Port to listen on", min=0, max=65535)] = 8090,
-    host: Annotated[
-        str,
-        typer.Option(
-            help="Address to listen on; other than 127.0.0.1, put TLS in front (tokens "
-            "travel in each request)"
-        ),
-    ] = "127.0.0.1",
-    tokens: Annotated[
-        Path | None,
-        typer.Option(
-            "--tokens",
-            envvar="SUBAGENTS_INBOX_TOKENS",
-            show_envvar=False,
-            help="TOML file of [[tokens]] (name, role viewer|approver, token or "
-            "token_sha256, optional task_prefixes and parent_ids) [env SUBAGENTS_INBOX_TOKENS; "
-            "SUBAGENTS_INBOX_TOKEN adds one unscoped approver token]",
-        ),
-    ] = None,
-    origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--origin",
-            help="Another browser origin (scheme://host:port) whose pages may call the API; "
-            "repeat for several [default: the inbox's own page only]",
-        ),
-    ] = None,
-    ui_url: Annotated[
-        str | None,
-        typer.Option(
-            "--ui-url",
-            envvar="SUBAGENTS_UI_URL",
-            show_envvar=False,
-            help="The Temporal Web UI's address, for links to the tasks [env SUBAGENTS_UI_URL]",
-        ),
-    ] = None,
-    poll: Annotated[
-        float,
-        typer.Option(help="Seconds between two listings of paused tasks (shared by all pages)"),
-    ] = 2.0,
-    verbose: Annotated[
-        bool,
-        typer.Option("--verbose", "-v", help="Log each request (who by token name, never a token)"),
-    ] = False,
-) -> None:
-    """Serve the approval inbox: a JSON API and a page to approve paused calls.
-
-    Lists the paused task trees of the task queue, shows each call's full arguments,
-    and approves or rejects them bound to the pause and the arguments read. Needs the
-    deployment's payload key and blob store like any client. Ctrl-C stops it.
-    """
-    import os
-
-    from durable_subagents.cli.inbox import Inbox, InboxServer, load_tokens
-    from durable_subagents.client import SubagentClient
-
-    settings = make_settings(address, namespace, task_queue, profile=profile)
-    try:
-        grants = load_tokens(tokens, os.environ.get("SUBAGENTS_INBOX_TOKEN") or None)
-    except SubagentError as err:
-        _fail(str(err))
-    if not len(grants):
-        _fail(
-            "no tokens: set SUBAGENTS_INBOX_TOKEN (one approver token), or give --tokens "
-            "FILE with viewer and approver tokens; make a token with python -c "
-            '"import secrets; print(secrets.token_urlsafe(32))"'
-        )
-    if verbose:
-        logging.basicConfig(format="%(asctime)s %(message)s")
-        logging.getLogger("aiohttp.access").setLevel(logging.INFO)
-
-    async def main() -> None:
-        client = await SubagentClient.connect(settings=settings, agents={})
-        inbox = Inbox(client, task_queue=settings.task_queue, ui_url=ui_url, poll=poll)
-        server = InboxServer(inbox, grants, host=host, port=port, origins=origin or ())
-        async with server:
-            console.print(
-                f"inbox on {server.url} · Temporal {settings.address} namespace "
-                f"{settings.namespace} task queue {settings.task_queue} · {len(grants)} "
-                f"token(s) · API document {server.url}/api/openapi.json · Ctrl-C to stop",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
-            await asyncio.Future()
-
-    run(main())
-
-
-def keygen() -> None:
-    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
-
-    Give the same key to every worker and client of the deployment. To rotate, make a
-    new one current and keep the old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
-    """
-    import base64
-
-    from durable_subagents._codec import key_id, new_key
-
-    key = new_key()
-    print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")
-    print(f"SUBAGENTS_PAYLOAD_KEY={key}")
-    err_console.print(
-        "Set it on every worker and client (and the codec server); keep it secret. When "
-        "rotating, move the previous key to SUBAGENTS_PAYLOAD_OLD_KEYS.",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
-    from durable_subagents._render import plain_table
     from durable_subagents._terminal import shown
     from durable_subagents.agents import (
         ALL_TOOLS,
@@ -530,6 +306,7 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         find_project_root,
         scan_agents,
     )
+    from durable_subagents.cli._render import plain_table
 
     try:
         root = agents_dir or find_project_root()
@@ -626,7 +403,7 @@ def demo(
     ] = None,
 ) -> None:
     """Run subagents over a sample project: an approval, a follow-up, their results."""
-    from durable_subagents.demo import run_demo
+    from durable_subagents.cli._demo import run_demo
 
     settings = make_settings(model=model)
     run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))

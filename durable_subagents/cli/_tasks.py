@@ -57,7 +57,7 @@ def _show(
     """Connect, run one call on a task, print the task it returns."""
 
     async def main() -> None:
-        from durable_subagents._render import print_info
+        from durable_subagents.cli._render import print_info
 
         print_info(console, await action(await _client(settings)), as_json)
 
@@ -127,7 +127,7 @@ def spawn(
     text = sys.stdin.read() if prompt == "-" else prompt
 
     async def main() -> TaskStatus | None:
-        from durable_subagents._render import print_info
+        from durable_subagents.cli._render import print_info
         from durable_subagents.client import SubagentClient
 
         schema = _read_schema(output_schema) if output_schema is not None else None
@@ -219,7 +219,7 @@ def check(
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
 
     async def main() -> TaskStatus:
-        from durable_subagents._render import print_info
+        from durable_subagents.cli._render import print_info
 
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
@@ -299,7 +299,7 @@ def _decide(
     pause_id: str | None = None,
 ) -> None:
     async def main() -> None:
-        from durable_subagents._render import info_json
+        from durable_subagents.cli._render import info_json
 
         client = await _client(settings)
         if approved:
@@ -401,7 +401,7 @@ def send(
     body = sys.stdin.read() if text == "-" else text
 
     async def main() -> None:
-        from durable_subagents._render import info_json, print_info
+        from durable_subagents.cli._render import info_json, print_info
         from durable_subagents.types import TaskStatus
 
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
@@ -446,7 +446,7 @@ def list_command(
     """List tasks (latest run of each), newest first, with their age."""
 
     async def main() -> None:
-        from durable_subagents._render import task_table
+        from durable_subagents.cli._render import task_table
 
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         try:
@@ -476,7 +476,7 @@ def watch(
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
 
     async def main() -> None:
-        from durable_subagents._render import usage_text
+        from durable_subagents.cli._render import usage_text
 
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
         streaming: str | None = None  # "text" or "thinking" while one is being printed

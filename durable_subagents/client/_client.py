@@ -8,39 +8,16 @@ no worker runs.
 from __future__ import annotations
 
 import asyncio
-import math
-import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
-from temporalio.api.common.v1 import WorkflowExecution as RunRef
-from temporalio.api.enums.v1 import EventType, PendingActivityState
-from temporalio.api.failure.v1 import Failure
-from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
-    WorkflowExecution,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowHistoryEventFilterType,
 )
-from temporalio.common import (
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobError, BlobStore
-from durable_subagents._payloads import DECIDE_SIGNAL, RUN_TOOL_ACTIVITY, WORKFLOW, Decisions
 from durable_subagents._temporal_config import connect_temporal
-from durable_subagents._transcript import Transcript
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,
@@ -48,16 +25,20 @@ from durable_subagents.agents import (
     load_agents,
     resolve_agent,
 )
-from durable_subagents.client._decode import decoded, failure_message
-from durable_subagents.client._events import CLOSE_STATUS, history_events
-from durable_subagents.client._followup import DecisionMemory, decisions_for, start_follow_up
-from durable_subagents.client._info import InternalInfo, info_from, quote, settled
+from durable_subagents.client._decisions import DecisionMemory, full_arguments, send_decisions
+from durable_subagents.client._events import history_events
+from durable_subagents.client._followup import deliver_input
+from durable_subagents.client._spawning import start_task
+from durable_subagents.client._task_state import (
+    InternalInfo,
+    describe_task,
+    list_task_infos,
+    settled,
+    settling,
+)
+from durable_subagents.client._waiting import check_timeout, decided_already, wait_until_settled
 from durable_subagents.errors import (
     InvalidRequest,
-    PayloadEncryptionError,
-    SubagentError,
-    TaskNotFound,
-    UnknownCallId,
     WrongTaskState,
 )
 from durable_subagents.spawn import (
@@ -65,24 +46,15 @@ from durable_subagents.spawn import (
     SpawnKwargs,
     SpawnOptions,
     build_task_input,
-    fairness,
     refuse_protected_workspace,
-    refuse_unencodable,
-    start_metadata,
-    static_details,
-    static_summary,
     takes_spawn_options,
 )
-from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskResult, TaskStatus
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.storage._blobstore import BlobError, BlobStore
+from durable_subagents.storage._transcript import Transcript
+from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus
 
 if TYPE_CHECKING:
     from durable_subagents.config import Settings
-
-MAX_REASON_BYTES = 4096
-"""Longest rejection reason (it is the rejected call's result the model reads)."""
-
-_CLOSE_EVENTS = {*CLOSE_STATUS, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
 
 
 class SubagentClient:
@@ -237,67 +209,14 @@ class SubagentClient:
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
         )
-        workflow_id = checked.task_id or f"subagent-{spec.name}-{uuid.uuid4().hex[:12]}"
-        registers = parent_id is not None and await self._live_parent(parent_id)
-        memo, attributes = start_metadata(task_input)
-        try:
-            await self.temporal.start_workflow(
-                SubagentWorkflow.run,
-                task_input,
-                id=workflow_id,
-                task_queue=self.task_queue,
-                memo=memo,
-                search_attributes=attributes,
-                static_summary=static_summary(task_input),
-                static_details=static_details(task_input, workflow_id),
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                priority=fairness(task_input, workflow_id),
-            )
-        except WorkflowAlreadyStartedError:
-            if checked.task_id is None:
-                raise
-        if registers:
-            assert parent_id is not None
-            await self._register_with_parent(parent_id, workflow_id)
-        return workflow_id
-
-    async def _live_parent(self, parent_id: str) -> bool:
-        """Whether ``parent_id`` is a task the new one must register with.
-
-        A parent outside this namespace (an orchestrator's own id) is recorded only; a
-        finished parent too. A parent being cancelled takes no new tasks.
-        """
-        try:
-            parent = await self._info(parent_id)
-        except TaskNotFound:
-            return False
-        if parent.status in (TaskStatus.CANCELLING, TaskStatus.CANCELLED):
-            raise WrongTaskState(
-                f"parent task {parent_id!r} is {parent.status.value}; its tasks are being "
-                "cancelled, so it takes no new ones",
-                parent.status.value,
-            )
-        return not parent.status.terminal
-
-    async def _register_with_parent(self, parent_id: str, task_id: str) -> None:
-        """Signal the parent so its cancellation cancels this task (durably)."""
-        try:
-            await self.temporal.get_workflow_handle(parent_id).signal(
-                SubagentWorkflow.register_child, task_id
-            )
-            return
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-        parent = await self._info(parent_id)  # it closed between the check and the signal
-        if parent.status in (TaskStatus.CANCELLED, TaskStatus.FAILED, TaskStatus.TIMED_OUT):
-            await self.temporal.get_workflow_handle(task_id).cancel()
-            raise WrongTaskState(
-                f"parent task {parent_id!r} ended {parent.status.value} while task "
-                f"{task_id!r} was starting; the new task was cancelled with it",
-                parent.status.value,
-            )
+        return await start_task(
+            self.temporal,
+            self.task_queue,
+            spec.name,
+            task_input,
+            task_id=checked.task_id,
+            parent_id=parent_id,
+        )
 
     # ------------------------------------------------------------------ check / wait
 
@@ -319,16 +238,18 @@ class SubagentClient:
         Raises:
             TaskNotFound: no task has this id.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if after_pause is None:
             after_pause = self.decisions.skip(task_id)
         info = await self._info(task_id)
-        if wait and after_pause is None and await self._decided_already(info):
+        if wait and after_pause is None and await decided_already(self.temporal, info):
             after_pause = info.pause_id
         if not wait or settled(info, after_pause):
             return info.public()
         try:
-            info = await asyncio.wait_for(self._wait(task_id, info, after_pause), timeout)
+            info = await asyncio.wait_for(
+                wait_until_settled(self.temporal, self._info, task_id, info, after_pause), timeout
+            )
         except TimeoutError:
             info = await self._info(task_id)
         return info.public()
@@ -360,7 +281,7 @@ class SubagentClient:
             InvalidRequest: no ids, or an unknown ``mode``.
             TaskNotFound: a task id is unknown.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if mode not in ("all", "any"):
             raise InvalidRequest(f"mode must be 'all' or 'any', not {mode!r}")
         task_ids = list(dict.fromkeys([task_ids] if isinstance(task_ids, str) else task_ids))
@@ -386,78 +307,6 @@ class SubagentClient:
 
         return list(await asyncio.gather(*map(current, waits, finished, task_ids)))
 
-    async def _wait(
-        self, task_id: str, info: InternalInfo, after_pause: str | None
-    ) -> InternalInfo:
-        while True:
-            run_id = info.run_id
-            seen = info.history_length
-            handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
-            # A task with no 'ask' rule can only settle by closing: long-poll for that
-            # alone instead of waking on every memo write.
-            only_close = not info.may_pause
-            events = handle.fetch_history_events(
-                wait_new_event=True,
-                skip_archival=True,
-                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
-                if only_close
-                else WorkflowHistoryEventFilterType.ALL_EVENT,
-            )
-            async for event in events:
-                if event.event_id <= seen or not await self._may_settle(event):
-                    continue
-                info = await self._info(task_id)
-                if settled(info, after_pause) or info.run_id != run_id:
-                    break
-            else:
-                info = await self._info(task_id)
-            if settled(info, after_pause):
-                return info
-
-    async def _decided_already(self, info: InternalInfo) -> bool:
-        """Whether a paused task received decisions on every pending call, from anyone.
-
-        Such a pause needs no caller: the task goes on once a worker reads them. (A
-        client that decided remembers it; this finds decisions sent by another
-        process, such as ``subagents approve`` before ``subagents check --wait``.)
-        """
-        if info.status != TaskStatus.PAUSED or not info.pause_id:
-            return False
-        pending = {p.call_id: p.arguments_hash for p in info.pending_approvals}
-        handle = self.temporal.get_workflow_handle(info.id, run_id=info.run_id)
-        converter = self.temporal.data_converter
-        async for event in handle.fetch_history_events(skip_archival=True):
-            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                continue
-            attrs = event.workflow_execution_signaled_event_attributes
-            if attrs.signal_name != DECIDE_SIGNAL or not attrs.input.payloads:
-                continue
-            try:
-                [sent] = await converter.decode(attrs.input.payloads[:1], [Decisions])
-            except Exception:  # a malformed signal decides nothing
-                continue
-            if sent.pause_id != info.pause_id:
-                continue
-            for d in sent.decisions:
-                # one bound to other arguments was ignored by the task: it decided nothing
-                if d.call_id in pending and d.arguments_hash == pending[d.call_id]:
-                    del pending[d.call_id]
-        return not pending
-
-    async def _may_settle(self, event: HistoryEvent) -> bool:
-        """Whether an event can make a wait return (so not every memo write costs a call)."""
-        if event.event_type in _CLOSE_EVENTS:
-            return True
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
-            return False
-        fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
-        if "status" not in fields and "pause_id" not in fields:
-            return False
-        if "status" in fields:
-            status = TaskStatus(await decoded(self.temporal.data_converter, fields["status"], str))
-            return status.terminal or status == TaskStatus.PAUSED
-        return True
-
     # ------------------------------------------------------------------ cancel
 
     async def cancel_task(self, task_id: str, wait: bool = True, timeout: float = 30.0) -> TaskInfo:
@@ -475,7 +324,7 @@ class SubagentClient:
         Raises:
             TaskNotFound: no task has this id.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         info: TaskInfo = await self._info(task_id)
         if info.status.terminal:
             return info.public()  # type: ignore[attr-defined]
@@ -497,27 +346,8 @@ class SubagentClient:
         if not info.status.terminal:
             info.status = TaskStatus.CANCELLING
             if wait:
-                info.settling = await self._settling(task_id)
+                info.settling = await settling(self.temporal, task_id)
         return info
-
-    async def _settling(self, task_id: str) -> list[str]:
-        """What a cancelling task still waits for: its open activities and children."""
-        desc = await self.temporal.get_workflow_handle(task_id).describe()
-        raw = desc.raw_description
-        out = []
-        for activity in raw.pending_activities:
-            state = PendingActivityState.Name(activity.state).removeprefix(
-                "PENDING_ACTIVITY_STATE_"
-            )
-            line = f"activity {activity.activity_type.name} ({state.lower()}"
-            line += f", attempt {activity.attempt})"
-            if activity.last_worker_identity:
-                line += f" on {activity.last_worker_identity}"
-            out.append(line)
-        out += [f"child task {c.workflow_id}" for c in raw.pending_children]
-        if not out:
-            out.append("the workflow itself: no worker has processed the cancel yet")
-        return out
 
     # ------------------------------------------------------------------ list / transcript
 
@@ -535,35 +365,7 @@ class SubagentClient:
             status: Only tasks in this status.
             limit: At most this many (the newest); only theirs are decoded.
         """
-        if limit is not None and limit < 1:
-            raise InvalidRequest(f"limit must be at least 1, got {limit}")
-        query = f"WorkflowType = '{WORKFLOW}'"
-        if parent_id is not None:
-            query += f" AND {sa.PARENT.name} = {quote(parent_id)}"
-        try:
-            wanted = TaskStatus(status) if status is not None else None
-        except ValueError:
-            raise InvalidRequest(
-                f"unknown status {status!r}; use one of {', '.join(s.value for s in TaskStatus)}"
-            ) from None
-        latest: dict[str, Any] = {}
-        async for execution in self.temporal.list_workflows(query):
-            seen = latest.get(execution.id)
-            if seen is None or execution.start_time > seen.start_time:
-                latest[execution.id] = execution
-        infos = []
-        for execution in sorted(latest.values(), key=lambda e: e.start_time, reverse=True):
-            try:
-                memo = await execution.memo()
-            except PayloadEncryptionError as err:
-                memo = _visible_memo(execution, err)
-            info = info_from(execution.id, execution.run_id, execution.status, memo)
-            info.finished_at = execution.close_time
-            if wanted is None or info.status == wanted:
-                infos.append(info.public())
-                if len(infos) == limit:
-                    break
-        return infos
+        return await list_task_infos(self.temporal, parent_id, status, limit=limit)
 
     async def approve(
         self,
@@ -599,8 +401,15 @@ class SubagentClient:
             WrongTaskState: the task is not paused, or not on ``pause_id``.
             UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
-        return await self._decide(
-            task_id, call_ids, approved=True, reason=None, pause_id=pause_id, shown=shown
+        return await send_decisions(
+            self.temporal,
+            self.decisions,
+            task_id,
+            call_ids,
+            approved=True,
+            reason=None,
+            pause_id=pause_id,
+            shown=shown,
         )
 
     async def reject(
@@ -622,70 +431,16 @@ class SubagentClient:
             WrongTaskState: the task is not paused, or not on ``pause_id``.
             UnknownCallId: with ``shown``, a call named was not read as it is now.
         """
-        return await self._decide(
-            task_id, call_ids, approved=False, reason=reason, pause_id=pause_id, shown=shown
+        return await send_decisions(
+            self.temporal,
+            self.decisions,
+            task_id,
+            call_ids,
+            approved=False,
+            reason=reason,
+            pause_id=pause_id,
+            shown=shown,
         )
-
-    async def _decide(
-        self,
-        task_id: str,
-        call_ids: Sequence[str] | None,
-        *,
-        approved: bool,
-        reason: str | None,
-        shown: Collection[tuple[str, str, str]] | None = None,
-        pause_id: str | None = None,
-    ) -> TaskInfo:
-        """Send decisions on calls of the current pause.
-
-        With ``shown`` (``(call id, tool, argument hash)`` of the calls the decider has
-        read), only those are decided: ``None`` means every one of them still pending,
-        and a call named that is not among them is refused. A pause can end and another
-        ask again under the same call id, or a second child pause beside the first,
-        between the read and the decision.
-        """
-        if isinstance(reason, str):
-            refuse_unencodable("reason", reason)
-        if reason is not None and (
-            not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
-        ):
-            raise InvalidRequest(
-                f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
-                "it as the rejected call's result, so keep it short"
-            )
-        info = await self._info(task_id)
-        if info.status != TaskStatus.PAUSED or not info.pause_id:
-            raise WrongTaskState(
-                f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
-                "decide (check_task shows pending approvals while it is paused)",
-                info.status.value,
-            )
-        if pause_id is not None and info.pause_id != pause_id:
-            raise WrongTaskState(
-                f"task {task_id!r} is on pause {info.pause_id}, not {pause_id}: it paused "
-                "again since you read it, so nothing was decided. Read the new pause "
-                "(check_task) and decide that one",
-                info.status.value,
-            )
-        if shown is not None:
-            call_ids = _shown_only(info, call_ids, shown)
-        decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
-        if self.decisions.repeats(info, decisions):
-            return info.public()  # sent already: the task reads it when it resumes
-        try:
-            await self.temporal.get_workflow_handle(task_id).signal(
-                SubagentWorkflow.decide, decisions
-            )
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            now = await self._info(task_id)
-            raise WrongTaskState(
-                f"task {task_id!r} is {now.status.value}: it ended before the decision arrived",
-                now.status.value,
-            ) from None
-        self.decisions.record(info, decisions)
-        return info.public()
 
     async def send_input(self, task_id: str, text: str) -> TaskInfo:
         """Send steering or follow-up input to a task.
@@ -699,41 +454,9 @@ class SubagentClient:
             InvalidRequest: the text is empty or too large, or the task was cancelled,
                 failed or timed out (spawn a new task instead).
         """
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequest("input is empty; send the text the subagent should read")
-        refuse_unencodable("input", text)
-        if len(text.encode()) > self.max_prompt_bytes:
-            raise InvalidRequest(
-                f"input is over the {self.max_prompt_bytes}-byte limit; write it to a file "
-                "in the workspace and tell the subagent to read it"
-            )
-        info = await self._info(task_id)
-        if info.status == TaskStatus.CANCELLING:
-            raise WrongTaskState(
-                f"task {task_id!r} is being cancelled; it will not read more input. Spawn "
-                "a new task instead",
-                info.status.value,
-            )
-        if not info.status.terminal:
-            # The latest run: one that continued-as-new since the describe takes it too.
-            handle = self.temporal.get_workflow_handle(task_id)
-            try:
-                await handle.signal(SubagentWorkflow.send_input, text)
-                return info.public()
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    raise
-            info = await self._info(task_id)  # it closed just now
-            if not info.status.terminal:
-                raise InvalidRequest(f"task {task_id!r} changed while sending; send again")
-        if info.status != TaskStatus.COMPLETED:
-            raise WrongTaskState(
-                f"task {task_id!r} is {info.status.value}; only a completed task can be "
-                "continued. Spawn a new task instead",
-                info.status.value,
-            )
-        await start_follow_up(self.temporal, self.task_queue, task_id, info, text)
-        return (await self._info(task_id)).public()
+        return await deliver_input(
+            self.temporal, self.task_queue, task_id, text, max_prompt_bytes=self.max_prompt_bytes
+        )
 
     async def get_transcript(self, task_id: str) -> list[Message]:
         """The task's conversation so far, with large contents loaded in full.
@@ -790,24 +513,7 @@ class SubagentClient:
         the child's. None for a call whose transcript this client cannot read (no
         access to the workers' blob store).
         """
-        transcripts: dict[str, list[Message] | None] = {}
-
-        async def find(task_id: str, call_id: str) -> dict[str, Any] | None:
-            if "/" in call_id:  # a child's call: <child task id>/<child pause id>/<call id>
-                child, _, rest = call_id.partition("/")
-                return await find(child, rest.partition("/")[2])
-            if task_id not in transcripts:
-                try:
-                    transcripts[task_id] = await self.get_transcript(task_id)
-                except (SubagentError, OSError, ValueError):
-                    transcripts[task_id] = None
-            for message in reversed(transcripts[task_id] or []):
-                for call in message.tool_calls if message.role == "assistant" else []:
-                    if call.id == call_id and not call.arguments_ref:
-                        return call.arguments
-            return None
-
-        return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
+        return await full_arguments(info, self.get_transcript)
 
     async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
         """Events of a task as they happen until it closes.
@@ -836,177 +542,4 @@ class SubagentClient:
     # ------------------------------------------------------------------ internals
 
     async def _info(self, task_id: str) -> InternalInfo:
-        handle = self.temporal.get_workflow_handle(task_id)
-        try:
-            desc = await handle.describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise TaskNotFound(
-                    f"no task {task_id!r} in namespace {self.temporal.namespace!r}; "
-                    "list_tasks() lists the tasks"
-                ) from None
-            raise
-        if desc.workflow_type != WORKFLOW:
-            raise TaskNotFound(
-                f"{task_id!r} is a {desc.workflow_type} workflow, not a subagent task"
-            )
-        memo = await desc.memo()
-        info = info_from(task_id, desc.run_id, desc.status, memo)
-        info.history_length = desc.history_length
-        info.finished_at = desc.close_time
-        extended = desc.raw_description.workflow_extended_info
-        if desc.status == WorkflowExecutionStatus.RUNNING and extended.cancel_requested:
-            info.status = TaskStatus.CANCELLING
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            info.retrying = await self._retrying(desc)
-            info.waiting = _waiting(desc)
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
-            await self._fill_result(info, desc)
-        elif desc.status == WorkflowExecutionStatus.FAILED and not info.error:
-            info.error = await self._failure(task_id, desc.run_id)
-        elif desc.status == WorkflowExecutionStatus.TERMINATED:
-            info.stop_reason, info.error = "terminated", info.error or "terminated"
-        elif desc.status == WorkflowExecutionStatus.TIMED_OUT:
-            info.stop_reason = "execution_timeout"
-            info.error = info.error or "the workflow's execution timeout was reached"
-        return info
-
-    async def _fill_result(self, info: InternalInfo, desc: WorkflowExecutionDescription) -> None:
-        handle: WorkflowHandle[Any, TaskResult] = self.temporal.get_workflow_handle(
-            desc.id, run_id=desc.run_id, result_type=TaskResult
-        )
-        result = await handle.result(follow_runs=False)
-        info.status = result.status
-        info.result = result.result
-        info.stop_reason = result.stop_reason
-        info.error = result.error
-        info.turns = result.turns
-        info.usage = result.usage
-        info.tree_usage = result.tree_usage or info.tree_usage
-        info.compactions = max(result.compactions, info.compactions)
-        info.model = result.model
-        info.head = result.head
-        info.output = result.output
-        # A longer answer stays in the store until asked for (get_result).
-        info.result_ref = result.result_ref
-        info.result_truncated = result.result_ref is not None
-
-    async def _retrying(self, desc: WorkflowExecutionDescription) -> str | None:
-        """What a running task's step is being retried after, if it is.
-
-        A pending activity on its second attempt or later gives its last failure. A
-        workflow task failing again and again (a worker that cannot decrypt the task, a
-        bug) gives the failure its history recorded: the task is not stuck in silence.
-        """
-        converter = self.temporal.data_converter
-        raw = desc.raw_description
-        for pending in raw.pending_activities:
-            if pending.attempt > 1 and pending.HasField("last_failure"):
-                name = pending.activity_type.name.replace("_", " ")
-                message = await failure_message(converter, pending.last_failure)
-                return f"{name}, attempt {pending.attempt}: {message}"
-        if raw.HasField("pending_workflow_task") and raw.pending_workflow_task.attempt > 1:
-            attempt = raw.pending_workflow_task.attempt
-            failure = await self._last_workflow_task_failure(desc.id, desc.run_id)
-            message = await failure_message(converter, failure) if failure else "no failure shown"
-            return f"workflow task, attempt {attempt}: {message}"
-        return None
-
-    async def _last_workflow_task_failure(self, task_id: str, run_id: str | None) -> Failure | None:
-        """The newest workflow task failure in a run's history (read from its end)."""
-        response = await self.temporal.workflow_service.get_workflow_execution_history_reverse(
-            GetWorkflowExecutionHistoryReverseRequest(
-                namespace=self.temporal.namespace,
-                execution=RunRef(workflow_id=task_id, run_id=run_id or ""),
-                maximum_page_size=50,
-            )
-        )
-        for event in response.history.events:
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                attrs = event.workflow_task_failed_event_attributes
-                return attrs.failure if attrs.HasField("failure") else None
-        return None
-
-    async def _failure(self, task_id: str, run_id: str | None) -> str:
-        handle = self.temporal.get_workflow_handle(task_id, run_id=run_id)
-        try:
-            await handle.result(follow_runs=False)
-        except WorkflowFailureError as err:
-            cause = err.cause
-            return getattr(cause, "message", None) or str(cause)
-        return "failed"
-
-
-def _visible_memo(execution: WorkflowExecution, err: PayloadEncryptionError) -> dict[str, Any]:
-    """What a task's plain search attributes say, for a memo this client cannot decrypt.
-
-    One task under a key this client lacks (an old key dropped while its tasks are
-    still kept, another team's key) must not hide the rest of the list.
-    """
-    attrs = execution.typed_search_attributes
-    return {
-        "status": attrs.get(sa.STATUS),
-        "agent": attrs.get(sa.AGENT),
-        "parent_id": attrs.get(sa.PARENT),
-        "turns": attrs.get(sa.TURNS),
-        "description": f"(encrypted with key {err.key_id}, which this client does not hold)",
-    }
-
-
-def _shown_only(
-    info: InternalInfo, call_ids: Sequence[str] | None, shown: Collection[tuple[str, str, str]]
-) -> list[str]:
-    """The calls to decide among ``call_ids`` (None: all pending) that were shown as pending.
-
-    Raises:
-        UnknownCallId: a call named was not shown, or none of the pending calls was.
-    """
-    pending = {p.call_id: p for p in info.pending_approvals}
-    named = list(pending) if call_ids is None else list(call_ids)
-    unseen = [
-        c
-        for c in named
-        if c in pending and (c, pending[c].tool_name, pending[c].arguments_hash) not in shown
-    ]
-    chosen = [c for c in named if c not in unseen]
-    if unseen and (call_ids is not None or not chosen):
-        raise UnknownCallId(
-            f"call(s) {', '.join(unseen)} of pause {info.pause_id} were not shown to you, "
-            "or have changed since: call check_task to read them, then decide"
-        )
-    return chosen
-
-
-def _check_timeout(timeout: object) -> None:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout < 0
-    ):
-        raise InvalidRequest(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
-
-
-WAITING_AFTER = 10.0
-"""Seconds a model turn or tool call may wait for a worker before ``TaskInfo.waiting``
-says so."""
-
-
-def _waiting(desc: WorkflowExecutionDescription) -> str | None:
-    """A step of a running task that no worker has started for ``WAITING_AFTER`` s."""
-    now = datetime.now(UTC)
-    for pending in desc.raw_description.pending_activities:
-        if pending.state != PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
-            continue
-        if not pending.HasField("scheduled_time"):
-            continue
-        waited = (now - pending.scheduled_time.ToDatetime(tzinfo=UTC)).total_seconds()
-        if waited < WAITING_AFTER:  # a retry's next attempt lies in the future
-            continue
-        queue = pending.activity_options.task_queue.name or desc.task_queue
-        what = "tool call" if pending.activity_type.name == RUN_TOOL_ACTIVITY else "model turn"
-        return (
-            f"a {what} has waited {waited:.0f} s for a worker on task queue {queue!r}: no "
-            "worker polls it (start one: subagents worker), or all its slots are taken"
-        )
-    return None
+        return await describe_task(self.temporal, task_id)

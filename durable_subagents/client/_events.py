@@ -20,8 +20,8 @@ from durable_subagents._payloads import (
     SEND_INPUT_SIGNAL,
     Decisions,
 )
-from durable_subagents.client._decode import decoded, failure_message
-from durable_subagents.client._live import LIVE_POLL, LiveTurn, TextResolver, ticking
+from durable_subagents.client._live_turn import LIVE_POLL, LiveTurn, TextResolver, ticking
+from durable_subagents.client._task_state import decoded, failure_message
 from durable_subagents.spawn import model_label
 from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
@@ -48,7 +48,7 @@ async def history_events(
 ) -> AsyncIterator[TaskEvent]:
     """Translate history events into ``TaskEvent``s, following continue-as-new.
 
-    While a model turn is open, its live text is polled in between (see ``_live``).
+    While a model turn is open, its live text is polled in between (see ``_live_text``).
     """
     converter = client.data_converter
     status: TaskStatus | None = None

@@ -1,10 +1,7 @@
-"""Decisions on paused calls, and follow-up runs of completed tasks."""
+"""Input to a task: steering a running one, or a follow-up run of a completed one."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,123 +12,68 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.converter import DataConverter
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents._payloads import (
     SEND_INPUT_SIGNAL,
-    CallDecision,
-    Decisions,
     TaskInput,
     TaskState,
 )
-from durable_subagents.client._info import InternalInfo
-from durable_subagents.errors import InvalidRequest, TaskNotFound, UnknownCallId
-from durable_subagents.spawn import fairness, static_details, static_summary
-from durable_subagents.types import TaskResult, TaskStatus
+from durable_subagents.client._task_state import InternalInfo, describe_task
+from durable_subagents.errors import InvalidRequest, TaskNotFound, WrongTaskState
+from durable_subagents.spawn import (
+    fairness,
+    refuse_unencodable,
+    static_details,
+    static_summary,
+)
+from durable_subagents.types import TaskInfo, TaskResult, TaskStatus
 from durable_subagents.workflows import SubagentWorkflow
 
 
-def decisions_for(
-    info: InternalInfo, call_ids: Sequence[str] | None, *, approved: bool, reason: str | None
-) -> Decisions:
-    """The ``decide`` signal for calls of the task's current pause.
-
-    ``None`` expands to every pending call of this pause, each bound to its argument
-    hash, so a late "approve all" can never approve a later pause.
+async def deliver_input(
+    temporal: Client, task_queue: str, task_id: str, text: str, *, max_prompt_bytes: int
+) -> TaskInfo:
+    """Signal input to a running or paused task, or continue a completed one in a new run.
 
     Raises:
-        UnknownCallId: a call id is not pending in the current pause.
-        InvalidRequest: ``call_ids`` is empty.
+        TaskNotFound, InvalidRequest, WrongTaskState: as ``SubagentClient.send_input``.
     """
-    assert info.pause_id is not None
-    pending = {p.call_id: p for p in info.pending_approvals}
-    if isinstance(call_ids, str):
-        call_ids = [call_ids]
-    chosen = list(pending) if call_ids is None else list(dict.fromkeys(call_ids))
-    if not chosen:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("input is empty; send the text the subagent should read")
+    refuse_unencodable("input", text)
+    if len(text.encode()) > max_prompt_bytes:
         raise InvalidRequest(
-            "call_ids is empty; name the calls to decide, or pass None for every call of "
-            f"pause {info.pause_id}"
+            f"input is over the {max_prompt_bytes}-byte limit; write it to a file "
+            "in the workspace and tell the subagent to read it"
         )
-    unknown = [c for c in chosen if c not in pending]
-    if unknown:
-        raise UnknownCallId(
-            f"call(s) {', '.join(unknown)} are not pending in pause {info.pause_id}; "
-            f"pending: {', '.join(pending) or 'none'}"
+    info = await describe_task(temporal, task_id)
+    if info.status == TaskStatus.CANCELLING:
+        raise WrongTaskState(
+            f"task {task_id!r} is being cancelled; it will not read more input. Spawn "
+            "a new task instead",
+            info.status.value,
         )
-    decisions = Decisions(
-        pause_id=info.pause_id,
-        decisions=[
-            CallDecision(
-                call_id=c,
-                arguments_hash=pending[c].arguments_hash,
-                approved=approved,
-                reason=reason,
-            )
-            for c in chosen
-        ],
-    )
-    return decisions
-
-
-@dataclass
-class Decided:
-    """The calls of one pause this client decided (call id -> approved)."""
-
-    pause_id: str
-    calls: dict[str, bool] = field(default_factory=dict)
-    complete: bool = False
-    """Every call of the pause is decided: the task resumes once it reads them."""
-
-
-class DecisionMemory:
-    """The decisions a client sent, per task, so that its waits skip a decided pause.
-
-    Between a decision and the task taking it in (at once with a worker, whenever one
-    comes back without), the task still reads as paused on that pause; a wait that
-    returned it would hand the caller a pause it already answered.
-    """
-
-    LIMIT = 10_000
-    """Tasks remembered at most (the oldest are forgotten first)."""
-
-    def __init__(self) -> None:
-        self._tasks: OrderedDict[str, Decided] = OrderedDict()
-
-    def get(self, task_id: str, pause_id: str | None) -> Decided | None:
-        """What was decided of ``pause_id`` (forgetting an older pause's decisions)."""
-        decided = self._tasks.get(task_id)
-        if decided is not None and decided.pause_id != pause_id:
-            del self._tasks[task_id]
-            return None
-        return decided
-
-    def peek(self, task_id: str) -> Decided | None:
-        """What was decided on ``task_id``'s latest decided pause."""
-        return self._tasks.get(task_id)
-
-    def skip(self, task_id: str) -> str | None:
-        """The pause of ``task_id`` this client decided completely, if any."""
-        decided = self._tasks.get(task_id)
-        return decided.pause_id if decided is not None and decided.complete else None
-
-    def repeats(self, info: InternalInfo, decisions: Decisions) -> bool:
-        """Whether every decision was sent before, with the same verdict."""
-        decided = self.get(info.id, info.pause_id)
-        return decided is not None and all(
-            decided.calls.get(d.call_id) is d.approved for d in decisions.decisions
+    if not info.status.terminal:
+        # The latest run: one that continued-as-new since the describe takes it too.
+        handle = temporal.get_workflow_handle(task_id)
+        try:
+            await handle.signal(SubagentWorkflow.send_input, text)
+            return info.public()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        info = await describe_task(temporal, task_id)  # it closed just now
+        if not info.status.terminal:
+            raise InvalidRequest(f"task {task_id!r} changed while sending; send again")
+    if info.status != TaskStatus.COMPLETED:
+        raise WrongTaskState(
+            f"task {task_id!r} is {info.status.value}; only a completed task can be "
+            "continued. Spawn a new task instead",
+            info.status.value,
         )
-
-    def record(self, info: InternalInfo, decisions: Decisions) -> None:
-        """Remember decisions sent on ``info``'s pause."""
-        assert info.pause_id is not None
-        decided = self.get(info.id, info.pause_id) or Decided(info.pause_id)
-        for d in decisions.decisions:
-            decided.calls.setdefault(d.call_id, d.approved)
-        decided.complete = {p.call_id for p in info.pending_approvals} <= decided.calls.keys()
-        self._tasks[info.id] = decided
-        self._tasks.move_to_end(info.id)
-        while len(self._tasks) > self.LIMIT:
-            self._tasks.popitem(last=False)
+    await start_follow_up(temporal, task_queue, task_id, info, text)
+    return (await describe_task(temporal, task_id)).public()
 
 
 async def start_follow_up(

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_subagents._audience import for_model
+from durable_subagents._error_wording import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId
@@ -372,9 +372,7 @@ class SubagentTools:
         # another asks under the same call id, or a second child paused beside it.
         before = self._sent(a.task_id)
         shown = self._shown.get(a.task_id, set())
-        info = await self.client._decide(
-            a.task_id, a.call_ids, approved=True, reason=None, shown=shown
-        )
+        info = await self.client.approve(a.task_id, a.call_ids, shown=shown)
         chosen = a.call_ids
         if chosen is None:
             chosen = [p.call_id for p in info.pending_approvals if _key(p) in shown]

@@ -93,7 +93,7 @@ def build_task_input(
         approval_timeout = spec.approval_timeout
     if model is not None and check_model:
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
-        from durable_subagents.activities.providers import parse_model
+        from durable_subagents.providers._names import parse_model
 
         parse_model(model)
     narrowed = narrow(spec, options)

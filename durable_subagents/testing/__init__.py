@@ -1,4 +1,8 @@
-"""Test helpers: local servers that speak the OpenAI and Anthropic wire protocols.
+"""Test helpers: Temporal's dev server, and local servers that speak the model APIs.
+
+``DevServer`` runs Temporal's dev server (SQLite, search attributes registered) for
+the life of a test session or a bench; ``free_port`` picks its ports. The fake model
+servers speak the OpenAI and Anthropic wire protocols.
 
 Point the real SDKs (or a worker, via ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) at
 them to test model turns offline, including streaming, HTTP errors with
@@ -10,16 +14,20 @@ thinking: signed thinking blocks that must come back unchanged. ``workspace_for_
 readies a workspace for a root worker's tools.
 """
 
+from ._dev_server import DevServer, free_port, temporal_binary
 from ._workspace import workspace_for_tools
 from .fake_anthropic import FakeAnthropicServer
 from .fake_openai import FAULTS, FakeModelServer, FakeOpenAIServer, FakeReply, Fault
 
 __all__ = [
     "FAULTS",
+    "DevServer",
     "FakeAnthropicServer",
     "FakeModelServer",
     "FakeOpenAIServer",
     "FakeReply",
     "Fault",
+    "free_port",
+    "temporal_binary",
     "workspace_for_tools",
 ]

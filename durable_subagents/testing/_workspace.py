@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from durable_subagents.activities.tools._sandbox import NOBODY
+from durable_subagents.tools._sandbox_host import NOBODY
 
 __all__ = ["workspace_for_tools"]
 

@@ -50,10 +50,10 @@ from temporalio.runtime import (
 from temporalio.service import RPCError
 
 from durable_subagents import _metrics
-from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
+from durable_subagents.storage._blobstore import BlobStore, check_blob_store
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web

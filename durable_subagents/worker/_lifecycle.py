@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.worker import Plugin, Replayer, ReplayerConfig, Worker, WorkerConfig
 
-from durable_subagents.activities.providers import close_providers
+from durable_subagents.providers import close_providers
 
 __all__ = ["RunOnlyPlugin", "SessionsClosed", "sessions_closed_after"]
 

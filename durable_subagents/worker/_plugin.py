@@ -18,13 +18,14 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from durable_subagents._blobstore import open_blob_store
-from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter
+from durable_subagents._codec import EncryptionCodec, data_converter
 from durable_subagents._connect import release_runtime_at_exit
 from durable_subagents._payloads import MODEL_TURN_ACTIVITY
-from durable_subagents.activities.tools import ToolRegistry
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.storage._factory import open_blob_store
+from durable_subagents.storage._sealing import KeyRing
+from durable_subagents.tools import ToolRegistry
 from durable_subagents.worker._lifecycle import sessions_closed_after
 from durable_subagents.worker._model_queues import model_queues_served
 from durable_subagents.worker._tool_queue import (

@@ -17,7 +17,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._blobstore import BlobStore
+from durable_subagents.storage._blobstore import BlobStore
 
 log = logging.getLogger(__name__)
 

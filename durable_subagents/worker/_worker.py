@@ -24,17 +24,17 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._blobstore import BlobStore, check_blob_store
 from durable_subagents._metrics import Labels
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
-from durable_subagents.activities.providers import import_sdk
-from durable_subagents.activities.tools import ToolRegistry
-from durable_subagents.activities.tools._decorator import _THREADS
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
+from durable_subagents.providers import import_sdk
+from durable_subagents.storage._blobstore import BlobStore, check_blob_store
+from durable_subagents.tools import ToolRegistry
+from durable_subagents.tools._decorator import _THREADS
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
 from durable_subagents.worker._interceptor import OperationsInterceptor

@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
     from durable_subagents.types import Message
 
-from durable_subagents.workflows._helpers import tool_error
+from durable_subagents.workflows._outcomes import tool_error
 
 _Verdict = tuple[str, str | None]
 

@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from durable_subagents.workflows._helpers import error_message
+from durable_subagents.workflows._outcomes import error_message
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (

@@ -17,14 +17,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
-from durable_subagents.workflows._details import TaskView, current_details
-from durable_subagents.workflows._helpers import (
+from durable_subagents.workflows._current_details import TaskView, current_details
+from durable_subagents.workflows._notify import Notifications
+from durable_subagents.workflows._outcomes import (
     error_message,
     final_stop_reason,
     tool_error,
     tool_timeout,
 )
-from durable_subagents.workflows._notify import Notifications
 from durable_subagents.workflows._subtasks import (
     MAX_SPAWNS_PER_TURN,
     SPAWN_SUBAGENT,

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from durable_subagents.dev import (
-    temporal_binary,
-)
+from durable_subagents.testing import temporal_binary
 
 from . import CEILING
 

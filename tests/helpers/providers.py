@@ -14,11 +14,11 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from durable_subagents import TaskEvent
-from durable_subagents.activities.providers import (
+from durable_subagents.client._live_turn import RESTARTED
+from durable_subagents.providers import (
     clear_provider_cache,
     close_providers,
 )
-from durable_subagents.client._live import RESTARTED
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 
 

@@ -7,8 +7,9 @@ input, cancels, and lists and shows tasks. Bearer tokens with roles (``viewer``,
 """
 
 from durable_subagents.cli.inbox._access import Grant, Role, Tokens, load_tokens
-from durable_subagents.cli.inbox._api import ERROR_STATUS, ROUTES, InboxServer, build_app, openapi
+from durable_subagents.cli.inbox._api import InboxServer, build_app
 from durable_subagents.cli.inbox._inbox import Inbox
+from durable_subagents.cli.inbox._routes import ERROR_STATUS, ROUTES, openapi
 
 __all__ = [
     "ERROR_STATUS",

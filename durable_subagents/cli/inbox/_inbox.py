@@ -26,8 +26,8 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents._payloads import WORKFLOW
 from durable_subagents.cli.inbox._access import Grant
 from durable_subagents.client import SubagentClient
-from durable_subagents.client._client import MAX_REASON_BYTES
-from durable_subagents.client._info import info_from, quote
+from durable_subagents.client._decisions import MAX_REASON_BYTES
+from durable_subagents.client._task_state import info_from, quote
 from durable_subagents.errors import PayloadEncryptionError, TaskNotFound, WrongTaskState
 from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
 

@@ -1,0 +1,128 @@
+"""What some settings' text means beyond its type, and the host files tools never read.
+
+The tool user (``SUBAGENTS_TOOL_USER``) and the model rate limits
+(``SUBAGENTS_MODEL_RATE_LIMITS``) are parsed here; ``secret_paths`` lists the host
+files and directories that hold credentials or the project's own data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import platformdirs
+
+from durable_subagents._temporal_config import credential_files
+
+__all__ = ["parse_rate_limits", "parse_tool_user", "secret_paths"]
+
+
+def parse_tool_user(value: str) -> tuple[int, int] | None:
+    """``SUBAGENTS_TOOL_USER`` as (uid, gid): ``auto`` is None; root is refused.
+
+    ``UID`` alone takes the user's primary group where the system knows the user, else
+    the same number; a name is looked up in the system's user database.
+
+    Raises:
+        ValueError: An unknown user or group, or root.
+    """
+    import grp
+    import pwd
+
+    text = value.strip()
+    if text == "auto":
+        return None
+    user, _, group = text.partition(":")
+    try:
+        if user.isdigit():
+            uid = int(user)
+            try:
+                primary = pwd.getpwuid(uid).pw_gid
+            except KeyError:
+                primary = uid
+        else:
+            entry = pwd.getpwnam(user)
+            uid, primary = entry.pw_uid, entry.pw_gid
+        if not group:
+            gid = primary
+        else:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(
+            f"SUBAGENTS_TOOL_USER={value!r}: no such user or group on this machine; use "
+            "auto, UID[:GID] or NAME[:GROUP]"
+        ) from None
+    if uid == 0 or gid == 0:
+        raise ValueError(
+            f"SUBAGENTS_TOOL_USER={value!r} is root: tool commands never run as root; name "
+            "an unprivileged user, or use auto (the workspace's owner)"
+        )
+    return uid, gid
+
+
+_PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def parse_rate_limits(value: str) -> dict[str, float]:
+    """``openai=5,anthropic=0.5`` as ``{"openai": 5.0, "anthropic": 0.5}``.
+
+    Raises:
+        ValueError: An entry is not ``provider=turns per second`` with a positive,
+            finite rate.
+    """
+    out: dict[str, float] = {}
+    for entry in value.split(","):
+        if not entry.strip():
+            continue
+        name, sep, rate = entry.partition("=")
+        name = name.strip()
+        try:
+            per_second = float(rate)
+        except ValueError:
+            per_second = math.nan
+        if not sep or not _PROVIDER.fullmatch(name) or not 0 < per_second < math.inf:
+            raise ValueError(
+                f"SUBAGENTS_MODEL_RATE_LIMITS entry {entry.strip()!r} is not "
+                "provider=turns per second (e.g. openai=5,anthropic=0.5)"
+            )
+        out[name] = per_second
+    return out
+
+
+def secret_paths(
+    blob_dir: Path, data_dir: Path, profile: str | None, config_file: Path | None
+) -> list[Path]:
+    """What no tool may read: blob store, data and config dirs, Temporal and AWS keys.
+
+    Args:
+        blob_dir: The local blob directory.
+        data_dir: The project's data directory.
+        profile: The Temporal profile in use (its certificate files are listed).
+        config_file: Temporal's configuration file, if one is named.
+    """
+    paths = [
+        blob_dir,
+        data_dir,
+        Path.home() / ".aws",
+        Path(platformdirs.user_config_dir("durable-subagents")),
+        Path(platformdirs.user_config_dir("temporalio")),
+    ]
+    paths += credential_files(profile, config_file)
+    for name in (
+        "TEMPORAL_CONFIG_FILE",
+        "TEMPORAL_TLS_CLIENT_CERT_PATH",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH",
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+        "TEMPORAL_TLS_CERT",
+        "TEMPORAL_TLS_KEY",
+        "TEMPORAL_TLS_CA",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ):
+        value = os.environ.get(name)
+        if value:
+            paths.append(Path(value))
+    return paths

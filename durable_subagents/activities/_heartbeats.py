@@ -1,0 +1,108 @@
+"""Heartbeats of a running activity: how a cancel reaches it, and live text travels.
+
+A model turn or a tool call heartbeats in the background, so a stalled call still
+notices a cancellation; a model turn's heartbeats also carry its text so far. An
+attempt that may have outlived its task (a retry, or one that waited in the queue)
+asks the server first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+
+from durable_subagents._live_text import LiveText
+
+__all__ = [
+    "HEARTBEAT_EVERY",
+    "LIVE_EVERY",
+    "STALE_AFTER",
+    "cancel_requested",
+    "heartbeat",
+    "heartbeating",
+    "may_be_stale",
+]
+
+HEARTBEAT_EVERY = 1.0
+"""Seconds between heartbeats of a running activity (cancellation arrives with them)."""
+
+
+def heartbeat(*details: Any) -> None:
+    with contextlib.suppress(RuntimeError):
+        if not activity.info().is_local:  # a local activity's workflow task beats for it
+            activity.heartbeat(*details)
+
+
+LIVE_EVERY = 0.25
+"""Seconds between looks for new live text (the worker sends at most one heartbeat a
+second and keeps the latest details for the next)."""
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
+    """Heartbeat in the background so a stalled call still notices cancellation.
+
+    With ``live``, every heartbeat carries the model's text so far (see ``_live_text``).
+    """
+
+    async def beat() -> None:
+        # Sleep first: a call that ends within a second costs no heartbeat round trip.
+        await asyncio.sleep(HEARTBEAT_EVERY)
+        since = HEARTBEAT_EVERY
+        while True:
+            if live is not None and (live.changed or since >= HEARTBEAT_EVERY):
+                heartbeat(live.details())
+                since = 0.0
+            elif live is None:
+                heartbeat()
+                since = 0.0
+            step = LIVE_EVERY if live is not None else HEARTBEAT_EVERY
+            await asyncio.sleep(step)
+            since += step
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+STALE_AFTER = timedelta(seconds=2)
+"""An attempt that waited this long to start may belong to a task cancelled meanwhile."""
+
+
+def may_be_stale(info: activity.Info) -> bool:
+    """Whether to ask the server for a cancel before any side effect.
+
+    A retried attempt, or one that waited in the queue (every worker was down), can
+    start on a worker before the workflow has seen a cancel request. A fresh attempt
+    that started at once costs nothing extra.
+    """
+    if info.attempt > 1:
+        return True
+    scheduled = info.current_attempt_scheduled_time
+    return datetime.now(UTC) - scheduled > STALE_AFTER
+
+
+async def cancel_requested() -> bool:
+    """Whether the activity's task was asked to cancel, or has closed already.
+
+    The server retries activities by itself: a retry can start on a new worker before
+    the workflow has processed a cancel request, so a retried attempt checks first.
+    """
+    info = activity.info()
+    if not info.workflow_id:
+        return False
+    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    desc = await handle.describe()
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return True
+    return bool(desc.raw_description.workflow_extended_info.cancel_requested)

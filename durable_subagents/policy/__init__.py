@@ -1,0 +1,36 @@
+"""Permission rules, and the bash reader they judge commands with.
+
+Pure functions, safe to call from workflow code.
+"""
+
+from durable_subagents.policy._rules import (
+    READ_ONLY_TOOLS,
+    SEARCH_TOOLS,
+    PathRules,
+    arguments_hash,
+    arguments_preview,
+    call_hash,
+    decide,
+    has_rules_for,
+    main_argument,
+    mode_default,
+    protected_write,
+    result_record_name,
+    rule_target_key,
+)
+
+__all__ = [
+    "READ_ONLY_TOOLS",
+    "SEARCH_TOOLS",
+    "PathRules",
+    "arguments_hash",
+    "arguments_preview",
+    "call_hash",
+    "decide",
+    "has_rules_for",
+    "main_argument",
+    "mode_default",
+    "protected_write",
+    "result_record_name",
+    "rule_target_key",
+]

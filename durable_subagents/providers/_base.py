@@ -1,0 +1,196 @@
+"""The provider interface and the ``provider:model`` resolver.
+
+A model name is ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
+``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys from the
+worker's environment when they are built, and are cached per (provider, base URL,
+key, idle timeout) so a worker reuses one HTTP client across turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.types import ModelRequest, ModelResponse
+
+from ._errors import missing_key_error
+from ._names import PROVIDERS, parse_model
+from .anthropic import AnthropicProvider
+from .openai import OpenAIProvider
+from .scripted import ScriptedProvider
+
+__all__ = [
+    "PROVIDERS",
+    "ModelProvider",
+    "TextSink",
+    "clear_provider_cache",
+    "close_providers",
+    "import_sdk",
+    "parse_model",
+    "resolve_provider",
+]
+
+_cache: dict[tuple[str, str, str, float | None], ModelProvider] = {}
+
+TextSink = Callable[[str], None]
+"""Receives the answer's text as it streams, one delta at a time (live text)."""
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """One model API behind a provider-neutral request/response.
+
+    Implementations translate ``ModelRequest`` to the provider's wire format, stream
+    the answer, and raise ``temporalio.exceptions.ApplicationError`` for failures so
+    Temporal's retry policy decides what happens next.
+    """
+
+    name: str
+    """``openai``, ``anthropic`` or ``scripted``."""
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_thinking: TextSink | None = None,
+    ) -> ModelResponse:
+        """Run one model turn.
+
+        Args:
+            request: The neutral request; ``request.model`` is the provider's own name.
+            on_text: Called with each piece of the answer's text as it arrives; the
+                pieces joined are the response's ``text``.
+            on_thinking: Called with each piece of the model's thinking as it arrives
+                (providers that show none never call it); the pieces joined are
+                ``types.thinking_text`` of the response's ``reasoning``.
+
+        Returns:
+            The neutral response (text, tool calls, reasoning blocks, usage, stop
+            reason). Its strings, and the pieces given to ``on_text`` and
+            ``on_thinking``, hold no lone surrogate: they become U+FFFD where they
+            arrive (``_text.encodable_response``), since no payload can carry one.
+        """
+        ...
+
+
+def resolve_provider(
+    model: str,
+    *,
+    default_model: str | None = None,
+    idle_timeout: float | None = None,
+    script_files: bool = False,
+    prompt_cache_key: str = "auto",
+) -> tuple[ModelProvider, str, str]:
+    """Find (or build) the provider for a model name.
+
+    Runs on the worker: building the OpenAI or Anthropic provider reads
+    ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY``/
+    ``ANTHROPIC_BASE_URL`` from the environment.
+
+    Args:
+        model: The task's model name (see ``parse_model``).
+        default_model: The worker's ``SUBAGENTS_MODEL``, used for ``default``.
+        idle_timeout: Seconds a streaming provider waits for data (response headers,
+            then each stream event) before it abandons the attempt with a retryable
+            error (the worker's ``SUBAGENTS_MODEL_IDLE_TIMEOUT``); None: no limit.
+        script_files: Whether ``scripted:@FILE`` may be read (``SUBAGENTS_SCRIPT_FILES``).
+        prompt_cache_key: Whether OpenAI requests carry ``prompt_cache_key``: ``on``,
+            ``off``, or ``auto`` (only to api.openai.com; ``SUBAGENTS_PROMPT_CACHE_KEY``).
+
+    Returns:
+        ``(provider, full_name, provider_model)``; put ``provider_model`` into
+        ``ModelRequest.model``.
+
+    Raises:
+        InvalidRequest: The model name is malformed.
+        temporalio.exceptions.ApplicationError: The provider's key is not set on the
+            worker (non-retryable, type ``ModelRequestError``).
+
+    Example:
+        >>> provider, full, name = resolve_provider("scripted:demo-explore")
+        >>> (provider.name, full, name)
+        ('scripted', 'scripted:demo-explore', 'demo-explore')
+    """
+    provider_name, full, provider_model = parse_model(model, default_model=default_model)
+    provider = _build(provider_name, idle_timeout, script_files, prompt_cache_key)
+    return provider, full, provider_model
+
+
+def _fingerprint(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _build(
+    provider_name: str, idle_timeout: float | None, script_files: bool, prompt_cache_key: str
+) -> ModelProvider:
+    if provider_name == "scripted":
+        cache_key: tuple[str, str, str, float | None] = ("scripted", str(script_files), "", None)
+        if cache_key not in _cache:
+            _cache[cache_key] = ScriptedProvider(script_files=script_files)
+        return _cache[cache_key]
+    if provider_name == "openai":
+        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
+        if key is None:
+            raise missing_key_error("openai", "OPENAI_API_KEY")
+        official = base_url is None or "api.openai.com" in base_url
+        send_key = prompt_cache_key == "on" or (prompt_cache_key == "auto" and official)
+        cache_key = ("openai", f"{base_url or ''} {send_key}", _fingerprint(key), idle_timeout)
+        if cache_key not in _cache:
+            _cache[cache_key] = OpenAIProvider(
+                api_key=key,
+                base_url=base_url,
+                idle_timeout=idle_timeout,
+                prompt_cache_key=send_key,
+            )
+        return _cache[cache_key]
+    base_url = os.environ.get("ANTHROPIC_BASE_URL") or None
+    key = os.environ.get("ANTHROPIC_API_KEY") or None
+    if key is None:
+        raise missing_key_error("anthropic", "ANTHROPIC_API_KEY")
+    cache_key = ("anthropic", base_url or "", _fingerprint(key), idle_timeout)
+    if cache_key not in _cache:
+        _cache[cache_key] = AnthropicProvider(
+            api_key=key, base_url=base_url, idle_timeout=idle_timeout
+        )
+    return _cache[cache_key]
+
+
+def import_sdk(model: str | None) -> None:
+    """Import the SDK of the provider ``model`` names, if it has one.
+
+    A provider imports its SDK when it is first built, so a worker loads only the SDKs
+    of the providers its tasks name. A worker imports its default model's in a thread
+    while it starts, so that its first task does not wait for it (OpenAI's took about
+    half a second, Anthropic's two). A malformed name is left for the task that uses it.
+    """
+    try:
+        provider, _, _ = parse_model(model or "scripted")
+    except InvalidRequest:
+        return
+    if provider in ("openai", "anthropic"):
+        importlib.import_module(f"{__package__}.{provider}").import_sdk()
+
+
+def clear_provider_cache() -> None:
+    """Forget cached providers (tests that change the environment call this)."""
+    _cache.clear()
+
+
+async def close_providers() -> None:
+    """Close the HTTP sessions cached providers opened on the running loop, and forget them.
+
+    Call it once the process's workers have stopped: an open aiohttp session is
+    reported as "Unclosed client session" when the process exits. A later model turn
+    builds a new provider.
+    """
+    providers = list(_cache.values())
+    _cache.clear()
+    for provider in providers:
+        aclose = getattr(provider, "aclose", None)
+        if aclose is not None:
+            await aclose()

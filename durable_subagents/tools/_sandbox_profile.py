@@ -1,0 +1,154 @@
+"""A sandbox's profile: what one tool call's processes see, as bubblewrap's arguments.
+
+A read-only view of the system directories only, the task's workspace the only
+writable path (its protected entries read-only), a private ``/tmp``, ``/dev`` and
+``/proc``, new namespaces, the seccomp filter, and the host paths it must not read
+hidden.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.tools._limits import (
+    DEFAULT_LIMITS,
+)
+from durable_subagents.tools._protected_mounts import protected_mounts
+
+__all__ = ["SANDBOX_HOME", "SandboxProfile", "bwrap_argv"]
+
+SANDBOX_HOME = "/tmp/home"
+"""``HOME`` inside the sandbox: on the private ``/tmp``, gone after the call."""
+
+_SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+)
+_MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+_MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+
+
+@dataclass(frozen=True)
+class SandboxProfile:
+    """What one tool call's processes may see and use.
+
+    Attributes:
+        workspace: The only writable directory (the task's workspace).
+        network: Share the worker's network (default: loopback only).
+        env: The whole environment of the command (``PATH`` and ``HOME`` are set for
+            the sandbox when missing).
+        limits: Resource limits (unset fields take ``DEFAULT_LIMITS``).
+        protected: Workspace entries kept read-only (names at the workspace's top).
+        hidden: Host paths made empty inside (the blob store, data and config directories).
+        read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
+        run_as: The uid and gid the command runs as (a root worker's tool user, see
+            ``tool_user``); None: the worker's own (which must not be root then).
+    """
+
+    workspace: Path
+    network: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: ToolLimits = field(default_factory=ToolLimits)
+    protected: tuple[str, ...] = PROTECTED_PATHS
+    hidden: tuple[Path, ...] = ()
+    read_paths: tuple[Path, ...] = ()
+    run_as: tuple[int, int] | None = None
+
+    def effective_limits(self) -> ToolLimits:
+        """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
+
+        Never capped by the defaults: a worker may allow more than they do.
+        """
+        return self.limits.filled_from(DEFAULT_LIMITS)
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+@functools.lru_cache(maxsize=16)
+def _system_view(
+    network: bool, read_paths: tuple[Path, ...]
+) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """The part of the profile every call of a worker shares, and the host paths it shows.
+
+    Looked up once per process: what the system directories are does not change.
+    """
+    out: list[str] = []
+    visible: list[Path] = []
+    for name in _SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            out += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            out += ["--ro-bind", name, name]
+            visible.append(path)
+    for extra in read_paths:
+        if extra.exists():
+            out += ["--ro-bind", str(extra), str(extra)]
+            visible.append(extra)
+    if network:
+        for name in ("/run/systemd/resolve", "/run/resolvconf"):
+            if Path(name).is_dir():
+                out += ["--ro-bind", name, name]
+    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
+    out += ["--tmpfs", "/var/tmp"]
+    for name in _MASKED_FILES:
+        if Path(name).is_file():
+            out += ["--ro-bind", "/dev/null", name]
+    for name in _MASKED_DIRS:
+        if Path(name).is_dir():
+            out += ["--tmpfs", name]
+    return tuple(out), tuple(visible)
+
+
+def bwrap_argv(
+    exe: str,
+    profile: SandboxProfile,
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    *,
+    seccomp: int | None = None,
+) -> list[str]:
+    ws = profile.workspace
+    out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
+    if profile.network:
+        out.append("--share-net")
+    system, visible = _system_view(profile.network, profile.read_paths)
+    out += system
+    hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
+    out += _mask(hidden_outside)
+    out += ["--bind", str(ws), str(ws)]
+    out += protected_mounts(ws, profile.protected)
+    out += _mask([h for h in profile.hidden if _under(h, [ws])])
+    if seccomp is not None:
+        out += ["--seccomp", str(seccomp)]
+    out += ["--chdir", str(cwd or ws), "--", *argv]
+    return out
+
+
+def _mask(paths: Sequence[Path]) -> list[str]:
+    out: list[str] = []
+    masked: list[Path] = []
+    for path in sorted(paths, key=lambda p: len(p.parts)):
+        if _under(path, masked):
+            continue  # already empty: a mount point inside a read-only tmpfs cannot be made
+        if path.is_dir():
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+            masked.append(path)
+        elif path.exists():
+            out += ["--ro-bind", "/dev/null", str(path)]
+    return out

@@ -1,0 +1,48 @@
+"""What the loop makes of a turn and a call: stop reasons, tool timeouts, error results.
+
+Pure and deterministic (the workflow calls them), no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents._payloads import ModelTurnResult, ToolCallResult
+    from durable_subagents.types import ToolCall
+
+
+def tool_timeout(value: object) -> float:
+    """The tool's own timeout argument, within 1-600 s, whatever the model sent."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return 120.0
+    if not math.isfinite(seconds):
+        return 120.0
+    return min(max(seconds, 1.0), 600.0)
+
+
+def final_stop_reason(turn: ModelTurnResult) -> str:
+    """``end_turn`` for a normal final answer, whatever the provider calls it."""
+    if turn.stop_reason in (None, "", "stop", "end_turn", "tool_calls", "tool_use"):
+        return "end_turn"
+    return turn.stop_reason
+
+
+def tool_error(call: ToolCall, message: str) -> ToolCallResult:
+    return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
+
+
+def error_message(err: BaseException) -> str:
+    """The innermost meaningful message of a failure chain."""
+    parts = []
+    cur: BaseException | None = err
+    while cur is not None:
+        msg = getattr(cur, "message", None) or str(cur)
+        if msg and msg not in parts and msg != "Activity task failed":
+            parts.append(msg)
+        cur = cur.__cause__
+    return ": ".join(parts) or type(err).__name__
