@@ -23,9 +23,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port, missing_search_attributes, server_answers
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING, eventually
-from .helpers.cli import CLI, _env, arun, failed, ok, run
-from .helpers.tasks import give_to_tool_user, script
+from ..helpers import CEILING, eventually
+from ..helpers.cli import CLI, _env, arun, failed, ok, run
+from ..helpers.tasks import give_to_tool_user, script
 
 
 @pytest.fixture
@@ -698,7 +698,7 @@ async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     assert '"command": "wc -l inventory/*.py tests/*.py"' in out
     assert "The demo approves call_0_0" in out
     # ... and the task answered with the command's real output
-    workspace = Path(__file__).parents[1] / "durable_subagents" / "demo_workspace"
+    workspace = Path(__file__).parents[2] / "durable_subagents" / "demo_workspace"
     for name in ("inventory/models.py", "inventory/store.py", "tests/test_models.py"):
         lines = len((workspace / name).read_text().splitlines())
         assert re.search(rf"│ +{lines} {re.escape(name)} ", out), (name, out)

@@ -42,11 +42,11 @@ from durable_subagents.dev import DevServer, free_port, run_dev, temporal_binary
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.worker import create_worker
 
-from .browser import CHROMIUM, needs_browser
-from .helpers import CEILING
-from .helpers.cli import CLI, _env, decoded_strings, failed, ok, run, temporal_cli
-from .helpers.processes import _wait_ready
-from .helpers.tasks import script
+from ..browser import CHROMIUM, needs_browser
+from ..helpers import CEILING
+from ..helpers.cli import CLI, _env, decoded_strings, failed, ok, run, temporal_cli
+from ..helpers.processes import _wait_ready
+from ..helpers.tasks import script
 
 # Plain words: the Web UI shows a summary as markdown, escaping punctuation.
 PROMPT = "Reconcile the ledger of account 4471 for the quarterly audit"

@@ -16,7 +16,7 @@ import yaml
 from durable_subagents import _search_attributes as sa
 from durable_subagents.dev import FAIRNESS_DYNAMIC_CONFIG, LOW_LATENCY_DYNAMIC_CONFIG
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET_SERVICE = "minio-setup"
 
 

@@ -23,10 +23,10 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.processes import processes_matching, wait_for
-from .helpers.providers import fake_provider
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.processes import processes_matching, wait_for
+from ..helpers.providers import fake_provider
+from ..helpers.tasks import script
 
 
 @contextlib.asynccontextmanager

@@ -37,8 +37,8 @@ from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeOpenAIServer
 
-from .helpers import CEILING
-from .helpers.tasks import give_to_tool_user
+from ..helpers import CEILING
+from ..helpers.tasks import give_to_tool_user
 
 SIDE = "side.txt"
 pytestmark = pytest.mark.timeout(600)

@@ -23,7 +23,7 @@ from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeOpenAIServer
 
-from .helpers.tasks import give_to_tool_user
+from ..helpers.tasks import give_to_tool_user
 
 MODEL = "openai:gpt-drain"
 DRAIN = 2.0

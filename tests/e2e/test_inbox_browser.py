@@ -23,8 +23,8 @@ from durable_subagents._terminal import shown
 from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 
-from .browser import CHROMIUM, needs_browser
-from .helpers.tasks import script
+from ..browser import CHROMIUM, needs_browser
+from ..helpers.tasks import script
 
 pytestmark = [pytest.mark.browser, needs_browser]
 async_api = pytest.importorskip(

@@ -13,9 +13,9 @@ from durable_subagents.agents import load_agents
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 
-from .helpers.cli import _env
-from .helpers.mcp import NAMES, call, mcp_session
-from .helpers.tasks import script
+from ..helpers.cli import _env
+from ..helpers.mcp import NAMES, call, mcp_session
+from ..helpers.tasks import script
 
 REVIEWER = """\
 ---

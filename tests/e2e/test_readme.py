@@ -32,9 +32,9 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
+from ..helpers import CEILING
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "CONTRIBUTING.md"]
 """The pages whose snippets run: the README, every page of docs/, CONTRIBUTING."""

@@ -34,9 +34,9 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.processes import wait_for
-from .helpers.tasks import give_to_tool_user, script
+from ..helpers import CEILING
+from ..helpers.processes import wait_for
+from ..helpers.tasks import give_to_tool_user, script
 
 SIDE = "side.txt"
 SLOW_ANSWER = " ".join(f"word{i}" for i in range(12))

@@ -23,9 +23,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer, free_port
 from durable_subagents.worker import create_worker
 
-from .browser import CHROMIUM
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..browser import CHROMIUM
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 pytestmark = [
     pytest.mark.browser,

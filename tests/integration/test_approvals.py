@@ -29,8 +29,8 @@ from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 CAREFUL = AgentSpec(
     name="careful",

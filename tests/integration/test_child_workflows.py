@@ -13,9 +13,9 @@ from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers.processes import processes_matching, wait_for
-from .helpers.tasks import script
-from .parent_workflows import BadRequestWorkflow, FanOutWorkflow, LongChildWorkflow
+from ..helpers.processes import processes_matching, wait_for
+from ..helpers.tasks import script
+from ..parent_workflows import BadRequestWorkflow, FanOutWorkflow, LongChildWorkflow
 
 WORKFLOWS = [FanOutWorkflow, BadRequestWorkflow, LongChildWorkflow]
 

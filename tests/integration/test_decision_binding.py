@@ -35,8 +35,8 @@ from durable_subagents.config import Settings
 from durable_subagents.policy import PathRules
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
-from .helpers import CEILING
-from .helpers.tasks import give_to_tool_user, script
+from ..helpers import CEILING
+from ..helpers.tasks import give_to_tool_user, script
 
 HOOK = "#!/bin/sh\ntouch {marker}\n"
 SECRET = "the-secret-key-material"

@@ -40,8 +40,8 @@ from durable_subagents.dev import (
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
-from .helpers import CEILING
-from .helpers.processes import _wait_ready
+from ..helpers import CEILING
+from ..helpers.processes import _wait_ready
 
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:

@@ -21,10 +21,10 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.processes import processes_matching, wait_for
-from .helpers.providers import fake_provider
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.processes import processes_matching, wait_for
+from ..helpers.providers import fake_provider
+from ..helpers.tasks import script
 
 PAYLOAD_LIMIT = 256 * 1024
 

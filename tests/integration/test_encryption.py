@@ -38,9 +38,9 @@ from durable_subagents.dev import DevServer
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.cli import decoded_strings, temporal_cli
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.cli import decoded_strings, temporal_cli
+from ..helpers.tasks import script
 
 PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
 OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
@@ -341,8 +341,8 @@ async def test_the_cli_and_the_mcp_server_work_unchanged_with_the_key(
 ) -> None:
     """``subagents spawn/check/watch/ls`` and ``subagents mcp``, configured only by the
     environment, against an encrypted worker; a CLI without the key names the one it needs."""
-    from .helpers.cli import _env, arun, failed, ok
-    from .helpers.mcp import call, mcp_session
+    from ..helpers.cli import _env, arun, failed, ok
+    from ..helpers.mcp import call, mcp_session
 
     own = with_keys(settings, key)
     temporal = await connect_client(own.address, own.namespace, keys=own.payload_keys())
@@ -391,7 +391,7 @@ async def test_a_hostile_model_cannot_read_the_payload_key(
     settings: Settings, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The key is in the worker's environment; the attacker tries every way to it."""
-    from .helpers.attacks import bash, call, run_attack
+    from ..helpers.attacks import bash, call, run_attack
 
     monkeypatch.setenv("SUBAGENTS_PAYLOAD_KEY", key)
     own = with_keys(settings, key)

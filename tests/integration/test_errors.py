@@ -17,7 +17,7 @@ from durable_subagents import (
 from durable_subagents._audience import for_model, for_shell
 from durable_subagents.config import Settings
 
-from .helpers import CEILING
+from ..helpers import CEILING
 
 
 async def _no_task_started(client: SubagentClient) -> None:
@@ -130,7 +130,7 @@ def test_spawn_options_refuse_unknown_names_and_stay_as_built() -> None:
 async def test_narrowing_options_take_effect(
     client: SubagentClient, worker: None, workspace: object
 ) -> None:
-    from .helpers.tasks import script
+    from ..helpers.tasks import script
 
     model = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf x"}}]},
@@ -270,7 +270,7 @@ async def test_every_call_names_an_unknown_task(client: SubagentClient) -> None:
 async def test_after_bad_requests_the_worker_still_runs_tasks(
     client: SubagentClient, worker: None
 ) -> None:
-    from .helpers.tasks import script
+    from ..helpers.tasks import script
 
     for bad in ({"max_turns": 0}, {"time_limit": float("inf")}, {"metadata": {"x": object()}}):
         with pytest.raises(InvalidRequest):

@@ -17,7 +17,7 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import FAIRNESS_DYNAMIC_CONFIG, DevServer, free_port
 from durable_subagents.worker import create_worker
 
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 SWARM = 16
 TURN = 0.25

@@ -31,8 +31,8 @@ from durable_subagents.activities.tools._seccomp import REFUSED_CALLS, seccomp_s
 from durable_subagents.config import Settings, parse_tool_user
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.tasks import TOOL_USER, give_to_tool_user, script
+from ..helpers import CEILING
+from ..helpers.tasks import TOOL_USER, give_to_tool_user, script
 
 WORKER_USER = (10002, 10002)
 """The unprivileged worker's user (a process of its own when the suite runs as root)."""

@@ -28,11 +28,11 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.attacks import bash, call, run_attack, tool_outputs
-from .helpers.tasks import give_to_tool_user, script
+from ..helpers import CEILING
+from ..helpers.attacks import bash, call, run_attack, tool_outputs
+from ..helpers.tasks import give_to_tool_user, script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRETS = {
     "OPENAI_API_KEY": "sk-hostile-test-openai-0123456789",
     "AZURE_OPENAI_KEY": "azure-hostile-test-key-0123456789",

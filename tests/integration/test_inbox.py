@@ -36,7 +36,7 @@ from durable_subagents.cli.inbox import ROUTES, Grant, Inbox, InboxServer, Role,
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 APPROVER = "approver-" + uuid.uuid4().hex
 VIEWER = "viewer-" + uuid.uuid4().hex

@@ -17,15 +17,15 @@ from durable_subagents.client._live import RESTARTED, LiveTurn
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.cli import CLI, _env
-from .helpers.providers import (
+from ..helpers import CEILING
+from ..helpers.cli import CLI, _env
+from ..helpers.providers import (
     MODELS,
     PROVIDERS,
     model_api,
     turn_text,
 )
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 WORDS = " ".join(f"word{i}" for i in range(1, 25)) + "."
 

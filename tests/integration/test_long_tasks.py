@@ -47,9 +47,9 @@ from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._details import TaskView, current_details
 
-from .helpers.processes import worker_process
-from .helpers.providers import fake_provider
-from .helpers.tasks import script
+from ..helpers.processes import worker_process
+from ..helpers.providers import fake_provider
+from ..helpers.tasks import script
 
 FILES = 30
 FILE_BYTES = 16 * 1024

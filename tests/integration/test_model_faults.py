@@ -20,7 +20,7 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeModelServer
 from durable_subagents.worker import create_worker
 
-from .helpers.providers import MODELS, PROVIDERS, activity_runs, model_api
+from ..helpers.providers import MODELS, PROVIDERS, activity_runs, model_api
 
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 

@@ -27,8 +27,8 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.types import Message, ModelRequest
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.providers import (
+from ..helpers import CEILING
+from ..helpers.providers import (
     MODELS,
     PROVIDERS,
     activity_runs,
@@ -36,7 +36,7 @@ from .helpers.providers import (
     recorded_failure,
     turn_text,
 )
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 LONE = "\ud800"
 R = "\ufffd"

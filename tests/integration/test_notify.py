@@ -29,7 +29,7 @@ from durable_subagents._payloads import NotifyResult
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 CAREFUL = AgentSpec(

@@ -32,7 +32,7 @@ from durable_subagents.dev import DevServer, free_port
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import run_worker
 
-from .helpers.tasks import script
+from ..helpers.tasks import script
 
 CLI = [sys.executable, "-m", "durable_subagents"]
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")

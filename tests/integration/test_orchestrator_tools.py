@@ -32,9 +32,9 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.types import PendingApproval, Usage
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.mcp import NAMES
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.mcp import NAMES
+from ..helpers.tasks import script
 
 CAREFUL = AgentSpec(
     name="careful",

@@ -20,10 +20,10 @@ from durable_subagents.dev import DevServer
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
-from .helpers import CEILING
-from .helpers.tasks import script
-from .histories import HISTORIES
-from .parent_workflows import FanOutWorkflow
+from ..helpers import CEILING
+from ..helpers.tasks import script
+from ..histories import HISTORIES
+from ..parent_workflows import FanOutWorkflow
 
 
 def keyed(settings: Settings) -> Settings:

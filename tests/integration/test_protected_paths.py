@@ -43,9 +43,9 @@ from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-from .helpers import CEILING
-from .helpers.tasks import give_to_tool_user, script
-from .parent_workflows import WorkspaceWorkflow
+from ..helpers import CEILING
+from ..helpers.tasks import give_to_tool_user, script
+from ..parent_workflows import WorkspaceWorkflow
 
 FILES_WITHOUT_SUFFIX = {".envrc"}
 

@@ -32,8 +32,8 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 
-from .helpers import CEILING
-from .helpers.providers import recorded_failure
+from ..helpers import CEILING
+from ..helpers.providers import recorded_failure
 
 OPENAI_KEY = "sk-test-openai-secret-0123456789"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"

@@ -32,9 +32,9 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.worker import sweep_blobs
 
-from .helpers import CEILING
-from .helpers.tasks import script
-from .s3server import S3Server
+from ..helpers import CEILING
+from ..helpers.tasks import script
+from ..s3server import S3Server
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ async def test_a_missing_bucket_says_to_create_it(s3: S3Server, bucket: str) -> 
 async def test_an_unreachable_store_fails_within_its_retry_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from .s3server import free_port
+    from ..s3server import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -369,7 +369,7 @@ async def test_a_store_that_does_not_answer_shows_while_the_turn_is_retried(
     """An outage of the store is retried like a model outage, and a parent sees why."""
     from durable_subagents.worker import create_worker
 
-    from .s3server import free_port
+    from ..s3server import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -435,7 +435,7 @@ async def test_a_hostile_model_cannot_reach_the_s3_store_or_its_keys(
     """
     from durable_subagents.worker import create_worker
 
-    from .helpers.attacks import bash, call, run_attack
+    from ..helpers.attacks import bash, call, run_attack
 
     secret = "s3-secret-" + os.urandom(8).hex()
     workspace = settings.workspace

@@ -20,9 +20,9 @@ from durable_subagents import (
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.processes import wait_for
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.processes import wait_for
+from ..helpers.tasks import script
 
 
 async def test_follow_up_continues_a_completed_task(

@@ -13,9 +13,9 @@ from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, Subagen
 from durable_subagents.activities.providers import SCRIPTS
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
-from .helpers import CEILING
-from .helpers.processes import processes_matching, wait_for
-from .helpers.tasks import give_to_tool_user, script
+from ..helpers import CEILING
+from ..helpers.processes import processes_matching, wait_for
+from ..helpers.tasks import give_to_tool_user, script
 
 
 def spawn(agent: str, prompt: str, model: str) -> dict:  # type: ignore[type-arg]

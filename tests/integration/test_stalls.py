@@ -25,12 +25,12 @@ from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
-from . import stall_worker
-from .helpers import CEILING
-from .helpers.tasks import give_to_tool_user, script
-from .stall_worker import RELEASE, hang
+from .. import stall_worker
+from ..helpers import CEILING
+from ..helpers.tasks import give_to_tool_user, script
+from ..stall_worker import RELEASE, hang
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
     task's model turns still start at once."""
     from temporalio.api.enums.v1 import EventType
 
-    from .helpers.processes import processes_matching
+    from ..helpers.processes import processes_matching
 
     workspace = settings.workspace
     assert workspace is not None

@@ -35,8 +35,8 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
-from .helpers.tasks import script
-from .parent_workflows import StructuredChildWorkflow
+from ..helpers.tasks import script
+from ..parent_workflows import StructuredChildWorkflow
 
 VERDICT = {
     "type": "object",

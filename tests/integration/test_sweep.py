@@ -13,8 +13,8 @@ from durable_subagents._blobstore import LocalBlobStore
 from durable_subagents.config import Settings
 from durable_subagents.worker import sweep_blobs
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 
 async def test_sweep_removes_only_expired_tasks(

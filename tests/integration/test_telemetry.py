@@ -52,8 +52,8 @@ from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 SECRET = "sk-test-telemetry-0123456789abcdef"
 NOTES = "the answer is 42\n"

@@ -25,9 +25,9 @@ from durable_subagents.config import Settings
 from durable_subagents.dev import DevServer
 from durable_subagents.errors import TemporalAccessDenied, TemporalConfigError
 
-from .helpers.cli import CLI, _env
-from .helpers.tasks import give_to_tool_user, script
-from .tls_front import Certificates, TlsFront
+from ..helpers.cli import CLI, _env
+from ..helpers.tasks import give_to_tool_user, script
+from ..tls_front import Certificates, TlsFront
 
 POLL = "/temporal.api.workflowservice.v1.WorkflowService/PollActivityTaskQueue"
 START = "/temporal.api.workflowservice.v1.WorkflowService/StartWorkflowExecution"

@@ -45,8 +45,8 @@ from durable_subagents.testing import FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker
 
-from .helpers.cli import CLI, _env
-from .helpers.processes import worker_process
+from ..helpers.cli import CLI, _env
+from ..helpers.processes import worker_process
 
 MANUAL = "anthropic:claude-haiku-4-5"
 ADAPTIVE = "anthropic:claude-opus-4-6"

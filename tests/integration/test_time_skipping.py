@@ -24,8 +24,8 @@ from durable_subagents._search_attributes import ensure_search_attributes
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 TEST_SERVER = shutil.which("temporal-test-server", path=str(Path(sys.executable).parent))
 

@@ -34,11 +34,11 @@ from durable_subagents.activities.tools._processes import (
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .forked_tools import misbehave
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..forked_tools import misbehave
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from durable_subagents.activities.tools._processes import running_calls
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 CALLS = [
     {"name": "read_file", "arguments": {"path": "a.txt"}},

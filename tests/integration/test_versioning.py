@@ -40,8 +40,8 @@ from durable_subagents.worker._deployment import (
     set_current_command,
 )
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 CAREFUL = AgentSpec(
     name="careful",

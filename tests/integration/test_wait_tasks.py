@@ -15,8 +15,8 @@ from durable_subagents import (
     TaskStatus,
 )
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 SLOW = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30"}}]})
 ASK = script(

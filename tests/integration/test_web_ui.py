@@ -22,9 +22,9 @@ from durable_subagents._markdown import escape
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING
-from .helpers.markdown import commonmark
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.markdown import commonmark
+from ..helpers.tasks import script
 
 HOSTILE_COMMAND = (
     "wc -l inventory/*.py tests/*.py\n\n"

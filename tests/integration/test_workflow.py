@@ -14,8 +14,8 @@ from durable_subagents.activities.tools import ToolContext, ToolRegistry, tool
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from .helpers import CEILING, eventually
-from .helpers.tasks import script
+from ..helpers import CEILING, eventually
+from ..helpers.tasks import script
 
 
 def read(path: str) -> dict:

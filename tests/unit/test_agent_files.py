@@ -30,8 +30,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
-from .helpers import CEILING
-from .helpers.tasks import script
+from ..helpers import CEILING
+from ..helpers.tasks import script
 
 
 def write(path: Path, text: str) -> Path:
@@ -460,7 +460,7 @@ def _corpus() -> Path | None:
     ``SUBAGENTS_AGENT_CORPUS`` says, or in tests/data/agent_corpus): third-party files
     are kept out of this repository's history.
     """
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]
     candidates = [
         os.environ.get("SUBAGENTS_AGENT_CORPUS"),
         here / "data/agent_corpus",
@@ -478,7 +478,7 @@ def test_public_agent_files_load() -> None:
         pytest.skip("no agent corpus: see tests/data/agent_corpus/SOURCES.md")
     files = sorted(corpus.glob("*__*/**/*.md"))
     # the corpus is the one SOURCES.md lists, byte for byte
-    sources = (Path(__file__).parent / "data/agent_corpus/SOURCES.md").read_text()
+    sources = (Path(__file__).parents[1] / "data/agent_corpus/SOURCES.md").read_text()
     listed = dict(
         re.findall(r"^\| `([^`]+)` \| `[0-9a-f]+` \| `([0-9a-f]{16})` \|$", sources, re.M)
     )

@@ -13,8 +13,8 @@ from temporalio.worker import Replayer
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
-from .histories import HISTORIES
-from .histories.record import SCENARIOS, VERSION
+from ..histories import HISTORIES
+from ..histories.record import SCENARIOS, VERSION
 
 
 def test_histories_are_committed() -> None:

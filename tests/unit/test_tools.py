@@ -38,10 +38,10 @@ from durable_subagents.activities.tools import _sandbox as sandbox_module
 from durable_subagents.activities.tools._bash import truncate_middle
 from durable_subagents.errors import InvalidRequest
 
-from .helpers import CEILING
-from .helpers.tasks import give_to_tool_user
+from ..helpers import CEILING
+from ..helpers.tasks import give_to_tool_user
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODES = ["bwrap", "none"]
 
 

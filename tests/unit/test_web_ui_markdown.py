@@ -30,7 +30,7 @@ from durable_subagents.policy import arguments_preview
 from durable_subagents.types import PendingApproval, TaskStatus
 from durable_subagents.workflows._details import TaskView, current_details
 
-from .helpers.markdown import Rendered, commonmark
+from ..helpers.markdown import Rendered, commonmark
 
 HOSTILE = [
     "check __init__ in *.py",
