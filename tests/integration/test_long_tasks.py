@@ -45,7 +45,6 @@ from durable_subagents.dev import DevServer
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer, FakeReply
 from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
-from durable_subagents.workflows._details import TaskView, current_details
 
 from ..helpers.processes import worker_process
 from ..helpers.providers import fake_provider
@@ -614,31 +613,3 @@ async def test_prompt_caching_can_be_turned_off(
     assert len(srv.requests) == 5 and "cache_control" not in json.dumps(srv.requests)
     assert info.usage.cache_read_tokens == info.usage.cache_write_tokens == 0
     assert info.usage == reported(srv.usages, anthropic=True)
-
-
-def test_the_web_ui_details_say_when_a_task_compacts_and_what_it_used() -> None:
-    usage = Usage(
-        input_tokens=12_400, output_tokens=310, cache_read_tokens=11_000, cache_write_tokens=900
-    )
-    view = TaskView(
-        task_id="t",
-        status=TaskStatus.RUNNING,
-        turns=3,
-        max_turns=50,
-        model="m",
-        waiting_for_model=True,
-        usage=usage,
-        compactions=2,
-        compacting=True,
-    )
-    details = current_details(view).split("\n\n")
-    assert details[1] == (
-        "Compacting the conversation to fit the model's context window (old tool results "
-        "become notes, older turns a summary)"
-    )
-    assert details[-1] == (
-        "Tokens in 12,400 (cache read 11,000, written 900) · out 310 · compacted 2 times "
-        "to fit the model's context window"
-    )
-    done = TaskView(task_id="t", status=TaskStatus.COMPLETED, turns=3, max_turns=50, model="m")
-    assert current_details(done) == ""

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -322,21 +321,3 @@ async def test_random_5xx_failures_never_lose_or_repeat_a_turn(
         ("run_tool", 1, True),  # grep reads only: a local activity
         ("model_turn", 2, False),
     ]
-
-
-# ------------------------------------------------------------------ settings
-
-
-def test_model_timeouts_are_worker_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SUBAGENTS_MODEL_IDLE_TIMEOUT", raising=False)
-    monkeypatch.delenv("SUBAGENTS_MODEL_TURN_TIMEOUT", raising=False)
-    assert Settings().model_idle_timeout == 120.0
-    assert Settings().model_turn_timeout is None
-    monkeypatch.setenv("SUBAGENTS_MODEL_IDLE_TIMEOUT", "7.5")
-    monkeypatch.setenv("SUBAGENTS_MODEL_TURN_TIMEOUT", "300")
-    assert (Settings().model_idle_timeout, Settings().model_turn_timeout) == (7.5, 300.0)
-    monkeypatch.setenv("SUBAGENTS_MODEL_TURN_TIMEOUT", " ")
-    assert Settings().model_turn_timeout is None
-    monkeypatch.setenv("SUBAGENTS_MODEL_IDLE_TIMEOUT", "0")
-    with pytest.raises(ValidationError):
-        Settings()

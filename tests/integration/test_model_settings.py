@@ -19,7 +19,6 @@ from openai import AsyncOpenAI, BadRequestError
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, InvalidRequest, SubagentClient, TaskStatus
-from durable_subagents._spawn_options import child_spec
 from durable_subagents.activities.providers import clear_provider_cache, close_providers
 from durable_subagents.activities.providers._thinking import THINKING_BUDGETS
 from durable_subagents.client import SubagentTools
@@ -28,15 +27,8 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.testing.fake_openai import REASONING_TOKENS, FakeReply
 from durable_subagents.worker import create_worker
 
-THINKER = AgentSpec(
-    name="thinker",
-    description="Thinks hard.",
-    tools=["read_file"],
-    permission_mode="plan",
-    reasoning_effort="medium",
-    temperature=0.3,
-    max_output_tokens=2000,
-)
+from ..unit.test_model_settings import THINKER
+
 PLAIN = AgentSpec(name="plain", description="No settings.", tools=["read_file"])
 
 
@@ -166,15 +158,6 @@ async def test_a_spawn_may_lower_the_effort_never_raise_it(
             info = await agents.check_task(chosen, wait=True, timeout=60)
     assert [b["reasoning_effort"] for b in srv.requests] == ["low", "high"]
     assert info.usage.reasoning_tokens == REASONING_TOKENS["high"]
-
-
-def test_a_subagents_child_thinks_no_harder_than_its_parent() -> None:
-    parent = THINKER.model_copy(update={"reasoning_effort": "low"})
-    child = child_spec(parent, ["read_file"], THINKER)
-    assert child.reasoning_effort == "low"
-    assert child_spec(PLAIN, ["read_file"], THINKER).reasoning_effort == "medium"
-    assert child_spec(THINKER, ["read_file"], PLAIN).reasoning_effort == "medium"
-    assert child_spec(PLAIN, ["read_file"], PLAIN).reasoning_effort is None
 
 
 async def test_the_fake_server_refuses_an_effort_the_api_does_not_know() -> None:

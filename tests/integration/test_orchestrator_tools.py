@@ -21,15 +21,12 @@ from durable_subagents import (
     PermissionRule,
     SubagentClient,
     TaskStatus,
-    UnknownCallId,
 )
 from durable_subagents.client import SubagentTools
-from durable_subagents.client._client import _shown_only
-from durable_subagents.client._info import InternalInfo
 from durable_subagents.client._tools import StatusName
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
-from durable_subagents.types import PendingApproval, Usage
+from durable_subagents.types import Usage
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
@@ -470,29 +467,6 @@ async def test_an_approval_covers_only_the_calls_the_model_was_shown(
     done = await call(tools, "check_subagent", task_id=task_id, wait=True)
     assert done["status"] == "completed", done
     assert not (workspace / "pwned.txt").exists()
-
-
-def test_all_means_every_call_shown_and_names_must_have_been_shown() -> None:
-    """A second child paused after the view: "all" decides only what the view showed."""
-    seen = PendingApproval(
-        call_id="a/p1/c", tool_name="bash", arguments_preview="x", arguments_hash="h1"
-    )
-    later = PendingApproval(
-        call_id="b/p2/c", tool_name="bash", arguments_preview="y", arguments_hash="h2"
-    )
-    info = InternalInfo(
-        id="t", status=TaskStatus.PAUSED, pause_id="a:p1", pending_approvals=[seen, later]
-    )
-    shown = {("a/p1/c", "bash", "h1")}
-    assert _shown_only(info, None, shown) == ["a/p1/c"]
-    assert _shown_only(info, ["a/p1/c"], shown) == ["a/p1/c"]
-    with pytest.raises(UnknownCallId, match="b/p2/c of pause a:p1 were not shown"):
-        _shown_only(info, ["a/p1/c", "b/p2/c"], shown)
-    with pytest.raises(UnknownCallId, match="not shown"):
-        _shown_only(info, None, set())
-    changed = {("a/p1/c", "bash", "h0")}  # same id, other arguments
-    with pytest.raises(UnknownCallId, match="a/p1/c"):
-        _shown_only(info, ["a/p1/c"], changed)
 
 
 async def test_reach_own_keeps_the_model_to_the_tasks_it_spawned(

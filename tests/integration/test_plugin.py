@@ -12,7 +12,6 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-import durable_subagents
 from durable_subagents import InvalidRequest, SubagentClient, TaskStatus
 from durable_subagents._codec import ENCODING, EncryptionCodec, new_key
 from durable_subagents.config import Settings
@@ -50,11 +49,6 @@ async def run_task(client: SubagentClient) -> str:
     assert info.status == TaskStatus.COMPLETED, info
     assert info.result == "the answer is 42"
     return task_id
-
-
-def test_the_plugin_is_exported_at_the_top() -> None:
-    assert durable_subagents.SubagentsPlugin is SubagentsPlugin
-    assert "SubagentsPlugin" in durable_subagents.__all__
 
 
 async def test_a_worker_inherits_the_plugin_from_its_client_and_runs_a_task(

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -32,13 +31,9 @@ from durable_subagents import (
     TaskStatus,
     policy,
 )
-from durable_subagents._payloads import ToolCallInput
-from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
-from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
-from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
@@ -89,97 +84,6 @@ def writes(path: str) -> list[dict[str, Any]]:
         call("write_file", path=path, content="#!/bin/sh\ntouch /tmp/pwned\n"),
         call("edit_file", path=path, old="original", new="touch /tmp/pwned"),
     ]
-
-
-# ---------------------------------------------------------------- the list
-
-
-def test_each_kind_of_entry_is_matched_anywhere_and_in_any_case() -> None:
-    def protected(path: str) -> str | None:
-        arguments = {"path": path}
-        return policy.protected_write(
-            "write_file", arguments, read_only=False, protected=PROTECTED_PATHS
-        )
-
-    for path, entry in [
-        (".pre-commit-config.yaml", ".pre-commit-config.yaml"),
-        ("svc/lefthook-local.jsonc", "lefthook-local.jsonc"),
-        ("svc/.config/lefthook.yml", ".config/lefthook.yml"),
-        ("./a/../.cursor/mcp.json", ".cursor"),
-        ("/abs/ws/.gemini/settings.json", ".gemini"),
-        (".GIT/config", ".git"),
-        ("pkg/.Vscode/tasks.json", ".vscode"),
-        (".github/hooks/audit.json", ".github/hooks"),
-        ("tools/.config/mise/config.toml", ".config/mise"),
-        ("mise/config.toml", "mise/config.toml"),
-        ("sub\\.envrc", ".envrc"),
-    ]:
-        assert protected(path) == entry, path
-    for path in [
-        ".github/workflows/ci.yml",
-        "hooks/pre-commit",
-        ".config/other.toml",
-        "mise/notes.md",
-        "my.git/config",
-        "docs/lefthook.md",
-        "src/cursor.py",
-    ]:
-        assert protected(path) is None, path
-    # Workers that reported no list: the first one, exactly as spelled.
-    assert policy.protected_write("write_file", {"path": ".GIT/x"}, read_only=False) is None
-    assert policy.protected_write("write_file", {"path": ".cursor/x"}, read_only=False) is None
-    assert policy.protected_write("write_file", {"path": ".git/x"}, read_only=False) == ".git"
-    assert set(PROTECTED_PATHS_V1) < set(PROTECTED_PATHS)
-
-
-def test_a_worker_setting_adds_entries_and_refuses_what_is_not_a_plain_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("SUBAGENTS_PROTECTED_PATHS", " ./deploy/hooks/ , release.cfg,.git ")
-    extended = Settings().protected_path_list
-    assert extended[: len(PROTECTED_PATHS)] == PROTECTED_PATHS
-    assert extended[len(PROTECTED_PATHS) :] == ("deploy/hooks", "release.cfg")
-    for bad in ["../up", "/etc/x", "a//b", "hooks/*.sh", "a/./b"]:
-        monkeypatch.setenv("SUBAGENTS_PROTECTED_PATHS", bad)
-        with pytest.raises(ValidationError, match="SUBAGENTS_PROTECTED_PATHS entry"):
-            Settings()
-
-
-def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> None:
-    settings = Settings(
-        workspace=tmp_path, blob_dir=tmp_path / "blobs", protected_paths="deploy/hooks"
-    )
-    activities = SubagentActivities(
-        settings.blob_store(),
-        workspace_root=tmp_path,
-        protected_paths=settings.protected_path_list,
-    )
-    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
-    opted_in = tool_input.model_copy(update={"write_protected_paths": True})
-    assert activities.tool_context(opted_in).protected == ()
-
-
-def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> None:
-    """Two calls at once on a workspace without ``.opencode``: the first makes its
-    placeholder, the second finds it there and mounts it too, so the first's end must
-    leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.activities.tools._sandbox import _guard_protected
-
-    activities = SubagentActivities(
-        Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
-        workspace_root=tmp_path,
-    )
-    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    first = _guard_protected(profile)
-    second = _guard_protected(profile)
-    assert (tmp_path / ".opencode").is_dir()
-    first.release()
-    assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
-    second.release()
-    assert not os.path.lexists(tmp_path / ".opencode")
 
 
 async def test_parallel_commands_of_parallel_tasks_all_start(

@@ -131,30 +131,6 @@ async def test_an_unreachable_store_fails_within_its_retry_bound(
     assert endpoint in str(caught.value) and "p/ns/t/sha256/" in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("url", "says"),
-    [
-        ("s3:///prefix", "names no bucket"),
-        ("gs://bucket/x", "is not supported"),
-        ("file://host/x", "is not a local path"),
-    ],
-)
-def test_a_wrong_blob_url_is_refused_clearly(url: str, says: str) -> None:
-    with pytest.raises(InvalidRequest, match=says):
-        Settings(blob_url=url).blob_store()
-
-
-def test_file_urls_and_the_default_stay_local(tmp_path: Path) -> None:
-    from durable_subagents._blobstore import LocalBlobStore
-
-    by_url = Settings(blob_url=f"file://{tmp_path}/b", namespace="ns").blob_store()
-    assert isinstance(by_url, LocalBlobStore) and by_url.root == tmp_path / "b" / "ns"
-    default = Settings(data_dir=tmp_path / "d", namespace="ns").blob_store()
-    assert isinstance(default, LocalBlobStore) and default.root == tmp_path / "d" / "blobs" / "ns"
-    # a file:// store is hidden from tools like the default directory
-    assert (tmp_path / "b").resolve() in Settings(blob_url=f"file://{tmp_path}/b").hidden_paths()
-
-
 # ---------------------------------------------------------------- hosts sharing nothing
 
 

@@ -30,7 +30,7 @@ from temporalio.api.enums.v1 import EventType, VersioningBehavior
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 
-from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.dev import free_port, run_dev, temporal_binary
 from durable_subagents.worker import create_worker
@@ -383,20 +383,6 @@ async def test_the_worker_command_says_how_to_make_its_version_current(
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(proc.wait(), 15) == 128 + signal.SIGTERM
-
-
-@pytest.mark.parametrize(
-    ("fields", "missing"),
-    [({"deployment_name": "app"}, "--build-id"), ({"build_id": "v2"}, "--deployment-name")],
-)
-def test_a_half_given_version_is_refused_naming_what_to_add(
-    fields: dict[str, str], missing: str
-) -> None:
-    with pytest.raises(InvalidRequest, match=f"add {missing}"):
-        Settings(**fields).worker_deployment()
-    assert Settings(deployment_name=" ", build_id="").worker_deployment() is None
-    with pytest.raises(InvalidRequest, match="without one"):
-        Settings(deployment_name="my.app", build_id="v1").worker_deployment()
 
 
 def test_the_worker_command_refuses_a_half_given_version_before_connecting(

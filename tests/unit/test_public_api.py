@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import durable_subagents
 
 PUBLIC = {
@@ -39,16 +36,3 @@ def test_every_public_name_resolves_to_its_definition() -> None:
     assert durable_subagents.start_subagent is start_subagent
     assert durable_subagents.InvalidRequest is errors.InvalidRequest
     assert not hasattr(durable_subagents, "BlobError")  # in durable_subagents.errors
-
-
-def test_the_worker_side_is_loaded_only_when_asked_for() -> None:
-    """``import durable_subagents`` stays a client's import: the worker's names load
-    when first used."""
-    code = (
-        "import sys, durable_subagents\n"
-        "assert 'durable_subagents.worker' not in sys.modules\n"
-        "assert 'durable_subagents.activities.tools' not in sys.modules\n"
-        "durable_subagents.tool\n"
-        "assert 'durable_subagents.activities.tools' in sys.modules\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
