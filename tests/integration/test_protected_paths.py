@@ -31,9 +31,12 @@ from durable_subagents import (
     TaskStatus,
     policy,
 )
+from durable_subagents._payloads import ToolCallInput
+from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
 from durable_subagents.config import Settings
+from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
@@ -454,3 +457,40 @@ async def test_a_workflow_starting_a_subagent_in_a_protected_path_gets_invalid_r
             task_queue=settings.task_queue,
         )
     assert message.startswith("InvalidRequest: workspace '.git/hooks' is, or lies inside")
+
+
+def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> None:
+    settings = Settings(
+        workspace=tmp_path, blob_dir=tmp_path / "blobs", protected_paths="deploy/hooks"
+    )
+    activities = SubagentActivities(
+        settings.blob_store(),
+        workspace_root=tmp_path,
+        protected_paths=settings.protected_path_list,
+    )
+    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
+    profile = activities.tool_context(tool_input).profile()
+    assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
+    opted_in = tool_input.model_copy(update={"write_protected_paths": True})
+    assert activities.tool_context(opted_in).protected == ()
+
+
+def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> None:
+    """Two calls at once on a workspace without ``.opencode``: the first makes its
+    placeholder, the second finds it there and mounts it too, so the first's end must
+    leave it to the second (else the second's sandbox cannot start)."""
+    from durable_subagents.activities.tools._sandbox import _guard_protected
+
+    activities = SubagentActivities(
+        Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
+        workspace_root=tmp_path,
+    )
+    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
+    profile = activities.tool_context(tool_input).profile()
+    first = _guard_protected(profile)
+    second = _guard_protected(profile)
+    assert (tmp_path / ".opencode").is_dir()
+    first.release()
+    assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
+    second.release()
+    assert not os.path.lexists(tmp_path / ".opencode")

@@ -55,6 +55,15 @@ def require(mode: str) -> None:
         pytest.skip(f"sandbox {mode} is not available here")
 
 
+def test_detect_sandbox() -> None:
+    assert detect_sandbox("auto") == "bwrap"  # the bundled bwrap works on Linux
+    assert detect_sandbox("none") == "none"
+    with pytest.raises(ValueError, match=r"unknown sandbox mode 'docker'"):
+        detect_sandbox("docker")
+    with pytest.raises(ValueError, match=r"unshare sandbox was removed"):
+        detect_sandbox("unshare")
+
+
 async def test_an_abandoned_call_that_fails_later_logs_nothing(tmp_path: Path) -> None:
     """The awaiter is cancelled; the thread then raises: nobody reads that error, and
     asyncio must not log "Future exception was never retrieved" for it."""

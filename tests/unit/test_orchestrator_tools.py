@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from durable_subagents import (
@@ -13,10 +11,6 @@ from durable_subagents import (
 from durable_subagents.client._client import _shown_only
 from durable_subagents.client._info import InternalInfo
 from durable_subagents.types import PendingApproval
-
-
-def bash(*commands: str) -> dict[str, Any]:
-    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
 
 
 def test_all_means_every_call_shown_and_names_must_have_been_shown() -> None:

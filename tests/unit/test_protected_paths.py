@@ -1,4 +1,4 @@
-"""Protected paths: the list, how an entry matches, and what the sandbox mounts over them.
+"""Protected paths: the list, and how an entry matches anywhere and in any case.
 
 The attacks on protected paths through a real worker are in
 tests/integration/test_protected_paths.py.
@@ -6,31 +6,15 @@ tests/integration/test_protected_paths.py.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any
-
 import pytest
 from pydantic import ValidationError
 
 from durable_subagents import (
     policy,
 )
-from durable_subagents._payloads import ToolCallInput
-from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
-from durable_subagents.types import ToolCall
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
-
-
-def bash(command: str) -> dict[str, Any]:
-    return {"tool_calls": [call("bash", command=command)]}
-
 
 # ---------------------------------------------------------------- the list
 
@@ -84,40 +68,3 @@ def test_a_worker_setting_adds_entries_and_refuses_what_is_not_a_plain_path(
         monkeypatch.setenv("SUBAGENTS_PROTECTED_PATHS", bad)
         with pytest.raises(ValidationError, match="SUBAGENTS_PROTECTED_PATHS entry"):
             Settings()
-
-
-def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> None:
-    settings = Settings(
-        workspace=tmp_path, blob_dir=tmp_path / "blobs", protected_paths="deploy/hooks"
-    )
-    activities = SubagentActivities(
-        settings.blob_store(),
-        workspace_root=tmp_path,
-        protected_paths=settings.protected_path_list,
-    )
-    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
-    opted_in = tool_input.model_copy(update={"write_protected_paths": True})
-    assert activities.tool_context(opted_in).protected == ()
-
-
-def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> None:
-    """Two calls at once on a workspace without ``.opencode``: the first makes its
-    placeholder, the second finds it there and mounts it too, so the first's end must
-    leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.activities.tools._sandbox import _guard_protected
-
-    activities = SubagentActivities(
-        Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
-        workspace_root=tmp_path,
-    )
-    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    first = _guard_protected(profile)
-    second = _guard_protected(profile)
-    assert (tmp_path / ".opencode").is_dir()
-    first.release()
-    assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
-    second.release()
-    assert not os.path.lexists(tmp_path / ".opencode")

@@ -17,7 +17,6 @@ from durable_subagents.activities.tools import (
     ToolError,
     ToolRegistry,
     bash,
-    detect_sandbox,
     edit_file,
     grep,
     list_files,
@@ -556,15 +555,6 @@ async def test_ignore_rules_cannot_unhide_git_worker_data_or_links_out(
             "sub/.gitignore",
             "sub/b.py",
         ]
-
-
-def test_detect_sandbox() -> None:
-    assert detect_sandbox("auto") == "bwrap"  # the bundled bwrap works on Linux
-    assert detect_sandbox("none") == "none"
-    with pytest.raises(ValueError, match=r"unknown sandbox mode 'docker'"):
-        detect_sandbox("docker")
-    with pytest.raises(ValueError, match=r"unshare sandbox was removed"):
-        detect_sandbox("unshare")
 
 
 # ---------------------------------------------------------------- registry
