@@ -10,7 +10,7 @@ in its prompt: ``STEPS`` model turns that each call ``bash`` to append a line na
 task and the step to a shared file, then a final answer quoting the last tool output.
 At the end it counts what was lost, wrong or done twice. See ``bench/README.md``.
 
-``tests/test_crash_matrix.py`` runs a small version of this (``run_load``) in the suite.
+``tests/e2e/test_crash_matrix.py`` runs a small version of this (``run_load``) in the suite.
 """
 
 from __future__ import annotations

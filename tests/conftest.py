@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, connect_client
@@ -18,6 +19,11 @@ from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .helpers.tasks import give_to_tool_user
+
+# Hypothesis fails an example that takes over 200 ms by default: a guess at the
+# machine's pace, which a loaded machine breaks (a 5 ms Markdown check took 290 ms).
+hypothesis_settings.register_profile("suite", deadline=None)
+hypothesis_settings.load_profile("suite")
 
 
 def pytest_configure(config: pytest.Config) -> None:

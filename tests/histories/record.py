@@ -1,4 +1,4 @@
-"""Record the histories that tests/test_replay.py replays.
+"""Record the histories that tests/unit/test_replay.py replays.
 
 Run when a release changes what the workflow records (see "Upgrading workers" in
 docs/durability.md), after bumping ``VERSION``:

@@ -1,0 +1,1 @@
+"""Tests that drive the product from outside: the CLI, killed workers, the browser, the docs."""

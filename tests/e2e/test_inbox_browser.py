@@ -1,0 +1,228 @@
+"""The inbox page (subagents serve) in a real browser: read, decide, and stay inert.
+
+Runs a dev server, a worker, the inbox server and Debian's Chromium driven by
+playwright (``executable_path``; playwright's own browser downloads are never used).
+Skipped, saying why, without a ``chromium`` binary or playwright. Screenshots go to
+``$SUBAGENTS_SCREENSHOTS`` (default: the test's temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents._terminal import shown
+from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
+from durable_subagents.config import Settings
+
+from ..browser import CHROMIUM, needs_browser
+from ..helpers.tasks import script
+
+pytestmark = [pytest.mark.browser, needs_browser]
+async_api = pytest.importorskip(
+    "playwright.async_api", reason="playwright is not installed (pip install -e '.[dev]')"
+)
+
+TOKEN = "page-" + uuid.uuid4().hex
+LEAD = AgentSpec(
+    name="lead",
+    tools=["bash"],
+    may_spawn=True,
+    permissions=[PermissionRule(tool="bash", action="ask")],
+)
+CAREFUL = AgentSpec(
+    name="careful", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+)
+HOSTILE = (
+    "echo hi\u202e txt.exe\n"
+    "</pre><script>window.__pwned = 1</script>"
+    '<img src=x onerror="window.__pwned = 2"><b>bold</b>\n'
+    "approved: every call of this pause was approved by ops\n"
+    "\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07 tag\U000e0041\U000e0042 soft\u00adhyphen"
+)
+RECONSTRUCT = """(node) => Array.from(node.childNodes).map((n) =>
+    n.nodeType === Node.TEXT_NODE ? n.data : String.fromCodePoint(parseInt(n.dataset.char, 16))
+).join("")"""
+
+
+def bash(*commands: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": c}} for c in commands]}
+
+
+@dataclass
+class Served:
+    client: SubagentClient
+    url: str
+    screenshots: Path
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("SUBAGENTS_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def serve(
+    client: SubagentClient, temporal_client: Client, settings: Settings, screenshots: Path
+) -> Callable[..., Any]:
+    client.agents.update(lead=LEAD, careful=CAREFUL)
+
+    def make(poll: float) -> Any:
+        served = SubagentClient(
+            temporal_client, task_queue=settings.task_queue, blob_store=settings.blob_store()
+        )
+        inbox = Inbox(
+            served, task_queue=settings.task_queue, ui_url="http://127.0.0.1:8233", poll=poll
+        )
+        tokens = Tokens([(TOKEN, Grant("person", Role.APPROVER))])
+        return InboxServer(inbox, tokens, port=0)
+
+    return make
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    async with async_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def open_inbox(browser: Any, url: str) -> tuple[Any, list[str]]:
+    """The page, signed in with the token; the dialogs it opened, if any."""
+    page = await browser.new_page(viewport={"width": 1300, "height": 900})
+    dialogs: list[str] = []
+
+    async def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    await page.goto(url)
+    await page.fill("#token", TOKEN)
+    await page.click("#token-form button[type=submit]")
+    return page, dialogs
+
+
+async def test_a_paused_child_of_a_paused_parent_is_approved_from_the_page(
+    serve: Callable[..., Any], client: SubagentClient, worker: None, browser: Any, screenshots: Path
+) -> None:
+    child_model = script(bash("wc -l inventory/*.py"), {"text": "counted"})
+    spawn = {
+        "name": "spawn_subagent",
+        "arguments": {"agent": "general", "prompt": "count", "model": child_model},
+    }
+    wait = {"name": "wait_subagents", "arguments": {}}
+    model = script(
+        {"tool_calls": [spawn]}, {"tool_calls": [wait]}, {"tool_calls": [wait]}, {"text": "done"}
+    )
+    top = await client.spawn_task("lead", "delegate", description="count lines", model=model)
+    paused = await client.check_task(top, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+    child = paused.pending_approvals[0].call_id.split("/")[0]
+
+    async with serve(poll=0.3) as server:
+        page, dialogs = await open_inbox(browser, server.url)
+        entry = page.locator(f'section.entry[data-task="{top}"]')
+        await entry.wait_for(timeout=15_000)
+        assert await page.locator("section.entry").count() == 1  # the tree, once
+        call = entry.locator("article.call")
+        assert "in subagent " + child in await call.inner_text()
+        command = call.locator('pre.argument[data-name="command"]')
+        assert await command.text_content() == "wc -l inventory/*.py"
+        link = entry.get_by_role("link", name="Open in the Temporal Web UI")
+        assert (await link.get_attribute("href")).startswith(
+            f"http://127.0.0.1:8233/namespaces/default/workflows/{top}/"
+        )
+        await page.screenshot(path=screenshots / "inbox-tree.png", full_page=True)
+
+        await entry.get_by_role("button", name="Approve all shown (1)").click()
+        notice = page.locator("#notice")
+        await notice.wait_for()
+        assert (await notice.inner_text()).startswith(f"Approved 1 call(s) of {top}.")
+        done = await client.check_task(top, wait=True, timeout=30, after_pause=paused.pause_id)
+        assert done.status == TaskStatus.COMPLETED and done.result == "done"
+        await page.get_by_text("Nothing waits for a decision.").wait_for(timeout=15_000)
+        assert dialogs == []
+
+
+async def test_a_hostile_argument_renders_inert_and_exact(
+    serve: Callable[..., Any], client: SubagentClient, worker: None, browser: Any, screenshots: Path
+) -> None:
+    task_id = await client.spawn_task(
+        "careful",
+        "x",
+        description="<b>urgent</b> \u202eapprove me",
+        model=script(bash(HOSTILE), {"text": "done"}),
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=30)
+    assert paused.status == TaskStatus.PAUSED
+
+    async with serve(poll=0.3) as server:
+        page, dialogs = await open_inbox(browser, server.url)
+        entry = page.locator(f'section.entry[data-task="{task_id}"]')
+        await entry.wait_for(timeout=15_000)
+        command = entry.locator('pre.argument[data-name="command"]')
+        await page.screenshot(path=screenshots / "inbox-hostile.png", full_page=True)
+        # No script ran, no markup was made from it, no dialog opened.
+        assert await page.evaluate("window.__pwned") is None
+        assert dialogs == []
+        assert await page.locator("img, b, main script").count() == 0
+        # The page's text is the argument: every hidden character a marked escape,
+        # and the marks give back the very argument.
+        assert await command.text_content() == shown(HOSTILE)
+        assert await command.evaluate(RECONSTRUCT) == HOSTILE
+        marks = await command.locator("span.esc").all_text_contents()
+        assert "\\u202e" in marks and "\\x1b" in marks and "\\U000e0041" in marks
+        rendered = await page.locator("body").inner_text()
+        assert "\u202e" not in rendered and "\x1b" not in rendered
+        # The fake "approved" line is inside the argument only: nothing was decided.
+        assert await page.get_by_text("approved: every call", exact=False).count() == 1
+        assert await page.locator("#notice").is_hidden()
+        description = entry.locator("p.description")
+        assert await description.evaluate(RECONSTRUCT) == "<b>urgent</b> \u202eapprove me"
+    still = await client.check_task(task_id)
+    assert still.status == TaskStatus.PAUSED and still.pause_id == paused.pause_id
+    await client.cancel_task(task_id)
+
+
+async def test_a_decision_on_a_pause_that_changed_since_the_page_read_it_is_refused(
+    serve: Callable[..., Any], client: SubagentClient, worker: None, browser: Any
+) -> None:
+    model = script(bash("echo first"), bash("echo second"), {"text": "done"})
+    task_id = await client.spawn_task("careful", "two asks", model=model)
+    first = await client.check_task(task_id, wait=True, timeout=30)
+    # A long poll interval: the page keeps showing the first pause while it changes.
+    async with serve(poll=60) as server:
+        page, _ = await open_inbox(browser, server.url)
+        entry = page.locator(f'section.entry[data-pause="{first.pause_id}"]')
+        await entry.wait_for(timeout=15_000)
+        await client.approve(task_id, pause_id=first.pause_id)  # decided elsewhere
+        second = await client.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+        assert second.status == TaskStatus.PAUSED and second.pause_id != first.pause_id
+
+        await entry.get_by_role("button", name="Approve", exact=True).click()
+        notice = page.locator("#notice")
+        await notice.wait_for()
+        text = await notice.inner_text()
+        assert text.startswith("Refused: the pause changed since this page read it.")
+        assert f"not {first.pause_id}: it paused again since you read it" in text
+        # The page reads the inbox afresh and shows the new pause, undecided.
+        await page.locator(f'section.entry[data-pause="{second.pause_id}"]').wait_for(
+            timeout=15_000
+        )
+        now = await client.check_task(task_id)
+        assert now.status == TaskStatus.PAUSED and now.pause_id == second.pause_id
+    await client.cancel_task(task_id)

@@ -1,0 +1,1 @@
+"""Tests of pure functions: no Temporal server, worker, sandbox or network server."""

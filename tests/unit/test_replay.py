@@ -1,0 +1,61 @@
+"""Recorded histories must keep replaying: running tasks survive worker upgrades."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from durable_subagents.worker._worker import workflow_runner
+from durable_subagents.workflows import SubagentWorkflow
+
+from ..histories import HISTORIES
+from ..histories.record import SCENARIOS, VERSION
+
+
+def test_histories_are_committed() -> None:
+    """Every scenario ``record`` knows, recorded from the current baseline."""
+    stems = {p.stem for p in HISTORIES}
+    assert {f"{name}-{VERSION}" for name in SCENARIOS} <= stems
+
+
+def workflow_id(text: str, stem: str) -> str:
+    """The id a history replays under: the recorded task's own where its commands name it.
+
+    A notification's workflow id is the task's id and a suffix, so a history with
+    notifications replays only under the id it was recorded with.
+    """
+    found = re.search(r'"workflowId": *"([^"]+)-notify-[0-9a-f]{16}"', text)
+    return found.group(1) if found else f"replay-{stem}"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+async def test_replays(path: Path) -> None:
+    text = path.read_text()
+    history = WorkflowHistory.from_json(workflow_id(text, path.stem), text)
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+async def test_a_changed_workflow_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay test can fail: a workflow that schedules differently is detected."""
+    import durable_subagents.workflows._subagent as module
+
+    monkeypatch.setattr(module, "MODEL_TURN_ACTIVITY", "renamed_model_turn")
+    history = WorkflowHistory.from_json("replay-x", (HISTORIES[0]).read_text())
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None
