@@ -81,7 +81,7 @@ def log_tool_user(root: Path, configured: tuple[int, int] | None) -> None:
             closed,
             root,
         )
-    elif configured is None and run_as == NOBODY:
+    elif configured is None and run_as == NOBODY and root.stat().st_uid == 0:
         log.warning(
             "the workspace root %s belongs to root, so tool commands run as nobody "
             "(uid %d) and cannot change it: give it to the user the tools should act as "

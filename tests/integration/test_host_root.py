@@ -11,12 +11,14 @@ read, and what the tool made belongs to an unprivileged user.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents._setting_values import parse_tool_user
+from durable_subagents.activities._workspaces import log_tool_user
 from durable_subagents.config import Settings
 from durable_subagents.tools import ToolContext, bash
 from durable_subagents.tools._sandbox_host import NOBODY, tool_user
@@ -359,6 +362,25 @@ def test_a_root_worker_never_runs_a_command_as_root(tmp_path: Path) -> None:
     if ROOT:
         os.chown(tmp_path, 0, 0)
     assert tool_user(tmp_path) == (NOBODY if ROOT else None)
+
+
+@pytest.mark.skipif(not ROOT, reason="only a root worker picks a tool user")
+def test_the_tool_user_warning_names_the_real_owner(caplog: pytest.LogCaptureFixture) -> None:
+    """Root's checkout is told apart from one that ``nobody`` owns: only the first
+    warns that the workspace belongs to root."""
+    caplog.set_level(logging.INFO, logger="durable_subagents")
+    workspace = Path(tempfile.mkdtemp(dir="/tmp"))  # a path nobody may walk
+    try:
+        os.chmod(workspace, 0o755)
+        log_tool_user(workspace, None)
+        assert "belongs to root" in caplog.text
+        caplog.clear()
+        os.chown(workspace, *NOBODY)
+        log_tool_user(workspace, None)
+        assert f"tool commands run as uid {NOBODY[0]}" in caplog.text
+        assert "WARNING" not in caplog.text
+    finally:
+        shutil.rmtree(workspace)
 
 
 # The refused calls, each made with harmless arguments from Python inside the sandbox.
