@@ -9,9 +9,10 @@ call made are removed after it. ``.git`` alone may be created (``git init``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
-import threading
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,65 @@ _PLACEHOLDERS = (".claude", ".opencode")
 """Missing entries held by an empty read-only directory during the call, so they never
 exist even for a moment: clients resolve agents from them while tasks run."""
 
-_placeholder_lock = threading.Lock()
-_placeholder_users: dict[Path, int] = {}
+PLACEHOLDER_MODE = 0o555
+"""The mode a placeholder is made with: what tells it from a user's own empty directory."""
+
+
+def _hold(path: Path) -> int | None:
+    """A shared lock on the directory at ``path``, made as a placeholder if missing.
+
+    Every call holds its own lock (an open descriptor of the directory, ``flock``) for as
+    long as its sandbox may mount the entry, in whichever worker process on the host it
+    runs: a placeholder is removed only by a call that finds no other holder, so one
+    call's end never pulls it from under another's mount.
+
+    Returns:
+        The descriptor holding the lock; None if ``path`` is neither missing nor a plain
+        directory (a file or a symlink: the mounts handle those as they are).
+    """
+    for _ in range(100):
+        try:
+            os.mkdir(path, PLACEHOLDER_MODE)
+            os.chmod(path, PLACEHOLDER_MODE)  # whatever the umask took away
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # its last holder removed it meanwhile: make it again
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            now = None
+        held = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # removed (and maybe made again) between the open and the lock
+    return None
+
+
+def _let_go(path: Path, fd: int) -> None:
+    """Give back a call's lock; the last holder of an empty placeholder removes it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)  # another call holds it still, and removes it when done
+        return
+    try:
+        info = os.fstat(fd)
+        if stat.S_IMODE(info.st_mode) == PLACEHOLDER_MODE and not os.listdir(fd):
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
+                path.rmdir()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _outermost(protected: Sequence[str]) -> list[str]:
@@ -57,14 +115,12 @@ def _present(ws: Path, protected: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def protected_mounts(ws: Path, protected: Sequence[str]) -> list[str]:
-    """Read-only binds of the protected entries that exist, and of taken placeholders."""
+    """Read-only binds of the protected entries that exist (held placeholders too)."""
     out: list[str] = []
     present, _ = _present(ws, protected)
     for name in present:
         path = ws / name
-        if path in _placeholder_users:
-            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
-        elif path.is_symlink():
+        if path.is_symlink():
             # What it points to inside the workspace stays read-only too.
             target = path.resolve()
             if target.is_relative_to(ws) and target.exists() and target != ws:
@@ -80,12 +136,13 @@ class Guard:
 
     Attributes:
         workspace: The call's workspace.
-        placeholders: The empty directories standing in for ``_PLACEHOLDERS``.
+        placeholders: The ``_PLACEHOLDERS`` directories the call holds (see ``_hold``),
+            with the descriptor holding each.
         missing: The other missing entries, removed after the call if it made them.
     """
 
     workspace: Path
-    placeholders: list[Path] = field(default_factory=list)
+    placeholders: list[tuple[Path, int]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
     def release(self) -> list[str]:
@@ -94,13 +151,8 @@ class Guard:
         Returns:
             The entries removed (relative paths), for the command's output.
         """
-        with _placeholder_lock:
-            for path in self.placeholders:
-                _placeholder_users[path] -= 1
-                if _placeholder_users[path] == 0:
-                    del _placeholder_users[path]
-                    with contextlib.suppress(OSError):
-                        path.rmdir()  # only if still empty (an approved write filled it?)
+        for path, fd in self.placeholders:
+            _let_go(path, fd)
         self.placeholders = []
         removed = [name for name in self.missing if _remove_made(self.workspace, name)]
         self.missing = []
@@ -132,32 +184,22 @@ def _remove_made(ws: Path, name: str) -> bool:
 
 
 def guard_protected(workspace: Path, protected: Sequence[str]) -> Guard:
-    """Take placeholders for missing agent directories; note the other missing entries."""
+    """Hold the agent directories (placeholders where missing); note the other missing entries.
+
+    The holds come first, so the entries the mounts are then computed from stay put
+    until the call ends, whichever worker process on the host made them.
+    """
     guard = Guard(workspace)
-    with _placeholder_lock:
-        # under the lock: a placeholder another call holds is present on disk, and this
-        # call binds it too, so it takes a share, or that call's end would remove what
-        # this one's sandbox is about to mount
-        _, missing = _present(workspace, protected)
+    try:
         for name in _PLACEHOLDERS:
-            held = workspace / name
-            if name not in missing and held in _placeholder_users:
-                _placeholder_users[held] += 1
-                guard.placeholders.append(held)
-        for name in missing:
-            if name in _CREATABLE:
-                continue
-            path = workspace / name
-            if name not in _PLACEHOLDERS:
-                guard.missing.append(name)
-            elif path in _placeholder_users:
-                _placeholder_users[path] += 1
-                guard.placeholders.append(path)
-            else:
-                try:
-                    path.mkdir()
-                except OSError:
-                    continue
-                _placeholder_users[path] = 1
-                guard.placeholders.append(path)
+            if name in protected:
+                path = workspace / name
+                fd = _hold(path)
+                if fd is not None:
+                    guard.placeholders.append((path, fd))
+        _, missing = _present(workspace, protected)
+    except BaseException:
+        guard.release()
+        raise
+    guard.missing = [n for n in missing if n not in _CREATABLE and n not in _PLACEHOLDERS]
     return guard

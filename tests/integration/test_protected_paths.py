@@ -89,6 +89,46 @@ def writes(path: str) -> list[dict[str, Any]]:
     ]
 
 
+HOLD = """
+import sys
+from pathlib import Path
+from durable_subagents.agents import PROTECTED_PATHS
+from durable_subagents.tools._protected_mounts import guard_protected
+guard = guard_protected(Path(sys.argv[1]), PROTECTED_PATHS)
+print("held", flush=True)
+sys.stdin.readline()
+guard.release()
+"""
+
+
+def test_a_placeholder_outlives_calls_of_other_worker_processes(tmp_path: Path) -> None:
+    """Two worker processes on one workspace (the compose file runs two): a call of the
+    second finds the first's placeholder and mounts it, so the first's end must leave
+    it, and the last call's end removes it. A user's own empty ``.claude`` stays."""
+    from durable_subagents.tools._protected_mounts import guard_protected
+
+    procs = []
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        procs.append(proc)
+    assert (tmp_path / ".opencode").is_dir()
+    procs[0].communicate("\n", timeout=30)
+    assert (tmp_path / ".opencode").is_dir()  # the second process's call still mounts it
+    procs[1].communicate("\n", timeout=30)
+    assert not os.path.lexists(tmp_path / ".opencode")
+    assert not os.path.lexists(tmp_path / ".claude")
+
+    (tmp_path / ".claude").mkdir()
+    guard_protected(tmp_path, PROTECTED_PATHS).release()
+    assert (tmp_path / ".claude").is_dir()
+
+
 async def test_parallel_commands_of_parallel_tasks_all_start(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
@@ -487,8 +527,8 @@ def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> Non
     )
     tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
     profile = activities.tool_context(tool_input).profile()
-    first = guard_protected(profile)
-    second = guard_protected(profile)
+    first = guard_protected(profile.workspace, profile.protected)
+    second = guard_protected(profile.workspace, profile.protected)
     assert (tmp_path / ".opencode").is_dir()
     first.release()
     assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
