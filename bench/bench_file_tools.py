@@ -12,7 +12,11 @@ a noisy machine:
   process involved (on a loaded machine the wall time is mostly waiting for a CPU);
 - **per turn**: a task of N turns with one ``read_file`` each (a local activity, as in
   ``bench_core.py``), on a dev server and a worker this script starts, spawn to
-  ``check_task(wait=True)`` returning completed, divided by N.
+  ``check_task(wait=True)`` returning completed, divided by N;
+- **storm** (``--storm N``): a bystander's three-step task (three ``read_file`` turns),
+  quiet and while another task of the same worker runs eight ``grep`` calls at once
+  through 300 directories of ~31 KiB wildcard ``.gitignore`` files, N times each,
+  interleaved. The target: the bystander within 2x of its quiet time.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from durable_subagents.tools import (
     read_file,
     write_file,
 )
-from durable_subagents.tools._processes import fork_server
+from durable_subagents.tools._processes import fork_server, running_calls
 from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.worker import create_worker
 
@@ -182,11 +186,72 @@ async def per_turn(
         await server.stop()
 
 
+STORM_DIRS = 300
+
+
+def storm_tree(workspace: Path) -> None:
+    """The attacker's tree: ignore files of distinct wildcard patterns (the costliest)."""
+    for d in range(STORM_DIRS):
+        os.makedirs(workspace / f"storm/d{d}", exist_ok=True)
+        lines = "".join(f"{16 * '?'}{d}x{i}\n" for i in range(1300))
+        (workspace / f"storm/d{d}/.gitignore").write_text(lines)
+
+
+async def storm(tmp: Path, workspace: Path, repeats: int) -> tuple[list[float], list[float]]:
+    """Seconds of the bystander's task, quiet and in the storm."""
+    server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / "storm.db", ui=False)
+    await server.start()
+    try:
+        settings = Settings(
+            address=server.address,
+            namespace=server.namespace,
+            task_queue=f"bench-storm-{uuid.uuid4().hex[:8]}",
+            data_dir=tmp / "storm-data",
+            blob_dir=tmp / "storm-blobs",
+            workspace=workspace,
+        )
+        temporal = await connect_client(server.address, server.namespace)
+        client = SubagentClient(
+            temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
+        )
+        reads = {"tool_calls": [{"name": "read_file", "arguments": {"path": "f.txt"}}]}
+        bystander = "scripted:" + json.dumps({"turns": [reads], "repeat": 3, "final": "ok"})
+        greps = [{"name": "grep", "arguments": {"pattern": f"n{i}"}} for i in range(8)]
+        attacker = "scripted:" + json.dumps({"turns": [{"tool_calls": greps}], "final": "done"})
+
+        async def run() -> float:
+            started = time.perf_counter()
+            task_id = await client.spawn_task("explore", "bench", model=bystander)
+            info = await client.check_task(task_id, wait=True, timeout=300)
+            assert info.status == TaskStatus.COMPLETED, info
+            return time.perf_counter() - started
+
+        quiet: list[float] = []
+        loud: list[float] = []
+        async with create_worker(temporal, settings):
+            await run()
+            for _ in range(repeats):
+                quiet.append(await run())
+                task_id = await client.spawn_task("explore", "bench", model=attacker)
+                for _ in range(3000):  # until its searches run (a minute at most)
+                    if len(running_calls(task_id)) >= 8:
+                        break
+                    await asyncio.sleep(0.02)
+                loud.append(await run())
+                info = await client.check_task(task_id, wait=True, timeout=300)
+                assert info.status == TaskStatus.COMPLETED, info
+        return quiet, loud
+    finally:
+        await server.stop()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=200, help="calls per tool and side")
     parser.add_argument("--turns", type=int, default=20, help="turns of the per-turn task")
     parser.add_argument("--repeats", type=int, default=5, help="runs of it per side")
+    parser.add_argument("--storm", type=int, default=5, help="bystander runs per side")
+    parser.add_argument("--only-storm", action="store_true", help="measure the storm alone")
     args = parser.parse_args()
     started = time.perf_counter()
     await asyncio.to_thread(fork_server)
@@ -199,8 +264,15 @@ async def main() -> None:
         (workspace / "f.txt").write_text("x\n")
         (workspace / "out").mkdir()
         workspace_for_tools(workspace)  # a root worker's tool user may write it
-        calls = await per_call(workspace, args.calls)
-        forked, threaded = await per_turn(tmp, workspace, args.turns, args.repeats)
+        if not args.only_storm:
+            calls = await per_call(workspace, args.calls)
+            forked, threaded = await per_turn(tmp, workspace, args.turns, args.repeats)
+        storm_tree(workspace)
+        workspace_for_tools(workspace)
+        quiet, loud = await storm(tmp, workspace, args.storm)
+    storm_table(quiet, loud)
+    if args.only_storm:
+        return
 
     print(f"# file tools in a process per call vs in-process ({date.today()}, ", end="")
     print(f"{platform.machine()}, {platform.system()} {platform.release()})")
@@ -226,6 +298,14 @@ async def main() -> None:
     on_ms, off_ms = statistics.median(forked), statistics.median(threaded)
     print(f"| ms per turn (median of {args.repeats}) | {off_ms:.1f} | {on_ms:.1f} | ", end="")
     print(f"{on_ms / off_ms:.2f}x |")
+
+
+def storm_table(quiet: list[float], loud: list[float]) -> None:
+    print()
+    print("| bystander's 3-step task | quiet | in the storm | ratio (target < 2x) |")
+    print("|---|---|---|---|")
+    q, s = statistics.median(quiet), statistics.median(loud)
+    print(f"| seconds (median of {len(quiet)}) | {q:.2f} | {s:.2f} | {s / q:.2f}x |")
 
 
 if __name__ == "__main__":
