@@ -26,7 +26,9 @@ def misbehave(ctx: ToolContext, how: str) -> str:
 
     Args:
         ctx: The call's context.
-        how: ``segv``, ``exit``, ``memory``, ``raise``, ``sleep`` or ``whoami``.
+        how: ``segv``, ``exit``, ``memory``, ``raise``, ``sleep``, ``whoami``,
+            ``policy`` (its scheduling policy as it starts, then half a second asleep)
+            or ``burn`` (its policy after 0.3 s of CPU).
     """
     if how == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
@@ -40,6 +42,15 @@ def misbehave(ctx: ToolContext, how: str) -> str:
     elif how == "sleep":
         (ctx.workspace / "sleeping").write_text(str(os.getpid()))
         time.sleep(300)
+    elif how == "policy":
+        started = os.sched_getscheduler(0)
+        time.sleep(0.5)
+        return str(started)
+    elif how == "burn":
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        return str(os.sched_getscheduler(0))
     elif how == "whoami":
         limits = {
             name: resource.getrlimit(getattr(resource, f"RLIMIT_{name.upper()}"))

@@ -42,9 +42,10 @@ from durable_subagents.tools._decorator import ToolContext, ToolError, _as_text
 
 __all__ = ["BOOT", "FRAME", "MESSAGE", "NICE", "read_frame", "serve"]
 
-NICE = 10
-"""Niceness of a call's process once it has used ``FULL_PRIORITY_CPU``: the worker's
-event loop, workflow tasks and the other tasks' model turns come first."""
+NICE = 19
+"""Niceness of a call's process once it has used ``FULL_PRIORITY_CPU``, where it cannot
+take idle priority: the worker's event loop, workflow tasks and the other tasks' model
+turns come first."""
 FULL_PRIORITY_CPU = 0.05
 """CPU seconds a call runs at the worker's own priority. A read takes a millisecond or
 two and answers as fast as it would in the worker; a heavy search yields after this."""
@@ -259,13 +260,13 @@ _niced = False
 
 def _answer(request: bytes, first: bool) -> dict[str, Any]:
     """Run one call; the answer says whether this process should serve no more."""
-    (module, name), ctx, kwargs, (fixed, cpu) = pickle.loads(request)
+    (module, name), ctx, kwargs, (fixed, cpu, full) = pickle.loads(request)
     try:
         if first:
             for which, soft, hard in fixed:
                 resource.setrlimit(which, (soft, hard))
             _become(ctx.run_as)
-        _limit_cpu(cpu)
+        _limit_cpu(cpu, full)
     except OSError as err:
         return {"setup": str(err), "retire": True}
     answer: dict[str, Any]
@@ -292,10 +293,11 @@ def _answer(request: bytes, first: bool) -> dict[str, Any]:
     return answer
 
 
-def _limit_cpu(seconds: int) -> None:
+def _limit_cpu(seconds: int, full: float) -> None:
     """Give this call ``seconds`` of CPU from now on, then SIGXCPU (which kills).
 
-    The first ``FULL_PRIORITY_CPU`` of it run at the worker's priority.
+    The first ``full`` seconds of it run at the worker's priority (none: it starts at
+    idle priority).
     """
     usage = resource.getrusage(resource.RUSAGE_SELF)
     soft = int(usage.ru_utime + usage.ru_stime) + seconds
@@ -303,14 +305,26 @@ def _limit_cpu(seconds: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    signal.setitimer(signal.ITIMER_PROF, FULL_PRIORITY_CPU)
+    if full > 0:
+        signal.setitimer(signal.ITIMER_PROF, full)
+    else:
+        _yield_priority(signal.SIGPROF, None)
 
 
 def _yield_priority(signum: int, frame: object) -> None:
+    """Run on what CPU the worker and other tasks leave (``SCHED_IDLE``; else nice 19).
+
+    An idle-priority process gives way the moment any other wakes up, where a nice
+    one may finish its time slice first: each such wait is a few milliseconds that
+    every hop of another task's turn (worker, Temporal, worker) would pay.
+    """
     global _niced
     _niced = True
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        with contextlib.suppress(OSError):
+            os.nice(NICE)
 
 
 def _become(ids: tuple[int, int] | None) -> None:

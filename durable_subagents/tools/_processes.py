@@ -8,8 +8,10 @@ starts once. A child serves one task: its first call takes a fresh child (the ta
 memory, file-size and open-file limits, and its user if the context names one, are set
 then, for good), later calls of the task reuse it while it is idle, so a read costs
 no fork. Each call gets its own CPU-time limit, and the worker's priority for its
-first 50 ms of CPU; a child that used more than that (and so runs at nice 10), grew
-large, failed, or sat idle for ``IDLE_SECONDS`` is let go.
+first 50 ms of CPU, unless another call of its task is running (a task's parallel
+calls buy it no more of the CPU); past that the child runs at idle priority, on the CPU
+the worker and other tasks leave. A child that went idle, grew large, failed, or sat
+idle for ``IDLE_SECONDS`` is let go.
 
 - The time limit and a cancel kill the child, through the server that reaps it, and
   wait until it is gone.
@@ -50,6 +52,7 @@ from durable_subagents.tools._fork_calls import (
 from durable_subagents.tools._forkserver import (
     BOOT,
     EXITED,
+    FULL_PRIORITY_CPU,
     HELLO,
     KILL,
     MESSAGE,
@@ -234,16 +237,23 @@ class ForkServer:
         fixed, cpu = plan(ctx)
         key: Key = (ctx.task_id, ctx.run_as, tuple(fixed))
         ref = (tool.fn.__module__, tool.fn.__name__)
-        request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu)), pickle.HIGHEST_PROTOCOL)
         child = await self._take(loop, key)
         call = _Call(ctx.task_id, loop, loop.create_future())
         call.exited.add_done_callback(lambda f: f.cancelled() or f.exception())
         with self._lock:
+            # One call of a task at a time runs at the worker's priority: the task's
+            # parallel calls share that, so their number buys no more of the CPU.
+            busy = any(
+                c.call is not None and c.call.task_id == ctx.task_id
+                for c in self._children.values()
+            )
             child.call = call
             child.calls += 1
             status, child.status = child.status, None
         if status is not None:
             call.exited.set_result(status)
+        full = 0.0 if busy else FULL_PRIORITY_CPU
+        request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu, full)), pickle.HIGHEST_PROTOCOL)
         try:
             raw = await exchange(loop, child.sock, request)
         except asyncio.CancelledError:

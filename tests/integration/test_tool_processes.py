@@ -117,6 +117,25 @@ async def test_a_call_gets_its_limits_and_a_low_priority_once_it_burns_cpu(ws: P
     assert (got["uid"], got["gid"]) == (os.getuid(), os.getgid())  # no user given: as is
 
 
+async def test_a_call_past_its_first_cpu_runs_at_idle_priority(ws: Path) -> None:
+    """A read answers at the worker's priority; a call that burns CPU drops to idle
+    priority (it gives way the moment the worker or another task wakes up)."""
+    quick = await misbehave.run(context(ws, "quick"), {"how": "policy"})
+    assert int(quick) == os.SCHED_OTHER
+    burnt = await misbehave.run(context(ws, "burner"), {"how": "burn"})
+    assert int(burnt) == os.SCHED_IDLE
+
+
+async def test_a_tasks_parallel_calls_buy_it_no_more_cpu(ws: Path) -> None:
+    """Of a task's calls running at once, one has the worker's priority and the rest
+    start at idle priority; another task's call is not held back by them."""
+    calls = [misbehave.run(context(ws, "many"), {"how": "policy"}) for _ in range(4)]
+    calls.append(misbehave.run(context(ws, "other"), {"how": "policy"}))
+    *mine, other = [int(p) for p in await asyncio.gather(*calls)]
+    assert sorted(mine) == [os.SCHED_OTHER, *[os.SCHED_IDLE] * 3]
+    assert other == os.SCHED_OTHER
+
+
 async def test_a_call_over_its_memory_limit_gets_a_tool_error(ws: Path) -> None:
     ctx = context(ws, limits=ToolLimits(memory_mb=512))
     with pytest.raises(ToolError) as failed:
