@@ -341,8 +341,8 @@ class ModelTurnResult(_Compact):
     protected_paths: list[str] | None = None
     """The worker's protected paths (``PROTECTED_PATHS`` and its own additions): the
     workflow decides this turn's calls with them, so the list is in the history and a
-    replay decides alike. None from workers that did not report one (the workflow then
-    uses ``PROTECTED_PATHS_V1``)."""
+    replay decides alike. None when the turn reported no tools (``same_tools``): the
+    list of the turn before stands."""
     output: dict[str, Any] | None = None
     """With an output schema: the turn's answer, which matches it."""
     output_error: str | None = None

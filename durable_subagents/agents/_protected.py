@@ -30,26 +30,11 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "PROTECTED_PATHS",
-    "PROTECTED_PATHS_V1",
     "extended_protected_paths",
     "parse_protected_paths",
     "path_parts",
     "protected_entry",
 ]
-
-PROTECTED_PATHS_V1 = (
-    ".git",
-    ".claude",
-    ".opencode",
-    ".husky",
-    ".vscode",
-    ".mcp.json",
-    "opencode.json",
-    "opencode.jsonc",
-    ".envrc",
-)
-"""The list of workers that did not report theirs: runs they served decide with it
-(matched case-sensitively, one component per entry), so their histories replay."""
 
 
 def _lefthook() -> tuple[str, ...]:
@@ -158,27 +143,24 @@ def path_parts(path: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=32)
-def _index(entries: tuple[str, ...], fold_case: bool) -> dict[str, list[tuple[str, ...]]]:
+def _index(entries: tuple[str, ...]) -> dict[str, list[tuple[str, ...]]]:
     """The entries' components, by their first component."""
     index: dict[str, list[tuple[str, ...]]] = {}
     for entry in entries:
-        parts = tuple(p.casefold() if fold_case else p for p in entry.split("/"))
+        parts = tuple(p.casefold() for p in entry.split("/"))
         index.setdefault(parts[0], []).append(parts)
     return index
 
 
-def protected_entry(
-    parts: Sequence[str], entries: Sequence[str], *, fold_case: bool = True
-) -> str | None:
+def protected_entry(parts: Sequence[str], entries: Sequence[str]) -> str | None:
     """The entry ``parts`` (a path's components) is, or lies inside; None if none.
 
     Args:
         parts: The path's components (``path_parts``, or a walk's resolved parts).
         entries: The protected paths (``PROTECTED_PATHS``, or a worker's extended list).
-        fold_case: Compare ignoring case (off only for ``PROTECTED_PATHS_V1``).
     """
-    index = _index(tuple(entries), fold_case)
-    folded = [p.casefold() if fold_case else p for p in parts]
+    index = _index(tuple(entries))
+    folded = [p.casefold() for p in parts]
     for i, part in enumerate(folded):
         for entry in index.get(part, ()):
             if tuple(folded[i : i + len(entry)]) == entry:

@@ -16,11 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
-from durable_subagents.agents._protected import (
-    PROTECTED_PATHS_V1,
-    path_parts,
-    protected_entry,
-)
+from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
 from durable_subagents.policy._shell import command_words
 from durable_subagents.types import ToolCall
@@ -326,17 +322,16 @@ def protected_write(
         read_only: Whether the tool never changes anything.
         path: The path as the worker resolved it, through symlinks (checked too).
         protected: The list the worker that resolved the call reported, matched
-            ignoring case; None: ``PROTECTED_PATHS_V1``, case-sensitively (runs served
-            by workers that reported none).
+            ignoring case; None: ``PROTECTED_PATHS``.
     """
     if read_only or tool_name == "bash":
         return None
-    entries = PROTECTED_PATHS_V1 if protected is None else protected
+    entries = PROTECTED_PATHS if protected is None else protected
     raw = arguments.get("path")
     for candidate in (raw, path):  # as written, and as resolved (through symlinks)
         if not isinstance(candidate, str):
             continue
-        found = protected_entry(path_parts(candidate), entries, fold_case=protected is not None)
+        found = protected_entry(path_parts(candidate), entries)
         if found is not None:
             return found
     return None

@@ -212,7 +212,7 @@ class SubagentWorkflow:
         """The protected paths the last turn that reported tools named (for the digest)."""
         self._protected: list[str] | None = None
         """Every protected path the run's workers reported; calls are decided with these
-        (None: no worker reported any, so ``PROTECTED_PATHS_V1``)."""
+        (None: no turn has reported any yet, so ``PROTECTED_PATHS``)."""
         self._memo: dict[str, Any] = {}
         self._published_sa: tuple[str, int] | None = None
         self._input: TaskInput | None = None

@@ -270,8 +270,7 @@ async def test_a_run_replays_with_the_list_its_worker_reported(
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
     # The decision comes from the history, not from this process's lists.
     for module in (protected_module, policy_rules):
-        monkeypatch.setattr(module, "PROTECTED_PATHS_V1", ())
-    monkeypatch.setattr(protected_module, "PROTECTED_PATHS", ())
+        monkeypatch.setattr(module, "PROTECTED_PATHS", ())
     replayer = Replayer(
         workflows=[SubagentWorkflow],
         data_converter=pydantic_data_converter,

@@ -13,7 +13,6 @@ from durable_subagents import (
     policy,
 )
 from durable_subagents.agents import PROTECTED_PATHS
-from durable_subagents.agents._protected import PROTECTED_PATHS_V1
 from durable_subagents.config import Settings
 
 # ---------------------------------------------------------------- the list
@@ -50,11 +49,9 @@ def test_each_kind_of_entry_is_matched_anywhere_and_in_any_case() -> None:
         "src/cursor.py",
     ]:
         assert protected(path) is None, path
-    # Workers that reported no list: the first one, exactly as spelled.
-    assert policy.protected_write("write_file", {"path": ".GIT/x"}, read_only=False) is None
-    assert policy.protected_write("write_file", {"path": ".cursor/x"}, read_only=False) is None
-    assert policy.protected_write("write_file", {"path": ".git/x"}, read_only=False) == ".git"
-    assert set(PROTECTED_PATHS_V1) < set(PROTECTED_PATHS)
+    # No list reported: the built-in one, in any case.
+    assert policy.protected_write("write_file", {"path": ".GIT/x"}, read_only=False) == ".git"
+    assert policy.protected_write("write_file", {"path": ".cursor/x"}, read_only=False) == ".cursor"
 
 
 def test_a_worker_setting_adds_entries_and_refuses_what_is_not_a_plain_path(
