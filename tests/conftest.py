@@ -18,6 +18,7 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
+from .helpers.cli import _env
 from .helpers.tasks import give_to_tool_user
 
 # Hypothesis fails an example that takes over 200 ms by default: a guess at the
@@ -100,3 +101,17 @@ def client(temporal_client: Client, settings: Settings) -> SubagentClient:
 async def worker(temporal_client: Client, settings: Settings) -> AsyncIterator[None]:
     async with create_worker(temporal_client, settings):
         yield
+
+
+@pytest.fixture
+def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
+    """The CLI's environment for the session server and this test's task queue.
+
+    The blob dir is the in-process worker's, as one deployment's clients and workers share it.
+    """
+    return _env(
+        tmp_path,
+        TEMPORAL_ADDRESS=settings.address,
+        SUBAGENTS_TASK_QUEUE=settings.task_queue,
+        SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
+    )

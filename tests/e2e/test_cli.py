@@ -29,20 +29,6 @@ from ..helpers.cli import CLI, _env, arun, failed, ok, run
 from ..helpers.tasks import give_to_tool_user, script
 
 
-@pytest.fixture
-def env(tmp_path: Path, settings: Settings) -> dict[str, str]:
-    """The CLI's environment for the session server and this test's task queue.
-
-    The blob dir is the in-process worker's, as one deployment's clients and workers share it.
-    """
-    return _env(
-        tmp_path,
-        TEMPORAL_ADDRESS=settings.address,
-        SUBAGENTS_TASK_QUEUE=settings.task_queue,
-        SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
-    )
-
-
 def _pids_with(marker: str) -> list[int]:
     """Processes whose command line contains ``marker``."""
     pids = []

@@ -13,7 +13,7 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from durable_subagents import TaskEvent
+from durable_subagents import AgentSpec, TaskEvent
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.providers import (
     clear_provider_cache,
@@ -111,3 +111,14 @@ def recorded_failure(error: Exception) -> str:
         error, DataConverter.default.payload_converter, failure
     )
     return str(failure)
+
+
+THINKER = AgentSpec(
+    name="thinker",
+    description="Thinks hard.",
+    tools=["read_file"],
+    permission_mode="plan",
+    reasoning_effort="medium",
+    temperature=0.3,
+    max_output_tokens=2000,
+)

@@ -22,8 +22,8 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
 from ..helpers import CEILING
+from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, write
 from ..helpers.tasks import script
-from ..unit.test_agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, write
 
 
 def test_a_file_that_replaces_a_built_in_says_so(tmp_path: Path) -> None:

@@ -12,13 +12,10 @@ from durable_subagents import SubagentClient, TaskStatus, WrongTaskState
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from ..e2e import test_cli
 from ..helpers import CEILING
 from ..helpers.cli import arun, ok
 from ..helpers.processes import processes_matching, wait_for
 from ..helpers.tasks import script
-
-env = test_cli.env  # the CLI's environment fixture
 
 SLEEP = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3907"}}]})
 

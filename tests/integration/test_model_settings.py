@@ -27,7 +27,7 @@ from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, Fake
 from durable_subagents.testing.fake_openai import REASONING_TOKENS, FakeReply
 from durable_subagents.worker import create_worker
 
-from ..unit.test_model_settings import THINKER
+from ..helpers.providers import THINKER
 
 PLAIN = AgentSpec(name="plain", description="No settings.", tools=["read_file"])
 

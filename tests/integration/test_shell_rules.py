@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ..unit.test_shell_rules import GIT_ONLY, decide
+from ..helpers.rules import GIT_ONLY, decide
 
 
 def test_lines_that_crash_the_bash_grammar_never_reach_it() -> None:

@@ -49,7 +49,7 @@ from durable_subagents.workflows import SubagentWorkflow
 
 from ..helpers import CEILING
 from ..helpers.tasks import script
-from ..unit.test_telemetry import all_attribute_values
+from ..helpers.telemetry import all_attribute_values
 
 SECRET = "sk-test-telemetry-0123456789abcdef"
 NOTES = "the answer is 42\n"

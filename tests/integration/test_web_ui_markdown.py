@@ -22,8 +22,7 @@ from durable_subagents.testing import DevServer
 from durable_subagents.types import TaskStatus
 from durable_subagents.workflows._current_details import current_details
 
-from ..helpers.markdown import Rendered
-from ..unit.test_web_ui_markdown import HOSTILE, _view, hostile_text, shown
+from ..helpers.markdown import HOSTILE, Rendered, _view, hostile_text, shown
 
 _QUOTES = re.compile("[\"'\u201c\u201d\u2018\u2019]")
 

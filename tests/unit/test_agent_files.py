@@ -24,50 +24,7 @@ from durable_subagents.agents import (
 from durable_subagents.agents._file_formats import MODEL_PROVIDERS
 from durable_subagents.errors import InvalidRequest
 
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-CLAUDE_REVIEWER = """\
----
-name: reviewer
-description: Reviews a change for bugs. Use after editing code.
-tools: Read, Grep, Glob, Bash
-disallowedTools: [Bash]
-model: sonnet
-permissionMode: acceptEdits
-maxTurns: 12
-color: red
----
-
-You are a careful code reviewer.
-
-Cite `path:line` for every finding.
-"""
-
-OPENCODE_DOCS = """\
----
-description: Writes and fixes documentation
-model: openai/gpt-4.1
-mode: subagent
-steps: 9
-tools:
-  write: false
-  patch: false
-  webfetch: false
-permission:
-  edit: ask
-  bash:
-    "git *": allow
-    "git push*": deny
-    "*": ask
----
-You write documentation.
-"""
-
+from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, write
 
 # ---------------------------------------------------------------- Claude Code
 

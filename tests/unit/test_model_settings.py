@@ -5,15 +5,8 @@ from __future__ import annotations
 from durable_subagents import AgentSpec
 from durable_subagents.spawn import child_spec
 
-THINKER = AgentSpec(
-    name="thinker",
-    description="Thinks hard.",
-    tools=["read_file"],
-    permission_mode="plan",
-    reasoning_effort="medium",
-    temperature=0.3,
-    max_output_tokens=2000,
-)
+from ..helpers.providers import THINKER
+
 PLAIN = AgentSpec(name="plain", description="No settings.", tools=["read_file"])
 
 

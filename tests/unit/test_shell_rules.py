@@ -22,25 +22,13 @@ from durable_subagents.policy._shell import (
 )
 from durable_subagents.tools._workspace_paths import rule_path
 
-GIT_ONLY = AgentSpec(
-    name="git-only",
-    permission_mode="dont_ask",
-    permissions=[
-        PermissionRule(tool="bash", pattern="*", action="ask"),
-        PermissionRule(tool="bash", pattern="git status*", action="allow"),
-        PermissionRule(tool="bash", pattern="git log*", action="allow"),
-        PermissionRule(tool="bash", pattern="ls*", action="allow"),
-    ],
-)
+from ..helpers.rules import GIT_ONLY, decide
+
 NO_RM = AgentSpec(
     name="no-rm",
     permission_mode="dont_ask",
     permissions=[PermissionRule(tool="bash", pattern="*rm *", action="deny")],
 )
-
-
-def decide(spec: AgentSpec, command: str) -> str:
-    return policy.decide(spec, "bash", {"command": command})
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -23,18 +23,9 @@ from durable_subagents._telemetry import (
 )
 from durable_subagents.config import Settings
 
+from ..helpers.telemetry import all_attribute_values
+
 SECRET = "sk-test-telemetry-0123456789abcdef"
-
-
-def all_attribute_values(spans: list[ReadableSpan]) -> list[str]:
-    values: list[str] = []
-    for span in spans:
-        attrs = [span.attributes or {}, span.resource.attributes]
-        attrs += [event.attributes or {} for event in span.events]
-        for mapping in attrs:
-            values += [str(v) for v in mapping.values()]
-        values.append(span.status.description or "")
-    return values
 
 
 def test_setup_tracing_rules(caplog: pytest.LogCaptureFixture) -> None:
