@@ -341,6 +341,17 @@ class Settings(BaseSettings):
     the tool queue). Run ``tools`` workers on the machines where commands should run
     (sandbox hosts with the workspace) and ``tasks`` workers elsewhere; ``tasks``
     workers still read the workspace for ``read_file``, ``list_files`` and ``grep``."""
+    subagent_workflow_sandbox: bool = Field(
+        True,
+        validation_alias=AliasChoices(
+            "SUBAGENTS_SUBAGENT_WORKFLOW_SANDBOX", "subagent_workflow_sandbox"
+        ),
+    )
+    """Run the library's own workflows (``SubagentWorkflow`` and the notification
+    workflow) in Temporal's workflow sandbox. ``false`` runs them outside it: they are
+    deterministic and replay-tested, and a turn then costs the worker about a third
+    less CPU. Workflows of your own registered on the same worker stay in the sandbox
+    either way."""
     max_cached_tasks: int = Field(
         1000,
         ge=1,
