@@ -352,6 +352,15 @@ class Settings(BaseSettings):
     deterministic and replay-tested, and a turn then costs the worker about a third
     less CPU. Workflows of your own registered on the same worker stay in the sandbox
     either way."""
+    transcript_cache_mb: int = Field(
+        256,
+        ge=0,
+        le=1_000_000,
+        validation_alias=AliasChoices("SUBAGENTS_TRANSCRIPT_CACHE_MB", "transcript_cache_mb"),
+    )
+    """Memory (MB) a worker keeps running tasks' conversations in, so a turn reads no
+    transcript back from the blob store (about 1.3 KB per message beside its text: 21 KB
+    for a task of six short turns). Least recently used first out; 0 turns it off."""
     max_cached_tasks: int = Field(
         1000,
         ge=1,

@@ -123,6 +123,7 @@ def worker_setup(
         notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
         rate_limited=frozenset(settings.model_rate_limit_map),
+        transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
     )
     labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
