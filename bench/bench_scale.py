@@ -944,10 +944,15 @@ async def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
         # A root worker runs reads as an unprivileged user, who must reach the file.
-        tmp.chmod(0o755)
+        os.chmod(tmp_name, 0o755)
         workspace = tmp / "ws"
         workspace.mkdir()
         (workspace / "f.txt").write_text("x\n")
+        if os.geteuid() == 0:
+            # ... and a root worker's tools act as nobody, who should own the workspace
+            # (the worker says so in its log otherwise).
+            for path in (workspace, workspace / "f.txt"):
+                os.chown(path, 65534, 65534)
         server = BenchServer(
             port=free_port(),
             ui_port=free_port(),
