@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
-from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
@@ -19,7 +18,12 @@ from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_subagents._blobstore import open_blob_store
-from durable_subagents._codec import EncryptionCodec, KeyRing, data_converter
+from durable_subagents._codec import (
+    EncryptionCodec,
+    KeyRing,
+    SharedPydanticPayloadConverter,
+    data_converter,
+)
 from durable_subagents._connect import release_runtime_at_exit
 from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.activities.tools import ToolRegistry
@@ -226,7 +230,7 @@ def _is_default(converter: DataConverter) -> bool:
 
 def _is_projects(converter: DataConverter) -> bool:
     """Whether ``converter`` is one ``data_converter()`` built, whatever its keys."""
-    return converter.payload_converter_class is PydanticPayloadConverter and isinstance(
+    return converter.payload_converter_class is SharedPydanticPayloadConverter and isinstance(
         converter.payload_codec, EncryptionCodec
     )
 
