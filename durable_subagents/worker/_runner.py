@@ -19,7 +19,7 @@ class LibraryOutsideSandbox(WorkflowRunner):
     Temporal's workflow sandbox re-checks every import and global of a workflow and
     enters its own interpreter state several times per activation (the payload
     visitor asks the workflow for each payload's serialization context); for
-    ``SubagentWorkflow`` that was about a third of a worker's CPU per turn. The
+    ``SubagentWorkflow`` that was about a fifth of a worker's CPU per turn. The
     library's workflows are deterministic by construction and replay-tested, so they
     can run without it, while a user's workflows registered on the same worker keep
     the sandbox and its restrictions. Classes are matched by identity, never by
