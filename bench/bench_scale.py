@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -75,7 +76,11 @@ AGENT = "explore"
 MODEL = "openai:bench-scale"
 FINAL = "done: read f.txt"
 """The final answer every subagent task must end with."""
-SIDES = ("subagents", "bare")
+SIDES = ("subagents", "bare", "sandboxed")
+"""``subagents`` runs the library's workflows outside Temporal's workflow sandbox
+(``subagent_workflow_sandbox=False``), ``sandboxed`` in it (the default of
+``create_worker``); ``bare`` is plain Temporal with the same activity pattern."""
+SUBAGENT_SIDES = ("subagents", "sandboxed")
 WAL_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 """SQLite settings of the dev server: write-ahead log, fsync at checkpoints. With SQLite's
 defaults (rollback journal, fsync at every commit) the server's one SQLite connection
@@ -200,7 +205,7 @@ async def serve_worker(args: argparse.Namespace) -> None:
     spec = json.loads(args.serve_worker)
     limits = WorkerLimits(**spec["limits"])
     worker: Worker
-    if spec["side"] == "subagents":
+    if spec["side"] in SUBAGENT_SIDES:
         from durable_subagents.worker import create_worker
 
         settings = Settings(
@@ -212,7 +217,12 @@ async def serve_worker(args: argparse.Namespace) -> None:
             workspace=Path(spec["workspace"]),
         )
         client = await connect_client(spec["address"], spec["namespace"])
-        worker = create_worker(client, settings, **limits.options())
+        worker = create_worker(
+            client,
+            settings,
+            subagent_workflow_sandbox=spec["side"] == "sandboxed",
+            **limits.options(),
+        )
     else:
         client = await Client.connect(spec["address"], namespace=spec["namespace"])
         # This module is deterministic at import, like the library the other side passes
@@ -392,6 +402,8 @@ class Run:
     """What happened when no task finished for ``--stall`` seconds (empty: it never did)."""
     log_lines: Counter[str] = field(default_factory=Counter)
     """Warnings and errors in the worker's log, counted by kind."""
+    turn_ms: list[float] = field(default_factory=list)
+    """Turn latencies of the sampled tasks (see ``sample_phases``), in ms."""
 
     @property
     def completed(self) -> int:
@@ -413,6 +425,18 @@ class Run:
     @property
     def turns_per_second(self) -> float:
         return self.model_turns / self.wall if self.wall else 0.0
+
+    @property
+    def cpu_ms_per_turn(self) -> float:
+        """The worker process's CPU (all its threads) per model turn."""
+        return 1000 * self.cpu.get("worker", 0.0) / self.model_turns
+
+    def turn_latency(self, q: float) -> float:
+        """The ``q`` quantile (0-1) of the sampled turn latencies, in ms (0: none)."""
+        if not self.turn_ms:
+            return 0.0
+        ordered = sorted(self.turn_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass
@@ -490,7 +514,7 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
         machine0 = machine_cpu_seconds()
 
         async def start(i: int) -> None:
-            if side == "subagents":
+            if side in SUBAGENT_SIDES:
                 await sub.spawn_task(
                     AGENT,
                     "Read f.txt and say what it holds.",
@@ -510,9 +534,9 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
 
         async def wait(i: int) -> Any:
             try:
-                if side == "subagents" and args.wait == "check":
+                if side in SUBAGENT_SIDES and args.wait == "check":
                     return await sub.check_task(ids[i], wait=True, timeout=args.timeout)
-                if side == "subagents":
+                if side in SUBAGENT_SIDES:
                     handle = bench.temporal.get_workflow_handle(ids[i], result_type=TaskResult)
                     return await handle.result()
                 return await bench.temporal.get_workflow_handle(ids[i]).result()
@@ -532,14 +556,14 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
         run.rss_mb = peak_rss_mb(worker.pid)
         after_stats = await model_stats(bench.model_url)
         run.model_requests = after_stats.get("requests", 0) - before_stats.get("requests", 0)
-        if side == "subagents":
+        if side in SUBAGENT_SIDES:
             run.wrong = sum(1 for r in results if not _right_answer(r))
     finally:
         for child in [worker, *rescuers]:
             await child.stop()
         run.log_lines = log_kinds(log)
     await tally(bench.temporal, queue, run)
-    run.phases = await sample_phases(bench.temporal, ids, args.sample)
+    run.phases, run.turn_ms = await sample_phases(bench.temporal, ids, args.sample)
     return run
 
 
@@ -715,15 +739,20 @@ PHASES = (
 )
 
 
-async def sample_phases(temporal: Client, ids: list[str], sample: int) -> dict[str, float]:
-    """Mean milliseconds per step over ``sample`` tasks spread over the run.
+async def sample_phases(
+    temporal: Client, ids: list[str], sample: int
+) -> tuple[dict[str, float], list[float]]:
+    """Mean milliseconds per step over ``sample`` tasks spread over the run; turn latencies.
 
     ``wait`` is scheduled -> started (time in the task queue: too few pollers or slots,
     or a busy worker), ``run`` is started -> completed (the worker's own time, which
-    grows when its CPU is saturated).
+    grows when its CPU is saturated). A turn's latency runs from its model activity's
+    scheduling to the next one's (the last turn's: to the workflow's completion): the
+    model call, the workflow tasks and the tool call between, and every wait.
     """
     if sample <= 0:
-        return {}
+        return {}, []
+    turn_ms: list[float] = []
     step = max(1, len(ids) // sample)
     totals: dict[str, list[float]] = {name: [] for name in (*PHASES, "local activities")}
     for workflow_id in ids[::step][:sample]:
@@ -759,11 +788,18 @@ async def sample_phases(temporal: Client, ids: list[str], sample: int) -> dict[s
                 kind_name = kinds[attrs_ac.scheduled_event_id]
                 took = _ms(event) - started[attrs_ac.started_event_id]
                 totals[f"{kind_name} activity run"].append(took)
+        marks = [_ms(e) for e in events if kinds.get(e.event_id) == "model"]
+        marks += [
+            _ms(e)
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+        ]
+        turn_ms.extend(b - a for a, b in itertools.pairwise(marks))
         markers = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED)
         totals["local activities"].append(markers)
         if events:
             totals["task latency (s)"].append((_ms(events[-1]) - _ms(events[0])) / 1000)
-    return {name: statistics.mean(v) for name, v in totals.items() if v}
+    return {name: statistics.mean(v) for name, v in totals.items() if v}, turn_ms
 
 
 # ---------------------------------------------------------------------- report
@@ -814,12 +850,17 @@ def report(runs: list[Run]) -> None:
                 f"{r.wall:.1f}",
                 f"{r.turns_per_second:.0f}",
                 ratio if r.side != "bare" else "1.00x",
+                f"{r.cpu_ms_per_turn:.1f}",
+                f"{r.turn_latency(0.5):.0f} / {r.turn_latency(0.99):.0f}",
                 f"{r.rss_mb:.0f}",
                 f"{r.completed} / {r.failed} / {r.lost}",
             )
         )
     print_table(
-        ("tasks", "side", "wall s", "turns/s", "vs bare", "worker peak RSS MB", "done/failed/lost"),
+        (
+            *("tasks", "side", "wall s", "turns/s", "vs bare", "worker CPU ms/turn"),
+            *("turn ms p50 / p99", "worker peak RSS MB", "done/failed/lost"),
+        ),
         rows,
     )
     print()
@@ -831,7 +872,7 @@ def report(runs: list[Run]) -> None:
             *(f"{r.cpu.get(k, 0.0):.1f}" for k in CPU_COLUMNS),
             f"{sum(r.cpu.values()) / r.wall:.2f}" if r.wall else "-",
             f"{r.spawn_seconds:.1f}",
-            str(r.model_requests) if r.side == "subagents" else "-",
+            str(r.model_requests) if r.side in SUBAGENT_SIDES else "-",
         )
         for r in runs
     ]
@@ -901,6 +942,8 @@ async def main(args: argparse.Namespace) -> int:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
+        # A root worker runs reads as an unprivileged user, who must reach the file.
+        os.chmod(tmp_name, 0o755)
         workspace = tmp / "ws"
         workspace.mkdir()
         (workspace / "f.txt").write_text("x\n")
@@ -934,9 +977,13 @@ async def main(args: argparse.Namespace) -> int:
                 for side in sides:
                     run = await run_side(bench, side, count)
                     runs.append(run)
+                    warnings = sum(run.log_lines.values())
                     print(
                         f"{count} {side}: {run.wall:.1f}s, {run.turns_per_second:.0f} turns/s, "
-                        f"{run.completed}/{count} completed, worker peak RSS {run.rss_mb:.0f} MB",
+                        f"{run.completed}/{count} completed, worker peak RSS {run.rss_mb:.0f} MB, "
+                        f"worker CPU {run.cpu_ms_per_turn:.1f} ms/turn, turn p50/p99 "
+                        f"{run.turn_latency(0.5):.0f}/{run.turn_latency(0.99):.0f} ms, "
+                        f"{warnings} worker warnings",
                         flush=True,
                     )
         finally:
@@ -965,8 +1012,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sides",
         type=lambda s: s.split(","),
-        default=list(SIDES),
-        help="subagents,bare (default both)",
+        default=list(SIDES[:2]),
+        help="subagents,bare (default), and sandboxed: the library's workflows in the sandbox",
     )
     parser.add_argument(
         "--wait",
@@ -988,7 +1035,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=500,
         help="waits in flight at once (each is a long poll; the server allows 1200 per namespace)",
     )
-    parser.add_argument("--sample", type=int, default=20, help="histories read per run")
+    parser.add_argument(
+        "--sample", type=int, default=200, help="histories read per run (phases, turn latency)"
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait per run")
     parser.add_argument(
         "--stall", type=float, default=120.0, help="give up after this long without a finish"

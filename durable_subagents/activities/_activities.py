@@ -75,7 +75,12 @@ from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
 from durable_subagents.storage._blobstore import BlobError, BlobNotFound, BlobStore
-from durable_subagents.storage._transcript import INLINE_LIMIT, RESULT_INLINE_LIMIT, Transcript
+from durable_subagents.storage._transcript import (
+    INLINE_LIMIT,
+    RESULT_INLINE_LIMIT,
+    TRANSCRIPT_CACHE_BYTES,
+    Transcript,
+)
 from durable_subagents.tools import (
     ToolContext,
     ToolRegistry,
@@ -133,6 +138,8 @@ class SubagentActivities:
             (``Settings.prompt_cache_key``).
         rate_limited: Providers whose model turns this worker sends on to their own
             queue (``model_queue``), where the server enforces a rate limit.
+        transcript_cache_bytes: Memory the running tasks' conversations are kept in
+            (``Settings.transcript_cache_mb``).
     """
 
     def __init__(
@@ -159,9 +166,10 @@ class SubagentActivities:
         prompt_cache_key: str = "auto",
         notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
+        transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
     ) -> None:
         self.store = store
-        self.transcript = Transcript(store)
+        self.transcript = Transcript(store, transcript_cache_bytes)
         self.workspace_root = workspace_root.resolve()
         self.tools = tools if tools is not None else ToolRegistry()
         if any(t.forked for t in self.tools):
@@ -282,9 +290,12 @@ class SubagentActivities:
             tool_calls=calls,
             reasoning=response.reasoning,  # kept in the chain only, never in a result
         )
+        # one node per turn: what was new, and the answer
+        head = await self.transcript.append(task_id, input.head, [*new_messages, answer])
+        if not calls:
+            self.transcript.forget(task_id)  # an answer: most tasks end here
         return ModelTurnResult(
-            # one node per turn: what was new, and the answer
-            head=await self.transcript.append(task_id, input.head, [*new_messages, answer]),
+            head=head,
             text=text,
             text_ref=text_ref,
             tool_calls=calls,

@@ -25,6 +25,8 @@ carries it, so a parent needs no blob store access to read it. (An answer within
 default ``max_tokens`` of 8,192 is about 32 KB.)"""
 READ_CONCURRENCY = 16
 """Blobs one ``expand`` reads at once."""
+TRANSCRIPT_CACHE_BYTES = 256 * 1024 * 1024
+"""What a worker keeps of running tasks' conversations by default (``Transcript``)."""
 RULE_TARGET_LIMIT = 64 * 1024
 """A command or path up to this size stays inline in full, so permission rules see it."""
 
@@ -33,12 +35,13 @@ class Transcript:
     """Reads and appends transcript chains, caching each task's latest conversation.
 
     The cache keeps, per task, the conversation at its newest head (what the next turn
-    extends), up to ``cache_bytes`` of message text over all tasks, least recently used
-    first out: a worker running a thousand tasks reads no chain back from the store
-    while they fit.
+    extends), up to about ``cache_bytes`` of memory over all tasks (see ``_size``),
+    least recently used first out: a worker running ten thousand short tasks reads no
+    chain back from the store while they fit. A task's entry goes when it answers
+    without a tool call (most such turns end the task).
     """
 
-    def __init__(self, store: BlobStore, cache_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, store: BlobStore, cache_bytes: int = TRANSCRIPT_CACHE_BYTES) -> None:
         self.store = store
         self._cache: OrderedDict[str, tuple[str, list[Message], int]] = OrderedDict()
         self._cache_bytes = cache_bytes
@@ -56,6 +59,12 @@ class Transcript:
                 size = entry[2] + sum(_size(m) for m in messages)
                 self._remember(task_id, ref, entry[1] + list(messages), size)
         return ref
+
+    def forget(self, task_id: str) -> None:
+        """Drop the task's conversation from the cache (a later turn reads it back)."""
+        old = self._cache.pop(task_id, None)
+        if old is not None:
+            self._cached -= old[2]
 
     async def load(self, task_id: str, head: str | None) -> list[Message]:
         """The whole conversation up to ``head`` (blob references not expanded)."""
@@ -170,11 +179,18 @@ def _has_call_refs(message: Message) -> bool:
     return any(c.arguments_ref for c in message.tool_calls)
 
 
+_MESSAGE_BYTES = 1300
+"""What a cached ``Message`` takes in memory beside its text (a pydantic model and its
+fields; measured with tracemalloc: 1.2-1.3 KB)."""
+_CALL_BYTES = 1400
+"""The same for each of its ``ToolCall``s beside their arguments (measured: 1.3 KB)."""
+
+
 def _size(message: Message) -> int:
-    """About what a cached message holds, in bytes (text, arguments, thinking, overhead)."""
-    calls = sum(len(str(c.arguments)) + 100 for c in message.tool_calls)
+    """About what a cached message takes in memory, in bytes, objects included."""
+    calls = sum(len(str(c.arguments)) + _CALL_BYTES for c in message.tool_calls)
     reasoning = sum(len(b.thinking) + len(b.signature) + len(b.data) for b in message.reasoning)
-    return len(message.content) + calls + reasoning + 200
+    return len(message.content) + calls + reasoning + _MESSAGE_BYTES
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:

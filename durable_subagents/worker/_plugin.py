@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
-from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
@@ -18,7 +17,11 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from durable_subagents._codec import EncryptionCodec, data_converter
+from durable_subagents._codec import (
+    EncryptionCodec,
+    SharedPydanticPayloadConverter,
+    data_converter,
+)
 from durable_subagents._connect import release_runtime_at_exit
 from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.config import Settings
@@ -33,7 +36,11 @@ from durable_subagents.worker._tool_queue import (
     building_tool_worker,
     tool_calls_served,
 )
-from durable_subagents.worker._worker import PASSTHROUGH_MODULES, worker_setup
+from durable_subagents.worker._worker import (
+    PASSTHROUGH_MODULES,
+    library_outside_sandbox,
+    worker_setup,
+)
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 _WORKER_DEFAULTS = {
@@ -52,7 +59,8 @@ class SubagentsPlugin(SimplePlugin):
     ``SubagentWorkflow`` and the model-turn and tool activities on them next to your
     own workflows and activities, with the worker options the settings give (activity
     slots, sticky queue timeout, cached workflows, heartbeat throttling, worker
-    versioning, the workflow sandbox's pass-through modules). Options you pass to
+    versioning, the workflow sandbox's pass-through modules, and whether the library's
+    own workflows run in it: ``subagent_workflow_sandbox``). Options you pass to
     ``Worker`` yourself win over the settings'.
 
     Example::
@@ -94,7 +102,7 @@ class SubagentsPlugin(SimplePlugin):
             "durable_subagents.SubagentsPlugin",
             data_converter=self._data_converter,
             workflows=_with_subagent_workflow,
-            workflow_runner=_with_passthrough,
+            workflow_runner=self._workflow_runner,
         )
 
     def _data_converter(self, existing: DataConverter | None) -> DataConverter:
@@ -174,6 +182,13 @@ class SubagentsPlugin(SimplePlugin):
                 config[name] = value  # type: ignore[literal-required]
         return config
 
+    def _workflow_runner(self, runner: WorkflowRunner | None) -> WorkflowRunner:
+        """The worker's sandbox; the library's workflows outside it if the settings say so."""
+        runner = _with_passthrough(runner)
+        if self.settings.subagent_workflow_sandbox:
+            return runner
+        return library_outside_sandbox(runner)
+
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``)."""
         async with (
@@ -215,7 +230,7 @@ def _is_default(converter: DataConverter) -> bool:
 
 def _is_projects(converter: DataConverter) -> bool:
     """Whether ``converter`` is one ``data_converter()`` built, whatever its keys."""
-    return converter.payload_converter_class is PydanticPayloadConverter and isinstance(
+    return converter.payload_converter_class is SharedPydanticPayloadConverter and isinstance(
         converter.payload_codec, EncryptionCodec
     )
 

@@ -20,7 +20,7 @@ from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
@@ -40,6 +40,7 @@ from durable_subagents.worker._health import OpsServer, Readiness, telemetry_run
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
+from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
@@ -122,6 +123,7 @@ def worker_setup(
         notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
         rate_limited=frozenset(settings.model_rate_limit_map),
+        transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
     )
     labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
@@ -158,6 +160,7 @@ def create_worker(
     tracer_provider: TracerProvider | None = None,
     deployment: WorkerDeploymentVersion | None = None,
     role: Literal["all", "tasks", "tools"] | None = None,
+    subagent_workflow_sandbox: bool | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -187,6 +190,11 @@ def create_worker(
             and, beside them, their tool queue; ``tasks``, the tasks only (their tool
             calls wait for a ``tools`` worker); ``tools``, the tool queue only (a worker
             with ``run_tool`` alone on ``<task_queue>-tools``).
+        subagent_workflow_sandbox: Run the library's own workflows in Temporal's
+            workflow sandbox (default ``settings.subagent_workflow_sandbox``, on).
+            ``False`` runs ``SubagentWorkflow`` and the notification workflow outside
+            it, which costs less CPU per turn; ``workflows`` of your own stay in the
+            sandbox (or whatever ``workflow_runner`` you pass) either way.
         **worker_options: Passed to ``temporalio.worker.Worker`` (they win over the
             options the settings give).
 
@@ -205,6 +213,10 @@ def create_worker(
         extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
     )
     options = {**setup.options, **worker_options}
+    if subagent_workflow_sandbox is None:
+        subagent_workflow_sandbox = settings.subagent_workflow_sandbox
+    if not subagent_workflow_sandbox:
+        options["workflow_runner"] = library_outside_sandbox(options["workflow_runner"])
     options["interceptors"] = [
         *setup.options["interceptors"],
         *worker_options.get("interceptors", ()),
@@ -268,15 +280,31 @@ PASSTHROUGH_MODULES = (
 """Modules the workflow sandbox imports once, outside it."""
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
+LIBRARY_WORKFLOWS = (SubagentWorkflow, NotifyWorkflow)
+"""The workflows ``subagent_workflow_sandbox=False`` runs outside the sandbox."""
+
+
+def workflow_runner(subagent_workflow_sandbox: bool = True) -> WorkflowRunner:
     """The workflow sandbox, with this package passed through.
 
     The package is deterministic at import time; re-importing it (and pydantic,
     pydantic-settings...) inside the sandbox for every new run cost ~45 ms per run.
+
+    Args:
+        subagent_workflow_sandbox: False: the library's own workflows run outside the
+            sandbox, every other workflow in it (see ``LibraryOutsideSandbox``).
     """
-    return SandboxedWorkflowRunner(
+    runner = SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
+    return runner if subagent_workflow_sandbox else library_outside_sandbox(runner)
+
+
+def library_outside_sandbox(runner: WorkflowRunner) -> WorkflowRunner:
+    """``runner`` for every workflow but the library's own, which run unsandboxed."""
+    if isinstance(runner, LibraryOutsideSandbox):
+        return runner
+    return LibraryOutsideSandbox(runner, LIBRARY_WORKFLOWS)
 
 
 async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) -> None:

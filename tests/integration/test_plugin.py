@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -56,7 +57,7 @@ async def test_a_worker_inherits_the_plugin_from_its_client_and_runs_a_task(
     dev_server: DevServer, settings: Settings
 ) -> None:
     temporal = await plugin_client(dev_server, SubagentsPlugin(settings))
-    assert temporal.data_converter.payload_converter_class.__name__ == "PydanticPayloadConverter"
+    assert issubclass(temporal.data_converter.payload_converter_class, PydanticPayloadConverter)
     async with Worker(temporal, task_queue=settings.task_queue):
         await run_task(subagents(temporal, settings))
 

@@ -33,20 +33,25 @@ def workflow_id(text: str, stem: str) -> str:
     return found.group(1) if found else f"replay-{stem}"
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
-async def test_replays(path: Path) -> None:
+async def test_replays(path: Path, sandboxed: bool) -> None:
+    """In the workflow sandbox and, as ``subagent_workflow_sandbox=False`` runs it, outside."""
     text = path.read_text()
     history = WorkflowHistory.from_json(workflow_id(text, path.stem), text)
     replayer = Replayer(
         workflows=[SubagentWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(sandboxed),
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
 
 
-async def test_a_changed_workflow_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+async def test_a_changed_workflow_is_caught(
+    monkeypatch: pytest.MonkeyPatch, sandboxed: bool
+) -> None:
     """The replay test can fail: a workflow that schedules differently is detected."""
     import durable_subagents.workflows._subagent as module
 
@@ -55,7 +60,7 @@ async def test_a_changed_workflow_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     replayer = Replayer(
         workflows=[SubagentWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(sandboxed),
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None

@@ -49,10 +49,46 @@ async def test_a_thousand_tasks_read_no_chain_back(tmp_path: Path) -> None:
 
 async def test_a_small_cache_evicts_and_reads_back_right(tmp_path: Path) -> None:
     store = CountingStore(tmp_path)
-    transcript = Transcript(store, cache_bytes=20_000)  # a dozen tasks' worth
+    transcript = Transcript(store, cache_bytes=200_000)  # a dozen tasks' worth
     heads = await turns(transcript, tasks=50, count=4)
     assert store.gets > 0  # evicted tasks were read back from the store
-    assert transcript._cached <= 20_000
+    assert transcript._cached <= 200_000
     for t in (0, 49):
         messages = await transcript.load(f"task-{t}", heads[f"task-{t}"])
         assert [m.content for m in messages[::2]] == [f"task-{t} turn {n}" for n in range(4)]
+
+
+async def test_the_cache_counts_what_it_holds_in_memory(tmp_path: Path) -> None:
+    """Its bound is on memory: the estimate is within a third of what tracemalloc sees."""
+    import tracemalloc
+
+    from durable_subagents.types import ToolCall
+
+    transcript = Transcript(LocalBlobStore(tmp_path))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for t in range(300):
+            task_id = f"task-{t}"
+            head = await transcript.append(
+                task_id,
+                None,
+                [
+                    Message(role="system", content="You explore code. " * 40),
+                    Message(role="user", content=f"Read f.txt for {task_id}"),
+                ],
+            )
+            for turn in range(5):
+                call = ToolCall(id=f"call-{t}-{turn}", name="read_file", arguments={"path": "f"})
+                new = [
+                    Message(role="assistant", content="", tool_calls=[call]),
+                    Message(role="tool", content="     1\tx\n", tool_call_id=call.id),
+                ]
+                # as a worker gets them: parsed from a payload, not shared objects
+                new = [Message.model_validate_json(m.model_dump_json()) for m in new]
+                head = await transcript.append(task_id, head, new)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    estimate = transcript._cached
+    assert 0.66 * held < estimate < 1.5 * held, (estimate, held)
