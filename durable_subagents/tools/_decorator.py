@@ -104,6 +104,8 @@ class ToolContext:
     rules: PathRules | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
+    _waiting: bool = field(default=False, repr=False)
+    """Waiting for its turn behind the task's other calls (``TASK_PARALLEL``)."""
 
     def check(self) -> None:
         """Raise ``ToolError`` once the call is cancelled or over its time limit.

@@ -7,11 +7,12 @@ tool's call runs in a child of a fork server (``_forkserver``) that each worker 
 starts once. A child serves one task: its first call takes a fresh child (the task's
 memory, file-size and open-file limits, and its user if the context names one, are set
 then, for good), later calls of the task reuse it while it is idle, so a read costs
-no fork. Each call gets its own CPU-time limit, and the worker's priority for its
-first 50 ms of CPU, unless another call of its task is running (a task's parallel
-calls buy it no more of the CPU); past that the child runs at idle priority, on the CPU
-the worker and other tasks leave. A child that went idle, grew large, failed, or sat
-idle for ``IDLE_SECONDS`` is let go.
+no fork. At most ``TASK_PARALLEL`` calls of a task run at once (half the worker's
+cores), so a task's searches never take the whole machine. Each call gets its own
+CPU-time limit, and the worker's priority for its first 50 ms of CPU, unless another
+call of its task is running (a task's parallel calls buy it no more of the CPU); past
+that the child runs at idle priority, on the CPU the worker and other tasks leave. A
+child that went idle, grew large, failed, or sat idle for ``IDLE_SECONDS`` is let go.
 
 - The time limit and a cancel kill the child, through the server that reaps it, and
   wait until it is gone.
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,11 @@ IDLE_SECONDS = 30.0
 """How long a task's idle child is kept for its next call (a model turn or two)."""
 MAX_IDLE = 32
 """Idle children kept in all; past it the longest idle goes."""
+TASK_PARALLEL = max(1, (os.cpu_count() or 1) // 2)
+"""Calls of one task that run at once; the task's others wait their turn. So a task's
+file tools use at most half the worker's cores, however many searches it asks for at
+once: the other half stays free for the worker and the other tasks (as a process of
+its own per task would on a two-core machine)."""
 MAX_CALLS = 200
 """Calls one child serves before it is let go."""
 _ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -169,6 +176,8 @@ class ForkServer:
             tuple[asyncio.AbstractEventLoop, asyncio.Future[_Child]]
         ] = collections.deque()
         self._closed = False
+        self._slots: dict[tuple[asyncio.AbstractEventLoop, str], tuple[asyncio.Semaphore, int]] = {}
+        """Each task's turns to run (``TASK_PARALLEL`` at once), and how many hold or want one."""
         try:
             control.settimeout(START_TIMEOUT)
             hello = control.recv(MESSAGE.size)
@@ -229,10 +238,34 @@ class ForkServer:
     async def call(self, tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> str:
         """Run ``tool`` in a child with ``ctx`` and ``kwargs``; its text, or ``ToolError``.
 
+        The call waits while ``TASK_PARALLEL`` calls of its task run (that wait counts
+        in its time limit, as it would in one process per task).
+
         Raises:
             ToolError: The tool refused, or its process ended without an answer.
             ServerGone: The server stopped meanwhile (the worker is shutting down).
         """
+        ctx._waiting = True
+        async with self._task_slot(ctx.task_id):
+            ctx._waiting = False
+            return await self._call(tool, ctx, kwargs)
+
+    @contextlib.asynccontextmanager
+    async def _task_slot(self, task_id: str) -> AsyncIterator[None]:
+        key = (asyncio.get_running_loop(), task_id)
+        turns, users = self._slots.get(key) or (asyncio.Semaphore(TASK_PARALLEL), 0)
+        self._slots[key] = (turns, users + 1)
+        try:
+            async with turns:
+                yield
+        finally:
+            turns, users = self._slots[key]
+            if users == 1:
+                del self._slots[key]
+            else:
+                self._slots[key] = (turns, users - 1)
+
+    async def _call(self, tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> str:
         loop = asyncio.get_running_loop()
         fixed, cpu = plan(ctx)
         key: Key = (ctx.task_id, ctx.run_as, tuple(fixed))
@@ -507,6 +540,12 @@ async def run_forked(tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> st
             return await server.call(tool, ctx, kwargs)
     except TimeoutError:
         ctx._stop.set()
+        if ctx._waiting:
+            raise ToolError(
+                f"{tool.name} did not start within its {ctx.time_limit:g} s time limit: this "
+                f"task's other file-tool calls ran first ({TASK_PARALLEL} at a time); ask for "
+                "fewer at once, or narrower ones"
+            ) from None
         raise ToolError(f"{tool.name} {ctx._stopped_message()}") from None
     except ServerGone as err:
         raise ToolError(f"{tool.name} failed: {err}; try again") from None

@@ -21,7 +21,7 @@ from durable_subagents import AgentSpec, SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.tools import ToolContext, ToolError, grep, read_file
 from durable_subagents.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
-from durable_subagents.tools._processes import running_calls
+from durable_subagents.tools._processes import TASK_PARALLEL, running_calls
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
 
@@ -167,9 +167,8 @@ async def test_many_slow_local_reads_leave_other_tasks_on_time(
     searches = [{"name": "grep", "arguments": {"pattern": f"needle{i}"}} for i in range(150)]
     async with create_worker(temporal_client, settings):
         attacker = await client.spawn_task("explore", "x", model=script({"tool_calls": searches}))
-        await _until(
-            lambda: len(running_calls(attacker)) == TOOL_CALLS_AT_ONCE, CEILING, "the searches"
-        )
+        at_once = min(TOOL_CALLS_AT_ONCE, TASK_PARALLEL)  # the rest wait their turn
+        await _until(lambda: len(running_calls(attacker)) == at_once, CEILING, "the searches")
         await _bystander_reads_on_time(client)
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
 
@@ -256,11 +255,12 @@ async def _sample(task_id: str, into: list[int]) -> None:
 async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
     client: SubagentClient, temporal_client: Client, settings: Settings
 ) -> None:
-    """The attacker writes hundreds of heavy ``.gitignore`` files, then searches them
-    with eight ``grep`` calls at once; a bystander's three-step task on the same worker
-    finishes while those searches still run: it never waits behind them. How much the
-    storm slows it is measured by ``bench/bench_file_tools.py`` (a ratio of times is
-    no assertion on a shared machine); here it is printed."""
+    """The attacker writes hundreds of heavy ``.gitignore`` files, then asks for eight
+    ``grep`` calls at once: at most ``TASK_PARALLEL`` of them run at a time, and a
+    bystander's three-step task on the same worker finishes while they still run: it
+    never waits behind them. How much the storm slows it is measured by
+    ``bench/bench_file_tools.py`` (a ratio of times is no assertion on a shared
+    machine); here it is printed."""
     workspace = settings.workspace
     assert workspace is not None
     (workspace / "notes.md").write_text("the bystander reads this\n")
@@ -283,13 +283,13 @@ async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
         assert len(list(workspace.glob("storm/d*/.gitignore"))) == STORM_DIRS
         assert outputs[1].startswith("no matches for 'needle' under '.'\n[... ignore files")
 
-        for _ in range(5):
+        for _ in range(3):
             quiet.append(await _bystander_seconds(client))
             # one turn of searches lasts seconds, far longer than the bystander's run
             attacker = await client.spawn_task(
                 "general", "x", model=script(greps, {"text": "done"})
             )
-            await _until(lambda a=attacker: len(running_calls(a)) >= 4, CEILING, "the searches")
+            await _until(lambda a=attacker: running_calls(a), CEILING, "the searches")
             sampler = asyncio.create_task(_sample(attacker, searching))
             try:
                 loaded.append(await _bystander_seconds(client))
@@ -299,8 +299,9 @@ async def test_an_ignore_file_storm_leaves_other_tasks_on_time(
             # The attacker ends on its own, so the next quiet run is quiet.
             info = await client.check_task(attacker, wait=True, timeout=300)
             assert info.status == TaskStatus.COMPLETED, info
-    # the attacker's searches ran all along
-    assert statistics.mean(searching) >= 2, searching
+    # the attacker's searches ran all along, never more than its share at once
+    assert statistics.mean(searching) >= 0.5 * min(8, TASK_PARALLEL), searching
+    assert max(searching) <= TASK_PARALLEL, searching
     before, during = statistics.median(quiet), statistics.median(loaded)
     print(f"bystander: {during:.2f} s in the storm, {before:.2f} s quiet")
     assert all(overlapped), f"a bystander waited for the storm to end: {overlapped}"

@@ -126,14 +126,61 @@ async def test_a_call_past_its_first_cpu_runs_at_idle_priority(ws: Path) -> None
     assert int(burnt) == os.SCHED_IDLE
 
 
-async def test_a_tasks_parallel_calls_buy_it_no_more_cpu(ws: Path) -> None:
+async def test_a_tasks_parallel_calls_buy_it_no_more_cpu(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Of a task's calls running at once, one has the worker's priority and the rest
     start at idle priority; another task's call is not held back by them."""
+    monkeypatch.setattr(processes, "TASK_PARALLEL", 4)
     calls = [misbehave.run(context(ws, "many"), {"how": "policy"}) for _ in range(4)]
     calls.append(misbehave.run(context(ws, "other"), {"how": "policy"}))
     *mine, other = [int(p) for p in await asyncio.gather(*calls)]
     assert sorted(mine) == [os.SCHED_OTHER, *[os.SCHED_IDLE] * 3]
     assert other == os.SCHED_OTHER
+
+
+async def test_a_task_runs_at_most_its_share_of_calls_at_once(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's calls past ``TASK_PARALLEL`` wait their turn (eight searches of one
+    task take no more of the machine than its share), while another task's call runs
+    at once."""
+    monkeypatch.setattr(processes, "TASK_PARALLEL", 1)
+    most: list[int] = []
+
+    async def sample() -> None:
+        while True:
+            most.append(len(running_calls("many")))
+            await asyncio.sleep(0.02)
+
+    sampler = asyncio.create_task(sample())
+    started = time.monotonic()
+    try:
+        mine = [misbehave.run(context(ws, "many"), {"how": "policy"}) for _ in range(3)]
+        other = asyncio.ensure_future(misbehave.run(context(ws, "other"), {"how": "policy"}))
+        await asyncio.gather(*mine)
+        elapsed = time.monotonic() - started
+        assert other.done()  # it ran beside them, not after them
+        await other
+    finally:
+        sampler.cancel()
+    assert max(most) == 1, most
+    assert elapsed >= 1.5  # three half-second calls, one after another
+
+
+async def test_a_call_that_never_got_its_turn_says_so(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "TASK_PARALLEL", 1)
+    first = asyncio.ensure_future(misbehave.run(context(ws, "queue"), {"how": "policy"}))
+    await _until(lambda: running_calls("queue"), CEILING, "the first call")
+    with pytest.raises(ToolError) as late:
+        await read_file.run(context(ws, "queue", time_limit=0.2), {"path": "x"})
+    assert str(late.value) == (
+        "read_file did not start within its 0.2 s time limit: this task's other file-tool "
+        "calls ran first (1 at a time); ask for fewer at once, or narrower ones"
+    )
+    await first
 
 
 async def test_a_call_over_its_memory_limit_gets_a_tool_error(ws: Path) -> None:
