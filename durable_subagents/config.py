@@ -405,17 +405,25 @@ class Settings(BaseSettings):
             self.address, self.namespace, profile=self.profile, config_file=self.config_file
         )
 
-    @field_validator("profile", "config_file", mode="before")
+    @field_validator(
+        "profile",
+        "config_file",
+        "notify_url",
+        "inbox_url",
+        "deployment_name",
+        "build_id",
+        "metrics_port",
+        "model_turn_timeout",
+        "blob_url",
+        "otel",
+        mode="before",
+    )
     @classmethod
-    def _blank_profile_is_unset(cls, value: object) -> object:
+    def _blank_is_unset(cls, value: object) -> object:
+        """An optional setting left blank (``SUBAGENTS_OTEL=``) is unset, not empty."""
         if isinstance(value, str):
             return value.strip() or None
         return value
-
-    @field_validator("notify_url", "inbox_url", mode="before")
-    @classmethod
-    def _blank_url_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("notify_url")
     @classmethod
@@ -432,13 +440,6 @@ class Settings(BaseSettings):
     def notify_allow_list(self) -> list[str]:
         """``notify_allow``'s URL prefixes (``notify_url`` is allowed besides them)."""
         return [u.strip() for u in self.notify_allow.split(",") if u.strip()]
-
-    @field_validator("deployment_name", "build_id", mode="before")
-    @classmethod
-    def _blank_version_is_unset(cls, value: object) -> object:
-        if isinstance(value, str):
-            return value.strip() or None
-        return value
 
     def worker_deployment(self) -> WorkerDeploymentVersion | None:
         """The worker's Worker Deployment Version, or ``None`` for an unversioned worker.
@@ -497,11 +498,6 @@ class Settings(BaseSettings):
     def model_rate_limit_map(self) -> dict[str, float]:
         """``model_rate_limits`` as provider -> turns per second."""
         return parse_rate_limits(self.model_rate_limits)
-
-    @field_validator("metrics_port", mode="before")
-    @classmethod
-    def _blank_port_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("tool_user")
     @classmethod
@@ -567,21 +563,6 @@ class Settings(BaseSettings):
     def tool_read_path_list(self) -> list[Path]:
         """``tool_read_paths`` as resolved paths."""
         return [Path(p).resolve() for p in self.tool_read_paths.split(os.pathsep) if p.strip()]
-
-    @field_validator("model_turn_timeout", mode="before")
-    @classmethod
-    def _blank_turn_timeout_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
-
-    @field_validator("blob_url", mode="before")
-    @classmethod
-    def _blank_blob_url_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
-
-    @field_validator("otel", mode="before")
-    @classmethod
-    def _blank_otel_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def resolved_blob_dir(self) -> Path:
