@@ -1,6 +1,7 @@
 """What the loop makes of a turn and a call: stop reasons, tool timeouts, error results.
 
-Pure and deterministic (the workflow calls them), no I/O.
+Pure and deterministic (the workflow calls them), no I/O; so is the payload limit the
+loop holds its activity inputs to.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
@@ -46,3 +48,20 @@ def error_message(err: BaseException) -> str:
             parts.append(msg)
         cur = cur.__cause__
     return ": ".join(parts) or type(err).__name__
+
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+"""Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
+
+
+def check_size(value: object, what: str) -> None:
+    """Fail the task clearly instead of letting Temporal retry an oversized task forever."""
+    size = workflow.payload_converter().to_payloads([value])[0].ByteSize()
+    if size > MAX_PAYLOAD_BYTES:
+        raise ApplicationError(
+            f"{what} is {size} bytes, over the {MAX_PAYLOAD_BYTES}-byte payload limit; "
+            "large content must go through the blob store (files in the workspace, "
+            "tool outputs), not inline",
+            type="PayloadTooLarge",
+            non_retryable=True,
+        )

@@ -429,6 +429,42 @@ class ChildTasks:
         self._on_change()
 
 
+class RegisteredTasks:
+    """Tasks spawned through the client that named this one as their parent.
+
+    They are cancelled when this task is cancelled, fails or times out, as child
+    workflows would be; the registration (``register_child``) is durable, so this holds
+    even when the process that spawned them is gone.
+
+    Attributes:
+        ids: The registered task ids, not yet cancelled (carried over a continue-as-new).
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def add(self, task_id: str) -> None:
+        """Register a task (once however often its signal comes)."""
+        if task_id not in self.ids:
+            self.ids.append(task_id)
+
+    def restore(self, carried: list[str]) -> None:
+        """Take the tasks an earlier run registered, before those registered since."""
+        self.ids = [*carried, *self.ids]
+
+    async def cancel(self) -> None:
+        """Request cancellation of the registered tasks."""
+
+        async def cancel(task_id: str) -> None:
+            try:
+                await workflow.get_external_workflow_handle(task_id).cancel()
+            except Exception:  # it finished already, or never started
+                workflow.logger.info("registered child %s was not cancelled", task_id)
+
+        ids, self.ids = self.ids, []
+        await asyncio.gather(*(cancel(t) for t in ids))
+
+
 def _fit(entry: dict[str, Any], limit: int) -> dict[str, Any]:
     """A report entry cut until its JSON takes at most ``limit`` characters.
 
