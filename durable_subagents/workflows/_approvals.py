@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import MAX_CALLS_PER_TURN, CallDecision, Decisions
     from durable_subagents.agents import AgentSpec
     from durable_subagents.policy import call_hash
-    from durable_subagents.types import PendingApproval, ToolCall
+    from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
 
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""
@@ -259,6 +259,34 @@ class Approvals:
         ids = call_ids if call_ids is not None else [d.call_id for d in decisions.decisions]
         entry: dict[str, Any] = {"pause_id": decisions.pause_id, "call_ids": ids, "reason": why}
         self.ignored = [*self.ignored, entry][-_IGNORED_KEPT:]
+
+    async def pause(
+        self,
+        asks: list[ToolCall],
+        *,
+        turn: int,
+        timeout: float | None,
+        publish: Callable[[TaskStatus], None],
+    ) -> dict[str, Verdict]:
+        """Pause for the parent's decisions on ``asks``; undecided calls time out as rejected.
+
+        Args:
+            asks: The calls that wait for a decision.
+            turn: The turn they were made in (it names the pause).
+            timeout: Seconds after which undecided calls are rejected (None: never).
+            publish: Publishes the task's state in a status (paused, then running).
+        """
+        self.open(asks, turn)
+        publish(TaskStatus.PAUSED)
+
+        def decided() -> bool:
+            return all(c.id in self.decisions for c in asks)
+
+        await wait_named(decided, timeout, pause_summary(self.pause_id, self.pending))
+        verdicts = self.verdicts(asks, timeout)
+        self.close()
+        publish(TaskStatus.RUNNING)
+        return verdicts
 
     def verdicts(self, asks: list[ToolCall], timeout: float | None) -> dict[str, Verdict]:
         """The verdicts of the pause's calls: undecided ones timed out as rejected."""

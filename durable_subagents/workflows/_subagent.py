@@ -23,11 +23,9 @@ from durable_subagents.workflows._answers import accepted, answer_verdicts, feed
 from durable_subagents.workflows._approvals import (
     Approvals,
     Verdict,
-    pause_summary,
     refuse_over_limits,
     spawns_run,
     verdict,
-    wait_named,
 )
 from durable_subagents.workflows._current_details import TaskView, current_details
 from durable_subagents.workflows._model_turns import (
@@ -156,17 +154,12 @@ class SubagentWorkflow:
 
         Decisions on a child's calls (``<child task id>/<call id>``) go to the child.
         """
-        routed = [d for d in decisions.decisions if "/" in d.call_id]
-        if routed:
-            asyncio.create_task(self._children.route(routed))  # noqa: RUF006
-            decisions = decisions.model_copy(
-                update={"decisions": [d for d in decisions.decisions if "/" not in d.call_id]}
-            )
-            if not decisions.decisions:
-                return
-        ignored, narrowed = self._approvals.take(decisions)
+        own = self._children.route_theirs(decisions)
+        if own is None:
+            return
+        ignored, narrowed = self._approvals.take(own)
         for why, call_ids in ignored:
-            self._ignore(decisions, why, call_ids)
+            self._ignore(own, why, call_ids)
         if narrowed:
             self._publish(TaskStatus.PAUSED)
 
@@ -368,7 +361,11 @@ class SubagentWorkflow:
             refuse_over_limits(turn.tool_calls, verdicts)
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
-                verdicts.update(await self._pause(asks))
+                verdicts.update(
+                    await self._approvals.pause(
+                        asks, turn=self._turns, timeout=inp.approval_timeout, publish=self._publish
+                    )
+                )
             if waits_on_activities(turn.tool_calls, verdicts, spec.local_read_tools):
                 # A command may run for minutes: meanwhile the memo shows this turn's usage
                 # (the throttle would have left the last write's).
@@ -452,23 +449,6 @@ class SubagentWorkflow:
             read_only_tools=self._worker.read_only,
             protected=self._worker.protected,
         )
-
-    async def _pause(self, asks: list[ToolCall]) -> dict[str, Verdict]:
-        """Pause for the parent's decisions on ``asks``; undecided calls time out as rejected."""
-        assert self._input is not None
-        approvals = self._approvals
-        approvals.open(asks, self._turns)
-        self._publish(TaskStatus.PAUSED)
-        timeout = self._input.approval_timeout
-
-        def decided() -> bool:
-            return all(c.id in approvals.decisions for c in asks)
-
-        await wait_named(decided, timeout, pause_summary(approvals.pause_id, approvals.pending))
-        verdicts = approvals.verdicts(asks, timeout)
-        approvals.close()
-        self._publish(TaskStatus.RUNNING)
-        return verdicts
 
     async def _tool_call(self, call: ToolCall, verdict: Verdict) -> ToolCallResult:
         assert self._input is not None

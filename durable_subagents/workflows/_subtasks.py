@@ -387,6 +387,19 @@ class ChildTasks:
                     DECIDE_SIGNAL, Decisions(pause_id=pause_id, decisions=own_decisions)
                 )
 
+    def route_theirs(self, decisions: Decisions) -> Decisions | None:
+        """Send the decisions on children's calls (``<child task id>/<call id>``) on.
+
+        Returns:
+            The decisions on this task's own calls; None when there were none.
+        """
+        routed = [d for d in decisions.decisions if "/" in d.call_id]
+        if not routed:
+            return decisions
+        asyncio.create_task(self.route(routed))  # noqa: RUF006
+        own = [d for d in decisions.decisions if "/" not in d.call_id]
+        return decisions.model_copy(update={"decisions": own}) if own else None
+
     async def cancel_all(self) -> None:
         """Cancel running children and wait until they acknowledged."""
         running = [t for i, t in self._watchers.items() if i not in self._done]
