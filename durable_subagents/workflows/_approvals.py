@@ -99,9 +99,9 @@ def _shared_ids(calls: list[ToolCall]) -> set[str]:
 def verdict(
     call: ToolCall,
     spec: AgentSpec,
-    *,
     offered: list[str],
-    read_only_tools: set[str],
+    *,
+    read_only: set[str],
     protected: list[str] | None,
 ) -> Verdict:
     """Whether a call runs, waits for a decision, or goes back as an error.
@@ -110,7 +110,7 @@ def verdict(
         call: The model's call.
         spec: The task's agent.
         offered: The tools the worker offered the model.
-        read_only_tools: The offered tools the worker reported as read-only.
+        read_only: The offered tools the worker reported as read-only.
         protected: Every protected path the run's workers reported (None: no turn has
             reported any yet, so ``PROTECTED_PATHS``).
     """
@@ -126,12 +126,12 @@ def verdict(
             f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
             "check against this agent's permission rules; make it shorter"
         )
-    read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+    reads = call.name in read_only or call.name in policy.READ_ONLY_TOOLS
     action = policy.decide(
         spec,
         call.name,
         call.arguments,
-        read_only=read_only,
+        read_only=reads,
         path=call.path,  # set by workers that resolve paths for the rules
         # and, where a symlink makes it differ, the path as written (set by
         # workers that bind decisions)
@@ -143,7 +143,7 @@ def verdict(
         and policy.protected_write(
             call.name,
             call.arguments,
-            read_only=read_only,
+            read_only=reads,
             path=call.path,
             protected=protected,
         )
@@ -157,7 +157,34 @@ def verdict(
     return action, None
 
 
-def refuse_over_limits(calls: list[ToolCall], verdicts: dict[str, Verdict]) -> None:
+def turn_verdicts(
+    calls: list[ToolCall],
+    spec: AgentSpec,
+    offered: list[str],
+    *,
+    read_only: set[str],
+    protected: list[str] | None,
+    answers: dict[str, Verdict],
+) -> dict[str, Verdict]:
+    """The verdict on each call of a turn: its own, an answer's, then the turn's limits.
+
+    Args:
+        calls: The turn's calls.
+        spec: The task's agent.
+        offered: The tools the worker offered the model.
+        read_only: The offered tools the worker reported as read-only.
+        protected: Every protected path the run's workers reported (see ``verdict``).
+        answers: The verdicts on the turn's ``final_answer`` calls, which replace theirs.
+    """
+    verdicts = {
+        c.id: verdict(c, spec, offered, read_only=read_only, protected=protected) for c in calls
+    }
+    verdicts.update(answers)
+    _refuse_over_limits(calls, verdicts)
+    return verdicts
+
+
+def _refuse_over_limits(calls: list[ToolCall], verdicts: dict[str, Verdict]) -> None:
     """Refuse, in ``verdicts``, the calls of a turn past what one turn may make."""
     shared = _shared_ids(calls)
     if shared:

@@ -6,7 +6,7 @@ is reserved until it finishes. Workflow code: deterministic, no I/O.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 
@@ -60,6 +60,12 @@ def parent_left(
         seconds = max(inp.time_limit - elapsed, 0.0)
     tokens = None if free is None or share is None else min(free, share)
     return ParentLeft(turns=max(inp.max_turns - turns, 1), seconds=seconds, tokens=tokens)
+
+
+def time_left(time_limit: float, since: datetime) -> timedelta:
+    """What is left of ``time_limit`` seconds counted from ``since`` (at least 1 ms)."""
+    left = time_limit - (workflow.now() - since).total_seconds()
+    return timedelta(seconds=max(left, 0.001))
 
 
 def time_limit_from(inp: TaskInput) -> datetime:

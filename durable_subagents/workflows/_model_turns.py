@@ -211,19 +211,7 @@ class WorkerTools:
         )
 
 
-def learn(context: ContextInput, turn: ModelTurnResult) -> None:
-    """Keep what a turn tells of the model's window: its size, or the provider's."""
-    if turn.compact:
-        if turn.window:
-            learned = context.learned
-            context.learned = min(learned, turn.window) if learned else turn.window
-        if turn.context_tokens and turn.chars:
-            context.tokens, context.chars = turn.context_tokens, turn.chars
-    elif turn.chars and turn.usage.input_tokens:
-        context.tokens, context.chars = turn.usage.input_tokens, turn.chars
-
-
-def too_many_compactions() -> ApplicationError:
+def _too_many_compactions() -> ApplicationError:
     """The failure of a turn that still does not fit after ``MAX_COMPACTIONS_PER_TURN``."""
     return ApplicationError(
         f"the conversation still did not fit the model's context window after "
@@ -263,6 +251,8 @@ class ModelCalls:
 
     Attributes:
         queue: Where this run's model turns go once a worker sent one on (rate limits).
+        context: What the task learned of its model's context window (see
+            ``ContextInput``).
         waiting: Whether a model turn is running.
         compacting: Whether a compaction is running.
     """
@@ -270,8 +260,21 @@ class ModelCalls:
     def __init__(self, on_change: Callable[[], None]) -> None:
         self._on_change = on_change
         self.queue: str | None = None
+        self.context = ContextInput()
         self.waiting = False
         self.compacting = False
+
+    def learn(self, turn: ModelTurnResult) -> None:
+        """Keep what a turn tells of the model's window: its size, or the provider's."""
+        context = self.context
+        if turn.compact:
+            if turn.window:
+                learned = context.learned
+                context.learned = min(learned, turn.window) if learned else turn.window
+            if turn.context_tokens and turn.chars:
+                context.tokens, context.chars = turn.context_tokens, turn.chars
+        elif turn.chars and turn.usage.input_tokens:
+            context.tokens, context.chars = turn.usage.input_tokens, turn.chars
 
     async def turn(self, turn_input: ModelTurnInput, number: int, model: str) -> ModelTurnResult:
         """Run model turn ``number``, on the provider's queue if a worker sends it there."""
@@ -308,7 +311,13 @@ class ModelCalls:
         )
 
     async def compact(self, compact_input: CompactInput, model: str) -> CompactResult:
-        """Run a compaction (``compact_context``): its summary is a model call."""
+        """Run a compaction (``compact_context``): its summary is a model call.
+
+        Raises:
+            ApplicationError: The turn needed more than ``MAX_COMPACTIONS_PER_TURN``.
+        """
+        if compact_input.attempt > MAX_COMPACTIONS_PER_TURN:
+            raise _too_many_compactions()
         number = compact_input.number
         check_size(compact_input, f"compaction {number} input")
         self.compacting = True

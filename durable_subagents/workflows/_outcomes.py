@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
-    from durable_subagents.types import ToolCall
+    from durable_subagents.types import Message, ToolCall
 
 
 def tool_timeout(value: object) -> float:
@@ -36,6 +36,15 @@ def final_stop_reason(turn: ModelTurnResult) -> str:
 
 def tool_error(call: ToolCall, message: str) -> ToolCallResult:
     return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
+
+
+def unanswered(calls: list[ToolCall], stop_reason: str) -> list[Message]:
+    """Results for the calls of a turn the task stopped at (``max_turns``, ``token_budget``).
+
+    Every call is answered, so a follow-up run continues a well-formed conversation.
+    """
+    why = "its max_turns" if stop_reason == "max_turns" else "the end of its token budget"
+    return [tool_error(c, f"not run: the task reached {why}").to_message() for c in calls]
 
 
 def error_message(err: BaseException) -> str:

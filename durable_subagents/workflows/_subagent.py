@@ -20,39 +20,24 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
-from durable_subagents.workflows._approvals import (
-    Approvals,
-    Verdict,
-    refuse_over_limits,
-    spawns_run,
-    verdict,
-)
+from durable_subagents.workflows._approvals import Approvals, Verdict, spawns_run, turn_verdicts
 from durable_subagents.workflows._current_details import TaskView, current_details
-from durable_subagents.workflows._model_turns import (
-    MAX_COMPACTIONS_PER_TURN,
-    ModelCalls,
-    WorkerTools,
-    learn,
-    take_input,
-    too_many_compactions,
-    turn_input,
-)
+from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
-    check_size,
     error_message,
     final_stop_reason,
     tool_error,
+    unanswered,
 )
 from durable_subagents.workflows._publish import Published, task_memo
 from durable_subagents.workflows._subtasks import (
-    SPAWN_SUBAGENT,
     SPAWN_TOOLS,
     ChildTasks,
+    ParentLeft,
     RegisteredTasks,
-    ToolCallRefused,
 )
-from durable_subagents.workflows._tool_calls import ToolCalls, tool_input, waits_on_activities
+from durable_subagents.workflows._tool_calls import ToolCalls, waits_on_activities
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._context import describe
@@ -66,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW,
         ChildState,
         CompactInput,
-        ContextInput,
         Decisions,
         ModelTurnInput,
         ModelTurnResult,
@@ -112,8 +96,6 @@ class SubagentWorkflow:
         """Each child's token budget when this turn spawns (see ``budget.child_share``)."""
         self._tools = ToolCalls(on_change=self._show_details)
         self._models = ModelCalls(on_change=self._show_details)
-        self._context = ContextInput()
-        """What the task learned of its model's context window (see ``ContextInput``)."""
         self._compactions = 0
         self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
         """What ``_publish`` last published: status, pause id and pending calls."""
@@ -192,7 +174,7 @@ class SubagentWorkflow:
             self._children.restore(state.children)
             self._adopted.restore(state.adopted)
             self._invalid_answers = state.invalid_answers
-            self._context = state.context or self._context
+            self._models.context = state.context or self._models.context
             self._compactions = state.compactions
         self._published.memo = dict(workflow.memo())
         pending = list(state.pending_messages) if state else []
@@ -264,8 +246,7 @@ class SubagentWorkflow:
         if not input.time_limit:
             return None
         self._time_limit_from = budget.time_limit_from(input)
-        left = input.time_limit - (workflow.now() - self._time_limit_from).total_seconds()
-        return timedelta(seconds=max(left, 0.001))
+        return budget.time_left(input.time_limit, self._time_limit_from)
 
     async def _stop(self, loop: asyncio.Task[TaskResult]) -> None:
         """Cancel the loop and wait until its running activities acknowledged."""
@@ -317,7 +298,7 @@ class SubagentWorkflow:
                 compactions += 1
                 await self._compact(turn, compactions)
                 turn = await self._model_turn([], compacted=True)
-            learn(self._context, turn)
+            self._models.learn(turn)
             self._head = turn.head
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
@@ -346,19 +327,19 @@ class SubagentWorkflow:
             stop = "max_turns" if self._turns >= inp.max_turns else None
             stop = stop or ("token_budget" if self._over_budget() else None)
             if stop is not None:
-                # Answer the calls, so a follow-up run continues a well-formed conversation.
-                why = "its max_turns" if stop == "max_turns" else "the end of its token budget"
-                unanswered = [
-                    tool_error(c, f"not run: the task reached {why}").to_message()
-                    for c in turn.tool_calls
-                ]
-                return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=unanswered)
+                pending = unanswered(turn.tool_calls, stop)
+                return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=pending)
             self._progress()
-            verdicts = {c.id: self._verdict(c) for c in turn.tool_calls}
-            if inp.output_schema is not None:
-                verdicts.update(answer_verdicts(turn, told))
+            worker = self._worker
+            verdicts = turn_verdicts(
+                turn.tool_calls,
+                spec,
+                worker.offered,
+                read_only=worker.read_only,
+                protected=worker.protected,
+                answers=answer_verdicts(turn, told) if inp.output_schema is not None else {},
+            )
             self._child_share = budget.child_share(self._free_tokens(), spawns_run(turn.tool_calls))
-            refuse_over_limits(turn.tool_calls, verdicts)
             asks = [c for c in turn.tool_calls if verdicts[c.id][0] == "ask"]
             if asks:
                 verdicts.update(
@@ -403,7 +384,7 @@ class SubagentWorkflow:
             model=self._model,
             turn=self._turns,
             known_tools=self._worker.digest(),
-            context=self._context,
+            context=self._models.context,
             schema_ref=self._schema_ref,
             compacted=compacted,
         )
@@ -420,15 +401,11 @@ class SubagentWorkflow:
         """
         assert self._input is not None
         self._head = turn.head
-        learn(self._context, turn)
+        self._models.learn(turn)
         reason = turn.compact or "threshold"
-        if attempt > MAX_COMPACTIONS_PER_TURN:
-            raise too_many_compactions()
+        number = self._compactions + 1
         compact_input = CompactInput(
-            turn=self._turn_input([]),
-            reason=reason,
-            number=self._compactions + 1,
-            attempt=attempt,
+            turn=self._turn_input([]), reason=reason, number=number, attempt=attempt
         )
         result = await self._models.compact(compact_input, self._model)
         self._usage = self._usage + result.usage
@@ -440,54 +417,32 @@ class SubagentWorkflow:
 
     # ------------------------------------------------------------------ tool calls
 
-    def _verdict(self, call: ToolCall) -> Verdict:
-        assert self._input is not None
-        return verdict(
-            call,
-            self._input.agent,
-            offered=self._worker.offered,
-            read_only_tools=self._worker.read_only,
-            protected=self._worker.protected,
-        )
-
     async def _tool_call(self, call: ToolCall, verdict: Verdict) -> ToolCallResult:
         assert self._input is not None
         action, error = verdict
         if action != "allow":
             return tool_error(call, error or f"{call.name} was not run")
         if call.name in SPAWN_TOOLS:
-            return await self._tools.shown_running(call, self._spawn_tool(call))
-        call_input = tool_input(self._input, call, self._worker.read_only)
-        check_size(call_input, f"{call.name} call input")
-        return await self._tools.run(
-            call,
-            call_input,
-            child=self._input.parent_is_subagent,
-            local_read_tools=self._input.agent.local_read_tools,
-        )
+            run = self._children.tool(
+                call,
+                parent=self._input,
+                offered=self._worker.offered,
+                parent_model=self._model,
+                left=self._left,
+            )
+            return await self._tools.shown_running(call, run)
+        return await self._tools.run(call, self._input, self._worker.read_only)
 
-    async def _spawn_tool(self, call: ToolCall) -> ToolCallResult:
+    def _left(self) -> ParentLeft:
+        """What this task has left for a child: turns, seconds and tokens."""
         assert self._input is not None
-        try:
-            if call.name == SPAWN_SUBAGENT:
-                content = await self._children.spawn(
-                    call,
-                    parent=self._input,
-                    parent_tools=[t for t in self._worker.offered if t not in SPAWN_TOOLS],
-                    parent_model=self._model,
-                    left=budget.parent_left(
-                        self._input,
-                        turns=self._turns,
-                        time_limit_from=self._time_limit_from,
-                        free=self._free_tokens(),
-                        share=self._child_share,
-                    ),
-                )
-            else:
-                content = await self._children.wait(call)
-        except ToolCallRefused as err:
-            return tool_error(call, str(err))
-        return ToolCallResult(call_id=call.id, tool_name=call.name, content=content)
+        return budget.parent_left(
+            self._input,
+            turns=self._turns,
+            time_limit_from=self._time_limit_from,
+            free=self._free_tokens(),
+            share=self._child_share,
+        )
 
     def _republish(self) -> None:
         if self._input is not None and not self._status.terminal:
@@ -509,7 +464,7 @@ class SubagentWorkflow:
             adopted=self._adopted.ids,
             time_limit_from=self._time_limit_from,
             invalid_answers=self._invalid_answers,
-            context=self._context,
+            context=self._models.context,
             compactions=self._compactions,
         )
         # On versioned workers the new run starts on the deployment's current version,
@@ -562,22 +517,13 @@ class SubagentWorkflow:
         A status change is published at once; progress alone at most once per
         ``PROGRESS_EVERY`` of workflow time, so fast turns do not add a memo event each.
         """
-        if (
-            self._status == TaskStatus.RUNNING
-            and not self._published.progress_due()
-            and not self._new_model_name()
-        ):
+        # The turn that first names the model (``default`` -> the worker's) is published
+        # at once, so ``check`` never shows ``default`` for a task whose model has answered.
+        named = self._published.memo.get("model") == model_label(self._model)
+        if self._status == TaskStatus.RUNNING and not self._published.progress_due() and named:
             self._show_details()
             return
         self._publish(TaskStatus.RUNNING)
-
-    def _new_model_name(self) -> bool:
-        """Whether the first turn just named the model (``default`` -> the worker's).
-
-        Published at once, so ``check`` never shows ``default`` for a task whose model
-        has answered.
-        """
-        return self._published.memo.get("model") != model_label(self._model)
 
     def _publish(
         self, status: TaskStatus, *, stop_reason: str | None = None, error: str | None = None

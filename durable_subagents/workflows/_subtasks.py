@@ -19,6 +19,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from durable_subagents.workflows._outcomes import tool_error
+
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
         DECIDE_SIGNAL,
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ChildState,
         Decisions,
         TaskInput,
+        ToolCallResult,
     )
     from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
@@ -301,6 +304,39 @@ class ChildTasks:
         self._handles[child_id] = handle
         self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
         return json.dumps({"task_id": child_id, "agent": spec.name, "tools": spec.tools})
+
+    async def tool(
+        self,
+        call: ToolCall,
+        *,
+        parent: TaskInput,
+        offered: list[str],
+        parent_model: str,
+        left: Callable[[], ParentLeft],
+    ) -> ToolCallResult:
+        """Run a ``spawn_subagent`` or ``wait_subagents`` call; a refused one is an error.
+
+        Args:
+            call: The call, approved.
+            parent: This task's input.
+            offered: The tools this task was offered (a child gets no others).
+            parent_model: This task's model.
+            left: What this task has left for a child, when it spawns one.
+        """
+        try:
+            if call.name == SPAWN_SUBAGENT:
+                content = await self.spawn(
+                    call,
+                    parent=parent,
+                    parent_tools=[t for t in offered if t not in SPAWN_TOOLS],
+                    parent_model=parent_model,
+                    left=left(),
+                )
+            else:
+                content = await self.wait(call)
+        except ToolCallRefused as err:
+            return tool_error(call, str(err))
+        return ToolCallResult(call_id=call.id, tool_name=call.name, content=content)
 
     async def wait(self, call: ToolCall) -> str:
         """Wait until the children are done, or one has a pause the model was not told of."""

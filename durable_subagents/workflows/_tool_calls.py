@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from durable_subagents.workflows._approvals import Verdict
-from durable_subagents.workflows._outcomes import tool_timeout
+from durable_subagents.workflows._outcomes import check_size, tool_timeout
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
@@ -106,13 +106,15 @@ class ToolCalls:
         return self._slots
 
     async def run(
-        self, call: ToolCall, tool_input: ToolCallInput, *, child: bool, local_read_tools: bool
+        self, call: ToolCall, inp: TaskInput, read_only_tools: set[str]
     ) -> ToolCallResult:
-        """Run an approved call once one of the task's slots is free."""
+        """Run an approved call of the task (``inp``) once one of its slots is free."""
+        call_input = tool_input(inp, call, read_only_tools)
+        check_size(call_input, f"{call.name} call input")
         self.records[call.id] = policy.result_record_name(call)
         # A turn of many slow calls holds only this many of the worker's slots; the
         # rest wait here, in the workflow, where they hold nothing.
-        slots = self._tool_slots(child)
+        slots = self._tool_slots(inp.parent_is_subagent)
         queued = True
         self.queued += 1
         if slots.locked():
@@ -120,7 +122,8 @@ class ToolCalls:
         try:
             async with slots:
                 self.queued, queued = self.queued - 1, False
-                return await self.shown_running(call, _run_tool(call, tool_input, local_read_tools))
+                run = _run_tool(call, call_input, inp.agent.local_read_tools)
+                return await self.shown_running(call, run)
         finally:
             if queued:
                 self.queued -= 1
