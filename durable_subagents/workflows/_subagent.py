@@ -327,8 +327,8 @@ class SubagentWorkflow:
             stop = "max_turns" if self._turns >= inp.max_turns else None
             stop = stop or ("token_budget" if self._over_budget() else None)
             if stop is not None:
-                pending = unanswered(turn.tool_calls, stop)
-                return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=pending)
+                answered = unanswered(turn.tool_calls, stop)  # each, as a follow-up needs
+                return self._finish(TaskStatus.COMPLETED, stop_reason=stop, pending=answered)
             self._progress()
             worker = self._worker
             verdicts = turn_verdicts(

@@ -46,7 +46,7 @@ _TOOL_RETRY = RetryPolicy(
 )
 
 
-def tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
+def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
     spec = inp.agent
     rules = None
@@ -83,6 +83,9 @@ def waits_on_activities(
 class ToolCalls:
     """This run's tool calls: the slots they run in, those running now, their records.
 
+    Args:
+        on_change: Shows the current details again (what runs or waits changed).
+
     Attributes:
         running: Previews of the tool calls running now, by call id (for the current
             details).
@@ -91,7 +94,6 @@ class ToolCalls:
     """
 
     def __init__(self, on_change: Callable[[], None]) -> None:
-        """Args: on_change: shows the current details again (what runs or waits changed)."""
         self._on_change = on_change
         self._slots: asyncio.Semaphore | None = None
         self.running: dict[str, str] = {}
@@ -109,7 +111,7 @@ class ToolCalls:
         self, call: ToolCall, inp: TaskInput, read_only_tools: set[str]
     ) -> ToolCallResult:
         """Run an approved call of the task (``inp``) once one of its slots is free."""
-        call_input = tool_input(inp, call, read_only_tools)
+        call_input = _tool_input(inp, call, read_only_tools)
         check_size(call_input, f"{call.name} call input")
         self.records[call.id] = policy.result_record_name(call)
         # A turn of many slow calls holds only this many of the worker's slots; the
