@@ -37,7 +37,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 
-import durable_subagents.workflows._subagent as subagent_module
+import durable_subagents.workflows._tool_calls as tool_calls_module
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
@@ -53,7 +53,7 @@ def script(turns: int) -> str:
 
 
 async def run_task(client: SubagentClient, variant: str, turns: int) -> tuple[str, float]:
-    subagent_module.tool_queue = tool_queue if variant == "tool queue" else (lambda q: q)  # type: ignore[attr-defined]
+    tool_calls_module.tool_queue = tool_queue if variant == "tool queue" else (lambda q: q)  # type: ignore[attr-defined]
     started = time.perf_counter()
     task_id = await client.spawn_task(
         "general", "bench", model=script(turns), max_turns=turns + 1, permission_mode="dont_ask"
@@ -90,7 +90,7 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(f"settings      turns={args.turns} rounds={args.rounds}")
     results: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
-    original = subagent_module.tool_queue  # type: ignore[attr-defined]
+    original = tool_calls_module.tool_queue  # type: ignore[attr-defined]
     with tempfile.TemporaryDirectory(prefix="bench-toolq-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "ws").mkdir()
@@ -127,7 +127,7 @@ async def main(args: argparse.Namespace) -> None:
                             c[1] for c in calls
                         )
         finally:
-            subagent_module.tool_queue = original  # type: ignore[attr-defined]
+            tool_calls_module.tool_queue = original  # type: ignore[attr-defined]
             await server.stop()
     print()
     print(f"{'median, ms':26}{VARIANTS[0]:>14}{VARIANTS[1]:>14}{'difference':>14}")

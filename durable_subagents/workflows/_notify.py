@@ -89,6 +89,29 @@ class NotifyWorkflow:
         return NotifyResult(delivered=True)
 
 
+def notify_task(
+    task_input: TaskInput,
+    status: TaskStatus,
+    *,
+    turns: int,
+    last_text: str,
+    stop_reason: str | None = None,
+    error: str | None = None,
+) -> NotifyTask:
+    """The task as a notification names it."""
+    return NotifyTask(
+        id=workflow.info().workflow_id,
+        agent=task_input.agent.name,
+        description=task_input.description,
+        status=status,
+        parent_id=task_input.parent_id,
+        turns=turns,
+        stop_reason=stop_reason,
+        error=error,
+        result_preview=last_text if status == TaskStatus.COMPLETED else None,
+    )
+
+
 def _cut(text: str | None) -> str | None:
     return text if text is None or len(text) <= _TEXT else text[: _TEXT - 1] + "…"
 

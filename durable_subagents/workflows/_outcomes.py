@@ -1,6 +1,7 @@
 """What the loop makes of a turn and a call: stop reasons, tool timeouts, error results.
 
-Pure and deterministic (the workflow calls them), no I/O.
+Pure and deterministic (the workflow calls them), no I/O; so is the payload limit the
+loop holds its activity inputs to.
 """
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ from __future__ import annotations
 import math
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
-    from durable_subagents.types import ToolCall
+    from durable_subagents.types import Message, ToolCall
 
 
 def tool_timeout(value: object) -> float:
@@ -36,6 +38,15 @@ def tool_error(call: ToolCall, message: str) -> ToolCallResult:
     return ToolCallResult(call_id=call.id, tool_name=call.name, content=message, is_error=True)
 
 
+def unanswered(calls: list[ToolCall], stop_reason: str) -> list[Message]:
+    """Results for the calls of a turn the task stopped at (``max_turns``, ``token_budget``).
+
+    Every call is answered, so a follow-up run continues a well-formed conversation.
+    """
+    why = "its max_turns" if stop_reason == "max_turns" else "the end of its token budget"
+    return [tool_error(c, f"not run: the task reached {why}").to_message() for c in calls]
+
+
 def error_message(err: BaseException) -> str:
     """The innermost meaningful message of a failure chain."""
     parts = []
@@ -46,3 +57,20 @@ def error_message(err: BaseException) -> str:
             parts.append(msg)
         cur = cur.__cause__
     return ": ".join(parts) or type(err).__name__
+
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+"""Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
+
+
+def check_size(value: object, what: str) -> None:
+    """Fail the task clearly instead of letting Temporal retry an oversized task forever."""
+    size = workflow.payload_converter().to_payloads([value])[0].ByteSize()
+    if size > MAX_PAYLOAD_BYTES:
+        raise ApplicationError(
+            f"{what} is {size} bytes, over the {MAX_PAYLOAD_BYTES}-byte payload limit; "
+            "large content must go through the blob store (files in the workspace, "
+            "tool outputs), not inline",
+            type="PayloadTooLarge",
+            non_retryable=True,
+        )

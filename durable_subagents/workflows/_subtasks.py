@@ -19,6 +19,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from durable_subagents.workflows._outcomes import tool_error
+
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
         DECIDE_SIGNAL,
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ChildState,
         Decisions,
         TaskInput,
+        ToolCallResult,
     )
     from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
@@ -302,6 +305,39 @@ class ChildTasks:
         self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
         return json.dumps({"task_id": child_id, "agent": spec.name, "tools": spec.tools})
 
+    async def tool(
+        self,
+        call: ToolCall,
+        *,
+        parent: TaskInput,
+        offered: list[str],
+        parent_model: str,
+        left: Callable[[], ParentLeft],
+    ) -> ToolCallResult:
+        """Run a ``spawn_subagent`` or ``wait_subagents`` call; a refused one is an error.
+
+        Args:
+            call: The call, approved.
+            parent: This task's input.
+            offered: The tools this task was offered (a child gets no others).
+            parent_model: This task's model.
+            left: What this task has left for a child, when it spawns one.
+        """
+        try:
+            if call.name == SPAWN_SUBAGENT:
+                content = await self.spawn(
+                    call,
+                    parent=parent,
+                    parent_tools=[t for t in offered if t not in SPAWN_TOOLS],
+                    parent_model=parent_model,
+                    left=left(),
+                )
+            else:
+                content = await self.wait(call)
+        except ToolCallRefused as err:
+            return tool_error(call, str(err))
+        return ToolCallResult(call_id=call.id, tool_name=call.name, content=content)
+
     async def wait(self, call: ToolCall) -> str:
         """Wait until the children are done, or one has a pause the model was not told of."""
         requested = call.arguments.get("task_ids")
@@ -387,6 +423,19 @@ class ChildTasks:
                     DECIDE_SIGNAL, Decisions(pause_id=pause_id, decisions=own_decisions)
                 )
 
+    def route_theirs(self, decisions: Decisions) -> Decisions | None:
+        """Send the decisions on children's calls (``<child task id>/<call id>``) on.
+
+        Returns:
+            The decisions on this task's own calls; None when there were none.
+        """
+        routed = [d for d in decisions.decisions if "/" in d.call_id]
+        if not routed:
+            return decisions
+        asyncio.create_task(self.route(routed))  # noqa: RUF006
+        own = [d for d in decisions.decisions if "/" not in d.call_id]
+        return decisions.model_copy(update={"decisions": own}) if own else None
+
     async def cancel_all(self) -> None:
         """Cancel running children and wait until they acknowledged."""
         running = [t for i, t in self._watchers.items() if i not in self._done]
@@ -427,6 +476,42 @@ class ChildTasks:
             self._done[task_id] = {"status": status, "error": getattr(cause, "message", str(err))}
         self._states.pop(task_id, None)
         self._on_change()
+
+
+class RegisteredTasks:
+    """Tasks spawned through the client that named this one as their parent.
+
+    They are cancelled when this task is cancelled, fails or times out, as child
+    workflows would be; the registration (``register_child``) is durable, so this holds
+    even when the process that spawned them is gone.
+
+    Attributes:
+        ids: The registered task ids, not yet cancelled (carried over a continue-as-new).
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def add(self, task_id: str) -> None:
+        """Register a task (once however often its signal comes)."""
+        if task_id not in self.ids:
+            self.ids.append(task_id)
+
+    def restore(self, carried: list[str]) -> None:
+        """Take the tasks an earlier run registered, before those registered since."""
+        self.ids = [*carried, *self.ids]
+
+    async def cancel(self) -> None:
+        """Request cancellation of the registered tasks."""
+
+        async def cancel(task_id: str) -> None:
+            try:
+                await workflow.get_external_workflow_handle(task_id).cancel()
+            except Exception:  # it finished already, or never started
+                workflow.logger.info("registered child %s was not cancelled", task_id)
+
+        ids, self.ids = self.ids, []
+        await asyncio.gather(*(cancel(t) for t in ids))
 
 
 def _fit(entry: dict[str, Any], limit: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from durable_subagents.tools import (
     write_file,
 )
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
+from durable_subagents.workflows._tool_calls import TOOL_CALLS_AT_ONCE
 
 from ..helpers import CEILING
 from ..helpers.tasks import give_to_tool_user, script

@@ -23,7 +23,7 @@ from durable_subagents.tools import ToolContext, ToolError, grep, read_file
 from durable_subagents.tools._decorator import _THREADS, MAX_THREADS_PER_TASK
 from durable_subagents.tools._processes import TASK_PARALLEL, running_calls
 from durable_subagents.worker import create_worker
-from durable_subagents.workflows._subagent import TOOL_CALLS_AT_ONCE
+from durable_subagents.workflows._tool_calls import TOOL_CALLS_AT_ONCE
 
 from .. import stall_worker
 from ..helpers import CEILING

@@ -53,7 +53,7 @@ async def test_a_changed_workflow_is_caught(
     monkeypatch: pytest.MonkeyPatch, sandboxed: bool
 ) -> None:
     """The replay test can fail: a workflow that schedules differently is detected."""
-    import durable_subagents.workflows._subagent as module
+    import durable_subagents.workflows._model_turns as module
 
     monkeypatch.setattr(module, "MODEL_TURN_ACTIVITY", "renamed_model_turn")
     history = WorkflowHistory.from_json("replay-x", (HISTORIES[0]).read_text())

@@ -1,0 +1,176 @@
+"""Running a turn's approved tool calls: activities, at most so many at once.
+
+A call runs as a ``run_tool`` activity on the tool queue, or, for a read of an agent
+with ``local_read_tools``, as a local activity within the workflow task. The calls past
+a task's slots wait in the workflow, where they hold nothing. Workflow code:
+deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from durable_subagents.workflows._approvals import Verdict
+from durable_subagents.workflows._outcomes import check_size, tool_timeout
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents import policy
+    from durable_subagents._payloads import (
+        RUN_TOOL_ACTIVITY,
+        TaskInput,
+        ToolCallInput,
+        ToolCallResult,
+        tool_queue,
+    )
+    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.types import ToolCall
+
+TOOL_CALLS_AT_ONCE = 8
+"""Tool calls of one task that run at once: as many as it has tool threads
+(``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
+CHILD_TOOL_CALLS_AT_ONCE = 2
+"""The same for a subagent's child: a task and its ``MAX_CHILDREN`` children then hold
+at most 8 + 16 x 2 = 40 tool slots at once, under a worker's default 100, so one
+prompt-injected tree cannot fill them."""
+
+_TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
+)
+
+
+def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
+    """The ``run_tool`` input of an approved call of this task."""
+    spec = inp.agent
+    rules = None
+    if call.name != "bash":
+        # What the file tools judge beyond the path the call was decided on.
+        read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+        rules = policy.PathRules.of(spec, call.name, read_only=read_only)
+    return ToolCallInput(
+        task_id=workflow.info().workflow_id,
+        call=call,
+        workspace=inp.workspace,
+        network=spec.network,
+        env=spec.env,
+        limits=spec.limits,
+        write_protected_paths=spec.write_protected_paths,
+        rules=rules,
+    )
+
+
+def waits_on_activities(
+    calls: list[ToolCall], verdicts: dict[str, Verdict], local_read_tools: bool
+) -> bool:
+    """Whether a call that runs will be awaited as an activity or a child, not inline.
+
+    Reads run as local activities within this workflow task (see ``ToolCalls.run``):
+    a turn of reads alone is over before anyone could look.
+    """
+    return any(
+        verdicts[c.id][0] == "allow" and not (local_read_tools and c.name in policy.READ_ONLY_TOOLS)
+        for c in calls
+    )
+
+
+class ToolCalls:
+    """This run's tool calls: the slots they run in, those running now, their records.
+
+    Args:
+        on_change: Shows the current details again (what runs or waits changed).
+
+    Attributes:
+        running: Previews of the tool calls running now, by call id (for the current
+            details).
+        queued: Tool calls waiting for one of the slots.
+        records: Record names of this turn's ``run_tool`` results, by call id.
+    """
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self._slots: asyncio.Semaphore | None = None
+        self.running: dict[str, str] = {}
+        self.queued = 0
+        self.records: dict[str, str] = {}
+
+    def _tool_slots(self, child: bool) -> asyncio.Semaphore:
+        """How many of this task's tool calls run at once; the rest wait in the workflow."""
+        if self._slots is None:
+            at_once = CHILD_TOOL_CALLS_AT_ONCE if child else TOOL_CALLS_AT_ONCE
+            self._slots = asyncio.Semaphore(at_once)
+        return self._slots
+
+    async def run(
+        self, call: ToolCall, inp: TaskInput, read_only_tools: set[str]
+    ) -> ToolCallResult:
+        """Run an approved call of the task (``inp``) once one of its slots is free."""
+        call_input = _tool_input(inp, call, read_only_tools)
+        check_size(call_input, f"{call.name} call input")
+        self.records[call.id] = policy.result_record_name(call)
+        # A turn of many slow calls holds only this many of the worker's slots; the
+        # rest wait here, in the workflow, where they hold nothing.
+        slots = self._tool_slots(inp.parent_is_subagent)
+        queued = True
+        self.queued += 1
+        if slots.locked():
+            self._on_change()  # it waits: say so
+        try:
+            async with slots:
+                self.queued, queued = self.queued - 1, False
+                run = _run_tool(call, call_input, inp.agent.local_read_tools)
+                return await self.shown_running(call, run)
+        finally:
+            if queued:
+                self.queued -= 1
+
+    async def shown_running(
+        self, call: ToolCall, run: Coroutine[Any, Any, ToolCallResult]
+    ) -> ToolCallResult:
+        """Await ``run`` with ``call`` listed in the current details meanwhile."""
+        self.running[call.id] = policy.arguments_preview(call.name, call.arguments, limit=200)
+        self._on_change()
+        try:
+            result = await run
+        finally:
+            # No workflow call here: on eviction the SDK unwinds with its own exception.
+            self.running.pop(call.id, None)
+        self._on_change()
+        return result
+
+
+async def _run_tool(
+    call: ToolCall, tool_input: ToolCallInput, local_read_tools: bool
+) -> ToolCallResult:
+    timeout = tool_timeout(call.arguments.get("timeout"))
+    summary = policy.arguments_preview(call.name, call.arguments)
+    if local_read_tools and call.name in policy.READ_ONLY_TOOLS:
+        # In-process, bounded and read-only: run within this workflow task.
+        return await workflow.execute_local_activity(
+            RUN_TOOL_ACTIVITY,
+            tool_input,
+            result_type=ToolCallResult,
+            start_to_close_timeout=timedelta(seconds=timeout + 60),
+            retry_policy=_TOOL_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
+    # On the tool queue: its own slots, which a task's slow or stalled calls (up to
+    # 600 s each) can fill without delaying any model turn.
+    return await workflow.execute_activity(
+        RUN_TOOL_ACTIVITY,
+        tool_input,
+        task_queue=tool_queue(workflow.info().task_queue),
+        result_type=ToolCallResult,
+        start_to_close_timeout=timedelta(seconds=timeout + 60),
+        heartbeat_timeout=timedelta(seconds=10),
+        retry_policy=_TOOL_RETRY,
+        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        summary=summary,
+    )
