@@ -16,12 +16,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._payloads import CallDecision, Decisions
+from durable_subagents._payloads import DECIDE_SIGNAL, CallDecision, Decisions
 from durable_subagents.client._task_state import InternalInfo, describe_task
 from durable_subagents.errors import InvalidRequest, SubagentError, UnknownCallId, WrongTaskState
 from durable_subagents.spawn import refuse_unencodable
 from durable_subagents.types import Message, TaskInfo, TaskStatus
-from durable_subagents.workflows import SubagentWorkflow
 
 __all__ = [
     "MAX_REASON_BYTES",
@@ -188,7 +187,7 @@ async def send_decisions(
     if memory.repeats(info, decisions):
         return info.public()  # sent already: the task reads it when it resumes
     try:
-        await temporal.get_workflow_handle(task_id).signal(SubagentWorkflow.decide, decisions)
+        await temporal.get_workflow_handle(task_id).signal(DECIDE_SIGNAL, decisions)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise

@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents._payloads import (
     SEND_INPUT_SIGNAL,
+    WORKFLOW,
     TaskInput,
     TaskState,
 )
@@ -28,7 +29,6 @@ from durable_subagents.spawn import (
     static_summary,
 )
 from durable_subagents.types import TaskInfo, TaskResult, TaskStatus
-from durable_subagents.workflows import SubagentWorkflow
 
 
 async def deliver_input(
@@ -58,7 +58,7 @@ async def deliver_input(
         # The latest run: one that continued-as-new since the describe takes it too.
         handle = temporal.get_workflow_handle(task_id)
         try:
-            await handle.signal(SubagentWorkflow.send_input, text)
+            await handle.signal(SEND_INPUT_SIGNAL, text)
             return info.public()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
@@ -112,8 +112,9 @@ async def start_follow_up(
     for key in ("error", "stop_reason", "result_preview", "unread_input"):
         memo.pop(key, None)
     await temporal.start_workflow(
-        SubagentWorkflow.run,
+        WORKFLOW,
         follow_up,
+        result_type=TaskResult,
         id=task_id,
         task_queue=task_queue,
         memo=memo,

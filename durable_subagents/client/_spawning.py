@@ -13,7 +13,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._payloads import TaskInput
+from durable_subagents._payloads import REGISTER_CHILD_SIGNAL, WORKFLOW, TaskInput
 from durable_subagents.client._task_state import describe_task
 from durable_subagents.errors import TaskNotFound, WrongTaskState
 from durable_subagents.spawn import (
@@ -22,8 +22,7 @@ from durable_subagents.spawn import (
     static_details,
     static_summary,
 )
-from durable_subagents.types import TaskStatus
-from durable_subagents.workflows import SubagentWorkflow
+from durable_subagents.types import TaskResult, TaskStatus
 
 __all__ = ["live_parent", "register_with_parent", "start_task"]
 
@@ -50,8 +49,9 @@ async def start_task(
     memo, attributes = start_metadata(task_input)
     try:
         await temporal.start_workflow(
-            SubagentWorkflow.run,
+            WORKFLOW,  # by name: a client never imports the workflow's code
             task_input,
+            result_type=TaskResult,
             id=workflow_id,
             task_queue=task_queue,
             memo=memo,
@@ -93,9 +93,7 @@ async def live_parent(temporal: Client, parent_id: str) -> bool:
 async def register_with_parent(temporal: Client, parent_id: str, task_id: str) -> None:
     """Signal the parent so its cancellation cancels this task (durably)."""
     try:
-        await temporal.get_workflow_handle(parent_id).signal(
-            SubagentWorkflow.register_child, task_id
-        )
+        await temporal.get_workflow_handle(parent_id).signal(REGISTER_CHILD_SIGNAL, task_id)
         return
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:

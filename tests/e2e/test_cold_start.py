@@ -2,7 +2,8 @@
 
 A client never loads a provider SDK, the bash parser, the blob store's S3 client,
 cryptography (without a payload key), the MCP SDK or Temporal's worker; ``subagents
---help`` loads none of Temporal; a worker loads a provider's SDK once it first runs that
+--help`` loads none of Temporal; a client starts and signals the workflow by name, so it
+never loads the workflows' code either; a worker loads a provider's SDK once it first runs that
 provider, and only that one.
 """
 
@@ -122,6 +123,8 @@ async def test_a_client_loads_no_sdk_parser_or_worker(dev_server: DevServer) -> 
     for name, modules in stages.items():
         assert among(modules, CLIENT_NEVER) == [], name
         assert "durable_subagents.worker" not in modules, name
+        # it starts and signals the workflow by name, never loading its code
+        assert "durable_subagents.workflows" not in modules, name
     # the package alone loads neither Temporal nor the client
     assert among(stages["package"], ("temporalio", "pydantic")) == []
 
