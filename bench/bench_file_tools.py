@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -31,11 +32,13 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
+
+from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
@@ -57,9 +60,9 @@ FILE_TOOLS = (read_file, grep, list_files, write_file)
 CALLS: dict[str, tuple[Tool, dict[str, Any], bool]] = {
     "read_file, 2-byte file": (read_file, {"path": "f.txt"}, False),
     "read_file, 2-byte file, a task's first call": (read_file, {"path": "f.txt"}, True),
-    "read_file, 760-line module": (
+    "read_file, 420-line module": (
         read_file,
-        {"path": "src/activities/tools/_files.py"},
+        {"path": "src/tools/_search.py"},
         False,
     ),
     "grep 'def ', the package (~80 files)": (grep, {"pattern": "def ", "path": "src"}, False),
@@ -140,24 +143,35 @@ async def per_call(workspace: Path, calls: int) -> list[Row]:
     return rows
 
 
-async def per_turn(
-    tmp: Path, workspace: Path, turns: int, repeats: int
-) -> tuple[list[float], list[float]]:
-    server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / "temporal.db", ui=False)
+@contextlib.asynccontextmanager
+async def served(
+    tmp: Path, workspace: Path, name: str
+) -> AsyncIterator[tuple[Client, Settings, SubagentClient]]:
+    """A dev server of its own, and a client and settings for a queue named ``name``."""
+    server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / f"{name}.db", ui=False)
     await server.start()
     try:
         settings = Settings(
             address=server.address,
             namespace=server.namespace,
-            task_queue=f"bench-files-{uuid.uuid4().hex[:8]}",
-            data_dir=tmp / "data",
-            blob_dir=tmp / "blobs",
+            task_queue=f"bench-{name}-{uuid.uuid4().hex[:8]}",
+            data_dir=tmp / f"{name}-data",
+            blob_dir=tmp / f"{name}-blobs",
             workspace=workspace,
         )
         temporal = await connect_client(server.address, server.namespace)
         client = SubagentClient(
             temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
         )
+        yield temporal, settings, client
+    finally:
+        await server.stop()
+
+
+async def per_turn(
+    tmp: Path, workspace: Path, turns: int, repeats: int
+) -> tuple[list[float], list[float]]:
+    async with served(tmp, workspace, "files") as (temporal, settings, client):
         model = "scripted:" + json.dumps(
             {
                 "turns": [{"tool_calls": [{"name": "read_file", "arguments": {"path": "f.txt"}}]}],
@@ -182,8 +196,6 @@ async def per_turn(
                     times[on].append(await timed(run) / turns)
         forking(True)
         return times[True], times[False]
-    finally:
-        await server.stop()
 
 
 STORM_DIRS = 300
@@ -199,21 +211,7 @@ def storm_tree(workspace: Path) -> None:
 
 async def storm(tmp: Path, workspace: Path, repeats: int) -> tuple[list[float], list[float]]:
     """Seconds of the bystander's task, quiet and in the storm."""
-    server = DevServer(port=free_port(), ui_port=free_port(), db=tmp / "storm.db", ui=False)
-    await server.start()
-    try:
-        settings = Settings(
-            address=server.address,
-            namespace=server.namespace,
-            task_queue=f"bench-storm-{uuid.uuid4().hex[:8]}",
-            data_dir=tmp / "storm-data",
-            blob_dir=tmp / "storm-blobs",
-            workspace=workspace,
-        )
-        temporal = await connect_client(server.address, server.namespace)
-        client = SubagentClient(
-            temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
-        )
+    async with served(tmp, workspace, "storm") as (temporal, settings, client):
         reads = {"tool_calls": [{"name": "read_file", "arguments": {"path": "f.txt"}}]}
         bystander = "scripted:" + json.dumps({"turns": [reads], "repeat": 3, "final": "ok"})
         greps = [{"name": "grep", "arguments": {"pattern": f"n{i}"}} for i in range(8)]
@@ -241,8 +239,6 @@ async def storm(tmp: Path, workspace: Path, repeats: int) -> tuple[list[float], 
                 info = await client.check_task(task_id, wait=True, timeout=300)
                 assert info.status == TaskStatus.COMPLETED, info
         return quiet, loud
-    finally:
-        await server.stop()
 
 
 async def main() -> None:
