@@ -15,9 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
     from durable_subagents.types import Message
 
-from durable_subagents.workflows._outcomes import tool_error
-
-_Verdict = tuple[str, str | None]
+from durable_subagents.workflows._outcomes import Verdict, tool_error
 
 
 def accepted(turn: ModelTurnResult) -> list[Message]:
@@ -72,7 +70,7 @@ def feedback(turn: ModelTurnResult, invalid: int) -> str:
     )
 
 
-def answer_verdicts(turn: ModelTurnResult, told: str | None) -> dict[str, _Verdict]:
+def answer_verdicts(turn: ModelTurnResult, told: str | None) -> dict[str, Verdict]:
     """Verdicts on a turn's ``final_answer`` calls: never run, the model turn judged them.
 
     The judged call gets ``told`` (the feedback on it); any further one is not read.

@@ -13,6 +13,7 @@ from typing import Any
 
 from temporalio import workflow
 
+from durable_subagents.workflows._outcomes import Verdict
 from durable_subagents.workflows._subtasks import MAX_SPAWNS_PER_TURN, SPAWN_SUBAGENT, SPAWN_TOOLS
 
 with workflow.unsafe.imports_passed_through():
@@ -31,9 +32,6 @@ _REASON_LEAST = 200
 
 _IGNORED_KEPT = 10
 """How many ignored decisions the memo keeps (the newest)."""
-
-Verdict = tuple[str, str | None]
-"""``(action, error)``: ``allow``, ``ask``, or ``deny`` with the error the model sees."""
 
 _PAUSE_TIMER = timedelta(days=1)
 """How long each timer of a pause without an approval timeout runs; another follows."""

@@ -20,11 +20,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
-from durable_subagents.workflows._approvals import Approvals, Verdict, spawns_run, turn_verdicts
+from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
 from durable_subagents.workflows._current_details import TaskView, current_details
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
+    Verdict,
     error_message,
     final_stop_reason,
     tool_error,

@@ -16,8 +16,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from durable_subagents.workflows._approvals import Verdict
-from durable_subagents.workflows._outcomes import check_size, tool_timeout
+from durable_subagents.workflows._outcomes import Verdict, check_size, tool_timeout
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
