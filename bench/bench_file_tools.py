@@ -266,8 +266,8 @@ async def main() -> None:
         storm_tree(workspace)
         workspace_for_tools(workspace)
         quiet, loud = await storm(tmp, workspace, args.storm)
-    storm_table(quiet, loud)
     if args.only_storm:
+        storm_table(quiet, loud)
         return
 
     print(f"# file tools in a process per call vs in-process ({date.today()}, ", end="")
@@ -294,6 +294,7 @@ async def main() -> None:
     on_ms, off_ms = statistics.median(forked), statistics.median(threaded)
     print(f"| ms per turn (median of {args.repeats}) | {off_ms:.1f} | {on_ms:.1f} | ", end="")
     print(f"{on_ms / off_ms:.2f}x |")
+    storm_table(quiet, loud)
 
 
 def storm_table(quiet: list[float], loud: list[float]) -> None:

@@ -85,7 +85,7 @@ def shown(text: str) -> str:
     return " ".join(one_line(text).split())
 
 
-def _view(status: TaskStatus, call_id: str, command: str, model: str = "m") -> TaskView:
+def task_view(status: TaskStatus, call_id: str, command: str, model: str = "m") -> TaskView:
     return TaskView(
         task_id="subagent-careful-0123",
         status=status,

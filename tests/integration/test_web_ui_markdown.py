@@ -22,7 +22,7 @@ from durable_subagents.testing import DevServer
 from durable_subagents.types import TaskStatus
 from durable_subagents.workflows._current_details import current_details
 
-from ..helpers.markdown import HOSTILE, Rendered, _view, hostile_text, shown
+from ..helpers.markdown import HOSTILE, Rendered, hostile_text, shown, task_view
 
 _QUOTES = re.compile("[\"'\u201c\u201d\u2018\u2019]")
 
@@ -67,8 +67,8 @@ async def test_the_web_ui_renders_the_text_literally(ui_url: str) -> None:
         assert not prose.codes and set(prose.tags) <= {"p"}
         code = _render(ui_url, "x " + code_span(text))
         assert code.codes == [one_line(text) or "\xa0"]
-        benign = _render(ui_url, current_details(_view(TaskStatus.PAUSED, "c", "ls")))
-        hostile = _render(ui_url, current_details(_view(TaskStatus.PAUSED, text, text)))
+        benign = _render(ui_url, current_details(task_view(TaskStatus.PAUSED, "c", "ls")))
+        hostile = _render(ui_url, current_details(task_view(TaskStatus.PAUSED, text, text)))
         assert hostile.text == benign.text and hostile.tags == benign.tags
 
     for text in [*HOSTILE, "1/2 of 3/4", "it''s"]:

@@ -22,7 +22,7 @@ from durable_subagents.spawn import static_details, static_summary
 from durable_subagents.types import TaskStatus
 from durable_subagents.workflows._current_details import current_details
 
-from ..helpers.markdown import _view, commonmark, hostile_text, shown
+from ..helpers.markdown import commonmark, hostile_text, shown, task_view
 
 # ------------------------------------------------------------------ in process (CommonMark)
 
@@ -51,8 +51,8 @@ def test_hostile_arguments_cannot_add_to_the_current_details(
     call_id: str, command: str, model: str
 ) -> None:
     for status in (TaskStatus.PAUSED, TaskStatus.RUNNING):
-        benign = commonmark(current_details(_view(status, "c", "ls", "m")))
-        hostile = commonmark(current_details(_view(status, call_id, command, model)))
+        benign = commonmark(current_details(task_view(status, "c", "ls", "m")))
+        hostile = commonmark(current_details(task_view(status, call_id, command, model)))
         # Everything outside the code spans is ours; the arguments show literally.
         assert hostile.text == benign.text
         assert hostile.tags == benign.tags
@@ -61,7 +61,7 @@ def test_hostile_arguments_cannot_add_to_the_current_details(
 
 
 def test_the_paused_details_read_right() -> None:
-    details = current_details(_view(TaskStatus.PAUSED, "call_0_0", "wc -l inventory/*.py"))
+    details = current_details(task_view(TaskStatus.PAUSED, "call_0_0", "wc -l inventory/*.py"))
     rendered = commonmark(details)
     assert rendered.text == (
         "Waiting for approval of 1 tool call · pause · rejected automatically after 600s "
@@ -79,7 +79,7 @@ def test_the_paused_details_read_right() -> None:
 
 
 def test_the_running_details_say_what_runs() -> None:
-    view = _view(TaskStatus.RUNNING, "c", "sleep 400")
+    view = task_view(TaskStatus.RUNNING, "c", "sleep 400")
     view.queued = 2
     rendered = commonmark(current_details(view))
     assert rendered.text == (
