@@ -5,10 +5,10 @@ worker, whose other threads belong to Temporal's runtime and the event loop). It
 one spare child forked ahead and hands the worker that child's socket; the worker
 sends requests straight to the child, so a call's path is the worker and the child
 alone. When the worker takes a spare the server forks the next one, and it reaps every
-child and reports its exit status. A child serves the calls of one task, one at a
-time: each request carries the call's limits, the child applies them, runs the tool
-function and writes its answer back as JSON; it exits when the worker closes its
-socket (see ``_processes`` for when).
+child and reports its exit status. A child serves the calls of one user and one set of
+limits (of any task), one at a time: each request carries the call's limits, the child
+applies them, runs the tool function and writes its answer back as JSON; it exits when
+the worker closes its socket (see ``_processes`` for when).
 
 ``_processes`` is the worker's side. The control protocol, over a ``SOCK_SEQPACKET``
 pair the worker created (no path or abstract socket that another process could

@@ -4,15 +4,21 @@ The file tools parse, walk and match in Python. Run in the worker's interpreter,
 CPU time and the GIL would be every task's: eight searches through hostile ignore
 files slowed another task's three-step run from 0.44 s to 8.3 s. So a ``forked``
 tool's call runs in a child of a fork server (``_forkserver``) that each worker process
-starts once. A child serves one task: its first call takes a fresh child (the task's
-memory, file-size and open-file limits, and its user if the context names one, are set
-then, for good), later calls of the task reuse it while it is idle, so a read costs
-no fork. At most ``TASK_PARALLEL`` calls of a task run at once (half the worker's
+starts once. A child serves one user and one set of limits: its first call takes a fresh
+child (the memory, file-size and open-file limits, and the user if the context names
+one, are set then, for good); later calls with the same user and limits, of any task,
+reuse it while it is idle, one call at a time, so a read costs no fork. A fresh child
+costs about 4 ms of CPU (the pages it writes are copied): kept per task, 1,000 tasks in
+flight forked at nearly every turn, or would hold 2.7 MB each. Sharing one across tasks
+gives a call no more than it had: the child runs only these tools' own code, each call
+confines itself to its own task's workspace, and the user, set once, is the boundary the
+kernel keeps. At most ``TASK_PARALLEL`` calls of a task run at once (half the worker's
 cores), so a task's searches never take the whole machine. Each call gets its own
 CPU-time limit, and the worker's priority for its first 50 ms of CPU, unless another
 call of its task is running (a task's parallel calls buy it no more of the CPU); past
 that the child runs at idle priority, on the CPU the worker and other tasks leave. A
-child that went idle, grew large, failed, or sat idle for ``IDLE_SECONDS`` is let go.
+child that went to idle priority, grew large, failed, or sat idle for ``IDLE_SECONDS``
+is let go.
 
 - The time limit and a cancel kill the child, through the server that reaps it, and
   wait until it is gone.
@@ -80,9 +86,10 @@ START_TIMEOUT = 60.0
 REAP_WAIT = 5.0
 """Seconds to wait for a killed child to be reaped before giving up on it."""
 IDLE_SECONDS = 30.0
-"""How long a task's idle child is kept for its next call (a model turn or two)."""
+"""How long an idle child is kept for a next call."""
 MAX_IDLE = 32
-"""Idle children kept in all; past it the longest idle goes."""
+"""Idle children kept in all; past it the longest idle goes. As many calls as run at
+once need one each, however many tasks are in flight."""
 TASK_PARALLEL = max(1, (os.cpu_count() or 1) // 2)
 """Calls of one task that run at once; the task's others wait their turn. So a task's
 file tools use at most half the worker's cores, however many searches it asks for at
@@ -111,8 +118,8 @@ class _Call:
     exited: asyncio.Future[int]
 
 
-Key = tuple[str, Any, Any]
-"""Whose calls a child serves: a task, its user and the limits set once per child."""
+Key = tuple[Any, Any]
+"""Whose calls a child serves: the user and the limits it set once, for good."""
 
 
 @dataclass(eq=False)
@@ -206,15 +213,10 @@ class ForkServer:
         with self._lock:
             return len(self._spares)
 
-    def idle(self, task_id: str | None = None) -> list[int]:
-        """Pids of the children kept for a task's next call, for one task or for all."""
+    def idle(self) -> list[int]:
+        """Pids of the children kept for a next call."""
         with self._lock:
-            return [
-                c.pid
-                for children in self._idle.values()
-                for c in children
-                if task_id in (None, c.key and c.key[0])
-            ]
+            return [c.pid for children in self._idle.values() for c in children]
 
     @property
     def held(self) -> int:
@@ -268,7 +270,7 @@ class ForkServer:
     async def _call(self, tool: Tool, ctx: ToolContext, kwargs: dict[str, Any]) -> str:
         loop = asyncio.get_running_loop()
         fixed, cpu = plan(ctx)
-        key: Key = (ctx.task_id, ctx.run_as, tuple(fixed))
+        key: Key = (ctx.run_as, tuple(fixed))
         ref = (tool.fn.__module__, tool.fn.__name__)
         child = await self._take(loop, key)
         call = _Call(ctx.task_id, loop, loop.create_future())
@@ -303,7 +305,7 @@ class ForkServer:
         return unpack(tool.name, answer, ctx)
 
     async def _take(self, loop: asyncio.AbstractEventLoop, key: Key) -> _Child:
-        """The task's idle child, else a spare (waiting for the next if none is ready)."""
+        """An idle child with these limits, else a spare (waiting for one if none is ready)."""
         with self._lock:
             if self._closed:
                 raise ServerGone("the file tools' process server stopped")
@@ -328,7 +330,7 @@ class ForkServer:
         return child
 
     def _release(self, child: _Child, *, reuse: bool) -> None:
-        """After a call: keep the child for its task's next one, or let it go."""
+        """After a call: keep the child for a next one with its limits, or let it go."""
         with self._lock:
             child.call = None
             if reuse and not self._closed and child.pid in self._children:

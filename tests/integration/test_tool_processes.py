@@ -302,7 +302,7 @@ async def test_a_worker_that_is_not_root_refuses_to_switch_users(ws: Path) -> No
 # ---------------------------------------------------------------- leaks
 
 
-async def test_a_tasks_calls_reuse_its_process_and_nothing_is_left_behind(
+async def test_calls_reuse_a_process_of_their_limits_and_nothing_is_left_behind(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (ws / "f.txt").write_text("hello\n")
@@ -315,18 +315,25 @@ async def test_a_tasks_calls_reuse_its_process_and_nothing_is_left_behind(
         return len(os.listdir("/proc/self/fd")) - server.held
 
     before = await settled()
-    # one process serves a task's calls, one after the other; another task gets its own
-    first = server.idle("reader")
-    for _ in range(20):
-        await read_file.run(context(ws, "reader"), {"path": "f.txt"})
-    await read_file.run(context(ws, "other"), {"path": "f.txt"})
-    assert server.idle("reader") == first and len(first) == 1
-    assert server.idle("other") != first
+    # one process serves the calls of every task with the same limits, one at a time,
+    # so a turn's read forks nothing; other limits (set once per child) get their own
+    # (limits of this test's own, as other tests' children may be idle in this process)
+    mine = ToolLimits(open_files=77)
+    earlier = set(server.idle())
+    await read_file.run(context(ws, "task-0", limits=mine), {"path": "f.txt"})
+    first = set(server.idle()) - earlier
+    for n in range(20):
+        await read_file.run(context(ws, f"task-{n % 3}", limits=mine), {"path": "f.txt"})
+    assert set(server.idle()) - earlier == first and len(first) == 1
+    other = context(ws, "task-0", limits=ToolLimits(open_files=78))
+    await read_file.run(other, {"path": "f.txt"})
+    assert len(set(server.idle()) - earlier) == 2 and first <= set(server.idle())
     # crashes, cancels and timeouts kill their process
+    (pid,) = first
     for how in ("segv", "raise", "exit"):
         with pytest.raises(ToolError):
-            await misbehave.run(context(ws, "reader"), {"how": how})
-    assert not server.idle("reader") and not alive(first[0])
+            await misbehave.run(context(ws, "reader", limits=mine), {"how": how})
+    assert pid not in server.idle() and not alive(pid)
     for _ in range(3):
         call = asyncio.create_task(misbehave.run(context(ws, "reader"), {"how": "sleep"}))
         await asyncio.sleep(0.2)
