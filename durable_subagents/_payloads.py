@@ -53,6 +53,7 @@ __all__ = [
     "SEND_INPUT_SIGNAL",
     "STATUS_QUERY",
     "TOOL_QUEUE_SUFFIX",
+    "UNRECORDED_READ_BYTES",
     "WORKFLOW",
     "CallDecision",
     "ChildState",
@@ -441,6 +442,16 @@ class ToolCallInput(_Compact):
     rules: PathRules | None = None
     """The agent's and the spawn's rules for this tool: the file tools judge by them
     what they open beyond the path the call was decided on. None: not sent."""
+    unrecorded_reads: bool = False
+    """Whether the workflow reads ``ToolCallResult.recorded``: then a read-only tool's
+    result of at most ``UNRECORDED_READ_BYTES`` is not written as a record (a retry
+    runs the read again, which changes nothing, and the workflow never passes so short
+    a result by name). A workflow that does not say so gets every result recorded."""
+
+
+UNRECORDED_READ_BYTES = 1024
+"""A read-only tool's result up to this size is not recorded (``unrecorded_reads``).
+At most ``MAX_CALLS_PER_TURN`` of them, 64 KiB, stay inline in the next turn's input."""
 
 
 class ToolCallResult(_Compact):
@@ -452,6 +463,9 @@ class ToolCallResult(_Compact):
     content_ref: str | None = None
     is_error: bool = False
     size: int = 0
+    recorded: bool = True
+    """Whether the result is in the blob store as the call's record (a short read's is
+    not; see ``ToolCallInput.unrecorded_reads``)."""
 
     def to_message(self) -> Message:
         """The tool message the model sees next turn."""

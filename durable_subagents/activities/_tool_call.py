@@ -2,7 +2,8 @@
 
 A retried attempt first asks whether its task was cancelled meanwhile, then whether an
 earlier attempt already ran the call (its result is a record in the blob store): a
-command never runs twice because a worker died before reporting it.
+command never runs twice because a worker died before reporting it. A read-only tool's
+short result is not recorded: running a read again changes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents import policy
-from durable_subagents._payloads import ToolCallInput, ToolCallResult
+from durable_subagents._payloads import UNRECORDED_READ_BYTES, ToolCallInput, ToolCallResult
 from durable_subagents.activities._heartbeats import cancel_requested, heartbeating, may_be_stale
 from durable_subagents.tools import ToolError
 
@@ -58,6 +59,14 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
                 output = f"{call.name} failed: {type(err).__name__}: {err}"
                 is_error = True
     content, ref = await acts.transcript.store_text(input.task_id, output)
+    # A short read needs no record: a retry reads again, and the workflow passes only
+    # longer results by name.
+    recorded = not (
+        input.unrecorded_reads
+        and tool is not None
+        and tool.read_only
+        and len(content.encode()) <= UNRECORDED_READ_BYTES
+    )
     result = ToolCallResult(
         call_id=call.id,
         tool_name=call.name,
@@ -65,6 +74,8 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
         content_ref=ref,
         is_error=is_error,
         size=len(output),
+        recorded=recorded,
     )
-    await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
+    if recorded:
+        await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
     return result

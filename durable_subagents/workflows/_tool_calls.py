@@ -62,6 +62,7 @@ def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> To
         limits=spec.limits,
         write_protected_paths=spec.write_protected_paths,
         rules=rules,
+        unrecorded_reads=True,
     )
 
 
@@ -124,7 +125,10 @@ class ToolCalls:
             async with slots:
                 self.queued, queued = self.queued - 1, False
                 run = _run_tool(call, call_input, inp.agent.local_read_tools)
-                return await self.shown_running(call, run)
+                result = await self.shown_running(call, run)
+                if not result.recorded:
+                    del self.records[call.id]  # never passed by name (it is short)
+                return result
         finally:
             if queued:
                 self.queued -= 1

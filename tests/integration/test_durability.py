@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from google.protobuf.json_format import MessageToJson
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.testing import ActivityEnvironment
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents._payloads import ToolCallInput
+from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
+from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
@@ -375,3 +381,39 @@ def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
             with contextlib.suppress(OSError):
                 cgroup.rmdir()
                 cgroup.parent.rmdir()
+
+
+async def test_a_short_read_goes_unrecorded_only_for_a_workflow_that_knows(
+    workspace: Path, settings: Settings
+) -> None:
+    """A retried call answers with its record instead of running again; a read-only
+    tool's short result is not recorded (running it again changes nothing), but only
+    when the workflow says it reads ``recorded``: an older one may pass any result by
+    record name, and gets every result recorded."""
+    (workspace / "f.txt").write_text("before\n")
+    activities = SubagentActivities(settings.blob_store(), workspace_root=workspace)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=datetime.now(UTC))
+    read = ToolCall(id="call_r", name="read_file", arguments={"path": "f.txt"})
+    write = ToolCall(id="call_w", name="write_file", arguments={"path": "g.txt", "content": "x"})
+
+    def inp(task: str, call: ToolCall, *, knows: bool) -> ToolCallInput:
+        return ToolCallInput(task_id=task, call=call, unrecorded_reads=knows)
+
+    def records(task: str) -> list[str]:
+        return [p.name for p in settings.resolved_blob_dir.rglob("records/*") if task in str(p)]
+
+    old = await env.run(activities.run_tool, inp("t-old", read, knows=False))
+    new = await env.run(activities.run_tool, inp("t-new", read, knows=True))
+    wrote = await env.run(activities.run_tool, inp("t-new", write, knows=True))
+    assert old.recorded and len(records("t-old")) == 1
+    assert not new.recorded and wrote.recorded and len(records("t-new")) == 1
+    assert "before" in new.content
+    # a retry of the unrecorded read reads again; of the write, answers from its record
+    (workspace / "f.txt").write_text("after\n")
+    (workspace / "g.txt").unlink()
+    env.info = dataclasses.replace(env.info, attempt=2, workflow_id="")  # no task to ask
+    again = await env.run(activities.run_tool, inp("t-new", read, knows=True))
+    assert "after" in again.content
+    assert await env.run(activities.run_tool, inp("t-new", write, knows=True)) == wrote
+    assert not (workspace / "g.txt").exists()

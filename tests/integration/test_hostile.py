@@ -654,22 +654,31 @@ async def test_odd_call_ids_and_deep_arguments_never_break_a_task(
 
 
 async def test_many_parallel_results_in_one_turn_never_fail_the_task(
-    client: SubagentClient, worker: None, workspace: Path
+    client: SubagentClient, worker: None, workspace: Path, settings: Settings
 ) -> None:
     for i in range(40):  # each under the inline limit, together over the payload limit
         (workspace / f"f{i}.txt").write_text(f"file {i}\n" + ("x" * 99 + "\n") * 67 + f"end {i}\n")
+    for i in range(10):  # short reads are not recorded, so never passed by name
+        (workspace / f"s{i}.txt").write_text(f"short {i}\n")
     reads = [{"name": "read_file", "arguments": {"path": f"f{i}.txt"}} for i in range(40)]
+    reads += [{"name": "read_file", "arguments": {"path": f"s{i}.txt"}} for i in range(10)]
     task_id = await client.spawn_task(
         "explore", "x", model=script({"tool_calls": reads}, {"text": "{last_tool_result}"})
     )
     info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     outputs = await tool_outputs(client, task_id)
-    assert len(outputs) == 40
-    short = [(i, out[:80]) for i, out in enumerate(outputs) if f"end {i}" not in out]
-    assert not short and all(7_000 < len(out) < 8 * 1024 for out in outputs)
+    assert len(outputs) == 50
+    short = [(i, out[:80]) for i, out in enumerate(outputs[:40]) if f"end {i}" not in out]
+    assert not short and all(7_000 < len(out) < 8 * 1024 for out in outputs[:40])
+    assert [out.split("\t")[-1].strip() for out in outputs[40:]] == [
+        f"short {i}" for i in range(10)
+    ]
     # the model read them (the answer keeps read_file's line-number padding)
-    assert (info.result or "").startswith("     1\tfile 39")
+    assert (info.result or "").startswith("     1\tshort 9")
+    # a record for each long result (some went by name), none for a short read
+    records = list(settings.resolved_blob_dir.rglob("records/*"))
+    assert len(records) == 40 and all(b"end " in r.read_bytes() for r in records)
 
 
 async def test_thousands_of_calls_that_ask_in_one_turn_never_wedge_the_task(
