@@ -56,7 +56,14 @@ from typing import Any
 
 from aiohttp import web
 from bench_core import code_commit, cpu_model, server_version
-from peers.scale_bare import BareScaleWorkflow, bare_model, bare_tool
+from peers.scale_bare import (
+    BareAgentWorkflow,
+    BareScaleWorkflow,
+    bare_agent_model,
+    bare_agent_read,
+    bare_model,
+    bare_tool,
+)
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -76,10 +83,13 @@ AGENT = "explore"
 MODEL = "openai:bench-scale"
 FINAL = "done: read f.txt"
 """The final answer every subagent task must end with."""
-SIDES = ("subagents", "bare", "sandboxed")
+SIDES = ("subagents", "bare", "sandboxed", "bare-agent")
 """``subagents`` runs the library's workflows outside Temporal's workflow sandbox
 (``subagent_workflow_sandbox=False``), ``sandboxed`` in it (the default of
-``create_worker``); ``bare`` is plain Temporal with the same activity pattern."""
+``create_worker``); ``bare`` is plain Temporal with the same activity pattern and no
+work in it (a sleep for the model, a no-op tool); ``bare-agent`` is plain Temporal doing
+the same work as a subagent (``BareAgentWorkflow``: the ``openai`` SDK streaming from the
+same model server, the file read in the worker's process)."""
 SUBAGENT_SIDES = ("subagents", "sandboxed")
 WAL_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 """SQLite settings of the dev server: write-ahead log, fsync at checkpoints. With SQLite's
@@ -235,8 +245,8 @@ async def serve_worker(args: argparse.Namespace) -> None:
         worker = Worker(
             client,
             task_queue=spec["queue"],
-            workflows=[BareScaleWorkflow],
-            activities=[bare_model, bare_tool],
+            workflows=[BareScaleWorkflow, BareAgentWorkflow],
+            activities=[bare_model, bare_tool, bare_agent_model, bare_agent_read],
             workflow_runner=runner,
             graceful_shutdown_timeout=timedelta(seconds=5),
             # as create_worker sets it from Settings (the SDK's default is 10 s)
@@ -522,6 +532,18 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
                     max_turns=args.turns + 1,
                     task_id=ids[i],
                 )
+            elif side == "bare-agent":
+                await bench.temporal.start_workflow(
+                    BareAgentWorkflow.run,
+                    args=[
+                        "Read f.txt and say what it holds.",
+                        str(bench.workspace),
+                        args.turns + 1,
+                        args.subagent_tools == "local",
+                    ],
+                    id=ids[i],
+                    task_queue=queue,
+                )
             else:
                 await bench.temporal.start_workflow(
                     BareScaleWorkflow.run,
@@ -558,6 +580,8 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
         run.model_requests = after_stats.get("requests", 0) - before_stats.get("requests", 0)
         if side in SUBAGENT_SIDES:
             run.wrong = sum(1 for r in results if not _right_answer(r))
+        elif side == "bare-agent":
+            run.wrong = sum(1 for r in results if r != FINAL)
     finally:
         for child in [worker, *rescuers]:
             await child.stop()
@@ -776,7 +800,9 @@ async def sample_phases(
                 attrs_as = event.activity_task_scheduled_event_attributes
                 scheduled[event.event_id] = _ms(event)
                 name = attrs_as.activity_type.name
-                kinds[event.event_id] = "model" if name in ("model_turn", "bare_model") else "tool"
+                kinds[event.event_id] = (
+                    "model" if name in ("model_turn", "bare_model", "bare_agent_model") else "tool"
+                )
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
                 attrs_at = event.activity_task_started_event_attributes
                 started[event.event_id] = _ms(event)
@@ -872,7 +898,7 @@ def report(runs: list[Run]) -> None:
             *(f"{r.cpu.get(k, 0.0):.1f}" for k in CPU_COLUMNS),
             f"{sum(r.cpu.values()) / r.wall:.2f}" if r.wall else "-",
             f"{r.spawn_seconds:.1f}",
-            str(r.model_requests) if r.side in SUBAGENT_SIDES else "-",
+            str(r.model_requests) if r.side != "bare" else "-",
         )
         for r in runs
     ]
