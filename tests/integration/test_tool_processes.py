@@ -286,6 +286,11 @@ async def test_a_root_worker_runs_the_file_tools_as_the_user_it_is_given(shared_
     assert (got["uid"], got["gid"], got["groups"]) == (4321, 4322, [])
     # the switch cleared the signal that kills it with the server: it is set again
     assert got["death_signal"] == signal.SIGKILL
+    # a process serves one user: other tasks' calls get the process of their own user
+    for task, user in (("task-2", (4323, 4323)), ("task-3", (4321, 4322))):
+        ctx = context(shared_ws, task, run_as=user)
+        got = json.loads(await misbehave.run(ctx, {"how": "whoami"}))
+        assert (got["uid"], got["gid"]) == user
     # without a user, calls stay the worker's
     await write_file.run(context(shared_ws), {"path": "root.txt", "content": "x"})
     assert (shared_ws / "root.txt").stat().st_uid == 0
