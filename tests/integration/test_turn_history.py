@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -20,6 +22,7 @@ from durable_subagents import AgentSpec, SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.tools._processes import running_calls
 from durable_subagents.worker import create_worker
+from durable_subagents.workflows import _publish as publish
 
 from ..helpers import CEILING
 from ..helpers.tasks import script
@@ -137,28 +140,43 @@ async def test_fast_turns_cost_seven_events_and_the_memo_stays_right(
     assert transcript[-1].content == "done"
 
 
-async def test_slow_turns_publish_progress_every_turn(
-    client: SubagentClient, temporal_client: Client, worker: None
+async def test_progress_is_written_at_most_every_progress_every(
+    client: SubagentClient,
+    temporal_client: Client,
+    worker: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Progress alone (turns, usage, head) goes to the memo at most every
+    ``PROGRESS_EVERY``, as each write is a visibility update on the server: a task's
+    first turn shows at once, and so does its close; turns slower than the interval
+    each show while the task runs."""
     slow = {
         "text": "thinking",
         "delay": 1.1,
         "tool_calls": [{"name": "list_files", "arguments": {}}],
     }
     last = {"text": "done", "delay": 1.1}
-    task_id = await client.spawn_task("explore", "slow", model=script(slow, slow, slow, last))
-    seen: list[int] = []
-    while True:
-        info = await client.check_task(task_id)
-        if not seen or info.turns != seen[-1]:
-            seen.append(info.turns)
-        if info.status.terminal:
-            break
-        await asyncio.sleep(0.1)
-    assert info.status == TaskStatus.COMPLETED
-    assert seen[-1] == 4 and {1, 2, 3} <= set(seen), seen  # each turn showed while running
-    _, memo_writes = await history_counts(temporal_client, task_id)
-    assert memo_writes >= 4
+
+    async def turns_seen() -> tuple[list[int], int]:
+        task_id = await client.spawn_task("explore", "slow", model=script(slow, slow, slow, last))
+        seen: list[int] = []
+        while True:
+            info = await client.check_task(task_id)
+            if not seen or info.turns != seen[-1]:
+                seen.append(info.turns)
+            if info.status.terminal:
+                break
+            await asyncio.sleep(0.1)
+        assert info.status == TaskStatus.COMPLETED
+        return seen, (await history_counts(temporal_client, task_id))[1]
+
+    assert publish.PROGRESS_EVERY == timedelta(seconds=10)
+    seen, writes = await turns_seen()
+    assert seen[-1] == 4 and 1 in seen and not {2, 3} & set(seen), seen
+    monkeypatch.setattr(publish, "PROGRESS_EVERY", timedelta(seconds=1))
+    every_turn, more_writes = await turns_seen()
+    assert every_turn[-1] == 4 and {1, 2, 3} <= set(every_turn), every_turn
+    assert more_writes >= writes + 2
 
 
 async def test_later_turns_name_the_offered_tools_by_digest_and_rules_still_hold(
