@@ -406,3 +406,29 @@ async def test_a_killed_worker_leaves_no_file_tool_process(ws: Path) -> None:
         if worker.returncode is None:
             worker.kill()
             await worker.wait()
+
+
+async def test_a_process_shared_across_tasks_keeps_each_call_in_its_own_workspace(
+    tmp_path: Path,
+) -> None:
+    """A hostile model in one task, served by the process that just read another task's
+    secret, asks for that secret by a relative path, an absolute one and a symlink: each
+    call is confined to its own task's workspace, whatever the process served before."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+    (theirs / "secret.txt").write_text("their secret\n")
+    (mine / "link").symlink_to(theirs / "secret.txt")
+    limits = ToolLimits(open_files=79)  # this test's own processes
+    assert "their secret" in await read_file.run(
+        context(theirs, "victim", limits=limits), {"path": "secret.txt"}
+    )
+    served = set(fork_server().idle())
+    attacker = context(mine, "attacker", limits=limits)
+    for path in ("../theirs/secret.txt", str(theirs / "secret.txt"), "link"):
+        with pytest.raises(ToolError) as refused:
+            await read_file.run(attacker, {"path": path})
+        assert "their secret" not in str(refused.value)
+    out = await grep.run(attacker, {"pattern": "their secret", "path": "."})
+    assert out.startswith("no matches"), out  # the link's target is not searched
+    assert set(fork_server().idle()) & served  # the victim's process served the attacker
