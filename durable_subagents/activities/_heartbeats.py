@@ -15,7 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 
 from durable_subagents._live_text import LiveText
 
@@ -97,12 +99,23 @@ async def cancel_requested() -> bool:
 
     The server retries activities by itself: a retry can start on a new worker before
     the workflow has processed a cancel request, so a retried attempt checks first.
+    It reads the raw description: the two fields it needs, without decoding the
+    task's memo and search attributes.
     """
     info = activity.info()
     if not info.workflow_id:
         return False
-    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    desc = await handle.describe()
-    if desc.status != WorkflowExecutionStatus.RUNNING:
+    client = activity.client()
+    desc = await client.workflow_service.describe_workflow_execution(
+        DescribeWorkflowExecutionRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(
+                workflow_id=info.workflow_id, run_id=info.workflow_run_id or ""
+            ),
+        ),
+        retry=True,
+    )
+    status = desc.workflow_execution_info.status
+    if status != WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING:
         return True
-    return bool(desc.raw_description.workflow_extended_info.cancel_requested)
+    return bool(desc.workflow_extended_info.cancel_requested)
