@@ -288,8 +288,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SUBAGENTS_TRANSCRIPT_CACHE_MB", "transcript_cache_mb"),
     )
     """Memory (MB) a worker keeps running tasks' conversations in, so a turn reads no
-    transcript back from the blob store (about 1.3 KB per message beside its text: 21 KB
-    for a task of six short turns). Least recently used first out; 0 turns it off."""
+    transcript back from the blob store: the chain's nodes as stored, about 230 bytes
+    per short message (3 KB for a task of six short turns). Least recently used first
+    out; 0 turns it off."""
     max_cached_tasks: int = Field(
         1000,
         ge=1,

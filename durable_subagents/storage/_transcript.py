@@ -11,6 +11,9 @@ import asyncio
 import json
 from collections import OrderedDict
 
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
+
 from durable_subagents.policy import rule_target_key
 from durable_subagents.storage._blobstore import BlobStore
 from durable_subagents.types import Message, ToolCall
@@ -34,30 +37,32 @@ RULE_TARGET_LIMIT = 64 * 1024
 class Transcript:
     """Reads and appends transcript chains, caching each task's latest conversation.
 
-    The cache keeps, per task, the conversation at its newest head (what the next turn
-    extends), up to about ``cache_bytes`` of memory over all tasks (see ``_size``),
-    least recently used first out: a worker running ten thousand short tasks reads no
-    chain back from the store while they fit. A task's entry goes when it answers
-    without a tool call (most such turns end the task).
+    The cache keeps, per task, the chain's nodes up to its newest head (what the next
+    turn extends) as the bytes the store holds, up to ``cache_bytes`` of them over all
+    tasks, least recently used first out: a worker running ten thousand short tasks
+    reads no chain back from the store while they fit. Bytes, not parsed messages: a
+    short message parsed takes about 1.3 KB, its JSON a tenth of that, and parsing a
+    turn's conversation costs less than sending it to the model. A task's entry goes
+    when it answers without a tool call (most such turns end the task).
     """
 
     def __init__(self, store: BlobStore, cache_bytes: int = TRANSCRIPT_CACHE_BYTES) -> None:
         self.store = store
-        self._cache: OrderedDict[str, tuple[str, list[Message], int]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[str, list[bytes], int]] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._cached = 0
 
     async def append(self, task_id: str, head: str | None, messages: list[Message]) -> str:
         """Append ``messages`` after ``head``; return the new head."""
         node = {"parent": head, "messages": [m.model_dump(exclude_defaults=True) for m in messages]}
-        ref = await self.store.put(task_id, json.dumps(node, sort_keys=True).encode())
+        data = json.dumps(node, sort_keys=True).encode()
+        ref = await self.store.put(task_id, data)
         if head is None:
-            self._remember(task_id, ref, list(messages))
+            self._remember(task_id, ref, [data])
         else:
             entry = self._cache.get(task_id)
             if entry is not None and entry[0] == head:
-                size = entry[2] + sum(_size(m) for m in messages)
-                self._remember(task_id, ref, entry[1] + list(messages), size)
+                self._remember(task_id, ref, [*entry[1], data])
         return ref
 
     def forget(self, task_id: str) -> None:
@@ -70,19 +75,18 @@ class Transcript:
         """The whole conversation up to ``head`` (blob references not expanded)."""
         if head is None:
             return []
-        chunks: list[list[Message]] = []
+        nodes: list[bytes] = []
         ref: str | None = head
         while ref is not None:
             cached = self._cached_at(task_id, ref)
             if cached is not None:
-                chunks.append(cached)
+                nodes[:0] = cached
                 break
-            node = json.loads(await self.store.get(task_id, ref))
-            chunks.append([Message.model_validate(m) for m in node["messages"]])
-            ref = node["parent"]
-        messages = [m for chunk in reversed(chunks) for m in chunk]
-        self._remember(task_id, head, messages)
-        return list(messages)
+            data = await self.store.get(task_id, ref)
+            nodes.insert(0, data)
+            ref = _NODE.validate_json(data)["parent"]
+        self._remember(task_id, head, nodes)
+        return [m for data in nodes for m in _NODE.validate_json(data)["messages"]]
 
     async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
         """Copies of ``messages`` with every ``content_ref`` replaced by the full text.
@@ -154,43 +158,38 @@ class Transcript:
         ref = await self.store.put(task_id, data)
         return preview(text), ref
 
-    def _cached_at(self, task_id: str, head: str) -> list[Message] | None:
+    def _cached_at(self, task_id: str, head: str) -> list[bytes] | None:
         entry = self._cache.get(task_id)
         return entry[1] if entry is not None and entry[0] == head else None
 
-    def _remember(
-        self, task_id: str, head: str, messages: list[Message], size: int | None = None
-    ) -> None:
-        if size is None:
-            size = sum(_size(m) for m in messages)
+    def _remember(self, task_id: str, head: str, nodes: list[bytes]) -> None:
+        size = sum(len(n) + _NODE_BYTES for n in nodes)
         old = self._cache.pop(task_id, None)
         if old is not None:
             self._cached -= old[2]
         if size > self._cache_bytes:
             return
-        self._cache[task_id] = (head, messages, size)
+        self._cache[task_id] = (head, nodes, size)
         self._cached += size
         while self._cached > self._cache_bytes:
             _, (_, _, dropped) = self._cache.popitem(last=False)
             self._cached -= dropped
 
 
+class _Node(TypedDict):
+    parent: str | None
+    messages: list[Message]
+
+
+_NODE = TypeAdapter(_Node)
+"""A chain node as stored, parsed and checked in one pass."""
+_NODE_BYTES = 100
+"""What a cached node takes in memory beside its bytes: the ``bytes`` object and its
+slot in the task's list."""
+
+
 def _has_call_refs(message: Message) -> bool:
     return any(c.arguments_ref for c in message.tool_calls)
-
-
-_MESSAGE_BYTES = 1300
-"""What a cached ``Message`` takes in memory beside its text (a pydantic model and its
-fields; measured with tracemalloc: 1.2-1.3 KB)."""
-_CALL_BYTES = 1400
-"""The same for each of its ``ToolCall``s beside their arguments (measured: 1.3 KB)."""
-
-
-def _size(message: Message) -> int:
-    """About what a cached message takes in memory, in bytes, objects included."""
-    calls = sum(len(str(c.arguments)) + _CALL_BYTES for c in message.tool_calls)
-    reasoning = sum(len(b.thinking) + len(b.signature) + len(b.data) for b in message.reasoning)
-    return len(message.content) + calls + reasoning + _MESSAGE_BYTES
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
