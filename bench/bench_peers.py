@@ -942,6 +942,8 @@ async def main(args: argparse.Namespace) -> None:
     print()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp_name:
         tmp = Path(tmp_name)
+        # A root worker runs reads as an unprivileged user, who must reach the file.
+        os.chmod(tmp_name, 0o755)
         workspace = tmp / "ws"
         workspace.mkdir()
         (workspace / SMALL_FILE).write_text("x\n")

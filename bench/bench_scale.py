@@ -367,7 +367,7 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident set (``VmHWM``) in MB."""
+    """The process's peak resident set (``VmHWM``) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
@@ -885,7 +885,7 @@ def report(runs: list[Run]) -> None:
     print_table(
         (
             *("tasks", "side", "wall s", "turns/s", "vs bare", "worker CPU ms/turn"),
-            *("turn ms p50 / p99", "worker peak RSS MB", "done/failed/lost"),
+            *("turn ms p50 / p99", "worker peak RSS MiB", "done/failed/lost"),
         ),
         rows,
     )
@@ -1006,7 +1006,7 @@ async def main(args: argparse.Namespace) -> int:
                     warnings = sum(run.log_lines.values())
                     print(
                         f"{count} {side}: {run.wall:.1f}s, {run.turns_per_second:.0f} turns/s, "
-                        f"{run.completed}/{count} completed, worker peak RSS {run.rss_mb:.0f} MB, "
+                        f"{run.completed}/{count} completed, worker peak RSS {run.rss_mb:.0f} MiB, "
                         f"worker CPU {run.cpu_ms_per_turn:.1f} ms/turn, turn p50/p99 "
                         f"{run.turn_latency(0.5):.0f}/{run.turn_latency(0.99):.0f} ms, "
                         f"{warnings} worker warnings",
