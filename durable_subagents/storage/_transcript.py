@@ -75,18 +75,22 @@ class Transcript:
         """The whole conversation up to ``head`` (blob references not expanded)."""
         if head is None:
             return []
-        nodes: list[bytes] = []
+        nodes: list[bytes] = []  # newest first, as the chain is walked
+        chunks: list[list[Message]] = []
         ref: str | None = head
         while ref is not None:
             cached = self._cached_at(task_id, ref)
             if cached is not None:
-                nodes[:0] = cached
+                nodes.extend(reversed(cached))
+                chunks.append([m for data in cached for m in _NODE.validate_json(data)["messages"]])
                 break
             data = await self.store.get(task_id, ref)
-            nodes.insert(0, data)
-            ref = _NODE.validate_json(data)["parent"]
-        self._remember(task_id, head, nodes)
-        return [m for data in nodes for m in _NODE.validate_json(data)["messages"]]
+            node = _NODE.validate_json(data)
+            nodes.append(data)
+            chunks.append(node["messages"])
+            ref = node["parent"]
+        self._remember(task_id, head, nodes[::-1])
+        return [m for chunk in reversed(chunks) for m in chunk]
 
     async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
         """Copies of ``messages`` with every ``content_ref`` replaced by the full text.

@@ -103,3 +103,24 @@ async def test_the_cache_counts_what_it_holds_in_memory(tmp_path: Path) -> None:
     assert 0.66 * held < estimate < 1.5 * held, (estimate, held)
     messages = 300 * 12
     assert held / messages < 400, held / messages
+
+
+async def test_turns_another_worker_added_are_read_back_before_the_cached_ones(
+    tmp_path: Path,
+) -> None:
+    store = CountingStore(tmp_path)
+    mine, other = Transcript(store), Transcript(store)
+    head = None
+    for turn in range(3):
+        head = await mine.append("t", head, [Message(role="user", content=f"turn {turn}")])
+    # the task moves to another worker for two turns, then comes back
+    await other.load("t", head)
+    gets = store.gets
+    for turn in range(3, 5):
+        head = await other.append("t", head, [Message(role="user", content=f"turn {turn}")])
+    messages = await mine.load("t", head)
+    assert [m.content for m in messages] == [f"turn {t}" for t in range(5)]
+    assert store.gets - gets == 2  # the two new nodes; the first three came from the cache
+    again = await mine.load("t", head)
+    assert [m.content for m in again] == [f"turn {t}" for t in range(5)]
+    assert store.gets - gets == 2
