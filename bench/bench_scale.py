@@ -414,6 +414,8 @@ class Run:
     """Warnings and errors in the worker's log, counted by kind."""
     turn_ms: list[float] = field(default_factory=list)
     """Turn latencies of the sampled tasks (see ``sample_phases``), in ms."""
+    persistence: Counter[str] = field(default_factory=Counter)
+    """The dev server's persistence requests over the run, by operation."""
 
     @property
     def completed(self) -> int:
@@ -471,6 +473,21 @@ async def model_stats(url: str) -> dict[str, int]:
         return data
 
 
+_PERSISTENCE = re.compile(r'^persistence_requests\{[^}]*operation="([^"]+)"[^}]*\} (\S+)$', re.M)
+
+
+async def persistence_requests(url: str) -> Counter[str]:
+    """The dev server's persistence requests so far, by operation (its ``/metrics``)."""
+    from aiohttp import ClientSession
+
+    async with ClientSession() as session, session.get(url) as resp:
+        text = await resp.text()
+    counts: Counter[str] = Counter()
+    for operation, value in _PERSISTENCE.findall(text):
+        counts[operation] += int(float(value))
+    return counts
+
+
 async def bounded(
     count: int, limit: int, call: Callable[[int], Awaitable[Any]]
 ) -> list[BaseException | Any]:
@@ -518,6 +535,7 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
     ids = [f"{queue}-{i:05d}" for i in range(tasks)]
     try:
         before_stats = await model_stats(bench.model_url)
+        persistence0 = await persistence_requests(bench.server.metrics_url)
         pids = {"worker": worker.pid, "server": bench.server.pid, "model server": bench.model.pid}
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         driver0 = own_cpu_seconds()
@@ -576,6 +594,7 @@ async def run_side(bench: Bench, side: str, tasks: int) -> Run:
         run.cpu["driver"] = own_cpu_seconds() - driver0
         run.cpu["others"] = max(machine_cpu_seconds() - machine0 - sum(run.cpu.values()), 0.0)
         run.rss_mb = peak_rss_mb(worker.pid)
+        run.persistence = await persistence_requests(bench.server.metrics_url) - persistence0
         after_stats = await model_stats(bench.model_url)
         run.model_requests = after_stats.get("requests", 0) - before_stats.get("requests", 0)
         if side in SUBAGENT_SIDES:
@@ -749,6 +768,8 @@ def _ms(event: HistoryEvent) -> float:
 
 
 CPU_COLUMNS = ("worker", "server", "model server", "driver", "others")
+PERSISTENCE_COLUMNS = 6
+"""Persistence operations shown, the most frequent over all runs first."""
 """Whose CPU time the table shows; ``others``: every other process of the machine (other
 benchmarks or tests running at the same time), from ``/proc/stat``."""
 
@@ -934,6 +955,25 @@ def report(runs: list[Run]) -> None:
                 *("model wait", "model run", "tool wait", "tool run"),
             ),
             phase_rows,
+        )
+    if any(r.persistence for r in runs):
+        print()
+        print("the dev server's persistence requests per turn (its /metrics), by operation:")
+        ranked = Counter[str]()
+        for r in runs:
+            ranked.update(r.persistence)
+        operations = [op for op, _ in ranked.most_common(PERSISTENCE_COLUMNS)]
+        print_table(
+            ("tasks", "side", "all", *operations),
+            [
+                (
+                    str(r.tasks),
+                    r.side,
+                    f"{sum(r.persistence.values()) / r.model_turns:.2f}",
+                    *(f"{r.persistence[op] / r.model_turns:.2f}" for op in operations),
+                )
+                for r in runs
+            ],
         )
     for r in runs:
         for kind, count in r.log_lines.most_common(5):

@@ -234,6 +234,11 @@ class DevServer:
         return f"http://{self._host}:{self.ui_port}"
 
     @property
+    def metrics_url(self) -> str:
+        """The server's Prometheus metrics (``persistence_requests`` by operation, ...)."""
+        return f"http://{self._host}:{self._metrics_port}/metrics"
+
+    @property
     def namespace(self) -> str:
         """The namespace the server was prepared for."""
         return self._namespace

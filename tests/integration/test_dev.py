@@ -98,6 +98,8 @@ async def test_server_lifecycle(tmp_path: Path) -> None:
         assert ns.config.workflow_execution_retention_ttl.ToTimedelta() == timedelta(hours=12)
 
         assert await _http_status(server.ui_url) == 200
+        with await asyncio.to_thread(urllib.request.urlopen, server.metrics_url, timeout=5) as resp:
+            assert "persistence_requests{" in resp.read().decode()  # what bench_scale counts
         assert server.db.is_file()
         assert server.log_path == tmp_path / "t.db.log"
         assert server.log_path.is_file()
