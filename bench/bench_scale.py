@@ -1008,8 +1008,8 @@ async def main(args: argparse.Namespace) -> int:
     )
     print(f"            tool calls: subagents {args.subagent_tools}, bare {args.bare_tool}")
     print(f"sqlite      {' '.join(args.sqlite_pragma) or 'SQLite defaults'}")
-    extra = {**BENCH_DYNAMIC_CONFIG, **dict(kv.split("=", 1) for kv in args.dynamic_config)}
-    print(f"server      {' '.join(f'{k}={v}' for k, v in extra.items())}")
+    dynamic = {**BENCH_DYNAMIC_CONFIG, **dict(kv.split("=", 1) for kv in args.dynamic_config)}
+    print(f"dynconfig   {' '.join(f'{k}={v}' for k, v in dynamic.items())}")
     print(f"worker      {limits.describe()}")
     print()
     runs: list[Run] = []
@@ -1025,10 +1025,7 @@ async def main(args: argparse.Namespace) -> int:
             ui_port=free_port(),
             db=tmp / "temporal.db",
             ui=False,
-            dynamic_config={
-                **BENCH_DYNAMIC_CONFIG,
-                **dict(kv.split("=", 1) for kv in args.dynamic_config),
-            },
+            dynamic_config=dynamic,
             pragmas=args.sqlite_pragma,
         )
         serve = ["--serve-model", "--model-latency", str(args.model_latency)]
