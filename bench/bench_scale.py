@@ -397,6 +397,8 @@ class Run:
     tasks: int
     turns: int
     queue: str = ""
+    round: int = 0
+    """Which of the ``--repeat`` rounds of this count the run belongs to (0 first)."""
     wall: float = 0.0
     """Seconds from the first start request to the last task's close (server clock)."""
     spawn_seconds: float = 0.0
@@ -442,6 +444,11 @@ class Run:
     def cpu_ms_per_turn(self) -> float:
         """The worker process's CPU (all its threads) per model turn."""
         return 1000 * self.cpu.get("worker", 0.0) / self.model_turns
+
+    def cpu_ms_per_turn_of(self, *whose: str) -> float:
+        """The CPU of the named columns of ``CPU_COLUMNS`` (all of them if none) per turn."""
+        names = whose or CPU_COLUMNS
+        return 1000 * sum(self.cpu.get(k, 0.0) for k in names) / self.model_turns
 
     def turn_latency(self, q: float) -> float:
         """The ``q`` quantile (0-1) of the sampled turn latencies, in ms (0: none)."""
@@ -501,11 +508,11 @@ async def bounded(
     return await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
 
 
-async def run_side(bench: Bench, side: str, tasks: int) -> Run:
+async def run_side(bench: Bench, side: str, tasks: int, round_: int = 0) -> Run:
     """Start a fresh worker for ``side``, run ``tasks`` tasks at once, measure, stop it."""
     args = bench.args
     queue = f"scale-{side}-{tasks}-{uuid.uuid4().hex[:8]}"
-    run = Run(side=side, tasks=tasks, turns=args.turns, queue=queue)
+    run = Run(side=side, tasks=tasks, turns=args.turns, queue=queue, round=round_)
     spec = {
         "side": side,
         "address": bench.server.address,
@@ -804,7 +811,9 @@ async def sample_phases(
         return {}, []
     turn_ms: list[float] = []
     step = max(1, len(ids) // sample)
-    totals: dict[str, list[float]] = {name: [] for name in (*PHASES, "local activities")}
+    totals: dict[str, list[float]] = {
+        name: [] for name in (*PHASES, "local activities", "history events", "history KiB")
+    }
     for workflow_id in ids[::step][:sample]:
         events = [e async for e in temporal.get_workflow_handle(workflow_id).fetch_history_events()]
         scheduled: dict[int, float] = {}
@@ -849,12 +858,24 @@ async def sample_phases(
         turn_ms.extend(b - a for a, b in itertools.pairwise(marks))
         markers = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED)
         totals["local activities"].append(markers)
+        totals["history events"].append(len(events))
+        totals["history KiB"].append(sum(e.ByteSize() for e in events) / 1024)
         if events:
             totals["task latency (s)"].append((_ms(events[-1]) - _ms(events[0])) / 1000)
     return {name: statistics.mean(v) for name, v in totals.items() if v}, turn_ms
 
 
 # ---------------------------------------------------------------------- report
+
+
+def side_order(sides: list[str], count_index: int, round_: int) -> list[str]:
+    """The order of the sides in one round: rotated each round, so that over
+    ``len(sides)`` rounds every side runs once in every position (first after the
+    previous count's runs, last before the next round), and reversed every other count.
+    """
+    ordered = list(sides) if count_index % 2 == 0 else list(reversed(sides))
+    shift = round_ % len(ordered)
+    return ordered[shift:] + ordered[:shift]
 
 
 def machine_facts() -> list[str]:
@@ -889,20 +910,57 @@ def _phase_cell(run: Run, phase: str) -> str:
     return "-"
 
 
+def side_label(run: Run, repeated: bool) -> str:
+    return f"{run.side} #{run.round + 1}" if repeated else run.side
+
+
+def vs_bare(runs: list[Run], run: Run) -> float:
+    """``run``'s throughput over bare's in the same round of the same count (0: no bare)."""
+    for base in runs:
+        if (base.side, base.tasks, base.round) == ("bare", run.tasks, run.round) and base.wall:
+            return run.turns_per_second / base.turns_per_second
+    return 0.0
+
+
+def summary_rows(runs: list[Run]) -> list[tuple[str, ...]]:
+    """One row per count and side: the medians of its rounds."""
+    rows: list[tuple[str, ...]] = []
+    groups: dict[tuple[int, str], list[Run]] = {}
+    for r in runs:
+        groups.setdefault((r.tasks, r.side), []).append(r)
+    for (tasks, side), group in groups.items():
+        ratios = [x for x in (vs_bare(runs, r) for r in group) if x]
+        rows.append(
+            (
+                str(tasks),
+                side,
+                str(len(group)),
+                f"{statistics.median(r.turns_per_second for r in group):.0f}",
+                f"{statistics.median(ratios):.2f}x" if ratios else "-",
+                f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-",
+                f"{statistics.median(r.cpu_ms_per_turn for r in group):.1f}",
+                f"{statistics.median(r.cpu_ms_per_turn_of('server') for r in group):.1f}",
+                f"{statistics.median(r.cpu_ms_per_turn_of() for r in group):.1f}",
+                f"{max(r.rss_mb for r in group):.0f}",
+            )
+        )
+    return rows
+
+
 def report(runs: list[Run]) -> None:
-    bare = {r.tasks: r for r in runs if r.side == "bare"}
+    repeated = any(r.round for r in runs)
     rows: list[tuple[str, ...]] = []
     for r in runs:
-        base = bare.get(r.tasks)
-        ratio = f"{r.turns_per_second / base.turns_per_second:.2f}x" if base and base.wall else "-"
+        ratio = vs_bare(runs, r)
         rows.append(
             (
                 str(r.tasks),
-                r.side,
+                side_label(r, repeated),
                 f"{r.wall:.1f}",
                 f"{r.turns_per_second:.0f}",
-                ratio if r.side != "bare" else "1.00x",
+                f"{ratio:.2f}x" if ratio else "-",
                 f"{r.cpu_ms_per_turn:.1f}",
+                f"{r.cpu_ms_per_turn_of():.1f}",
                 f"{r.turn_latency(0.5):.0f} / {r.turn_latency(0.99):.0f}",
                 f"{r.rss_mb:.0f}",
                 f"{r.completed} / {r.failed} / {r.lost}",
@@ -911,16 +969,27 @@ def report(runs: list[Run]) -> None:
     print_table(
         (
             *("tasks", "side", "wall s", "turns/s", "vs bare", "worker CPU ms/turn"),
+            "all CPU ms/turn",
             *("turn ms p50 / p99", "worker peak RSS MiB", "done/failed/lost"),
         ),
         rows,
     )
+    if repeated:
+        print()
+        print("medians over the rounds (vs bare: the median of each round's ratio, its range):")
+        print_table(
+            (
+                *("tasks", "side", "rounds", "turns/s", "vs bare", "range"),
+                *("worker CPU ms/turn", "server CPU ms/turn", "all CPU ms/turn", "peak RSS MiB"),
+            ),
+            summary_rows(runs),
+        )
     print()
     print("CPU seconds over each run (2 cores = 2.0 s per wall second), model requests:")
     cpu_rows = [
         (
             str(r.tasks),
-            r.side,
+            side_label(r, repeated),
             *(f"{r.cpu.get(k, 0.0):.1f}" for k in CPU_COLUMNS),
             f"{sum(r.cpu.values()) / r.wall:.2f}" if r.wall else "-",
             f"{r.spawn_seconds:.1f}",
@@ -949,15 +1018,17 @@ def report(runs: list[Run]) -> None:
         phase_rows = [
             (
                 str(r.tasks),
-                r.side,
+                side_label(r, repeated),
                 *(_phase_cell(r, p) for p in PHASES),
+                f"{r.phases.get('history events', 0):.0f}",
+                f"{r.phases.get('history KiB', 0):.1f}",
             )
             for r in runs
         ]
         print_table(
             (
                 *("tasks", "side", "task s", "wft wait", "wft run"),
-                *("model wait", "model run", "tool wait", "tool run"),
+                *("model wait", "model run", "tool wait", "tool run", "events", "history KiB"),
             ),
             phase_rows,
         )
@@ -973,7 +1044,7 @@ def report(runs: list[Run]) -> None:
             [
                 (
                     str(r.tasks),
-                    r.side,
+                    side_label(r, repeated),
                     f"{sum(r.persistence.values()) / r.model_turns:.2f}",
                     *(f"{r.persistence[op] / r.model_turns:.2f}" for op in operations),
                 )
@@ -982,7 +1053,7 @@ def report(runs: list[Run]) -> None:
         )
     for r in runs:
         for kind, count in r.log_lines.most_common(5):
-            print(f"{r.tasks} {r.side} worker log: {count} x {kind}")
+            print(f"{r.tasks} {side_label(r, repeated)} worker log: {count} x {kind}")
         if r.stall:
             print(f"{r.tasks} {r.side}: {r.stall}")
         if r.wrong:
@@ -1004,7 +1075,8 @@ async def main(args: argparse.Namespace) -> int:
         print(fact)
     print(
         f"settings    counts={','.join(map(str, args.counts))} turns={args.turns} "
-        f"model_latency={args.model_latency}s sides={','.join(args.sides)} wait={args.wait}"
+        f"model_latency={args.model_latency}s sides={','.join(args.sides)} wait={args.wait} "
+        f"repeat={args.repeat}"
     )
     print(f"            tool calls: subagents {args.subagent_tools}, bare {args.bare_tool}")
     print(f"sqlite      {' '.join(args.sqlite_pragma) or 'SQLite defaults'}")
@@ -1046,19 +1118,21 @@ async def main(args: argparse.Namespace) -> int:
             )
             await warm_up(temporal)
             for index, count in enumerate(args.counts):
-                sides = list(args.sides) if index % 2 == 0 else list(reversed(args.sides))
-                for side in sides:
-                    run = await run_side(bench, side, count)
-                    runs.append(run)
-                    warnings = sum(run.log_lines.values())
-                    print(
-                        f"{count} {side}: {run.wall:.1f}s, {run.turns_per_second:.0f} turns/s, "
-                        f"{run.completed}/{count} completed, worker peak RSS {run.rss_mb:.0f} MiB, "
-                        f"worker CPU {run.cpu_ms_per_turn:.1f} ms/turn, turn p50/p99 "
-                        f"{run.turn_latency(0.5):.0f}/{run.turn_latency(0.99):.0f} ms, "
-                        f"{warnings} worker warnings",
-                        flush=True,
-                    )
+                for round_ in range(args.repeat):
+                    for side in side_order(args.sides, index, round_):
+                        run = await run_side(bench, side, count, round_)
+                        runs.append(run)
+                        warnings = sum(run.log_lines.values())
+                        label = f" #{round_ + 1}" if args.repeat > 1 else ""
+                        print(
+                            f"{count} {side}{label}: {run.wall:.1f}s, "
+                            f"{run.turns_per_second:.0f} turns/s, "
+                            f"{run.completed}/{count} completed, worker peak RSS "
+                            f"{run.rss_mb:.0f} MiB, worker CPU {run.cpu_ms_per_turn:.1f} ms/turn, "
+                            f"turn p50/p99 {run.turn_latency(0.5):.0f}/"
+                            f"{run.turn_latency(0.99):.0f} ms, {warnings} worker warnings",
+                            flush=True,
+                        )
         finally:
             await model.stop()
             await server.stop()
@@ -1079,6 +1153,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="concurrent tasks per run, comma-separated (e.g. 10,100,1000,10000)",
     )
     parser.add_argument("--turns", type=int, default=5, help="tool-calling turns per task")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every side per count, in rotated order; the summary shows medians",
+    )
     parser.add_argument(
         "--model-latency", type=float, default=0.2, help="seconds the model server waits"
     )
@@ -1151,8 +1231,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sqlite_pragma is None:
         args.sqlite_pragma = [] if args.stock_sqlite else list(WAL_PRAGMAS)
-    if any(c < 1 for c in args.counts) or args.turns < 1 or args.model_latency < 0:
-        parser.error("--counts and --turns must be at least 1, --model-latency at least 0")
+    if any(c < 1 for c in args.counts) or min(args.turns, args.repeat) < 1:
+        parser.error("--counts, --turns and --repeat must be at least 1")
+    if args.model_latency < 0:
+        parser.error("--model-latency must be at least 0")
     if not set(args.sides) <= set(SIDES):
         parser.error(f"--sides takes {','.join(SIDES)}")
     return args
