@@ -480,18 +480,24 @@ async def model_stats(url: str) -> dict[str, int]:
         return data
 
 
-_PERSISTENCE = re.compile(r'^persistence_requests\{[^}]*operation="([^"]+)"[^}]*\} (\S+)$', re.M)
+_PERSISTENCE = re.compile(
+    r'^(visibility_)?persistence_requests\{[^}]*operation="([^"]+)"[^}]*\} (\S+)$', re.M
+)
 
 
 async def persistence_requests(url: str) -> Counter[str]:
-    """The dev server's persistence requests so far, by operation (its ``/metrics``)."""
+    """The dev server's persistence requests so far, by operation (its ``/metrics``).
+
+    The visibility store's (the task list's records: starts, upserts of memo and search
+    attributes, closes, list queries) are named ``vis.<operation>``.
+    """
     from aiohttp import ClientSession
 
     async with ClientSession() as session, session.get(url) as resp:
         text = await resp.text()
     counts: Counter[str] = Counter()
-    for operation, value in _PERSISTENCE.findall(text):
-        counts[operation] += int(float(value))
+    for visibility, operation, value in _PERSISTENCE.findall(text):
+        counts[f"vis.{operation}" if visibility else operation] += int(float(value))
     return counts
 
 
@@ -1076,7 +1082,7 @@ async def main(args: argparse.Namespace) -> int:
     print(
         f"settings    counts={','.join(map(str, args.counts))} turns={args.turns} "
         f"model_latency={args.model_latency}s sides={','.join(args.sides)} wait={args.wait} "
-        f"repeat={args.repeat}"
+        f"repeat={','.join(map(str, args.repeat))}"
     )
     print(f"            tool calls: subagents {args.subagent_tools}, bare {args.bare_tool}")
     print(f"sqlite      {' '.join(args.sqlite_pragma) or 'SQLite defaults'}")
@@ -1118,12 +1124,12 @@ async def main(args: argparse.Namespace) -> int:
             )
             await warm_up(temporal)
             for index, count in enumerate(args.counts):
-                for round_ in range(args.repeat):
+                for round_ in range(args.repeat[index]):
                     for side in side_order(args.sides, index, round_):
                         run = await run_side(bench, side, count, round_)
                         runs.append(run)
                         warnings = sum(run.log_lines.values())
-                        label = f" #{round_ + 1}" if args.repeat > 1 else ""
+                        label = f" #{round_ + 1}" if max(args.repeat) > 1 else ""
                         print(
                             f"{count} {side}{label}: {run.wall:.1f}s, "
                             f"{run.turns_per_second:.0f} turns/s, "
@@ -1155,9 +1161,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=5, help="tool-calling turns per task")
     parser.add_argument(
         "--repeat",
-        type=int,
-        default=1,
-        help="rounds of every side per count, in rotated order; the summary shows medians",
+        type=lambda s: [int(c) for c in s.split(",")],
+        default=[1],
+        help="rounds of every side per count, in rotated order (the summary shows medians): "
+        "one number for every count, or one per count (e.g. 3,3,1)",
     )
     parser.add_argument(
         "--model-latency", type=float, default=0.2, help="seconds the model server waits"
@@ -1231,8 +1238,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.sqlite_pragma is None:
         args.sqlite_pragma = [] if args.stock_sqlite else list(WAL_PRAGMAS)
-    if any(c < 1 for c in args.counts) or min(args.turns, args.repeat) < 1:
+    if any(c < 1 for c in [*args.counts, *args.repeat]) or args.turns < 1:
         parser.error("--counts, --turns and --repeat must be at least 1")
+    if len(args.repeat) == 1:
+        args.repeat = args.repeat * len(args.counts)
+    if len(args.repeat) != len(args.counts):
+        parser.error("--repeat takes one number, or one per count of --counts")
     if args.model_latency < 0:
         parser.error("--model-latency must be at least 0")
     if not set(args.sides) <= set(SIDES):
