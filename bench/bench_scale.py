@@ -529,7 +529,7 @@ async def run_side(bench: Bench, side: str, tasks: int, round_: int = 0) -> Run:
         "limits": vars(bench.limits),
     }
     env = {"OPENAI_BASE_URL": bench.model_url + "/v1", "OPENAI_API_KEY": "sk-bench-scale"}
-    log = bench.tmp / f"worker-{side}.log"
+    log = bench.tmp / f"worker-{queue}.log"  # one per run: its warnings are counted
     worker = Child(["--serve-worker", json.dumps(spec)], log, env)
     await worker.start()
     rescuers: list[Child] = []
