@@ -63,6 +63,7 @@ from peers.scale_bare import (
     bare_agent_read,
     bare_model,
     bare_tool,
+    import_openai,
 )
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
@@ -216,6 +217,7 @@ async def serve_worker(args: argparse.Namespace) -> None:
     limits = WorkerLimits(**spec["limits"])
     worker: Worker
     if spec["side"] in SUBAGENT_SIDES:
+        from durable_subagents.providers import import_sdk
         from durable_subagents.worker import create_worker
 
         settings = Settings(
@@ -225,7 +227,11 @@ async def serve_worker(args: argparse.Namespace) -> None:
             data_dir=Path(spec["tmp"]) / "data",
             blob_dir=Path(spec["tmp"]) / "blobs",
             workspace=Path(spec["workspace"]),
+            model=MODEL,
         )
+        # As `subagents worker` does while it starts: its default model's SDK is loaded
+        # before it polls, not in the measured run's first turn.
+        import_sdk(settings.model)
         client = await connect_client(spec["address"], spec["namespace"])
         worker = create_worker(
             client,
@@ -234,6 +240,8 @@ async def serve_worker(args: argparse.Namespace) -> None:
             **limits.options(),
         )
     else:
+        if spec["side"] == "bare-agent":
+            import_openai()  # as an agent module that imports its SDK at the top would
         client = await Client.connect(spec["address"], namespace=spec["namespace"])
         # This module is deterministic at import, like the library the other side passes
         # through: neither side re-imports its workflow's module for every run.

@@ -72,6 +72,14 @@ READ_FILE = {
 _client: Any = None
 
 
+def import_openai() -> None:
+    """Load the ``openai`` SDK and what its first streamed request loads, as a worker
+    whose agent module imports the SDK at its top has done before it polls."""
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    AsyncOpenAI(api_key="unused", http_client=DefaultAioHttpClient()).chat.completions  # noqa: B018
+
+
 def _openai() -> Any:
     """One SDK client per worker process, sending over aiohttp as the library's does."""
     global _client
