@@ -451,7 +451,7 @@ class Run:
     @property
     def cpu_ms_per_turn(self) -> float:
         """The worker process's CPU (all its threads) per model turn."""
-        return 1000 * self.cpu.get("worker", 0.0) / self.model_turns
+        return self.cpu_ms_per_turn_of("worker")
 
     def cpu_ms_per_turn_of(self, *whose: str) -> float:
         """The CPU of the named columns of ``CPU_COLUMNS`` (all of them if none) per turn."""
@@ -794,10 +794,10 @@ new ones show at once; a production server caches them. Cached here as there: th
 reads were 2-4 persistence requests per turn (``GetCurrentClusterMetadata``), more on
 the sides that use search attributes. ``--dynamic-config`` overrides it."""
 CPU_COLUMNS = ("worker", "server", "model server", "driver", "others")
-PERSISTENCE_COLUMNS = 6
-"""Persistence operations shown, the most frequent over all runs first."""
 """Whose CPU time the table shows; ``others``: every other process of the machine (other
 benchmarks or tests running at the same time), from ``/proc/stat``."""
+PERSISTENCE_COLUMNS = 6
+"""Persistence operations shown, the most frequent over all runs first."""
 
 PHASES = (
     "task latency (s)",
