@@ -74,6 +74,7 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
+from durable_subagents._event_loop import loop_factory
 from durable_subagents.agents import resolve_agent
 from durable_subagents.config import Settings
 from durable_subagents.storage._local import LocalBlobStore
@@ -1097,6 +1098,8 @@ async def main(args: argparse.Namespace) -> int:
     dynamic = {**BENCH_DYNAMIC_CONFIG, **dict(kv.split("=", 1) for kv in args.dynamic_config)}
     print(f"dynconfig   {' '.join(f'{k}={v}' for k, v in dynamic.items())}")
     print(f"worker      {limits.describe()}")
+    loop = "uvloop" if loop_factory(Settings().event_loop) else "asyncio"
+    print(f"event loop  subagents {loop} (SUBAGENTS_EVENT_LOOP), bare asyncio")
     print()
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
@@ -1264,6 +1267,11 @@ if __name__ == "__main__":
     if parsed.serve_model:
         asyncio.run(serve_model(parsed))
     elif parsed.serve_worker:
-        asyncio.run(serve_worker(parsed))
+        # The subagent worker runs on the loop `subagents worker` picks (uvloop where it
+        # is installed); the bare workers on asyncio's, as a plain worker script does.
+        side = json.loads(parsed.serve_worker)["side"]
+        factory = loop_factory(Settings().event_loop) if side in SUBAGENT_SIDES else None
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve_worker(parsed))
     else:
         sys.exit(asyncio.run(main(parsed)))

@@ -17,6 +17,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
+from durable_subagents._event_loop import EventLoopChoice
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
@@ -323,6 +324,13 @@ class Settings(BaseSettings):
     calls finish after it stopped polling; what still runs then is handed back to other
     workers, which start it at once. Keep it below the orchestrator's grace period
     (Kubernetes: 30 s)."""
+    event_loop: EventLoopChoice = Field(
+        "auto", validation_alias=AliasChoices("SUBAGENTS_EVENT_LOOP", "event_loop")
+    )
+    """The event loop of a process the CLI runs a worker in (``worker``, ``dev``,
+    ``demo``): ``auto`` (uvloop where it is installed, which is everywhere but Windows),
+    ``uvloop``, or ``asyncio``. A worker embedded in an application runs on the
+    application's loop."""
     model_rate_limits: str = Field(
         "", validation_alias=AliasChoices("SUBAGENTS_MODEL_RATE_LIMITS", "model_rate_limits")
     )

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from durable_subagents._error_wording import for_shell
+from durable_subagents._event_loop import EventLoopChoice, loop_factory
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
 from durable_subagents.errors import SubagentError, TemporalUnavailable
 
@@ -120,9 +121,22 @@ def make_settings(
 
 
 def _first_error(err: ValidationError) -> str:
-    """A settings error as one line: the field's message, without pydantic's frame."""
+    """A settings error as one line: the field's message, without pydantic's frame.
+
+    A value read from the environment is named as it was set (``SUBAGENTS_X=value``),
+    a secret's value left out.
+    """
+    from durable_subagents.config import SECRET_ENV_NAME
+
     first = err.errors()[0]
-    return str(first.get("ctx", {}).get("error") or first["msg"])
+    message = str(first.get("ctx", {}).get("error") or first["msg"])
+    loc = first.get("loc") or ()
+    name = str(loc[0]) if loc else ""
+    if not name.isupper():  # an option's value: typer names the option
+        return message
+    if SECRET_ENV_NAME.search(name) or not isinstance(first.get("input"), str):
+        return f"{name}: {message}"
+    return f"{name}={first['input']}: {message}"
 
 
 def error(message: str) -> None:
@@ -194,18 +208,32 @@ def _exit_if_tool_calls_stuck(code: int) -> None:
         worker.exit_if_tool_calls_stuck(code)
 
 
-def run(coro: Awaitable[T], *, lost: str | None = None) -> T:
+def run(
+    coro: Coroutine[Any, Any, T],
+    *,
+    lost: str | None = None,
+    event_loop: EventLoopChoice = "asyncio",
+) -> T:
     """Run a coroutine; typed errors become a red message and exit code 1.
 
     Args:
         coro: The command's work.
         lost: What to tell the user when the server stops answering meanwhile (what
             goes on without this command, and how to pick it up again).
+        event_loop: The loop it runs on (``Settings.event_loop`` for a command that
+            runs a worker).
     """
     from temporalio.service import RPCError
 
     try:
-        result = asyncio.run(_stop_on_sigterm(coro))
+        factory = loop_factory(event_loop)
+    except SubagentError as err:
+        coro.close()
+        error(str(err))
+        raise typer.Exit(1) from None
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            result = runner.run(_stop_on_sigterm(coro))
     except SubagentError as err:
         detail = err.detail if isinstance(err, TemporalUnavailable) else None
         if detail and not VERBOSE:

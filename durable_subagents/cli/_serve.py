@@ -122,7 +122,7 @@ def dev(
             error(str(err))
             exit_now(1)
 
-    run(main())
+    run(main(), event_loop=settings.event_loop)
 
 
 def worker(
@@ -263,7 +263,7 @@ def worker(
                 await _print_version(settings, version)
         await runner
 
-    run(main())
+    run(main(), event_loop=settings.event_loop)
 
 
 async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -> None:
@@ -406,4 +406,7 @@ def demo(
     from durable_subagents.cli._demo import run_demo
 
     settings = make_settings(model=model)
-    run(run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console))
+    run(
+        run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console),
+        event_loop=settings.event_loop,
+    )
