@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 
 import pytest
@@ -33,13 +34,13 @@ def test_without_uvloop_auto_falls_back_and_uvloop_says_what_to_do(
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
     assert loop_factory("auto") is None
     assert run(_running_loop(), event_loop="auto") == "asyncio"
-    with pytest.raises(InvalidRequest, match="pip install uvloop.*SUBAGENTS_EVENT_LOOP=auto"):
+    with pytest.raises(InvalidRequest, match=r"pip install uvloop.*SUBAGENTS_EVENT_LOOP=auto"):
         loop_factory("uvloop")
     coro = _running_loop()
     with pytest.raises(typer.Exit) as exit_info:
         run(coro, event_loop="uvloop")
     assert exit_info.value.exit_code == 1
-    assert coro.cr_frame is None  # closed, never run: no "never awaited" warning
+    assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED  # no "never awaited"
     err = capsys.readouterr().err
     assert "SUBAGENTS_EVENT_LOOP=uvloop, but uvloop cannot be imported" in err
     assert len(err.strip().splitlines()) == 1
