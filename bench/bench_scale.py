@@ -85,14 +85,15 @@ AGENT = "explore"
 MODEL = "openai:bench-scale"
 FINAL = "done: read f.txt"
 """The final answer every subagent task must end with."""
-SIDES = ("subagents", "bare", "sandboxed", "bare-agent")
+SIDES = ("subagents", "bare", "sandboxed", "bare-agent", "subagents-asyncio")
 """``subagents`` runs the library's workflows outside Temporal's workflow sandbox
 (``subagent_workflow_sandbox=False``), ``sandboxed`` in it (the default of
 ``create_worker``); ``bare`` is plain Temporal with the same activity pattern and no
 work in it (a sleep for the model, a no-op tool); ``bare-agent`` is plain Temporal doing
 the same work as a subagent (``BareAgentWorkflow``: the ``openai`` SDK streaming from the
-same model server, the file read in the worker's process)."""
-SUBAGENT_SIDES = ("subagents", "sandboxed")
+same model server, the file read in the worker's process); ``subagents-asyncio`` is
+``subagents`` on asyncio's event loop instead of the one ``SUBAGENTS_EVENT_LOOP`` picks."""
+SUBAGENT_SIDES = ("subagents", "sandboxed", "subagents-asyncio")
 WAL_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 """SQLite settings of the dev server: write-ahead log, fsync at checkpoints. With SQLite's
 defaults (rollback journal, fsync at every commit) the server's one SQLite connection
@@ -1099,7 +1100,7 @@ async def main(args: argparse.Namespace) -> int:
     print(f"dynconfig   {' '.join(f'{k}={v}' for k, v in dynamic.items())}")
     print(f"worker      {limits.describe()}")
     loop = "uvloop" if loop_factory(Settings().event_loop) else "asyncio"
-    print(f"event loop  subagents {loop} (SUBAGENTS_EVENT_LOOP), bare asyncio")
+    print(f"event loop  subagents {loop} (SUBAGENTS_EVENT_LOOP), the other sides asyncio")
     print()
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
@@ -1184,7 +1185,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sides",
         type=lambda s: s.split(","),
         default=list(SIDES[:2]),
-        help="subagents,bare (default), and sandboxed: the library's workflows in the sandbox",
+        help="subagents,bare (default); sandboxed: the library's workflows in the sandbox; "
+        "bare-agent: a tool loop on plain Temporal; subagents-asyncio: subagents on "
+        "asyncio's event loop",
     )
     parser.add_argument(
         "--wait",
@@ -1270,7 +1273,8 @@ if __name__ == "__main__":
         # The subagent worker runs on the loop `subagents worker` picks (uvloop where it
         # is installed); the bare workers on asyncio's, as a plain worker script does.
         side = json.loads(parsed.serve_worker)["side"]
-        factory = loop_factory(Settings().event_loop) if side in SUBAGENT_SIDES else None
+        asyncio_side = side not in SUBAGENT_SIDES or side == "subagents-asyncio"
+        factory = None if asyncio_side else loop_factory(Settings().event_loop)
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(serve_worker(parsed))
     else:
