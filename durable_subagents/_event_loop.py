@@ -17,7 +17,7 @@ def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventL
     ``auto``: uvloop when it can be imported (it is a dependency everywhere but on
     Windows), asyncio's own loop otherwise. uvloop runs the same worker on libuv: the
     event loop's own bookkeeping and the sockets and pipes of model streams and tool
-    processes cost less CPU (``bench/bench_scale.py``: 8-10 % less worker CPU per turn).
+    processes cost less CPU (``bench/bench_scale.py``: 3-9 % less worker CPU per turn).
 
     Returns:
         uvloop's loop constructor, or None for asyncio's default loop.
