@@ -20,7 +20,8 @@ async def _running_loop() -> str:
     return loop_name(asyncio.get_running_loop())
 
 
-def test_auto_is_uvloop_where_it_is_installed() -> None:
+def test_auto_is_uvloop_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SUBAGENTS_EVENT_LOOP", raising=False)
     assert Settings().event_loop == "auto"
     assert run(_running_loop(), event_loop="auto") == "uvloop"
     assert run(_running_loop(), event_loop="uvloop") == "uvloop"
