@@ -85,17 +85,39 @@ def _load_prctl() -> Callable[..., int] | None:
 _prctl = _load_prctl()
 
 
-def _preexec(
-    parent: int, setup: list[Callable[[], None]], run_as: tuple[int, int] | None = None
-) -> Callable[[], None]:
-    """Run in the forked child: cgroup and rlimits, the tool user, death signal, then exec.
+def _not_inherited(keep: tuple[int, ...]) -> None:
+    """Mark every open descriptor but 0, 1, 2 and ``keep`` close-on-exec."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            fds = [int(name) for name in os.listdir(listing)]
+        except OSError:
+            continue
+        for fd in fds:
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):  # the listing's own, closed by now
+                    os.set_inheritable(fd, False)
+        return
 
-    The user changes last but one: joining the call's cgroup needs the worker's rights,
-    and a change of user clears the parent-death signal, which is therefore set after.
+
+def _preexec(
+    parent: int,
+    setup: list[Callable[[], None]],
+    run_as: tuple[int, int] | None = None,
+    keep: tuple[int, ...] = (),
+) -> Callable[[], None]:
+    """Run in the forked child: descriptors, cgroup, rlimits, tool user, death signal.
+
+    Every descriptor but the standard streams and ``keep`` is marked close-on-exec first,
+    whatever the event loop's spawn left inheritable (uvloop's leaves sockets and pipes
+    of the worker's open across the exec). Marked, not closed: the loop's spawn still
+    uses some of them after this runs (to set up the child's standard streams). The
+    user changes last but one: joining the call's cgroup needs the worker's rights, and
+    a change of user clears the parent-death signal, which is therefore set after.
     """
     prctl = _prctl
 
     def preexec() -> None:
+        _not_inherited(keep)
         for step in setup:
             step()
         if run_as is not None:
@@ -255,7 +277,7 @@ def _prepare(
             raise
     else:
         command = list(argv)
-    preexec = _preexec(os.getpid(), setup, run_as)
+    preexec = _preexec(os.getpid(), setup, run_as, pass_fds)
     return _Launch(used, command, workdir, environment, preexec, cgroup, guard, pass_fds)
 
 
