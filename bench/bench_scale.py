@@ -580,7 +580,7 @@ async def run_side(bench: Bench, side: str, tasks: int, round_: int = 0) -> Run:
                         "Read f.txt and say what it holds.",
                         str(bench.workspace),
                         args.turns + 1,
-                        args.subagent_tools == "local",
+                        args.subagent_tools == "turn",  # a local activity, its nearest
                     ],
                     id=ids[i],
                     task_queue=queue,
@@ -923,6 +923,8 @@ def _phase_cell(run: Run, phase: str) -> str:
         return f"{run.phases[phase]:.{1 if phase.endswith('(s)') else 0}f}"
     if phase.startswith("tool") and run.phases.get("local activities"):
         return "local"  # the tool calls ran as local activities, inside workflow tasks
+    if phase.startswith("tool") and run.side in SUBAGENT_SIDES:
+        return "in turn"  # the reads ran inside the model turns that asked for them
     return "-"
 
 
@@ -1237,9 +1239,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--subagent-tools",
-        choices=("local", "activity"),
-        default="local",
-        help="read_file as a local activity (the agents' default) or an activity",
+        choices=("turn", "activity"),
+        default="turn",
+        help="read_file within the model turn that asked for it (the agents' default; "
+        "bare-agent's then runs as a local activity) or as an activity",
     )
     parser.add_argument(
         "--bare-tool",

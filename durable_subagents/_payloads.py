@@ -19,6 +19,7 @@ public models it uses (``Message``, ``ToolCall``, ``Usage``...) live in
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
@@ -27,7 +28,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from durable_subagents.agents._spec import AgentSpec, ReasoningEffort, ToolLimits
+from durable_subagents.agents._spec import (
+    READ_ONLY_TOOLS,
+    AgentSpec,
+    PermissionMode,
+    PermissionRule,
+    ReasoningEffort,
+    ToolLimits,
+)
 from durable_subagents.policy import PathRules
 from durable_subagents.types import (
     Compaction,
@@ -72,6 +80,7 @@ __all__ = [
     "TaskState",
     "ToolCallInput",
     "ToolCallResult",
+    "TurnReads",
     "model_queue",
     "tool_queue",
     "tools_digest",
@@ -317,6 +326,12 @@ class ModelTurnInput(_Compact):
     context: ContextInput | None = None
     """Set by workflows that compact: the turn may answer ``compact`` instead of
     calling the model (``None``: it always calls the model, as before compaction)."""
+    reads: TurnReads | None = None
+    """Set when the workflow would run this turn's allowed reads right after it: the turn
+    runs them itself, before it answers (``ModelTurnResult.read_results``). None: it
+    runs none (a workflow recorded before, an agent with ``local_read_tools=False``, a
+    turn whose calls may not run: the last one, or one of a task with a token budget or
+    an output schema)."""
     may_redirect: bool = False
     """The workflow takes ``ModelTurnResult.model_queue``: a worker that rate-limits
     the turn's provider on a queue of its own may send the turn there instead of
@@ -374,6 +389,10 @@ class ModelTurnResult(_Compact):
     thinking: int = 0
     """Characters of thinking the answer came with. The thinking itself is only in the
     transcript (``Message.reasoning``), never in a result: a watcher reads it there."""
+    read_results: dict[str, ToolCallResult] = Field(default_factory=dict)
+    """The results of the calls the turn ran itself, by call id: the built-in reads its
+    task's rules allow (``ModelTurnInput.reads``). The workflow decides every call as
+    before and takes these results for the calls it allows instead of running them."""
     model_queue: str | None = None
     """Set instead of an answer: the model was not called, schedule the turn (and the
     task's later turns) on this queue, whose workers rate-limit the provider."""
@@ -425,6 +444,55 @@ def tools_digest(
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class TurnReads(_Compact):
+    """What a model turn needs to run its model's reads itself (``ModelTurnInput.reads``).
+
+    The agent's fields the verdict on a read and its ``run_tool`` input are made of, and
+    of its rules only those that can match a built-in read: a few bytes per turn.
+    """
+
+    mode: PermissionMode = "default"
+    permissions: list[PermissionRule] = Field(default_factory=list)
+    restrictions: list[PermissionRule] = Field(default_factory=list)
+    network: bool = False
+    env: list[str] | None = None
+    limits: ToolLimits = Field(default_factory=ToolLimits)
+    write_protected_paths: bool = False
+
+    @classmethod
+    def of(cls, spec: AgentSpec) -> TurnReads:
+        """The part of ``spec`` that judges and runs its built-in reads."""
+
+        def reading(rules: list[PermissionRule]) -> list[PermissionRule]:
+            """The rules that can match a built-in read (no other can judge one)."""
+            return [
+                r for r in rules if any(fnmatch.fnmatchcase(t, r.tool) for t in READ_ONLY_TOOLS)
+            ]
+
+        return cls(
+            mode=spec.permission_mode,
+            permissions=reading(spec.permissions),
+            restrictions=reading(spec.restrictions),
+            network=spec.network,
+            env=spec.env,
+            limits=spec.limits,
+            write_protected_paths=spec.write_protected_paths,
+        )
+
+    def agent(self, name: str) -> AgentSpec:
+        """An agent that judges and runs the built-in reads as the task's agent does."""
+        return AgentSpec(
+            name=name,
+            permission_mode=self.mode,
+            permissions=self.permissions,
+            restrictions=self.restrictions,
+            network=self.network,
+            env=self.env,
+            limits=self.limits,
+            write_protected_paths=self.write_protected_paths,
+        )
+
+
 class ToolCallInput(_Compact):
     """Input of the ``run_tool`` activity."""
 
@@ -447,6 +515,34 @@ class ToolCallInput(_Compact):
     result of at most ``UNRECORDED_READ_BYTES`` is not written as a record (a retry
     runs the read again, which changes nothing, and the workflow never passes so short
     a result by name). A workflow that does not say so gets every result recorded."""
+
+    @classmethod
+    def of(
+        cls,
+        task_id: str,
+        call: ToolCall,
+        spec: AgentSpec,
+        workspace: str | None,
+        *,
+        read_only: bool,
+    ) -> ToolCallInput:
+        """The input of an approved ``call`` of a task of agent ``spec``.
+
+        ``read_only``: whether the tool never changes anything (its path rules judge it
+        so). A ``bash`` call carries no path rules: its sandbox is what bounds it.
+        """
+        rules = None if call.name == "bash" else PathRules.of(spec, call.name, read_only=read_only)
+        return cls(
+            task_id=task_id,
+            call=call,
+            workspace=workspace,
+            network=spec.network,
+            env=spec.env,
+            limits=spec.limits,
+            write_protected_paths=spec.write_protected_paths,
+            rules=rules,
+            unrecorded_reads=True,
+        )
 
 
 UNRECORDED_READ_BYTES = 1024

@@ -253,7 +253,7 @@ class Settings(BaseSettings):
     )
     """Model turns one worker runs at once. Each model turn in flight holds one, so this
     caps a worker's turns per second at this many over the model's latency. (Tool calls
-    have slots of their own, ``max_tool_calls``; reads run as local activities.)"""
+    have slots of their own, ``max_tool_calls``; reads run within the model turns.)"""
     max_tool_calls: int = Field(
         100,
         ge=1,
@@ -267,7 +267,7 @@ class Settings(BaseSettings):
         "all", validation_alias=AliasChoices("SUBAGENTS_WORKER_ROLE", "worker_role")
     )
     """What a worker serves: ``all`` (tasks, and their tool calls on the tool queue),
-    ``tasks`` (workflows, model turns and local reads, no tool queue) or ``tools`` (only
+    ``tasks`` (workflows, model turns and reads, no tool queue) or ``tools`` (only
     the tool queue). Run ``tools`` workers on the machines where commands should run
     (sandbox hosts with the workspace) and ``tasks`` workers elsewhere; ``tasks``
     workers still read the workspace for ``read_file``, ``list_files`` and ``grep``."""

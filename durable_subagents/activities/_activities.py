@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from durable_subagents.activities._heartbeats import (
     heartbeating,
     may_be_stale,
 )
-from durable_subagents.activities._tool_call import run_call
+from durable_subagents.activities._tool_call import run_call, run_once, run_reads
 from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
 from durable_subagents.activities._workspaces import log_tool_user, task_workspace
 from durable_subagents.agents import READ_ONLY_TOOLS
@@ -294,6 +295,7 @@ class SubagentActivities:
         head = await self.transcript.append(task_id, input.head, [*new_messages, answer])
         if not calls:
             self.transcript.forget(task_id)  # an answer: most tasks end here
+        read_results = await run_reads(self, input, calls, offered, live)
         return ModelTurnResult(
             head=head,
             text=text,
@@ -308,6 +310,7 @@ class SubagentActivities:
             output_schema_ref=schema_ref,
             chars=chars,
             thinking=len(answer.thinking),
+            read_results=read_results,
             **self.tools_offered(input, offered),
         )
 
@@ -526,6 +529,10 @@ class SubagentActivities:
             return await run_call(self, input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+
+    async def read_in_turn(self, input: ToolCallInput, live: LiveText) -> ToolCallResult:
+        """Run a read within the model turn that asked for it (see ``run_reads``)."""
+        return await traced_tool(functools.partial(run_once, live=live))(self, input)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,5 +1,7 @@
 """The ``run_tool`` activity's work: one tool call, run once however often it is retried.
 
+And the reads a model turn runs itself, before it answers (``run_reads``).
+
 A retried attempt first asks whether its task was cancelled meanwhile, then whether an
 earlier attempt already ran the call (its result is a record in the blob store): a
 command never runs twice because a worker died before reporting it. A read-only tool's
@@ -8,20 +10,34 @@ short result is not recorded: running a read again changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents import policy
-from durable_subagents._payloads import UNRECORDED_READ_BYTES, ToolCallInput, ToolCallResult
+from durable_subagents._payloads import (
+    MAX_CALLS_PER_TURN,
+    UNRECORDED_READ_BYTES,
+    ModelTurnInput,
+    ToolCallInput,
+    ToolCallResult,
+)
 from durable_subagents.activities._heartbeats import cancel_requested, heartbeating, may_be_stale
 from durable_subagents.tools import ToolError
+from durable_subagents.types import ToolCall
 
 if TYPE_CHECKING:
+    from durable_subagents._live_text import LiveText
     from durable_subagents.activities._activities import SubagentActivities
 
-__all__ = ["run_call"]
+__all__ = ["run_call", "run_reads"]
+
+READS_AT_ONCE = 8
+"""Reads of one turn that run at once (as many as a task has tool threads)."""
+READ_RESULTS_BYTES = 128 * 1024
+"""Bytes of read results one model turn's result carries; the workflow runs the rest."""
 
 
 async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallResult:
@@ -42,13 +58,23 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
         if done is not None:
             activity.logger.info("call %s ran already; returning its result", input.call.id)
             return ToolCallResult.model_validate_json(done)
+    return await run_once(acts, input)
+
+
+async def run_once(
+    acts: SubagentActivities, input: ToolCallInput, live: LiveText | None = None
+) -> ToolCallResult:
+    """Run the call: its output, stored as the transcript stores a text, and its record.
+
+    ``live``: the model turn's text, which its heartbeats go on carrying meanwhile.
+    """
     call = await acts.transcript.full_call(input.task_id, input.call)
     tool = acts.tools.get(call.name)
     if tool is None:
         output, is_error = f"unknown tool {call.name!r}", True
     else:
         ctx = acts.tool_context(input, call)
-        async with heartbeating():
+        async with heartbeating(live):
             try:
                 output, is_error = await tool.run(ctx, call.arguments), False
             except ToolError as err:
@@ -77,5 +103,62 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
         recorded=recorded,
     )
     if recorded:
+        record = policy.result_record_name(input.call)  # the name the workflow passes on
         await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
     return result
+
+
+async def run_reads(
+    acts: SubagentActivities,
+    input: ModelTurnInput,
+    calls: list[ToolCall],
+    offered: list[str],
+    live: LiveText,
+) -> dict[str, ToolCallResult]:
+    """Run the turn's built-in reads its task's rules allow: their results, by call id.
+
+    Each call is judged by ``policy.verdict``, the function the workflow decides it with,
+    on the task's rules (``ModelTurnInput.reads``): only one it allows runs here. The
+    others, a read whose run fails, and a turn past the calls one turn may make are left
+    to the workflow, which runs what it allows as before. A retried turn runs its reads
+    again (they change nothing) rather than answering from a record: a model asked
+    again may repeat a call id of an earlier turn.
+    """
+    reads = input.reads
+    ids = {c.id for c in calls}
+    if reads is None or not calls or len(calls) > MAX_CALLS_PER_TURN or len(ids) < len(calls):
+        return {}
+    spec = reads.agent(input.agent_name or "task")
+    allowed = [
+        c
+        for c in calls
+        if c.name in policy.READ_ONLY_TOOLS
+        # read-only whatever the worker says: a read is never a protected write
+        and policy.verdict(c, spec, offered, read_only=set(), protected=None)[0] == "allow"
+    ]
+    slots = asyncio.Semaphore(READS_AT_ONCE)
+
+    async def read(call: ToolCall) -> ToolCallResult | None:
+        tool_input = ToolCallInput.of(input.task_id, call, spec, input.workspace, read_only=True)
+        async with slots:
+            try:
+                return await acts.read_in_turn(tool_input, live)
+            except Exception:
+                activity.logger.warning(
+                    "turn %d: read %s failed; the workflow runs it",
+                    input.turn,
+                    call.id,
+                    exc_info=True,
+                )
+                return None
+
+    results: dict[str, ToolCallResult] = {}
+    size = 0
+    for call, result in zip(allowed, await asyncio.gather(*map(read, allowed)), strict=True):
+        if result is None:
+            continue
+        size += len(result.content.encode())
+        if size > READ_RESULTS_BYTES:
+            break
+        results[call.id] = result
+    return results

@@ -117,11 +117,12 @@ class AgentSpec(BaseModel):
     (a local model) or the agent should use less of it: the worker compacts the
     conversation before a turn passes ``SUBAGENTS_COMPACT_AT`` (80 %) of it."""
     local_read_tools: bool = True
-    """Run ``read_file``, ``list_files`` and ``grep`` as local activities: one server round
-    trip per turn instead of two, and fewer history events. Their results are recorded
-    when the workflow task that ran them completes: a worker crash mid-call runs the call
-    again elsewhere (they change nothing), and a cancel reaches a running one within the
-    workflow task heartbeat (about 8 s) instead of the next activity heartbeat (1 s)."""
+    """Run ``read_file``, ``list_files`` and ``grep`` without an activity of their own: the
+    model turn that asked for them runs the ones the rules allow before it answers (a
+    turn that reads costs one activity and one workflow task), and the workflow runs
+    the rest, once approved, as local activities. A worker crash mid-read runs the turn
+    again elsewhere, model call included; a cancel reaches a running read with the
+    turn's next heartbeat (1 s). False: every call is an activity of its own."""
 
     reasoning_effort: ReasoningEffort | None = None
     """How hard a reasoning model thinks before each answer (OpenAI's ``reasoning_effort``,

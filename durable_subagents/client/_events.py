@@ -22,6 +22,7 @@ from durable_subagents._payloads import (
 )
 from durable_subagents.client._live_turn import LIVE_POLL, LiveTurn, TextResolver, ticking
 from durable_subagents.client._task_state import decoded, failure_message
+from durable_subagents.policy import arguments_preview
 from durable_subagents.spawn import model_label
 from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
@@ -101,6 +102,8 @@ async def history_events(
                         error=None if completed else await _call_error(converter, kind, attrs),
                         usage=_usage_of(result),
                     )
+                    for tool_event in _read_events(task_id, time, result):
+                        yield tool_event
                 elif name == COMPACT_ACTIVITY:
                     completed = kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
                     result = await _result(client, attrs) if completed else None
@@ -199,6 +202,30 @@ async def _call_error(converter: DataConverter, kind: int, attrs: Any) -> str | 
         message = await failure_message(converter, attrs.failure)
         return f"failed: {message}" if message else "failed"
     return None
+
+
+def _read_events(
+    task_id: str, time: datetime | None, result: dict[str, Any] | None
+) -> list[TaskEvent]:
+    """The reads a model turn ran itself (``read_results``): a start and an end each.
+
+    They ran before the turn answered, so both carry the time it did.
+    """
+    ran = result.get("read_results") if result else None
+    if not isinstance(ran, dict) or not ran:
+        return []
+    assert result is not None
+    events = []
+    for call in result.get("tool_calls") or []:
+        if not isinstance(call, dict) or call.get("id") not in ran:
+            continue
+        name, arguments = str(call.get("name", "")), call.get("arguments")
+        summary = arguments_preview(name, arguments if isinstance(arguments, dict) else {})
+        events += [
+            TaskEvent(kind=kind, task_id=task_id, time=time, tool=name, summary=summary)
+            for kind in ("tool_started", "tool_finished")
+        ]
+    return events
 
 
 async def _local_tool_events(

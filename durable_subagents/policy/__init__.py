@@ -18,11 +18,13 @@ from durable_subagents.policy._rules import (
     result_record_name,
     rule_target_key,
 )
+from durable_subagents.policy._verdicts import Verdict, verdict
 
 __all__ = [
     "READ_ONLY_TOOLS",
     "SEARCH_TOOLS",
     "PathRules",
+    "Verdict",
     "arguments_hash",
     "arguments_preview",
     "call_hash",
@@ -33,4 +35,5 @@ __all__ = [
     "protected_write",
     "result_record_name",
     "rule_target_key",
+    "verdict",
 ]

@@ -153,6 +153,12 @@ class _Activities(ActivityInboundInterceptor):
                 seconds=seconds,
                 tokens=tokens,
             )
+            for read in result.read_results.values() if answered else ():
+                # the reads the turn ran itself count as the calls they are
+                outcome = "error" if read.is_error else "ok"
+                _metrics.record_tool_call(
+                    meter, tool=self.labels.tool(read.tool_name), outcome=outcome
+                )
             return
         if isinstance(result, ToolCallResult):
             tool = result.tool_name

@@ -13,14 +13,13 @@ from typing import Any
 
 from temporalio import workflow
 
-from durable_subagents.workflows._outcomes import Verdict
-from durable_subagents.workflows._subtasks import MAX_SPAWNS_PER_TURN, SPAWN_SUBAGENT, SPAWN_TOOLS
+from durable_subagents.workflows._subtasks import MAX_SPAWNS_PER_TURN, SPAWN_SUBAGENT
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
     from durable_subagents._payloads import MAX_CALLS_PER_TURN, CallDecision, Decisions
     from durable_subagents.agents import AgentSpec
-    from durable_subagents.policy import call_hash
+    from durable_subagents.policy import Verdict, call_hash, verdict
     from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
 
 _REASON_LIMIT = 4096
@@ -92,67 +91,6 @@ def _shared_ids(calls: list[ToolCall]) -> set[str]:
     for call in calls:
         (shared if call.id in seen else seen).add(call.id)
     return shared
-
-
-def verdict(
-    call: ToolCall,
-    spec: AgentSpec,
-    offered: list[str],
-    *,
-    read_only: set[str],
-    protected: list[str] | None,
-) -> Verdict:
-    """Whether a call runs, waits for a decision, or goes back as an error.
-
-    Args:
-        call: The model's call.
-        spec: The task's agent.
-        offered: The tools the worker offered the model.
-        read_only: The offered tools the worker reported as read-only.
-        protected: Every protected path the run's workers reported (None: no turn has
-            reported any yet, so ``PROTECTED_PATHS``).
-    """
-    if call.name not in offered:
-        names = ", ".join(offered) or "none"
-        return "deny", f"unknown tool {call.name!r}; available tools: {names}"
-    if "_raw" in call.arguments:
-        return "deny", "the arguments were not valid JSON; send a JSON object"
-    if call.name in SPAWN_TOOLS:
-        return "allow", None  # may_spawn is the permission; the children are narrowed
-    if call.rule_target_truncated and policy.has_rules_for(spec, call.name):
-        return "deny", (
-            f"{call.name}: the {policy.rule_target_key(call.arguments)} is too long to "
-            "check against this agent's permission rules; make it shorter"
-        )
-    reads = call.name in read_only or call.name in policy.READ_ONLY_TOOLS
-    action = policy.decide(
-        spec,
-        call.name,
-        call.arguments,
-        read_only=reads,
-        path=call.path,  # set by workers that resolve paths for the rules
-        # and, where a symlink makes it differ, the path as written (set by
-        # workers that bind decisions)
-        written=call.written_path,
-    )
-    if (
-        action == "allow"
-        and not spec.write_protected_paths
-        and policy.protected_write(
-            call.name,
-            call.arguments,
-            read_only=reads,
-            path=call.path,
-            protected=protected,
-        )
-    ):
-        action = "ask"  # agent definitions and hooks: a person decides
-    if action == "deny":
-        return (
-            "deny",
-            f"{call.name} was denied by this agent's permission rules; do not retry it",
-        )
-    return action, None
 
 
 def turn_verdicts(

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
         TaskInput,
+        TurnReads,
         tools_digest,
     )
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
@@ -152,6 +153,24 @@ def turn_input(
         max_tokens=spec.max_output_tokens or ModelTurnInput.model_fields["max_tokens"].default,
         known_tools=known_tools,
         context=context,
+        reads=TurnReads.of(spec) if reads_run_in_turn(inp, turn) else None,
+    )
+
+
+def reads_run_in_turn(inp: TaskInput, turn: int) -> bool:
+    """Whether turn ``turn`` runs the reads its task's rules allow itself, before it answers.
+
+    Only where the workflow surely runs a turn's allowed calls right after it: not on the
+    last turn (its calls are answered unrun), nor for a task with a token budget (the
+    turn's own usage may exhaust it) or an output schema (a ``final_answer`` call may
+    decide the others' fate). The workflow decides every call either way.
+    """
+    spec = inp.agent
+    return (
+        spec.local_read_tools
+        and turn < inp.max_turns
+        and inp.token_budget is None
+        and inp.output_schema is None
     )
 
 

@@ -11,10 +11,6 @@ import math
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-Verdict = tuple[str, str | None]
-"""A call's verdict, ``(action, error)``: ``allow``, ``ask``, or ``deny`` with the error
-the model sees."""
-
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
     from durable_subagents.types import Message, ToolCall

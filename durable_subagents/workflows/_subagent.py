@@ -25,7 +25,6 @@ from durable_subagents.workflows._current_details import TaskView, current_detai
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
-    Verdict,
     error_message,
     final_stop_reason,
     tool_error,
@@ -60,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         ToolCallResult,
     )
+    from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
     from durable_subagents.types import (
         Message,
@@ -352,8 +352,9 @@ class SubagentWorkflow:
                 # A command may run for minutes: meanwhile the memo shows this turn's usage
                 # (the throttle would have left the last write's).
                 self._publish(TaskStatus.RUNNING)
+            ran = turn.read_results
             results = await asyncio.gather(
-                *(self._tool_call(c, verdicts[c.id]) for c in turn.tool_calls)
+                *(self._tool_call(c, verdicts[c.id], ran.get(c.id)) for c in turn.tool_calls)
             )
             new = [r.to_message() for r in results]
 
@@ -418,11 +419,21 @@ class SubagentWorkflow:
 
     # ------------------------------------------------------------------ tool calls
 
-    async def _tool_call(self, call: ToolCall, verdict: Verdict) -> ToolCallResult:
+    async def _tool_call(
+        self, call: ToolCall, verdict: Verdict, ran: ToolCallResult | None
+    ) -> ToolCallResult:
+        """Run a call of the turn as ``verdict`` says (``ran``: the turn ran it already)."""
         assert self._input is not None
         action, error = verdict
         if action != "allow":
+            if ran is not None:
+                # The turn judges by the same rules: a difference is a bug to hear of.
+                workflow.logger.error(
+                    "turn %d ran call %s, which is not allowed", self._turns, call.id
+                )
             return tool_error(call, error or f"{call.name} was not run")
+        if ran is not None:
+            return self._tools.ran(call, ran)
         if call.name in SPAWN_TOOLS:
             run = self._children.tool(
                 call,

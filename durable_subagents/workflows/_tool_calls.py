@@ -1,8 +1,9 @@
 """Running a turn's approved tool calls: activities, at most so many at once.
 
 A call runs as a ``run_tool`` activity on the tool queue, or, for a read of an agent
-with ``local_read_tools``, as a local activity within the workflow task. The calls past
-a task's slots wait in the workflow, where they hold nothing. Workflow code:
+with ``local_read_tools``, as a local activity within the workflow task (where its
+model turn did not run it already: ``ModelTurnResult.read_results``). The calls past a
+task's slots wait in the workflow, where they hold nothing. Workflow code:
 deterministic, no I/O.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from durable_subagents.workflows._outcomes import Verdict, check_size, tool_timeout
+from durable_subagents.workflows._outcomes import check_size, tool_timeout
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         tool_queue,
     )
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.policy import Verdict
     from durable_subagents.types import ToolCall
 
 TOOL_CALLS_AT_ONCE = 8
@@ -47,22 +49,9 @@ _TOOL_RETRY = RetryPolicy(
 
 def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
-    spec = inp.agent
-    rules = None
-    if call.name != "bash":
-        # What the file tools judge beyond the path the call was decided on.
-        read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
-        rules = policy.PathRules.of(spec, call.name, read_only=read_only)
-    return ToolCallInput(
-        task_id=workflow.info().workflow_id,
-        call=call,
-        workspace=inp.workspace,
-        network=spec.network,
-        env=spec.env,
-        limits=spec.limits,
-        write_protected_paths=spec.write_protected_paths,
-        rules=rules,
-        unrecorded_reads=True,
+    read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+    return ToolCallInput.of(
+        workflow.info().workflow_id, call, inp.agent, inp.workspace, read_only=read_only
     )
 
 
@@ -132,6 +121,12 @@ class ToolCalls:
         finally:
             if queued:
                 self.queued -= 1
+
+    def ran(self, call: ToolCall, result: ToolCallResult) -> ToolCallResult:
+        """The result of a call its model turn ran (``ModelTurnResult.read_results``)."""
+        if result.recorded:
+            self.records[call.id] = policy.result_record_name(call)
+        return result
 
     async def shown_running(
         self, call: ToolCall, run: Coroutine[Any, Any, ToolCallResult]

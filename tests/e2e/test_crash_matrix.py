@@ -85,6 +85,7 @@ class Phase:
     tool_results: list[str]
     """What the model saw of each tool call, in order."""
     permissions: list[dict[str, str]] | None = None
+    token_budget: int | None = None
 
     def prepare(self, workspace: Path) -> None:
         """Files the phase needs in the workspace."""
@@ -283,14 +284,16 @@ class BetweenTurns(Phase):
 class LocalRead(Phase):
     """The worker dies while turn 2's ``grep`` runs as a local activity.
 
-    Its model turn is recorded; the workflow task that runs the read is not, so another
-    worker runs that task again: the read runs again, the model is not asked again.
+    With a token budget the workflow runs a turn's reads itself. Its model turn is
+    recorded; the workflow task that runs the read is not, so another worker runs that
+    task again: the read runs again, the model is not asked again.
     """
 
     name = "local_read"
     turns = 3
     expect_side = {"one": 1}
     expect_requests = 3
+    token_budget = 10**9
     files = 4
     tool_results = [
         "one",
@@ -317,6 +320,36 @@ class LocalRead(Phase):
     reads_at_kill: int = -1
 
 
+class ReadInTurn(LocalRead):
+    """The worker dies while turn 2's ``grep`` runs inside its model turn.
+
+    The turn is not recorded: another worker runs it again once its heartbeat times out,
+    model call included, with the conversation the first attempt sent.
+    """
+
+    name = "read_in_turn"
+    expect_requests = 4
+    token_budget = None
+
+    def script(self, srv: FakeOpenAIServer) -> None:
+        grep = [{"name": "grep", "arguments": {"pattern": "needle"}}]
+        srv.add_reply(tool_calls=append("one"))
+        srv.add_reply(tool_calls=grep)
+        srv.add_reply(tool_calls=grep)  # the turn again, on the second worker
+        srv.add_reply(text=self.result)
+
+
+async def turn_reads(temporal: Client, task_id: str) -> int:
+    """How many reads the task's recorded model turns ran themselves."""
+    converter = temporal.data_converter.payload_converter
+    count = 0
+    async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            payload = e.activity_task_completed_event_attributes.result.payloads[0]
+            count += len(converter.from_payload(payload, dict).get("read_results", {}))
+    return count
+
+
 async def local_reads(temporal: Client, task_id: str) -> int:
     """How many tool calls the task's history recorded as local activities."""
     count = 0
@@ -334,6 +367,7 @@ PHASES: dict[str, Phase] = {
         PausedApprovedLater(),
         BetweenTurns(),
         LocalRead(),
+        ReadInTurn(),
     )
 }
 
@@ -371,7 +405,11 @@ async def run_case(phase: Phase, temporal: Client, server: DevServer, tmp: Path)
             await ctx.start_worker()
             started = time.monotonic()
             ctx.task_id = await client.spawn_task(
-                "general", f"crash at {phase.name}", model=MODEL, permissions=phase.permissions
+                "general",
+                f"crash at {phase.name}",
+                model=MODEL,
+                permissions=phase.permissions,
+                token_budget=phase.token_budget,
             )
             await phase.kill(ctx)
             assert not workers[0].alive()
@@ -486,6 +524,12 @@ async def test_worker_sigkill_at(phase: str, runs: dict[str, Any], temporal_clie
         assert case.killed_after == ["model_turn", "run_tool", "model_turn"]
         assert spec.reads_at_kill == 0, "killed after the read was recorded"
         assert await local_reads(temporal_client, case.task_id) == 1
+        assert await turn_reads(temporal_client, case.task_id) == 0
+    if phase == "read_in_turn":
+        assert conversation(case.requests[1]) == conversation(case.requests[2])
+        assert case.killed_after == ["model_turn", "run_tool"]
+        assert await local_reads(temporal_client, case.task_id) == 0
+        assert await turn_reads(temporal_client, case.task_id) == 1
     if phase == "between_turns":
         assert case.killed_after, "killed before the first turn"
         assert len(case.killed_after) < 2 * spec.turns - 1, "killed after the last turn"

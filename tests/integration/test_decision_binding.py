@@ -129,6 +129,9 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
             {"text": "done"},
         ),
         permissions=[{"tool": "*", "pattern": "secrets/*", "action": "deny"}],
+        # A token budget: the workflow runs the reads itself, after the slots (with none,
+        # the model turn would run them before it answers, on the tree it judged them on).
+        token_budget=10**9,
     )
     info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info

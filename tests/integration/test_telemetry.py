@@ -127,7 +127,7 @@ async def test_a_task_is_one_trace_with_turn_and_tool_spans(
     assert "StartWorkflow:SubagentWorkflow" in names
     assert "RunWorkflow:SubagentWorkflow" in names
     assert names.count("RunActivity:model_turn") == 2
-    assert names.count("RunActivity:run_tool") == 1
+    assert names.count("RunActivity:run_tool") == 0  # the read ran within its turn
 
     turns = sorted(
         (s for s in spans if s.name == MODEL_TURN_SPAN),
@@ -158,7 +158,7 @@ async def test_a_task_is_one_trace_with_turn_and_tool_spans(
     assert tool_attrs["subagent.tool.output_size"] == len(tool_message.content)
     assert tool_attrs["subagent.task_id"] == info.id
 
-    # one trace per task, and the tool span hangs under the workflow's span
+    # one trace per task, and the tool span hangs under the turn that ran it
     assert len({s.context.trace_id for s in spans}) == 1
     by_id = {s.context.span_id: s for s in spans}
     chain = [tool.name]
@@ -166,12 +166,14 @@ async def test_a_task_is_one_trace_with_turn_and_tool_spans(
     while span is not None and span.parent is not None:
         span = by_id.get(span.parent.span_id)
         chain.append(span.name if span else "?")
-    assert chain[:4] == [
+    assert chain[:5] == [
         TOOL_SPAN,
-        "RunActivity:run_tool",
-        "StartActivity:run_tool",
+        MODEL_TURN_SPAN,
+        "RunActivity:model_turn",
+        "StartActivity:model_turn",
         "RunWorkflow:SubagentWorkflow",
     ]
+    assert tool.parent is not None and by_id[tool.parent.span_id] is turns[0]
     assert chain[-1] == "StartWorkflow:SubagentWorkflow"
     for turn in turns:
         assert turn.parent is not None

@@ -1,10 +1,12 @@
-"""What a turn costs in history: reads run as local activities, progress is throttled.
+"""What a turn costs in history: reads run in their turn, progress is throttled.
 
-Read-only file tools run as local activities, everything else as activities: a read
-costs one server round trip per turn instead of two. These tests check which calls
-take which path, that an agent can opt out, that the events a parent watches are the
-same either way, that a cancel still stops a long local read, and that the memo is
-written on every status change but progress alone at most once a second.
+The reads a task's rules allow run inside the model turn that asked for them, before it
+answers; a read the workflow runs itself (a task with a token budget) is a local
+activity; everything else is an activity. A turn that reads costs one server round
+trip and six events. These tests check which calls take which path, that an agent can
+opt out, that the events a parent watches are the same either way, that a cancel still
+stops a long read, and that the memo is written on every status change but progress
+alone at most once a second.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ CALLS = [
 
 
 async def tool_paths(temporal: Client, task_id: str) -> dict[str, list[str]]:
-    """Which tool calls ran as local activities and which as activities, by summary."""
+    """Which tool calls ran in their model turn, as local activities, or as activities."""
     converter = temporal.data_converter.payload_converter
-    out: dict[str, list[str]] = {"local": [], "activity": []}
+    out: dict[str, list[str]] = {"turn": [], "local": [], "activity": []}
     async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
         summary = ""
         if e.HasField("user_metadata") and e.user_metadata.HasField("summary"):
@@ -50,10 +52,15 @@ async def tool_paths(temporal: Client, task_id: str) -> dict[str, list[str]]:
             name = e.activity_task_scheduled_event_attributes.activity_type.name
             if name == "run_tool":
                 out["activity"].append(summary.split(" · ")[0])
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            payload = e.activity_task_completed_event_attributes.result.payloads[0]
+            result = converter.from_payload(payload, dict)
+            ran = result.get("read_results", {})
+            out["turn"] += [c["name"] for c in result.get("tool_calls", []) if c["id"] in ran]
     return out
 
 
-async def test_reads_run_locally_and_writes_as_activities(
+async def test_reads_run_in_their_turn_and_writes_as_activities(
     client: SubagentClient, temporal_client: Client, worker: None, workspace: Path
 ) -> None:
     (workspace / "a.txt").write_text("alpha\n")
@@ -62,31 +69,40 @@ async def test_reads_run_locally_and_writes_as_activities(
         name="apart", permission_mode="dont_ask", local_read_tools=False
     )
     model = script({"tool_calls": CALLS}, {"text": "done"})
-    local = await client.spawn_task("both", "read and write", model=model)
+    in_turn = await client.spawn_task("both", "read and write", model=model)
     apart = await client.spawn_task("apart", "read and write", model=model)
-    for task_id in (local, apart):
+    # a token budget: the workflow may stop after the turn, so it runs the reads itself
+    local = await client.spawn_task("both", "read and write", model=model, token_budget=10**6)
+    for task_id in (in_turn, apart, local):
         info = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.COMPLETED, info.error
         results = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
         assert "alpha" in results[0] and "a.txt" in results[1] and "a.txt:1" in results[2]
         assert not any(m.startswith("Error") for m in results), results
+        assert results[3].startswith("wrote"), results[3]
 
     # the calls of one turn run in parallel: compare without their order
-    paths = await tool_paths(temporal_client, local)
-    assert sorted(paths["local"]) == ["grep", "list_files", "read_file"]
+    reads = ["grep", "list_files", "read_file"]
+    paths = await tool_paths(temporal_client, in_turn)
+    assert sorted(paths["turn"]) == reads and paths["local"] == []
     assert paths["activity"] == ["write_file"]
     paths = await tool_paths(temporal_client, apart)
-    assert paths["local"] == []
-    assert sorted(paths["activity"]) == ["grep", "list_files", "read_file", "write_file"]
-    # a watcher sees the same tool events either way
-    for task_id in (local, apart):
+    assert paths["turn"] == [] and paths["local"] == []
+    assert sorted(paths["activity"]) == [*reads, "write_file"]
+    paths = await tool_paths(temporal_client, local)
+    assert paths["turn"] == [] and sorted(paths["local"]) == reads
+    assert paths["activity"] == ["write_file"]
+    # a watcher sees the same tool events whichever way they ran
+    for task_id in (in_turn, apart, local):
         kinds = [(e.kind, e.tool) async for e in client.watch(task_id) if e.tool]
         assert sorted(kinds) == sorted(
             [(k, c["name"]) for c in CALLS for k in ("tool_started", "tool_finished")]
         )
+        summaries = {e.summary async for e in client.watch(task_id) if e.tool == "read_file"}
+        assert summaries == {"read_file · a.txt"}, summaries
 
 
-async def test_a_cancel_stops_a_long_local_read(
+async def test_a_cancel_stops_a_long_read_in_its_turn(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
     for i in range(6):  # a search of several seconds
@@ -102,7 +118,7 @@ async def test_a_cancel_stops_a_long_local_read(
         asked = time.monotonic()
         info = await client.cancel_task(task_id)
         assert info.status == TaskStatus.CANCELLED
-        # within the workflow-task heartbeat, not after the whole search
+        # within the turn's heartbeat, not after the whole search
         assert time.monotonic() - asked < 12
         # its process was killed and reaped before the cancel returned
         assert not running_calls(task_id)
@@ -116,7 +132,7 @@ async def history_counts(temporal: Client, task_id: str) -> tuple[int, int]:
     return len(events), len(memo)
 
 
-async def test_fast_turns_cost_seven_events_and_the_memo_stays_right(
+async def test_fast_turns_cost_six_events_and_the_memo_stays_right(
     client: SubagentClient, temporal_client: Client, worker: None, workspace: Path
 ) -> None:
     (workspace / "a.txt").write_text("alpha\n")
@@ -128,8 +144,8 @@ async def test_fast_turns_cost_seven_events_and_the_memo_stays_right(
     info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED and info.turns == turns
     events, memo_writes = await history_counts(temporal_client, task_id)
-    # per turn: a workflow task (3), the local read (1), the model turn (3)
-    assert events <= 7 * turns + 12, events
+    # per turn: a workflow task (3) and the model turn that ran the read (3)
+    assert events <= 6 * turns + 12, events
     assert memo_writes < turns, memo_writes
     # the last write says where the task ended
     desc = await temporal_client.get_workflow_handle(task_id).describe()

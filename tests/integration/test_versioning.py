@@ -264,12 +264,13 @@ async def test_a_long_task_continues_as_new_on_the_current_version(
     """
     v1, v2 = versions
     (workspace / "note.txt").write_text("hello\n")
-    # conftest's server suggests continue-as-new at 600 events: ~14 turns of 40 reads
+    # conftest's server suggests continue-as-new at 600 events: ~14 turns of 40 reads,
+    # each a local activity's marker (with a token budget the workflow runs them itself)
     busy = {"tool_calls": READ["tool_calls"] * 40}
     model = script(bash("echo go"), *[busy] * 16, {"text": "long done"})
     async with versioned_worker(temporal_client, settings, v1):
         await set_current(v1, settings.address)
-        task_id = await careful.spawn_task("long", "a long task", model=model)
+        task_id = await careful.spawn_task("long", "a long task", model=model, token_budget=10**9)
         paused = await careful.check_task(task_id, wait=True, timeout=CEILING)
         assert paused.status == TaskStatus.PAUSED, paused.error
         first_run = await run_id(temporal_client, task_id)
