@@ -60,8 +60,8 @@ def waits_on_activities(
 ) -> bool:
     """Whether a call that runs will be awaited as an activity or a child, not inline.
 
-    Reads run as local activities within this workflow task (see ``ToolCalls.run``):
-    a turn of reads alone is over before anyone could look.
+    Reads ran in their model turn, or run as local activities within this workflow task
+    (see ``ToolCalls.run``): a turn of reads alone is over before anyone could look.
     """
     return any(
         verdicts[c.id][0] == "allow" and not (local_read_tools and c.name in policy.READ_ONLY_TOOLS)
