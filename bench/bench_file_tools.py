@@ -10,8 +10,8 @@ a noisy machine:
   ``.gitignore``), in a child of the fork server against a thread of this process
   (the same tools with ``forked`` switched off): wall time, and CPU time of every
   process involved (on a loaded machine the wall time is mostly waiting for a CPU);
-- **per turn**: a task of N turns with one ``read_file`` each (a local activity, as in
-  ``bench_core.py``), on a dev server and a worker this script starts, spawn to
+- **per turn**: a task of N turns with one ``read_file`` each (run within its model
+  turn, as in ``bench_core.py``), on a dev server and a worker this script starts, spawn to
   ``check_task(wait=True)`` returning completed, divided by N;
 - **storm** (``--storm N``): a bystander's three-step task (three ``read_file`` turns),
   quiet and while another task of the same worker runs eight ``grep`` calls at once
