@@ -19,7 +19,6 @@ public models it uses (``Message``, ``ToolCall``, ``Usage``...) live in
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hashlib
 import json
@@ -36,7 +35,7 @@ from durable_subagents.agents._spec import (
     ReasoningEffort,
     ToolLimits,
 )
-from durable_subagents.policy import PathRules
+from durable_subagents.policy import PathRules, rules_for
 from durable_subagents.types import (
     Compaction,
     Message,
@@ -462,17 +461,10 @@ class TurnReads(_Compact):
     @classmethod
     def of(cls, spec: AgentSpec) -> TurnReads:
         """The part of ``spec`` that judges and runs its built-in reads."""
-
-        def reading(rules: list[PermissionRule]) -> list[PermissionRule]:
-            """The rules that can match a built-in read (no other can judge one)."""
-            return [
-                r for r in rules if any(fnmatch.fnmatchcase(t, r.tool) for t in READ_ONLY_TOOLS)
-            ]
-
         return cls(
             mode=spec.permission_mode,
-            permissions=reading(spec.permissions),
-            restrictions=reading(spec.restrictions),
+            permissions=list(rules_for(spec.permissions, *READ_ONLY_TOOLS)),
+            restrictions=list(rules_for(spec.restrictions, *READ_ONLY_TOOLS)),
             network=spec.network,
             env=spec.env,
             limits=spec.limits,

@@ -17,6 +17,7 @@ from durable_subagents.policy._rules import (
     protected_write,
     result_record_name,
     rule_target_key,
+    rules_for,
 )
 from durable_subagents.policy._verdicts import Verdict, verdict
 
@@ -35,5 +36,6 @@ __all__ = [
     "protected_write",
     "result_record_name",
     "rule_target_key",
+    "rules_for",
     "verdict",
 ]

@@ -106,6 +106,11 @@ def decide(
     return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
 
 
+def rules_for(rules: Sequence[PermissionRule], *tools: str) -> tuple[PermissionRule, ...]:
+    """The rules that can judge a call of one of ``tools`` (no other rule matches one)."""
+    return tuple(r for r in rules if any(fnmatch.fnmatchcase(t, r.tool) for t in tools))
+
+
 class PathRules(BaseModel):
     """The rules that judged one call, kept to judge the paths it reaches when it runs.
 
@@ -129,12 +134,8 @@ class PathRules(BaseModel):
             tool=tool_name,
             read_only=read_only,
             mode=spec.permission_mode,
-            permissions=tuple(
-                r for r in spec.permissions if fnmatch.fnmatchcase(tool_name, r.tool)
-            ),
-            restrictions=tuple(
-                r for r in spec.restrictions if fnmatch.fnmatchcase(tool_name, r.tool)
-            ),
+            permissions=rules_for(spec.permissions, tool_name),
+            restrictions=rules_for(spec.restrictions, tool_name),
         )
 
     def action(self, path: str) -> Action:
