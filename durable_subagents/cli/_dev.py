@@ -108,7 +108,7 @@ async def run_dev(
     """
     from durable_subagents._connect import connect_client
     from durable_subagents._telemetry import setup_tracing
-    from durable_subagents.worker import create_worker, sweep_forever
+    from durable_subagents.worker import collect_less, create_worker, sweep_forever
 
     version = settings.worker_deployment()  # a half-given version fails before starting
     keys = settings.payload_keys()  # so does a malformed key
@@ -189,6 +189,7 @@ async def run_dev(
                 else f"the Web UI's workflow list, query {paused}"
             )
             async with _serving(worker, server) as runner:
+                collect_less(settings.gc_threshold)
                 versioning = await _versioning_text(
                     client,
                     version,

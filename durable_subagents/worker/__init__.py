@@ -1,6 +1,7 @@
 """Builds and runs the worker: workflows, activities, data converter, limits."""
 
 from durable_subagents._connect import connect_client
+from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._plugin import SubagentsPlugin
 from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
@@ -17,6 +18,7 @@ __all__ = [
     "SubagentsPlugin",
     "check_search_attributes",
     "check_worker",
+    "collect_less",
     "connect_client",
     "create_worker",
     "exit_if_tool_calls_stuck",

@@ -36,6 +36,7 @@ from durable_subagents.storage._blobstore import BlobStore, check_blob_store
 from durable_subagents.tools import ToolRegistry
 from durable_subagents.tools._decorator import _THREADS
 from durable_subagents.worker._deployment import deployment_config
+from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
@@ -362,6 +363,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:
+            collect_less(settings.gc_threshold)
             if ready is not None:
                 ready.set()
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -143,6 +144,39 @@ async def test_metrics_count_what_a_run_did(
     # Bounded labels: no task id, no path, no prompt.
     for secret in (task_id, "notes.txt", "missing.txt", str(workspace), "read the notes"):
         assert secret not in text
+
+
+async def test_a_worker_process_freezes_its_start_up_and_collects_less(
+    settings: Settings, client: SubagentClient, workspace: Path
+) -> None:
+    (workspace / "notes.txt").write_text("remember the milk\n")
+    python_own = gc.get_threshold()
+    default = Settings.model_fields["gc_threshold"].default
+    try:
+        # Settings(gc_threshold=0), as the tests' own: the collector stays as it was.
+        async with running_worker(settings):
+            assert gc.get_threshold() == python_own
+            assert gc.get_freeze_count() == 0
+        async with running_worker(settings.model_copy(update={"gc_threshold": default})):
+            assert gc.get_threshold() == (default, *python_own[1:])
+            # the interpreter, temporalio and the library's modules: out of every
+            # later collection
+            assert gc.get_freeze_count() > 50_000
+            # and a frozen start-up runs tasks as before: reads in the turn, an answer
+            task_id = await client.spawn_task(
+                "explore",
+                "read the notes",
+                model=script(
+                    {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+                    {"text": "milk"},
+                ),
+            )
+            result = await client.check_task(task_id, wait=True, timeout=60)
+            assert result.status == TaskStatus.COMPLETED, result
+            assert result.result == "milk"
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*python_own)
 
 
 async def test_compactions_are_counted_by_kind(
