@@ -311,9 +311,9 @@ class Settings(BaseSettings):
     in a process that runs a worker (``subagents worker``, ``subagents dev``,
     ``run_worker``); Python's own is 700. Once the worker polls, what start-up loaded is
     also frozen out of every later collection (``gc.freeze()``). Full collections then
-    no longer traverse every running task's state several times a minute: 7 % less
-    worker CPU per turn at 1,000 tasks, for 7 % more peak memory. 0 leaves the
-    collector as Python set it."""
+    no longer traverse every running task's state several times a minute: 0.3 s of
+    collection in a 1,000-task run where Python's thresholds spent 6 s of the worker's
+    80 s of CPU, for 7-10 % more peak memory. 0 leaves the collector as Python set it."""
     metrics_port: int | None = Field(
         None,
         ge=0,

@@ -38,10 +38,17 @@ OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"
 ANSWER = "ANSWER-e5f6: the ledger balances"
 INPUT = "FOLLOW-UP-INPUT-9b1d please also check March"
 DESCRIPTION = "DESCRIPTION-audit-4c2e"
+# The last two are fragments, for a partial leak: never hex, which run IDs and digests
+# are full of.
 SECRETS = (
-    *(PROMPT, OUTPUT, ANSWER, INPUT, DESCRIPTION, "ACCOUNT-PROMPT"),
-    # fragments, for a partial leak: never hex, which run IDs and digests are full of
-    *("secret-ledger", "ledger balances"),
+    PROMPT,
+    OUTPUT,
+    ANSWER,
+    INPUT,
+    DESCRIPTION,
+    "ACCOUNT-PROMPT",
+    "secret-ledger",
+    "ledger balances",
 )
 
 CAREFUL = AgentSpec(
