@@ -434,7 +434,25 @@ def tools_digest(
     Without ``protected`` it is the digest of workers that reported no protected paths;
     without ``notify``, of workers that post no events of their own accord.
     """
-    fields: list[object] = [offered, sorted(read_only), sandbox]
+    return _digest(
+        tuple(offered),
+        tuple(sorted(read_only)),
+        sandbox,
+        None if protected is None else tuple(protected),
+        notify,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(
+    offered: tuple[str, ...],
+    read_only: tuple[str, ...],
+    sandbox: str | None,
+    protected: tuple[str, ...] | None,
+    notify: bool,
+) -> str:
+    """``tools_digest`` of the same few offers, turn after turn, computed once each."""
+    fields: list[object] = [offered, read_only, sandbox]
     if protected is not None:
         fields.append(protected)
     if notify:

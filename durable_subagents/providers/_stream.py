@@ -76,6 +76,19 @@ def use_aiohttp() -> bool:
     return os.environ.get("SUBAGENTS_MODEL_HTTP", "").strip().lower() != "httpx"
 
 
+def without_unsent_keys(client: C) -> C:
+    """``client`` with no idempotency key made for a request that would not send it.
+
+    Both SDKs make a random key (``uuid4``) per request for their retries, and send it
+    only where the client names an idempotency header, which neither the OpenAI nor
+    the Anthropic client does: the key, a read of ``os.urandom`` and its formatting,
+    was 1 % of a worker's CPU per turn. A client that names a header keeps its keys.
+    """
+    if getattr(client, "_idempotency_header", "unknown") is None:
+        client._idempotency_key = str  # type: ignore[attr-defined]  # str() == ""
+    return client
+
+
 class PerLoop(Generic[C]):
     """One SDK client per running event loop.
 
@@ -93,7 +106,7 @@ class PerLoop(Generic[C]):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._clients[loop] = self._make()
+            client = self._clients[loop] = without_unsent_keys(self._make())
         return client
 
     async def aclose(self) -> None:

@@ -8,7 +8,7 @@ so a retried activity that writes again writes nothing new, and every read is ch
 against its reference. With a payload key, blobs and records are sealed (AES-256-GCM,
 bound to their address; see ``_codec``).
 
-Two stores: ``LocalBlobStore`` (a directory, ``<root>/<task id>/<hash[:2]>/<hash>``)
+Two stores: ``LocalBlobStore`` (a directory, ``<root>/<task id>/<hash>``)
 and ``S3BlobStore`` (any S3-compatible service, ``<prefix>/<task id>/sha256/<hash>``).
 ``open_blob_store`` picks one from ``SUBAGENTS_BLOB_URL``.
 """

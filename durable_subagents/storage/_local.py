@@ -37,15 +37,26 @@ class LocalBlobStore(CachedBlobStore):
         return self.root / safe_task_id(task_id)
 
     def _blob_key(self, task_id: str, ref: str) -> str:
-        digest = digest_of(ref)
-        return str(self.task_dir(task_id) / digest[:2] / digest)
+        """Blobs lie flat in the task's directory: ``<task dir>/<hash>``.
+
+        0.1.0 spread them over ``<hash[:2]>`` subdirectories, which made a directory for
+        nearly every blob (a task has tens of blobs, not millions); reads still find them
+        there (``_read_blob``).
+        """
+        return str(self.task_dir(task_id) / digest_of(ref))
 
     async def _write_blob(self, key: str, data: bytes) -> None:
-        _write_new(Path(key), data)
+        # Not looked for first: ``put`` writes nothing it wrote lately (its cache), and a
+        # blob that is there already holds these bytes, which the rename puts back.
+        _write_atomically(Path(key), data)
 
     async def _read_blob(self, key: str) -> bytes | None:
+        path = Path(key)
         try:
-            return _read(Path(key))
+            try:
+                return _read(path)
+            except FileNotFoundError:
+                return _read(path.parent / path.name[:2] / path.name)  # 0.1.0's layout
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -72,18 +83,20 @@ class LocalBlobStore(CachedBlobStore):
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
     async def last_write(self, task_id: str) -> datetime | None:
-        """The newest modification time of the task's directory and its entries."""
+        """The newest modification time of the task's directory and its subdirectories.
+
+        A new blob or record is a new name in one of them (a rename included), which
+        moves that directory's time: the blobs themselves need no ``stat``.
+        """
         directory = self.task_dir(task_id)
         try:
-            times = [directory.stat().st_mtime] + [p.stat().st_mtime for p in directory.iterdir()]
+            with os.scandir(directory) as entries:
+                times = [directory.stat().st_mtime] + [
+                    e.stat().st_mtime for e in entries if e.is_dir(follow_symlinks=False)
+                ]
         except FileNotFoundError:
             return None
         return datetime.fromtimestamp(max(times), UTC)
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    if not path.exists():  # content-addressed: what is there is these bytes
-        _write_atomically(path, data)
 
 
 def _read(path: Path) -> bytes:

@@ -239,11 +239,12 @@ def resolve_beneath(root: Path, path: str) -> tuple[str, ...]:
                 if missing is None:
                     continue  # a ``..`` came back out of the missing part: walk on for real
                 return (*walk.parts, *missing)
-            if stat.S_ISLNK(os.fstat(fd).st_mode):
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
                 os.close(fd)
                 walk.link(name, pending)
                 continue
-            if stat.S_ISDIR(os.fstat(fd).st_mode) or not pending:
+            if stat.S_ISDIR(mode) or not pending:
                 walk.push(fd, name)
                 continue
             os.close(fd)

@@ -57,27 +57,41 @@ def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome
 
 
 async def exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request: bytes) -> bytes:
-    """Send a request frame, then read the answer frame; b"" if the child ended first."""
+    """Send a request frame, then read the answer frame; b"" if the child ended first.
+
+    The first read takes the header with as much of the answer as has come (a tool's
+    answer is mostly one read): a read for the header alone cost a wait of its own.
+    """
     try:
         await loop.sock_sendall(sock, FRAME.pack(len(request)) + request)
-        header = await receive(loop, sock, FRAME.size)
-        (size,) = FRAME.unpack(header)
-        if size > MAX_ANSWER_BYTES:
-            return b""
-        return await receive(loop, sock, size)
+        head = await receive(loop, sock, FRAME.size, at_most=READ_BYTES)
+        (size,) = FRAME.unpack_from(head)
+        body = head[FRAME.size :]
+        if size > MAX_ANSWER_BYTES or len(body) > size:
+            return b""  # over the cap, or more than one answer: not a child of ours
+        if len(body) == size:
+            return bytes(body)
+        return bytes(body) + await receive(loop, sock, size - len(body))
     except (OSError, EOFError):
         return b""  # its exit status says why
 
 
-async def receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
+READ_BYTES = 1 << 16
+
+
+async def receive(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int, at_most: int = 0
+) -> bytes:
+    """``size`` bytes from ``sock``, or (``at_most``) up to that many once ``size`` came."""
     chunks: list[bytes] = []
-    while size:
-        chunk = await loop.sock_recv(sock, min(size, 1 << 16))
+    got = 0
+    while got < size:
+        chunk = await loop.sock_recv(sock, max(min(size - got, READ_BYTES), at_most - got))
         if not chunk:
             raise EOFError
         chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_answer(raw: bytes) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,7 @@ from durable_subagents.providers import (
     clear_provider_cache,
     resolve_provider,
 )
+from durable_subagents.providers._stream import without_unsent_keys
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import Message, ModelRequest, ToolCall, ToolSpec
 
@@ -566,6 +568,50 @@ async def test_fake_anthropic_non_streamed_reply(anthropic_srv: FakeAnthropicSer
     assert [block.type for block in message.content] == ["text", "tool_use"]
     assert message.stop_reason == "tool_use"
     assert message.usage.output_tokens == 5
+
+
+# --------------------------------------------------------- what the SDKs make per request
+
+
+async def test_neither_sdk_makes_an_idempotency_key_it_would_not_send(
+    openai_provider: ModelProvider,
+    openai_srv: FakeOpenAIServer,
+    anthropic_provider: ModelProvider,
+    anthropic_srv: FakeAnthropicServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither client names an idempotency header, so a key per request is CPU for nothing."""
+    made: list[int] = []
+    real = uuid.uuid4
+    monkeypatch.setattr(uuid, "uuid4", lambda: made.append(1) or real())
+    openai_srv.add_reply(text="one")
+    anthropic_srv.add_reply(text="two")
+    first = await openai_provider.complete(ModelRequest(model="gpt-test", messages=[user("a")]))
+    second = await anthropic_provider.complete(
+        ModelRequest(model="claude-test", messages=[user("b")])
+    )
+    assert (first.text, second.text, made) == ("one", "two", [])
+    for headers in (*openai_srv.request_headers, *anthropic_srv.request_headers):
+        assert not [name for name in headers if "idempotency" in name], headers
+
+
+async def test_a_client_that_sends_idempotency_keys_keeps_them(
+    openai_srv: FakeOpenAIServer,
+) -> None:
+    """An SDK that starts to send the header gets its keys back: nothing is sent empty."""
+
+    class Keyed(AsyncOpenAI):
+        _idempotency_header = "Idempotency-Key"
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self._idempotency_header = "Idempotency-Key"
+
+    client = without_unsent_keys(Keyed(api_key="k", base_url=openai_srv.base_url, max_retries=0))
+    openai_srv.add_reply(text="kept")
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    await client.close()
+    assert openai_srv.request_headers[-1]["idempotency-key"].startswith("stainless-python-retry-")
 
 
 # ------------------------------------------------------------------ faults, both APIs
