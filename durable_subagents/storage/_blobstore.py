@@ -233,6 +233,10 @@ class CachedBlobStore:
         """The bytes at ``key``, or None if there are none."""
         raise NotImplementedError
 
+    async def _read_record(self, key: str) -> bytes | None:
+        """The record at ``key``, or None (read as a blob unless a store differs)."""
+        return await self._read_blob(key)
+
     def _shown(self, key: str) -> str:
         return key
 
@@ -293,7 +297,7 @@ class CachedBlobStore:
             PayloadKeyMissing: it is sealed with a key this process lacks.
         """
         key = self._record_key(task_id, name)
-        stored = await self._read_blob(key)
+        stored = await self._read_record(key)
         if stored is None or not is_sealed(stored):
             return stored
         what = f"record {name} of task {task_id} ({self._shown(key)} in {self.url})"

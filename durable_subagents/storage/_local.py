@@ -51,12 +51,15 @@ class LocalBlobStore(CachedBlobStore):
         _write_atomically(Path(key), data)
 
     async def _read_blob(self, key: str) -> bytes | None:
-        path = Path(key)
+        data = await self._read_record(key)
+        if data is None:  # written by 0.1.0, in a subdirectory per hash prefix
+            path = Path(key)
+            data = await self._read_record(str(path.parent / path.name[:2] / path.name))
+        return data
+
+    async def _read_record(self, key: str) -> bytes | None:
         try:
-            try:
-                return _read(path)
-            except FileNotFoundError:
-                return _read(path.parent / path.name[:2] / path.name)  # 0.1.0's layout
+            return _read(Path(key))
         except FileNotFoundError:
             return None
         except OSError as err:

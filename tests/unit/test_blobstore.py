@@ -43,6 +43,25 @@ async def test_blobs_written_in_the_old_layout_are_still_read(tmp_path: Path) ->
     assert await store.get("task/1", ref) == b"from 0.1.0"
     with pytest.raises(BlobNotFound):
         await store.get("task/1", blob_ref(b"never written"))
+    empty = await store.put("task/1", b"")
+    assert await LocalBlobStore(tmp_path).get("task/1", empty) == b""  # no cache
+
+
+async def test_a_missing_record_is_looked_for_in_one_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record was never spread over subdirectories: a miss costs one look."""
+    store = LocalBlobStore(tmp_path)
+    looked: list[Path] = []
+    real = _local._read
+
+    def read(path: Path) -> bytes:
+        looked.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_local, "_read", read)
+    assert await store.get_record("t", "call-a") is None
+    assert looked == [tmp_path / "t" / "records" / "call-a"]
 
 
 async def test_last_write_moves_with_every_new_blob_and_record(tmp_path: Path) -> None:
