@@ -26,6 +26,7 @@ from durable_subagents._payloads import (
 )
 from durable_subagents.activities._heartbeats import cancel_requested, heartbeating, may_be_stale
 from durable_subagents.tools import ToolError
+from durable_subagents.tools._decorator import MAX_THREADS_PER_TASK
 from durable_subagents.types import ToolCall
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["run_call", "run_reads"]
 
-READS_AT_ONCE = 8
-"""Reads of one turn that run at once (as many as a task has tool threads)."""
+READS_AT_ONCE = MAX_THREADS_PER_TASK
+"""Reads of one turn that run at once: as many as a task has tool threads."""
 READ_RESULTS_BYTES = 128 * 1024
 """Bytes of read results one model turn's result carries; the workflow runs the rest."""
 
