@@ -219,14 +219,15 @@ class ForkServer:
             return [c.pid for children in self._idle.values() for c in children]
 
     @property
-    def held(self) -> int:
-        """Children's sockets the worker holds (spares, idle and running children)."""
+    def held(self) -> set[int]:
+        """Descriptors of the children's sockets the worker holds: spares, idle, running."""
         with self._lock:
-            return (
-                len(self._spares)
-                + sum(len(c) for c in self._idle.values())
-                + sum(1 for c in self._children.values() if c.call is not None)
-            )
+            children = [
+                *self._spares,
+                *(c for kept in self._idle.values() for c in kept),
+                *(c for c in self._children.values() if c.call is not None),
+            ]
+            return {c.sock.fileno() for c in children}
 
     def running(self, task_id: str | None = None) -> list[int]:
         """Pids of the children running calls now, for one task or for all."""
