@@ -41,6 +41,8 @@ log = logging.getLogger("durable_subagents.tools._processes")
 
 MAX_ANSWER_BYTES = 64 << 20
 """An answer larger than this is refused (the tools' own caps keep theirs far below)."""
+READ_BYTES = 1 << 16
+"""Most bytes one read of a child's socket takes."""
 
 
 def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome: Any) -> None:
@@ -70,13 +72,10 @@ async def exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request
         if size > MAX_ANSWER_BYTES or len(body) > size:
             return b""  # over the cap, or more than one answer: not a child of ours
         if len(body) == size:
-            return bytes(body)
-        return bytes(body) + await receive(loop, sock, size - len(body))
+            return body
+        return body + await receive(loop, sock, size - len(body))
     except (OSError, EOFError):
         return b""  # its exit status says why
-
-
-READ_BYTES = 1 << 16
 
 
 async def receive(
