@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -96,6 +96,11 @@ COMPACT_ACTIVITY = "compact_context"
 RUN_TOOL_ACTIVITY = "run_tool"
 """The activity (or local activity) that runs one tool call: ``ToolCallInput`` ->
 ``ToolCallResult``."""
+SETTLE_CHANGES_ACTIVITY = "settle_changes"
+"""The activity that applies or drops a call's held changes once a person decided:
+``SettleInput`` -> ``ToolCallResult``."""
+HELD_TOOL = "apply_changes"
+"""The name a pause shows for a call's held changes (the decision to apply them)."""
 SEND_INPUT_SIGNAL = "send_input"
 """Steering or follow-up input (a ``str``); also the start signal of a follow-up run."""
 DECIDE_SIGNAL = "decide"
@@ -525,6 +530,10 @@ class ToolCallInput(_Compact):
     result of at most ``UNRECORDED_READ_BYTES`` is not written as a record (a retry
     runs the read again, which changes nothing, and the workflow never passes so short
     a result by name). A workflow that does not say so gets every result recorded."""
+    protected_changes: Literal["pause", "refuse", "apply"] = "refuse"
+    """What becomes of a command's changes to protected paths: ``pause`` (kept, and the
+    result's ``held`` asks the workflow for a person's decision), ``refuse`` (what a
+    workflow that does not know ``held`` gets), or ``apply`` (the agent opted in)."""
 
     @classmethod
     def of(
@@ -552,12 +561,48 @@ class ToolCallInput(_Compact):
             write_protected_paths=spec.write_protected_paths,
             rules=rules,
             unrecorded_reads=True,
+            protected_changes=protected_changes(spec),
         )
+
+
+def protected_changes(spec: AgentSpec) -> Literal["pause", "refuse", "apply"]:
+    """What becomes of an agent's commands' changes to protected paths.
+
+    Opted in (``write_protected_paths``): they land. An agent that runs without asking
+    (``dont_ask``): refused, the model told so. Any other: a person decides.
+    """
+    if spec.write_protected_paths:
+        return "apply"
+    return "refuse" if spec.permission_mode == "dont_ask" else "pause"
 
 
 UNRECORDED_READ_BYTES = 1024
 """A read-only tool's result up to this size is not recorded (``unrecorded_reads``).
 At most ``MAX_CALLS_PER_TURN`` of them, 64 KiB, stay inline in the next turn's input."""
+
+
+class HeldChanges(_Compact):
+    """A command's changes to protected paths, kept in the blob store for a decision.
+
+    Attributes:
+        arguments_ref: The blob of the decision's arguments: the call, the changes as a
+            person reads them (a diff for text, sizes and modes otherwise) and
+            ``changes_ref``. An approval binds this reference, so exactly these bytes land.
+        changes_ref: The blob of the changes themselves (what ``settle_changes`` applies).
+        paths: The paths changed (the first ``HELD_PATHS_SHOWN``).
+        count: How many changes.
+        preview: The start of the diff, for a one-line view.
+    """
+
+    arguments_ref: str
+    changes_ref: str
+    paths: list[str] = Field(default_factory=list)
+    count: int = 0
+    preview: str = ""
+
+
+HELD_PATHS_SHOWN = 20
+"""Paths of held changes a result names (the rest are counted)."""
 
 
 class ToolCallResult(_Compact):
@@ -572,6 +617,10 @@ class ToolCallResult(_Compact):
     recorded: bool = True
     """Whether the result is in the blob store as the call's record (a short read's is
     not; see ``ToolCallInput.unrecorded_reads``)."""
+    held: HeldChanges | None = None
+    """Changes the call's command made to protected paths, kept for a person's decision
+    (``ToolCallInput.protected_changes`` ``pause``): the workflow pauses for it and runs
+    ``settle_changes`` before the model reads this result."""
 
     def to_message(self) -> Message:
         """The tool message the model sees next turn."""
@@ -583,6 +632,26 @@ class ToolCallResult(_Compact):
             tool_name=self.tool_name,
             is_error=self.is_error,
         )
+
+
+class SettleInput(_Compact):
+    """Input of the ``settle_changes`` activity: a call's held changes, and the decision.
+
+    Attributes:
+        task_id: The task.
+        workspace: The task's workspace (as in ``ToolCallInput``).
+        result: The call's result, with its ``held`` changes.
+        record: Where the settled result is recorded (the model turn reads it there).
+        approved: Whether a person approved the changes.
+        reason: Why not, as the model reads it (a rejection's reason, a timeout).
+    """
+
+    task_id: str
+    workspace: str | None = None
+    result: ToolCallResult
+    record: str
+    approved: bool
+    reason: str | None = None
 
 
 # ---------------------------------------------------------------- signals

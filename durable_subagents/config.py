@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
+from durable_subagents._data_dir import default_data_dir as default_data_dir
 from durable_subagents._event_loop import EventLoopChoice
 from durable_subagents._notify_url import check_notify_url
 from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
@@ -58,12 +58,6 @@ DEFAULT_MODEL_IDLE_TIMEOUT = 120.0
 """Seconds a model stream may go without data before the attempt is abandoned."""
 
 
-def default_data_dir() -> Path:
-    """The per-user data directory (``SUBAGENTS_DATA_DIR`` overrides it)."""
-    env = os.environ.get("SUBAGENTS_DATA_DIR")
-    return Path(env) if env else Path(platformdirs.user_data_dir("durable-subagents"))
-
-
 class Settings(BaseSettings):
     """Connection, storage and model settings shared by client, worker and CLI."""
 
@@ -102,6 +96,12 @@ class Settings(BaseSettings):
     )
     """Blob store directory (when ``blob_url`` is unset). Workers and clients of one
     deployment must share it: one host, or a network filesystem."""
+    overlay_dir: Path | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_OVERLAY_DIR", "overlay_dir")
+    )
+    """Where a worker's sandboxed commands write while they run (one directory per
+    call, removed once its changes landed): a local filesystem that overlayfs takes as
+    an upper layer (ext4, xfs, btrfs, tmpfs). Unset: ``<data_dir>/overlays``."""
     blob_url: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_BLOB_URL", "blob_url")
     )
@@ -576,6 +576,7 @@ class Settings(BaseSettings):
     def hidden_paths(self) -> list[Path]:
         """What no tool may read: blob store, data and config dirs, Temporal and AWS keys."""
         paths = secret_paths(self.resolved_blob_dir, self.data_dir, self.profile, self.config_file)
+        paths.append(self.resolved_overlay_dir)
         store = self.blob_store()
         if isinstance(store, LocalBlobStore):
             paths.append(store.root.parent)  # a file:// URL's directory
@@ -585,6 +586,11 @@ class Settings(BaseSettings):
     def tool_read_path_list(self) -> list[Path]:
         """``tool_read_paths`` as resolved paths."""
         return [Path(p).resolve() for p in self.tool_read_paths.split(os.pathsep) if p.strip()]
+
+    @property
+    def resolved_overlay_dir(self) -> Path:
+        """Where commands' overlays go, defaulting to ``<data_dir>/overlays``."""
+        return self.overlay_dir or (self.data_dir / "overlays")
 
     @property
     def resolved_blob_dir(self) -> Path:

@@ -33,11 +33,13 @@ from durable_subagents._payloads import (
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
+    SETTLE_CHANGES_ACTIVITY,
     CompactInput,
     CompactResult,
     ContextInput,
     ModelTurnInput,
     ModelTurnResult,
+    SettleInput,
     ToolCallInput,
     ToolCallResult,
     model_queue,
@@ -57,9 +59,14 @@ from durable_subagents.activities._heartbeats import (
     heartbeating,
     may_be_stale,
 )
+from durable_subagents.activities._held_changes import settle as settle_held
 from durable_subagents.activities._tool_call import run_call, run_once, run_reads
 from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
-from durable_subagents.activities._workspaces import log_tool_user, task_workspace
+from durable_subagents.activities._workspaces import (
+    HeldWorkspace,
+    log_tool_user,
+    task_workspace,
+)
 from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
@@ -139,6 +146,8 @@ class SubagentActivities:
             (``Settings.prompt_cache_key``).
         rate_limited: Providers whose model turns this worker sends on to their own
             queue (``model_queue``), where the server enforces a rate limit.
+        overlay_dir: Where commands' overlays are made (default: the data directory's
+            ``overlays``; see ``SandboxProfile.overlay_dir``).
         transcript_cache_bytes: Memory the running tasks' conversations are kept in
             (``Settings.transcript_cache_mb``).
     """
@@ -168,6 +177,7 @@ class SubagentActivities:
         notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
+        overlay_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -197,6 +207,7 @@ class SubagentActivities:
         self.prompt_cache_key = prompt_cache_key
         self.notify = notify
         self.rate_limited = rate_limited
+        self.overlay_dir = overlay_dir
 
     # ------------------------------------------------------------------ model turn
 
@@ -213,14 +224,17 @@ class SubagentActivities:
         queue = self.provider_queue(input)
         if queue is not None:
             return ModelTurnResult(head=input.head or "", model_queue=queue)
-        task_id = input.task_id
         if may_be_stale(activity.info()) and await cancel_requested():
             raise ApplicationError(
                 "the task was cancelled; not calling the model",
                 type="TaskCancelled",
                 non_retryable=True,
             )
-        workspace = self.workspace(input.workspace)
+        with self.workspace(input.workspace) as workspace:
+            return await self._turn(input, workspace)
+
+    async def _turn(self, input: ModelTurnInput, workspace: HeldWorkspace) -> ModelTurnResult:
+        task_id = input.task_id
         offered = self.offered_tools(input)
         schema, schema_ref = await self.output_schema(input)
         new_messages = await self.with_stored_results(input)
@@ -486,7 +500,7 @@ class SubagentActivities:
             allowed &= {n for n in available if self.read_only(n)}
         return [t for t in available if t in allowed]
 
-    def with_path(self, call: ToolCall, workspace: Path) -> ToolCall:
+    def with_path(self, call: ToolCall, workspace: HeldWorkspace) -> ToolCall:
         """The call with its path resolved for the rules (tools that take a ``path``).
 
         Also the path as written, where a symlink makes it differ: the rules judge both,
@@ -495,8 +509,8 @@ class SubagentActivities:
         raw = self.path_argument(call)
         if raw is None:
             return call
-        resolved = rule_path(workspace, raw)
-        written = written_path(workspace, raw)
+        resolved = rule_path(workspace.path, raw, workspace.fd)
+        written = written_path(workspace.path, raw)
         return call.model_copy(
             update={"path": resolved, "written_path": written if written != resolved else None}
         )
@@ -530,6 +544,14 @@ class SubagentActivities:
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
+    @activity.defn(name=SETTLE_CHANGES_ACTIVITY)
+    async def settle_changes(self, input: SettleInput) -> ToolCallResult:
+        """Apply a call's held changes a person approved, or drop them (see ``settle``)."""
+        try:
+            return await settle_held(self, input)
+        except (BlobError, PayloadEncryptionError) as err:
+            raise blob_failure(err) from None
+
     async def read_in_turn(self, input: ToolCallInput, live: LiveText) -> ToolCallResult:
         """Run a read within the model turn that asked for it (see ``run_reads``)."""
         return await traced_tool(functools.partial(run_once, live=live))(self, input)
@@ -558,21 +580,23 @@ class SubagentActivities:
             out.append(ToolCallResult.model_validate_json(data).to_message())
         return out
 
-    def tool_context(self, input: ToolCallInput, call: ToolCall | None = None) -> ToolContext:
+    def tool_context(
+        self, input: ToolCallInput, workspace: HeldWorkspace, call: ToolCall | None = None
+    ) -> ToolContext:
         """What a call's tool may see and use: the agent's choices within the worker's.
 
-        ``call`` (with its arguments in full) binds the file tools to the path it was
-        judged on; ``input.rules`` judge what else they open.
+        ``workspace`` is the step's, held. ``call`` (with its arguments in full) binds
+        the file tools to the path it was judged on; ``input.rules`` judge what else
+        they open.
         """
         names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
         env = {n: os.environ[n] for n in names if n in os.environ}
-        workspace = self.workspace(input.workspace)
         decided = None
         raw = self.path_argument(call) if call is not None else None
         if call is not None and call.path is not None and raw is not None:
             decided = DecidedPath(path=raw, resolved=call.path)
         return ToolContext(
-            workspace=workspace,
+            workspace=workspace.path,
             task_id=input.task_id,
             sandbox=self.sandbox,
             on_output=heartbeat,
@@ -582,16 +606,19 @@ class SubagentActivities:
             protected=() if input.write_protected_paths else self.protected_paths,
             hidden=self.hidden_paths,
             read_paths=self.read_paths,
-            run_as=tool_user(workspace, self.tool_user),
+            run_as=tool_user(workspace.fd, self.tool_user),
             decided=decided,
             rules=input.rules,
+            workspace_fd=workspace.fd,
+            overlay_dir=self.overlay_dir,
+            hold=input.protected_changes,
         )
 
-    def workspace(self, requested: str | None) -> Path:
-        """The task's workspace, checked race-free at every step (``task_workspace``)."""
+    def workspace(self, requested: str | None) -> HeldWorkspace:
+        """The task's workspace for one step, checked race-free and held (``task_workspace``)."""
         return task_workspace(self.workspace_root, requested, self.protected_paths)
 
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool, self.compact_context]
+        return [self.model_turn, self.run_tool, self.compact_context, self.settle_changes]

@@ -20,13 +20,16 @@ from durable_subagents import policy
 from durable_subagents._payloads import (
     MAX_CALLS_PER_TURN,
     UNRECORDED_READ_BYTES,
+    HeldChanges,
     ModelTurnInput,
     ToolCallInput,
     ToolCallResult,
 )
 from durable_subagents.activities._heartbeats import cancel_requested, heartbeating, may_be_stale
+from durable_subagents.activities._held_changes import keep as keep_held
 from durable_subagents.tools import ToolError
 from durable_subagents.tools._decorator import MAX_THREADS_PER_TASK
+from durable_subagents.tools._land import Landing
 from durable_subagents.types import ToolCall
 
 if TYPE_CHECKING:
@@ -71,20 +74,26 @@ async def run_once(
     """
     call = await acts.transcript.full_call(input.task_id, input.call)
     tool = acts.tools.get(call.name)
+    held: HeldChanges | None = None
     if tool is None:
         output, is_error = f"unknown tool {call.name!r}", True
     else:
-        ctx = acts.tool_context(input, call)
-        async with heartbeating(live):
-            try:
-                output, is_error = await tool.run(ctx, call.arguments), False
-            except ToolError as err:
-                output, is_error = str(err), True
-            except Exception as err:
-                # A tool's own bug: the model hears of it; the worker log has the trace.
-                activity.logger.exception("tool %s raised", call.name)
-                output = f"{call.name} failed: {type(err).__name__}: {err}"
-                is_error = True
+        with acts.workspace(input.workspace) as workspace:
+            ctx = acts.tool_context(input, workspace, call)
+            async with heartbeating(live):
+                try:
+                    output, is_error = await tool.run(ctx, call.arguments), False
+                except ToolError as err:
+                    output, is_error = str(err), True
+                except Exception as err:
+                    # A tool's own bug: the model hears of it; the worker log has the trace.
+                    activity.logger.exception("tool %s raised", call.name)
+                    output = f"{call.name} failed: {type(err).__name__}: {err}"
+                    is_error = True
+                output = with_landings(output, ctx.landings)
+                kept = [h for landing in ctx.landings for h in landing.held]
+                if kept and input.protected_changes == "pause":
+                    held = await keep_held(acts, input.task_id, call, workspace, kept)
     content, ref = await acts.transcript.store_text(input.task_id, output)
     # A short read needs no record: a retry reads again, and the workflow passes only
     # longer results by name.
@@ -102,11 +111,21 @@ async def run_once(
         is_error=is_error,
         size=len(output),
         recorded=recorded,
+        held=held,
     )
     if recorded:
         record = policy.result_record_name(input.call)  # the name the workflow passes on
         await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
     return result
+
+
+def with_landings(output: str, landings: list[Landing]) -> str:
+    """``output`` with what did not land of its commands' changes, where the tool left it out."""
+    notes = [n for landing in landings if not landing.reported and (n := landing.summary())]
+    if not notes:
+        return output
+    separator = "" if not output or output.endswith("\n") else "\n"
+    return output + separator + "\n".join(notes)
 
 
 async def run_reads(

@@ -2,7 +2,9 @@
 
 The workspace is resolved race-free under the worker's root at every step of a task,
 so one swapped for a symlink after the spawn fails the next step instead of running it
-elsewhere.
+elsewhere, and held by descriptor until the step is done: the file tools walk from
+that descriptor, the sandbox binds it, and a command's changes land through it. Its
+path is never resolved again within the step.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 
 from durable_subagents.activities._failures import workspace_error
@@ -17,25 +20,63 @@ from durable_subagents.agents._protected import protected_entry
 from durable_subagents.tools._confined_open import Escape, open_beneath
 from durable_subagents.tools._sandbox_host import NOBODY, tool_user, unreachable
 
-__all__ = ["log_tool_user", "task_workspace"]
+__all__ = ["HeldWorkspace", "log_tool_user", "task_workspace"]
 
 log = logging.getLogger("durable_subagents.activities._activities")
 
 
-def task_workspace(root: Path, requested: str | None, protected_paths: tuple[str, ...]) -> Path:
-    """The task's workspace: the worker's root, or a directory inside it.
+@dataclass
+class HeldWorkspace:
+    """A task's workspace for one step: where it is, and a descriptor of it.
+
+    Attributes:
+        path: Where it was when checked (for messages, and the path commands see).
+        fd: An ``O_PATH`` descriptor of it, what every use goes through; closed with
+            the step (``close``, or the ``with`` block).
+    """
+
+    path: Path
+    fd: int
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> HeldWorkspace:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def task_workspace(
+    root: Path, requested: str | None, protected_paths: tuple[str, ...]
+) -> HeldWorkspace:
+    """The task's workspace, held: the worker's root, or a directory inside it.
 
     Resolved race-free, one component at a time from a descriptor of the root
     (``open_beneath``), so a symlink planted on the way (``proj -> .git``) is
     followed where it really leads: a workspace that is, or lies inside, a
     protected path is refused, like one that leads out of the root. Checked at
     every step of a task, so a workspace swapped for a symlink after the spawn
-    fails the task's next step instead of running it there.
+    fails the task's next step instead of running it there. The descriptor the
+    walk ended on is what the step uses.
     """
     if not requested:
-        return root
+        try:
+            return HeldWorkspace(root, os.open(root, _DIR))
+        except OSError as err:
+            raise workspace_error(
+                f"this worker's workspace root {root} cannot be opened "
+                f"({err.strerror or err}); restart the worker with --workspace naming a "
+                "directory"
+            ) from None
     try:
-        opened = open_beneath(root, requested, os.O_RDONLY | os.O_DIRECTORY)
+        opened = open_beneath(root, requested, _DIR)
     except Escape as err:
         raise workspace_error(
             f"workspace {requested!r} is outside this worker's workspace root {root}"
@@ -48,9 +89,9 @@ def task_workspace(root: Path, requested: str | None, protected_paths: tuple[str
             f"workspace {requested!r} is not a directory under {root} ({why}); create "
             "it, or spawn with an existing one"
         ) from None
-    os.close(opened.fd)
     entry = protected_entry(opened.parts, protected_paths)
     if entry is not None:
+        os.close(opened.fd)
         resolved = opened.relative
         moved = resolved != posixpath.normpath(requested)
         via = f" (it resolves to {resolved!r})" if moved else ""
@@ -59,7 +100,7 @@ def task_workspace(root: Path, requested: str | None, protected_paths: tuple[str
             f"{entry!r}, whose files run code outside the sandbox; spawn with a "
             "directory that is not protected"
         )
-    return root.joinpath(*opened.parts)
+    return HeldWorkspace(root.joinpath(*opened.parts), opened.fd)
 
 
 def log_tool_user(root: Path, configured: tuple[int, int] | None) -> None:

@@ -5,8 +5,9 @@ status``, an ``.envrc`` when a shell enters the directory, an editor's task or f
 watcher when the folder is opened, an agent's hook or MCP server when that agent
 starts. A hostile model that writes one of these has its command run later, on the
 host, by whoever comes next, outside any sandbox and after any approval. So a change
-to one of them asks a person, in every permission mode, and ``bash`` sees them
-read-only (unless the agent opts in with ``write_protected_paths``).
+to one of them asks a person, in every permission mode, and a command's changes there
+are held back for a person's decision, or refused where nobody is asked (unless the
+agent opts in with ``write_protected_paths``).
 
 An entry is a name (``.git``, ``.mcp.json``) or a short relative path (``.github/hooks``)
 and protects itself and everything under it, whether it exists yet or not. It matches
@@ -52,6 +53,17 @@ _GIT = (
     ".git",
     # the usual core.hooksPath of repositories that keep their hooks in the tree
     ".githooks",
+    # submodules: a changed url or path makes the next `git submodule update` fetch
+    # and check out what it names (and run its configuration's commands there)
+    ".gitmodules",
+)
+_OTHER_VCS = (
+    # Mercurial: hgrc [hooks] run at the owner's next `hg status`, commit, pull
+    ".hg",
+    # Jujutsu: repo config (pager, diff formatter, fix tools) runs at every `jj` command
+    ".jj",
+    # Sapling: like Mercurial's, hooks and config in .sl/config
+    ".sl",
 )
 _HOOK_MANAGERS = (
     # husky: core.hooksPath is .husky/_, the hooks are .husky/<hook>
@@ -67,8 +79,12 @@ _HOOK_MANAGERS = (
     ".lefthook-local",
 )
 _SHELL_ENVIRONMENT = (
-    # direnv runs it when a shell enters the directory
+    # direnv runs it when a shell enters the directory, and keeps its layouts and
+    # cached environments (with their PATH) in .direnv
     ".envrc",
+    ".direnv",
+    # pdb runs its commands at every `python -m pdb` and `breakpoint()` in the directory
+    ".pdbrc",
     # mise: env, hooks.enter and templates run when a shell enters the directory
     # (trust is given by path, so a trusted file that changes runs the change)
     "mise.toml",
@@ -79,6 +95,22 @@ _SHELL_ENVIRONMENT = (
     "mise/config.toml",
     ".config/mise.toml",
     ".config/mise",
+)
+_CI = (
+    # CI pipelines: pushed, they run with the repository's secrets
+    ".github/workflows",
+    ".github/actions",
+    ".gitlab-ci.yml",
+    ".gitlab",
+    ".circleci",
+    ".travis.yml",
+    ".buildkite",
+    "azure-pipelines.yml",
+    "bitbucket-pipelines.yml",
+    "Jenkinsfile",
+    ".drone.yml",
+    ".woodpecker",
+    ".woodpecker.yml",
 )
 _EDITORS = (
     # tasks run when the folder opens, settings that name programs, mcp.json
@@ -126,14 +158,17 @@ _AGENTS = (
 
 PROTECTED_PATHS: tuple[str, ...] = (
     *_GIT,
+    *_OTHER_VCS,
     *_HOOK_MANAGERS,
     *_SHELL_ENVIRONMENT,
+    *_CI,
     *_EDITORS,
     *_AGENTS,
 )
 """Workspace entries that run code, or configure a program that runs code, without
-being asked: a changing file tool call through one asks a person in every mode, and
-``bash`` sees them read-only, unless the agent opts in with ``write_protected_paths``.
+being asked: a changing file tool call through one asks a person in every mode, and a
+command's changes there are held for a person (or refused), unless the agent opts in
+with ``write_protected_paths``.
 Matched anywhere under the workspace, ignoring case (see the module's docstring)."""
 
 

@@ -156,11 +156,9 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     if code != 0:
         separator = "" if not text or text.endswith("\n") else "\n"
         text = f"{text}{separator}[exit code {code}]"
-    if proc.removed:
-        separator = "" if not text or text.endswith("\n") else "\n"
-        text += (
-            f"{separator}[removed {', '.join(proc.removed)}: protected paths, which a "
-            "command may not create (other programs run what they hold); ask for the "
-            "change with write_file, which a person approves]"
-        )
+    if proc.landing is not None:
+        proc.landing.reported = True
+        if notes := proc.landing.summary():
+            separator = "" if not text or text.endswith("\n") else "\n"
+            text += separator + notes
     return text

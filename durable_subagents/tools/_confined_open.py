@@ -89,9 +89,12 @@ def _components(root: Path, path: str) -> list[str]:
 class _Walk:
     """The descriptors from the root to the current directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, root_fd: int | None = None) -> None:
         self.root = root
-        self.fds = [os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]
+        if root_fd is not None:
+            self.fds = [os.dup(root_fd)]
+        else:
+            self.fds = [os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]
         self.parts: list[str] = []
         self.links = 0
 
@@ -148,8 +151,8 @@ class _Walk:
 
 
 @contextmanager
-def _walking(root: Path) -> Iterator[_Walk]:
-    walk = _Walk(root)
+def _walking(root: Path, root_fd: int | None = None) -> Iterator[_Walk]:
+    walk = _Walk(root, root_fd)
     try:
         yield walk
     finally:
@@ -164,6 +167,7 @@ def open_beneath(
     *,
     make_parents: bool = False,
     check: Landing | None = None,
+    root_fd: int | None = None,
 ) -> Opened:
     """Open ``path`` (relative to ``root``, or absolute inside it) without leaving ``root``.
 
@@ -176,13 +180,15 @@ def open_beneath(
         make_parents: Create missing directories on the way (for writing).
         check: Asked before each directory the walk creates and before the last open
             (see ``Landing``); what it raises stops the walk.
+        root_fd: A descriptor of ``root``, held since it was checked: the walk starts
+            from it, never from ``root``'s name (which a swapped symlink could redirect).
 
     Raises:
         Escape: The path, or a symlink on it, leads outside ``root``.
         OSError: As ``open`` would (``ENOENT``, ``ENOTDIR``, ``ELOOP`` for a loop, ...).
         ValueError: The path contains a NUL character.
     """
-    with _walking(root) as walk:
+    with _walking(root, root_fd) as walk:
         pending = deque(_components(root, path))
         while True:
             name = _next_name(walk, pending)
@@ -219,17 +225,17 @@ def _is_link(walk: _Walk, name: str) -> bool:
         return False
 
 
-def resolve_beneath(root: Path, path: str) -> tuple[str, ...]:
+def resolve_beneath(root: Path, path: str, root_fd: int | None = None) -> tuple[str, ...]:
     """Where ``path`` leads beneath ``root``: symlinks followed as far as entries exist.
 
     The part that does not exist yet is taken as written (``..`` still pops), so a
-    file about to be created resolves too.
+    file about to be created resolves too. ``root_fd``: as for ``open_beneath``.
 
     Raises:
         Escape: The path, or a symlink on it, leads outside ``root``.
         OSError: A symlink loop, or a component that is not a directory.
     """
-    with _walking(root) as walk:
+    with _walking(root, root_fd) as walk:
         pending = deque(_components(root, path))
         while (name := _next_name(walk, pending)) is not None:
             try:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import os
 import re
 import sys
 import threading
@@ -83,9 +84,19 @@ class ToolContext:
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
+        workspace_fd: A descriptor of the workspace, held from the check of the task's
+            step to its end: the file tools walk from it and commands' changes land
+            through it, so the workspace's path is never resolved again. None: the
+            path is opened when needed (a context made by hand).
+        overlay_dir: Where commands' overlays are made (None: the data directory's).
+        hold: What becomes of a command's changes to protected paths: ``pause`` (kept
+            for a person's decision), ``refuse``, or ``apply`` (``protected`` empty).
+        landings: What became of each command's changes (``spawn_sandboxed`` adds
+            them), for the call's result.
 
     The context is plain data: it is pickled to the file tools' processes (without
-    ``on_output``, which stays with the caller).
+    ``on_output``, which stays with the caller, and the workspace's descriptor, which
+    goes along as a descriptor).
     """
 
     workspace: Path
@@ -102,6 +113,10 @@ class ToolContext:
     time_limit: float = 120.0
     decided: DecidedPath | None = None
     rules: PathRules | None = None
+    workspace_fd: int | None = None
+    overlay_dir: Path | None = None
+    hold: str = "pause"
+    landings: list[Any] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -134,6 +149,8 @@ class ToolContext:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["on_output"] = None
+        state["workspace_fd"] = None
+        state["landings"] = []
         del state["_stop"]
         return state
 
@@ -142,7 +159,7 @@ class ToolContext:
         self._stop = threading.Event()
 
     def __post_init__(self) -> None:
-        self.workspace = Path(self.workspace).resolve()
+        self.workspace = Path(os.path.abspath(self.workspace))
         # A hidden directory that holds the workspace (a data dir above it) hides only
         # what lies beside the workspace, which the jail refuses anyway.
         self.hidden = tuple(h for h in self.hidden if not self.workspace.is_relative_to(h))
@@ -158,6 +175,10 @@ class ToolContext:
             hidden=self.hidden,
             read_paths=self.read_paths,
             run_as=self.run_as,
+            workspace_fd=self.workspace_fd,
+            overlay_dir=self.overlay_dir,
+            hold=self.hold if self.protected else "apply",
+            landings=self.landings,
         )
 
 

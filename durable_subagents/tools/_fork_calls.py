@@ -58,14 +58,22 @@ def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], outcome
         loop.call_soon_threadsafe(settle)
 
 
-async def exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request: bytes) -> bytes:
+async def exchange(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, request: bytes, fds: tuple[int, ...] = ()
+) -> bytes:
     """Send a request frame, then read the answer frame; b"" if the child ended first.
+
+    ``fds`` (the workspace's descriptor) go along with the frame's first bytes
+    (``SCM_RIGHTS``): the child walks from the very directory the worker checked.
 
     The first read takes the header with as much of the answer as has come (a tool's
     answer is mostly one read): a read for the header alone cost a wait of its own.
     """
     try:
-        await loop.sock_sendall(sock, FRAME.pack(len(request)) + request)
+        frame = FRAME.pack(len(request)) + request
+        if fds:
+            frame = frame[await _send_with_fds(loop, sock, frame, fds) :]
+        await loop.sock_sendall(sock, frame)
         head = await receive(loop, sock, FRAME.size, at_most=READ_BYTES)
         (size,) = FRAME.unpack_from(head)
         body = head[FRAME.size :]
@@ -76,6 +84,22 @@ async def exchange(loop: asyncio.AbstractEventLoop, sock: socket.socket, request
         return body + await receive(loop, sock, size - len(body))
     except (OSError, EOFError):
         return b""  # its exit status says why
+
+
+async def _send_with_fds(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes, fds: tuple[int, ...]
+) -> int:
+    """Send the start of ``data`` with ``fds``; how many bytes went."""
+    while True:
+        try:
+            return socket.send_fds(sock, [data], list(fds))
+        except BlockingIOError:
+            writable = loop.create_future()
+            loop.add_writer(sock, writable.set_result, None)
+            try:
+                await writable
+            finally:
+                loop.remove_writer(sock)
 
 
 async def receive(

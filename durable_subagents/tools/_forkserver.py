@@ -229,25 +229,47 @@ def _spare(fd: int, server: int) -> None:
     os.closerange(fd + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     with socket.socket(fileno=fd) as sock:
         first = True
-        while (request := read_frame(sock)) is not None:
-            answer = json.dumps(_answer(request, first)).encode()
+        while (frame := read_frame(sock)) is not None:
+            request, fds = frame
+            try:
+                answer = json.dumps(_answer(request, first, fds)).encode()
+            finally:
+                for received in fds:
+                    os.close(received)
             sock.sendall(FRAME.pack(len(answer)) + answer)
             first = False
     os._exit(0)
 
 
-def read_frame(sock: socket.socket) -> bytes | None:
-    """The next frame's bytes (blocking); None at the end of the stream."""
-    header = _read_exactly(sock, FRAME.size)
+_MAX_FDS = 4
+"""Descriptors a request may carry (the workspace's); more are closed unused."""
+
+
+def read_frame(sock: socket.socket) -> tuple[bytes, list[int]] | None:
+    """The next frame's bytes and the descriptors sent with it (blocking); None at the end."""
+    fds: list[int] = []
+    header = _read_exactly(sock, FRAME.size, fds)
     if header is None:
+        _close(fds)
         return None
-    return _read_exactly(sock, FRAME.unpack(header)[0])
+    body = _read_exactly(sock, FRAME.unpack(header)[0], fds)
+    if body is None:
+        _close(fds)
+        return None
+    return body, fds
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
+def _close(fds: list[int]) -> None:
+    for received in fds:
+        with contextlib.suppress(OSError):
+            os.close(received)
+
+
+def _read_exactly(sock: socket.socket, size: int, fds: list[int]) -> bytes | None:
     chunks = []
     while size:
-        chunk = sock.recv(min(size, 1 << 16))
+        chunk, got, _, _ = socket.recv_fds(sock, min(size, 1 << 16), _MAX_FDS)
+        fds += got
         if not chunk:
             return None
         chunks.append(chunk)
@@ -258,9 +280,13 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes | None:
 _niced = False
 
 
-def _answer(request: bytes, first: bool) -> dict[str, Any]:
-    """Run one call; the answer says whether this process should serve no more."""
+def _answer(request: bytes, first: bool, fds: list[int]) -> dict[str, Any]:
+    """Run one call; the answer says whether this process should serve no more.
+
+    ``fds``: the workspace's descriptor, if the worker holds one (its walks start there).
+    """
     (module, name), ctx, kwargs, (fixed, cpu, full) = pickle.loads(request)
+    ctx.workspace_fd = fds[0] if len(fds) == 1 else None
     try:
         if first:
             for which, soft, hard in fixed:

@@ -291,7 +291,8 @@ class ForkServer:
         full = 0.0 if busy else FULL_PRIORITY_CPU
         request = pickle.dumps((ref, ctx, kwargs, (fixed, cpu, full)), pickle.HIGHEST_PROTOCOL)
         try:
-            raw = await exchange(loop, child.sock, request)
+            fds = () if ctx.workspace_fd is None else (ctx.workspace_fd,)
+            raw = await exchange(loop, child.sock, request, fds)
         except asyncio.CancelledError:
             await asyncio.shield(self._kill(child))
             raise

@@ -1,15 +1,18 @@
 """Run a tool's command in a sandbox: a hostile model chooses the command.
 
 The profile (bubblewrap): a read-only view of the system directories only (no home
-directories, no ``/var``, no ``/run``, no data directories), the task's workspace the
-only writable path, with its protected entries (``.git``, ``.claude``...) read-only;
-a private ``/tmp``, ``/dev`` and ``/proc``; new PID, network, IPC, UTS, user and
-cgroup namespaces (the network one has only loopback unless the agent allows the
-network); no capabilities and a seccomp filter (see ``_seccomp``); an environment
-built from an allowlist; resource limits. What a command can therefore not do: reach
-Temporal or any other service, read the blob store, the worker's configuration,
-credentials or environment, see or signal the worker's processes, write outside its
-workspace, undo a mount, leave a set-user-ID file, or outlive the call (when the
+directories, no ``/var``, no ``/run``, no data directories); the task's workspace seen
+through a private overlay, whose writes go to the call's own upper layer and reach the
+workspace only once the command has ended, judged entry by entry (``_land``: changes
+to protected paths at any depth are held, set-ID bits dropped, FIFOs and devices and
+symlinks that lead out refused, entries changed meanwhile left alone); a private
+``/tmp``, ``/dev`` and ``/proc``; new PID, network, IPC, UTS, user and cgroup
+namespaces (the network one has only loopback unless the agent allows the network);
+no capabilities and a seccomp filter (see ``_seccomp``); an environment built from an
+allowlist; resource limits. What a command can therefore not do: reach Temporal or
+any other service, read the blob store, the worker's configuration, credentials or
+environment, see or signal the worker's processes, write anything anywhere while it
+runs, undo a mount, leave a set-user-ID file, or outlive the call (when the
 namespace's first process dies, the kernel kills every process in it, grandchildren
 included).
 
@@ -38,11 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from durable_subagents.tools._land import Hold, Landing, land
 from durable_subagents.tools._limits import (
     CallCgroup,
     rlimit_setter,
 )
-from durable_subagents.tools._protected_mounts import Guard, guard_protected
+from durable_subagents.tools._overlay import CallOverlay, OverlayUnavailable
 from durable_subagents.tools._sandbox_host import (
     SandboxUnavailable,
     bwrap_executable,
@@ -50,7 +54,12 @@ from durable_subagents.tools._sandbox_host import (
     tool_user,
     unreachable,
 )
-from durable_subagents.tools._sandbox_profile import SANDBOX_HOME, SandboxProfile, bwrap_argv
+from durable_subagents.tools._sandbox_profile import (
+    SANDBOX_HOME,
+    SandboxProfile,
+    bwrap_argv,
+    default_overlay_dir,
+)
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
 
 __all__ = [
@@ -140,8 +149,9 @@ class SandboxedProcess:
         process: The asyncio process (its ``stdout`` carries the merged output).
         mode: The sandbox actually used (``bwrap`` or ``none``).
         pid: The host pid of the direct child (also its process group id).
-        removed: After ``release()``: protected entries the command created, which
-            were removed (relative to the workspace).
+        landing: After ``release()``: what became of the command's changes (what
+            landed, what is held for a decision, refused or in conflict); None for a
+            command run without a sandbox, which wrote to the workspace directly.
     """
 
     def __init__(
@@ -149,14 +159,14 @@ class SandboxedProcess:
         process: asyncio.subprocess.Process,
         mode: str,
         cgroup: CallCgroup | None = None,
-        guard: Guard | None = None,
+        stage: _Stage | None = None,
     ) -> None:
         self.process = process
         self.mode = mode
         self.pid = process.pid
-        self.removed: list[str] = []
+        self.landing: Landing | None = None
         self._cgroup = cgroup
-        self._guard = guard
+        self._stage = stage
 
     @property
     def returncode(self) -> int | None:
@@ -191,24 +201,123 @@ class SandboxedProcess:
         return self.process.returncode
 
     async def release(self) -> None:
-        """Clean up once the call is over: cgroups, placeholders, protected entries.
+        """Once the call is over: land the command's changes (``landing``), clean up.
 
-        A protected entry the command created is removed; ``removed`` lists them.
+        A command still running is killed first: its changes are judged only once
+        nothing can write them any more.
         """
+        if self.process.returncode is None:
+            self.kill()
+            await self.exited()
         if self._cgroup is not None:
             cgroup, self._cgroup = self._cgroup, None
             await asyncio.to_thread(cgroup.remove)
-        if self._guard is not None:
-            guard, self._guard = self._guard, None
-            self.removed = await asyncio.to_thread(guard.release)
+        if self._stage is not None:
+            stage, self._stage = self._stage, None
+            self.landing = await asyncio.to_thread(stage.land)
 
 
 def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the sandbox's ``PATH`` and ``HOME`` where it has none."""
+    """``env`` with the sandbox's ``PATH`` and ``HOME`` where it has none.
+
+    And ``GIT_OPTIONAL_LOCKS=0``: ``git status`` then leaves the index alone instead of
+    refreshing it, a change to ``.git`` that would otherwise be held (or refused) after
+    every look at a repository.
+    """
     out = dict(env)
     out.setdefault("PATH", SANDBOX_PATH)
     out.setdefault("HOME", SANDBOX_HOME)
+    out.setdefault("GIT_OPTIONAL_LOCKS", "0")
     return out
+
+
+@dataclass
+class _Stage:
+    """A call's workspace descriptor and overlay, from before the command to its landing."""
+
+    profile: SandboxProfile
+    workspace_fd: int
+    overlay: CallOverlay
+    owner: tuple[int, int] | None
+
+    def land(self) -> Landing:
+        """Judge and apply the command's changes, then remove the overlay (see ``_land``)."""
+        try:
+            upper = self.overlay.upper()
+            try:
+                landing = land(
+                    self.workspace_fd,
+                    upper,
+                    workspace=str(self.profile.workspace),
+                    protected=self.profile.protected,
+                    hidden=_hidden_parts(self.profile),
+                    hold="apply" if not self.profile.protected else _hold(self.profile),
+                    since_ns=self.overlay.started_ns,
+                    owner=self.owner,
+                )
+            finally:
+                os.close(upper)
+        finally:
+            self.close()
+        if self.profile.landings is not None:
+            self.profile.landings.append(landing)
+        return landing
+
+    def close(self) -> None:
+        """Drop the overlay unapplied and let go of the workspace."""
+        self.overlay.discard()
+        if self.workspace_fd >= 0:
+            os.close(self.workspace_fd)
+            self.workspace_fd = -1
+
+
+def _hold(profile: SandboxProfile) -> Hold:
+    if profile.hold not in ("pause", "refuse", "apply"):
+        raise ValueError(f"unknown hold {profile.hold!r}; known: pause, refuse, apply")
+    return profile.hold  # type: ignore[return-value]
+
+
+def _hidden_parts(profile: SandboxProfile) -> list[tuple[str, ...]]:
+    """The worker's own data inside the workspace, as workspace paths."""
+    ws = profile.workspace
+    return [h.relative_to(ws).parts for h in profile.hidden if h != ws and h.is_relative_to(ws)]
+
+
+def _workspace_fd(profile: SandboxProfile) -> int:
+    """A descriptor of the workspace for this call: the profile's own, or one opened now."""
+    if profile.workspace_fd is not None:
+        return os.dup(profile.workspace_fd)
+    return os.open(profile.workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _overlay_dir(profile: SandboxProfile, run_as: tuple[int, int] | None) -> Path:
+    """Where this call's overlay goes: somewhere its tool user can reach.
+
+    Bubblewrap runs as the tool user and finds the overlay directory by name, so a
+    root worker whose data directory the tool user may not enter (``/root/...``) puts
+    its overlays in ``/var/tmp`` instead (said once in its log).
+    """
+    configured = profile.overlay_dir or default_overlay_dir()
+    if run_as is None:
+        return configured
+    # What is missing of it will be made passable (``overlay_root``).
+    existing = next((p for p in (configured, *configured.parents) if p.exists()), Path("/"))
+    if unreachable(existing, run_as) is None:
+        return configured
+    fallback = Path("/var/tmp") / f"durable-subagents-overlays-{os.geteuid()}"
+    if configured not in _moved_logged:
+        _moved_logged.add(configured)
+        log.info(
+            "commands run as uid %d, who may not reach %s: their overlays go to %s "
+            "(set SUBAGENTS_OVERLAY_DIR to choose)",
+            run_as[0],
+            configured,
+            fallback,
+        )
+    return fallback
+
+
+_moved_logged: set[Path] = set()
 
 
 @dataclass
@@ -221,7 +330,7 @@ class _Launch:
     env: dict[str, str]
     preexec: Callable[[], None]
     cgroup: CallCgroup
-    guard: Guard | None
+    stage: _Stage | None
     pass_fds: tuple[int, ...] = ()
 
     def close_fds(self) -> None:
@@ -243,42 +352,72 @@ def _prepare(
     if profile is None:
         if cwd is None:
             raise ValueError("spawn_sandboxed needs cwd or a profile")
-        profile = SandboxProfile(workspace=Path(cwd).resolve())
+        profile = SandboxProfile(workspace=Path(os.path.abspath(cwd)))
     used = detect_sandbox(mode)
-    workdir = Path(cwd) if cwd is not None else profile.workspace
+    workdir = Path(os.path.abspath(cwd)) if cwd is not None else profile.workspace
     environment = sandbox_env(profile.env if env is None else env)
     limits = profile.effective_limits()
-    # Whatever the caller's profile says, a root worker's command never starts as root.
-    run_as = profile.run_as or tool_user(profile.workspace)
-    if run_as is not None and (closed := unreachable(profile.workspace, run_as)) is not None:
-        raise SandboxUnavailable(
-            f"it runs as root, so commands run as uid {run_as[0]}, who may not enter "
-            f"{closed} on the way to the workspace {profile.workspace}; put the workspace "
-            "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
-            "run the worker as the workspace's owner"
-        )
+    stage = _stage(profile, used)
+    run_as = stage.owner if stage is not None else profile.run_as or tool_user(profile.workspace)
     cgroup = CallCgroup(limits)
     rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0])
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
-    guard: Guard | None = None
     pass_fds: tuple[int, ...] = ()
-    if used == "bwrap":
+    keep: tuple[int, ...] = ()
+    if stage is not None:
         exe = bwrap_executable()
         assert exe is not None
-        guard = guard_protected(profile.workspace, profile.protected)
         seccomp = program_fd() if seccomp_supported() else None
         pass_fds = () if seccomp is None else (seccomp,)
         try:
-            command = bwrap_argv(exe, profile, argv, workdir, seccomp=seccomp)
+            command = bwrap_argv(
+                exe,
+                profile,
+                argv,
+                workdir,
+                lower_fd=stage.workspace_fd,
+                overlay_fd=stage.overlay.fd,
+                seccomp=seccomp,
+            )
         except BaseException:
             if seccomp is not None:
                 os.close(seccomp)
-            guard.release()
+            stage.close()
+            cgroup.remove()
             raise
+        keep = (stage.workspace_fd, stage.overlay.fd, *pass_fds)
     else:
         command = list(argv)
-    preexec = _preexec(os.getpid(), setup, run_as, pass_fds)
-    return _Launch(used, command, workdir, environment, preexec, cgroup, guard, pass_fds)
+    preexec = _preexec(os.getpid(), setup, run_as, keep)
+    return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds)
+
+
+def _stage(profile: SandboxProfile, used: str) -> _Stage | None:
+    """The call's workspace descriptor and overlay (None without a sandbox).
+
+    Whatever the caller's profile says, a root worker's command never starts as root:
+    the owner is the tool user.
+    """
+    if used != "bwrap":
+        return None
+    workspace_fd = _workspace_fd(profile)
+    try:
+        run_as = profile.run_as or tool_user(workspace_fd)
+        if run_as is not None and (closed := unreachable(profile.workspace, run_as)) is not None:
+            raise SandboxUnavailable(
+                f"it runs as root, so commands run as uid {run_as[0]}, who may not enter "
+                f"{closed} on the way to the workspace {profile.workspace}; put the workspace "
+                "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
+                "run the worker as the workspace's owner"
+            )
+        try:
+            overlay = CallOverlay(_overlay_dir(profile, run_as), run_as)
+        except OverlayUnavailable as err:
+            raise SandboxUnavailable(str(err)) from None
+    except BaseException:
+        os.close(workspace_fd)
+        raise
+    return _Stage(profile, workspace_fd, overlay, run_as)
 
 
 async def spawn_sandboxed(
@@ -294,11 +433,13 @@ async def spawn_sandboxed(
 ) -> SandboxedProcess:
     """Start ``argv`` in the sandbox, in its own process group, with limits applied.
 
-    Custom tools that run programs should start them here, with ``ctx.profile()``.
+    Custom tools that run programs should start them here, with ``ctx.profile()``. The
+    command's writes reach the workspace when ``release()`` lands them, after it ended.
 
     Args:
         argv: The command and its arguments.
-        cwd: The workspace (default: ``profile.workspace``); the command starts there.
+        cwd: Where the command starts (default: ``profile.workspace``); without a
+            profile, the workspace.
         mode: ``auto``, ``bwrap`` or ``none`` (see ``detect_sandbox``).
         profile: What the command may see and use (default: ``cwd`` as the workspace,
             no network, an empty environment, the default limits).
@@ -308,27 +449,33 @@ async def spawn_sandboxed(
         stderr: Where its errors go; default: merged into stdout.
 
     Returns:
-        The started process. ``kill()`` stops the whole tree; ``release()`` cleans up.
+        The started process. ``kill()`` stops the whole tree; ``release()`` lands its
+        changes and cleans up.
 
     Raises:
         SandboxUnavailable: No sandbox works here and ``mode`` is not ``none``.
         OSError: The command could not be started.
     """
     launch = await asyncio.to_thread(_prepare, argv, cwd, mode, profile, env)
+    # The workspace's and the overlay's descriptors go to the stage; they stay open
+    # here (the stage holds them) for the landing.
+    fds = launch.pass_fds
+    if launch.stage is not None:
+        fds = (launch.stage.workspace_fd, launch.stage.overlay.fd, *fds)
     creating = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *launch.command,
-            cwd=launch.workdir,
+            cwd=launch.workdir if launch.stage is None else "/",
             env=launch.env,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
-            pass_fds=launch.pass_fds,
+            pass_fds=fds,
             preexec_fn=launch.preexec,
         )
     )
-    cgroup, guard = launch.cgroup, launch.guard
+    cgroup, stage = launch.cgroup, launch.stage
     try:
         # Shielded: a cancel that lands while the process starts must still find it,
         # or what it started in the background would outlive the call.
@@ -338,23 +485,23 @@ async def spawn_sandboxed(
             process = await creating
         except BaseException:
             launch.close_fds()
-            await _abandon(cgroup, guard)
+            await _abandon(cgroup, stage)
             raise
         launch.close_fds()
-        started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
+        started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
         started.kill()
         await started.exited()
         await started.release()
         raise
     except BaseException:
         launch.close_fds()
-        await _abandon(cgroup, guard)
+        await _abandon(cgroup, stage)
         raise
     launch.close_fds()
-    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
+    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
 
 
-async def _abandon(cgroup: CallCgroup, guard: Guard | None) -> None:
+async def _abandon(cgroup: CallCgroup, stage: _Stage | None) -> None:
     await asyncio.to_thread(cgroup.remove)
-    if guard is not None:
-        await asyncio.to_thread(guard.release)
+    if stage is not None:
+        await asyncio.to_thread(stage.close)

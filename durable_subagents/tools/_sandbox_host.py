@@ -18,6 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from durable_subagents.tools._overlay import CallOverlay
 from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
 
@@ -54,17 +55,24 @@ def _probe(exe: str) -> str | None:
     """Start the real profile once; None if it works, else what went wrong.
 
     A root worker probes as ``nobody``: its commands never start as root, so what
-    counts is whether bubblewrap works for an unprivileged user (user namespaces
-    allowed, the binary and its directories readable).
+    counts is whether bubblewrap works for an unprivileged user (user namespaces and
+    overlayfs in them allowed, the binary and its directories readable).
     """
     run_as = NOBODY if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
+        os.chmod(tmp, 0o711)
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
         if run_as is not None:
-            os.chown(tmp, *run_as)
+            os.chown(workspace, *run_as)
+        overlay = CallOverlay(Path(tmp) / "overlays", run_as)
+        lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         seccomp = program_fd() if seccomp_supported() else None
+        profile = SandboxProfile(workspace=workspace, run_as=run_as)
         argv = bwrap_argv(
-            exe, SandboxProfile(workspace=Path(tmp), run_as=run_as), ["true"], seccomp=seccomp
+            exe, profile, ["true"], lower_fd=lower, overlay_fd=overlay.fd, seccomp=seccomp
         )
+        fds = (lower, overlay.fd, *(() if seccomp is None else (seccomp,)))
         try:
             result = subprocess.run(
                 argv,
@@ -73,16 +81,18 @@ def _probe(exe: str) -> str | None:
                 stderr=subprocess.PIPE,
                 timeout=10,
                 check=False,
-                pass_fds=() if seccomp is None else (seccomp,),
+                pass_fds=fds,
                 user=None if run_as is None else run_as[0],
                 group=None if run_as is None else run_as[1],
                 extra_groups=None if run_as is None else [],
+                cwd="/",
             )
         except (OSError, subprocess.SubprocessError) as err:
             return f"{exe}: {err}"
         finally:
-            if seccomp is not None:
-                os.close(seccomp)
+            for fd in (lower, *(() if seccomp is None else (seccomp,))):
+                os.close(fd)
+            overlay.discard()
         if result.returncode != 0:
             who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
             why = result.stderr.decode(errors="replace").strip() or result.returncode
@@ -184,7 +194,9 @@ def sandbox_state(mode: str) -> str:
     return state
 
 
-def tool_user(workspace: Path, configured: tuple[int, int] | None = None) -> tuple[int, int] | None:
+def tool_user(
+    workspace: Path | int, configured: tuple[int, int] | None = None
+) -> tuple[int, int] | None:
     """Who a tool's command runs as: None (the worker's user) unless the worker is root.
 
     A root worker runs commands as ``configured`` (``SUBAGENTS_TOOL_USER``), else as
@@ -194,14 +206,14 @@ def tool_user(workspace: Path, configured: tuple[int, int] | None = None) -> tup
     to a user (``chown``) or a tool user is configured.
 
     Args:
-        workspace: The task's workspace directory.
+        workspace: The task's workspace directory, or a descriptor of it.
         configured: The worker's tool user setting (uid, gid), if any.
     """
     if os.geteuid() != 0:
         return None
     if configured is not None:
         return configured
-    info = workspace.stat()
+    info = os.fstat(workspace) if isinstance(workspace, int) else workspace.stat()
     if info.st_uid == 0:
         return NOBODY
     return info.st_uid, info.st_gid or info.st_uid

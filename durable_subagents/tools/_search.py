@@ -31,6 +31,7 @@ from durable_subagents.tools._workspace_paths import (
     is_binary,
     is_hidden,
     open_in_workspace,
+    open_root,
     os_errors,
     regular_reader,
 )
@@ -183,7 +184,7 @@ def _base_scope(ctx: ToolContext, base: Opened, ignorer: Ignorer | None) -> Scop
     if ignorer is None:
         return None
     try:
-        root_fd = os.open(ctx.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        root_fd = open_root(ctx)
     except OSError:
         return None  # the base was opened; search it without rules rather than fail
     try:

@@ -28,6 +28,7 @@ from durable_subagents.tools._landing import WRITE_FLAGS, landing_check
 
 __all__ = [
     "open_in_workspace",
+    "open_root",
     "resolve_in_workspace",
     "rule_path",
     "written_path",
@@ -79,7 +80,7 @@ def resolve_in_workspace(ctx: ToolContext, path: str) -> Path:
             or in the worker's own data.
     """
     try:
-        parts = resolve_beneath(ctx.workspace, path)
+        parts = resolve_beneath(ctx.workspace, path, ctx.workspace_fd)
     except Escape as err:
         raise refuse_escape(ctx, path, err) from None
     except (OSError, ValueError) as err:
@@ -110,7 +111,14 @@ def open_in_workspace(
     writing = make_parents or bool(flags & WRITE_FLAGS)
     check = landing_check(ctx, path, writing=writing)
     try:
-        opened = open_beneath(ctx.workspace, path, flags, make_parents=make_parents, check=check)
+        opened = open_beneath(
+            ctx.workspace,
+            path,
+            flags,
+            make_parents=make_parents,
+            check=check,
+            root_fd=ctx.workspace_fd,
+        )
     except Escape as err:
         raise refuse_escape(ctx, path, err) from None
     except ValueError as err:
@@ -123,15 +131,24 @@ def open_in_workspace(
     return opened
 
 
-def rule_path(workspace: Path, raw: str) -> str:
+def open_root(ctx: ToolContext, flags: int = os.O_RDONLY | os.O_DIRECTORY) -> int:
+    """A new descriptor of the workspace's top: from the held one, else by its path."""
+    flags |= os.O_CLOEXEC
+    if ctx.workspace_fd is not None:
+        return os.open(".", flags, dir_fd=ctx.workspace_fd)
+    return os.open(ctx.workspace, flags)
+
+
+def rule_path(workspace: Path, raw: str, root_fd: int | None = None) -> str:
     """``raw`` as path rules see it: resolved against the workspace, symlinks followed.
 
+    ``root_fd``: the workspace's held descriptor, walked from instead of its path.
     Relative to the workspace (``.`` for the root) when inside it, so ``./s/k``,
     ``m/../s/k`` and ``/abs/ws/s/k`` are all ``s/k``; absolute when outside (the
     file tools refuse it anyway, and no relative pattern allows it).
     """
     try:
-        return "/".join(resolve_beneath(workspace, raw)) or "."
+        return "/".join(resolve_beneath(workspace, raw, root_fd)) or "."
     except (Escape, OSError, ValueError):
         path = Path(raw)
         return posixpath.normpath((path if path.is_absolute() else workspace / path).as_posix())

@@ -26,7 +26,7 @@ import temporalio.activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY, tool_queue
+from durable_subagents._payloads import RUN_TOOL_ACTIVITY, SETTLE_CHANGES_ACTIVITY, tool_queue
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 
 __all__ = [
@@ -74,9 +74,9 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
     timeout.
     """
     config = worker.config(active_config=True)
-    run_tool = activity_named(config.get("activities") or (), RUN_TOOL_ACTIVITY)
+    run_tool = tool_queue_activities(config.get("activities") or ())
     if (
-        run_tool is None
+        not run_tool
         or config.get("no_remote_activities")
         or worker in _TOOL_WORKERS
         or worker in _SERVED
@@ -95,14 +95,27 @@ async def tool_calls_served(worker: Worker, max_tool_calls: int) -> AsyncIterato
         _SERVED.discard(worker)
 
 
+def tool_queue_activities(activities: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
+    """What a tool queue serves of ``activities``: ``run_tool`` and ``settle_changes``.
+
+    ``settle_changes`` applies a call's held changes where its tools run. Empty without
+    ``run_tool``.
+    """
+    run_tool = activity_named(activities, RUN_TOOL_ACTIVITY)
+    if run_tool is None:
+        return []
+    settle = activity_named(activities, SETTLE_CHANGES_ACTIVITY)
+    return [run_tool] if settle is None else [run_tool, settle]
+
+
 def tool_worker(
     client: Client,
     task_queue: str,
-    run_tool: Callable[..., Any],
+    run_tool: Callable[..., Any] | Sequence[Callable[..., Any]],
     max_tool_calls: int,
     options: dict[str, Any],
 ) -> Worker:
-    """A worker of ``task_queue``'s tool queue: ``run_tool`` alone, on its own slots.
+    """A worker of ``task_queue``'s tool queue: ``run_tool`` (and ``settle_changes``) alone.
 
     Plugins of the client (``SubagentsPlugin``) leave it as it is.
     """

@@ -25,7 +25,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._metrics import Labels
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
@@ -43,7 +42,11 @@ from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
-from durable_subagents.worker._tool_queue import ToolQueuePlugin, activity_named, tool_worker
+from durable_subagents.worker._tool_queue import (
+    ToolQueuePlugin,
+    tool_queue_activities,
+    tool_worker,
+)
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -125,6 +128,7 @@ def worker_setup(
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
         rate_limited=frozenset(settings.model_rate_limit_map),
         transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
+        overlay_dir=settings.resolved_overlay_dir,
     )
     labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
@@ -237,8 +241,8 @@ def create_worker(
             "sticky_queue_schedule_to_start_timeout",
         ):
             options.pop(name, None)
-        run_tool = activity_named(setup.activities, RUN_TOOL_ACTIVITY)
-        assert run_tool is not None
+        run_tool = tool_queue_activities(setup.activities)
+        assert run_tool
         options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
         return tool_worker(client, queue, run_tool, tool_slots, options)
     if role not in ("all", "tasks"):

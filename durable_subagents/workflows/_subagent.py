@@ -37,7 +37,7 @@ from durable_subagents.workflows._subtasks import (
     ParentLeft,
     RegisteredTasks,
 )
-from durable_subagents.workflows._tool_calls import ToolCalls, waits_on_activities
+from durable_subagents.workflows._tool_calls import ToolCalls, held_call, waits_on_activities
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._context import describe
@@ -356,6 +356,8 @@ class SubagentWorkflow:
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id], ran.get(c.id)) for c in turn.tool_calls)
             )
+            if any(r.held is not None for r in results):
+                results = await self._settle_held(list(results))
             new = [r.to_message() for r in results]
 
     def _answered(self, turn: ModelTurnResult) -> TaskResult:
@@ -444,6 +446,30 @@ class SubagentWorkflow:
             )
             return await self._tools.shown_running(call, run)
         return await self._tools.run(call, self._input, self._worker.read_only)
+
+    async def _settle_held(self, results: list[ToolCallResult]) -> list[ToolCallResult]:
+        """Pause for the changes to protected paths the turn's commands made, then settle.
+
+        Each call's held changes are one decision; the model reads each call's result
+        once its changes were applied or dropped.
+        """
+        assert self._input is not None
+        asks = {r.call_id: held_call(r) for r in results if r.held is not None}
+        verdicts = await self._approvals.pause(
+            list(asks.values()),
+            turn=self._turns,
+            timeout=self._input.approval_timeout,
+            publish=self._publish,
+        )
+        settled = await asyncio.gather(
+            *(
+                self._tools.settle(r, verdicts[asks[r.call_id].id], self._input)
+                for r in results
+                if r.held is not None
+            )
+        )
+        by_call = {r.call_id: r for r in settled}
+        return [by_call.get(r.call_id, r) for r in results]
 
     def _left(self) -> ParentLeft:
         """What this task has left for a child: turns, seconds and tokens."""

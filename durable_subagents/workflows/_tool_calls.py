@@ -22,7 +22,10 @@ from durable_subagents.workflows._outcomes import check_size, tool_timeout
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
     from durable_subagents._payloads import (
+        HELD_TOOL,
         RUN_TOOL_ACTIVITY,
+        SETTLE_CHANGES_ACTIVITY,
+        SettleInput,
         TaskInput,
         ToolCallInput,
         ToolCallResult,
@@ -141,6 +144,72 @@ class ToolCalls:
             self.running.pop(call.id, None)
         self._on_change()
         return result
+
+    async def settle(
+        self, result: ToolCallResult, verdict: Verdict, inp: TaskInput
+    ) -> ToolCallResult:
+        """A call's result once its held changes were decided (``held_call``'s verdict).
+
+        The ``settle_changes`` activity applies them (approved) or drops them, and
+        records the result the model reads under a name of its own.
+        """
+        assert result.held is not None
+        action, reason = verdict
+        record = f"{self.records.get(result.call_id) or 'call-' + result.call_id}-settled"
+        settle_input = SettleInput(
+            task_id=workflow.info().workflow_id,
+            workspace=inp.workspace,
+            result=result,
+            record=record,
+            approved=action == "allow",
+            reason=reason,
+        )
+        check_size(settle_input, f"{result.tool_name} held changes")
+        settled = await workflow.execute_activity(
+            SETTLE_CHANGES_ACTIVITY,
+            settle_input,
+            task_queue=tool_queue(workflow.info().task_queue),
+            result_type=ToolCallResult,
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=_TOOL_RETRY,
+            summary=held_summary(result),
+        )
+        self.records[result.call_id] = record
+        return settled
+
+
+def held_call(result: ToolCallResult) -> ToolCall:
+    """The decision a call's held changes wait for, as a call a person approves or rejects.
+
+    Its arguments name the changed paths and hold the start of the diff; the whole
+    diff is the blob ``arguments_ref``, which the decision's hash binds.
+    """
+    held = result.held
+    assert held is not None
+    return ToolCall(
+        id=f"{result.call_id}-held",
+        name=HELD_TOOL,
+        arguments={
+            "path": held_paths(result),
+            "call_id": result.call_id,
+            "count": held.count,
+            "changes": held.preview,
+        },
+        arguments_ref=held.arguments_ref,
+    )
+
+
+def held_paths(result: ToolCallResult) -> str:
+    """The held changes' paths, the first few, for a one-line view."""
+    held = result.held
+    assert held is not None
+    shown = ", ".join(held.paths[:5])
+    more = held.count - min(len(held.paths), 5)
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def held_summary(result: ToolCallResult) -> str:
+    return policy.arguments_preview(HELD_TOOL, {"path": held_paths(result)})
 
 
 async def _run_tool(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
+import temporalio.activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -74,21 +76,37 @@ async def test_the_plugin_given_to_the_worker_too_registers_once(
     config = worker.config(active_config=True)
     assert config["workflows"].count(SubagentWorkflow) == 1
     assert config["workflows"].count(NotifyWorkflow) == 1
-    # model_turn, run_tool, compact_context, send_notification
-    assert len(config["activities"]) == 4
+    assert activity_names(config) == ALL_ACTIVITIES
     # The workflow named by hand: the plugin still adds the activities.
     config = Worker(
         temporal, task_queue=f"{settings.task_queue}-3", workflows=[SubagentWorkflow]
     ).config(active_config=True)
     assert config["workflows"] == [NotifyWorkflow, SubagentWorkflow]
-    assert len(config["activities"]) == 4
+    assert activity_names(config) == ALL_ACTIVITIES
     # create_worker on a client with the plugin: the plugin finds it registered.
     # (Each worker built here has a queue of its own: one client may not poll a queue twice.)
     config = create_worker(temporal, settings, task_queue=f"{settings.task_queue}-2").config(
         active_config=True
     )
     assert config["workflows"].count(SubagentWorkflow) == 1
-    assert len(config["activities"]) == 4
+    assert activity_names(config) == ALL_ACTIVITIES
+
+
+ALL_ACTIVITIES = [
+    "compact_context",
+    "model_turn",
+    "run_tool",
+    "send_notification",
+    "settle_changes",
+]
+TOOL_ACTIVITIES = ["run_tool", "settle_changes"]
+"""What a tool queue serves: the calls, and applying the changes a person approved."""
+
+
+def activity_names(config: Any) -> list[str]:
+    return sorted(
+        temporalio.activity._Definition.must_from_callable(a).name for a in config["activities"]
+    )
 
 
 async def run_bash_task(client: SubagentClient, temporal: Client, queue: str) -> None:
@@ -270,7 +288,7 @@ async def test_create_worker_roles(dev_server: DevServer, settings: Settings) ->
     tools = create_worker(temporal, settings, role="tools", max_tool_calls=7)
     config = tools.config(active_config=True)
     assert tools.task_queue == f"{settings.task_queue}-tools"
-    assert config["workflows"] == [] and len(config["activities"]) == 1
+    assert config["workflows"] == [] and activity_names(config) == TOOL_ACTIVITIES
     assert config["max_concurrent_activities"] == 7
     with pytest.raises(InvalidRequest, match="role 'tools' runs tool calls only"):
         create_worker(temporal, settings, role="tools", workflows=[FanOutWorkflow])
@@ -279,4 +297,4 @@ async def test_create_worker_roles(dev_server: DevServer, settings: Settings) ->
     # a tools worker built from a client with the plugin stays a tools worker
     plugged = await plugin_client(dev_server, SubagentsPlugin(settings))
     config = create_worker(plugged, settings, role="tools").config(active_config=True)
-    assert config["workflows"] == [] and len(config["activities"]) == 1
+    assert config["workflows"] == [] and activity_names(config) == TOOL_ACTIVITIES

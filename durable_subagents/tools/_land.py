@@ -1,0 +1,772 @@
+"""What a command changed, judged and applied: only what the rules allow reaches the workspace.
+
+A command's writes wait in its overlay's upper layer (``_overlay``). When it has ended,
+``land`` walks that layer and decides each entry by what it is and where it lands, at
+any depth:
+
+- under a protected path (every ``.git``, ``.claude``, ``.vscode``... and
+  ``.gitmodules``; see ``agents._protected``): **held**. Depending on the agent it waits
+  for a person's decision (``hold="pause"``: the entries and their bytes go back to the
+  caller, which shows the change and applies it once approved), is refused
+  (``hold="refuse"``), or lands like the rest (``hold="apply"``: the agent opted in);
+- never: FIFOs, sockets and devices, symlinks that lead out of the workspace, anything
+  in the worker's own data; set-user-ID and set-group-ID bits are dropped, and no
+  extended attribute (file capabilities included) is carried over;
+- the rest lands one file at a time, each in one step (renamed into place), so a
+  reader never sees half a file; a hard-linked file lands as a copy per name.
+
+An entry of the workspace whose status changed since the call began (another call, a
+person) is not overwritten or removed: it is a **conflict**, named in the result.
+
+Everything is done through descriptors: the workspace's, held since the task's step
+was checked, and one per directory on the way, each opened without following a
+symlink. No path is resolved by name, so a symlink swapped in anywhere cannot redirect
+a write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from durable_subagents.agents._protected import protected_entry
+from durable_subagents.tools._overlay import Entry, changes
+
+__all__ = [
+    "HELD_BYTES",
+    "MAX_ENTRIES",
+    "Before",
+    "Held",
+    "Hold",
+    "Landing",
+    "apply_held",
+    "before_of",
+    "land",
+]
+
+Hold = Literal["pause", "refuse", "apply"]
+"""What becomes of changes to protected paths (see the module's docstring)."""
+
+MAX_ENTRIES = 200_000
+"""Entries of one command's upper layer that are judged; past this nothing lands."""
+HELD_BYTES = 32 << 20
+"""Bytes of held files one call may keep for a decision; the rest is refused."""
+_LISTED = 20
+"""Paths named per kind of outcome in the model's result; the rest are counted."""
+_SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
+_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_COPY_CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class Before:
+    """A workspace entry's state when a held change was shown: it lands only on this.
+
+    Attributes:
+        kind: ``file``, ``dir``, ``symlink`` or ``other``.
+        inode: Its inode number.
+        ctime_ns: When its status last changed.
+        size: Its size in bytes.
+    """
+
+    kind: str
+    inode: int
+    ctime_ns: int
+    size: int
+
+
+@dataclass
+class Held:
+    """A change to a protected path, kept for a person's decision.
+
+    Attributes:
+        path: Where it lands, relative to the workspace.
+        kind: ``file``, ``dir``, ``symlink`` or ``delete``.
+        mode: Its permission bits (set-ID bits already dropped).
+        content: A file's bytes.
+        target: A symlink's target.
+        before: The workspace's entry at ``path`` when it was held (None: none).
+    """
+
+    path: str
+    kind: str
+    mode: int = 0o644
+    content: bytes | None = None
+    target: str | None = None
+    before: Before | None = None
+
+
+@dataclass
+class Landing:
+    """What became of one command's changes.
+
+    Attributes:
+        applied: Paths that landed in the workspace (created, changed or removed).
+        held: Changes to protected paths, kept for a decision (``hold="pause"``).
+        refused: Paths that did not land, with why.
+        conflicts: Paths left as they are because they changed since the call began.
+        notes: What was dropped from a change that landed (set-ID bits).
+        reported: Whether the tool put ``summary()`` in its result already.
+    """
+
+    applied: list[str] = field(default_factory=list)
+    held: list[Held] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    reported: bool = False
+
+    def summary(self) -> str:
+        """Lines for the model's result about what did not land as written; "" if all did."""
+        lines = []
+        if self.held:
+            held = _listed(sorted({h.path for h in self.held}))
+            lines.append(
+                f"[held for a person's decision: {held}: protected paths, whose files "
+                "git, editors, shells or agents run. They are not in the workspace; the "
+                "decision follows in this call's result]"
+            )
+        reasons: dict[str, list[str]] = {}
+        for path, why in self.refused:
+            reasons.setdefault(why, []).append(path)
+        for why, paths in reasons.items():
+            lines.append(f"[not applied: {_listed(paths)}: {why}]")
+        if self.conflicts:
+            lines.append(
+                f"[not applied: {_listed(self.conflicts)}: changed in the workspace while "
+                "the command ran (by a person or another call); kept as it is now. Look at "
+                "it again, then change it with edit_file or run the command again]"
+            )
+        lines += self.notes[:_LISTED]
+        return "\n".join(lines)
+
+
+def _listed(paths: Sequence[str]) -> str:
+    shown = ", ".join(paths[:_LISTED])
+    rest = len(paths) - _LISTED
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+# ---------------------------------------------------------------- judging
+
+
+def link_inside(parts: tuple[str, ...], target: str, workspace: str) -> bool:
+    """Whether symlink ``parts`` -> ``target`` stays inside the workspace, whatever follows.
+
+    A relative target may climb with ``..`` (never above the workspace's top), then go
+    down by names only; an absolute one must name a path inside the workspace, down by
+    names only. Every symlink that lands obeys this, so one followed from inside, through
+    any others, stays inside: a ``..`` after a name (``lib/..``) could climb out of where
+    a symlink named ``lib`` leads, and is refused.
+    """
+    if not target or "\0" in target:
+        return False
+    if target.startswith("/"):
+        root = workspace.rstrip("/") + "/"
+        if target != workspace and not target.startswith(root):
+            return False
+        rest = target[len(root) :].split("/") if target != workspace else []
+        return ".." not in rest
+    depth = len(parts) - 1
+    names = False
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if names:
+                return False
+            depth -= 1
+            if depth < 0:
+                return False
+        else:
+            names = True
+    return True
+
+
+def _protected(parts: tuple[str, ...], protected: Sequence[str]) -> bool:
+    return bool(protected) and protected_entry(parts, protected) is not None
+
+
+def _hidden(parts: tuple[str, ...], hidden: Sequence[tuple[str, ...]]) -> bool:
+    return any(parts[: len(h)] == h for h in hidden)
+
+
+# ---------------------------------------------------------------- the workspace side
+
+
+def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _kind_of(info: os.stat_result) -> str:
+    if stat.S_ISREG(info.st_mode):
+        return "file"
+    if stat.S_ISDIR(info.st_mode):
+        return "dir"
+    if stat.S_ISLNK(info.st_mode):
+        return "symlink"
+    return "other"
+
+
+def before_of(info: os.stat_result | None) -> Before | None:
+    """A workspace entry's state as ``Before`` (None for a missing one)."""
+    if info is None:
+        return None
+    return Before(_kind_of(info), info.st_ino, info.st_ctime_ns, info.st_size)
+
+
+def _temp_name(name: str) -> str:
+    tag = uuid.uuid4().hex[:10]
+    stem = f".{name}.~{tag}"
+    return stem if len(stem.encode("utf-8", "surrogateescape")) <= 255 else f".~{tag}"
+
+
+class _Tree:
+    """Removes workspace entries through descriptors, keeping what changed since ``since``."""
+
+    def __init__(self, since_ns: int, stop: Callable[[], None]) -> None:
+        self.since_ns = since_ns
+        self.stop = stop
+
+    def changed(self, info: os.stat_result) -> bool:
+        return info.st_ctime_ns >= self.since_ns
+
+    def remove(self, dir_fd: int, name: str, info: os.stat_result) -> bool:
+        """Remove ``name`` (a whole tree for a directory); False if anything was kept."""
+        self.stop()
+        if self.changed(info) and not stat.S_ISDIR(info.st_mode):
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        fd = os.open(name, _READ_DIR, dir_fd=dir_fd)
+        kept = False
+        try:
+            with os.scandir(fd) as listing:
+                names = [e.name for e in listing]
+            for child in names:
+                child_info = _lstat(fd, child)
+                if child_info is not None and not self.remove(fd, child, child_info):
+                    kept = True
+        finally:
+            os.close(fd)
+        if kept:
+            return False
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False  # something was made in it meanwhile
+            raise
+        return True
+
+
+@dataclass
+class _Place:
+    """How entries are placed: their owner, and the check of a stop."""
+
+    owner: tuple[int, int] | None
+    stop: Callable[[], None]
+
+    _devices: dict[int, int] = field(default_factory=dict)
+
+    def movable(self, fd: int, upper_dir: int, parent: int, mode: int) -> bool:
+        """Ready an upper file to be moved into ``parent``; False: copy it instead.
+
+        Only on the same filesystem, and once it carries nothing that must not land:
+        its extended attributes go (overlayfs's own, anything the command set) and
+        its mode loses the set-ID bits.
+        """
+        if self._device(upper_dir) != self._device(parent):
+            return False
+        try:
+            for name in os.listxattr(fd):
+                os.removexattr(fd, name)
+            os.fchmod(fd, mode)
+        except OSError:
+            return False
+        return True
+
+    def _device(self, fd: int) -> int:
+        device = self._devices.get(fd)
+        if device is None:
+            device = self._devices[fd] = os.fstat(fd).st_dev
+        return device
+
+    def chown(self, dir_fd: int, name: str, uid: int, gid: int) -> None:
+        if self.owner is not None:
+            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+
+    def file_from(
+        self, dir_fd: int, name: str, source_fd: int, mode: int, uid: int, gid: int
+    ) -> None:
+        """Copy ``source_fd`` to ``name`` in one step (a temporary file renamed over it)."""
+        temp = _temp_name(name)
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+        )
+        try:
+            try:
+                while True:
+                    self.stop()
+                    if not os.copy_file_range(source_fd, fd, _COPY_CHUNK):
+                        break
+            except OSError as err:
+                if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                os.lseek(source_fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+                while chunk := os.read(source_fd, _COPY_CHUNK):
+                    self.stop()
+                    os.write(fd, chunk)
+            source = os.fstat(source_fd)
+            os.utime(fd, ns=(source.st_atime_ns, source.st_mtime_ns))
+            if self.owner is not None:
+                os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    def file_bytes(
+        self, dir_fd: int, name: str, content: bytes, mode: int, uid: int, gid: int
+    ) -> None:
+        """Write ``content`` to ``name`` in one step."""
+        temp = _temp_name(name)
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+        )
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.owner is not None:
+                os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+    def symlink(self, dir_fd: int, name: str, target: str, uid: int, gid: int) -> None:
+        temp = _temp_name(name)
+        os.symlink(target, temp, dir_fd=dir_fd)
+        try:
+            self.chown(dir_fd, temp, uid, gid)
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+
+    def directory(self, dir_fd: int, name: str, mode: int, uid: int, gid: int) -> int:
+        """Make directory ``name``; a descriptor of it."""
+        os.mkdir(name, mode, dir_fd=dir_fd)
+        fd = os.open(name, _DIR, dir_fd=dir_fd)
+        try:
+            if self.owner is not None:
+                os.chown(f"/proc/self/fd/{fd}", uid, gid)
+            os.chmod(f"/proc/self/fd/{fd}", mode)  # whatever the umask took
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+# ---------------------------------------------------------------- landing a command's changes
+
+
+class _Stack:
+    """Descriptors of the workspace directories on the way to the current entry."""
+
+    def __init__(self, root_fd: int) -> None:
+        self.items: list[tuple[tuple[str, ...], int]] = [((), os.dup(root_fd))]
+
+    def parent_of(self, parts: tuple[str, ...]) -> int | None:
+        """The open directory that holds ``parts``; None if it was not entered.
+
+        The upper layer is walked depth first, so what is not on the way to ``parts``
+        is done with and closed.
+        """
+        want = parts[:-1]
+        while len(self.items) > 1 and self.items[-1][0] != want[: len(self.items[-1][0])]:
+            os.close(self.items.pop()[1])
+        top, fd = self.items[-1]
+        return fd if top == want else None
+
+    def push(self, parts: tuple[str, ...], fd: int) -> None:
+        self.items.append((parts, fd))
+
+    def close(self) -> None:
+        for _, fd in self.items:
+            os.close(fd)
+        self.items = []
+
+
+def land(
+    workspace_fd: int,
+    upper_fd: int,
+    *,
+    workspace: str,
+    protected: Sequence[str],
+    hidden: Sequence[tuple[str, ...]] = (),
+    hold: Hold = "pause",
+    since_ns: int,
+    owner: tuple[int, int] | None = None,
+    stop: Callable[[], None] = lambda: None,
+) -> Landing:
+    """Judge a command's upper layer and apply what may land (see the module's docstring).
+
+    Args:
+        workspace_fd: A descriptor of the task's workspace (held since the step's check).
+        upper_fd: A descriptor of the call's upper layer.
+        workspace: The workspace's path, as the command saw it (for absolute symlinks).
+        protected: The protected paths (empty: the agent may change them).
+        hidden: Workspace paths (as components) of the worker's own data.
+        hold: What becomes of changes to protected paths.
+        since_ns: When the call began (``CallOverlay.started_ns``).
+        owner: Set on what lands as its upper entry's owner (a root worker's tool user);
+            None: leave it (the worker's own user made it).
+        stop: Raises to abandon the landing (the call is stopped); what landed stays.
+
+    Returns:
+        What landed, what is held, refused or in conflict.
+    """
+    landing = Landing()
+    place = _Place(owner, stop)
+    tree = _Tree(since_ns, stop)
+    skipped: list[tuple[str, ...]] = []
+    held_bytes = 0
+    stack = _Stack(workspace_fd)
+    try:
+        try:
+            for entry, upper_dir in changes(upper_fd, limit=MAX_ENTRIES):
+                stop()
+                parts = entry.parts
+                if any(parts[: len(s)] == s for s in skipped):
+                    continue
+                why = _refusal(entry, workspace, hidden)
+                if why is not None:
+                    landing.refused.append((entry.path, why))
+                    skipped.append(parts)
+                    continue
+                if hold != "apply" and _protected(parts, protected):
+                    if hold == "refuse":
+                        landing.refused.append((entry.path, _REFUSED_PROTECTED))
+                        skipped.append(parts)
+                        continue
+                    parent = stack.parent_of(parts)
+                    kept, size = _hold(entry, upper_dir, parent, HELD_BYTES - held_bytes)
+                    if isinstance(kept, str):
+                        landing.refused.append((entry.path, kept))
+                        skipped.append(parts)
+                        continue
+                    held_bytes += size
+                    landing.held += kept
+                    if entry.kind == "dir":
+                        _descend(stack, parent, entry)
+                    continue
+                parent = stack.parent_of(parts)
+                if parent is None:
+                    skipped.append(parts)
+                    continue
+                _land_one(entry, upper_dir, parent, stack, landing, place, tree, skipped)
+        except RuntimeError as err:
+            landing.refused.append(
+                (
+                    "(the rest)",
+                    f"the command changed {err} in the workspace; only what was judged "
+                    "before that landed",
+                )
+            )
+    finally:
+        stack.close()
+    return landing
+
+
+_REFUSED_PROTECTED = (
+    "a protected path (git, editors, shells and agents run what it holds); this agent "
+    "runs without asking, so changes there are refused. Ask a person to make the change, "
+    "or spawn with an agent that may ask"
+)
+
+
+def _refusal(entry: Entry, workspace: str, hidden: Sequence[tuple[str, ...]]) -> str | None:
+    """Why ``entry`` never lands, whatever the agent; None if it may."""
+    if _hidden(entry.parts, hidden):
+        return "in this worker's own data (blob store, configuration)"
+    if entry.kind == "other":
+        return "a FIFO, socket or device file: only files, directories and symlinks land"
+    if entry.kind == "symlink" and not link_inside(entry.parts, entry.target or "", workspace):
+        return "a symlink that leads out of the workspace (or may, through '..' after a name)"
+    return None
+
+
+def _descend(stack: _Stack, parent: int | None, entry: Entry) -> None:
+    """Enter a held directory's workspace counterpart, where there is one.
+
+    What it holds is held too; each held change notes what is at its path now.
+    """
+    if parent is None or entry.opaque:
+        return
+    try:
+        fd = os.open(entry.parts[-1], _DIR, dir_fd=parent)
+    except OSError:
+        return
+    stack.push(entry.parts, fd)
+
+
+def _hold(
+    entry: Entry, upper_dir: int, parent: int | None, room: int
+) -> tuple[list[Held] | str, int]:
+    """The held changes of one protected entry and their bytes, or why it cannot be held.
+
+    A directory that is there already, with the same mode, holds changes but is none.
+    """
+    name = entry.parts[-1]
+    now = _lstat(parent, name) if parent is not None else None
+    before = before_of(now)
+    mode = entry.mode & ~_SPECIAL_BITS
+    if entry.kind == "whiteout":
+        return ([Held(entry.path, "delete", before=before)] if now is not None else []), 0
+    if entry.kind == "dir":
+        if not entry.opaque and now is not None and stat.S_ISDIR(now.st_mode):
+            if stat.S_IMODE(now.st_mode) == mode:
+                return [], 0
+        out = [Held(entry.path, "delete", before=before)] if entry.opaque and now else []
+        out.append(Held(entry.path, "dir", mode=mode, before=None if entry.opaque else before))
+        return out, 0
+    if entry.kind == "symlink":
+        return [Held(entry.path, "symlink", target=entry.target, before=before)], 0
+    if entry.size > room:
+        return (
+            f"too large to keep for a decision (held changes of one call are kept up to "
+            f"{HELD_BYTES >> 20} MiB)",
+            0,
+        )
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_dir)
+    try:
+        content = _read_all(fd, entry.size)
+    finally:
+        os.close(fd)
+    return [Held(entry.path, "file", mode=mode, content=content, before=before)], len(content)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = []
+    got = 0
+    while got <= size:
+        chunk = os.read(fd, max(size - got, 1 << 16) + 1)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _land_one(
+    entry: Entry,
+    upper_dir: int,
+    parent: int,
+    stack: _Stack,
+    landing: Landing,
+    place: _Place,
+    tree: _Tree,
+    skipped: list[tuple[str, ...]],
+) -> None:
+    """Apply one entry that may land, into the open workspace directory ``parent``."""
+    name = entry.parts[-1]
+    now = _lstat(parent, name)
+    path = entry.path
+    if entry.kind == "whiteout":
+        if now is not None:
+            if tree.remove(parent, name, now):
+                landing.applied.append(path)
+            else:
+                landing.conflicts.append(path)
+        return
+    if entry.kind == "dir":
+        fd = _enter_dir(entry, parent, now, landing, place, tree)
+        if fd is None:
+            skipped.append(entry.parts)
+        else:
+            stack.push(entry.parts, fd)
+        return
+    # A file or a symlink: what is there now goes, unless it changed meanwhile.
+    if now is not None:
+        if tree.changed(now) or (stat.S_ISDIR(now.st_mode) and not tree.remove(parent, name, now)):
+            landing.conflicts.append(path)
+            return
+    mode = entry.mode & ~_SPECIAL_BITS
+    if entry.kind == "symlink":
+        assert entry.target is not None
+        place.symlink(parent, name, entry.target, entry.uid, entry.gid)
+    else:
+        if entry.mode & _SPECIAL_BITS:
+            landing.notes.append(f"[{path}: its set-user-ID and set-group-ID bits were dropped]")
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_dir)
+        try:
+            if entry.links == 1 and place.movable(fd, upper_dir, parent, mode):
+                # The command's own file, on the workspace's filesystem: moved, not copied.
+                os.rename(name, name, src_dir_fd=upper_dir, dst_dir_fd=parent)
+            else:
+                place.file_from(parent, name, fd, mode, entry.uid, entry.gid)
+        finally:
+            os.close(fd)
+    landing.applied.append(path)
+
+
+def _enter_dir(
+    entry: Entry,
+    parent: int,
+    now: os.stat_result | None,
+    landing: Landing,
+    place: _Place,
+    tree: _Tree,
+) -> int | None:
+    """The workspace directory for an upper one: entered, made, or replacing what was there."""
+    name = entry.parts[-1]
+    mode = entry.mode & ~_SPECIAL_BITS
+    if now is not None and stat.S_ISDIR(now.st_mode) and not entry.opaque:
+        fd = os.open(name, _DIR, dir_fd=parent)
+        if stat.S_IMODE(now.st_mode) != mode and not tree.changed(now):
+            with contextlib.suppress(OSError):
+                os.chmod(f"/proc/self/fd/{fd}", mode)
+        return fd
+    if now is not None:
+        # The command replaced it (an opaque directory), or it is no directory now.
+        if not entry.opaque or not tree.remove(parent, name, now):
+            landing.conflicts.append(entry.path)
+            return None
+    fd = place.directory(parent, name, mode, entry.uid, entry.gid)
+    landing.applied.append(entry.path)
+    return fd
+
+
+# ---------------------------------------------------------------- held changes, approved
+
+
+def apply_held(
+    workspace_fd: int,
+    held: Sequence[Held],
+    *,
+    owner: tuple[int, int] | None,
+) -> Landing:
+    """Apply changes a person approved, each only where the workspace is as it was shown.
+
+    Args:
+        workspace_fd: A descriptor of the task's workspace.
+        held: The approved changes, in the order they were held.
+        owner: Owner of what is made (a root worker's tool user); None: the worker's.
+    """
+    landing = Landing()
+    place = _Place(owner, lambda: None)
+    uid, gid = owner if owner is not None else (os.geteuid(), os.getegid())
+    failed: list[str] = []
+    for change in held:
+        if any(change.path == f or change.path.startswith(f + "/") for f in failed):
+            landing.conflicts.append(change.path)
+            continue
+        parts = tuple(change.path.split("/"))
+        try:
+            parent = _open_parents(workspace_fd, parts[:-1])
+        except OSError:
+            landing.conflicts.append(change.path)
+            failed.append(change.path)
+            continue
+        try:
+            if not _apply_change(change, parent, parts[-1], place, uid, gid):
+                landing.conflicts.append(change.path)
+                failed.append(change.path)
+            else:
+                landing.applied.append(change.path)
+        finally:
+            os.close(parent)
+    return landing
+
+
+def _open_parents(workspace_fd: int, parts: tuple[str, ...]) -> int:
+    """The workspace directory ``parts``, each step opened without following symlinks."""
+    fd = os.dup(workspace_fd)
+    for part in parts:
+        try:
+            child = os.open(part, _DIR, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def _apply_change(change: Held, parent: int, name: str, place: _Place, uid: int, gid: int) -> bool:
+    """Apply one approved change; False if the workspace is no longer as it was shown."""
+    now = _lstat(parent, name)
+    if _already(change, parent, name, now):
+        return True  # an earlier attempt of this decision applied it
+    if change.kind == "dir" and now is not None and stat.S_ISDIR(now.st_mode):
+        if before_of(now) != change.before:
+            return False
+        fd = os.open(name, _DIR, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{fd}", change.mode)
+        finally:
+            os.close(fd)
+        return True
+    if before_of(now) != change.before:
+        return False
+    if change.kind == "delete":
+        if now is not None:
+            return _Tree(since_ns=1 << 62, stop=lambda: None).remove(parent, name, now)
+        return True
+    if now is not None and stat.S_ISDIR(now.st_mode):
+        return False  # a directory is replaced only by a delete held before
+    if change.kind == "dir":
+        if now is not None:
+            os.unlink(name, dir_fd=parent)
+        os.close(place.directory(parent, name, change.mode, uid, gid))
+    elif change.kind == "symlink":
+        assert change.target is not None
+        place.symlink(parent, name, change.target, uid, gid)
+    else:
+        place.file_bytes(parent, name, change.content or b"", change.mode, uid, gid)
+    return True
+
+
+def _already(change: Held, parent: int, name: str, now: os.stat_result | None) -> bool:
+    """Whether the workspace holds ``change`` already, exactly."""
+    if change.kind == "delete":
+        return now is None
+    if now is None:
+        return False
+    if change.kind == "dir":
+        return stat.S_ISDIR(now.st_mode) and stat.S_IMODE(now.st_mode) == change.mode
+    if change.kind == "symlink":
+        return stat.S_ISLNK(now.st_mode) and os.readlink(name, dir_fd=parent) == change.target
+    content = change.content or b""
+    if not stat.S_ISREG(now.st_mode) or now.st_size != len(content):
+        return False
+    if stat.S_IMODE(now.st_mode) != change.mode:
+        return False
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        return _read_all(fd, len(content)) == content
+    finally:
+        os.close(fd)
