@@ -240,7 +240,7 @@ class _Tree:
         self.stop = stop
 
     def changed(self, info: os.stat_result) -> bool:
-        return info.st_ctime_ns >= self.since_ns
+        return info.st_ctime_ns > self.since_ns
 
     def remove(self, dir_fd: int, name: str, info: os.stat_result) -> bool:
         """Remove ``name`` (a whole tree for a directory); False if anything was kept."""

@@ -47,10 +47,6 @@ as bubblewrap makes them, use the first)."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_COARSE_CLOCK = 5
-"""Linux's ``CLOCK_REALTIME_COARSE``, the clock file status times are taken from (the
-``time`` module does not name it): a change right after the call began is never dated
-before it."""
 _SWEEP_EVERY = 600.0
 """Seconds between sweeps of dead workers' call directories, besides the one at start."""
 
@@ -107,14 +103,17 @@ class CallOverlay:
         root: Where the calls' overlays live.
         name: This call's directory in it.
         fd: An ``O_PATH`` descriptor of this call's directory (what the sandbox binds).
-        started_ns: The coarse real-time clock when the overlay was made: an entry of the
-            workspace whose status changed at or after it changed during the call.
+        started_ns: The real-time clock when the overlay was made: an entry of the
+            workspace whose status changed after it changed during the call. File
+            times come from a clock that may lag by a tick (4 ms at 250 Hz), so a
+            change in the call's first tick may look older; a change before the call
+            never looks newer.
     """
 
     def __init__(self, root: Path, owner: tuple[int, int] | None = None) -> None:
         """Make the call's directory and its ``up`` and ``work`` (``owner``'s, if given)."""
         self.root = root
-        self.started_ns = time.clock_gettime_ns(_COARSE_CLOCK)
+        self.started_ns = time.time_ns()
         root_fd = overlay_root(root)
         _sweep_now_and_then(root, root_fd)
         self.name = f"{_pid_namespace()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -216,6 +216,18 @@ class SandboxedProcess:
             stage, self._stage = self._stage, None
             self.landing = await asyncio.to_thread(stage.land)
 
+    async def discard(self) -> None:
+        """Like ``release``, but drop the command's changes unread: none of it lands."""
+        if self.process.returncode is None:
+            self.kill()
+            await self.exited()
+        if self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            await asyncio.to_thread(cgroup.remove)
+        if self._stage is not None:
+            stage, self._stage = self._stage, None
+            await asyncio.to_thread(stage.close)
+
 
 def sandbox_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with the sandbox's ``PATH`` and ``HOME`` where it has none.
@@ -332,6 +344,8 @@ class _Launch:
     cgroup: CallCgroup
     stage: _Stage | None
     pass_fds: tuple[int, ...] = ()
+    started: int | None = None
+    """The read end of the sandbox's ``--info-fd``: data once it started, else nothing."""
 
     def close_fds(self) -> None:
         """Close the descriptors handed to the child (it has its own copies)."""
@@ -339,6 +353,12 @@ class _Launch:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pass_fds = ()
+
+    def close_started(self) -> None:
+        if self.started is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.started)
+            self.started = None
 
 
 def _prepare(
@@ -364,11 +384,13 @@ def _prepare(
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     pass_fds: tuple[int, ...] = ()
     keep: tuple[int, ...] = ()
+    started: int | None = None
     if stage is not None:
         exe = bwrap_executable()
         assert exe is not None
         seccomp = program_fd() if seccomp_supported() else None
-        pass_fds = () if seccomp is None else (seccomp,)
+        started, told = os.pipe2(os.O_CLOEXEC)
+        pass_fds = (told,) if seccomp is None else (told, seccomp)
         try:
             command = bwrap_argv(
                 exe,
@@ -378,10 +400,11 @@ def _prepare(
                 lower_fd=stage.workspace_fd,
                 overlay_fd=stage.overlay.fd,
                 seccomp=seccomp,
+                info_fd=told,
             )
         except BaseException:
-            if seccomp is not None:
-                os.close(seccomp)
+            for fd in (*pass_fds, started):
+                os.close(fd)
             stage.close()
             cgroup.remove()
             raise
@@ -389,7 +412,7 @@ def _prepare(
     else:
         command = list(argv)
     preexec = _preexec(os.getpid(), setup, run_as, keep)
-    return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds)
+    return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started)
 
 
 def _stage(profile: SandboxProfile, used: str) -> _Stage | None:
@@ -454,8 +477,47 @@ async def spawn_sandboxed(
 
     Raises:
         SandboxUnavailable: No sandbox works here and ``mode`` is not ``none``.
-        OSError: The command could not be started.
+        OSError: The command could not be started (also: the workspace kept moving
+            while its sandbox started, a symlink swapped in on its path).
     """
+    for attempt in range(1, _STAGE_ATTEMPTS + 1):
+        try:
+            return await _spawn(argv, cwd, mode, profile, env, stdin, stdout, stderr)
+        except _StageFailed as failed:
+            if attempt == _STAGE_ATTEMPTS:
+                raise OSError(
+                    f"its sandbox did not start, {attempt} times; the command did not run. "
+                    "The last time: "
+                    f"{failed}. This happens when a directory on the workspace's path is "
+                    "moved or swapped for a symlink while the sandbox starts: the sandbox "
+                    "binds the workspace the worker checked, or nothing"
+                ) from None
+    raise AssertionError("unreachable")
+
+
+_STAGE_ATTEMPTS = 3
+"""Starts of one command's sandbox tried before it is reported as not started."""
+
+
+class _StageFailed(Exception):
+    """The stage stopped before the sandbox started: nothing of the command ran.
+
+    Its binds are the system's directories, which a probe at start found, and the
+    workspace, by its descriptor: what fails here is the workspace's path moving (a
+    symlink swapped in: bubblewrap checks what it mounted against the descriptor).
+    """
+
+
+async def _spawn(
+    argv: Sequence[str],
+    cwd: str | os.PathLike[str] | None,
+    mode: str,
+    profile: SandboxProfile | None,
+    env: Mapping[str, str] | None,
+    stdin: Any,
+    stdout: Any,
+    stderr: Any,
+) -> SandboxedProcess:
     launch = await asyncio.to_thread(_prepare, argv, cwd, mode, profile, env)
     # The workspace's and the overlay's descriptors go to the stage; they stay open
     # here (the stage holds them) for the landing.
@@ -495,10 +557,52 @@ async def spawn_sandboxed(
         raise
     except BaseException:
         launch.close_fds()
+        launch.close_started()
         await _abandon(cgroup, stage)
         raise
     launch.close_fds()
-    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
+    started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
+    if launch.started is not None:
+        await _check_started(started, launch)
+    return started
+
+
+async def _check_started(proc: SandboxedProcess, launch: _Launch) -> None:
+    """Wait for the sandbox to say it started; a stage that stopped first failed.
+
+    Bubblewrap binds the workspace by its descriptor's path and checks it mounted what
+    the descriptor names: a symlink swapped in meanwhile stops it (``_StageFailed``:
+    started again, a few times).
+    """
+    assert launch.started is not None
+    try:
+        told = await asyncio.shield(asyncio.to_thread(_read_all, launch.started))
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.exited()
+        await proc.release()
+        raise
+    finally:
+        launch.close_started()
+    if told:
+        return
+    await proc.exited()
+    said = b""
+    stream = proc.process.stdout
+    if stream is not None:
+        with contextlib.suppress(Exception):
+            said = await asyncio.wait_for(stream.read(1 << 16), 5)
+    await proc.discard()
+    message = said.decode(errors="replace").strip() or f"exit status {proc.returncode}"
+    raise _StageFailed(message)
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything written to pipe ``fd`` until its writers closed it."""
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _abandon(cgroup: CallCgroup, stage: _Stage | None) -> None:

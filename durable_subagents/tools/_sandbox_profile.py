@@ -182,6 +182,7 @@ def bwrap_argv(
     lower_fd: int,
     overlay_fd: int,
     seccomp: int | None = None,
+    info_fd: int | None = None,
 ) -> list[str]:
     """The stage and the sandbox in it, as one command line (see the module's docstring).
 
@@ -194,6 +195,8 @@ def bwrap_argv(
             for this call); the stage binds it read-only.
         overlay_fd: A descriptor of the call's overlay directory (``CallOverlay.fd``).
         seccomp: A descriptor of the seccomp program, loaded by the sandbox.
+        info_fd: Where the sandbox's bubblewrap says it started (the stage got past
+            its checks); it closes it before the command runs.
     """
     ws = profile.workspace
     binds, visible = _system_binds(profile.network, profile.read_paths)
@@ -205,6 +208,8 @@ def bwrap_argv(
     out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if profile.network:
         out.append("--share-net")
+    if info_fd is not None:
+        out += ["--info-fd", str(info_fd)]
     system, _ = _system_view(profile.network, profile.read_paths)
     out += system
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
