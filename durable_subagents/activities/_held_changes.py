@@ -87,6 +87,12 @@ async def _load(acts: SubagentActivities, task_id: str, held: HeldChanges) -> li
     return out
 
 
+def _listed(paths: list[str]) -> str:
+    shown = ", ".join(paths[:HELD_PATHS_SHOWN])
+    more = len(paths) - HELD_PATHS_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 async def settle(acts: SubagentActivities, input: SettleInput) -> ToolCallResult:
     """Apply the held changes a person approved, or drop them; the call's final result.
 
@@ -108,13 +114,12 @@ async def settle(acts: SubagentActivities, input: SettleInput) -> ToolCallResult
             landing = await asyncio.to_thread(apply_held, workspace.fd, changes, owner=owner)
         note = f"[a person approved the held changes: {len(landing.applied)} applied"
         if landing.conflicts:
-            shown = ", ".join(landing.conflicts[:HELD_PATHS_SHOWN])
-            more = len(landing.conflicts) - HELD_PATHS_SHOWN
-            shown += f" and {more} more" if more > 0 else ""
             note += (
-                f"; not applied, as the workspace changed there since the decision was "
-                f"asked for: {shown}"
+                "; not applied, as the workspace changed there since the decision was "
+                f"asked for: {_listed(landing.conflicts)}"
             )
+        for path, why in landing.refused:
+            note += f"; {path} {why}"
         note += "]"
     else:
         why = input.reason or "not approved"

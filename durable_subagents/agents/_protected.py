@@ -31,7 +31,9 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "PROTECTED_PATHS",
+    "aliases",
     "extended_protected_paths",
+    "holds_protected",
     "parse_protected_paths",
     "path_parts",
     "protected_entry",
@@ -201,6 +203,36 @@ def protected_entry(parts: Sequence[str], entries: Sequence[str]) -> str | None:
             if tuple(folded[i : i + len(entry)]) == entry:
                 return "/".join(entry)
     return None
+
+
+def holds_protected(parts: Sequence[str], entries: Sequence[str]) -> str | None:
+    """The entry a symlink at ``parts`` would stand in for, or None.
+
+    ``.config`` is not protected, but ``.config/mise.toml`` is: a symlink named
+    ``.config`` makes whatever it leads to be read as ``.config``, so it is judged as
+    the protected entry it would hold.
+    """
+    folded = tuple(p.casefold() for p in parts)
+    for entries_of_first in _index(tuple(entries)).values():
+        for entry in entries_of_first:
+            for k in range(1, len(entry)):
+                if folded[-k:] == entry[:k]:
+                    return "/".join(entry)
+    return None
+
+
+def aliases(entries: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The protected entries of more than one component, as ``(first, rest)``.
+
+    A directory reached through a symlink named ``first`` holds ``rest`` as if it were
+    the protected entry.
+    """
+    return [
+        (entry[0], entry[1:])
+        for entries_of_first in _index(tuple(entries)).values()
+        for entry in entries_of_first
+        if len(entry) > 1
+    ]
 
 
 def parse_protected_paths(text: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.text import Text
 
+from durable_subagents._payloads import HELD_TOOL
 from durable_subagents._terminal import json_shown, shown
 from durable_subagents.types import TaskInfo, TaskStatus, Usage
 
@@ -61,6 +62,17 @@ def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None)
                 )
             continue
         console.print(f"    {p.call_id}  {shown(p.tool_name)}", markup=False, highlight=False)
+        if p.tool_name == HELD_TOOL and isinstance(full.get("changes"), str):
+            # A command's held changes: the diff as a person reads it.
+            console.print(
+                f"      what call {shown(str(full.get('call_id')))} changed under protected "
+                "paths (applied only if approved):",
+                markup=False,
+                highlight=False,
+            )
+            for line in full["changes"].splitlines():
+                console.print(f"      {shown(line)}", markup=False, highlight=False, soft_wrap=True)
+            continue
         console.print(indented_json(full, 6), soft_wrap=True)
         if p.resolved_path is not None:
             console.print(

@@ -513,7 +513,8 @@ class SubagentClient:
         the child's. None for a call whose transcript this client cannot read (no
         access to the workers' blob store).
         """
-        return await full_arguments(info, self.get_transcript)
+        store = self.transcript.store if self.transcript is not None else None
+        return await full_arguments(info, self.get_transcript, store.get if store else None)
 
     async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
         """Events of a task as they happen until it closes.

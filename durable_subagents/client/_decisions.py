@@ -8,6 +8,7 @@ decided, so that its waits skip a pause it answered.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -225,12 +226,15 @@ def shown_only(
 
 
 async def full_arguments(
-    info: TaskInfo, read_transcript: Callable[[str], Awaitable[list[Message]]]
+    info: TaskInfo,
+    read_transcript: Callable[[str], Awaitable[list[Message]]],
+    read_blob: Callable[[str, str], Awaitable[bytes]] | None = None,
 ) -> dict[str, dict[str, Any] | None]:
     """The full arguments of each pending call, by call id (``pending_arguments``).
 
     A child's call (``<child>/<pause>/<call>``) is read from the child's transcript;
-    a call whose transcript cannot be read is None.
+    a decision no model asked for (a command's held changes, ``apply_changes``) from
+    its arguments' blob; one that cannot be read is None.
     """
     transcripts: dict[str, list[Message] | None] = {}
 
@@ -249,4 +253,22 @@ async def full_arguments(
                     return call.arguments
         return None
 
-    return {p.call_id: await find(info.id, p.call_id) for p in info.pending_approvals}
+    async def from_blob(task_id: str, call_id: str, ref: str) -> dict[str, Any] | None:
+        if "/" in call_id:
+            child, _, rest = call_id.partition("/")
+            return await from_blob(child, rest.partition("/")[2], ref)
+        if read_blob is None:
+            return None
+        try:
+            arguments = json.loads(await read_blob(task_id, ref))
+        except (SubagentError, OSError, ValueError):
+            return None
+        return arguments if isinstance(arguments, dict) else None
+
+    out: dict[str, dict[str, Any] | None] = {}
+    for p in info.pending_approvals:
+        found = await find(info.id, p.call_id)
+        if found is None and p.arguments_ref:
+            found = await from_blob(info.id, p.call_id, p.arguments_ref)
+        out[p.call_id] = found
+    return out

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from durable_subagents.agents._protected import protected_entry
+from durable_subagents.agents._protected import aliases, holds_protected, protected_entry
 from durable_subagents.tools._overlay import Entry, changes
 
 __all__ = [
@@ -191,10 +191,6 @@ def link_inside(parts: tuple[str, ...], target: str, workspace: str) -> bool:
     return True
 
 
-def _protected(parts: tuple[str, ...], protected: Sequence[str]) -> bool:
-    return bool(protected) and protected_entry(parts, protected) is not None
-
-
 def _hidden(parts: tuple[str, ...], hidden: Sequence[tuple[str, ...]]) -> bool:
     return any(parts[: len(h)] == h for h in hidden)
 
@@ -233,21 +229,36 @@ def _temp_name(name: str) -> str:
 
 
 class _Tree:
-    """Removes workspace entries through descriptors, keeping what changed since ``since``."""
+    """Removes workspace entries through descriptors, keeping some.
 
-    def __init__(self, since_ns: int, stop: Callable[[], None]) -> None:
+    Kept: a file or symlink whose status changed since ``since_ns`` (listed in
+    ``changed_kept``), and what ``keep`` claims (a protected entry: held or refused in
+    its own right). A directory that keeps anything stays.
+    """
+
+    def __init__(
+        self,
+        since_ns: int,
+        stop: Callable[[], None],
+        keep: Callable[[tuple[str, ...], os.stat_result], bool] | None = None,
+    ) -> None:
         self.since_ns = since_ns
         self.stop = stop
+        self.keep = keep
+        self.changed_kept: list[str] = []
 
     def changed(self, info: os.stat_result) -> bool:
         return info.st_ctime_ns > self.since_ns
 
-    def remove(self, dir_fd: int, name: str, info: os.stat_result) -> bool:
-        """Remove ``name`` (a whole tree for a directory); False if anything was kept."""
+    def remove(self, dir_fd: int, name: str, info: os.stat_result, parts: tuple[str, ...]) -> bool:
+        """Remove ``name`` at ``parts`` (a whole tree for a directory); False if any was kept."""
         self.stop()
-        if self.changed(info) and not stat.S_ISDIR(info.st_mode):
+        if self.keep is not None and self.keep(parts, info):
             return False
         if not stat.S_ISDIR(info.st_mode):
+            if self.changed(info):
+                self.changed_kept.append("/".join(parts))
+                return False
             os.unlink(name, dir_fd=dir_fd)
             return True
         fd = os.open(name, _READ_DIR, dir_fd=dir_fd)
@@ -257,7 +268,9 @@ class _Tree:
                 names = [e.name for e in listing]
             for child in names:
                 child_info = _lstat(fd, child)
-                if child_info is not None and not self.remove(fd, child, child_info):
+                if child_info is not None and not self.remove(
+                    fd, child, child_info, (*parts, child)
+                ):
                     kept = True
         finally:
             os.close(fd)
@@ -416,6 +429,13 @@ class _Stack:
     def push(self, parts: tuple[str, ...], fd: int) -> None:
         self.items.append((parts, fd))
 
+    def fd_of(self, parts: tuple[str, ...]) -> int | None:
+        """The open directory ``parts``, if it is on the way to the current entry."""
+        for held, fd in self.items:
+            if held == parts:
+                return fd
+        return None
+
     def close(self) -> None:
         for _, fd in self.items:
             os.close(fd)
@@ -453,7 +473,20 @@ def land(
     """
     landing = Landing()
     place = _Place(owner, stop)
-    tree = _Tree(since_ns, stop)
+    judge = _Judge(protected if hold != "apply" else (), workspace)
+
+    def keep(parts: tuple[str, ...], info: os.stat_result) -> bool:
+        """A protected entry in a tree being removed: held or refused, not removed."""
+        if not judge.protected_path(parts):
+            return False
+        path = "/".join(parts)
+        if hold == "refuse":
+            landing.refused.append((path, _REFUSED_PROTECTED))
+        else:
+            landing.held.append(Held(path, "delete", before=before_of(info)))
+        return True
+
+    tree = _Tree(since_ns, stop, keep)
     skipped: list[tuple[str, ...]] = []
     held_bytes = 0
     stack = _Stack(workspace_fd)
@@ -464,17 +497,17 @@ def land(
                 parts = entry.parts
                 if any(parts[: len(s)] == s for s in skipped):
                     continue
+                parent = stack.parent_of(parts)
                 why = _refusal(entry, workspace, hidden)
                 if why is not None:
                     landing.refused.append((entry.path, why))
                     skipped.append(parts)
                     continue
-                if hold != "apply" and _protected(parts, protected):
+                if judge.protected(entry, stack):
                     if hold == "refuse":
                         landing.refused.append((entry.path, _REFUSED_PROTECTED))
                         skipped.append(parts)
                         continue
-                    parent = stack.parent_of(parts)
                     kept, size = _hold(entry, upper_dir, parent, HELD_BYTES - held_bytes)
                     if isinstance(kept, str):
                         landing.refused.append((entry.path, kept))
@@ -485,11 +518,15 @@ def land(
                     if entry.kind == "dir":
                         _descend(stack, parent, entry)
                     continue
-                parent = stack.parent_of(parts)
                 if parent is None:
                     skipped.append(parts)
                     continue
-                _land_one(entry, upper_dir, parent, stack, landing, place, tree, skipped)
+                try:
+                    _land_one(entry, upper_dir, parent, stack, landing, place, tree, skipped)
+                except OSError as err:
+                    why = err.strerror or str(err)
+                    landing.refused.append((entry.path, f"could not be applied ({why})"))
+                    skipped.append(parts)
         except RuntimeError as err:
             landing.refused.append(
                 (
@@ -500,7 +537,83 @@ def land(
             )
     finally:
         stack.close()
+    landing.conflicts += tree.changed_kept
     return landing
+
+
+class _Judge:
+    """Whether a change lands under a protected path, by name or through a symlink.
+
+    By name: the entry is, or lies inside, a protected path (``protected_entry``), or
+    it is a symlink named as a protected path's first components (``holds_protected``:
+    ``.config`` pointing elsewhere makes that place read as ``.config/mise.toml``).
+    Through a symlink already in the workspace: the change lies in a directory that
+    such a symlink, in a directory on its way, leads to (``elsewhere/mise.toml`` with
+    ``.config -> elsewhere`` beside it).
+    """
+
+    def __init__(self, protected: Sequence[str], workspace: str) -> None:
+        self.entries = tuple(protected)
+        self.workspace = workspace
+        self.aliases = aliases(self.entries)
+        self.rest_names = {rest[0] for _, rest in self.aliases}
+
+    def protected_path(self, parts: tuple[str, ...]) -> bool:
+        return bool(self.entries) and protected_entry(parts, self.entries) is not None
+
+    def protected(self, entry: Entry, stack: _Stack) -> bool:
+        if not self.entries:
+            return False
+        parts = entry.parts
+        if protected_entry(parts, self.entries) is not None:
+            return True
+        if entry.kind == "symlink" and holds_protected(parts, self.entries) is not None:
+            return True
+        return self._through_symlink(parts, stack)
+
+    def _through_symlink(self, parts: tuple[str, ...], stack: _Stack) -> bool:
+        folded = tuple(p.casefold() for p in parts)
+        if not any(p in self.rest_names for p in folded[1:]):
+            return False
+        for first, rest in self.aliases:
+            k = len(rest)
+            for i in range(1, len(parts) - k + 1):
+                if folded[i : i + k] != rest:
+                    continue
+                aliased = parts[:i]
+                for j in range(i):
+                    if self._leads_to(stack.fd_of(parts[:j]), parts[:j], first, aliased):
+                        return True
+        return False
+
+    def _leads_to(
+        self, fd: int | None, where: tuple[str, ...], name: str, aliased: tuple[str, ...]
+    ) -> bool:
+        """Whether a symlink ``name`` in directory ``where`` leads to ``aliased``."""
+        if fd is None:
+            return False
+        try:
+            target = os.readlink(name, dir_fd=fd)
+        except OSError:
+            return False
+        if target.startswith("/"):
+            root = self.workspace.rstrip("/") + "/"
+            if not target.startswith(root):
+                return False
+            joined = target[len(root) :].split("/")
+        else:
+            joined = [*where, *target.split("/")]
+        out: list[str] = []
+        for part in joined:
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not out:
+                    return False
+                out.pop()
+            else:
+                out.append(part)
+        return tuple(out) == aliased
 
 
 _REFUSED_PROTECTED = (
@@ -598,11 +711,8 @@ def _land_one(
     now = _lstat(parent, name)
     path = entry.path
     if entry.kind == "whiteout":
-        if now is not None:
-            if tree.remove(parent, name, now):
-                landing.applied.append(path)
-            else:
-                landing.conflicts.append(path)
+        if now is not None and tree.remove(parent, name, now, entry.parts):
+            landing.applied.append(path)
         return
     if entry.kind == "dir":
         fd = _enter_dir(entry, parent, now, landing, place, tree)
@@ -613,9 +723,11 @@ def _land_one(
         return
     # A file or a symlink: what is there now goes, unless it changed meanwhile.
     if now is not None:
-        if tree.changed(now) or (stat.S_ISDIR(now.st_mode) and not tree.remove(parent, name, now)):
+        if tree.changed(now) and not stat.S_ISDIR(now.st_mode):
             landing.conflicts.append(path)
             return
+        if stat.S_ISDIR(now.st_mode) and not tree.remove(parent, name, now, entry.parts):
+            return  # what it kept is named (changed meanwhile, or protected)
     mode = entry.mode & ~_SPECIAL_BITS
     if entry.kind == "symlink":
         assert entry.target is not None
@@ -654,8 +766,13 @@ def _enter_dir(
         return fd
     if now is not None:
         # The command replaced it (an opaque directory), or it is no directory now.
-        if not entry.opaque or not tree.remove(parent, name, now):
+        if not entry.opaque:
             landing.conflicts.append(entry.path)
+            return None
+        if not tree.remove(parent, name, now, entry.parts):
+            if stat.S_ISDIR(now.st_mode):
+                # What it kept stays, and the command's entries join it.
+                return os.open(name, _DIR, dir_fd=parent)
             return None
     fd = place.directory(parent, name, mode, entry.uid, entry.gid)
     landing.applied.append(entry.path)
@@ -699,6 +816,9 @@ def apply_held(
                 failed.append(change.path)
             else:
                 landing.applied.append(change.path)
+        except OSError as err:
+            landing.refused.append((change.path, f"could not be applied ({err.strerror or err})"))
+            failed.append(change.path)
         finally:
             os.close(parent)
     return landing
@@ -734,7 +854,8 @@ def _apply_change(change: Held, parent: int, name: str, place: _Place, uid: int,
         return False
     if change.kind == "delete":
         if now is not None:
-            return _Tree(since_ns=1 << 62, stop=lambda: None).remove(parent, name, now)
+            tree = _Tree(since_ns=1 << 62, stop=lambda: None)
+            return tree.remove(parent, name, now, tuple(change.path.split("/")))
         return True
     if now is not None and stat.S_ISDIR(now.st_mode):
         return False  # a directory is replaced only by a delete held before

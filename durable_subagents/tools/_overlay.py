@@ -110,8 +110,18 @@ class CallOverlay:
             never looks newer.
     """
 
-    def __init__(self, root: Path, owner: tuple[int, int] | None = None) -> None:
-        """Make the call's directory and its ``up`` and ``work`` (``owner``'s, if given)."""
+    def __init__(
+        self,
+        root: Path,
+        owner: tuple[int, int] | None = None,
+        top: os.stat_result | None = None,
+    ) -> None:
+        """Make the call's directory and its ``up`` and ``work`` (``owner``'s, if given).
+
+        ``top``: the workspace's own status. The overlay's top directory takes its
+        owner and mode from ``up``, so ``up`` gets the workspace's: a command may make
+        at the top only what it may make in the workspace itself.
+        """
         self.root = root
         self.started_ns = time.time_ns()
         root_fd = overlay_root(root)
@@ -131,6 +141,10 @@ class CallOverlay:
                 os.mkdir(part, 0o755, dir_fd=self.fd)
                 if owner is not None:
                     os.chown(part, *owner, dir_fd=self.fd, follow_symlinks=False)
+            if top is not None:
+                if owner is not None and (top.st_uid, top.st_gid) != owner:
+                    os.chown("up", top.st_uid, top.st_gid, dir_fd=self.fd, follow_symlinks=False)
+                os.chmod("up", stat.S_IMODE(top.st_mode) & 0o1777, dir_fd=self.fd)
         except OSError as err:
             self.discard()
             raise OverlayUnavailable(

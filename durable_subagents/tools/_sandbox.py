@@ -434,7 +434,7 @@ def _stage(profile: SandboxProfile, used: str) -> _Stage | None:
                 "run the worker as the workspace's owner"
             )
         try:
-            overlay = CallOverlay(_overlay_dir(profile, run_as), run_as)
+            overlay = CallOverlay(_overlay_dir(profile, run_as), run_as, os.fstat(workspace_fd))
         except OverlayUnavailable as err:
             raise SandboxUnavailable(str(err)) from None
     except BaseException:

@@ -167,7 +167,8 @@ async def test_protected_paths_hold_against_mount_tricks(
     )
     outputs = await attack(client, f"{undo}; {plant}")
     assert "attempted" in outputs[0] and "planted" in outputs[0]
-    assert "Read-only file system" in outputs[0]
+    # The command changed its own overlay; none of it lands (a dont_ask agent).
+    assert "[not applied: .claude, .git: a protected path" in outputs[0], outputs[0]
     assert (workspace / ".git" / "config").read_bytes() == config
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
     assert (agents / "explore.md").read_bytes() == agent_file

@@ -189,7 +189,10 @@ async def test_ignore_files_the_model_writes_cannot_widen_or_redirect_a_search(
         )
     assert outputs[1] == "no matches for 'victim-' under '.'"
     assert outputs[2].startswith("no files match '.store/**'")
-    assert outputs[3] == "linked\n"
+    # Neither the symlink out nor a .git made by a dont_ask agent lands.
+    assert outputs[3].startswith("linked\n[not applied: .git: a protected path"), outputs[3]
+    assert "[not applied: .gitignore: a symlink that leads out of the workspace" in outputs[3]
+    assert not (workspace / ".gitignore").is_symlink() and not (workspace / ".git").exists()
     assert outputs[4] == "notes.md:1: needle in the workspace"
     assert (tmp_path / "ignore_all").read_text() == "*\n"
 
@@ -334,12 +337,13 @@ async def test_only_allowlisted_variables_pass_and_agents_pick_among_them(
 # ---------------------------------------------------------------- protected paths
 
 
-async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
+async def test_protected_paths_ask_for_file_tools_and_bash_changes_wait_for_a_person(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
     (workspace / ".git").mkdir()
     config = workspace / ".git" / "config"
     config.write_text("[core]\n\trepositoryformatversion = 0\n")
+    give_to_tool_user(workspace)
     original = config.read_text()
     attack = (
         "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config; "
@@ -360,9 +364,15 @@ async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
     first = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert first.status == TaskStatus.PAUSED  # bash asks (a spawn rule)
     await client.approve(task_id)
-    second = await client.check_task(
-        task_id, wait=True, timeout=CEILING, after_pause=first.pause_id
-    )
+    held = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=first.pause_id)
+    # The command ran; what it changed under protected paths waits for a person.
+    assert held.status == TaskStatus.PAUSED, held
+    [pending] = held.pending_approvals
+    assert pending.tool_name == "apply_changes"
+    assert pending.arguments_preview.startswith("apply_changes · .claude"), pending
+    assert config.read_text() == original  # nothing landed yet
+    await client.reject(task_id, reason="no agent files")
+    second = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=held.pause_id)
     # write_file is an edit, which accept_edits runs: but not into .git
     assert second.status == TaskStatus.PAUSED, second
     assert second.pending_approvals[0].tool_name == "write_file"
@@ -370,10 +380,13 @@ async def test_protected_paths_ask_for_file_tools_and_are_read_only_for_bash(
     done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=second.pause_id)
     assert done.status == TaskStatus.COMPLETED
     outputs = await tool_outputs(client, task_id)
-    assert "Read-only file system" in outputs[0]
+    assert "[held for a person's decision: .claude, .claude/agents" in outputs[0]
+    assert outputs[0].endswith(
+        "[the held changes were not applied: the parent rejected this call: no agent files]"
+    )
     assert config.read_text() == original
-    assert not (workspace / ".claude").exists()  # not even the empty mount point is left
-    assert not (workspace / ".mcp.json").exists()  # missing entries cannot be created either
+    assert not (workspace / ".claude").exists()
+    assert not (workspace / ".mcp.json").exists()
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
 
 
@@ -823,10 +836,12 @@ async def test_hostile_files_and_paths_get_tool_errors_not_stalls(
 ) -> None:
     (workspace / "loop").symlink_to(workspace / "loop")
     (workspace / "src.py").write_text("word " * 5000 + "\n")
+    os.mkfifo(workspace / "pipe")  # a FIFO there already: no command can leave one
+    give_to_tool_user(workspace / "pipe")
     started = asyncio.get_running_loop().time()
     _, outputs = await run_attack(
         client,
-        bash("mkfifo pipe && echo made"),
+        bash("mkfifo fifo && echo made"),
         call("read_file", path="pipe"),
         call("write_file", path="pipe", content="x"),
         call("grep", pattern=r"(\w+)+\x00"),
@@ -834,7 +849,8 @@ async def test_hostile_files_and_paths_get_tool_errors_not_stalls(
         call("read_file", path="a/" * 3000 + "x"),
         call("list_files", pattern="/".join(["**"] * 40) + "/*.py"),
     )
-    assert outputs[0] == "made\n"
+    assert outputs[0].startswith("made\n[not applied: fifo: a FIFO, socket or device file")
+    assert not os.path.lexists(workspace / "fifo")
     assert "not a regular file" in outputs[1]
     assert "FIFO" in outputs[2] or "not a regular file" in outputs[2]
     assert outputs[3].startswith("no matches")

@@ -34,6 +34,7 @@ from durable_subagents._payloads import ToolCallInput
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
+from durable_subagents.agents._protected import protected_entry
 from durable_subagents.config import Settings
 from durable_subagents.policy import _rules as policy_rules
 from durable_subagents.types import ToolCall
@@ -87,46 +88,6 @@ def writes(path: str) -> list[dict[str, Any]]:
         call("write_file", path=path, content="#!/bin/sh\ntouch /tmp/pwned\n"),
         call("edit_file", path=path, old="original", new="touch /tmp/pwned"),
     ]
-
-
-HOLD = """
-import sys
-from pathlib import Path
-from durable_subagents.agents import PROTECTED_PATHS
-from durable_subagents.tools._protected_mounts import guard_protected
-guard = guard_protected(Path(sys.argv[1]), PROTECTED_PATHS)
-print("held", flush=True)
-sys.stdin.readline()
-guard.release()
-"""
-
-
-def test_a_placeholder_outlives_calls_of_other_worker_processes(tmp_path: Path) -> None:
-    """Two worker processes on one workspace (the compose file runs two): a call of the
-    second finds the first's placeholder and mounts it, so the first's end must leave
-    it, and the last call's end removes it. A user's own empty ``.claude`` stays."""
-    from durable_subagents.tools._protected_mounts import guard_protected
-
-    procs = []
-    for _ in range(2):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", HOLD, str(tmp_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
-        procs.append(proc)
-    assert (tmp_path / ".opencode").is_dir()
-    procs[0].communicate("\n", timeout=30)
-    assert (tmp_path / ".opencode").is_dir()  # the second process's call still mounts it
-    procs[1].communicate("\n", timeout=30)
-    assert not os.path.lexists(tmp_path / ".opencode")
-    assert not os.path.lexists(tmp_path / ".claude")
-
-    (tmp_path / ".claude").mkdir()
-    guard_protected(tmp_path, PROTECTED_PATHS).release()
-    assert (tmp_path / ".claude").is_dir()
 
 
 async def test_parallel_commands_of_parallel_tasks_all_start(
@@ -210,36 +171,49 @@ async def test_the_worker_setting_protects_more_for_file_tools_and_bash(
         )
     assert done.status == TaskStatus.COMPLETED
     outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
-    assert "Read-only file system" in outputs[0]
+    assert outputs[0].startswith("rc=0\n[not applied: release.cfg: a protected path"), outputs[0]
     assert (workspace / "release.cfg").read_text() == "original\n"
     assert not (workspace / "deploy" / "hooks").exists()
     assert (workspace / "deploy" / "notes.txt").read_text() == "fine\n"
 
 
-async def test_bash_leaves_no_missing_entry_behind(
+async def test_no_change_of_bash_to_a_protected_path_lands_at_any_depth(
     client: SubagentClient, worker: None, workspace: Path
 ) -> None:
-    """bash writes every missing entry (and one through a symlinked parent): none is
-    left on the host after the call, and the command's output says what was removed.
-    ``.claude`` and ``.opencode`` cannot be made even during the call."""
+    """A dont_ask task's bash plants every protected entry at the top, in a nested
+    directory and through the person's own symlinked ``.config``: none lands; the
+    result names them; the rest of what the command wrote lands."""
     (workspace / ".github").mkdir()
-    give_to_tool_user(workspace / ".github")
+    (workspace / "dots").mkdir()
+    (workspace / ".config").symlink_to("dots")  # a dotfiles checkout: .config is elsewhere
+    give_to_tool_user(workspace)
+    before = snapshot(workspace)
     entries = [e for e in PROTECTED_PATHS if e != ".git" and not e.startswith(".git/")]
     plant = "; ".join(
-        f"mkdir -p {shlex.quote(str(Path(target(e)).parent))} 2>/dev/null; "
-        f"echo planted > {shlex.quote(target(e))} 2>/dev/null"
+        f"mkdir -p {shlex.quote(str(Path(where, target(e)).parent))} 2>/dev/null; "
+        f"echo planted > {shlex.quote(str(Path(where, target(e))))} 2>/dev/null"
         for e in entries
+        for where in (".", "nested/repo")
     )
-    linked = "mkdir -p elsewhere; echo planted > elsewhere/mise.toml; ln -s elsewhere .config"
-    outputs = await run_bash(client, f"{linked}; {plant}; ls -A | wc -l")
-    assert "[removed " in outputs[0]
-    left = [e for e in entries if os.path.lexists(workspace / e)]
-    assert left == [], left
-    assert not os.path.lexists(workspace / ".config")  # the symlink led to a mise.toml
-    assert (workspace / "elsewhere" / "mise.toml").read_text() == "planted\n"
-    for name in (".claude", ".opencode"):
-        assert name not in outputs[0].split("[removed")[1]  # never made: read-only
-    assert (workspace / ".github").is_dir()  # it was there before
+    linked = "mkdir -p nested/other && ln -s ../elsewhere nested/other/.config; " + (
+        "echo planted > dots/lefthook.yml"
+    )
+    outputs = await run_bash(client, f"{plant}; {linked}; echo ok > nested/fine.txt; echo done")
+    assert outputs[0].startswith("done\n[not applied: "), outputs[0][:300]
+    landed = {p: c for p, c in snapshot(workspace).items() if p not in before}
+    # What landed: the directories on the way to protected entries (empty), a file
+    # of no protected path, and the symlink's own directory; never a protected file.
+    assert landed["nested/fine.txt"] == b"ok\n"
+    assert {p for p, c in landed.items() if c is not None} == {"nested/fine.txt"}, landed
+    assert all(protected_entry(Path(p).parts, PROTECTED_PATHS) is None for p in landed)
+    for entry in entries:
+        for where in (workspace, workspace / "nested" / "repo"):
+            assert not os.path.lexists(where / entry), entry
+    # Written through the person's .config symlink: dots/ is read as .config/.
+    assert not (workspace / "dots" / "mise.toml").exists()
+    assert not (workspace / "dots" / "lefthook.yml").exists()
+    # A symlink named .config would make where it leads read as .config.
+    assert not os.path.lexists(workspace / "nested" / "other" / ".config")
 
 
 async def run_bash(client: SubagentClient, *commands: str) -> list[str]:
@@ -325,6 +299,8 @@ async def test_a_planted_pre_commit_hook_never_runs_at_the_users_next_commit(
         check=False,
     )
     assert installed.returncode == 0, installed.stderr
+    give_to_tool_user(workspace)  # the user's checkout: theirs, and their tool user's
+    original = config.read_text()
     evil = hook.format(id="evil", entry=f"touch {marker}")
     attack = [
         call("bash", command=f"printf %s {shlex.quote(evil)} > .pre-commit-config.yaml"),
@@ -341,7 +317,7 @@ async def test_a_planted_pre_commit_hook_never_runs_at_the_users_next_commit(
     done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED
     outputs = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
-    assert "Read-only file system" in outputs[0]
+    assert "[not applied: .pre-commit-config.yaml: a protected path" in outputs[0], outputs[0]
     assert config.read_text() == original
     (workspace / "work.txt").write_text("the user's change\n")
     assert git(workspace, "add", "-A").returncode == 0
@@ -410,11 +386,12 @@ async def test_a_symlink_one_task_planted_is_no_workspace_for_the_next(
     )
     assert (await client.check_task(planter, wait=True, timeout=CEILING)).status == "completed"
     assert (workspace / "proj2").is_symlink() and (workspace / "deep" / "r").is_symlink()
+    assert not os.path.lexists(workspace / "out")
     for requested, problem in [
         ("proj2", "workspace 'proj2' (it resolves to '.git') is, or lies inside, the protected"),
         ("hk", "workspace 'hk' (it resolves to '.git/hooks') is, or lies inside, the protected"),
         ("deep/r/hooks", "(it resolves to '.git/hooks') is, or lies inside, the protected path"),
-        ("out/tmp", "is outside this worker's workspace root"),
+        ("out/tmp", "is not a directory under"),  # the symlink out never landed
     ]:
         task_id = await client.spawn_task(
             "general", "x", model=script(APPEND_FSMONITOR, {"text": "d"}), workspace=requested
@@ -508,28 +485,121 @@ def test_the_extended_list_reaches_the_tools_and_the_sandbox(tmp_path: Path) -> 
         protected_paths=settings.protected_path_list,
     )
     tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
-    opted_in = tool_input.model_copy(update={"write_protected_paths": True})
-    assert activities.tool_context(opted_in).protected == ()
+    with activities.workspace(None) as workspace:
+        profile = activities.tool_context(tool_input, workspace).profile()
+        assert profile.protected == (*PROTECTED_PATHS, "deploy/hooks")
+        opted_in = tool_input.model_copy(
+            update={"write_protected_paths": True, "protected_changes": "apply"}
+        )
+        assert activities.tool_context(opted_in, workspace).protected == ()
+        assert activities.tool_context(opted_in, workspace).profile().hold == "apply"
 
 
-def test_a_placeholder_outlives_every_call_that_mounts_it(tmp_path: Path) -> None:
-    """Two calls at once on a workspace without ``.opencode``: the first makes its
-    placeholder, the second finds it there and mounts it too, so the first's end must
-    leave it to the second (else the second's sandbox cannot start)."""
-    from durable_subagents.tools._protected_mounts import guard_protected
+# ---------------------------------------------------------------- held changes, decided
 
-    activities = SubagentActivities(
-        Settings(workspace=tmp_path, blob_dir=tmp_path / "blobs").blob_store(),
-        workspace_root=tmp_path,
+
+def builder(client: SubagentClient) -> None:
+    """An agent whose commands run unasked and whose protected changes wait for a person."""
+    client.agents["builder"] = AgentSpec(
+        name="builder",
+        permission_mode="accept_edits",
+        permissions=[{"tool": "bash", "action": "allow"}],
     )
-    tool_input = ToolCallInput(task_id="t", call=ToolCall(id="c", name="bash", arguments={}))
-    profile = activities.tool_context(tool_input).profile()
-    first = guard_protected(profile.workspace, profile.protected)
-    second = guard_protected(profile.workspace, profile.protected)
-    assert (tmp_path / ".opencode").is_dir()
-    first.release()
-    assert (tmp_path / ".opencode").is_dir()  # the second call still mounts it
-    second.release()
-    assert not os.path.lexists(tmp_path / ".opencode")
+
+
+CONFIGURE = (
+    "git -C lib config user.name agent && printf 'build/\\n' > lib/.git/info/exclude && "
+    "echo notes > lib/NOTES && echo configured"
+)
+
+
+def nested_repo(workspace: Path) -> Path:
+    lib = workspace / "lib"
+    lib.mkdir()
+    assert git(lib, "init", "-q").returncode == 0
+    give_to_tool_user(workspace)
+    return lib
+
+
+async def test_held_changes_land_exactly_as_shown_once_approved(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    lib = nested_repo(workspace)
+    builder(client)
+    before = (lib / ".git" / "config").read_text()
+    task_id = await client.spawn_task(
+        "builder", "configure", model=script(bash(CONFIGURE), {"text": "done"})
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert paused.status == TaskStatus.PAUSED, paused
+    [pending] = paused.pending_approvals
+    assert pending.tool_name == "apply_changes"
+    assert pending.arguments_preview == "apply_changes · lib/.git/config, lib/.git/info/exclude"
+    # The rest landed when the command ended; the protected changes wait.
+    assert (lib / "NOTES").read_text() == "notes\n"
+    assert (lib / ".git" / "config").read_text() == before
+    arguments = (await client.pending_arguments(paused))[pending.call_id]
+    assert arguments is not None
+    diff = arguments["changes"]
+    assert "lib/.git/config: changed" in diff and "+\tname = agent" in diff
+    assert "lib/.git/info/exclude: changed" in diff and "+build/" in diff
+    await client.approve(task_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    after = (lib / ".git" / "config").read_text()
+    assert after == before.rstrip("\n") + "\n[user]\n\tname = agent\n"
+    assert (lib / ".git" / "info" / "exclude").read_text() == "build/\n"
+    assert os.stat(lib / ".git" / "config").st_uid == os.stat(workspace).st_uid
+    [output] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert output.startswith("configured\n[held for a person's decision: lib/.git/config, ")
+    assert output.endswith("[a person approved the held changes: 2 applied]")
+
+
+async def test_a_held_change_is_not_applied_over_what_changed_since_it_was_shown(
+    client: SubagentClient, worker: None, workspace: Path
+) -> None:
+    lib = nested_repo(workspace)
+    builder(client)
+    task_id = await client.spawn_task(
+        "builder", "configure", model=script(bash(CONFIGURE), {"text": "done"})
+    )
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert paused.status == TaskStatus.PAUSED, paused
+    assert git(lib, "config", "user.email", "person@example.com").returncode == 0
+    mine = (lib / ".git" / "config").read_text()
+    await client.approve(task_id)
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    assert (lib / ".git" / "config").read_text() == mine  # the person's change stands
+    assert (lib / ".git" / "info" / "exclude").read_text() == "build/\n"
+    [output] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert output.endswith(
+        "[a person approved the held changes: 1 applied; not applied, as the workspace "
+        "changed there since the decision was asked for: lib/.git/config]"
+    )
+
+
+async def test_a_rejected_submodule_fsmonitor_never_runs_at_the_owners_git_status(
+    client: SubagentClient, worker: None, workspace: Path, tmp_path: Path
+) -> None:
+    """The red team's second break: bash replaced a nested repository's config with a
+    ``core.fsmonitor`` (any depth), and the owner's ``git status`` ran it."""
+    marker = tmp_path / "fsmonitor-ran"
+    assert git(workspace, "init", "-q").returncode == 0
+    lib = nested_repo(workspace)
+    assert git(lib, "commit", "-q", "--allow-empty", "-m", "x").returncode == 0
+    give_to_tool_user(workspace)
+    builder(client)
+    plant = f"git -C lib config core.fsmonitor 'touch {marker}; false' && echo planted"
+    task_id = await client.spawn_task("builder", "x", model=script(bash(plant), {"text": "d"}))
+    paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert [p.tool_name for p in paused.pending_approvals] == ["apply_changes"]
+    arguments = (await client.pending_arguments(paused))[paused.pending_approvals[0].call_id]
+    assert arguments is not None and f'+\tfsmonitor = "touch {marker}' in arguments["changes"]
+    await client.reject(task_id, reason="no fsmonitor")
+    done = await client.check_task(task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    for repo in (workspace, lib):
+        assert git(repo, "status").returncode == 0
+    assert not marker.exists()
+    assert "fsmonitor" not in (lib / ".git" / "config").read_text()
