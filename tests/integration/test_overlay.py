@@ -247,7 +247,7 @@ async def test_the_worker_data_inside_the_workspace_is_never_written(ws: Path) -
     data = ws / "data"
     data.mkdir()
     (data / "blob").write_text("secret\n")
-    output, landing = await run(
+    output, _ = await run(
         ws, "ls data; echo x > data/planted 2>&1; echo y > other; echo done", hidden=(data,)
     )
     assert "blob" not in output  # hidden: an empty directory inside
