@@ -95,6 +95,7 @@ from durable_subagents.tools import (
 )
 from durable_subagents.tools._decorator import DecidedPath
 from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._overlay import sweep_at_start
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV
 from durable_subagents.tools._sandbox_host import sandbox_state, tool_user
@@ -208,6 +209,9 @@ class SubagentActivities:
         self.notify = notify
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
+        if overlay_dir is not None:
+            # What a worker that died mid-call left on this host: never applied.
+            sweep_at_start(overlay_dir)
 
     # ------------------------------------------------------------------ model turn
 

@@ -37,6 +37,7 @@ __all__ = [
     "overlay_root",
     "remove_tree",
     "sweep",
+    "sweep_at_start",
 ]
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,20 @@ def _sweep_now_and_then(root: Path, root_fd: int) -> None:
             return
         _last_sweep[root] = now
     sweep(root_fd)
+
+
+def sweep_at_start(root: Path) -> list[str]:
+    """``sweep`` the overlays in ``root`` if it exists (a worker starting on a host)."""
+    try:
+        fd = os.open(root, _PATH_FLAGS)
+    except OSError:
+        return []
+    try:
+        with _sweep_lock:
+            _last_sweep[root] = time.monotonic()
+        return sweep(fd)
+    finally:
+        os.close(fd)
 
 
 def sweep(root_fd: int) -> list[str]:
