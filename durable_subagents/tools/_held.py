@@ -78,6 +78,27 @@ def _file(change: Held, info: os.stat_result | None, old: bytes | None) -> list[
     return [f"{head}\n", *(line if line.endswith("\n") else line + "\n" for line in diff)]
 
 
+_AGENT_DIRS = (".claude", ".opencode")
+_DEFINITIONS = ("agents", "agent", "commands", "command")
+
+
+def _kind_note(path: str) -> str:
+    """What a held path is to a person who decides, where its name says."""
+    parts = [p.casefold() for p in path.split("/")]
+    for i, part in enumerate(parts):
+        if part in _AGENT_DIRS:
+            rest = parts[i + 1 :]
+            if rest[:1] and rest[0] in _DEFINITIONS:
+                return (
+                    " [an agent definition: whoever spawns or starts an agent in this "
+                    "project may run it]"
+                )
+            return " [agent configuration: hooks, permissions and MCP servers agents use]"
+    if ".git" in parts or ".githooks" in parts or ".husky" in parts:
+        return " [git runs its hooks and configured commands]"
+    return ""
+
+
 def describe(workspace_fd: int, held: Sequence[Held]) -> str:
     """The held changes as a person reads them, against the workspace now."""
     out: list[str] = []
@@ -93,6 +114,7 @@ def describe(workspace_fd: int, held: Sequence[Held]) -> str:
         else:
             what = "directory and all it holds" if info and stat.S_ISDIR(info.st_mode) else "file"
             lines = [f"{change.path}: deleted ({what})\n"]
+        lines[0] = lines[0].rstrip("\n") + _kind_note(change.path) + "\n"
         chunk = "".join(lines)
         if size + len(chunk) > DIFF_CHARS:
             out.append(f"[... {len(held) - index} more changes not shown: the text is cut here]\n")
