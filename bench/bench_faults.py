@@ -6,8 +6,8 @@ It starts its own Temporal dev server (SQLite file in a temporary directory), a 
 OpenAI server in this process that answers a seeded fraction of requests with 500/503,
 and a ``subagents worker`` subprocess, which it SIGKILLs ``--kills`` times during the run
 (each time starting a new one). Every task plays the same script, keyed by the task id
-in its prompt: ``STEPS`` model turns that each call ``bash`` to append a line naming the
-task and the step to a shared file, then a final answer quoting the last tool output.
+in its prompt: ``STEPS`` model turns that each call ``bash`` to write a line naming the
+task and the step to a file of its own, then a final answer quoting the last tool output.
 At the end it counts what was lost, wrong or done twice. See ``bench/README.md``.
 
 ``tests/e2e/test_crash_matrix.py`` runs a small version of this (``run_load``) in the suite.
@@ -52,8 +52,12 @@ STEPS = 2
 """Tool-calling model turns per task."""
 TURNS = STEPS + 1
 """Model requests one task needs when nothing fails."""
-SIDE_FILE = "side-effects.txt"
-"""The shared file (in the worker's workspace) every tool call appends a line to."""
+SIDE_DIR = "side-effects"
+"""The directory (in the worker's workspace) where every tool call writes a file of its own.
+
+Not one shared file: a call's writes land when its command ends, and a file that
+another call changed meanwhile is kept as it is (a conflict), so concurrent appends
+to one file would lose lines."""
 MODEL = "openai:gpt-fake"
 CHUNK_DELAY = 0.02
 """Seconds between streamed chunks: a model turn streams for about 0.25 s."""
@@ -156,9 +160,10 @@ class TaskScriptServer(FakeOpenAIServer):
             return reply
         if turn.turn < STEPS:
             line = step_line(turn.mark, turn.turn + 1)
-            # the sleep after the append: a kill can land between a side effect and
-            # the report of the call, the one case where a call runs twice
-            command = f"echo '{line}' | tee -a {SIDE_FILE}; sleep {TOOL_SLEEP}"
+            # The sleep keeps calls running, so a kill finds some in flight: they run
+            # again, and what a killed attempt wrote never lands. A line twice is a kill
+            # after the call's writes landed, before its result was recorded.
+            command = f"echo '{line}' | tee \"$(mktemp {SIDE_DIR}/XXXXXXXX)\"; sleep {TOOL_SLEEP}"
             return FakeReply(tool_calls=[{"name": "bash", "arguments": {"command": command}}])
         return FakeReply(text=f"{turn.mark} done; last tool said: {turn.last_tool or '?'}")
 
@@ -289,7 +294,7 @@ async def in_flight(temporal: Client, task_ids: list[str]) -> Counter[str]:
 
 @dataclass
 class LoadResult:
-    """What a load run did, counted from the tasks, the shared file and the fake API."""
+    """What a load run did, counted from the tasks, the side-effect files and the fake API."""
 
     tasks: int
     completed: int = 0
@@ -302,9 +307,9 @@ class LoadResult:
     duplicates: int = 0
     """Side-effect lines beyond one per tool call."""
     missing: int = 0
-    """Tool calls whose line is not in the file."""
+    """Tool calls whose line is in no file."""
     stray: int = 0
-    """Lines in the file that no tool call should have written."""
+    """Lines in the files that no tool call should have written."""
     requests: int = 0
     requests_min: int = 0
     injected_5xx: int = 0
@@ -390,7 +395,7 @@ async def run_load(
     """
     say = log or (lambda _: None)
     workspace, blob_dir = tmp / "ws", tmp / "blobs"
-    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / SIDE_DIR).mkdir(parents=True, exist_ok=True)
     workspace_for_tools(workspace)  # a root worker's commands run as its owner
     queue = f"faults-{uuid.uuid4().hex[:10]}"
     result = LoadResult(tasks=tasks, requests_min=tasks * TURNS, side_expected=tasks * STEPS)
@@ -454,7 +459,7 @@ async def run_load(
         finally:
             for w in workers:
                 w.close()
-        tally(result, ids, infos, srv, workspace / SIDE_FILE)
+        tally(result, ids, infos, srv, workspace / SIDE_DIR)
     return result
 
 
@@ -463,9 +468,9 @@ def tally(
     ids: list[str],
     infos: list[Any],
     srv: TaskScriptServer,
-    side_file: Path,
+    side_dir: Path,
 ) -> None:
-    """Fill ``result`` from the tasks' final states, the shared file and the fake API."""
+    """Fill ``result`` from the tasks' final states, the side-effect files and the fake API."""
     for task_id, info in zip(ids, infos, strict=True):
         if info.status != TaskStatus.COMPLETED:
             result.lost.append(f"{task_id}: {info.status.value} {info.error or ''}".strip())
@@ -475,7 +480,7 @@ def tally(
             result.wrong.append(f"{task_id}: {info.result!r}")
         if info.created_at and info.finished_at:
             result.latencies.append((info.finished_at - info.created_at).total_seconds())
-    lines = Counter(side_file.read_text().splitlines() if side_file.exists() else [])
+    lines = Counter(line for f in side_dir.iterdir() for line in f.read_text().splitlines())
     expected = {step_line(task_mark(t), s) for t in ids for s in range(1, STEPS + 1)}
     result.side_effects = sum(lines.values())
     result.duplicates = sum(n - 1 for line, n in lines.items() if line in expected)

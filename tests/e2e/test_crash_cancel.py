@@ -24,7 +24,7 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
-from ..helpers.processes import processes_matching, wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.providers import fake_provider
 from ..helpers.tasks import script
 
@@ -75,20 +75,25 @@ async def retry_failure(
 async def test_a_retried_tool_call_checks_for_a_cancel_first(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
-    command = "echo run >> attempts.txt; sleep 3501"
+    sleep = unique_sleep(3501)
+    # The first attempt sleeps until the worker dies; once the cancel is sent, the command
+    # would end at once, and what it wrote would land.
+    command = f"echo run >> attempts.txt; [ -f cancel-sent ] || {sleep}"
     model = script({"tool_calls": [{"name": "bash", "arguments": {"command": command}}]})
 
     async def running() -> None:
-        await wait_for(lambda: bool(processes_matching("sleep 3501")), what="the command")
+        await wait_for(lambda: bool(processes_matching(sleep)), what="the command")
 
     async with worker_killed_after(settings, workspace, running):
         task_id = await client.spawn_task("general", "x", model=model)
     await client.cancel_task(task_id, wait=False)
+    (workspace / "cancel-sent").touch()
 
     failure = await retry_failure(temporal_client, settings, workspace, task_id)
     assert "the task was cancelled; not running the tool call" in failure
-    assert (workspace / "attempts.txt").read_text().count("run") == 1
-    assert not processes_matching("sleep 3501")
+    # the retry ran no command, and the killed attempt's write died with it
+    assert not (workspace / "attempts.txt").exists()
+    assert not processes_matching(sleep)
 
     async with create_worker(temporal_client, settings):
         info = await client.check_task(task_id, wait=True, timeout=CEILING)

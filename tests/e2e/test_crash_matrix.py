@@ -3,11 +3,11 @@
 Each case runs its own fake OpenAI server and worker subprocess on its own task queue,
 kills the worker at one phase (mid model stream, mid tool call, mid local read, while
 paused for an approval, between turns), starts a new worker process, and checks that
-the task ends with the right answer, that tool side effects happened once (only a call
-that was in flight at the kill may run twice) and that no turn the history had recorded
-was sent to the model again. The last test is a small run of ``bench/bench_faults.py``'s load: 12
-tasks, a 10 % 5xx rate and a kill. All of them run concurrently in one module fixture;
-each test asserts on its own part.
+the task ends with the right answer, that tool side effects happened once (a call that
+was in flight at the kill runs again, but what its killed attempt wrote never lands) and
+that no turn the history had recorded was sent to the model again. The last test is a
+small run of ``bench/bench_faults.py``'s load: 12 tasks, a 10 % 5xx rate and a kill. All
+of them run concurrently in one module fixture; each test asserts on its own part.
 
 A SIGKILLed activity is noticed by its heartbeat timeout (15 s for a model turn, 10 s
 for a tool call); a workflow task started on the dead worker by its 10 s workflow task
@@ -37,6 +37,8 @@ from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer
 
 from ..helpers import CEILING
+from ..helpers.processes import processes_matching, unique_sleep
+from ..helpers.providers import activity_runs
 from ..helpers.tasks import give_to_tool_user
 
 SIDE = "side.txt"
@@ -175,26 +177,32 @@ class ModelCall(Phase):
 
 
 class ToolCall(Phase):
-    """The worker dies while bash runs turn 2's ``sleep``."""
+    """The worker dies while bash runs turn 2's ``sleep``.
+
+    The first attempt sleeps until the worker is killed; the retry finds the file the
+    test writes after the kill and goes on at once.
+    """
 
     name = "tool_call"
     turns = 3
-    # The killed attempt had written "two"; its sleep died with the worker, so only the
-    # retry writes "two-done".
-    expect_side = {"one": 1, "two": 2, "two-done": 1}
+    # The killed attempt had written "two", which died with it (what a command writes
+    # lands when it ends): the retry writes "two" and "two-done", once each.
+    expect_side = {"one": 1, "two": 1, "two-done": 1}
     expect_requests = 3
     tool_results = ["one", "two-done"]
+    sleep = unique_sleep(3602)
+    killed = "worker-killed"
 
     def script(self, srv: FakeOpenAIServer) -> None:
         srv.add_reply(tool_calls=append("one"))
-        srv.add_reply(
-            tool_calls=bash(f"echo two >> {SIDE}; sleep 2.5; echo two-done | tee -a {SIDE}")
-        )
+        command = f"echo two >> {SIDE}; [ -f {self.killed} ] || {self.sleep}"
+        srv.add_reply(tool_calls=bash(f"{command}; echo two-done | tee -a {SIDE}"))
         srv.add_reply(text=self.result)
 
     async def kill(self, ctx: CaseContext) -> None:
-        await wait_until(lambda: ctx.side()["two"] == 1, "the sleep to start")
+        await wait_until(lambda: bool(processes_matching(self.sleep)), "the sleep to start")
         await ctx.kill()
+        (ctx.workspace / self.killed).touch()
 
 
 class Paused(Phase):
@@ -504,7 +512,8 @@ async def test_worker_sigkill_at(phase: str, runs: dict[str, Any], temporal_clie
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == spec.result
     assert info.turns == spec.turns
-    # Tool side effects: once per call; twice only for the call in flight at the kill.
+    # Tool side effects: once per call. A call in flight at the kill runs again, but what
+    # its killed attempt wrote never lands.
     assert dict(case.side) == spec.expect_side
     # The model: turns the history had recorded are never sent again.
     assert len(case.requests) == spec.expect_requests, case.outcomes
@@ -519,6 +528,11 @@ async def test_worker_sigkill_at(phase: str, runs: dict[str, Any], temporal_clie
         # the retry sent exactly the conversation of the attempt that died
         assert conversation(case.requests[1]) == conversation(case.requests[2])
         assert case.killed_after == ["model_turn", "run_tool"]
+    if phase == "tool_call":
+        # killed while the call ran: its turn was recorded, its result not; it ran again
+        assert case.killed_after == ["model_turn", "run_tool", "model_turn"]
+        runs = await activity_runs(temporal_client, case.task_id)
+        assert [r.attempt for r in runs if r.activity == "run_tool"] == [1, 2]
     if phase == "local_read":
         assert isinstance(spec, LocalRead)
         assert case.killed_after == ["model_turn", "run_tool", "model_turn"]

@@ -22,6 +22,7 @@ from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer
 
+from ..helpers.processes import processes_matching, unique_sleep
 from ..helpers.tasks import give_to_tool_user
 
 MODEL = "openai:gpt-drain"
@@ -178,22 +179,26 @@ async def test_sigterm_during_a_long_tool_call_hands_it_back_at_once(
     tool heartbeat timeout (10 s); the killed attempt's command never finishes."""
     async with FakeOpenAIServer() as srv:
         ops = Deployment(tmp_path, dev_server, temporal_client, srv)
-        command = "echo start >> side.txt; sleep 30; echo end >> side.txt"
+        sleep = unique_sleep(600)
+        command = f"echo start >> side.txt; {sleep}; echo end >> side.txt"
         srv.add_reply(tool_calls=[{"name": "bash", "arguments": {"command": command}}])
         srv.add_reply(text="done")
-        side = ops.workspace / "side.txt"
         try:
             await ops.workers[0].start()
             task_id = await ops.client.spawn_task("general", "drain a tool", model=MODEL)
-            await wait_for(side.exists, "the command to start")
+            await wait_for(lambda: processes_matching(sleep), "the command to start")
+            first = set(processes_matching(sleep))
             sent = await ops.stop_first()
-            await wait_for(lambda: side.read_text().count("start") == 2, "the second attempt", 20)
+            await wait_for(lambda: set(processes_matching(sleep)) - first, "the second attempt", 20)
             restarted = time.monotonic() - sent
+            # killed with its worker, long before its sleep could end
+            await wait_for(lambda: not first & set(processes_matching(sleep)), "the first to die")
             await ops.client.cancel_task(task_id)  # no need to wait out the sleep
         finally:
             ops.close()
     assert restarted < DRAIN + 3, f"the call restarted {restarted:.1f} s after SIGTERM"
-    assert "end" not in side.read_text()
+    side = ops.workspace / "side.txt"
+    assert "end" not in (side.read_text() if side.exists() else "")
     calls = started_attempts(await ops.history(task_id), "run_tool")
     assert [attempt for attempt, _ in calls] == [2]
     assert calls[0][1].application_failure_info.type == "WorkerShutdown"

@@ -34,10 +34,9 @@ from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
-from ..helpers.processes import wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import give_to_tool_user, script
 
-SIDE = "side.txt"
 SLOW_ANSWER = " ".join(f"word{i}" for i in range(12))
 
 
@@ -66,8 +65,11 @@ async def slow_model(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenA
             await close_providers()
 
 
-def sleeper(name: str) -> str:
-    command = f"echo '{name} start' >> {SIDE}; sleep 2; echo '{name} slept' | tee -a {SIDE}"
+def sleeper(name: str, sleep: str) -> str:
+    """A task whose one call writes ``side-<name>.txt`` (a file of its own: concurrent
+    calls that change one file conflict, as their writes land when each ends)."""
+    side = f"side-{name}.txt"
+    command = f"echo '{name} start' >> {side}; {sleep}; echo '{name} slept' | tee -a {side}"
     return script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
         {"text": "tool said: {last_tool_result}"},
@@ -75,8 +77,9 @@ def sleeper(name: str) -> str:
 
 
 def side_effects(workspace: Path) -> Counter[str]:
-    path = workspace / SIDE
-    return Counter(path.read_text().splitlines() if path.exists() else [])
+    return Counter(
+        line for f in workspace.glob("side-*.txt") for line in f.read_text().splitlines()
+    )
 
 
 async def take_down(server: DevServer, how: str) -> None:
@@ -108,14 +111,15 @@ async def test_tasks_survive_a_server_restart_on_the_same_db(
     client = SubagentClient(
         temporal, task_queue=settings.task_queue, blob_store=settings.blob_store()
     )
-    approved = f"echo 'approved ran' | tee -a {SIDE}"
+    approved = "echo 'approved ran' | tee -a side-approved.txt"
     asks = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": approved}}]},
         {"text": "after approval: {last_tool_result}"},
     )
     async with create_worker(temporal, settings):
+        sleeps = [unique_sleep(2) for _ in range(3)]
         sleepers = [
-            await client.spawn_task("general", f"sleep {i}", model=sleeper(f"s{i}"))
+            await client.spawn_task("general", f"sleep {i}", model=sleeper(f"s{i}", sleeps[i]))
             for i in range(3)
         ]
         streaming = await client.spawn_task("general", "answer slowly", model="openai:gpt-slow")
@@ -124,9 +128,17 @@ async def test_tasks_survive_a_server_restart_on_the_same_db(
         )
         before = await client.check_task(paused, wait=True, timeout=CEILING)
         assert before.status == TaskStatus.PAUSED and before.pause_id
-        await wait_for(
-            lambda: all(side_effects(workspace)[f"s{i} start"] for i in range(3)), what="sleeps"
-        )
+        started: set[int] = set()
+
+        def all_started() -> bool:
+            # running now, or its writes landed: ended already (on a slow machine)
+            effects = side_effects(workspace)
+            started.update(
+                i for i in range(3) if processes_matching(sleeps[i]) or effects[f"s{i} start"]
+            )
+            return len(started) == 3
+
+        await wait_for(all_started, what="sleeps")
         await wait_for(
             lambda: len(slow_model.requests) == 1 and slow_model.completed_streams == 0,
             what="the slow stream to start",

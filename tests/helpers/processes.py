@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import secrets
 import time
 from pathlib import Path
 
@@ -39,6 +40,17 @@ def processes_matching(text: str) -> list[int]:
         if cmdline.startswith(text):
             pids.append(int(entry.name))
     return pids
+
+
+def unique_sleep(seconds: int) -> str:
+    """A ``sleep`` of about ``seconds`` whose command line no other test's command starts with.
+
+    A command's writes reach the workspace only once it has ended, so a test knows it
+    runs by its process: ``processes_matching(unique_sleep(...))`` counts this test's
+    commands alone, beside other xdist processes and other checkouts running the same
+    test on the machine.
+    """
+    return f"sleep {seconds}.{secrets.randbelow(10**6):06d}"
 
 
 async def wait_for(predicate, timeout: float = CEILING, what: str = "condition") -> None:  # type: ignore[no-untyped-def]

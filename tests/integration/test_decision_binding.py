@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -34,7 +35,8 @@ from durable_subagents.tools import (
 from durable_subagents.tools._decorator import DecidedPath
 from durable_subagents.workflows._tool_calls import TOOL_CALLS_AT_ONCE
 
-from ..helpers import CEILING
+from ..helpers import CEILING, eventually
+from ..helpers.processes import processes_matching, unique_sleep
 from ..helpers.tasks import give_to_tool_user, script
 
 HOOK = "#!/bin/sh\ntouch {marker}\n"
@@ -45,15 +47,17 @@ def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def swap_turn(swap: str, *targets: dict[str, Any]) -> dict[str, Any]:
+def swap_turn(swap: str, fill: str, *targets: dict[str, Any]) -> dict[str, Any]:
     """One turn: ``swap`` runs after the targets were judged and before they run.
 
     A task runs ``TOOL_CALLS_AT_ONCE`` calls at once and the rest wait, in order, for a
-    free slot. The first slots go to calls that end only once the swap is done, the last
-    to the swap itself: every target waits until one of them ends, so it runs after the
-    swap, while the workflow judged it on the tree the model turn saw.
+    free slot. The first slots go to calls that sleep (``fill``) until the test, having
+    seen the swap land in the workspace, ends their sleep; the last to the swap itself:
+    every target waits until one of them ends, so it runs after the swap, while the
+    workflow judged it on the tree the model turn saw. (A running command sees no file
+    another call writes: that lands once the other command has ended.)
     """
-    wait = "for i in $(seq 400); do [ -e swapped ] && break; sleep 0.05; done; echo waited"
+    wait = f"{fill}; echo waited"
     fillers = [tool_call("bash", command=wait) for _ in range(TOOL_CALLS_AT_ONCE - 1)]
     return {
         "tool_calls": [
@@ -110,6 +114,7 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
     (workspace / "secrets" / "key.txt").write_text(f"{SECRET}\n")
     give_to_tool_user(workspace)  # as a user's checkout is: bash may change it
     swap = "rm -rf cfg hk decoy && ln -s .git cfg && ln -s .git/hooks hk && ln -s secrets decoy"
+    fill = unique_sleep(600)
     fsmonitor = f"[core]\n\tfsmonitor = touch {marker}\n"
     task_id = await client.spawn_task(
         "general",  # dont_ask: these calls run without a pause
@@ -117,6 +122,7 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
         model=script(
             swap_turn(
                 swap,
+                fill,
                 tool_call("write_file", path="cfg/config", content=fsmonitor),
                 tool_call(
                     "write_file", path="hk/post-checkout", content=HOOK.format(marker=marker)
@@ -133,6 +139,11 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
         # the model turn would run them before it answers, on the tree it judged them on).
         token_budget=10**9,
     )
+    fillers = TOOL_CALLS_AT_ONCE - 1
+    await eventually(lambda: len(processes_matching(fill)) == fillers, "the fillers to run")
+    await eventually((workspace / "swapped").exists, "the swap to land")
+    for pid in processes_matching(fill):
+        os.kill(pid, signal.SIGTERM)  # the fillers go on to their echo and free their slots
     info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info
     outputs = [m for m in await client.get_transcript(task_id) if m.role == "tool"]

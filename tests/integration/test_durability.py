@@ -28,7 +28,7 @@ from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
-from ..helpers.processes import processes_matching, wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.providers import fake_provider
 from ..helpers.tasks import script
 
@@ -207,10 +207,17 @@ async def test_cancel_closes_a_streaming_model_call(
 async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
+    first, second = unique_sleep(3401), unique_sleep(3402)
+    # The retry knows itself by a file the test writes once the worker is dead: a file the
+    # killed attempt wrote never lands.
     command = (
-        "if [ -f marker ]; then echo second-attempt; "
-        "else touch marker; sleep 3401 & sleep 3402; wait; fi"
+        "if [ -f worker-killed ]; then echo second-attempt; "
+        f"else touch marker; {first} & {second}; wait; fi"
     )
+
+    def sleeping() -> list[int]:
+        return processes_matching(first) + processes_matching(second)
+
     model = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
         {"text": "tool said: {last_tool_result}"},
@@ -238,17 +245,20 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
     )
     try:
         task_id = await client.spawn_task("general", "crash me", model=model)
-        await wait_for(lambda: len(processes_matching("sleep 340")) >= 2, what="sleeps to start")
+        await wait_for(lambda: len(sleeping()) == 2, what="sleeps to start")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        await wait_for(lambda: not processes_matching("sleep 340"), what="tool processes to die")
+        await wait_for(lambda: not sleeping(), what="tool processes to die")
     finally:
         if proc.poll() is None:
             proc.kill()
+    (workspace / "worker-killed").touch()
     async with create_worker(temporal_client, settings):
         info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.COMPLETED, info.error
     assert "second-attempt" in (info.result or "")
+    # what the killed attempt wrote died with it
+    assert not (workspace / "marker").exists()
 
 
 async def test_oversized_input_fails_the_task_clearly(

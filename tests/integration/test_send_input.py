@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
-from ..helpers.processes import wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import script
 
 
@@ -58,13 +60,18 @@ def conversation(messages: list[Message]) -> list[tuple[str, str]]:
 
 
 async def test_input_while_a_tool_runs_joins_at_the_next_turn_boundary(
-    client: SubagentClient, worker: None, workspace: Path
+    client: SubagentClient, worker: None
 ) -> None:
-    model = script(bash("touch started; sleep 1.5; echo slept"), {"text": "finished"})
+    # The command sleeps until the test ends its sleep: the input surely arrives while
+    # the call runs, however slow the machine.
+    sleep = unique_sleep(600)
+    model = script(bash(f"{sleep}; echo slept"), {"text": "finished"})
     task_id = await client.spawn_task("general", "work", model=model)
-    await wait_for(lambda: (workspace / "started").exists(), what="the tool to start")
+    await wait_for(lambda: processes_matching(sleep), what="the tool to start")
     info = await client.send_input(task_id, "also check the tests")
     assert info.status == TaskStatus.RUNNING and info.turns == 1
+    [pid] = processes_matching(sleep)
+    os.kill(pid, signal.SIGTERM)  # the call goes on to its echo and ends
     done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.result == "finished" and done.turns == 2
     talk = conversation(await client.get_transcript(task_id))

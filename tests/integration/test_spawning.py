@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.providers import SCRIPTS
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
 from ..helpers import CEILING
-from ..helpers.processes import processes_matching, wait_for
-from ..helpers.tasks import give_to_tool_user, script
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
+from ..helpers.tasks import script
 
 
 def spawn(agent: str, prompt: str, model: str) -> dict:  # type: ignore[type-arg]
@@ -203,27 +204,39 @@ async def test_a_token_budget_stops_the_task(client: SubagentClient, worker: Non
         await client.spawn_task("explore", "x", token_budget=0)
 
 
+async def scheduled_tool_calls(temporal: Client, task_id: str) -> int:
+    """``run_tool`` activities the task's history ever scheduled (started or not)."""
+    return sum(
+        [
+            e.activity_task_scheduled_event_attributes.activity_type.name == RUN_TOOL_ACTIVITY
+            async for e in temporal.get_workflow_handle(task_id).fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+    )
+
+
 async def test_a_childs_tool_calls_run_two_at_once_so_a_tree_cannot_fill_the_tool_slots(
-    lead: SubagentClient, worker: None, workspace: Path
+    lead: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
     """A subagent's child runs 2 tool calls at once (its parent 8): a task and its 16
     children hold at most 40 of a worker's 100 tool slots."""
-    (workspace / "started").mkdir()
-    give_to_tool_user(workspace / "started")
-    command = "mktemp started/XXXXXX >/dev/null; sleep 3911"
-    sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": command}}] * 5}
+    sleep = unique_sleep(3911)
+    sleeps = {"tool_calls": [{"name": "bash", "arguments": {"command": sleep}}] * 5}
     model = script(spawn("general", "sleep", script(sleeps)), WAIT)
     task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
-    await wait_for(lambda: len(list((workspace / "started").iterdir())) == 2, what="two calls")
-    await asyncio.sleep(2)  # time for more calls to start, if they could
-    assert len(list((workspace / "started").iterdir())) == 2
+    await wait_for(lambda: len(processes_matching(sleep)) >= 2, what="two calls")
     [child] = await lead.list_tasks(parent_id=task_id)
     assert child.status == TaskStatus.RUNNING
+    # The turn's five calls were decided in one workflow task, which scheduled two: the
+    # other three wait in the workflow, holding no slot of the worker's.
+    assert await scheduled_tool_calls(temporal_client, child.id) == 2
+    assert len(processes_matching(sleep)) == 2
     info = await lead.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     assert (await lead.check_task(child.id)).status == TaskStatus.CANCELLED
-    await wait_for(lambda: not processes_matching("sleep 3911"), what="the sleeps to end")
-    assert len(list((workspace / "started").iterdir())) == 2  # the queued three never ran
+    await wait_for(lambda: not processes_matching(sleep), what="the sleeps to end")
+    # the queued three never ran: the child's whole history scheduled two calls
+    assert await scheduled_tool_calls(temporal_client, child.id) == 2
 
 
 async def test_children_answering_at_length_cannot_fail_their_parent(

@@ -27,7 +27,7 @@ from durable_subagents.workflows._tool_calls import TOOL_CALLS_AT_ONCE
 
 from .. import stall_worker
 from ..helpers import CEILING
-from ..helpers.tasks import give_to_tool_user, script
+from ..helpers.tasks import script
 from ..stall_worker import RELEASE, hang
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,27 +179,19 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
     """A worker's tool calls have slots of their own: 600-second commands a
     prompt-injected task starts (its children's too) can fill those, but every other
     task's model turns still start at once."""
-    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.enums.v1 import EventType, PendingActivityState
 
-    from ..helpers.processes import processes_matching
-
-    workspace = settings.workspace
-    assert workspace is not None
-    (workspace / "started").mkdir()
-    give_to_tool_user(workspace / "started")
-
-    def running() -> int:
-        return len(list((workspace / "started").iterdir()))
+    from ..helpers.processes import processes_matching, unique_sleep
 
     small = settings.model_copy(update={"max_activities": 2, "max_tool_calls": 2})
-    command = "mktemp started/XXXXXX >/dev/null; sleep 3907"
-    sleeps = [{"name": "bash", "arguments": {"command": command, "timeout": 600}}] * 4
+    sleep = unique_sleep(3907)
+    sleeps = [{"name": "bash", "arguments": {"command": sleep, "timeout": 600}}] * 4
     client.agents["attacker"] = AgentSpec(name="attacker", permission_mode="dont_ask")
     async with create_worker(temporal_client, small):
         attacker = await client.spawn_task(
             "attacker", "x", model=script({"tool_calls": sleeps}, {"text": "never"})
         )
-        await _until(lambda: running() == 2, CEILING, "two sleeps")
+        await _until(lambda: len(processes_matching(sleep)) >= 2, CEILING, "two sleeps")
         started = time.monotonic()
         bystanders = [
             await client.spawn_task("explore", f"b{i}", model=script({"text": f"ok {i}"}))
@@ -210,7 +202,14 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
             assert info.status == TaskStatus.COMPLETED and info.result == f"ok {i}"
         assert time.monotonic() - started < 10
         # the attacker's calls fill the tool slots: two run, two wait their turn
-        assert running() == 2
+        assert len(processes_matching(sleep)) == 2
+        desc = await temporal_client.get_workflow_handle(attacker).describe()
+        assert sorted(p.state for p in desc.raw_description.pending_activities) == [
+            PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED,
+            PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED,
+            PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
+            PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
+        ]
         queues = [
             e.activity_task_scheduled_event_attributes.task_queue.name
             async for e in temporal_client.get_workflow_handle(attacker).fetch_history_events()
@@ -219,7 +218,7 @@ async def test_tool_calls_that_fill_their_slots_never_delay_another_tasks_model_
         ]
         assert queues == [f"{settings.task_queue}-tools"] * 4
         assert (await client.cancel_task(attacker)).status == TaskStatus.CANCELLED
-        await _until(lambda: not processes_matching("sleep 3907"), CEILING, "the sleeps to end")
+        await _until(lambda: not processes_matching(sleep), CEILING, "the sleeps to end")
 
 
 STORM_DIRS = 300
