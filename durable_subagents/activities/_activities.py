@@ -616,6 +616,7 @@ class SubagentActivities:
             workspace_fd=workspace.fd,
             overlay_dir=self.overlay_dir,
             hold=input.protected_changes,
+            handing_back=activity.is_worker_shutdown,
         )
 
     def workspace(self, requested: str | None) -> HeldWorkspace:

@@ -84,8 +84,13 @@ async def _pump(
                 log.exception("on_output callback failed")
 
 
-async def _finish(proc: SandboxedProcess, reader: asyncio.Task[None], *, grace: float) -> None:
-    """Kill what is left of the command, wait for it to exit and collect its last output."""
+async def _finish(
+    proc: SandboxedProcess, reader: asyncio.Task[None], *, grace: float, discard: bool = False
+) -> None:
+    """Kill what is left of the command, wait for it to exit and collect its last output.
+
+    Then its changes land (``release``), or, ``discard``, are dropped unread.
+    """
     proc.kill()
     try:
         await asyncio.wait_for(proc.exited(), _REAP_LIMIT)
@@ -93,7 +98,7 @@ async def _finish(proc: SandboxedProcess, reader: asyncio.Task[None], *, grace: 
         log.warning("sandboxed process %s did not exit after SIGKILL", proc.pid)
     await asyncio.wait({reader}, timeout=grace)
     reader.cancel()
-    await proc.release()
+    await (proc.discard() if discard else proc.release())
 
 
 @tool
@@ -144,9 +149,12 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
             f"command timed out after {timeout:g}s" + (f"\n{partial}" if partial else "")
         ) from None
     except asyncio.CancelledError:
-        # Activity cancellation: nothing the command started may keep running.
+        # Activity cancellation: nothing the command started may keep running. What it
+        # changed lands, unless the call is handed back (its worker is stopping): then
+        # the attempt that runs it again starts from the workspace as it was.
         proc.kill()
-        await asyncio.shield(_finish(proc, reader, grace=0))
+        handed_back = ctx.handing_back is not None and ctx.handing_back()
+        await asyncio.shield(_finish(proc, reader, grace=0, discard=handed_back))
         raise
     finally:
         exited.cancel()

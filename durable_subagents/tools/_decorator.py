@@ -93,6 +93,8 @@ class ToolContext:
             for a person's decision), ``refuse``, or ``apply`` (``protected`` empty).
         landings: What became of each command's changes (``spawn_sandboxed`` adds
             them), for the call's result.
+        handing_back: Whether a cancelled call is being handed back to be run again
+            (its worker is stopping): a command's changes are then dropped, not landed.
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller, and the workspace's descriptor, which
@@ -117,6 +119,7 @@ class ToolContext:
     overlay_dir: Path | None = None
     hold: str = "pause"
     landings: list[Any] = field(default_factory=list)
+    handing_back: Callable[[], bool] | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -151,6 +154,7 @@ class ToolContext:
         state["on_output"] = None
         state["workspace_fd"] = None
         state["landings"] = []
+        state["handing_back"] = None
         del state["_stop"]
         return state
 
