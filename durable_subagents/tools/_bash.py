@@ -109,11 +109,13 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
     together. There is no input (programs that prompt get end-of-file) and no terminal.
     Each call starts a fresh shell: `cd`, variables and background jobs do not carry
     over, and anything the command leaves running in the background is stopped when it
-    finishes. Commands run in a sandbox: only the workspace is writable (`.git`,
-    `.claude` and similar entries are read-only), `/tmp` is private and emptied after
-    each call, there is no network unless this agent allows it, and processes, memory,
-    file size and CPU time are limited. A non-zero exit status is appended as
-    `[exit code N]`. Output over 30000
+    finishes. Commands run in a sandbox: what a command writes in the workspace reaches
+    it when the command ends, except changes under `.git`, `.claude` and similar
+    protected paths (at any depth), which wait for a person or are refused, and files
+    changed meanwhile by others, which are kept; the result then says so. `/tmp` is
+    private and emptied after each call, there is no network unless this agent allows
+    it, and processes, memory, file size and CPU time are limited. A non-zero exit
+    status is appended as `[exit code N]`. Output over 30000
     characters keeps its beginning and end with `[... N characters truncated ...]`
     between them: filter long output (`| tail -50`, `grep`) to see what matters.
 
