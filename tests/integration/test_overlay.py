@@ -7,6 +7,7 @@ the host's files.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import stat
@@ -432,3 +433,56 @@ async def test_calls_at_once_land_each_their_own(ws: Path) -> None:
     conflicts = [landing for landing in landings if landing and "all" in landing.conflicts]
     assert len(conflicts) == 5
     assert (ws / "all").read_text() in {f"{i}\n" for i in range(6)}
+
+
+# ---------------------------------------------------------------- a full filesystem
+
+
+@contextmanager
+def small_filesystem(where: Path, inodes: int) -> Iterator[Path]:
+    """A tmpfs of ``inodes`` inodes at ``where`` (root mounts it; the tests run as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem takes root")
+    where.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size=8m,nr_inodes={inodes},mode=0711", "tmpfs", where],
+        check=True,
+    )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", where], check=False)
+
+
+async def test_a_command_that_fills_its_overlay_lands_what_it_made_and_nothing_protected(
+    ws: Path, tmp_path: Path
+) -> None:
+    """The red team filled a filesystem's inodes so that nothing guarded ``.claude``.
+    Now a full upper layer only stops the command's own writes."""
+    with small_filesystem(tmp_path / "small", 40) as small:
+        _, landing = await run(
+            ws,
+            "mkdir -p .claude/agents && echo evil > .claude/agents/x.md; "
+            "for i in $(seq 200); do echo $i > f$i 2>/dev/null || break; done; "
+            "echo evil > .claude/agents/y.md; ls | wc -l",
+            overlay_dir=small / "overlays",
+        )
+        assert os.listdir(small / "overlays") == []
+    made = [name for name in os.listdir(ws) if name.startswith("f")]
+    assert 0 < len(made) < 200  # the upper layer filled up
+    assert not (ws / ".claude").exists()
+    assert ".claude" in [h.path for h in landing.held]
+
+
+async def test_no_command_runs_where_its_overlay_cannot_be_made(ws: Path, tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "small", 3) as small:
+        (small / "overlays").mkdir(mode=0o711)
+        for i in range(10):  # the task filled the filesystem's inodes first
+            with contextlib.suppress(OSError):
+                (small / f"fill{i}").touch()
+        ctx = context(ws, overlay_dir=small / "overlays")
+        with pytest.raises(ToolError) as refused:
+            await bash.run(ctx, {"command": "mkdir .claude && echo evil > .claude/x; echo ran"})
+    assert "cannot make a command's overlay" in str(refused.value)
+    assert "No space left on device" in str(refused.value)
+    assert os.listdir(ws) == []
