@@ -576,7 +576,7 @@ async def _check_started(proc: SandboxedProcess, launch: _Launch) -> None:
     """
     assert launch.started is not None
     try:
-        told = await asyncio.shield(asyncio.to_thread(_read_all, launch.started))
+        told = await asyncio.shield(_read_pipe(launch.started))
     except asyncio.CancelledError:
         proc.kill()
         await proc.exited()
@@ -597,11 +597,31 @@ async def _check_started(proc: SandboxedProcess, launch: _Launch) -> None:
     raise _StageFailed(message)
 
 
-def _read_all(fd: int) -> bytes:
-    """Everything written to pipe ``fd`` until its writers closed it."""
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
+async def _read_pipe(fd: int) -> bytes:
+    """Everything written to pipe ``fd`` until its writers closed it (on the event loop)."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    closed = loop.create_future()
+
+    def readable() -> None:
+        try:
+            while chunk := os.read(fd, 4096):
+                chunks.append(chunk)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            if not closed.done():
+                closed.set_exception(err)
+            return
+        if not closed.done():
+            closed.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await closed
+    finally:
+        loop.remove_reader(fd)
     return b"".join(chunks)
 
 
