@@ -118,8 +118,10 @@ class SubagentClient:
             agents: Extra agents (by name) besides the built-ins; when given, no agent
                 files are read.
             agents_dir: A project directory whose agent files (``.claude/agents``,
-                ``.opencode/agent[s]``) to load; default: the project the current
-                directory is in (see ``discover_agents``). A broken agent file is
+                ``.opencode/agent[s]``) to load. Default: those of the project root
+                above the current directory, the first directory with ``.git`` (else
+                the current directory itself; see ``find_project_root``); a
+                ``.claude`` below the root is never read. A broken agent file is
                 skipped with a warning; only a spawn of its agent fails.
             profile: The profile of Temporal's configuration file (when ``settings``
                 is not given); default ``TEMPORAL_PROFILE``, else ``default``.

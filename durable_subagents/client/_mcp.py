@@ -142,7 +142,8 @@ async def run_mcp(
         parent_id: Recorded on every task spawned; ``list_subagents`` shows only these.
             Default: a fresh ``mcp-xxxxxxxx`` per server process.
         agents_dir: A project whose agent files to offer besides the built-ins;
-            default: the project the current directory is in.
+            default: the project root above the current directory (the first with
+            ``.git``; see ``find_project_root``).
         default_wait: Seconds ``check_subagent`` blocks when the model gives no timeout;
             below the 60 s many MCP clients allow a tool call by default.
         approvals: ``"person"`` keeps ``approve_tool_calls`` from the model (see
