@@ -351,11 +351,13 @@ def test_agents_from_a_subdirectory_lists_the_roots_not_a_planted_one(tmp_path: 
     assert rows["explore"]["tools"] == ["read_file", "list_files", "grep"]
     assert rows["reviewer"]["source"] == str(project.resolve() / ".claude/agents/reviewer.md")
     assert listed.err == ""  # the planted file was not read: it would warn it replaces explore
-    # naming the directory is how to read it
-    chosen = ok(run("agents", "--json", "--agents-dir", str(src), env=_env(tmp_path)))
-    rows = {a["name"]: a for a in chosen.json()}
-    assert rows["explore"]["permission_mode"] == "dont_ask" and "reviewer" not in rows
-    assert f"{planted}: agent 'explore' replaces the built-in" in chosen.err
+    # naming the directory is how to read it: --agents-dir, or SUBAGENTS_AGENTS_DIR
+    for named in (["--agents-dir", str(src)], []):
+        env = _env(tmp_path, **({} if named else {"SUBAGENTS_AGENTS_DIR": str(src)}))
+        chosen = ok(run("agents", "--json", *named, env=env, cwd=project))
+        rows = {a["name"]: a for a in chosen.json()}
+        assert rows["explore"]["permission_mode"] == "dont_ask" and "reviewer" not in rows
+        assert f"{planted}: agent 'explore' replaces the built-in" in chosen.err
 
 
 def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> None:

@@ -120,6 +120,11 @@ async def test_connect_with_agents_dir_reads_the_directory_named(
     client = await SubagentClient.connect(settings=settings, agents_dir=project / "src")
     assert set(client.agents) == {"explore"}
     assert client.agents["explore"].permission_mode == "dont_ask"
+    # SUBAGENTS_AGENTS_DIR, read into the settings, names it too; the keyword wins
+    named = settings.model_copy(update={"agents_dir": project / "src"})
+    assert set((await SubagentClient.connect(settings=named)).agents) == {"explore"}
+    client = await SubagentClient.connect(settings=named, agents_dir=project)
+    assert set(client.agents) == {"reviewer"}
 
 
 async def test_explicit_agents_win_over_files(settings: Settings, tmp_path: Path) -> None:

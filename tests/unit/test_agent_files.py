@@ -23,6 +23,7 @@ from durable_subagents.agents import (
     scan_agents,
 )
 from durable_subagents.agents._file_formats import MODEL_PROVIDERS
+from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 
 from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, PLANTED_EXPLORE, write
@@ -633,6 +634,17 @@ def test_without_a_repository_only_the_start_directory_is_read(tmp_path: Path) -
     assert find_project_root(outer / "inner") == outer / "inner"
     assert discover_agents(outer / "inner", warnings=[]) == {}
     assert discover_agents(outer / "gone", warnings=[]) == {}
+
+
+def test_subagents_agents_dir_names_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUBAGENTS_AGENTS_DIR", str(tmp_path))
+    assert Settings().agents_dir == tmp_path
+    monkeypatch.setenv("SUBAGENTS_AGENTS_DIR", " ")
+    assert Settings().agents_dir is None  # blank is unset, not the current directory
+    monkeypatch.delenv("SUBAGENTS_AGENTS_DIR")
+    assert Settings().agents_dir is None
 
 
 def test_sandbox_fields_in_front_matter(tmp_path: Path) -> None:
