@@ -131,6 +131,13 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
     """Root the file tools are jailed to (worker side). Default: the current directory."""
+    agents_dir: Path | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_AGENTS_DIR", "agents_dir")
+    )
+    """Client side: the project whose agent files (``.claude/agents``,
+    ``.opencode/agent[s]``) clients offer besides the built-ins. Unset: those of the
+    project root above the current directory, the first directory with ``.git`` (else
+    the current directory itself); never a ``.claude`` below that root."""
     tool_sandbox: str = Field(
         "auto", validation_alias=AliasChoices("SUBAGENTS_TOOL_SANDBOX", "tool_sandbox")
     )
@@ -430,6 +437,7 @@ class Settings(BaseSettings):
     @field_validator(
         "profile",
         "config_file",
+        "agents_dir",
         "notify_url",
         "inbox_url",
         "deployment_name",

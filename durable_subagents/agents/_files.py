@@ -1,7 +1,8 @@
 """Custom agents from a project's Markdown files: found, loaded, and kept apart if broken.
 
 A project's agents live in ``.claude/agents``, ``.opencode/agent`` and
-``.opencode/agents`` (see ``_file_formats`` for what each file may say). Each file is
+``.opencode/agents`` of its root, the repository (``find_project_root``), never of a
+directory below it (see ``_file_formats`` for what each file may say). Each file is
 loaded on its own: a broken one is skipped with one warning naming the file and line,
 the others load, and only spawning the broken agent fails (``UnloadableAgent``), with
 the same message.
@@ -43,7 +44,10 @@ AGENT_DIRS: tuple[tuple[str, AgentFormat], ...] = (
 )
 """Where agents live under a project root, in load order (later files override)."""
 
-PROJECT_MARKERS = (".claude", ".opencode", ".git")
+ROOT_MARKER = ".git"
+"""What marks a project root: a repository's ``.git`` directory, or the ``.git`` file of a
+worktree or a submodule. ``.claude`` and ``.opencode`` mark nothing: a model that can
+write files can make them anywhere below the root."""
 
 
 class UnloadableAgent(AgentSpec):
@@ -183,26 +187,29 @@ def load_agents(
     return agents
 
 
-def find_project_root(start: str | os.PathLike[str] | None = None) -> Path | None:
-    """The project ``start`` (default: cwd) is in, or None.
+def find_project_root(start: str | os.PathLike[str] | None = None) -> Path:
+    """The project root of ``start`` (default: cwd): where its agent files are read.
 
-    That is the first directory from ``start`` upwards holding ``.claude``, ``.opencode``
-    or ``.git``: agents belong to the nearest project, not to every directory above it.
+    That is the first directory from ``start`` upwards holding ``.git`` (a directory, or
+    the file of a worktree or a submodule), as Claude Code reads the ``.claude`` of the
+    repository it runs in. With no ``.git`` above, it is ``start`` itself, never a
+    directory in between. A ``.claude`` or ``.opencode`` below the root is not a root:
+    it shadows nothing, and its files are never read.
     """
     here = Path(start if start is not None else Path.cwd()).resolve()
     for directory in (here, *here.parents):
-        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
+        if (directory / ROOT_MARKER).exists():
             return directory
-    return None
+    return here
 
 
 def discover_agents(
     start: str | os.PathLike[str] | None = None, *, warnings: list[str] | None = None
 ) -> dict[str, AgentSpec]:
-    """The agents of the project ``start`` (default: cwd) is in; see ``find_project_root``.
+    """The agents of the project root of ``start`` (default: cwd); see ``find_project_root``.
 
     Broken files are skipped with a warning and their agents are ``UnloadableAgent``s,
-    as in ``load_agents``.
+    as in ``load_agents``. A start directory that does not exist has no agents.
     """
     root = find_project_root(start)
-    return {} if root is None else load_agents(root, warnings=warnings)
+    return load_agents(root, warnings=warnings) if root.is_dir() else {}

@@ -68,7 +68,10 @@ AgentsDir = Annotated[
     Path | None,
     typer.Option(
         "--agents-dir",
-        help="Project with .claude/agents or .opencode/agent files [default: the current one]",
+        envvar="SUBAGENTS_AGENTS_DIR",
+        show_envvar=False,
+        help="Project with .claude/agents or .opencode/agent files [env SUBAGENTS_AGENTS_DIR; "
+        "the project root: the first directory up with .git, else the current one]",
     ),
 ]
 Workspace = Annotated[

@@ -299,18 +299,11 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
     from durable_subagents._terminal import shown
-    from durable_subagents.agents import (
-        ALL_TOOLS,
-        BUILTIN_AGENTS,
-        AgentFiles,
-        find_project_root,
-        scan_agents,
-    )
+    from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
     from durable_subagents.cli._render import plain_table
 
     try:
-        root = agents_dir or find_project_root()
-        found = scan_agents(root) if root is not None else AgentFiles()
+        found = scan_agents(agents_dir or find_project_root())
     except SubagentError as err:
         err_console.print(
             f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False

@@ -118,9 +118,12 @@ class SubagentClient:
             agents: Extra agents (by name) besides the built-ins; when given, no agent
                 files are read.
             agents_dir: A project directory whose agent files (``.claude/agents``,
-                ``.opencode/agent[s]``) to load; default: the project the current
-                directory is in (see ``discover_agents``). A broken agent file is
-                skipped with a warning; only a spawn of its agent fails.
+                ``.opencode/agent[s]``) to load. Default: the settings' ``agents_dir``
+                (``SUBAGENTS_AGENTS_DIR``), else the project root above the current
+                directory, the first directory with ``.git`` (else the current
+                directory itself; see ``find_project_root``); a ``.claude`` below the
+                root is never read. A broken agent file is skipped with a warning;
+                only a spawn of its agent fails.
             profile: The profile of Temporal's configuration file (when ``settings``
                 is not given); default ``TEMPORAL_PROFILE``, else ``default``.
 
@@ -141,6 +144,7 @@ class SubagentClient:
         elif address or namespace:
             settings = settings.model_copy(update={k: v for k, v in given.items() if v})
         if agents is None:
+            agents_dir = agents_dir if agents_dir is not None else settings.agents_dir
             agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
         client = await connect_temporal(settings)
         return cls(

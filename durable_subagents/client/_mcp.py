@@ -142,7 +142,8 @@ async def run_mcp(
         parent_id: Recorded on every task spawned; ``list_subagents`` shows only these.
             Default: a fresh ``mcp-xxxxxxxx`` per server process.
         agents_dir: A project whose agent files to offer besides the built-ins;
-            default: the project the current directory is in.
+            default: the settings' ``agents_dir``, else the project root above the
+            current directory (the first with ``.git``; see ``find_project_root``).
         default_wait: Seconds ``check_subagent`` blocks when the model gives no timeout;
             below the 60 s many MCP clients allow a tool call by default.
         approvals: ``"person"`` keeps ``approve_tool_calls`` from the model (see
@@ -152,6 +153,7 @@ async def run_mcp(
 
     A broken agent file is skipped with a warning; only a spawn of its agent fails.
     """
+    agents_dir = agents_dir if agents_dir is not None else settings.agents_dir
     agents = load_agents(agents_dir) if agents_dir is not None else discover_agents()
     async with stdio_server() as (read, write):
         tools = SubagentTools(

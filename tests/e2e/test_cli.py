@@ -25,6 +25,7 @@ from durable_subagents.testing._dev_server import missing_search_attributes, ser
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually
+from ..helpers.agent_files import CLAUDE_REVIEWER, PLANTED_EXPLORE, write
 from ..helpers.cli import CLI, _env, arun, failed, ok, run
 from ..helpers.tasks import give_to_tool_user, script
 
@@ -334,6 +335,29 @@ def test_agents_lists_the_builtins() -> None:
     agents = ok(run("agents", "--json", env=env)).json()
     assert [a["name"] for a in agents] == ["explore", "plan", "research", "general"]
     assert all(a["description"] and a["max_turns"] >= 1 for a in agents)
+
+
+def test_agents_from_a_subdirectory_lists_the_roots_not_a_planted_one(tmp_path: Path) -> None:
+    """`subagents agents` in `src/` reads the repository's agents, never `src/.claude`."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    write(project / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    planted = write(project / "src/.claude/agents/explore.md", PLANTED_EXPLORE)
+    src = project / "src"
+    listed = ok(run("agents", "--json", env=_env(tmp_path), cwd=src))
+    rows = {a["name"]: a for a in listed.json()}
+    assert list(rows) == ["explore", "plan", "research", "general", "reviewer"]
+    assert rows["explore"]["source"] == "built-in"
+    assert rows["explore"]["tools"] == ["read_file", "list_files", "grep"]
+    assert rows["reviewer"]["source"] == str(project.resolve() / ".claude/agents/reviewer.md")
+    assert listed.err == ""  # the planted file was not read: it would warn it replaces explore
+    # naming the directory is how to read it: --agents-dir, or SUBAGENTS_AGENTS_DIR
+    for named in (["--agents-dir", str(src)], []):
+        env = _env(tmp_path, **({} if named else {"SUBAGENTS_AGENTS_DIR": str(src)}))
+        chosen = ok(run("agents", "--json", *named, env=env, cwd=project))
+        rows = {a["name"]: a for a in chosen.json()}
+        assert rows["explore"]["permission_mode"] == "dont_ask" and "reviewer" not in rows
+        assert f"{planted}: agent 'explore' replaces the built-in" in chosen.err
 
 
 def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient
-from durable_subagents.agents import load_agents
+from durable_subagents.agents import BUILTIN_AGENTS, load_agents
 from durable_subagents.client import SubagentTools
 from durable_subagents.config import Settings
 
+from ..helpers.agent_files import PLANTED_EXPLORE, write
 from ..helpers.cli import _env
 from ..helpers.mcp import NAMES, call, mcp_session
 from ..helpers.tasks import script
@@ -93,6 +94,23 @@ async def test_tools_spawn_check_and_errors(
     assert info.parent_id == "mcp-test"
     log = (tmp_path / "mcp.err").read_text()
     assert "parent id mcp-test" in log and "Traceback" not in log
+
+
+async def test_started_below_the_root_offers_the_roots_agents_only(tmp_path: Path) -> None:
+    """Claude Code may start the server in ``src/``, where a model planted an ``explore``."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    write(project / ".claude/agents/reviewer.md", REVIEWER)
+    write(project / "src/.claude/agents/explore.md", PLANTED_EXPLORE)
+    env = _env(tmp_path)
+    args = ("--address", "127.0.0.1:1")
+    async with asyncio.timeout(20), mcp_session(tmp_path, env, *args, cwd=project / "src") as s:
+        [spawn] = [t for t in (await s.list_tools()).tools if t.name == "spawn_subagent"]
+    assert spawn.description is not None
+    assert spawn.input_schema["properties"]["agent"]["enum"] == [*BUILTIN_AGENTS, "reviewer"]
+    assert f"- explore: {BUILTIN_AGENTS['explore'].description}" in spawn.description
+    assert "Explores the code." not in spawn.description
+    assert "replaces the built-in" not in (tmp_path / "mcp.err").read_text()
 
 
 async def test_unreachable_temporal_still_lists_tools(tmp_path: Path) -> None:

@@ -53,10 +53,22 @@ def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
     return env
 
 
-def run(*args: str, env: dict[str, str], timeout: float = CEILING, stdin: str = "") -> Result:
+def run(
+    *args: str,
+    env: dict[str, str],
+    timeout: float = CEILING,
+    stdin: str = "",
+    cwd: Path | None = None,
+) -> Result:
     """Run the command, blocking: only where no in-process worker must make progress."""
     proc = subprocess.run(
-        [*CLI, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+        [*CLI, *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -15,13 +15,14 @@ from mcp.types import CallToolResult, TextContent
 
 @asynccontextmanager
 async def mcp_session(
-    tmp_path: Path, env: dict[str, str], *args: str
+    tmp_path: Path, env: dict[str, str], *args: str, cwd: Path | None = None
 ) -> AsyncIterator[ClientSession]:
+    """The server started in ``cwd`` (default ``tmp_path``), its stderr in ``mcp.err``."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "durable_subagents", "mcp", *args],
         env=env,
-        cwd=tmp_path,
+        cwd=cwd or tmp_path,
     )
     with (tmp_path / "mcp.err").open("w") as errlog:
         async with (

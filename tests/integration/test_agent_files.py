@@ -22,7 +22,7 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
 
 from ..helpers import CEILING
-from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, write
+from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, PLANTED_EXPLORE, write
 from ..helpers.tasks import script
 
 
@@ -79,6 +79,52 @@ async def test_connect_with_agents_dir_runs_a_file_agent(
     assert tool_msgs[1].is_error and "unknown tool 'list_files'" in tool_msgs[1].content
     assert not tool_msgs[2].is_error and "hay.txt" in tool_msgs[2].content
     assert info.result is not None and "hay.txt" in info.result
+
+
+async def test_connect_below_the_root_never_runs_a_planted_agent(
+    settings: Settings, worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model planted ``src/.claude/agents/explore.md`` (bash, dontAsk); a spawn from
+    ``src/`` runs the built-in read-only ``explore``, where bash is no tool at all."""
+    project = settings.workspace
+    assert project is not None
+    (project / ".git").mkdir()
+    write(project / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    write(project / "src/.claude/agents/explore.md", PLANTED_EXPLORE)
+    monkeypatch.chdir(project / "src")
+    client = await SubagentClient.connect(settings=settings)
+    assert set(client.agents) == {"reviewer"}
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "touch pwned src/pwned"}}]},
+        {"text": "done"},
+    )
+    task_id = await client.spawn_task("explore", "look around", model=model)
+    info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.pending_approvals == [] and info.result == "done"
+    transcript = await client.get_transcript(task_id)
+    system = transcript[0].content
+    assert system.startswith("You are an exploration agent") and "without asking" not in system
+    [tool_msg] = [m for m in transcript if m.role == "tool"]
+    assert tool_msg.is_error and "unknown tool 'bash'" in tool_msg.content
+    assert not (project / "pwned").exists() and not (project / "src/pwned").exists()
+
+
+async def test_connect_with_agents_dir_reads_the_directory_named(
+    settings: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    write(project / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    write(project / "src/.claude/agents/explore.md", PLANTED_EXPLORE)
+    client = await SubagentClient.connect(settings=settings, agents_dir=project / "src")
+    assert set(client.agents) == {"explore"}
+    assert client.agents["explore"].permission_mode == "dont_ask"
+    # SUBAGENTS_AGENTS_DIR, read into the settings, names it too; the keyword wins
+    named = settings.model_copy(update={"agents_dir": project / "src"})
+    assert set((await SubagentClient.connect(settings=named)).agents) == {"explore"}
+    client = await SubagentClient.connect(settings=named, agents_dir=project)
+    assert set(client.agents) == {"reviewer"}
 
 
 async def test_explicit_agents_win_over_files(settings: Settings, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from durable_subagents.agents import (
+    BUILTIN_AGENTS,
     AgentSpec,
     PermissionRule,
     discover_agents,
@@ -22,9 +23,10 @@ from durable_subagents.agents import (
     scan_agents,
 )
 from durable_subagents.agents._file_formats import MODEL_PROVIDERS
+from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 
-from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, write
+from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, PLANTED_EXPLORE, write
 
 # ---------------------------------------------------------------- Claude Code
 
@@ -583,6 +585,66 @@ def test_discovery_walks_up_to_the_project(tmp_path: Path, monkeypatch: pytest.M
     (deep / ".git").mkdir()
     write(deep / "NOTES.md", "# not an agent either\n")
     assert find_project_root(deep) == deep and discover_agents(deep) == {}
+
+
+def test_a_planted_agent_below_the_root_shadows_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that can write files plants a bash, dontAsk ``explore`` in ``src/``."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    write(project / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    write(project / "src/.claude/agents/explore.md", PLANTED_EXPLORE)
+    write(project / "src/.opencode/agent/helper.md", OPENCODE_DOCS)
+    src = project / "src"
+    assert find_project_root(src) == project
+    warnings: list[str] = []
+    agents = discover_agents(src, warnings=warnings)
+    monkeypatch.chdir(src)
+    assert discover_agents(warnings=[]) == agents
+    assert list(agents) == ["reviewer"]
+    assert resolve_agent("explore", agents) is BUILTIN_AGENTS["explore"]
+    # read, the planted file would have warned that it replaces the built-in
+    assert warnings == []
+    # a root's own .claude, though, may replace a built-in (and says so)
+    write(project / ".claude/agents/explore.md", PLANTED_EXPLORE)
+    agents = discover_agents(src, warnings=warnings)
+    assert resolve_agent("explore", agents).permission_mode == "dont_ask"
+    assert len(warnings) == 1 and "replaces the built-in 'explore'" in warnings[0]
+    assert str(project / ".claude/agents/explore.md") in warnings[0]
+
+
+def test_a_worktree_git_file_marks_the_root(tmp_path: Path) -> None:
+    worktree = tmp_path / "wt"
+    write(worktree / ".git", f"gitdir: {tmp_path / 'main/.git/worktrees/wt'}\n")
+    write(worktree / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    write(worktree / "src/pkg/.claude/agents/explore.md", PLANTED_EXPLORE)
+    assert find_project_root(worktree / "src/pkg") == worktree
+    assert list(discover_agents(worktree / "src/pkg", warnings=[])) == ["reviewer"]
+
+
+def test_without_a_repository_only_the_start_directory_is_read(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    write(outer / ".claude/agents/reviewer.md", CLAUDE_REVIEWER)
+    (outer / "inner").mkdir()
+    assert not any((d / ".git").exists() for d in (tmp_path, *tmp_path.parents))
+    assert find_project_root(outer) == outer
+    assert list(discover_agents(outer, warnings=[])) == ["reviewer"]
+    # from a directory below, no directory in between is walked up to
+    assert find_project_root(outer / "inner") == outer / "inner"
+    assert discover_agents(outer / "inner", warnings=[]) == {}
+    assert discover_agents(outer / "gone", warnings=[]) == {}
+
+
+def test_subagents_agents_dir_names_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUBAGENTS_AGENTS_DIR", str(tmp_path))
+    assert Settings().agents_dir == tmp_path
+    monkeypatch.setenv("SUBAGENTS_AGENTS_DIR", " ")
+    assert Settings().agents_dir is None  # blank is unset, not the current directory
+    monkeypatch.delenv("SUBAGENTS_AGENTS_DIR")
+    assert Settings().agents_dir is None
 
 
 def test_sandbox_fields_in_front_matter(tmp_path: Path) -> None:
