@@ -27,11 +27,14 @@ RUN pip install --no-cache-dir . opentelemetry-exporter-otlp-proto-http
 
 RUN groupadd --gid 10001 subagents \
     && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin subagents \
-    && mkdir /workspace \
-    && chown subagents:subagents /workspace
+    && mkdir /workspace /var/lib/subagents-overlays \
+    && chown subagents:subagents /workspace /var/lib/subagents-overlays
 USER 10001:10001
 
 ENV SUBAGENTS_WORKSPACE=/workspace
-VOLUME ["/workspace"]
+# Commands write to overlays here while they run: a volume, since overlayfs takes no
+# overlay (the container's own root) as an upper layer.
+ENV SUBAGENTS_OVERLAY_DIR=/var/lib/subagents-overlays
+VOLUME ["/workspace", "/var/lib/subagents-overlays"]
 ENTRYPOINT ["subagents"]
 CMD ["worker"]

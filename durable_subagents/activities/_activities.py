@@ -93,12 +93,13 @@ from durable_subagents.tools import (
     ToolContext,
     ToolRegistry,
 )
+from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._decorator import DecidedPath
 from durable_subagents.tools._limits import limit_mechanisms
 from durable_subagents.tools._overlay import sweep_at_start
 from durable_subagents.tools._processes import prestart_fork_server
-from durable_subagents.tools._sandbox import BASE_ENV
-from durable_subagents.tools._sandbox_host import sandbox_state, tool_user
+from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
+from durable_subagents.tools._sandbox_host import overlay_problem, sandbox_state, tool_user
 from durable_subagents.tools._workspace_paths import rule_path, written_path
 from durable_subagents.types import (
     Message,
@@ -212,6 +213,10 @@ class SubagentActivities:
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
+        if self.sandbox_state == "bwrap":
+            # Said once at start (and refused at every command) if it cannot work.
+            run_as = sandbox_host.tool_user(self.workspace_root, self.tool_user)
+            overlay_problem(overlay_dir_for(overlay_dir, run_as), run_as)
 
     # ------------------------------------------------------------------ model turn
 

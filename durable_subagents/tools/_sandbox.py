@@ -51,6 +51,7 @@ from durable_subagents.tools._sandbox_host import (
     SandboxUnavailable,
     bwrap_executable,
     detect_sandbox,
+    overlay_problem,
     tool_user,
     unreachable,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "BASE_ENV",
     "SANDBOX_PATH",
     "SandboxedProcess",
+    "overlay_dir_for",
     "spawn_sandboxed",
 ]
 
@@ -302,14 +304,14 @@ def _workspace_fd(profile: SandboxProfile) -> int:
     return os.open(profile.workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
-def _overlay_dir(profile: SandboxProfile, run_as: tuple[int, int] | None) -> Path:
-    """Where this call's overlay goes: somewhere its tool user can reach.
+def overlay_dir_for(configured: Path | None, run_as: tuple[int, int] | None) -> Path:
+    """Where a call's overlay goes: ``configured`` (or the default), if its user reaches it.
 
     Bubblewrap runs as the tool user and finds the overlay directory by name, so a
     root worker whose data directory the tool user may not enter (``/root/...``) puts
     its overlays in ``/var/tmp`` instead (said once in its log).
     """
-    configured = profile.overlay_dir or default_overlay_dir()
+    configured = configured or default_overlay_dir()
     if run_as is None:
         return configured
     # What is missing of it will be made passable (``overlay_root``).
@@ -433,8 +435,11 @@ def _stage(profile: SandboxProfile, used: str) -> _Stage | None:
                 "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
                 "run the worker as the workspace's owner"
             )
+        root = overlay_dir_for(profile.overlay_dir, run_as)
+        if (problem := overlay_problem(root, run_as)) is not None:
+            raise SandboxUnavailable(problem)
         try:
-            overlay = CallOverlay(_overlay_dir(profile, run_as), run_as, os.fstat(workspace_fd))
+            overlay = CallOverlay(root, run_as, os.fstat(workspace_fd))
         except OverlayUnavailable as err:
             raise SandboxUnavailable(str(err)) from None
     except BaseException:

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from durable_subagents.tools._overlay import CallOverlay
+from durable_subagents.tools._overlay import CallOverlay, OverlayUnavailable
 from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
 
@@ -28,6 +28,7 @@ __all__ = [
     "SandboxUnavailable",
     "bwrap_executable",
     "detect_sandbox",
+    "overlay_problem",
     "sandbox_state",
     "tool_user",
     "unreachable",
@@ -97,6 +98,82 @@ def _probe(exe: str) -> str | None:
             who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
             why = result.stderr.decode(errors="replace").strip() or result.returncode
             return f"{exe}{who}: {why}"
+    return None
+
+
+_overlays_checked: dict[tuple[Path, tuple[int, int] | None], str | None] = {}
+
+
+def overlay_problem(root: Path, run_as: tuple[int, int] | None) -> str | None:
+    """Why commands cannot write to overlays in ``root`` as ``run_as``; None if they can.
+
+    Probed once per directory and user, by a command that writes one file through an
+    overlay made there: overlayfs takes only some filesystems as an upper layer (not
+    another overlay, as a container's own root is, nor NFS).
+    """
+    key = (root, run_as)
+    with _lock:
+        if key in _overlays_checked:
+            return _overlays_checked[key]
+    problem = _probe_overlay(root, run_as)
+    with _lock:
+        _overlays_checked[key] = problem
+    if problem is not None:
+        log.error("bash and other command tools will be refused: %s", problem)
+    return problem
+
+
+def _probe_overlay(root: Path, run_as: tuple[int, int] | None) -> str | None:
+    exe = bwrap_executable()
+    if exe is None:
+        return None  # detect_sandbox says why
+    with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
+        os.chmod(tmp, 0o711)
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
+        if run_as is not None:
+            os.chown(workspace, *run_as)
+        try:
+            overlay = CallOverlay(root, run_as, os.stat(workspace))
+        except (OSError, OverlayUnavailable) as err:
+            return str(err)
+        lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        profile = SandboxProfile(workspace=workspace, run_as=run_as)
+        argv = bwrap_argv(
+            exe, profile, ["sh", "-c", "echo x > probe"], lower_fd=lower, overlay_fd=overlay.fd
+        )
+        try:
+            result = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=30,
+                check=False,
+                pass_fds=(lower, overlay.fd),
+                user=None if run_as is None else run_as[0],
+                group=None if run_as is None else run_as[1],
+                extra_groups=None if run_as is None else [],
+                cwd="/",
+            )
+            upper = overlay.upper()
+            try:
+                wrote = "probe" in os.listdir(upper)
+            finally:
+                os.close(upper)
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"commands' overlays in {root} do not work: {err}"
+        finally:
+            os.close(lower)
+            overlay.discard()
+        if result.returncode != 0 or not wrote:
+            said = result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+            return (
+                f"commands' overlays in {root} do not work ({said}); set "
+                "SUBAGENTS_OVERLAY_DIR to a directory on a local filesystem overlayfs takes "
+                "as an upper layer (ext4, xfs, btrfs, tmpfs; not a container's own root, "
+                "not NFS)"
+            )
     return None
 
 

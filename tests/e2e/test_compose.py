@@ -468,6 +468,16 @@ def test_dockerfile_installs_the_sandbox_and_runs_the_worker() -> None:
     assert 'ENTRYPOINT ["subagents"]' in dockerfile and 'CMD ["worker"]' in dockerfile
 
 
+def test_commands_overlays_are_on_a_volume_the_worker_owns() -> None:
+    """A container's root is an overlay, which overlayfs takes as no upper layer: the
+    image puts commands' overlays on a volume of their own, made for the worker's user."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "ENV SUBAGENTS_OVERLAY_DIR=/var/lib/subagents-overlays" in dockerfile
+    assert "chown subagents:subagents /workspace /var/lib/subagents-overlays" in dockerfile
+    volumes = re.findall(r"^VOLUME (.*)$", dockerfile, flags=re.MULTILINE)
+    assert "/var/lib/subagents-overlays" in json.loads(volumes[-1])
+
+
 def test_the_image_runs_the_worker_as_an_unprivileged_user() -> None:
     """The last ``USER`` before the entry point is not root: the image's worker, and so
     its tools, never start with host root in the container."""
@@ -490,7 +500,7 @@ def test_workers_run_as_the_workspace_owner_never_root() -> None:
 def test_nothing_deployed_assumes_a_blob_directory() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     volumes = re.findall(r"^VOLUME (.*)$", dockerfile, flags=re.MULTILINE)
-    assert [json.loads(v) for v in volumes] == [["/workspace"]]
+    assert [json.loads(v) for v in volumes] == [["/workspace", "/var/lib/subagents-overlays"]]
     for path in [ROOT / "Dockerfile", *sorted((ROOT / "deploy").iterdir())]:
         text = path.read_text()
         assert "SUBAGENTS_BLOB_DIR" not in text, path

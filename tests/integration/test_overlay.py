@@ -486,3 +486,33 @@ async def test_no_command_runs_where_its_overlay_cannot_be_made(ws: Path, tmp_pa
     assert "cannot make a command's overlay" in str(refused.value)
     assert "No space left on device" in str(refused.value)
     assert os.listdir(ws) == []
+
+
+async def test_an_overlay_directory_overlayfs_refuses_is_named_and_refused(
+    ws: Path, tmp_path: Path
+) -> None:
+    """A container's root is itself an overlay, which overlayfs takes as no upper layer:
+    commands are refused with what to set, never run against a half-mounted sandbox."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting an overlay takes root")
+    parts = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for path in parts.values():
+        path.mkdir()
+    subprocess.run(
+        [
+            "mount", "-t", "overlay", "overlay", "-o",
+            f"lowerdir={parts['lower']},upperdir={parts['upper']},workdir={parts['work']}",
+            parts["merged"],
+        ],
+        check=True,
+    )  # fmt: skip
+    try:
+        os.chmod(parts["merged"], 0o711)
+        ctx = context(ws, overlay_dir=parts["merged"] / "overlays")
+        with pytest.raises(ToolError) as refused:
+            await bash.run(ctx, {"command": "echo x > made; echo ran"})
+    finally:
+        subprocess.run(["umount", "-l", parts["merged"]], check=False)
+    assert "do not work" in str(refused.value)
+    assert "set SUBAGENTS_OVERLAY_DIR to a directory on a local filesystem" in str(refused.value)
+    assert os.listdir(ws) == []
