@@ -37,10 +37,14 @@ def test_each_kind_of_entry_is_matched_anywhere_and_in_any_case() -> None:
         ("tools/.config/mise/config.toml", ".config/mise"),
         ("mise/config.toml", "mise/config.toml"),
         ("sub\\.envrc", ".envrc"),
+        (".github/workflows/ci.yml", ".github/workflows"),
+        ("lib/.hg/hgrc", ".hg"),
+        ("x/.pdbrc", ".pdbrc"),
+        ("vendor/dep/.gitmodules", ".gitmodules"),
     ]:
         assert protected(path) == entry, path
     for path in [
-        ".github/workflows/ci.yml",
+        ".github/ISSUE_TEMPLATE/bug.md",
         "hooks/pre-commit",
         ".config/other.toml",
         "mise/notes.md",
