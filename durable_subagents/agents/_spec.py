@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 # Re-exported: the sandbox and the tools read the default list from here.
 from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PATHS
+from durable_subagents.agents._tool_names import covers
 
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
@@ -135,9 +136,13 @@ class AgentSpec(BaseModel):
     its effort's budget on top); None: 8,192."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
-        """The tools this agent may call among ``available``, in ``available``'s order."""
-        allowed = set(available if self.tools is None else self.tools)
+        """The tools this agent may call among ``available``, in ``available``'s order.
+
+        ``mcp__<server>`` in ``tools`` or ``disallowed_tools`` stands for all of that
+        server's tools (``covers``).
+        """
+        listed = self.tools
+        allowed = [t for t in available if listed is None or any(covers(n, t) for n in listed)]
         if self.permission_mode == "plan":
-            allowed &= set(READ_ONLY_TOOLS)
-        allowed -= set(self.disallowed_tools)
-        return [t for t in available if t in allowed]
+            allowed = [t for t in allowed if t in READ_ONLY_TOOLS]
+        return [t for t in allowed if not any(covers(n, t) for n in self.disallowed_tools)]

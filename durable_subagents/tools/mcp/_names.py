@@ -19,8 +19,15 @@ import copy
 import fnmatch
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
+
+from durable_subagents.agents._tool_names import (
+    MCP_PREFIX,
+    expand_tool_names,
+    is_mcp,
+    server_of,
+)
 
 __all__ = [
     "MAX_SCHEMA_BYTES",
@@ -33,23 +40,10 @@ __all__ = [
     "server_of",
 ]
 
-MCP_PREFIX = "mcp__"
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_SCHEMA_BYTES = 32 * 1024
 """The largest input schema offered, once its references are resolved."""
 _MAX_REF_DEPTH = 8
-
-
-def is_mcp(name: str) -> bool:
-    """Whether ``name`` is an MCP tool's name or a server's (``mcp__git``)."""
-    return name.startswith(MCP_PREFIX)
-
-
-def server_of(name: str) -> str | None:
-    """The server of ``mcp__<server>`` or ``mcp__<server>__<tool>``; None for other names."""
-    if not is_mcp(name):
-        return None
-    return name[len(MCP_PREFIX) :].split("__", 1)[0] or None
 
 
 def offered_name(server: str, tool: str) -> str | None:
@@ -57,21 +51,6 @@ def offered_name(server: str, tool: str) -> str | None:
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", tool)
     name = f"{MCP_PREFIX}{server}__{safe}"
     return name if NAME.fullmatch(name) else None
-
-
-def expand_tool_names(names: Iterable[str], available: Sequence[str]) -> list[str]:
-    """``names`` with each ``mcp__<server>`` replaced by that server's tools in ``available``.
-
-    Other names stay as given (a name the worker lacks is the caller's to report).
-    """
-    out: list[str] = []
-    for name in names:
-        if is_mcp(name) and "__" not in name[len(MCP_PREFIX) :]:
-            prefix = f"{name}__"
-            out += [a for a in available if a.startswith(prefix) and a not in out]
-        elif name not in out:
-            out.append(name)
-    return out
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
