@@ -182,6 +182,15 @@ def serve(
         float,
         typer.Option(help="Seconds between two listings of paused tasks (shared by all pages)"),
     ] = 2.0,
+    peer_connections: Annotated[
+        int,
+        typer.Option(
+            help="Connections one client address may hold open at once; more are refused "
+            "(429). Behind a proxy every client is the proxy's address: raise it there",
+            min=1,
+            max=100_000,
+        ),
+    ] = 64,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Log each request (who by token name, never a token)"),
@@ -191,7 +200,8 @@ def serve(
 
     Lists the paused task trees of the task queue, shows each call's full arguments,
     and approves or rejects them bound to the pause and the arguments read. Needs the
-    deployment's payload key and blob store like any client. Ctrl-C stops it.
+    deployment's payload key and blob store like any client. A connection that sends
+    no whole request head within 5 s, or no body within 30 s, is closed. Ctrl-C stops it.
     """
     import os
 
@@ -216,7 +226,14 @@ def serve(
     async def main() -> None:
         client = await SubagentClient.connect(settings=settings, agents={})
         inbox = Inbox(client, task_queue=settings.task_queue, ui_url=ui_url, poll=poll)
-        server = InboxServer(inbox, grants, host=host, port=port, origins=origin or ())
+        server = InboxServer(
+            inbox,
+            grants,
+            host=host,
+            port=port,
+            origins=origin or (),
+            max_per_peer=peer_connections,
+        )
         async with server:
             console.print(
                 f"inbox on {server.url} · Temporal {settings.address} namespace "
