@@ -249,10 +249,12 @@ def serve(
 
 
 def keygen() -> None:
-    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
+    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... for an environment file.
 
-    Give the same key to every worker and client of the deployment. To rotate, make a
-    new one current and keep the old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
+    Give the same key to every worker and client of the deployment. Keep the file
+    outside the workspace (e.g. `subagents keygen >> ~/.config/durable-subagents/env`):
+    tasks read what the workspace holds. To rotate, make a new one current and keep the
+    old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
     """
     import base64
 
@@ -262,8 +264,9 @@ def keygen() -> None:
     print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")
     print(f"SUBAGENTS_PAYLOAD_KEY={key}")
     err_console.print(
-        "Set it on every worker and client (and the codec server); keep it secret. When "
-        "rotating, move the previous key to SUBAGENTS_PAYLOAD_OLD_KEYS.",
+        "Set it on every worker and client (and the codec server); keep it secret, and out "
+        "of the workspace (tasks read what it holds). When rotating, move the previous key "
+        "to SUBAGENTS_PAYLOAD_OLD_KEYS.",
         markup=False,
         highlight=False,
         soft_wrap=True,

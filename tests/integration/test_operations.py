@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic import SecretStr
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
+from durable_subagents.storage._sealing import new_key
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.tools import _sandbox_host as sandbox_host
 
@@ -317,3 +320,42 @@ async def test_readiness_follows_the_server_and_check_runs_it_once(
 async def _ready(base: str) -> bool:
     status, _ = await asyncio.to_thread(get, f"{base}/readyz")
     return status == 200
+
+
+async def test_a_worker_says_once_at_start_that_its_workspace_holds_its_secrets(
+    settings: Settings,
+    workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``subagents keygen >> .env`` in the workspace: one warning naming the file and the
+    variables, never a value; a workspace without them starts without it."""
+    api_key = "sk-workspace-" + uuid.uuid4().hex
+    payload_key = new_key()
+    monkeypatch.setenv("OPENAI_API_KEY", api_key)
+    (workspace / ".env").write_text(
+        f"# payload key (subagents keygen)\nSUBAGENTS_PAYLOAD_KEY={payload_key}\n"
+        f'OPENAI_API_KEY="{api_key}"\n'
+    )
+    (workspace / "README.md").write_text("a project\n")
+    config = settings.model_copy(
+        update={"payload_key": SecretStr(payload_key), "metrics_port": free_port()}
+    )
+    caplog.set_level(logging.WARNING)
+    async with running_worker(config):
+        pass  # ready: the look at the workspace is done
+    said = [r.getMessage() for r in caplog.records if "secrets" in r.getMessage()]
+    assert len(said) == 1, said
+    [line] = said
+    assert str(workspace.resolve()) in line
+    assert ".env (SUBAGENTS_PAYLOAD_KEY, OPENAI_API_KEY)" in line or (
+        ".env (OPENAI_API_KEY, SUBAGENTS_PAYLOAD_KEY)" in line
+    )
+    assert "README.md" not in line and "\n" not in line
+    assert payload_key not in caplog.text and api_key not in caplog.text
+
+    (workspace / ".env").unlink()
+    caplog.clear()
+    async with running_worker(config.model_copy(update={"metrics_port": free_port()})):
+        pass
+    assert not [r for r in caplog.records if "secrets" in r.getMessage()]
