@@ -18,7 +18,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._data_dir import default_data_dir as default_data_dir
 from durable_subagents._event_loop import EventLoopChoice
-from durable_subagents._notify_url import check_notify_url
+from durable_subagents._notify_url import normal_notify_url
 from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
@@ -462,9 +462,22 @@ class Settings(BaseSettings):
         if value is None:
             return None
         try:
-            return check_notify_url(value.strip())
+            normal_notify_url(value.strip())
         except InvalidRequest as err:
             raise ValueError(f"SUBAGENTS_NOTIFY_URL: {err}") from None
+        return value.strip()
+
+    @field_validator("notify_allow")
+    @classmethod
+    def _notify_allow_are_urls(cls, value: str) -> str:
+        # A prefix that cannot be judged as sent would allow nothing, silently.
+        for prefix in value.split(","):
+            if prefix.strip():
+                try:
+                    normal_notify_url(prefix.strip())
+                except InvalidRequest as err:
+                    raise ValueError(f"SUBAGENTS_NOTIFY_ALLOW: {err}") from None
+        return value
 
     @property
     def notify_allow_list(self) -> list[str]:

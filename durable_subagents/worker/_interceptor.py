@@ -43,6 +43,7 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
+from durable_subagents.providers._names import named_model
 from durable_subagents.types import TaskResult
 
 __all__ = ["HANDED_BACK", "OperationsInterceptor"]
@@ -148,7 +149,7 @@ class _Activities(ActivityInboundInterceptor):
                 }
             _metrics.record_model_turn(
                 meter,
-                model=self.labels.model(name, answered=answered),
+                model=named_model(name, self.labels.default_model, self.labels.models),
                 outcome=outcome,
                 seconds=seconds,
                 tokens=tokens,

@@ -47,6 +47,7 @@ from durable_subagents.worker._tool_queue import (
     tool_queue_activities,
     tool_worker,
 )
+from durable_subagents.worker._workspace_secrets import warn_secrets_in_workspace
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -336,6 +337,8 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     sdk = None
     if settings.worker_role != "tools":
         sdk = asyncio.create_task(asyncio.to_thread(import_sdk, settings.model))
+    # Said once, while the worker connects: a .env in the workspace is every task's.
+    looked = asyncio.create_task(asyncio.to_thread(warn_secrets_in_workspace, settings))
     tracing = setup_tracing(settings)
     telemetry = telemetry_runtime(settings)
     extra = {"runtime": telemetry.runtime} if telemetry is not None else {}
@@ -364,6 +367,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         await ops.start()
     if sdk is not None:
         await sdk
+    await looked
     sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:
