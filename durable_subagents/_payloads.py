@@ -304,6 +304,10 @@ class ModelTurnInput(_Compact):
     """Allowed tool names; ``None`` means every tool the worker has."""
     disallowed_tools: list[str] = Field(default_factory=list)
     read_only: bool = False
+    plan_tools: list[str] = Field(default_factory=list)
+    """With ``read_only`` (a ``plan`` agent): the tool globs of the agent's ``allow``
+    rules. An MCP tool the agent lists is offered in ``plan`` only where one matches it
+    (read-only by the rules' word: a server's own hint is never trusted)."""
     extra_tools: list[ToolSpec] = Field(default_factory=list)
     """Tools the workflow itself handles (spawning subagents), offered besides the worker's."""
     turn: int
