@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     asks a person in every mode, ``bash`` sees them read-only, and no spawn's workspace
     may be or lie in one. Built-in entries cannot be removed (an agent opts out with
     ``write_protected_paths``)."""
+    mcp_config: str = Field("", validation_alias=AliasChoices("SUBAGENTS_MCP_CONFIG", "mcp_config"))
+    """MCP configuration files (Claude Code's ``.mcp.json`` format, ``os.pathsep``-
+    separated) read after the workspace root's ``.mcp.json``; a later file's server
+    replaces an earlier one of its name."""
     tool_max_processes: int = Field(
         _default_limit("processes"),
         ge=1,
@@ -642,6 +646,13 @@ class Settings(BaseSettings):
         return open_blob_store(
             self.blob_url, self.resolved_blob_dir, self.namespace, keys=self.payload_keys()
         )
+
+    def mcp_config_files(self) -> list[Path]:
+        """The workspace root's ``.mcp.json`` (where there is one), then ``mcp_config``'s."""
+        root = self.resolved_workspace / ".mcp.json"
+        named = [Path(p) for p in self.mcp_config.split(os.pathsep) if p.strip()]
+        # Not followed if a symlink: a model never gets the worker to read a file of its choosing.
+        return ([root] if root.is_file() and not root.is_symlink() else []) + named
 
     @property
     def resolved_workspace(self) -> Path:

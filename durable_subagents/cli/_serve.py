@@ -25,6 +25,7 @@ from durable_subagents.cli._common import (
     BuildId,
     DeploymentName,
     JsonOut,
+    McpConfigFiles,
     Namespace,
     Profile,
     TaskQueue,
@@ -34,6 +35,7 @@ from durable_subagents.cli._common import (
     error,
     exit_now,
     make_settings,
+    mcp_config_option,
     run,
 )
 from durable_subagents.errors import SubagentError
@@ -131,6 +133,7 @@ def worker(
     profile: Profile = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
+    mcp_config: McpConfigFiles = None,
     sticky_queue_timeout: Annotated[
         float | None,
         typer.Option(
@@ -228,6 +231,7 @@ def worker(
         metrics_port=metrics_port,
         drain_timeout=drain_timeout,
         model_rate_limits=",".join(model_rate_limit) if model_rate_limit else None,
+        mcp_config=mcp_config_option(mcp_config),
     )
     if check:
         from durable_subagents.worker import check_worker
