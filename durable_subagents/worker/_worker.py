@@ -275,15 +275,37 @@ _WORKFLOW_OPTIONS = (
 )
 """Options of a worker that runs workflows, which a tool worker does not."""
 
+SANDBOX_CHECKED = ("durable_subagents", "durable_subagents.workflows")
+"""The library's modules the workflow sandbox imports anew for each run and checks: the
+workflows and the package they sit in. The import contracts keep the workflows from
+importing the roles, tools, providers, storage and settings at all."""
+
 PASSTHROUGH_MODULES = (
-    "durable_subagents",
+    # Pure code the workflows call, deterministic at import and in use: the payloads
+    # and types, the policy, agents and spawn rules, the model's context, errors.
+    *(
+        f"durable_subagents.{name}"
+        for name in (
+            "_context",
+            "_lazy",
+            "_markdown",
+            "_output_schema",
+            "_payloads",
+            "_search_attributes",
+            "_task_queue",
+            "agents",
+            "errors",
+            "policy",
+            "spawn",
+            "types",
+        )
+    ),
     "pydantic",
     "pydantic_core",
-    "pydantic_settings",
     "tree_sitter",
     "tree_sitter_bash",
 )
-"""Modules the workflow sandbox imports once, outside it."""
+"""Modules the workflow sandbox imports once, outside it (never ``SANDBOX_CHECKED``)."""
 
 
 LIBRARY_WORKFLOWS = (SubagentWorkflow, NotifyWorkflow)

@@ -328,7 +328,7 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
     sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3913"}}]})
     task_input = build_task_input(
         BUILTIN_AGENTS["general"], "x", SpawnOptions(model=sleep), description="x",
-        parent_id=None, default_model=None,
+        parent_id=None, default_model=None, created_at=datetime.now(UTC),
     )  # fmt: skip
     memo, attributes = start_metadata(task_input)
     async with create_worker(temporal_client, settings):
