@@ -31,6 +31,7 @@ __all__ = [
     "record_model_turn",
     "record_sandbox_failure",
     "record_task_finished",
+    "record_task_held",
     "record_task_started",
     "record_tool_call",
     "set_tasks_paused",
@@ -38,6 +39,7 @@ __all__ = [
 
 TASKS_STARTED = "subagents_tasks_started"
 TASKS_FINISHED = "subagents_tasks_finished"
+TASKS_HELD = "subagents_tasks_held"
 TASKS_PAUSED = "subagents_tasks_paused"
 MODEL_TURN_SECONDS = "subagents_model_turn_seconds"
 MODEL_TOKENS = "subagents_model_tokens"
@@ -103,6 +105,19 @@ def record_task_finished(meter: MetricMeter, agent: str, status: str) -> None:
     meter.create_counter(TASKS_FINISHED, "Task runs that ended, by status", "1").add(
         1, {"agent": agent, "status": status}
     )
+
+
+def record_task_held(meter: MetricMeter, agent: str, error: str) -> None:
+    """A task's workflow code raised (a bug): its workflow task failed and is retried.
+
+    ``error`` is the exception's class name (from code, never a model's text).
+    """
+    meter.create_counter(
+        TASKS_HELD,
+        "Workflow tasks of subagent tasks that failed on a bug of workflow code and are "
+        "retried (the task is held at its last step until a fixed worker runs it)",
+        "1",
+    ).add(1, {"agent": agent, "error": error[:64]})
 
 
 def set_tasks_paused(meter: MetricMeter, task_queue: str, count: int) -> None:

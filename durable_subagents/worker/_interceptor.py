@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, FailureError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -197,8 +197,12 @@ class _TaskRuns(WorkflowInboundInterceptor):
         except asyncio.CancelledError:
             _metrics.record_task_finished(meter, agent, "cancelled")
             raise
-        except Exception:
+        except FailureError:
             _metrics.record_task_finished(meter, agent, "failed")
+            raise
+        except Exception as err:
+            # A bug: this workflow task fails and is retried; the task is held, not ended.
+            _metrics.record_task_held(meter, agent, type(err).__name__)
             raise
         if isinstance(result, TaskResult):
             _metrics.record_task_finished(meter, agent, result.status.value)

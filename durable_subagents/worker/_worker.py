@@ -37,6 +37,7 @@ from durable_subagents.tools._decorator import _THREADS
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
+from durable_subagents.worker._held_log import say_held_once
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
@@ -100,6 +101,7 @@ def worker_setup(
             a notification secret that is too short.
     """
     version = deployment or settings.worker_deployment()
+    say_held_once()  # a task held by a bug: its traceback once, not at every retry
     notifier = Notifier(
         default_url=settings.notify_url,
         allow=settings.notify_allow_list,

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
@@ -25,6 +25,7 @@ from durable_subagents.workflows._current_details import TaskView, current_detai
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
+    TASK_ENDING_ERRORS,
     error_message,
     final_stop_reason,
     tool_error,
@@ -200,16 +201,11 @@ class SubagentWorkflow:
             raise
         try:
             result = loop.result()
-        except (ActivityError, ApplicationError) as err:
+        except TASK_ENDING_ERRORS as err:
             raise await self._fail(error_message(err), "TaskFailed") from err
-        except workflow.NondeterminismError:
-            raise
-        except Exception as err:
-            # A bug hit by model-controlled data would fail this workflow task on every
-            # retry; failing the task says what happened instead of hanging it.
-            workflow.logger.exception("subagent loop failed")
-            message = f"internal error: {type(err).__name__}: {err}"
-            raise await self._fail(message, "InternalError") from err
+        # Anything else is a bug of workflow code (or of a library it calls): it fails
+        # this workflow task, which Temporal retries, so the task is held at its last
+        # recorded step, and shown as retrying, until a worker with a fix resumes it.
         await self._notify_end(result.stop_reason, result.error)
         return result
 
