@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 from durable_subagents.workflows import _budget as budget
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
 from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
+from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._current_details import TaskView, current_details
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
@@ -86,11 +87,13 @@ class SubagentWorkflow:
         self._last_text = ""
         self._last_text_ref: str | None = None
         self._worker = WorkerTools()
-        self._published = Published()
+        self._background = Background()
+        """What handlers started: finished before the run closes or continues as new."""
+        self._published = Published(self._background)
         self._input: TaskInput | None = None
         self._runs = 1
         self._approvals = Approvals()
-        self._children = ChildTasks(on_change=self._republish)
+        self._children = ChildTasks(on_change=self._republish, background=self._background)
         self._time_limit_from: datetime | None = None
         self._adopted = RegisteredTasks()
         self._unread_pending = 0
@@ -185,6 +188,7 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
+            await self._background.settle()
             result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
@@ -196,6 +200,7 @@ class SubagentWorkflow:
             self._approvals.close()
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
+            await self._background.settle()
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
             await self._notify_end("cancelled", None)
             raise
@@ -206,11 +211,13 @@ class SubagentWorkflow:
         # Anything else is a bug of workflow code (or of a library it calls): it fails
         # this workflow task, which Temporal retries, so the task is held at its last
         # recorded step, and shown as retrying, until a worker with a fix resumes it.
+        await self._background.settle()
         await self._notify_end(result.stop_reason, result.error)
         return result
 
     async def _fail(self, message: str, error_type: str) -> ApplicationError:
         """Publish the failure, cancel the registered tasks, notify: the error to raise."""
+        await self._background.settle()
         self._publish(TaskStatus.FAILED, error=message)
         await self._adopted.cancel()
         await self._notify_end(None, message)
@@ -485,6 +492,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._background.settle()
         await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(

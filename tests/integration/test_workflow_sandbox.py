@@ -200,3 +200,19 @@ async def workflow_task_failure(handle: Any) -> str:
         return None
 
     return await eventually(failed, "a workflow task failure")
+
+
+async def test_a_run_ends_only_once_what_its_handlers_started_has_finished(
+    temporal_client: Client, settings: Settings
+) -> None:
+    """A routed decision in flight when the run would close is not lost: the run waits."""
+    from ..probe_workflows import BackgroundProbeWorkflow
+
+    async with create_worker(temporal_client, settings, workflows=[BackgroundProbeWorkflow]):
+        handle = await temporal_client.start_workflow(
+            BackgroundProbeWorkflow.run,
+            id=f"bg-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.task_queue,
+        )
+        await handle.signal(BackgroundProbeWorkflow.route, "decision")
+        assert await handle.result() == ["routed decision"]
