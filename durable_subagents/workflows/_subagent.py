@@ -63,6 +63,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._options import TASK_ID
+    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
     from durable_subagents.types import (
         Message,
         PendingApproval,
@@ -71,6 +73,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         Usage,
     )
+
+
+MAX_QUEUED_INPUTS = 100
+"""Inputs (``send_input``) that may wait for the next turn; more are dropped."""
+MAX_REGISTERED = 256
+"""Client-spawned tasks one task takes as its own (``register_child``)."""
+MAX_IGNORED_WRITES = 20
+"""Memo writes one run makes to show ignored decisions; later ones are kept unwritten."""
 
 
 @workflow.defn(name=WORKFLOW)
@@ -112,12 +122,28 @@ class SubagentWorkflow:
         """The blob the output schema was stored as by this run's first turn."""
         self._notes = Notifications()
         """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._ignored_writes = 0
+        """Memo writes this run made for ignored decisions (``MAX_IGNORED_WRITES``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
     @workflow.signal(name=SEND_INPUT_SIGNAL)
     def send_input(self, text: str) -> None:
-        """Queue follow-up or steering input; the next turn takes it in."""
+        """Queue follow-up or steering input; the next turn takes it in.
+
+        Checked here as the client checks it (anyone who may signal the task can send
+        one): an input that is no text or over the prompt's size, or one past
+        ``MAX_QUEUED_INPUTS`` waiting, is dropped and logged.
+        """
+        if not isinstance(text, str) or not text.strip():
+            workflow.logger.warning("input dropped: it is no text, or empty")
+            return
+        if len(text.encode("utf-8", "replace")) > MAX_PROMPT_BYTES:
+            workflow.logger.warning("input dropped: over %d bytes", MAX_PROMPT_BYTES)
+            return
+        if len(self._inbox) >= MAX_QUEUED_INPUTS:
+            workflow.logger.warning("input dropped: %d inputs wait already", MAX_QUEUED_INPUTS)
+            return
         self._inbox.append(text)
 
     @workflow.signal(name=REGISTER_CHILD_SIGNAL)
@@ -126,8 +152,18 @@ class SubagentWorkflow:
 
         It is cancelled when this task is cancelled, fails or times out, as a child
         workflow would be; the registration is durable, so this holds even when the
-        process that spawned it is gone.
+        process that spawned it is gone. Only an id a task may have is taken, and at
+        most ``MAX_REGISTERED`` of them (a signal anyone may send must not grow the
+        task without bound).
         """
+        if not isinstance(task_id, str) or not TASK_ID.fullmatch(task_id):
+            workflow.logger.warning("registration dropped: %.80r is no task id", task_id)
+            return
+        if task_id == workflow.info().workflow_id:
+            return
+        if len(self._adopted.ids) >= MAX_REGISTERED and task_id not in self._adopted.ids:
+            workflow.logger.warning("registration dropped: %d tasks registered", MAX_REGISTERED)
+            return
         self._adopted.add(task_id)
 
     @workflow.signal(name=CHILD_STATE_SIGNAL)
@@ -151,11 +187,17 @@ class SubagentWorkflow:
             self._publish(TaskStatus.PAUSED)
 
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None) -> None:
-        """Drop a stale decision, and say so in the memo (and so in the task's events)."""
+        """Drop a stale decision, and say so in the memo (and so in the task's events).
+
+        At most ``MAX_IGNORED_WRITES`` such memo writes a run: a flood of stale
+        decisions (anyone who may signal can send them) costs a bounded history.
+        """
         self._approvals.ignore(decisions, why, call_ids)
         ignored = self._approvals.ignored
         self._published.memo["ignored_decisions"] = ignored
-        workflow.upsert_memo({"ignored_decisions": ignored})
+        if self._ignored_writes < MAX_IGNORED_WRITES:
+            self._ignored_writes += 1
+            workflow.upsert_memo({"ignored_decisions": ignored})
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
