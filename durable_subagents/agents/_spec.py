@@ -13,6 +13,7 @@ from durable_subagents.agents._tool_names import covers
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
 ReasoningEffort = Literal["low", "medium", "high"]
+OnInterrupted = Literal["report", "rerun", "ask"]
 REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 """Reasoning efforts from the least to the most."""
 MAX_OUTPUT_TOKENS = 1_000_000
@@ -110,6 +111,11 @@ class AgentSpec(BaseModel):
     worker passes (``SUBAGENTS_TOOL_ENV``); ``None``: all of those."""
     limits: ToolLimits = Field(default_factory=ToolLimits)
     """Resource limits of each tool call, below the worker's (never above)."""
+    on_interrupted: OnInterrupted = "report"
+    """What becomes of a tool call that may change anything (``bash``, edits, MCP tools)
+    when its worker died while it ran: ``report`` (the model reads that it was cut off,
+    after how long, with its output so far, and decides), ``rerun`` (it runs again, as
+    a read does), or ``ask`` (a person decides whether it runs again)."""
     write_protected_paths: bool = False
     """Opt in to writes to the protected paths (``PROTECTED_PATHS``: ``.git``, ``.claude``,
     hook managers' and editors' configuration...) without asking."""

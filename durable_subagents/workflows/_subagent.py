@@ -39,7 +39,12 @@ from durable_subagents.workflows._subtasks import (
     ParentLeft,
     RegisteredTasks,
 )
-from durable_subagents.workflows._tool_calls import ToolCalls, held_call, waits_on_activities
+from durable_subagents.workflows._tool_calls import (
+    ToolCalls,
+    held_call,
+    rerun_call,
+    waits_on_activities,
+)
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._context import describe
@@ -401,6 +406,8 @@ class SubagentWorkflow:
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id], ran.get(c.id)) for c in turn.tool_calls)
             )
+            if any(r.interrupted for r in results):
+                results = await self._ask_rerun(turn.tool_calls, list(results))
             if any(r.held is not None for r in results):
                 results = await self._settle_held(list(results))
             new = [r.to_message() for r in results]
@@ -491,6 +498,36 @@ class SubagentWorkflow:
             )
             return await self._tools.shown_running(call, run)
         return await self._tools.run(call, self._input, self._worker.read_only)
+
+    async def _ask_rerun(
+        self, calls: list[ToolCall], results: list[ToolCallResult]
+    ) -> list[ToolCallResult]:
+        """Pause for the calls their worker's death cut off (``on_interrupted="ask"``).
+
+        Approved ones run once more; the others keep the result that says they were
+        cut off, which the model reads.
+        """
+        assert self._input is not None
+        by_id = {c.id: c for c in calls}
+        cut_off = [r for r in results if r.interrupted and r.call_id in by_id]
+        asks = {r.call_id: rerun_call(by_id[r.call_id], r) for r in cut_off}
+        verdicts = await self._approvals.pause(
+            list(asks.values()),
+            turn=self._turns,
+            timeout=self._input.approval_timeout,
+            publish=self._publish,
+        )
+
+        async def decided(result: ToolCallResult) -> ToolCallResult:
+            if verdicts[asks[result.call_id].id][0] != "allow":
+                return result.model_copy(update={"interrupted": False})
+            call = by_id[result.call_id]
+            assert self._input is not None
+            return await self._tools.run(call, self._input, self._worker.read_only, rerun=True)
+
+        again = await asyncio.gather(*(decided(r) for r in cut_off))
+        by_call = {r.call_id: r for r in again}
+        return [by_call.get(r.call_id, r) for r in results]
 
     async def _settle_held(self, results: list[ToolCallResult]) -> list[ToolCallResult]:
         """Pause for the changes to protected paths the turn's commands made, then settle.
