@@ -614,8 +614,7 @@ class SubagentActivities:
         the file tools to the path it was judged on; ``input.rules`` judge what else
         they open.
         """
-        names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
-        env = {n: os.environ[n] for n in names if n in os.environ}
+        env = self.tool_environment(input.env)
         decided = None
         raw = self.path_argument(call) if call is not None else None
         if call is not None and call.path is not None and raw is not None:
@@ -639,6 +638,15 @@ class SubagentActivities:
             hold=input.protected_changes,
             handing_back=activity.is_worker_shutdown,
         )
+
+    def tool_environment(self, names: list[str] | None) -> dict[str, str]:
+        """What a tool's processes see of the worker's environment: an allowlist.
+
+        ``BASE_ENV`` and the worker's ``SUBAGENTS_TOOL_ENV`` names (``names``: an agent's
+        pick among those; None: all of them).
+        """
+        allowed = [*BASE_ENV, *(n for n in self.tool_env if names is None or n in names)]
+        return {n: os.environ[n] for n in allowed if n in os.environ}
 
     def workspace(self, requested: str | None) -> HeldWorkspace:
         """The task's workspace for one step, checked race-free and held (``task_workspace``)."""

@@ -304,6 +304,7 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
     from durable_subagents._terminal import shown
     from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
+    from durable_subagents.agents._tool_names import is_mcp
     from durable_subagents.cli._render import plain_table
 
     try:
@@ -324,7 +325,8 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        mcp = [t for t in a.tools or () if is_mcp(t) and t not in a.disallowed_tools]
+        tools = "all" if every else ",".join([*a.allowed_tools(ALL_TOOLS), *mcp]) or "none"
         cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
         listed.append((cells, shown(a.description)))
     header = ("name", "tools", "mode", "turns", "source", "description")

@@ -40,6 +40,7 @@ from durable_subagents.worker._health import OpsServer, Readiness, telemetry_run
 from durable_subagents.worker._held_log import say_held_once
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
+from durable_subagents.worker._mcp import McpTools, mcp_tools
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
@@ -71,6 +72,8 @@ class WorkerSetup:
     activities: list[Callable[..., Any]]
     options: dict[str, Any]
     """``temporalio.worker.Worker`` keyword arguments (limits, sandbox, versioning)."""
+    mcp: McpTools | None = None
+    """The worker's MCP servers, started with it (None: it has none)."""
 
 
 def worker_setup(
@@ -152,6 +155,7 @@ def worker_setup(
         [SubagentWorkflow, NotifyWorkflow],
         [*activities.activities, notifier.send_notification],
         options,
+        mcp_tools(activities, settings, labels),
     )
 
 
@@ -247,6 +251,8 @@ def create_worker(
         run_tool = tool_queue_activities(setup.activities)
         assert run_tool
         options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
+        if setup.mcp is not None:
+            options["plugins"] = [*options["plugins"], setup.mcp]
         return tool_worker(client, queue, run_tool, tool_slots, options)
     if role not in ("all", "tasks"):
         raise InvalidRequest(f"unknown worker role {role!r}; use all, tasks or tools")
@@ -255,6 +261,8 @@ def create_worker(
     if sticky_queue_timeout:
         options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
     options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
+    if setup.mcp is not None:
+        options["plugins"] = [*options["plugins"], setup.mcp]
     if role == "all":
         options["plugins"] = [*options["plugins"], ToolQueuePlugin(tool_slots)]
     limits = settings.model_rate_limit_map
