@@ -79,6 +79,7 @@ def dev(
         typer.Option(help="How long closed tasks and their blobs are kept, e.g. 24h or 7d"),
     ] = None,
     workspace: Workspace = None,
+    mcp_config: McpConfigFiles = None,
     task_queue: TaskQueue = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
@@ -104,7 +105,10 @@ def dev(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--retention") from None
     settings = make_settings(
-        task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
+        task_queue=task_queue,
+        deployment_name=deployment_name,
+        build_id=build_id,
+        mcp_config=mcp_config_option(mcp_config),
     )
 
     async def main() -> None:
