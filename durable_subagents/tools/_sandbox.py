@@ -314,7 +314,16 @@ async def spawn_sandboxed(
         SandboxUnavailable: No sandbox works here and ``mode`` is not ``none``.
         OSError: The command could not be started.
     """
-    launch = await asyncio.to_thread(_prepare, argv, cwd, mode, profile, env)
+    preparing = asyncio.ensure_future(asyncio.to_thread(_prepare, argv, cwd, mode, profile, env))
+    try:
+        launch = await asyncio.shield(preparing)
+    except asyncio.CancelledError:
+        # What the thread goes on to prepare (placeholders, cgroups) is undone.
+        with contextlib.suppress(Exception):
+            prepared = await preparing
+            prepared.close_fds()
+            await _abandon(prepared.cgroup, prepared.guard)
+        raise
     creating = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *launch.command,
