@@ -525,6 +525,9 @@ class ToolCallInput(_Compact):
     result of at most ``UNRECORDED_READ_BYTES`` is not written as a record (a retry
     runs the read again, which changes nothing, and the workflow never passes so short
     a result by name). A workflow that does not say so gets every result recorded."""
+    tree_id: str | None = None
+    """The top task of the task's tree (the subagent that spawned it): its commands
+    share the machine with the whole tree's. None: the task is its own tree."""
 
     @classmethod
     def of(
@@ -535,11 +538,13 @@ class ToolCallInput(_Compact):
         workspace: str | None,
         *,
         read_only: bool,
+        tree_id: str | None = None,
     ) -> ToolCallInput:
         """The input of an approved ``call`` of a task of agent ``spec``.
 
         ``read_only``: whether the tool never changes anything (its path rules judge it
         so). A ``bash`` call carries no path rules: its sandbox is what bounds it.
+        ``tree_id``: the task's tree, when the task is not its top.
         """
         rules = None if call.name == "bash" else PathRules.of(spec, call.name, read_only=read_only)
         return cls(
@@ -552,6 +557,7 @@ class ToolCallInput(_Compact):
             write_protected_paths=spec.write_protected_paths,
             rules=rules,
             unrecorded_reads=True,
+            tree_id=tree_id,
         )
 
 

@@ -585,6 +585,7 @@ class SubagentActivities:
             run_as=tool_user(workspace, self.tool_user),
             decided=decided,
             rules=input.rules,
+            tree_id=input.tree_id,
         )
 
     def workspace(self, requested: str | None) -> Path:

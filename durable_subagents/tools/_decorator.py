@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.policy import PathRules
+from durable_subagents.tools._limits import Share
 from durable_subagents.tools._sandbox_profile import SandboxProfile
 from durable_subagents.types import ToolSpec
 
@@ -83,6 +84,9 @@ class ToolContext:
             else is refused (see ``open_in_workspace``). None: not known.
         rules: The permission rules that judged the call: what the file tools open
             beyond the decided path is judged by them too. None: not known.
+        tree_id: The top task of the call's tree (the task that spawned this one, or
+            this one): its commands share the machine with the tree's (see
+            ``CallCgroup``). None: the task is its own tree.
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller).
@@ -102,6 +106,7 @@ class ToolContext:
     time_limit: float = 120.0
     decided: DecidedPath | None = None
     rules: PathRules | None = None
+    tree_id: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -158,6 +163,7 @@ class ToolContext:
             hidden=self.hidden,
             read_paths=self.read_paths,
             run_as=self.run_as,
+            share=Share(self.task_id, self.tree_id or self.task_id),
         )
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
 
-__all__ = ["DEFAULT_LIMITS", "CallCgroup", "limit_mechanisms", "rlimit_setter"]
+__all__ = ["DEFAULT_LIMITS", "CallCgroup", "Share", "limit_mechanisms", "rlimit_setter"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,25 @@ log = logging.getLogger(__name__)
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _NICE = 5
 """Tool processes yield the CPU to the worker's event loop and workflow tasks."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """Whose share of the machine a call draws on.
+
+    Attributes:
+        task_id: The task the call belongs to.
+        tree_id: The top task of its tree: the task itself, or the task that spawned it.
+    """
+
+    task_id: str
+    tree_id: str
+
+    @classmethod
+    def alone(cls) -> Share:
+        """A share of its own, for a command no task's context started."""
+        ident = f"call-{uuid.uuid4().hex[:12]}"
+        return cls(ident, ident)
 
 
 def rlimit_setter(limits: ToolLimits, uid: int | None = None) -> Callable[[], None]:

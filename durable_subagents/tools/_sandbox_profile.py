@@ -17,6 +17,7 @@ from pathlib import Path
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
+    Share,
 )
 from durable_subagents.tools._protected_mounts import protected_mounts
 
@@ -56,6 +57,8 @@ class SandboxProfile:
         read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
         run_as: The uid and gid the command runs as (a root worker's tool user, see
             ``tool_user``); None: the worker's own (which must not be root then).
+        share: The task and tree whose share of the machine the command draws on
+            (see ``CallCgroup``); None: a share of its own.
     """
 
     workspace: Path
@@ -66,6 +69,7 @@ class SandboxProfile:
     hidden: tuple[Path, ...] = ()
     read_paths: tuple[Path, ...] = ()
     run_as: tuple[int, int] | None = None
+    share: Share | None = None
 
     def effective_limits(self) -> ToolLimits:
         """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
