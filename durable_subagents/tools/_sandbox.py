@@ -257,8 +257,8 @@ def _prepare(
             "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
             "run the worker as the workspace's owner"
         )
-    cgroup = CallCgroup(limits)
-    rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0])
+    cgroup = CallCgroup(limits, profile.share)
+    rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0], cgroup=cgroup)
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     guard: Guard | None = None
     pass_fds: tuple[int, ...] = ()
@@ -350,7 +350,7 @@ async def spawn_sandboxed(
             await _abandon(cgroup, guard)
             raise
         launch.close_fds()
-        started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
+        started = SandboxedProcess(process, launch.used, cgroup, guard)
         started.kill()
         await started.exited()
         await started.release()
@@ -360,7 +360,7 @@ async def spawn_sandboxed(
         await _abandon(cgroup, guard)
         raise
     launch.close_fds()
-    return SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, guard)
+    return SandboxedProcess(process, launch.used, cgroup, guard)
 
 
 async def _abandon(cgroup: CallCgroup, guard: Guard | None) -> None:
