@@ -87,7 +87,7 @@ from durable_subagents.tools import (
     ToolRegistry,
 )
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._limits import log_limit_mechanisms
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV
 from durable_subagents.tools._sandbox_host import sandbox_state, tool_user
@@ -178,8 +178,7 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
-        mechanisms = limit_mechanisms()
-        log.info("tool limits enforced by: %s", mechanisms)
+        log_limit_mechanisms(log)
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])

@@ -104,6 +104,7 @@ def _preexec(
     setup: list[Callable[[], None]],
     run_as: tuple[int, int] | None = None,
     keep: tuple[int, ...] = (),
+    confine: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
     """Run in the forked child: descriptors, cgroup, rlimits, tool user, death signal.
 
@@ -125,6 +126,8 @@ def _preexec(
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
+        if confine is not None:  # as the user, and before the death signal it clears
+            confine()
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the parent died before prctl took effect
@@ -157,6 +160,8 @@ class SandboxedProcess:
         self.removed: list[str] = []
         self._cgroup = cgroup
         self._guard = guard
+        if cgroup is not None:
+            cgroup.started(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -257,7 +262,7 @@ def _prepare(
             "where that user can reach it, set SUBAGENTS_TOOL_USER to a user who can, or "
             "run the worker as the workspace's owner"
         )
-    cgroup = CallCgroup(limits, profile.share)
+    cgroup = CallCgroup(limits, profile.share, sandboxed=used == "bwrap")
     rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0], cgroup=cgroup)
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     guard: Guard | None = None
@@ -269,7 +274,9 @@ def _prepare(
         seccomp = program_fd() if seccomp_supported() else None
         pass_fds = () if seccomp is None else (seccomp,)
         try:
-            command = bwrap_argv(exe, profile, argv, workdir, seccomp=seccomp)
+            command = bwrap_argv(
+                exe, profile, argv, workdir, seccomp=seccomp, tmpfs_bytes=cgroup.tmpfs_bytes(exe)
+            )
         except BaseException:
             if seccomp is not None:
                 os.close(seccomp)
@@ -277,7 +284,7 @@ def _prepare(
             raise
     else:
         command = list(argv)
-    preexec = _preexec(os.getpid(), setup, run_as, pass_fds)
+    preexec = _preexec(os.getpid(), setup, run_as, pass_fds, cgroup.confine)
     return _Launch(used, command, workdir, environment, preexec, cgroup, guard, pass_fds)
 
 

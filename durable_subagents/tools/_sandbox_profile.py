@@ -18,6 +18,7 @@ from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
     Share,
+    tmpfs_sizes,
 )
 from durable_subagents.tools._protected_mounts import protected_mounts
 
@@ -85,7 +86,7 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _system_view(
-    network: bool, read_paths: tuple[Path, ...]
+    network: bool, read_paths: tuple[Path, ...], tmpfs_bytes: int | None = None
 ) -> tuple[tuple[str, ...], tuple[Path, ...]]:
     """The part of the profile every call of a worker shares, and the host paths it shows.
 
@@ -108,14 +109,19 @@ def _system_view(
         for name in ("/run/systemd/resolve", "/run/resolvconf"):
             if Path(name).is_dir():
                 out += ["--ro-bind", name, name]
-    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
-    out += ["--tmpfs", "/var/tmp"]
+    # Without a memory cgroup nothing counts a tmpfs's pages: each gets a size.
+    sizes = {} if tmpfs_bytes is None else tmpfs_sizes(tmpfs_bytes)
+    sized = {path: ["--size", str(size), "--tmpfs", path] for path, size in sizes.items()}
+    out += ["--dev", "/dev", "--proc", "/proc", *sized.get("/tmp", ["--tmpfs", "/tmp"])]
+    out += ["--dir", SANDBOX_HOME, *sized.get("/var/tmp", ["--tmpfs", "/var/tmp"])]
+    if sizes:
+        out += [*sized["/dev/shm"], "--remount-ro", "/dev"]
     for name in _MASKED_FILES:
         if Path(name).is_file():
             out += ["--ro-bind", "/dev/null", name]
     for name in _MASKED_DIRS:
         if Path(name).is_dir():
-            out += ["--tmpfs", name]
+            out += ["--tmpfs", name, "--remount-ro", name]
     return tuple(out), tuple(visible)
 
 
@@ -126,12 +132,13 @@ def bwrap_argv(
     cwd: Path | None = None,
     *,
     seccomp: int | None = None,
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     ws = profile.workspace
     out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if profile.network:
         out.append("--share-net")
-    system, visible = _system_view(profile.network, profile.read_paths)
+    system, visible = _system_view(profile.network, profile.read_paths, tmpfs_bytes)
     out += system
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
@@ -140,6 +147,8 @@ def bwrap_argv(
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
     if seccomp is not None:
         out += ["--seccomp", str(seccomp)]
+    if tmpfs_bytes is not None:
+        out += ["--remount-ro", "/"]  # its tmpfs, unsized: no file of the call's there
     out += ["--chdir", str(cwd or ws), "--", *argv]
     return out
 

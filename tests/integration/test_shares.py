@@ -11,6 +11,7 @@ fork; a tree's 40 busy loops made a bystander's 0.3 s task take 52 s.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, SubagentClient, TaskStatus, ToolLimits
-from durable_subagents.tools import _cgroups
+from durable_subagents.tools import _cgroups, _limits
 
 from ..helpers import CEILING, eventually
 from ..helpers.attacks import bash, run_attack, tool_outputs
@@ -29,7 +30,7 @@ from ..helpers.tasks import script
 LIMIT_MB = 64
 
 
-@pytest.fixture(params=["cgroups"])
+@pytest.fixture(params=["cgroups", "fallback"])
 def held_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How the calls are held: the worker's cgroups, or what stands in without them."""
     if request.param == "cgroups":
@@ -118,6 +119,12 @@ COUNT = 250_000
 a tree's commands get at full priority without cgroups."""
 
 
+LOOPS = 20
+"""Busy loops of the tree, each in a session of its own (``bench_shares.py`` runs the red
+team's 40, as calls; fewer here keep the suite's other tests, on the same two cores,
+slowed for less long)."""
+
+
 def loop(iterations: int) -> str:
     return f"j=0; while [ $j -lt {iterations} ]; do j=$((j+1)); done"
 
@@ -125,7 +132,7 @@ def loop(iterations: int) -> str:
 async def test_a_trees_busy_loops_leave_a_bystanders_task_its_share(
     held_by: str, client: SubagentClient, worker: None, workspace: Path
 ) -> None:
-    # 40 loops run a while (the worker then holds them as it would any long run), wait
+    # The loops run a while (the worker then holds them as it would any long run), wait
     # for each other, and go on with three quarters of the bystander's work. Weighed
     # per session (before), they finish first; weighed per tree, the bystander's work
     # is done while every loop still runs. (The rest of its task waits on the worker
@@ -138,11 +145,13 @@ async def test_a_trees_busy_loops_leave_a_bystanders_task_its_share(
         "x",
         # Each loop in a session of its own, as each call is: the kernel's autogroups
         # would otherwise weigh the call's loops as one.
-        model=script(bash(f"for n in $(seq 40); do setsid -w bash -c '{each}' $n & done; wait")),
+        model=script(
+            bash(f"for n in $(seq {LOOPS}); do setsid -w bash -c '{each}' $n & done; wait")
+        ),
     )
     try:
         await eventually(
-            lambda: len(list(workspace.glob("ahead-*"))) == 40, "the 40 loops to run a while"
+            lambda: len(list(workspace.glob("ahead-*"))) == LOOPS, "the loops to run a while"
         )
         (workspace / "go").touch()
         bystander = await client.spawn_task(
@@ -158,7 +167,7 @@ async def test_a_trees_busy_loops_leave_a_bystanders_task_its_share(
         info = await client.check_task(bystander, wait=True, timeout=CEILING)
         assert info.status == TaskStatus.COMPLETED, info
         before = int((workspace / "before").read_text())
-        assert before == 0, f"{before} of the 40 loops were done before the bystander's"
+        assert before == 0, f"{before} of the {LOOPS} loops were done before the bystander's"
     finally:
         await client.cancel_task(spinner, wait=True, timeout=CEILING)
 
@@ -218,3 +227,20 @@ async def test_a_trees_tasks_share_one_cgroup_which_goes_with_their_last_call(
         and e.activity_task_scheduled_event_attributes.activity_type.name == "run_tool"
     ]
     assert [json.loads(i).get("tree_id") for i in inputs] == [lead]
+
+
+def test_a_worker_without_cgroups_says_so_once_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Here, not in tests/unit: the line says what a probe (a process of its own) found.
+    without_cgroups(monkeypatch)
+    monkeypatch.setattr(_limits, "_logged", False)
+    logger = logging.getLogger("test-shares")
+    with caplog.at_level("INFO", logger="test-shares"):
+        _limits.log_limit_mechanisms(logger)
+        _limits.log_limit_mechanisms(logger)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert re.search(r"no cpu, memory, pids cgroup \(turned off by the test\)", warnings[0])
+    assert "run the worker as root" in warnings[0] and "delegate a cgroup v2" in warnings[0]
+    assert "RLIMIT_NPROC per call" in warnings[0]

@@ -23,6 +23,7 @@ from durable_subagents.tools._cgroups import (
     WEIGHT,
     Bounds,
 )
+from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
 
 
 class FakeCgroupFs:
@@ -143,3 +144,15 @@ def test_a_v2_host_is_found_from_the_worker_s_own_cgroup(
     assert [h.controllers for h in found] == [CONTROLLERS] and not why
     assert found[0].base.parent == fs.root / "subagents.service"
     found[0].base.rmdir()
+
+
+def test_without_a_memory_cgroup_every_writable_tmpfs_is_sized(tmp_path: Path) -> None:
+    profile = SandboxProfile(workspace=tmp_path)
+    sized = bwrap_argv("bwrap", profile, ["true"], tmpfs_bytes=64 << 20)
+    text = " ".join(sized)
+    assert f"--size {32 << 20} --tmpfs /tmp " in text
+    assert f"--size {16 << 20} --tmpfs /var/tmp " in text
+    assert f"--size {16 << 20} --tmpfs /dev/shm --remount-ro /dev " in text
+    assert "--remount-ro / --chdir" in text  # the sandbox's root tmpfs holds no file
+    plain = " ".join(bwrap_argv("bwrap", profile, ["true"]))
+    assert "--size" not in plain and "--remount-ro / " not in plain
