@@ -96,7 +96,7 @@ from durable_subagents.tools import (
 )
 from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._limits import log_limit_mechanisms
 from durable_subagents.tools._overlay import sweep_at_start
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
@@ -192,8 +192,7 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
-        mechanisms = limit_mechanisms()
-        log.info("tool limits enforced by: %s", mechanisms)
+        log_limit_mechanisms(log)
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
@@ -637,6 +636,7 @@ class SubagentActivities:
             overlay_dir=self.overlay_dir,
             hold=input.protected_changes,
             handing_back=activity.is_worker_shutdown,
+            tree_id=input.tree_id,
         )
 
     def tool_environment(self, names: list[str] | None) -> dict[str, str]:

@@ -54,8 +54,16 @@ _TOOL_RETRY = RetryPolicy(
 def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
     read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+    # A subagent's child is one level down (children do not spawn): its parent is the
+    # top of its tree, whose commands its own share the machine with.
+    tree_id = inp.parent_id if inp.parent_is_subagent else None
     return ToolCallInput.of(
-        workflow.info().workflow_id, call, inp.agent, inp.workspace, read_only=read_only
+        workflow.info().workflow_id,
+        call,
+        inp.agent,
+        inp.workspace,
+        read_only=read_only,
+        tree_id=tree_id,
     )
 
 
