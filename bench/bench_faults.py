@@ -39,6 +39,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
+from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import (
     DevServer,
@@ -420,7 +421,15 @@ async def run_load(
         try:
             worker = await new_worker()
             client = SubagentClient(
-                temporal, task_queue=queue, blob_store=LocalBlobStore(blob_dir / namespace)
+                temporal,
+                task_queue=queue,
+                blob_store=LocalBlobStore(blob_dir / namespace),
+                # A step a kill cut off runs again, as a retry would.
+                agents={
+                    "general": BUILTIN_AGENTS["general"].model_copy(
+                        update={"on_interrupted": "rerun"}
+                    )
+                },
             )
             ids = [f"{queue}-{i:03d}" for i in range(tasks)]
             started = time.monotonic()

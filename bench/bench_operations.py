@@ -30,6 +30,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from durable_subagents import SubagentClient, connect_client
 from durable_subagents._metrics import Labels, record_model_turn, record_tool_call
 from durable_subagents.config import Settings
+from durable_subagents.providers._names import named_model
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 
@@ -54,7 +55,11 @@ def metrics_cost(calls: int = 20_000) -> list[tuple[str, float, float]]:
         started = time.perf_counter()
         for _ in range(calls):
             record_model_turn(
-                meter, model=labels.model("default"), outcome="ok", seconds=0.8, tokens=tokens
+                meter,
+                model=named_model("default", labels.default_model, labels.models),
+                outcome="ok",
+                seconds=0.8,
+                tokens=tokens,
             )
         turn = (time.perf_counter() - started) / calls * 1e6
         started = time.perf_counter()

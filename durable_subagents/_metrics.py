@@ -6,15 +6,19 @@ when OpenTelemetry is configured. One pipeline, so the product's series carry th
 exporter's conventions and need no registry of their own.
 
 Label values are bounded whatever a model or a spawner sends: no task or call ids, no
-paths, no prompt text. A model is named only once it answered on this worker (or is the
-worker's default), else ``<provider>:other``; a tool only if the worker has it, else
-``unknown``; an agent only if its name looks like one, and at most ``MAX_AGENTS`` of them.
+paths, no prompt text. A model is named only if a person configured it on the worker
+(its ``SUBAGENTS_MODEL``), else ``<provider>:other`` (``providers.named_model``, which
+the worker applies to ``Labels``' models): a subagent's model may be its parent
+model's choice, and a server that answers to any name (llama.cpp's, a proxy) would
+otherwise carry ``openai:<anything>`` out in a label. A tool is named only if
+the worker has it, else ``unknown``; an agent only if its name looks like one, and at
+most ``MAX_AGENTS`` of them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from temporalio import activity
 from temporalio.common import MetricMeter
@@ -27,6 +31,7 @@ __all__ = [
     "record_model_turn",
     "record_sandbox_failure",
     "record_task_finished",
+    "record_task_held",
     "record_task_started",
     "record_tool_call",
     "set_tasks_paused",
@@ -34,6 +39,7 @@ __all__ = [
 
 TASKS_STARTED = "subagents_tasks_started"
 TASKS_FINISHED = "subagents_tasks_finished"
+TASKS_HELD = "subagents_tasks_held"
 TASKS_PAUSED = "subagents_tasks_paused"
 MODEL_TURN_SECONDS = "subagents_model_turn_seconds"
 MODEL_TOKENS = "subagents_model_tokens"
@@ -48,11 +54,8 @@ HISTOGRAM_BUCKETS: Mapping[str, list[float]] = {
 
 MAX_AGENTS = 200
 """Distinct agent label values one process reports; later ones are ``other``."""
-MAX_MODELS = 100
-"""Distinct model label values one process reports; later ones are ``<provider>:other``."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}")
 
 
 class Labels:
@@ -61,15 +64,20 @@ class Labels:
     Args:
         tools: The tools the worker has.
         default_model: The worker's ``SUBAGENTS_MODEL``.
+        models: Other ``provider:model`` names configured on the worker, named too
+            (with the default; see ``providers.named_model``).
     """
 
     def __init__(
-        self, tools: set[str] | frozenset[str] = frozenset(), default_model: str = ""
+        self,
+        tools: set[str] | frozenset[str] = frozenset(),
+        default_model: str = "",
+        models: Iterable[str] = (),
     ) -> None:
         self.tools = frozenset(tools)
-        self.default_model = default_model or "scripted"
+        self.default_model = default_model or None
+        self.models = tuple(models)
         self._agents: set[str] = set()
-        self._models: set[str] = set()
 
     def agent(self, name: str) -> str:
         """The agent's name, or ``other``."""
@@ -79,24 +87,6 @@ class Labels:
             return "other"
         self._agents.add(name)
         return name
-
-    def model(self, name: str, *, answered: bool = False) -> str:
-        """``provider:model`` for a model that answered here or is the default.
-
-        ``answered``: the model just answered a turn, so the provider knows the name.
-        """
-        name = name or "default"
-        if name == "default":
-            name = self.default_model
-        provider = name.partition(":")[0]
-        if provider == "scripted":
-            return "scripted"
-        if name in self._models or name == self.default_model:
-            return name
-        if answered and _MODEL.fullmatch(name) and len(self._models) < MAX_MODELS:
-            self._models.add(name)
-            return name
-        return f"{provider if _NAME.fullmatch(provider) else 'other'}:other"
 
     def tool(self, name: str) -> str:
         """The tool's name if the worker has it, else ``unknown``."""
@@ -115,6 +105,19 @@ def record_task_finished(meter: MetricMeter, agent: str, status: str) -> None:
     meter.create_counter(TASKS_FINISHED, "Task runs that ended, by status", "1").add(
         1, {"agent": agent, "status": status}
     )
+
+
+def record_task_held(meter: MetricMeter, agent: str, error: str) -> None:
+    """A task's workflow code raised (a bug): its workflow task failed and is retried.
+
+    ``error`` is the exception's class name (from code, never a model's text).
+    """
+    meter.create_counter(
+        TASKS_HELD,
+        "Workflow tasks of subagent tasks that failed on a bug of workflow code and are "
+        "retried (the task is held at its last step until a fixed worker runs it)",
+        "1",
+    ).add(1, {"agent": agent, "error": error[:64]})
 
 
 def set_tasks_paused(meter: MetricMeter, task_queue: str, count: int) -> None:
@@ -157,10 +160,12 @@ def record_tool_call(meter: MetricMeter, *, tool: str, outcome: str) -> None:
     """One tool-call attempt, by outcome.
 
     ``ok``, ``error`` (the model got an error), ``failed``, ``cancelled`` or
-    ``handed_back``.
+    ``handed_back``. ``server`` names an MCP tool's server (``mcp__<server>__<tool>``),
+    and is empty for every other tool: a server's calls and errors sum by it.
     """
+    server = tool.split("__")[1] if tool.startswith("mcp__") and tool.count("__") >= 2 else ""
     meter.create_counter(TOOL_CALLS, "Tool-call attempts, by tool and outcome", "1").add(
-        1, {"tool": tool, "outcome": outcome}
+        1, {"tool": tool, "outcome": outcome, "server": server}
     )
 
 

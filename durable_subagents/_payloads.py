@@ -99,6 +99,9 @@ RUN_TOOL_ACTIVITY = "run_tool"
 SETTLE_CHANGES_ACTIVITY = "settle_changes"
 """The activity that applies or drops a call's held changes once a person decided:
 ``SettleInput`` -> ``ToolCallResult``."""
+RERUN_TOOL = "run_again"
+"""The name a pause shows for a call its worker's death cut off (the decision to run it
+again, for agents with ``on_interrupted="ask"``)."""
 HELD_TOOL = "apply_changes"
 """The name a pause shows for a call's held changes (the decision to apply them)."""
 SEND_INPUT_SIGNAL = "send_input"
@@ -304,6 +307,10 @@ class ModelTurnInput(_Compact):
     """Allowed tool names; ``None`` means every tool the worker has."""
     disallowed_tools: list[str] = Field(default_factory=list)
     read_only: bool = False
+    plan_tools: list[str] = Field(default_factory=list)
+    """With ``read_only`` (a ``plan`` agent): the tool globs of the agent's ``allow``
+    rules. An MCP tool the agent lists is offered in ``plan`` only where one matches it
+    (read-only by the rules' word: a server's own hint is never trusted)."""
     extra_tools: list[ToolSpec] = Field(default_factory=list)
     """Tools the workflow itself handles (spawning subagents), offered besides the worker's."""
     turn: int
@@ -530,6 +537,11 @@ class ToolCallInput(_Compact):
     result of at most ``UNRECORDED_READ_BYTES`` is not written as a record (a retry
     runs the read again, which changes nothing, and the workflow never passes so short
     a result by name). A workflow that does not say so gets every result recorded."""
+    rerun: bool = False
+    """A person approved running the call again after its worker died while it ran."""
+    on_interrupted: Literal["report", "rerun", "ask"] = "rerun"
+    """What a retry does when the call's worker died while it ran (the agent's
+    ``on_interrupted``; a workflow that does not say so reruns, as before)."""
     protected_changes: Literal["pause", "refuse", "apply"] = "refuse"
     """What becomes of a command's changes to protected paths: ``pause`` (kept, and the
     result's ``held`` asks the workflow for a person's decision), ``refuse`` (what a
@@ -562,6 +574,7 @@ class ToolCallInput(_Compact):
             rules=rules,
             unrecorded_reads=True,
             protected_changes=protected_changes(spec),
+            on_interrupted=spec.on_interrupted,
         )
 
 
@@ -617,6 +630,10 @@ class ToolCallResult(_Compact):
     recorded: bool = True
     """Whether the result is in the blob store as the call's record (a short read's is
     not; see ``ToolCallInput.unrecorded_reads``)."""
+    interrupted: bool = False
+    """The call's worker died while it ran and the agent asks a person before it runs
+    again (``on_interrupted`` ``ask``): the workflow pauses, and runs it once more only if
+    approved (``ToolCallInput.rerun``)."""
     held: HeldChanges | None = None
     """Changes the call's command made to protected paths, kept for a person's decision
     (``ToolCallInput.protected_changes`` ``pause``): the workflow pauses for it and runs

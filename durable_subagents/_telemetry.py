@@ -8,9 +8,9 @@ spans form one trace. This module adds spans of our own, children of the
 ``subagent.compaction``. Their attributes are names, numbers and sizes only: never
 prompts, outputs or keys, and nothing a model chose. A model picks its call ids, may
 name tools that do not exist and may pick a subagent's model name: a call id is always
-a hash, an unknown tool's name and an odd model name are a hash, and these hide in
-error messages too (a trace backend is read by more people than a transcript, and must
-not be a channel out of the task).
+a hash, an unknown tool's name is a hash, a model the worker was not configured with
+is ``other``, and these hide in error messages too (a trace backend is read by more
+people than a transcript, and must not be a channel out of the task).
 
 The rule for turning it on:
 
@@ -50,7 +50,7 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
-from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.errors import SubagentError
 from durable_subagents.types import Usage
 
 if TYPE_CHECKING:
@@ -302,6 +302,8 @@ def traced_model_turn(
         # message quotes.
         hidden = [m.tool_call_id for m in input.new_messages if m.tool_call_id]
         hidden += list(input.result_records)
+        # a provider's error may quote the model it was asked for
+        hidden += _unnamed_model(input.model, self.default_model)
         with tracer.start_as_current_span(
             MODEL_TURN_SPAN,
             kind=SpanKind.CLIENT,
@@ -313,7 +315,7 @@ def traced_model_turn(
                 result = await fn(self, input)
             span.set_attributes(
                 {
-                    **_model_attributes(result.model, None),
+                    **_model_attributes(result.model, self.default_model),
                     **_usage_attributes(result.usage),
                     "gen_ai.response.finish_reasons": [_finish_reason(result.stop_reason)],
                     "subagent.tool_calls": len(result.tool_calls),
@@ -351,7 +353,7 @@ def traced_compaction(
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            with _recording_errors(span):
+            with _recording_errors(span, _unnamed_model(input.turn.model, self.default_model)):
                 result = await fn(self, input)
             mark = result.compaction
             span.set_attributes(
@@ -434,33 +436,36 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}")
 _FINISH_REASON = re.compile(r"[a-z_]{1,32}")
 
 
 def _model_attributes(model: str, default_model: str | None) -> dict[str, str]:
     """``gen_ai.system`` and ``gen_ai.request.model`` from a ``provider:model`` name.
 
-    Never the script of a ``scripted:`` model (it holds model text): only ``scripted``.
-    A subagent's model name may be its parent model's choice: a name that does not
-    look like one (spaces, odd characters, over 64 characters) is only hashed, in
-    ``subagent.model_hash``.
+    A subagent's model may be its parent model's choice, and a server that answers to
+    any name (llama.cpp's, a proxy) runs whatever it is: only a model configured on the
+    worker (its default) is named, any other is ``other`` (``named_model``, as the
+    metrics name it). Never the script of a ``scripted:`` model: only ``scripted``.
     """
     if not model:
         return {}
-    from durable_subagents.providers._names import PROVIDERS, parse_model
+    from durable_subagents.providers._names import named_model
 
-    try:
-        provider, full_name, _ = parse_model(model, default_model=default_model)
-    except InvalidRequest:
-        provider = model.partition(":")[0]
-        if provider in PROVIDERS:
-            return {"gen_ai.system": provider, "subagent.model_hash": text_hash(model)}
-        return {"subagent.model_hash": text_hash(model)}
-    name = "scripted" if provider == "scripted" else full_name.partition(":")[2]
-    if not _MODEL_NAME.fullmatch(name):
-        return {"gen_ai.system": provider, "subagent.model_hash": text_hash(name)}
+    label = named_model(model, default_model)
+    if label == "scripted":
+        return {"gen_ai.system": "scripted", "gen_ai.request.model": "scripted"}
+    provider, _, name = label.partition(":")
     return {"gen_ai.system": provider, "gen_ai.request.model": name}
+
+
+def _unnamed_model(model: str, default_model: str | None) -> list[str]:
+    """A model name the spans do not name, and its model part: hidden in errors too."""
+    from durable_subagents.providers._names import named_model
+
+    if not model or not named_model(model, default_model).endswith(":other"):
+        return []
+    # Short parts stay: hiding "gpt" would garble every message that says it.
+    return [m for m in {model, model.partition(":")[2]} if len(m) >= 4]
 
 
 def _finish_reason(reason: str | None) -> str:

@@ -18,7 +18,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._data_dir import default_data_dir as default_data_dir
 from durable_subagents._event_loop import EventLoopChoice
-from durable_subagents._notify_url import check_notify_url
+from durable_subagents._notify_url import normal_notify_url
 from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
 from durable_subagents._temporal_config import (
@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     asks a person in every mode, ``bash`` sees them read-only, and no spawn's workspace
     may be or lie in one. Built-in entries cannot be removed (an agent opts out with
     ``write_protected_paths``)."""
+    mcp_config: str = Field("", validation_alias=AliasChoices("SUBAGENTS_MCP_CONFIG", "mcp_config"))
+    """MCP configuration files (Claude Code's ``.mcp.json`` format, ``os.pathsep``-
+    separated) read after the workspace root's ``.mcp.json``; a later file's server
+    replaces an earlier one of its name."""
     tool_max_processes: int = Field(
         _default_limit("processes"),
         ge=1,
@@ -462,9 +466,22 @@ class Settings(BaseSettings):
         if value is None:
             return None
         try:
-            return check_notify_url(value.strip())
+            normal_notify_url(value.strip())
         except InvalidRequest as err:
             raise ValueError(f"SUBAGENTS_NOTIFY_URL: {err}") from None
+        return value.strip()
+
+    @field_validator("notify_allow")
+    @classmethod
+    def _notify_allow_are_urls(cls, value: str) -> str:
+        # A prefix that cannot be judged as sent would allow nothing, silently.
+        for prefix in value.split(","):
+            if prefix.strip():
+                try:
+                    normal_notify_url(prefix.strip())
+                except InvalidRequest as err:
+                    raise ValueError(f"SUBAGENTS_NOTIFY_ALLOW: {err}") from None
+        return value
 
     @property
     def notify_allow_list(self) -> list[str]:
@@ -629,6 +646,13 @@ class Settings(BaseSettings):
         return open_blob_store(
             self.blob_url, self.resolved_blob_dir, self.namespace, keys=self.payload_keys()
         )
+
+    def mcp_config_files(self) -> list[Path]:
+        """The workspace root's ``.mcp.json`` (where there is one), then ``mcp_config``'s."""
+        root = self.resolved_workspace / ".mcp.json"
+        named = [Path(p) for p in self.mcp_config.split(os.pathsep) if p.strip()]
+        # Not followed if a symlink: a model never gets the worker to read a file of its choosing.
+        return ([root] if root.is_file() and not root.is_symlink() else []) + named
 
     @property
     def resolved_workspace(self) -> Path:

@@ -369,7 +369,9 @@ class TaskEvent(BaseModel):
     answer, and its ``thinking`` pieces to its thinking, which never is part of the
     answer; a piece with ``summary="restarted"`` starts that text (or thinking) over
     (the model call was retried after part of it was shown). A ``compaction`` event says the
-    conversation was made to fit the model's context window, and by how much.
+    conversation was made to fit the model's context window, and by how much. A
+    ``retrying`` event says the task's workflow code raised (``error``: what): the task
+    is held at its last step, retried, until a worker with a fix runs it.
     """
 
     kind: Literal[
@@ -383,6 +385,7 @@ class TaskEvent(BaseModel):
         "decision",
         "decision_ignored",
         "compaction",
+        "retrying",
         "closed",
     ]
     task_id: str

@@ -70,6 +70,7 @@ from durable_subagents.activities._workspaces import (
 from durable_subagents.agents import READ_ONLY_TOOLS
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError
 from durable_subagents.providers import (
@@ -101,6 +102,7 @@ from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
 from durable_subagents.tools._sandbox_host import overlay_problem, sandbox_state, tool_user
 from durable_subagents.tools._workspace_paths import rule_path, written_path
+from durable_subagents.tools.mcp._names import matches
 from durable_subagents.types import (
     Message,
     ModelRequest,
@@ -489,24 +491,38 @@ class SubagentActivities:
         }
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
-        """The tools the agent may use on this worker; refuses tools the worker lacks."""
+        """The tools the agent may use on this worker; refuses tools the worker lacks.
+
+        ``mcp__<server>`` in the agent's tools stands for all of that server's tools.
+        """
         available = self.tools.names
-        if input.tools is not None:
-            missing = [t for t in input.tools if t not in available]
+        listed = None if input.tools is None else expand_tool_names(input.tools, available)
+        if input.tools is not None and listed is not None:
+            missing = [t for t in listed if t not in available]
+            missing += [
+                t for t in input.tools if is_mcp(t) and not any(covers(t, a) for a in available)
+            ]
             if missing:
                 raise ApplicationError(
                     f"agent {input.agent_name!r} allows tools this worker does not have: "
-                    f"{', '.join(missing)}; this worker has: {', '.join(available)}. Register "
-                    "them on the worker or remove them from the agent",
+                    f"{', '.join(dict.fromkeys(missing))}; this worker has: "
+                    f"{', '.join(available)}. Register them on the worker (MCP tools: its "
+                    "MCP servers, .mcp.json or --mcp-config) or remove them from the agent",
                     type="InvalidRequest",
                     non_retryable=True,
                 )
-        allowed = set(available if input.tools is None else input.tools)
-        allowed -= set(input.disallowed_tools)
+        allowed = set(available if listed is None else listed)
+        allowed = {t for t in allowed if not any(covers(d, t) for d in input.disallowed_tools)}
         if has_schema(input):
             allowed.discard(FINAL_ANSWER_TOOL)  # the answer's tool takes the name
         if input.read_only:
-            allowed &= {n for n in available if self.read_only(n)}
+            # A plan agent reads; an MCP tool it lists runs where its rules allow it.
+            allowed = {
+                n
+                for n in allowed
+                if self.read_only(n)
+                or (listed is not None and is_mcp(n) and matches(n, input.plan_tools))
+            }
         return [t for t in available if t in allowed]
 
     def with_path(self, call: ToolCall, workspace: HeldWorkspace) -> ToolCall:
@@ -598,8 +614,7 @@ class SubagentActivities:
         the file tools to the path it was judged on; ``input.rules`` judge what else
         they open.
         """
-        names = [*BASE_ENV, *(n for n in self.tool_env if input.env is None or n in input.env)]
-        env = {n: os.environ[n] for n in names if n in os.environ}
+        env = self.tool_environment(input.env)
         decided = None
         raw = self.path_argument(call) if call is not None else None
         if call is not None and call.path is not None and raw is not None:
@@ -623,6 +638,15 @@ class SubagentActivities:
             hold=input.protected_changes,
             handing_back=activity.is_worker_shutdown,
         )
+
+    def tool_environment(self, names: list[str] | None) -> dict[str, str]:
+        """What a tool's processes see of the worker's environment: an allowlist.
+
+        ``BASE_ENV`` and the worker's ``SUBAGENTS_TOOL_ENV`` names (``names``: an agent's
+        pick among those; None: all of them).
+        """
+        allowed = [*BASE_ENV, *(n for n in self.tool_env if names is None or n in names)]
+        return {n: os.environ[n] for n in allowed if n in os.environ}
 
     def workspace(self, requested: str | None) -> HeldWorkspace:
         """The task's workspace for one step, checked race-free and held (``task_workspace``)."""

@@ -25,6 +25,7 @@ __all__ = [
     "HEARTBEAT_EVERY",
     "LIVE_EVERY",
     "STALE_AFTER",
+    "CallProgress",
     "cancel_requested",
     "heartbeat",
     "heartbeating",
@@ -46,12 +47,42 @@ LIVE_EVERY = 0.25
 second and keeps the latest details for the next)."""
 
 
+class CallProgress:
+    """What a running tool call's heartbeats carry: when it started, its latest output.
+
+    A retry of a call whose worker died reads them from the last heartbeat
+    (``activity.info().heartbeat_details``) to tell the model what happened.
+    """
+
+    TAIL = 4000
+    """Characters of the latest output kept."""
+
+    def __init__(self) -> None:
+        self.started = datetime.now(UTC)
+        self._tail = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self._tail += data
+        if len(self._tail) > self.TAIL * 4:
+            del self._tail[: len(self._tail) - self.TAIL * 4]
+
+    def details(self) -> dict[str, str]:
+        text = self._tail.decode("utf-8", "replace")[-self.TAIL :]
+        return {"started": self.started.isoformat(), "output": text}
+
+
 @contextlib.asynccontextmanager
-async def heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
+async def heartbeating(
+    live: LiveText | None = None, progress: CallProgress | None = None
+) -> AsyncIterator[None]:
     """Heartbeat in the background so a stalled call still notices cancellation.
 
-    With ``live``, every heartbeat carries the model's text so far (see ``_live_text``).
+    With ``live``, every heartbeat carries the model's text so far (see ``_live_text``);
+    with ``progress``, a tool call's start and latest output, and one heartbeat goes at
+    once (a call cut off within its first second is known to have started).
     """
+    if progress is not None:
+        heartbeat(progress.details())
 
     async def beat() -> None:
         # Sleep first: a call that ends within a second costs no heartbeat round trip.
@@ -62,7 +93,7 @@ async def heartbeating(live: LiveText | None = None) -> AsyncIterator[None]:
                 heartbeat(live.details())
                 since = 0.0
             elif live is None:
-                heartbeat()
+                heartbeat(*(() if progress is None else (progress.details(),)))
                 since = 0.0
             step = LIVE_EVERY if live is not None else HEARTBEAT_EVERY
             await asyncio.sleep(step)

@@ -7,8 +7,10 @@ attempt), ``webhook-timestamp`` (Unix seconds of the attempt) and ``webhook-sign
 
 The body carries text a model wrote (previews of its calls, its answer): it is JSON,
 so data to the receiver, with control, bidi and invisible characters written as
-``\uXXXX`` escapes. The worker posts only to URLs its allowlist holds, follows no
-redirect, waits 10 s at most and reads at most 4 KiB of the answer.
+``\uXXXX`` escapes. The worker posts only to URLs its allowlist holds, judged and
+sent as they go on the wire (``normal_notify_url``: no dot segment, so ``/hooks/../x``
+is ``/x``), follows no redirect, waits 10 s at most and reads at most 4 KiB of the
+answer.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from datetime import timedelta
 from typing import Any
 
 import aiohttp
+import yarl
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from durable_subagents._notify_url import notify_url_allowed
+from durable_subagents._notify_url import normal_notify_url, notify_url_allowed
 from durable_subagents._payloads import NOTIFY_ACTIVITY, NOTIFY_UNSET, NotifyInput
 from durable_subagents._terminal import json_shown
 from durable_subagents.errors import InvalidRequest
@@ -113,6 +116,10 @@ class Notifier:
             says why).
         inbox_url: Where ``subagents serve``'s page is, for the events' links.
         timeout: Seconds one attempt may take in all.
+
+    Raises:
+        InvalidRequest: a URL of ``allow`` or ``default_url`` is refused by
+            ``normal_notify_url`` (what is wrong with it), or the secret is too short.
     """
 
     def __init__(
@@ -126,6 +133,12 @@ class Notifier:
     ) -> None:
         self.default_url = default_url
         self.allow = list(allow) + ([default_url] if default_url else [])
+        for prefix in self.allow:
+            try:
+                normal_notify_url(prefix)
+            except InvalidRequest as err:
+                where = "SUBAGENTS_NOTIFY_ALLOW or SUBAGENTS_NOTIFY_URL"
+                raise InvalidRequest(f"{where}: {err}") from None
         self.key = notify_key(secret) if secret else None
         self.inbox_url = inbox_url
         self.timeout = timeout
@@ -150,10 +163,18 @@ class Notifier:
                 # expected wherever notifications are off: the SDK logs it at DEBUG
                 category=ApplicationErrorCategory.BENIGN,
             )
+        try:
+            # What is judged is what is sent: aiohttp would resolve "/hooks/../x" itself.
+            url = normal_notify_url(url)
+        except InvalidRequest as err:
+            raise ApplicationError(
+                f"{err}; nothing was posted", type="NotifyRefused", non_retryable=True
+            ) from None
         if not notify_url_allowed(url, self.allow):
             raise ApplicationError(
-                f"notify_url {url[:200]} is not in this worker's allowlist; add its prefix "
-                "to SUBAGENTS_NOTIFY_ALLOW on the workers to have it posted to",
+                f"notify_url {url[:200]} (as it would be sent) is not in this worker's "
+                "allowlist; add its prefix to SUBAGENTS_NOTIFY_ALLOW on the workers to have "
+                "it posted to",
                 type="NotifyRefused",
                 non_retryable=True,
             )
@@ -177,7 +198,12 @@ class Notifier:
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout, trust_env=False) as session,
-                session.post(url, data=body, headers=headers, allow_redirects=False) as response,
+                session.post(
+                    yarl.URL(url, encoded=True),  # as it is: already on the wire's form
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                ) as response,
             ):
                 status = response.status
                 answer = await response.content.read(_ANSWER_BYTES)

@@ -11,6 +11,7 @@ short result is not recorded: running a read again changes nothing.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from temporalio import activity
@@ -25,7 +26,12 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
-from durable_subagents.activities._heartbeats import cancel_requested, heartbeating, may_be_stale
+from durable_subagents.activities._heartbeats import (
+    CallProgress,
+    cancel_requested,
+    heartbeating,
+    may_be_stale,
+)
 from durable_subagents.activities._held_changes import keep as keep_held
 from durable_subagents.tools import ToolError
 from durable_subagents.tools._decorator import MAX_THREADS_PER_TASK
@@ -62,7 +68,61 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
         if done is not None:
             activity.logger.info("call %s ran already; returning its result", input.call.id)
             return ToolCallResult.model_validate_json(done)
+        cut_off = await interrupted(acts, input, info, record)
+        if cut_off is not None:
+            return cut_off
     return await run_once(acts, input)
+
+
+async def interrupted(
+    acts: SubagentActivities, input: ToolCallInput, info: activity.Info, record: str
+) -> ToolCallResult | None:
+    """The result of a call an earlier attempt started and its worker's death cut off.
+
+    None where the call runs again: a read (it changes nothing), an agent that reruns
+    (``on_interrupted``), a rerun a person approved, an attempt that never started the
+    tool (no heartbeat said so), or one its worker handed back when it stopped.
+    """
+    if input.rerun or input.on_interrupted == "rerun" or acts.read_only(input.call.name):
+        return None
+    last = info.heartbeat_details[-1] if info.heartbeat_details else None
+    if not isinstance(last, dict) or "started" not in last:
+        return None
+    if await acts.store.get_record(input.task_id, handed_back(record)) is not None:
+        return None
+    try:
+        started = datetime.fromisoformat(str(last["started"]))
+        seconds = f"{max((datetime.now(UTC) - started).total_seconds(), 0):.0f} s"
+    except ValueError:
+        seconds = "some time"
+    output = str(last.get("output") or "")
+    name = input.call.name
+    text = (
+        f"{name} was interrupted: the worker running it stopped (it died or lost its "
+        f"connection) about {seconds} after the call began, and it was not run again. "
+        "What it changed in the workspace was dropped, but anything it did outside (the "
+        "network, other services) is unknown. "
+        + (f"Its output until then:\n{output}" if output else "It had printed nothing.")
+        + "\nCheck what was done before running it again."
+    )
+    activity.logger.warning("call %s was cut off by its worker's end; not run again", input.call.id)
+    content, ref = await acts.transcript.store_text(input.task_id, text)
+    result = ToolCallResult(
+        call_id=input.call.id,
+        tool_name=name,
+        content=content,
+        content_ref=ref,
+        is_error=True,
+        size=len(text),
+        interrupted=input.on_interrupted == "ask",
+    )
+    await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
+    return result
+
+
+def handed_back(record: str) -> str:
+    """Where a call's record says its worker handed it back (it runs again)."""
+    return f"{record}-handed-back"
 
 
 async def run_once(
@@ -80,9 +140,18 @@ async def run_once(
     else:
         with acts.workspace(input.workspace) as workspace:
             ctx = acts.tool_context(input, workspace, call)
-            async with heartbeating(live):
+            progress = CallProgress() if live is None else None
+            if progress is not None:
+                ctx.seen_output = progress.add
+            async with heartbeating(live, progress):
                 try:
                     output, is_error = await tool.run(ctx, call.arguments), False
+                except asyncio.CancelledError:
+                    if activity.is_worker_shutdown():
+                        # Handed back: the attempt on another worker runs it again.
+                        record = handed_back(policy.result_record_name(input.call))
+                        await asyncio.shield(acts.store.put_record(input.task_id, record, b"1"))
+                    raise
                 except ToolError as err:
                     output, is_error = str(err), True
                 except Exception as err:

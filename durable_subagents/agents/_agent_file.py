@@ -124,7 +124,7 @@ class AgentFile:
         warn(self.warnings, f"{self.path}:{self.front.line(key)}: {message}")
 
 
-SANDBOX_KEYS = {"network", "env", "limits", "context_window"}
+SANDBOX_KEYS = {"network", "env", "limits", "context_window", "on_interrupted", "onInterrupted"}
 """Our own front matter (neither Claude Code nor OpenCode has it): the tool sandbox's,
 and the model's context window."""
 
@@ -138,6 +138,15 @@ def sandbox_fields(f: AgentFile) -> dict[str, Any]:
     """
     meta = f.meta
     fields: dict[str, Any] = {}
+    for key in ("on_interrupted", "onInterrupted"):
+        if key in meta:
+            value = meta[key]
+            if value in ("report", "rerun", "ask"):
+                fields["on_interrupted"] = value
+            else:
+                f.problems.append(
+                    f.fail(key, f"'{key}' must be report, rerun or ask, got {value!r}")
+                )
     if "context_window" in meta:
         window = meta["context_window"]
         if isinstance(window, bool) or not isinstance(window, int) or window < 1024:

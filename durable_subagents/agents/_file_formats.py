@@ -56,6 +56,7 @@ from durable_subagents.agents._spec import (
     AgentSpec,
     PermissionRule,
 )
+from durable_subagents.agents._tool_names import mcp_name
 
 __all__ = ["MODEL_PROVIDERS", "AgentFormat", "read_agent_file"]
 
@@ -304,6 +305,13 @@ def _map_tools(
 ) -> list[str]:
     out: list[str] = []
     for n in names:
+        mcp = mcp_name(n)
+        if mcp is not None:
+            # A tool of an MCP server (or all of a server's): kept as Claude Code names
+            # it; a worker whose servers lack it says so when the agent runs.
+            if mcp not in out:
+                out.append(mcp)
+            continue
         if n not in table:
             f.warn(key, f"{key}: tool {n!r} is not one of ours; dropped")
         out += [t for t in table.get(n, ()) if t not in out]

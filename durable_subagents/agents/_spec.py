@@ -8,10 +8,12 @@ from pydantic import BaseModel, Field
 
 # Re-exported: the sandbox and the tools read the default list from here.
 from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PATHS
+from durable_subagents.agents._tool_names import covers
 
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
 ReasoningEffort = Literal["low", "medium", "high"]
+OnInterrupted = Literal["report", "rerun", "ask"]
 REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 """Reasoning efforts from the least to the most."""
 MAX_OUTPUT_TOKENS = 1_000_000
@@ -109,6 +111,11 @@ class AgentSpec(BaseModel):
     worker passes (``SUBAGENTS_TOOL_ENV``); ``None``: all of those."""
     limits: ToolLimits = Field(default_factory=ToolLimits)
     """Resource limits of each tool call, below the worker's (never above)."""
+    on_interrupted: OnInterrupted = "report"
+    """What becomes of a tool call that may change anything (``bash``, edits, MCP tools)
+    when its worker died while it ran: ``report`` (the model reads that it was cut off,
+    after how long, with its output so far, and decides), ``rerun`` (it runs again, as
+    a read does), or ``ask`` (a person decides whether it runs again)."""
     write_protected_paths: bool = False
     """Opt in to writes to the protected paths (``PROTECTED_PATHS``: ``.git``, ``.claude``,
     hook managers' and editors' configuration...) without asking."""
@@ -135,9 +142,13 @@ class AgentSpec(BaseModel):
     its effort's budget on top); None: 8,192."""
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
-        """The tools this agent may call among ``available``, in ``available``'s order."""
-        allowed = set(available if self.tools is None else self.tools)
+        """The tools this agent may call among ``available``, in ``available``'s order.
+
+        ``mcp__<server>`` in ``tools`` or ``disallowed_tools`` stands for all of that
+        server's tools (``covers``).
+        """
+        listed = self.tools
+        allowed = [t for t in available if listed is None or any(covers(n, t) for n in listed)]
         if self.permission_mode == "plan":
-            allowed &= set(READ_ONLY_TOOLS)
-        allowed -= set(self.disallowed_tools)
-        return [t for t in available if t in allowed]
+            allowed = [t for t in allowed if t in READ_ONLY_TOOLS]
+        return [t for t in allowed if not any(covers(n, t) for n in self.disallowed_tools)]

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from durable_subagents.cli import _common, _help, _serve, _servers, _tasks
+from durable_subagents.cli import _common, _help, _serve, _servers, _tasks, _tools_list
 
 __all__ = ["app", "main"]
 
@@ -44,6 +44,7 @@ for _name, _command in (
     ("ls", _tasks.list_command),
     ("watch", _tasks.watch),
     ("agents", _serve.agents),
+    ("tools", _tools_list.tools),
     ("mcp", _serve.mcp),
     ("demo", _serve.demo),
 ):

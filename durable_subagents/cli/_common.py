@@ -78,6 +78,23 @@ Workspace = Annotated[
     Path | None,
     typer.Option("--workspace", help="Root the file tools are jailed to [default: current dir]"),
 ]
+McpConfigFiles = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--mcp-config",
+        metavar="FILE",
+        help="MCP servers to offer tools from (Claude Code's .mcp.json format), read after "
+        "the workspace's .mcp.json; repeat for several, a later one winning "
+        "(SUBAGENTS_MCP_CONFIG)",
+    ),
+]
+
+
+def mcp_config_option(files: list[Path] | None) -> str | None:
+    """``--mcp-config`` as the setting's value (None: the environment's stands)."""
+    return os.pathsep.join(str(f) for f in files) if files else None
+
+
 DeploymentName = Annotated[
     str | None,
     typer.Option(

@@ -108,7 +108,12 @@ async def run_dev(
     """
     from durable_subagents._connect import connect_client
     from durable_subagents._telemetry import setup_tracing
-    from durable_subagents.worker import collect_less, create_worker, sweep_forever
+    from durable_subagents.worker import (
+        collect_less,
+        create_worker,
+        sweep_forever,
+        warn_secrets_in_workspace,
+    )
 
     version = settings.worker_deployment()  # a half-given version fails before starting
     keys = settings.payload_keys()  # so does a malformed key
@@ -116,6 +121,7 @@ async def run_dev(
     namespace = settings.namespace
     workspace = workspace or settings.workspace
     settings = settings.model_copy(update={"address": address, "workspace": workspace})
+    await asyncio.to_thread(warn_secrets_in_workspace, settings)
     server: DevServer | None = None
     codec: CodecServer | None = None
     record = settings.data_dir / DEV_RECORD

@@ -25,6 +25,7 @@ from durable_subagents.cli._common import (
     BuildId,
     DeploymentName,
     JsonOut,
+    McpConfigFiles,
     Namespace,
     Profile,
     TaskQueue,
@@ -34,6 +35,7 @@ from durable_subagents.cli._common import (
     error,
     exit_now,
     make_settings,
+    mcp_config_option,
     run,
 )
 from durable_subagents.errors import SubagentError
@@ -77,6 +79,7 @@ def dev(
         typer.Option(help="How long closed tasks and their blobs are kept, e.g. 24h or 7d"),
     ] = None,
     workspace: Workspace = None,
+    mcp_config: McpConfigFiles = None,
     task_queue: TaskQueue = None,
     deployment_name: DeploymentName = None,
     build_id: BuildId = None,
@@ -102,7 +105,10 @@ def dev(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--retention") from None
     settings = make_settings(
-        task_queue=task_queue, deployment_name=deployment_name, build_id=build_id
+        task_queue=task_queue,
+        deployment_name=deployment_name,
+        build_id=build_id,
+        mcp_config=mcp_config_option(mcp_config),
     )
 
     async def main() -> None:
@@ -131,6 +137,7 @@ def worker(
     profile: Profile = None,
     task_queue: TaskQueue = None,
     workspace: Workspace = None,
+    mcp_config: McpConfigFiles = None,
     sticky_queue_timeout: Annotated[
         float | None,
         typer.Option(
@@ -228,6 +235,7 @@ def worker(
         metrics_port=metrics_port,
         drain_timeout=drain_timeout,
         model_rate_limits=",".join(model_rate_limit) if model_rate_limit else None,
+        mcp_config=mcp_config_option(mcp_config),
     )
     if check:
         from durable_subagents.worker import check_worker
@@ -300,6 +308,7 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
     from durable_subagents._terminal import shown
     from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
+    from durable_subagents.agents._tool_names import is_mcp
     from durable_subagents.cli._render import plain_table
 
     try:
@@ -320,7 +329,8 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
         every = a.tools is None and not a.disallowed_tools
-        tools = "all" if every else ",".join(a.allowed_tools(ALL_TOOLS)) or "none"
+        mcp = [t for t in a.tools or () if is_mcp(t) and t not in a.disallowed_tools]
+        tools = "all" if every else ",".join([*a.allowed_tools(ALL_TOOLS), *mcp]) or "none"
         cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
         listed.append((cells, shown(a.description)))
     header = ("name", "tools", "mode", "turns", "source", "description")

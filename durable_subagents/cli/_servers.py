@@ -182,6 +182,15 @@ def serve(
         float,
         typer.Option(help="Seconds between two listings of paused tasks (shared by all pages)"),
     ] = 2.0,
+    peer_connections: Annotated[
+        int,
+        typer.Option(
+            help="Connections one client address may hold open at once; more are refused "
+            "(429). Behind a proxy every client is the proxy's address: raise it there",
+            min=1,
+            max=100_000,
+        ),
+    ] = 64,
     verbose: Annotated[
         bool,
         typer.Option("--verbose", "-v", help="Log each request (who by token name, never a token)"),
@@ -191,7 +200,8 @@ def serve(
 
     Lists the paused task trees of the task queue, shows each call's full arguments,
     and approves or rejects them bound to the pause and the arguments read. Needs the
-    deployment's payload key and blob store like any client. Ctrl-C stops it.
+    deployment's payload key and blob store like any client. A connection that sends
+    no whole request head within 5 s, or no body within 30 s, is closed. Ctrl-C stops it.
     """
     import os
 
@@ -216,7 +226,14 @@ def serve(
     async def main() -> None:
         client = await SubagentClient.connect(settings=settings, agents={})
         inbox = Inbox(client, task_queue=settings.task_queue, ui_url=ui_url, poll=poll)
-        server = InboxServer(inbox, grants, host=host, port=port, origins=origin or ())
+        server = InboxServer(
+            inbox,
+            grants,
+            host=host,
+            port=port,
+            origins=origin or (),
+            max_per_peer=peer_connections,
+        )
         async with server:
             console.print(
                 f"inbox on {server.url} · Temporal {settings.address} namespace "
@@ -232,10 +249,12 @@ def serve(
 
 
 def keygen() -> None:
-    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... (`subagents keygen >> .env`).
+    """Print a new payload key as SUBAGENTS_PAYLOAD_KEY=... for an environment file.
 
-    Give the same key to every worker and client of the deployment. To rotate, make a
-    new one current and keep the old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
+    Give the same key to every worker and client of the deployment. Keep the file
+    outside the workspace (e.g. `subagents keygen >> ~/.config/durable-subagents/env`):
+    tasks read what the workspace holds. To rotate, make a new one current and keep the
+    old one in SUBAGENTS_PAYLOAD_OLD_KEYS.
     """
     import base64
 
@@ -245,8 +264,9 @@ def keygen() -> None:
     print(f"# payload key id {key_id(base64.b64decode(key))} (subagents keygen)")
     print(f"SUBAGENTS_PAYLOAD_KEY={key}")
     err_console.print(
-        "Set it on every worker and client (and the codec server); keep it secret. When "
-        "rotating, move the previous key to SUBAGENTS_PAYLOAD_OLD_KEYS.",
+        "Set it on every worker and client (and the codec server); keep it secret, and out "
+        "of the workspace (tasks read what it holds). When rotating, move the previous key "
+        "to SUBAGENTS_PAYLOAD_OLD_KEYS.",
         markup=False,
         highlight=False,
         soft_wrap=True,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
@@ -212,6 +213,7 @@ class SubagentClient:
             parent_id=parent_id,
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
+            created_at=datetime.now(UTC),
         )
         return await start_task(
             self.temporal,

@@ -151,6 +151,12 @@ async def history_events(
                     if new != status:
                         status = new
                         yield TaskEvent(kind="status", task_id=task_id, time=time, status=new)
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                attrs_failed = event.workflow_task_failed_event_attributes
+                if attrs_failed.HasField("failure"):
+                    # Workflow code raised: the task is held, retried until a fix runs it.
+                    message = await failure_message(converter, attrs_failed.failure)
+                    yield TaskEvent(kind="retrying", task_id=task_id, time=time, error=message)
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs_can = event.workflow_execution_continued_as_new_event_attributes
                 next_run = attrs_can.new_execution_run_id

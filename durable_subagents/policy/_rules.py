@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
+from durable_subagents.agents._tool_names import is_mcp
 from durable_subagents.policy._shell import command_words
 from durable_subagents.types import ToolCall
 
@@ -85,9 +86,14 @@ def decide(
     if read_only is None:
         read_only = tool_name in READ_ONLY_TOOLS
     mode = spec.permission_mode
-    if mode == "plan" and not read_only:
-        return "deny"
     target = main_argument(arguments)
+    if mode == "plan" and not read_only:
+        if not is_mcp(tool_name):
+            return "deny"
+        # An MCP tool in plan: only where a rule allows it (read-only by the rules'
+        # word; the server's own readOnlyHint is never trusted).
+        agent = _evaluate(spec.permissions, tool_name, target, "deny")
+        return _strictest(agent, _evaluate(spec.restrictions, tool_name, target, "allow"))
     default = mode_default(mode, tool_name, read_only)
     if path is not None:
         search = tool_name in SEARCH_TOOLS

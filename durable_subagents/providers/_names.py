@@ -1,16 +1,18 @@
 """Model names: ``provider:model``, parsed without any provider SDK.
 
-A client checks a spawn's model before spawning, and a span names the model of a turn;
-neither runs a provider, so the parser lives apart from the providers that do.
+A client checks a spawn's model before spawning, and spans and metrics name the model
+of a turn; none runs a provider, so the parser lives apart from the providers that do.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from durable_subagents.errors import InvalidRequest
 
 from .scripted import check_script
 
-__all__ = ["PROVIDERS", "parse_model"]
+__all__ = ["PROVIDERS", "named_model", "parse_model"]
 
 PROVIDERS = ("openai", "anthropic", "scripted")
 """Provider prefixes a model name may carry."""
@@ -57,3 +59,45 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
     if not rest.strip():
         raise InvalidRequest(f"model {model!r} names no model; use {provider}:<model>")
     return provider, name, rest.strip()
+
+
+def named_model(name: str, default_model: str | None, models: Iterable[str] = ()) -> str:
+    """How metrics and spans name a model: as configured, or ``<provider>:other``.
+
+    A subagent's model may be its parent model's choice, and a server that answers to
+    any name (llama.cpp's, a proxy) runs whatever it is: only a model a person
+    configured on the worker is named, so no name a model chose leaves in telemetry.
+
+    Args:
+        name: The model of a turn (``provider:model``, ``default`` or ``scripted...``).
+        default_model: The worker's ``SUBAGENTS_MODEL`` (None: ``scripted``).
+        models: Other ``provider:model`` names a person configured on the worker.
+
+    Returns:
+        ``provider:model`` when it is the worker's default or among ``models``;
+        ``scripted`` for any scripted model (never its script); else
+        ``<provider>:other`` (``other:other`` without a known provider).
+    """
+    full_name = _full_name(name, default_model)
+    if full_name == "scripted":
+        return "scripted"
+    provider = full_name.partition(":")[0]
+    if provider not in PROVIDERS:
+        return "other:other"
+    known = {_full_name(m, None) for m in (default_model or "", *models) if m}
+    return full_name if full_name in known else f"{provider}:other"
+
+
+def _full_name(name: str, default_model: str | None) -> str:
+    """``provider:model`` as the worker runs it; ``scripted`` for any script (unread)."""
+    if name.strip() in ("", "default"):
+        configured = (default_model or "").strip()
+        name = configured if configured not in ("", "default") else "scripted"
+    name = name.strip()
+    provider = name.partition(":")[0]
+    if provider == "scripted" or provider not in PROVIDERS:
+        return "scripted" if provider == "scripted" else name
+    try:
+        return parse_model(name)[1]
+    except InvalidRequest:
+        return f"{provider}:"

@@ -11,6 +11,7 @@ from typing import Any
 
 from durable_subagents.agents import AgentSpec, ReasoningEffort
 from durable_subagents.agents._spec import SPAWN_TOOLS
+from durable_subagents.agents._tool_names import covers
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.spawn._options import EFFORT_RANK, MODE_RANK, SpawnOptions
 
@@ -39,7 +40,7 @@ def narrow(spec: AgentSpec, options: SpawnOptions) -> AgentSpec:
     if options.tools is not None:
         tools = list(options.tools)
         if spec.tools is not None:
-            extra = [t for t in tools if t not in spec.tools]
+            extra = [t for t in tools if not any(covers(s, t) for s in spec.tools)]
             if extra:
                 raise InvalidRequest(
                     f"agent {spec.name!r} does not allow {', '.join(extra)}; its tools are "

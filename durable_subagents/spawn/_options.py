@@ -62,12 +62,13 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_TOKEN_BUDGET = 10**10
 MAX_WORKSPACE_BYTES = 4096
 
-_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+"""What a task id may be (a workflow id, and a blob directory's name)."""
 
 
 def validate_task_id(task_id: str) -> None:
     """Task ids become workflow ids and blob directory names: keep them simple."""
-    if not _TASK_ID.match(task_id):
+    if not TASK_ID.fullmatch(task_id):
         raise InvalidRequest(
             f"task_id {task_id!r} is not valid: use 1-200 letters, digits, '.', '_' "
             "or '-', starting with a letter or digit"

@@ -9,7 +9,7 @@ readable with no worker.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
@@ -53,8 +53,8 @@ def build_task_input(
     description: str,
     parent_id: str | None,
     default_model: str | None,
+    created_at: datetime,
     max_prompt_bytes: int = MAX_PROMPT_BYTES,
-    created_at: datetime | None = None,
     check_model: bool = True,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
@@ -68,7 +68,8 @@ def build_task_input(
         default_model: The model when neither the options nor the agent name one
             (an agent's ``inherit`` means this); None: the worker's default.
         max_prompt_bytes: The prompt's size limit (and an inline script's).
-        created_at: The task's creation time (``workflow.now()`` in workflow code).
+        created_at: The task's creation time: ``workflow.now()`` in workflow code, the
+            clock at the client (no wall clock is read here: workflows call this).
         check_model: Parse the model name here (not in workflow code: the parser's
             module imports the provider SDKs).
 
@@ -113,7 +114,7 @@ def build_task_input(
         token_budget=options.token_budget,
         output_schema=options.output_schema,
         notify_url=options.notify_url,
-        created_at=created_at or datetime.now(UTC),
+        created_at=created_at,
     )
     refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
     return task_input

@@ -71,17 +71,22 @@ class _Output:
 
 
 async def _pump(
-    proc: SandboxedProcess, output: _Output, on_output: Callable[[], None] | None
+    proc: SandboxedProcess,
+    output: _Output,
+    on_output: Callable[[], None] | None,
+    seen: Callable[[bytes], None] | None = None,
 ) -> None:
     stream = proc.process.stdout
     assert stream is not None
     while data := await stream.read(_READ_CHUNK):
         output.add(data)
-        if on_output is not None:
+        for callback, args in ((seen, (data,)), (on_output, ())):
+            if callback is None:
+                continue
             try:
-                on_output()
+                callback(*args)
             except Exception:
-                log.exception("on_output callback failed")
+                log.exception("an output callback failed")
 
 
 async def _finish(
@@ -138,7 +143,7 @@ async def bash(ctx: ToolContext, command: str, timeout: float = 120) -> str:
         record_sandbox_failure("spawn")
         raise ToolError(f"bash: cannot start the command: {e}") from None
     output = _Output()
-    reader = asyncio.create_task(_pump(proc, output, ctx.on_output))
+    reader = asyncio.create_task(_pump(proc, output, ctx.on_output, ctx.seen_output))
     exited = asyncio.create_task(proc.exited())
     try:
         async with asyncio.timeout(timeout):

@@ -93,6 +93,9 @@ class ToolContext:
             for a person's decision), ``refuse``, or ``apply`` (``protected`` empty).
         landings: What became of each command's changes (``spawn_sandboxed`` adds
             them), for the call's result.
+        seen_output: Called with each piece of a command's output as it comes, so the
+            call's heartbeats carry its latest output (what a retry reports of a call
+            its worker's death cut off); optional.
         handing_back: Whether a cancelled call is being handed back to be run again
             (its worker is stopping): a command's changes are then dropped, not landed.
 
@@ -120,6 +123,7 @@ class ToolContext:
     hold: str = "pause"
     landings: list[Any] = field(default_factory=list)
     handing_back: Callable[[], bool] | None = None
+    seen_output: Callable[[bytes], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -155,6 +159,7 @@ class ToolContext:
         state["workspace_fd"] = None
         state["landings"] = []
         state["handing_back"] = None
+        state["seen_output"] = None
         del state["_stop"]
         return state
 

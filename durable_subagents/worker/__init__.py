@@ -12,6 +12,7 @@ from durable_subagents.worker._worker import (
     exit_if_tool_calls_stuck,
     run_worker,
 )
+from durable_subagents.worker._workspace_secrets import warn_secrets_in_workspace
 
 __all__ = [
     "SearchAttributesMissing",
@@ -25,4 +26,5 @@ __all__ = [
     "run_worker",
     "sweep_blobs",
     "sweep_forever",
+    "warn_secrets_in_workspace",
 ]

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, FailureError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -43,6 +43,7 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
+from durable_subagents.providers._names import named_model
 from durable_subagents.types import TaskResult
 
 __all__ = ["HANDED_BACK", "OperationsInterceptor"]
@@ -148,7 +149,7 @@ class _Activities(ActivityInboundInterceptor):
                 }
             _metrics.record_model_turn(
                 meter,
-                model=self.labels.model(name, answered=answered),
+                model=named_model(name, self.labels.default_model, self.labels.models),
                 outcome=outcome,
                 seconds=seconds,
                 tokens=tokens,
@@ -196,8 +197,12 @@ class _TaskRuns(WorkflowInboundInterceptor):
         except asyncio.CancelledError:
             _metrics.record_task_finished(meter, agent, "cancelled")
             raise
-        except Exception:
+        except FailureError:
             _metrics.record_task_finished(meter, agent, "failed")
+            raise
+        except Exception as err:
+            # A bug: this workflow task fails and is retried; the task is held, not ended.
+            _metrics.record_task_held(meter, agent, type(err).__name__)
             raise
         if isinstance(result, TaskResult):
             _metrics.record_task_finished(meter, agent, result.status.value)

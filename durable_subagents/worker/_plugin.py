@@ -170,6 +170,7 @@ class SubagentsPlugin(SimplePlugin):
             extra=[*config.get("plugins", ()), *config.get("interceptors", ())],
         )
         config["activities"] = [*config.get("activities", ()), *setup.activities]
+        self._mcp = setup.mcp
         for name, value in setup.options.items():
             if name == "workflow_runner":  # see _with_passthrough
                 continue
@@ -190,7 +191,17 @@ class SubagentsPlugin(SimplePlugin):
         return library_outside_sandbox(runner)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``)."""
+        """Run the worker, and beside it the worker of its tool queue (``max_tool_calls``).
+
+        The worker's MCP servers list their tools first, and stop with it.
+        """
+        mcp = getattr(self, "_mcp", None)
+        if mcp is not None:
+            inner = next
+
+            async def next(worker: Worker) -> None:
+                await mcp.run_worker(worker, inner)
+
         async with (
             sessions_closed_after(),
             tool_calls_served(worker, self.settings.max_tool_calls),

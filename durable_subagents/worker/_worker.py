@@ -37,8 +37,10 @@ from durable_subagents.tools._decorator import _THREADS
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
+from durable_subagents.worker._held_log import say_held_once
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
+from durable_subagents.worker._mcp import McpTools, mcp_tools
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
@@ -47,6 +49,7 @@ from durable_subagents.worker._tool_queue import (
     tool_queue_activities,
     tool_worker,
 )
+from durable_subagents.worker._workspace_secrets import warn_secrets_in_workspace
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,8 @@ class WorkerSetup:
     activities: list[Callable[..., Any]]
     options: dict[str, Any]
     """``temporalio.worker.Worker`` keyword arguments (limits, sandbox, versioning)."""
+    mcp: McpTools | None = None
+    """The worker's MCP servers, started with it (None: it has none)."""
 
 
 def worker_setup(
@@ -99,6 +104,7 @@ def worker_setup(
             a notification secret that is too short.
     """
     version = deployment or settings.worker_deployment()
+    say_held_once()  # a task held by a bug: its traceback once, not at every retry
     notifier = Notifier(
         default_url=settings.notify_url,
         allow=settings.notify_allow_list,
@@ -149,6 +155,7 @@ def worker_setup(
         [SubagentWorkflow, NotifyWorkflow],
         [*activities.activities, notifier.send_notification],
         options,
+        mcp_tools(activities, settings, labels),
     )
 
 
@@ -244,6 +251,8 @@ def create_worker(
         run_tool = tool_queue_activities(setup.activities)
         assert run_tool
         options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
+        if setup.mcp is not None:
+            options["plugins"] = [*options["plugins"], setup.mcp]
         return tool_worker(client, queue, run_tool, tool_slots, options)
     if role not in ("all", "tasks"):
         raise InvalidRequest(f"unknown worker role {role!r}; use all, tasks or tools")
@@ -252,6 +261,8 @@ def create_worker(
     if sticky_queue_timeout:
         options["sticky_queue_schedule_to_start_timeout"] = sticky_queue_timeout
     options["plugins"] = [*options.get("plugins", ()), SessionsClosed()]
+    if setup.mcp is not None:
+        options["plugins"] = [*options["plugins"], setup.mcp]
     if role == "all":
         options["plugins"] = [*options["plugins"], ToolQueuePlugin(tool_slots)]
     limits = settings.model_rate_limit_map
@@ -274,15 +285,37 @@ _WORKFLOW_OPTIONS = (
 )
 """Options of a worker that runs workflows, which a tool worker does not."""
 
+SANDBOX_CHECKED = ("durable_subagents", "durable_subagents.workflows")
+"""The library's modules the workflow sandbox imports anew for each run and checks: the
+workflows and the package they sit in. The import contracts keep the workflows from
+importing the roles, tools, providers, storage and settings at all."""
+
 PASSTHROUGH_MODULES = (
-    "durable_subagents",
+    # Pure code the workflows call, deterministic at import and in use: the payloads
+    # and types, the policy, agents and spawn rules, the model's context, errors.
+    *(
+        f"durable_subagents.{name}"
+        for name in (
+            "_context",
+            "_lazy",
+            "_markdown",
+            "_output_schema",
+            "_payloads",
+            "_search_attributes",
+            "_task_queue",
+            "agents",
+            "errors",
+            "policy",
+            "spawn",
+            "types",
+        )
+    ),
     "pydantic",
     "pydantic_core",
-    "pydantic_settings",
     "tree_sitter",
     "tree_sitter_bash",
 )
-"""Modules the workflow sandbox imports once, outside it."""
+"""Modules the workflow sandbox imports once, outside it (never ``SANDBOX_CHECKED``)."""
 
 
 LIBRARY_WORKFLOWS = (SubagentWorkflow, NotifyWorkflow)
@@ -336,6 +369,8 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     sdk = None
     if settings.worker_role != "tools":
         sdk = asyncio.create_task(asyncio.to_thread(import_sdk, settings.model))
+    # Said once, while the worker connects: a .env in the workspace is every task's.
+    looked = asyncio.create_task(asyncio.to_thread(warn_secrets_in_workspace, settings))
     tracing = setup_tracing(settings)
     telemetry = telemetry_runtime(settings)
     extra = {"runtime": telemetry.runtime} if telemetry is not None else {}
@@ -364,6 +399,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         await ops.start()
     if sdk is not None:
         await sdk
+    await looked
     sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
     try:
         async with worker:

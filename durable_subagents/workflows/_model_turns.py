@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         TurnReads,
         tools_digest,
     )
+    from durable_subagents.agents import AgentSpec
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
     from durable_subagents.spawn import model_label
     from durable_subagents.types import Message
@@ -141,6 +142,7 @@ def turn_input(
         tools=spec.tools,
         disallowed_tools=spec.disallowed_tools,
         read_only=spec.permission_mode == "plan",
+        plan_tools=plan_tools(spec),
         turn=turn,
         workspace=inp.workspace,
         agent_name=spec.name,
@@ -155,6 +157,13 @@ def turn_input(
         context=context,
         reads=TurnReads.of(spec) if reads_run_in_turn(inp, turn) else None,
     )
+
+
+def plan_tools(spec: AgentSpec) -> list[str]:
+    """A ``plan`` agent's MCP tools its rules allow, as globs (``ModelTurnInput.plan_tools``)."""
+    if spec.permission_mode != "plan":
+        return []
+    return [r.tool for r in spec.permissions if r.action == "allow" and r.tool.startswith("mcp__")]
 
 
 def reads_run_in_turn(inp: TaskInput, turn: int) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
@@ -61,6 +61,14 @@ def error_message(err: BaseException) -> str:
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 """Largest activity input this workflow schedules (Temporal's hard cap is 2 MB)."""
+
+
+TASK_ENDING_ERRORS: tuple[type[BaseException], ...] = (FailureError,)
+"""The errors that end a task as failed, listed in one place: what Temporal reports of
+its activities, children and timers, and the typed ``ApplicationError``s the workflow
+raises for data it cannot go on with (``PayloadTooLarge``, an invalid answer limit, a
+provider's refusal, a spawn the worker refuses...). Any other exception is a bug: it
+fails the workflow task instead, and the task waits, retried, for a fixed worker."""
 
 
 def check_size(value: object, what: str) -> None:

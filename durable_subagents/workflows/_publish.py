@@ -8,11 +8,12 @@ code: deterministic, no I/O.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+
+from durable_subagents.workflows._background import Background
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import _search_attributes as sa
@@ -99,9 +100,10 @@ class Published:
         progress_at: When the memo was last written.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, background: Background) -> None:
         self.memo: dict[str, Any] = {}
         self.progress_at: datetime | None = None
+        self._background = background
         self._search_attributes: tuple[str, int] | None = None
         self._reported: tuple[str, str | None, int] | None = None
 
@@ -154,4 +156,4 @@ class Published:
             pending_approvals=pending,
         )
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        asyncio.create_task(handle.signal(CHILD_STATE_SIGNAL, state))  # noqa: RUF006
+        self._background.start(handle.signal(CHILD_STATE_SIGNAL, state), "telling the parent")

@@ -16,15 +16,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
 from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
+from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._current_details import TaskView, current_details
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
+    TASK_ENDING_ERRORS,
     error_message,
     final_stop_reason,
     tool_error,
@@ -37,7 +39,12 @@ from durable_subagents.workflows._subtasks import (
     ParentLeft,
     RegisteredTasks,
 )
-from durable_subagents.workflows._tool_calls import ToolCalls, held_call, waits_on_activities
+from durable_subagents.workflows._tool_calls import (
+    ToolCalls,
+    held_call,
+    rerun_call,
+    waits_on_activities,
+)
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._context import describe
@@ -61,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._options import TASK_ID
+    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
     from durable_subagents.types import (
         Message,
         PendingApproval,
@@ -69,6 +78,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         Usage,
     )
+
+
+MAX_QUEUED_INPUTS = 100
+"""Inputs (``send_input``) that may wait for the next turn; more are dropped."""
+MAX_REGISTERED = 256
+"""Client-spawned tasks one task takes as its own (``register_child``)."""
+MAX_IGNORED_WRITES = 20
+"""Memo writes one run makes to show ignored decisions; later ones are kept unwritten."""
 
 
 @workflow.defn(name=WORKFLOW)
@@ -85,11 +102,13 @@ class SubagentWorkflow:
         self._last_text = ""
         self._last_text_ref: str | None = None
         self._worker = WorkerTools()
-        self._published = Published()
+        self._background = Background()
+        """What handlers started: finished before the run closes or continues as new."""
+        self._published = Published(self._background)
         self._input: TaskInput | None = None
         self._runs = 1
         self._approvals = Approvals()
-        self._children = ChildTasks(on_change=self._republish)
+        self._children = ChildTasks(on_change=self._republish, background=self._background)
         self._time_limit_from: datetime | None = None
         self._adopted = RegisteredTasks()
         self._unread_pending = 0
@@ -108,12 +127,28 @@ class SubagentWorkflow:
         """The blob the output schema was stored as by this run's first turn."""
         self._notes = Notifications()
         """The run's events for its ``notify_url`` (see ``_notify``)."""
+        self._ignored_writes = 0
+        """Memo writes this run made for ignored decisions (``MAX_IGNORED_WRITES``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
     @workflow.signal(name=SEND_INPUT_SIGNAL)
     def send_input(self, text: str) -> None:
-        """Queue follow-up or steering input; the next turn takes it in."""
+        """Queue follow-up or steering input; the next turn takes it in.
+
+        Checked here as the client checks it (anyone who may signal the task can send
+        one): an input that is no text or over the prompt's size, or one past
+        ``MAX_QUEUED_INPUTS`` waiting, is dropped and logged.
+        """
+        if not isinstance(text, str) or not text.strip():
+            workflow.logger.warning("input dropped: it is no text, or empty")
+            return
+        if len(text.encode("utf-8", "replace")) > MAX_PROMPT_BYTES:
+            workflow.logger.warning("input dropped: over %d bytes", MAX_PROMPT_BYTES)
+            return
+        if len(self._inbox) >= MAX_QUEUED_INPUTS:
+            workflow.logger.warning("input dropped: %d inputs wait already", MAX_QUEUED_INPUTS)
+            return
         self._inbox.append(text)
 
     @workflow.signal(name=REGISTER_CHILD_SIGNAL)
@@ -122,8 +157,18 @@ class SubagentWorkflow:
 
         It is cancelled when this task is cancelled, fails or times out, as a child
         workflow would be; the registration is durable, so this holds even when the
-        process that spawned it is gone.
+        process that spawned it is gone. Only an id a task may have is taken, and at
+        most ``MAX_REGISTERED`` of them (a signal anyone may send must not grow the
+        task without bound).
         """
+        if not isinstance(task_id, str) or not TASK_ID.fullmatch(task_id):
+            workflow.logger.warning("registration dropped: %.80r is no task id", task_id)
+            return
+        if task_id == workflow.info().workflow_id:
+            return
+        if len(self._adopted.ids) >= MAX_REGISTERED and task_id not in self._adopted.ids:
+            workflow.logger.warning("registration dropped: %d tasks registered", MAX_REGISTERED)
+            return
         self._adopted.add(task_id)
 
     @workflow.signal(name=CHILD_STATE_SIGNAL)
@@ -147,11 +192,17 @@ class SubagentWorkflow:
             self._publish(TaskStatus.PAUSED)
 
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None) -> None:
-        """Drop a stale decision, and say so in the memo (and so in the task's events)."""
+        """Drop a stale decision, and say so in the memo (and so in the task's events).
+
+        At most ``MAX_IGNORED_WRITES`` such memo writes a run: a flood of stale
+        decisions (anyone who may signal can send them) costs a bounded history.
+        """
         self._approvals.ignore(decisions, why, call_ids)
         ignored = self._approvals.ignored
         self._published.memo["ignored_decisions"] = ignored
-        workflow.upsert_memo({"ignored_decisions": ignored})
+        if self._ignored_writes < MAX_IGNORED_WRITES:
+            self._ignored_writes += 1
+            workflow.upsert_memo({"ignored_decisions": ignored})
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
@@ -184,6 +235,7 @@ class SubagentWorkflow:
             await workflow.wait_condition(loop.done, timeout=self._time_left(input))
         except TimeoutError:
             await self._stop(loop)
+            await self._background.settle()
             result = self._finish(
                 TaskStatus.TIMED_OUT,
                 stop_reason="time_limit",
@@ -195,26 +247,24 @@ class SubagentWorkflow:
             self._approvals.close()
             self._publish(TaskStatus.CANCELLING)
             await self._stop(loop)
+            await self._background.settle()
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
             await self._notify_end("cancelled", None)
             raise
         try:
             result = loop.result()
-        except (ActivityError, ApplicationError) as err:
+        except TASK_ENDING_ERRORS as err:
             raise await self._fail(error_message(err), "TaskFailed") from err
-        except workflow.NondeterminismError:
-            raise
-        except Exception as err:
-            # A bug hit by model-controlled data would fail this workflow task on every
-            # retry; failing the task says what happened instead of hanging it.
-            workflow.logger.exception("subagent loop failed")
-            message = f"internal error: {type(err).__name__}: {err}"
-            raise await self._fail(message, "InternalError") from err
+        # Anything else is a bug of workflow code (or of a library it calls): it fails
+        # this workflow task, which Temporal retries, so the task is held at its last
+        # recorded step, and shown as retrying, until a worker with a fix resumes it.
+        await self._background.settle()
         await self._notify_end(result.stop_reason, result.error)
         return result
 
     async def _fail(self, message: str, error_type: str) -> ApplicationError:
         """Publish the failure, cancel the registered tasks, notify: the error to raise."""
+        await self._background.settle()
         self._publish(TaskStatus.FAILED, error=message)
         await self._adopted.cancel()
         await self._notify_end(None, message)
@@ -356,6 +406,8 @@ class SubagentWorkflow:
             results = await asyncio.gather(
                 *(self._tool_call(c, verdicts[c.id], ran.get(c.id)) for c in turn.tool_calls)
             )
+            if any(r.interrupted for r in results):
+                results = await self._ask_rerun(turn.tool_calls, list(results))
             if any(r.held is not None for r in results):
                 results = await self._settle_held(list(results))
             new = [r.to_message() for r in results]
@@ -447,6 +499,36 @@ class SubagentWorkflow:
             return await self._tools.shown_running(call, run)
         return await self._tools.run(call, self._input, self._worker.read_only)
 
+    async def _ask_rerun(
+        self, calls: list[ToolCall], results: list[ToolCallResult]
+    ) -> list[ToolCallResult]:
+        """Pause for the calls their worker's death cut off (``on_interrupted="ask"``).
+
+        Approved ones run once more; the others keep the result that says they were
+        cut off, which the model reads.
+        """
+        assert self._input is not None
+        by_id = {c.id: c for c in calls}
+        cut_off = [r for r in results if r.interrupted and r.call_id in by_id]
+        asks = {r.call_id: rerun_call(by_id[r.call_id], r) for r in cut_off}
+        verdicts = await self._approvals.pause(
+            list(asks.values()),
+            turn=self._turns,
+            timeout=self._input.approval_timeout,
+            publish=self._publish,
+        )
+
+        async def decided(result: ToolCallResult) -> ToolCallResult:
+            if verdicts[asks[result.call_id].id][0] != "allow":
+                return result.model_copy(update={"interrupted": False})
+            call = by_id[result.call_id]
+            assert self._input is not None
+            return await self._tools.run(call, self._input, self._worker.read_only, rerun=True)
+
+        again = await asyncio.gather(*(decided(r) for r in cut_off))
+        by_call = {r.call_id: r for r in again}
+        return [by_call.get(r.call_id, r) for r in results]
+
     async def _settle_held(self, results: list[ToolCallResult]) -> list[ToolCallResult]:
         """Pause for the changes to protected paths the turn's commands made, then settle.
 
@@ -489,6 +571,7 @@ class SubagentWorkflow:
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._background.settle()
         await self._notes.started()
         new = new + [Message(role="user", content=text) for text in self._inbox]
         state = TaskState(

@@ -19,6 +19,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._outcomes import tool_error
 
 with workflow.unsafe.imports_passed_through():
@@ -167,8 +168,9 @@ class ChildTasks:
     Workflow code (deterministic): it runs inside ``SubagentWorkflow``.
     """
 
-    def __init__(self, on_change: Callable[[], None]) -> None:
+    def __init__(self, on_change: Callable[[], None], background: Background) -> None:
         self._on_change = on_change
+        self._background = background
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, workflow.ChildWorkflowHandle[Any, TaskResult]] = {}
         self._states: dict[str, ChildState] = {}
@@ -432,7 +434,7 @@ class ChildTasks:
         routed = [d for d in decisions.decisions if "/" in d.call_id]
         if not routed:
             return decisions
-        asyncio.create_task(self.route(routed))  # noqa: RUF006
+        self._background.start(self.route(routed), "routing decisions to children")
         own = [d for d in decisions.decisions if "/" not in d.call_id]
         return decisions.model_copy(update={"decisions": own}) if own else None
 

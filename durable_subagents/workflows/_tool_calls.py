@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
     from durable_subagents._payloads import (
         HELD_TOOL,
+        RERUN_TOOL,
         RUN_TOOL_ACTIVITY,
         SETTLE_CHANGES_ACTIVITY,
         SettleInput,
@@ -100,10 +101,15 @@ class ToolCalls:
         return self._slots
 
     async def run(
-        self, call: ToolCall, inp: TaskInput, read_only_tools: set[str]
+        self, call: ToolCall, inp: TaskInput, read_only_tools: set[str], *, rerun: bool = False
     ) -> ToolCallResult:
-        """Run an approved call of the task (``inp``) once one of its slots is free."""
+        """Run an approved call of the task (``inp``) once one of its slots is free.
+
+        ``rerun``: a person approved running it again after its worker's death cut it off.
+        """
         call_input = _tool_input(inp, call, read_only_tools)
+        if rerun:
+            call_input = call_input.model_copy(update={"rerun": True})
         check_size(call_input, f"{call.name} call input")
         self.records[call.id] = policy.result_record_name(call)
         # A turn of many slow calls holds only this many of the worker's slots; the
@@ -196,6 +202,20 @@ def held_call(result: ToolCallResult) -> ToolCall:
             "changes": held.preview,
         },
         arguments_ref=held.arguments_ref,
+    )
+
+
+def rerun_call(call: ToolCall, result: ToolCallResult) -> ToolCall:
+    """The decision a call cut off by its worker's death waits for: run it again or not."""
+    return ToolCall(
+        id=f"{result.call_id}-rerun",
+        name=RERUN_TOOL,
+        arguments={
+            "call_id": result.call_id,
+            "tool": call.name,
+            "call": policy.arguments_preview(call.name, call.arguments, limit=200),
+            "interrupted": result.content[:600],
+        },
     )
 
 

@@ -27,6 +27,7 @@ from durable_subagents.worker import create_worker
 from ..helpers import CEILING, eventually
 from ..helpers.agent_files import CLAUDE_REVIEWER, PLANTED_EXPLORE, write
 from ..helpers.cli import CLI, _env, arun, failed, ok, run
+from ..helpers.processes import connected_to, wait_for
 from ..helpers.tasks import give_to_tool_user, script
 
 
@@ -290,22 +291,24 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
                 *CLI, "watch", task_id, env=env,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
-            waiter = asyncio.ensure_future(
-                arun("check", task_id, "--wait", "--timeout", "600", env=env, timeout=300)
-            )
+            waiter = await asyncio.create_subprocess_exec(
+                *CLI, "check", task_id, "--wait", "--timeout", "600", env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
             assert watcher.stdout is not None and watcher.stderr is not None
             seen = b""
             while b"tool_started" not in seen:  # watching, and the command runs
                 line = await asyncio.wait_for(watcher.stdout.readline(), CEILING)
                 assert line, (seen, await watcher.stderr.read())
                 seen += line
-            await asyncio.sleep(1)  # check --wait has connected and waits too
+            port = int(server.address.rsplit(":", 1)[1])
+            await wait_for(lambda: connected_to(waiter.pid, port), what="check --wait to connect")
             assert server.pid is not None
             os.killpg(server.pid, signal.SIGKILL)
             await server.stop()  # reaps it
 
             out, err = await asyncio.wait_for(watcher.communicate(), 240)
-            waited = await waiter
+            waited_out, waited_err = await asyncio.wait_for(waiter.communicate(), 240)
             await server.start()  # the same database: the task goes on
             done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == "completed" and done.result == "slept through it", done
@@ -317,11 +320,11 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
     ), err.decode()
     kinds = [line.split()[1] for line in (seen + out).decode().splitlines()]
     assert kinds == ["status", "turn", "tool_started"], (seen + out).decode()
-    assert waited.code == 1 and waited.out == ""
-    assert waited.err == (
+    assert waiter.returncode == 1 and waited_out == b""
+    assert waited_err.decode() == (
         f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
         f"`subagents check {task_id} --wait` again once the server answers\n"
-    ), waited.err
+    ), waited_err.decode()
 
 
 # ---------------------------------------------------------------- no worker needed

@@ -33,6 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.bench_faults import LoadResult, WorkerProcess, run_load
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus
+from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer
 
@@ -388,7 +389,13 @@ async def run_case(phase: Phase, temporal: Client, server: DevServer, tmp: Path)
     give_to_tool_user(workspace)
     queue = f"crash-{phase.name}-{uuid.uuid4().hex[:6]}"
     client = SubagentClient(
-        temporal, task_queue=queue, blob_store=LocalBlobStore(blobs / server.namespace)
+        temporal,
+        task_queue=queue,
+        blob_store=LocalBlobStore(blobs / server.namespace),
+        # A call in flight at the kill runs again (the default reports it to the model).
+        agents={
+            "general": BUILTIN_AGENTS["general"].model_copy(update={"on_interrupted": "rerun"})
+        },
     )
     workers: list[WorkerProcess] = []
     async with FakeOpenAIServer() as srv:

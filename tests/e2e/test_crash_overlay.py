@@ -13,16 +13,18 @@ import subprocess
 from pathlib import Path
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
 
 from ..helpers import CEILING
-from ..helpers.processes import processes_matching, wait_for, worker_process
+from ..helpers.processes import processes_matching, unique_sleep, wait_for, worker_process
 from ..helpers.tasks import give_to_tool_user, script
 
+SLEEP = unique_sleep(4171)
 COMMAND = (
     "echo once >> written.txt; printf '[core]\\n\\tfsmonitor = x\\n' >> .git/config; "
     "mkdir -p deep/.claude && echo evil > deep/.claude/settings.json; "
-    "[ -e go ] || sleep 4171.5; echo finished"
+    f"[ -e go ] || {SLEEP}; echo finished"
 )
 
 
@@ -36,6 +38,9 @@ async def test_nothing_a_killed_command_wrote_lands(
     env = {"SUBAGENTS_DATA_DIR": str(tmp_path / "worker-data")}
     first = worker_process(settings, workspace, tmp_path / "worker.log", env)
     second = worker_process(settings, workspace, tmp_path / "worker.log", env)
+    client.agents["general"] = BUILTIN_AGENTS["general"].model_copy(
+        update={"on_interrupted": "rerun"}
+    )
     try:
         await first.start()
         task_id = await client.spawn_task(
@@ -46,10 +51,10 @@ async def test_nothing_a_killed_command_wrote_lands(
                 {"text": "done"},
             ),
         )
-        await wait_for(lambda: processes_matching("sleep 4171.5"), what="the command's sleep")
+        await wait_for(lambda: processes_matching(SLEEP), what="the command's sleep")
         first.kill()
         # Every process of the call died with the worker; its overlay stays, unapplied.
-        await wait_for(lambda: not processes_matching("sleep 4171.5"), what="the sleep to die")
+        await wait_for(lambda: not processes_matching(SLEEP), what="the sleep to die")
         assert sorted(os.listdir(workspace)) == [".git"]
         assert (workspace / ".git" / "config").read_bytes() == config
         assert len(os.listdir(overlays)) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import secrets
 import time
 from pathlib import Path
@@ -78,3 +79,20 @@ def worker_process(
         env=env,
         args=["--sticky-queue-timeout", "1"],
     )
+
+
+def connected_to(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds an established TCP connection to local ``port``."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    inodes = {link[8:-1] for link in links if link.startswith("socket:[")}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if fields[3] == "01" and remote_port == port and fields[9] in inodes:
+                    return True
+    return False

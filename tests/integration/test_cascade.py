@@ -14,10 +14,13 @@ from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.cli import arun, ok
-from ..helpers.processes import processes_matching, wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import script
 
-SLEEP = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3907"}}]})
+SLEEP_3907 = unique_sleep(3907)
+SLEEP_3911 = unique_sleep(3911)
+
+SLEEP = script({"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3907}}]})
 
 
 async def test_a_task_spawned_with_a_parent_id_is_cancelled_with_its_parent(
@@ -31,13 +34,13 @@ async def test_a_task_spawned_with_a_parent_id_is_cancelled_with_its_parent(
         )
     )
     child = json.loads(spawned.out)["id"]
-    await wait_for(lambda: len(processes_matching("sleep 3907")) == 2, what="both commands")
+    await wait_for(lambda: len(processes_matching(SLEEP_3907)) == 2, what="both commands")
     assert [t.id for t in await client.list_tasks(parent_id=parent)] == [child]
 
     assert (await client.cancel_task(parent)).status == TaskStatus.CANCELLED
     done = await client.check_task(child, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.CANCELLED
-    await wait_for(lambda: not processes_matching("sleep 3907"), what="the commands to end")
+    await wait_for(lambda: not processes_matching(SLEEP_3907), what="the commands to end")
 
 
 async def test_a_parent_that_times_out_cancels_its_registered_tasks(
@@ -77,10 +80,10 @@ async def test_parents_that_are_not_running_tasks(
 async def test_cancel_says_what_is_still_settling_at_its_timeout(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
-    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3911"}}]})
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3911}}]})
     async with create_worker(temporal_client, settings):
         task_id = await client.spawn_task("general", "x", model=model)
-        await wait_for(lambda: bool(processes_matching("sleep 3911")), what="the command")
+        await wait_for(lambda: bool(processes_matching(SLEEP_3911)), what="the command")
     # every worker is gone: the cancel is recorded, nothing can acknowledge it yet
     info = await client.cancel_task(task_id, timeout=1)
     assert info.status == TaskStatus.CANCELLING
@@ -88,4 +91,4 @@ async def test_cancel_says_what_is_still_settling_at_its_timeout(
     async with create_worker(temporal_client, settings):
         done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.CANCELLED and done.settling == []
-    assert not processes_matching("sleep 3911")
+    assert not processes_matching(SLEEP_3911)

@@ -13,9 +13,11 @@ from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from ..helpers.processes import processes_matching, wait_for
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import script
 from ..parent_workflows import BadRequestWorkflow, FanOutWorkflow, LongChildWorkflow
+
+SLEEP_3801 = unique_sleep(3801)
 
 WORKFLOWS = [FanOutWorkflow, BadRequestWorkflow, LongChildWorkflow]
 
@@ -62,17 +64,17 @@ async def test_a_bad_request_is_a_catchable_error(
 async def test_cancelling_the_parent_cancels_the_subagent_and_its_processes(
     client: SubagentClient, temporal_client: Client, settings: Settings
 ) -> None:
-    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3801"}}]})
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3801}}]})
     parent_id = f"long-{uuid.uuid4().hex[:6]}"
     async with create_worker(temporal_client, settings, workflows=WORKFLOWS):
         handle = await temporal_client.start_workflow(
             LongChildWorkflow.run, model, id=parent_id, task_queue=settings.task_queue
         )
-        await wait_for(lambda: bool(processes_matching("sleep 3801")), what="the child's command")
+        await wait_for(lambda: bool(processes_matching(SLEEP_3801)), what="the child's command")
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        await wait_for(lambda: not processes_matching("sleep 3801"), what="the command to die")
+        await wait_for(lambda: not processes_matching(SLEEP_3801), what="the command to die")
     children = [
         e.start_child_workflow_execution_initiated_event_attributes.workflow_id
         async for e in handle.fetch_history_events()

@@ -22,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents._payloads import ToolCallInput
 from durable_subagents.activities import SubagentActivities
+from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.types import ToolCall
@@ -31,6 +32,10 @@ from ..helpers import CEILING
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.providers import fake_provider
 from ..helpers.tasks import script
+
+SLEEP_3301 = unique_sleep(3301)
+SLEEP_3302 = unique_sleep(3302)
+SLEEP_3913 = unique_sleep(3913)
 
 PAYLOAD_LIMIT = 256 * 1024
 
@@ -156,12 +161,15 @@ async def test_cancel_kills_every_process_the_command_started(
     model = script(
         {
             "tool_calls": [
-                {"name": "bash", "arguments": {"command": "sleep 3301 & sleep 3302; wait"}}
+                {"name": "bash", "arguments": {"command": f"{SLEEP_3301} & {SLEEP_3302}; wait"}}
             ]
         }
     )
     task_id = await client.spawn_task("general", "sleep", model=model)
-    await wait_for(lambda: len(processes_matching("sleep 330")) >= 2, what="sleeps to start")
+    await wait_for(
+        lambda: len(processes_matching(SLEEP_3301) + processes_matching(SLEEP_3302)) >= 2,
+        what="sleeps to start",
+    )
     started = asyncio.get_running_loop().time()
     pending = await client.cancel_task(task_id, wait=False)
     assert pending.status == TaskStatus.CANCELLING
@@ -169,7 +177,7 @@ async def test_cancel_kills_every_process_the_command_started(
     elapsed = asyncio.get_running_loop().time() - started
     assert info.status == TaskStatus.CANCELLED
     assert elapsed < 5, f"cancel took {elapsed:.1f}s"
-    assert processes_matching("sleep 3301") == [] and processes_matching("sleep 3302") == []
+    assert processes_matching(SLEEP_3301) == [] and processes_matching(SLEEP_3302) == []
     desc = await temporal_client.get_workflow_handle(task_id).describe()
     assert desc.status == WorkflowExecutionStatus.CANCELED
     statuses = await _memo_statuses(temporal_client, task_id)
@@ -242,6 +250,10 @@ async def test_worker_crash_kills_tools_and_a_new_worker_finishes_the_task(
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+    )
+    # The cut-off call runs again (the agent's on_interrupted), in a fresh overlay.
+    client.agents["general"] = BUILTIN_AGENTS["general"].model_copy(
+        update={"on_interrupted": "rerun"}
     )
     try:
         task_id = await client.spawn_task("general", "crash me", model=model)
@@ -325,10 +337,10 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
     from durable_subagents.agents import BUILTIN_AGENTS
     from durable_subagents.spawn import SpawnOptions, build_task_input, start_metadata
 
-    sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3913"}}]})
+    sleep = script({"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3913}}]})
     task_input = build_task_input(
         BUILTIN_AGENTS["general"], "x", SpawnOptions(model=sleep), description="x",
-        parent_id=None, default_model=None,
+        parent_id=None, default_model=None, created_at=datetime.now(UTC),
     )  # fmt: skip
     memo, attributes = start_metadata(task_input)
     async with create_worker(temporal_client, settings):
@@ -344,7 +356,7 @@ async def test_a_running_task_that_temporal_stops_never_shows_the_stale_memo(
             search_attributes=attributes,
             execution_timeout=timedelta(seconds=3),
         )
-        await wait_for(lambda: len(processes_matching("sleep 3913")) == 2, what="both commands")
+        await wait_for(lambda: len(processes_matching(SLEEP_3913)) == 2, what="both commands")
         assert (await client.check_task(terminated)).status == TaskStatus.RUNNING
         await temporal_client.get_workflow_handle(terminated).terminate(reason="operator stop")
         info = await client.check_task(timed_out, wait=True, timeout=CEILING)

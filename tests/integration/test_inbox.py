@@ -36,6 +36,8 @@ from durable_subagents.config import Settings
 from durable_subagents.storage._sealing import new_key
 from durable_subagents.worker import create_worker
 
+from ..helpers import CEILING, eventually
+from ..helpers.slowloris import ATTACKER, half_open
 from ..helpers.tasks import script
 
 APPROVER = "approver-" + uuid.uuid4().hex
@@ -439,3 +441,60 @@ async def test_encrypted_payloads_are_read_by_the_server_holding_the_key(
         await client.cancel_task(task_id)
     text = history.to_json()
     assert APPROVER not in text and "Bearer" not in text
+
+
+async def test_one_peer_s_connections_beyond_its_share_are_refused_and_others_served(
+    client: SubagentClient, settings: Settings
+) -> None:
+    """A peer gets ``max_per_peer`` connections; more are answered 429 and closed at
+    once while another peer is served; a closed one gives its place back. A body that
+    does not come in time is answered 408."""
+    inbox = Inbox(client, task_queue=settings.task_queue, poll=0.2)
+    server = InboxServer(
+        inbox, tokens("t-"), port=0, max_per_peer=8, head_timeout=10 * CEILING, body_timeout=1
+    )
+    async with server, aiohttp.ClientSession() as session:
+        flood = await half_open(server.port, 8 * 5)
+        assert len(flood) == 8 * 5
+        await eventually(lambda: sum(c.refused for c in flood) == 8 * 4, "32 refusals")
+        refused = [c for c in flood if c.refused]
+        await asyncio.gather(*(c.closed for c in refused))  # closed by the server
+        held = [c for c in flood if not c.refused]
+        assert not any(c.closed.done() or c.received for c in held)  # waiting for a head
+        body = json.loads(refused[0].received.partition(b"\r\n\r\n")[2])
+        assert body["type"] == "TooManyConnections" and "at most 8" in body["error"]
+
+        headers = {"Authorization": f"Bearer {APPROVER}"}
+        async with session.get(server.url + "/api/inbox", headers=headers) as response:
+            assert response.status == 200  # another peer: served
+
+        # The attacker closes one: its address may open one again (and is served).
+        held[0].abort()
+        attacker = aiohttp.TCPConnector(local_addr=(ATTACKER, 0), force_close=True)
+
+        async def served_again() -> bool:
+            try:
+                async with (
+                    aiohttp.ClientSession(connector=attacker, connector_owner=False) as other,
+                    other.get(server.url + "/api/openapi.json") as answer,
+                ):
+                    return answer.status == 200
+            except aiohttp.ClientError:  # refused before its answer was read
+                return False
+
+        await eventually(served_again, "a place given back")
+        await attacker.close()
+
+        # A head whose body never comes: 408 once the body deadline passes, then closed.
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            f"POST /api/tasks/x/cancel HTTP/1.1\r\nHost: inbox\r\nAuthorization: Bearer "
+            f"{APPROVER}\r\nContent-Type: application/json\r\nContent-Length: 20\r\n"
+            "\r\n{".encode()
+        )
+        answer = await asyncio.wait_for(reader.read(), CEILING)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+        assert b'"type":"RequestTimeout"' in answer
+        for connection in held[1:]:
+            connection.abort()

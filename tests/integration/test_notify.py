@@ -84,8 +84,8 @@ async def receivers() -> AsyncIterator[Callable[[], Any]]:
                 await asyncio.sleep(receiver.delay)
             if receiver.redirect_to is not None:
                 status = 307
-            receiver.hits.append(
-                Hit(request.path, dict(request.headers), body, time.monotonic(), status)
+            receiver.hits.append(  # the path as asked for, before the server reads it
+                Hit(request.raw_path, dict(request.headers), body, time.monotonic(), status)
             )
             if status == 307:
                 raise web.HTTPTemporaryRedirect(receiver.redirect_to or "/")
@@ -238,6 +238,38 @@ async def test_a_spawn_cannot_make_a_worker_post_outside_its_allowlist(
         assert not result.delivered and "not in this worker's allowlist" in (result.error or "")
     [redirected] = ends[3]
     assert not redirected.delivered and "redirects are never followed" in (redirected.error or "")
+
+
+async def test_dot_segments_in_a_spawn_s_url_never_reach_a_path_outside_the_allowlist(
+    client: SubagentClient, temporal_client: Client, settings: Settings, receivers: Any
+) -> None:
+    """The allowlist judges the URL as it is sent: HTTP clients resolve ``..`` before
+    sending, so ``<allowed>/../admin`` is ``/admin``, outside the prefix."""
+    receiver = await receivers()
+    allowed = receiver.url  # http://127.0.0.1:PORT/hooks/subagents
+    hostile = {
+        "/../../admin": "not in this worker's allowlist",
+        "/%2e%2e/%2E%2e/admin": "not in this worker's allowlist",
+        "/x/.%2e/../../admin": "not in this worker's allowlist",
+        "/..;/..;/admin": "dot segment with parameters",
+        "/%2f..%2f..%2fadmin": "encoded slash",
+        "\\..\\..\\admin": "backslash",
+    }
+    async with create_worker(temporal_client, notify_settings(settings, allowed)):
+        ends = {}
+        for tail in [*hostile, "/./a/../inside"]:
+            task_id = await client.spawn_task(
+                "explore", "x", model=script({"text": "hi"}), notify_url=allowed + tail
+            )
+            info = await client.check_task(task_id, wait=True, timeout=30)
+            assert info.status == TaskStatus.COMPLETED  # the task never minds
+            [ends[tail]] = await notify_results(temporal_client, task_id)
+    # Only the URL inside the prefix was posted to, at the path it leads to.
+    assert [h.path for h in receiver.hits] == ["/hooks/subagents/inside"]
+    verified(receiver.hits[0])
+    assert ends["/./a/../inside"].delivered
+    for tail, why in hostile.items():
+        assert not ends[tail].delivered and why in (ends[tail].error or ""), (tail, ends[tail])
 
 
 async def test_the_workers_url_serves_every_task_a_child_s_pause_is_its_parent_s_event(

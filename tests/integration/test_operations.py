@@ -8,64 +8,32 @@ checks from another process, for exec probes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
+import logging
 import os
-import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic import SecretStr
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
+from durable_subagents.storage._sealing import new_key
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.tools import _sandbox_host as sandbox_host
-from durable_subagents.worker import run_worker
 
+from ..helpers.metrics import get, running_worker, samples, scrape, value
 from ..helpers.tasks import script
 
 CLI = [sys.executable, "-m", "durable_subagents"]
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except OSError as err:
-        return 0, str(err)
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Prometheus text as ``{(name, labels): value}`` (without ``service_name``)."""
-    out = {}
-    for line in text.splitlines():
-        match = SAMPLE.match(line)
-        if match is None or line.startswith("#"):
-            continue
-        name, labels, value = match.groups()
-        pairs = frozenset((k, v) for k, v in LABEL.findall(labels or "") if k != "service_name")
-        out[(name, pairs)] = float(value)
-    return out
-
-
-def value(scraped: dict[Any, float], name: str, **labels: str) -> float:
-    """The sum of the series of ``name`` whose labels include ``labels``."""
-    want = set(labels.items())
-    return sum(v for (n, pairs), v in scraped.items() if n == name and want <= pairs)
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30) -> Any:
@@ -75,30 +43,6 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30) -
         if result or time.monotonic() > deadline:
             return result
         await asyncio.sleep(0.2)
-
-
-@contextlib.asynccontextmanager
-async def running_worker(settings: Settings) -> AsyncIterator[str]:
-    """``run_worker`` in this process; yields its endpoint's base URL once it polls."""
-    ready = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        waiter.cancel()
-        task.result()
-    try:
-        yield f"http://127.0.0.1:{settings.metrics_port}"
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def scrape(base: str) -> dict[Any, float]:
-    status, text = await asyncio.to_thread(get, f"{base}/metrics")
-    assert status == 200, text
-    return samples(text)
 
 
 async def test_metrics_count_what_a_run_did(
@@ -376,3 +320,42 @@ async def test_readiness_follows_the_server_and_check_runs_it_once(
 async def _ready(base: str) -> bool:
     status, _ = await asyncio.to_thread(get, f"{base}/readyz")
     return status == 200
+
+
+async def test_a_worker_says_once_at_start_that_its_workspace_holds_its_secrets(
+    settings: Settings,
+    workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``subagents keygen >> .env`` in the workspace: one warning naming the file and the
+    variables, never a value; a workspace without them starts without it."""
+    api_key = "sk-workspace-" + uuid.uuid4().hex
+    payload_key = new_key()
+    monkeypatch.setenv("OPENAI_API_KEY", api_key)
+    (workspace / ".env").write_text(
+        f"# payload key (subagents keygen)\nSUBAGENTS_PAYLOAD_KEY={payload_key}\n"
+        f'OPENAI_API_KEY="{api_key}"\n'
+    )
+    (workspace / "README.md").write_text("a project\n")
+    config = settings.model_copy(
+        update={"payload_key": SecretStr(payload_key), "metrics_port": free_port()}
+    )
+    caplog.set_level(logging.WARNING)
+    async with running_worker(config):
+        pass  # ready: the look at the workspace is done
+    said = [r.getMessage() for r in caplog.records if "secrets" in r.getMessage()]
+    assert len(said) == 1, said
+    [line] = said
+    assert str(workspace.resolve()) in line
+    assert ".env (SUBAGENTS_PAYLOAD_KEY, OPENAI_API_KEY)" in line or (
+        ".env (OPENAI_API_KEY, SUBAGENTS_PAYLOAD_KEY)" in line
+    )
+    assert "README.md" not in line and "\n" not in line
+    assert payload_key not in caplog.text and api_key not in caplog.text
+
+    (workspace / ".env").unlink()
+    caplog.clear()
+    async with running_worker(config.model_copy(update={"metrics_port": free_port()})):
+        pass
+    assert not [r for r in caplog.records if "secrets" in r.getMessage()]

@@ -156,7 +156,12 @@ async def test_worker_options_come_from_the_settings_unless_given(
     assert config["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
     runner = config["workflow_runner"]
     assert isinstance(runner, SandboxedWorkflowRunner)
-    assert "durable_subagents" in runner.restrictions.passthrough_modules
+    # The library's pure modules pass through; its workflow code never does.
+    assert "durable_subagents._payloads" in runner.restrictions.passthrough_modules
+    assert not any(
+        name.startswith("durable_subagents.workflows")
+        for name in runner.restrictions.passthrough_modules
+    )
     # The same options create_worker gives.
     expected = create_worker(temporal, own, task_queue=f"{own.task_queue}-2").config(
         active_config=True

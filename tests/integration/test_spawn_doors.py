@@ -16,6 +16,7 @@ import itertools
 import textwrap
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Unpack, get_type_hints
 
@@ -166,7 +167,13 @@ def test_the_notify_url_is_checked_and_carried_like_any_option() -> None:
     url = "https://hooks.example.com/subagents"
     options = SpawnOptions(notify_url=f" {url} ", task_id="mine-1")
     task_input = build_task_input(
-        resolve_agent("explore"), "x", options, description="", parent_id=None, default_model=None
+        resolve_agent("explore"),
+        "x",
+        options,
+        description="",
+        parent_id=None,
+        default_model=None,
+        created_at=datetime.now(UTC),
     )
     assert task_input.notify_url == url
     with pytest.raises(InvalidRequest, match="notify_url holds credentials"):

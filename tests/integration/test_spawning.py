@@ -18,6 +18,8 @@ from ..helpers import CEILING
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import script
 
+SLEEP_3901 = unique_sleep(3901)
+
 
 def spawn(agent: str, prompt: str, model: str) -> dict:  # type: ignore[type-arg]
     call = {
@@ -105,17 +107,17 @@ async def test_a_childs_pause_surfaces_on_the_parent(
 async def test_cancelling_the_parent_cancels_its_children(
     lead: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
-    child_model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3901"}}]})
+    child_model = script({"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3901}}]})
     model = script(spawn("general", "sleep", child_model), WAIT)
     task_id = await lead.spawn_task("lead-bash", "delegate", model=model)
-    await wait_for(lambda: bool(processes_matching("sleep 3901")), what="the child's command")
+    await wait_for(lambda: bool(processes_matching(SLEEP_3901)), what="the child's command")
     info = await lead.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     child = await child_of(lead, task_id)
     assert (await lead.check_task(child)).status == TaskStatus.CANCELLED
     desc = await temporal_client.get_workflow_handle(child).describe()
     assert desc.status == WorkflowExecutionStatus.CANCELED
-    assert not processes_matching("sleep 3901")
+    assert not processes_matching(SLEEP_3901)
 
 
 async def test_a_child_cannot_switch_provider_or_read_files_as_scripts(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
-from durable_subagents import SubagentClient, TaskInfo, TaskStatus, connect_client
+from durable_subagents import AgentSpec, SubagentClient, TaskInfo, TaskStatus, connect_client
 from durable_subagents._payloads import ModelTurnInput, ToolCallInput
 from durable_subagents._telemetry import (
     MODEL_TURN_SPAN,
@@ -41,13 +42,14 @@ from durable_subagents._telemetry import (
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
-from durable_subagents.testing import DevServer
+from durable_subagents.testing import DevServer, FakeOpenAIServer, FakeReply, free_port
 from durable_subagents.types import Message, ToolCall
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow
 
 from ..helpers import CEILING
+from ..helpers.metrics import get, running_worker, samples, value
 from ..helpers.tasks import script
 from ..helpers.telemetry import all_attribute_values
 
@@ -373,3 +375,61 @@ async def test_an_unknown_tool_and_an_error_quoting_a_call_id_are_hashed(
     assert model_turn.status.status_code == StatusCode.ERROR
     assert f"[model text {text_hash(call_id)}]" in (model_turn.status.description or "")
     assert HOSTILE not in text_in_spans([tool, model_turn])
+
+
+# ------------------------------------------------------------------ model names
+
+LEAKED = "sk-live-4f3c2a1b9e8d7c6b"
+"""A secret the parent model read, put in the name of its subagent's model."""
+
+
+async def test_a_model_name_a_model_chose_is_no_metric_label_and_no_span_attribute(
+    otel: Otel,
+    settings: Settings,
+    client: SubagentClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """llama.cpp's server and many proxies answer to any model name: a parent model
+    spawns a child on ``openai:exfil-<secret>``, which the server answers. Only the
+    worker's own model is named; the child's is ``openai:other`` in the metrics and
+    ``other`` in the spans."""
+    child_model = f"openai:exfil-{LEAKED}"
+
+    def answer(body: dict[str, Any]) -> FakeReply:
+        if body["model"] != "gpt-4.1-mini":
+            return FakeReply(text="child done")
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            spawn = {"agent": "general", "prompt": "go", "model": child_model}
+            return FakeReply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+        if "child done" not in str(results[-1].get("content")):
+            return FakeReply(tool_calls=[{"name": "wait_subagents", "arguments": {}}])
+        return FakeReply(text="lead done")
+
+    client.agents["lead"] = AgentSpec(name="lead", may_spawn=True)
+    async with FakeOpenAIServer(responder=answer) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-telemetry")
+        config = settings.model_copy(
+            update={"model": "openai:gpt-4.1-mini", "metrics_port": free_port()}
+        )
+        async with running_worker(config) as base:
+            task_id = await client.spawn_task("lead", "delegate")
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            status, text = await asyncio.to_thread(get, f"{base}/metrics")
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "lead done"
+    assert {r["model"] for r in srv.requests} == {"gpt-4.1-mini", f"exfil-{LEAKED}"}
+
+    assert status == 200
+    assert LEAKED not in text and "exfil" not in text
+    scraped = samples(text)
+    turns = "subagents_model_turn_seconds_count"
+    assert value(scraped, turns, model="openai:gpt-4.1-mini", outcome="ok") >= 3
+    assert value(scraped, turns, model="openai:other", outcome="ok") >= 1
+
+    spans = finished(otel)
+    in_spans = text_in_spans(spans)
+    assert LEAKED not in in_spans and "exfil" not in in_spans
+    named = {attr(s, "gen_ai.request.model") for s in spans if s.name == MODEL_TURN_SPAN}
+    assert named == {"gpt-4.1-mini", "other"}

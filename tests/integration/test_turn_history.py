@@ -159,7 +159,7 @@ async def test_fast_turns_cost_six_events_and_the_memo_stays_right(
 async def test_progress_is_written_at_most_every_progress_every(
     client: SubagentClient,
     temporal_client: Client,
-    worker: None,
+    settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Progress alone (turns, usage, head) goes to the memo at most every
@@ -187,10 +187,13 @@ async def test_progress_is_written_at_most_every_progress_every(
         return seen, (await history_counts(temporal_client, task_id))[1]
 
     assert publish.PROGRESS_EVERY == timedelta(seconds=10)
-    seen, writes = await turns_seen()
+    async with create_worker(temporal_client, settings):
+        seen, writes = await turns_seen()
     assert seen[-1] == 4 and 1 in seen and not {2, 3} & set(seen), seen
+    # The sandbox imports the workflow code afresh: a worker outside it sees the patch.
     monkeypatch.setattr(publish, "PROGRESS_EVERY", timedelta(seconds=1))
-    every_turn, more_writes = await turns_seen()
+    async with create_worker(temporal_client, settings, subagent_workflow_sandbox=False):
+        every_turn, more_writes = await turns_seen()
     assert every_turn[-1] == 4 and {1, 2, 3} <= set(every_turn), every_turn
     assert more_writes >= writes + 2
 

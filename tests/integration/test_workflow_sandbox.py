@@ -23,7 +23,7 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer
 from durable_subagents.worker import SubagentsPlugin, create_worker
 
-from ..helpers import CEILING
+from ..helpers import CEILING, eventually
 from ..helpers.tasks import script
 from ..probe_workflows import SandboxProbeWorkflow
 
@@ -128,3 +128,91 @@ def test_the_setting_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert Settings().subagent_workflow_sandbox is True
     monkeypatch.setenv("SUBAGENTS_SUBAGENT_WORKFLOW_SANDBOX", "false")
     assert Settings().subagent_workflow_sandbox is False
+
+
+PROBE = '''
+"""A workflow module planted in the library's workflow package by a test."""
+
+import datetime
+import os
+import random
+
+from temporalio import workflow
+
+
+@workflow.defn(name="PlantedProbe{tag}")
+class PlantedProbe:
+    @workflow.run
+    async def run(self, what: str) -> str:
+        if what == "clock":
+            return str(datetime.datetime.now())
+        if what == "environment":
+            return os.environ.get("HOME", "")
+        return str(random.random())
+'''
+
+
+async def test_the_sandbox_checks_the_librarys_own_workflow_code(
+    temporal_client: Client, settings: Settings
+) -> None:
+    """Wall-clock time, the environment and randomness, planted in a module of the
+    library's workflow package, are each refused by the sandbox (the package is checked
+    like any workflow code, never passed through)."""
+    import importlib
+
+    import durable_subagents.workflows as package
+
+    tag = uuid.uuid4().hex[:8]
+    path = Path(package.__path__[0]) / f"_planted_{tag}.py"
+    path.write_text(PROBE.replace("{tag}", tag))
+    try:
+        module = importlib.import_module(f"durable_subagents.workflows._planted_{tag}")
+        async with create_worker(temporal_client, settings, workflows=[module.PlantedProbe]):
+            for what, refused in [
+                ("clock", "datetime.datetime.now"),
+                ("environment", "os.environ"),
+                ("randomness", "random.random"),
+            ]:
+                handle = await temporal_client.start_workflow(
+                    f"PlantedProbe{tag}",
+                    what,
+                    id=f"planted-{tag}-{what}",
+                    task_queue=settings.task_queue,
+                )
+                failure = await workflow_task_failure(handle)
+                assert "RestrictedWorkflowAccessError" in failure, failure
+                assert refused in failure, failure
+                await handle.terminate()
+    finally:
+        path.unlink()
+
+
+async def workflow_task_failure(handle: Any) -> str:
+    """The first workflow task failure of a run (its type and message), once there is one."""
+    from temporalio.api.enums.v1 import EventType
+
+    async def failed() -> str | None:
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failure = event.workflow_task_failed_event_attributes.failure
+                kind = failure.application_failure_info.type
+                return f"{kind}: {failure.message}"
+        return None
+
+    return await eventually(failed, "a workflow task failure")
+
+
+async def test_a_run_ends_only_once_what_its_handlers_started_has_finished(
+    temporal_client: Client, settings: Settings
+) -> None:
+    """A routed decision in flight when the run would close is not lost: the run waits."""
+    from ..probe_workflows import BackgroundProbeWorkflow
+
+    async with create_worker(temporal_client, settings, workflows=[BackgroundProbeWorkflow]):
+        handle = await temporal_client.start_workflow(
+            BackgroundProbeWorkflow.run,
+            id=f"bg-{uuid.uuid4().hex[:8]}",
+            task_queue=settings.task_queue,
+        )
+        await handle.signal(BackgroundProbeWorkflow.route, "decision")
+        assert await handle.result() == ["routed decision"]

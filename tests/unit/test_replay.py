@@ -52,10 +52,17 @@ async def test_replays(path: Path, sandboxed: bool) -> None:
 async def test_a_changed_workflow_is_caught(
     monkeypatch: pytest.MonkeyPatch, sandboxed: bool
 ) -> None:
-    """The replay test can fail: a workflow that schedules differently is detected."""
+    """The replay test can fail: a workflow that schedules differently is detected.
+
+    The name is changed where the workflow code gets it: in the module already imported
+    (outside the sandbox), and in the payloads module the sandbox's fresh import of the
+    workflow code takes it from (passed through).
+    """
+    import durable_subagents._payloads as payloads
     import durable_subagents.workflows._model_turns as module
 
     monkeypatch.setattr(module, "MODEL_TURN_ACTIVITY", "renamed_model_turn")
+    monkeypatch.setattr(payloads, "MODEL_TURN_ACTIVITY", "renamed_model_turn")
     history = WorkflowHistory.from_json("replay-x", (HISTORIES[0]).read_text())
     replayer = Replayer(
         workflows=[SubagentWorkflow],
@@ -64,3 +71,4 @@ async def test_a_changed_workflow_is_caught(
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None
+    assert "renamed_model_turn" in str(result.replay_failure), result.replay_failure

@@ -9,10 +9,12 @@ invisible characters as ``\uXXXX`` escapes, and the page shows it as text.
 
 The routes are declared once, in ``_routes``: the router here and the OpenAPI document
 are both made from that table, so the document cannot drift from what is served.
+Every request has a deadline and every peer a share of the connections (``_connections``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -27,6 +29,13 @@ from temporalio.service import RPCError
 from durable_subagents._terminal import UNSAFE, json_shown
 from durable_subagents.cli._codec_server import _normal_origin
 from durable_subagents.cli.inbox._access import Grant, Tokens
+from durable_subagents.cli.inbox._connections import (
+    BODY_TIMEOUT,
+    HEAD_TIMEOUT,
+    MAX_PER_PEER,
+    PeerConnections,
+    listen,
+)
 from durable_subagents.cli.inbox._inbox import (
     CancelRequest,
     DecisionRequest,
@@ -147,7 +156,9 @@ def _bearer(request: web.Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def _endpoint(route: Route, handler: Handler, tokens: Tokens) -> Callable[..., Any]:
+def _endpoint(
+    route: Route, handler: Handler, tokens: Tokens, body_timeout: float
+) -> Callable[..., Any]:
     async def serve(request: web.Request) -> web.StreamResponse:
         token = _bearer(request)
         grant = tokens.find(token) if token is not None else None
@@ -170,7 +181,18 @@ def _endpoint(route: Route, handler: Handler, tokens: Tokens) -> Callable[..., A
             )
         body: BaseModel | None = None
         if route.request is not None:
-            raw = await request.read()
+            try:
+                async with asyncio.timeout(body_timeout):
+                    raw = await request.read()
+            except TimeoutError:
+                # A body trickled in would hold the connection for as long as it lasts.
+                response = _error(
+                    408,
+                    f"the request body did not arrive within {body_timeout:g} s; send it at once",
+                    "RequestTimeout",
+                )
+                response.force_close()
+                return response
             try:
                 body = route.request.model_validate_json(raw or b"{}")
             except ValidationError as err:
@@ -199,7 +221,13 @@ class _AccessLog(AbstractAccessLogger):
         )
 
 
-def build_app(inbox: Inbox, tokens: Tokens, *, origins: Iterable[str] = ()) -> web.Application:
+def build_app(
+    inbox: Inbox,
+    tokens: Tokens,
+    *,
+    origins: Iterable[str] = (),
+    body_timeout: float = BODY_TIMEOUT,
+) -> web.Application:
     """The aiohttp application: the API, its document and the page.
 
     Args:
@@ -207,6 +235,8 @@ def build_app(inbox: Inbox, tokens: Tokens, *, origins: Iterable[str] = ()) -> w
         tokens: Who may use it.
         origins: Browser origins besides the page's own that may call the API
             (``scheme://host:port``); any other origin's request gets 403.
+        body_timeout: Seconds a request has to send its body once its head arrived
+            (408 after).
 
     Raises:
         InvalidRequest: an origin is not ``scheme://host[:port]``.
@@ -276,7 +306,9 @@ def build_app(inbox: Inbox, tokens: Tokens, *, origins: Iterable[str] = ()) -> w
     }
     for route in ROUTES:
         app.router.add_route(
-            route.method, route.path, _endpoint(route, handlers[route.operation], tokens)
+            route.method,
+            route.path,
+            _endpoint(route, handlers[route.operation], tokens, body_timeout),
         )
 
     document = json.dumps(openapi(), indent=2)
@@ -313,6 +345,10 @@ class InboxServer:
         host: Address to listen on (127.0.0.1 keeps it to this machine).
         port: Port; 0 picks a free one.
         origins: Other browser origins allowed to call the API.
+        max_per_peer: Connections one peer address may hold at once; more are
+            answered 429 and closed (behind a proxy, every client is the proxy's address).
+        head_timeout: Seconds a connection has to send a request head.
+        body_timeout: Seconds a request has to send its body.
     """
 
     def __init__(
@@ -323,11 +359,17 @@ class InboxServer:
         host: str = "127.0.0.1",
         port: int = 8090,
         origins: Iterable[str] = (),
+        max_per_peer: int = MAX_PER_PEER,
+        head_timeout: float = HEAD_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
-        self.app = build_app(inbox, tokens, origins=origins)
+        self.app = build_app(inbox, tokens, origins=origins, body_timeout=body_timeout)
         self.host = host
         self.port = port
+        self.peers = PeerConnections(max_per_peer)
+        self.head_timeout = head_timeout
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
 
     @property
     def url(self) -> str:
@@ -343,30 +385,33 @@ class InboxServer:
             SubagentError: the address is taken or cannot be bound.
         """
         # Long polls would hold a stop up for their whole wait: a page polls again.
-        runner = web.AppRunner(
-            self.app,
-            access_log_class=_AccessLog,
-            handler_cancellation=True,
-            shutdown_timeout=1.0,
-        )
+        runner = web.AppRunner(self.app, handler_cancellation=True, shutdown_timeout=1.0)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
         try:
-            await site.start()
+            listener = await listen(
+                runner,
+                self.host,
+                self.port,
+                peers=self.peers,
+                head_timeout=self.head_timeout,
+                access_log_class=_AccessLog,
+            )
         except OSError as err:
             await runner.cleanup()
             raise SubagentError(
                 f"the inbox cannot listen on {self.host}:{self.port}: {err.strerror}; choose "
                 "another port (--port) or stop what listens there"
             ) from None
-        self._runner = runner
-        server = site._server
-        if self.port == 0 and server is not None:
-            self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        self._runner, self._listener = runner, listener
+        if self.port == 0:
+            self.port = int(listener.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         """Stop listening (idempotent)."""
         runner, self._runner = self._runner, None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if runner is not None:
             await runner.cleanup()
 

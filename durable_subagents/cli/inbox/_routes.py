@@ -55,6 +55,7 @@ _ERROR_TEXT = {
     401: "No token, or not one of the server's",
     403: "The token may not do this (a viewer's cannot decide), or the origin is not allowed",
     404: "No such task, or not one the token reaches",
+    408: "The body did not arrive in time (the server's body deadline, 30 s by default)",
     409: "The task is not in a state for it: not paused, or the pause or a call changed "
     "since it was read (nothing was decided)",
     413: "The body or a text in it is too large",
@@ -164,7 +165,7 @@ ROUTES = (
         DecisionResult,
         DecisionRequest,
         decides=True,
-        errors=(*_TASK_ERRORS, 403, 409, 413),
+        errors=(*_TASK_ERRORS, 403, 408, 409, 413),
     ),
     Route(
         "POST",
@@ -174,7 +175,7 @@ ROUTES = (
         DecisionResult,
         RejectRequest,
         decides=True,
-        errors=(*_TASK_ERRORS, 403, 409, 413),
+        errors=(*_TASK_ERRORS, 403, 408, 409, 413),
     ),
     Route(
         "POST",
@@ -184,7 +185,7 @@ ROUTES = (
         TaskInfo,
         InputRequest,
         decides=True,
-        errors=(*_TASK_ERRORS, 403, 409, 413),
+        errors=(*_TASK_ERRORS, 403, 408, 409, 413),
     ),
     Route(
         "POST",
@@ -194,7 +195,7 @@ ROUTES = (
         TaskInfo,
         CancelRequest,
         decides=True,
-        errors=(*_TASK_ERRORS, 403),
+        errors=(*_TASK_ERRORS, 403, 408),
     ),
 )
 """The API, in the order the document lists it."""

@@ -1,0 +1,107 @@
+"""A call with a side effect, cut off by its worker's death, is not run again unseen.
+
+``charge`` appends to a ledger on the host and hangs; the worker is SIGKILLed. What the
+retry does is the agent's ``on_interrupted``: ``report`` (the model reads that it was
+cut off: one charge), ``rerun`` (it runs again: two), ``ask`` (a person decides: two if
+approved, one if rejected).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents.config import Settings
+
+from ..helpers import CEILING, eventually
+from ..helpers.tasks import script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(settings: Settings, workspace: Path, ledger: Path, log: Path) -> subprocess.Popen[bytes]:
+    assert settings.blob_dir is not None
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.side_effect_worker",
+            settings.address,
+            settings.task_queue,
+            str(workspace),
+            str(settings.blob_dir),
+            str(ledger),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log.open("ab"),
+        env={**os.environ, "SUBAGENTS_DATA_DIR": str(log.parent / "data")},
+    )
+    assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+    return worker
+
+
+@pytest.mark.parametrize(
+    ("mode", "decision", "charges", "told"),
+    [
+        ("report", None, 1, "charge was interrupted: the worker running it stopped"),
+        ("rerun", None, 2, "charged 7"),
+        ("ask", "approve", 2, "charged 7"),
+        ("ask", "reject", 1, "charge was interrupted: the worker running it stopped"),
+    ],
+)
+async def test_a_cut_off_side_effect_is_reported_not_silently_repeated(
+    client: SubagentClient,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    mode: str,
+    decision: str | None,
+    charges: int,
+    told: str,
+) -> None:
+    ledger = tmp_path / "ledger.txt"
+    client.agents["payer"] = AgentSpec(
+        name="payer",
+        tools=["charge"],
+        permission_mode="dont_ask",
+        on_interrupted=mode,  # type: ignore[arg-type]
+    )
+    model = script(
+        {"tool_calls": [{"name": "charge", "arguments": {"amount": 7}}]}, {"text": "done"}
+    )
+    first = start(settings, workspace, ledger, tmp_path / "worker.log")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        task_id = await client.spawn_task("payer", "pay", model=model)
+        await eventually(lambda: ledger.exists(), "the first charge")
+        first.kill()
+        first.wait(30)
+        second = start(settings, workspace, ledger, tmp_path / "worker.log")
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        if mode == "ask":
+            assert info.status == TaskStatus.PAUSED, info
+            [pending] = info.pending_approvals
+            assert pending.tool_name == "run_again"
+            assert pending.arguments_preview.startswith("run_again · "), pending
+            if decision == "approve":
+                await client.approve(task_id)
+            else:
+                await client.reject(task_id, reason="check the ledger first")
+            info = await client.check_task(
+                task_id, wait=True, timeout=CEILING, after_pause=info.pause_id
+            )
+    finally:
+        for worker in (first, second):
+            if worker is not None and worker.poll() is None:
+                worker.kill()
+                worker.wait(30)
+    assert info.status == TaskStatus.COMPLETED, info
+    assert ledger.read_text().splitlines() == ["charged 7"] * charges
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert told in result.content, result.content
