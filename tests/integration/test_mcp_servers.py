@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -24,19 +23,18 @@ from typing import Any
 
 import pytest
 
-from durable_subagents.testing import free_port
-from durable_subagents.tools.mcp import (
+from durable_subagents.tools.mcp import McpServer, load_mcp_config
+from durable_subagents.tools.mcp._sessions import (
+    CANCEL_GRACE,
+    MAX_PAGES,
     McpResult,
-    McpServer,
     McpServers,
     McpUnavailable,
-    load_mcp_config,
 )
-from durable_subagents.tools.mcp._sessions import CANCEL_GRACE, MAX_PAGES
 
 from ..helpers import eventually
 from ..helpers.mcp_servers import (
-    HTTP_SERVER,
+    HttpServer,
     alive,
     git,
     held,
@@ -148,38 +146,6 @@ async def test_time_server_answers_for_a_timezone(workspace: Path) -> None:
     answer = json.loads(result.text)
     assert answer["timezone"] == "Asia/Tokyo"
     assert answer["datetime"].endswith("+09:00")
-
-
-class HttpServer:
-    """The SDK-built streamable-HTTP server in a process of its own, behind a token."""
-
-    def __init__(self, log: Path) -> None:
-        self.token = uuid.uuid4().hex
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    async def start(self) -> None:
-        env = {**os.environ, "MCP_TEST_TOKEN": self.token}
-        with self.log.open("a") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, str(HTTP_SERVER), str(self.port)], env=env, stderr=err
-            )
-        await eventually(self.listens, "the HTTP server to listen")
-
-    async def listens(self) -> bool:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture
