@@ -7,20 +7,24 @@ the same version, with this environment's packages on ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from durable_subagents.testing import free_port
 from durable_subagents.tools._sandbox_host import tool_user, unreachable
 from durable_subagents.tools.mcp import McpServer
 
-from . import CEILING
+from . import CEILING, eventually
 from .tasks import TOOL_USER
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -60,6 +64,16 @@ def script_server(
     """``tests/mcp_script_server.py`` in ``mode`` (see there)."""
     extra = [str(markers)] if markers is not None else []
     return python_server(name, str(SCRIPT_SERVER), mode, *extra, timeout=timeout)
+
+
+def write_config(path: Path, servers: dict[str, McpServer | dict[str, object]]) -> Path:
+    """A ``.mcp.json`` at ``path`` declaring ``servers`` (as written by hand: a dict)."""
+    declared = {
+        name: s if isinstance(s, dict) else s.model_dump(exclude={"name", "source"}, mode="json")
+        for name, s in servers.items()
+    }
+    path.write_text(json.dumps({"mcpServers": declared}))
+    return path
 
 
 def run_as(workspace_fd: int) -> tuple[int, int] | None:
@@ -135,3 +149,35 @@ def processes_with(text: str) -> list[int]:
         if text in cmdline and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+class HttpServer:
+    """The SDK-built streamable-HTTP server in a process of its own, behind a token."""
+
+    def __init__(self, log: Path) -> None:
+        self.token = uuid.uuid4().hex
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        env = {**os.environ, "MCP_TEST_TOKEN": self.token}
+        with self.log.open("a") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, str(HTTP_SERVER), str(self.port)], env=env, stderr=err
+            )
+        await eventually(self.listens, "the HTTP server to listen")
+
+    async def listens(self) -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
