@@ -12,15 +12,19 @@ import json
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
 from durable_subagents.tools.mcp import McpServer
+from durable_subagents.tools.mcp._config import MAX_TIMEOUT
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually
@@ -418,3 +422,32 @@ async def test_a_model_cannot_reach_a_server_its_agent_does_not_list(
         assert refused == f"unknown tool {name!r}; available tools: mcp__good__echo"
     assert echo == "allowed"
     assert list(markers.glob("hang-*")) == []  # neither hang ever reached a server
+
+
+async def test_a_calls_activity_outlasts_its_servers_timeout_whatever_the_model_says(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """A ``timeout`` argument belongs to the server's tool: it never shortens the
+    activity below the server's timeout (which the worker enforces), or Temporal would
+    end and retry a call the server is still running."""
+    config = write_config(tmp_path / "servers.json", {"good": script_server("good")})
+    client.agents["any"] = AgentSpec(name="any", tools=["mcp__good"], permission_mode="dont_ask")
+    model = script(
+        {"tool_calls": [call("mcp__good__echo", text="short", timeout=1)]}, {"text": "ok"}
+    )
+    worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("any", "echo", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    [tool] = [a for a in scheduled if a.activity_type.name == RUN_TOOL_ACTIVITY]
+    assert tool.start_to_close_timeout.ToTimedelta() == timedelta(seconds=MAX_TIMEOUT + 60)
