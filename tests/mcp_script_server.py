@@ -8,7 +8,8 @@ Standard library only, so that any Python (the system's, as the tool user) runs 
   ``hang`` (never answers; writes ``MARKER_DIR/hang-<pid>`` when it starts, and
   ``MARKER_DIR/cancelled-<pid>`` when the cancel arrives), ``media`` (text, an image,
   audio, a resource link), ``structured`` (structuredContent only), ``fails``
-  (``isError``), ``big`` (100,000 characters of text).
+  (``isError``), ``big`` (100,000 characters of text), ``crash`` (a line to stderr,
+  then exits with status 9 without answering).
 - ``flood-line``: a call is answered with one line of 64 MiB and more.
 - ``malformed``: before every answer, lines that are not JSON-RPC; then the answer.
 - ``chatty``: before answering a call, 20,000 requests of its own (``ping``) and 20,000
@@ -56,7 +57,9 @@ def tool(name: str, read_only: bool = True) -> dict:
     }
 
 
-TOOLS = [tool(n) for n in ("whoami", "echo", "progress", "media", "structured", "fails", "big")]
+TOOLS = [
+    tool(n) for n in ("whoami", "echo", "progress", "media", "structured", "fails", "big", "crash")
+]
 TOOLS.append(tool("hang", read_only=False))
 
 
@@ -133,6 +136,10 @@ def call(request: dict) -> None:
     elif name == "fails":
         result = {"content": [{"type": "text", "text": "it broke"}], "isError": True}
         send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif name == "crash":
+        sys.stderr.write("fatal: the disk is on fire\n")
+        sys.stderr.flush()
+        os._exit(9)
     elif name == "big":
         body = "".join(f"{i:09d}\n" for i in range(10_000))
         send({"jsonrpc": "2.0", "id": rid, "result": text(body)})

@@ -477,6 +477,26 @@ async def test_server_that_exits_at_start_is_named_with_its_stderr(workspace: Pa
     assert "\x1b" not in message
 
 
+async def test_server_that_crashes_in_a_call_is_named_logged_once_and_restarted(
+    workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with mcp_servers(script_server("fragile")) as servers:
+        pid = (await whoami(servers, "fragile", workspace))["pid"]
+        with caplog.at_level(logging.WARNING, "durable_subagents.tools.mcp"):
+            with pytest.raises(McpUnavailable) as failed:
+                await call(servers, "fragile", "crash", workspace)
+        assert (await whoami(servers, "fragile", workspace))["pid"] != pid
+    assert str(failed.value) == (
+        "MCP server 'fragile' is unavailable: it exited with status 9; its stderr ended "
+        "with:\nfatal: the disk is on fire"
+    )
+    said = [r.getMessage() for r in caplog.records if "fragile" in r.getMessage()]
+    assert said == [
+        "MCP server 'fragile' stopped: it exited with status 9; its stderr ended with:\n"
+        "fatal: the disk is on fire"
+    ]
+
+
 async def test_server_that_hangs_at_start_times_out(workspace: Path, markers: Path) -> None:
     mute = script_server("mute", "hang-at-start", markers, timeout=1.0)
     async with mcp_servers(script_server("good"), mute) as servers:

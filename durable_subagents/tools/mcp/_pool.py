@@ -71,6 +71,7 @@ class Connection:
         busy: Requests under way on it.
         retired: No new request is given to it; it closes once ``busy`` is 0.
         http_status: The last HTTP error status a remote server answered, if any.
+        reported: Its end was logged (once, whatever number of calls it cut off).
     """
 
     def __init__(self, server: McpServer, channel: StdioChannel | None) -> None:
@@ -80,6 +81,7 @@ class Connection:
         self.busy = 0
         self.retired = False
         self.http_status: int | None = None
+        self.reported = False
         self.broken: str | None = None
         self.idle: asyncio.TimerHandle | None = None
         self.key: Hashable | None = None

@@ -404,6 +404,9 @@ class McpServers:
             if err.code == CONNECTION_CLOSED or expired:
                 reason = "its session expired" if expired else await connection.reason()
                 self._pool.retire(connection)
+                if not connection.reported:  # once, however many calls it cut off
+                    connection.reported = True
+                    log.warning("MCP server %r stopped: %s", name, _cleaned(reason, 2_000))
                 if expired or (connection.channel is not None and not watch.written):
                     raise _Undelivered(reason) from None
                 raise McpUnavailable(name, reason) from None
