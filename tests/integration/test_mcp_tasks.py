@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -32,6 +33,7 @@ from ..helpers.mcp_servers import (
     HttpServer,
     alive,
     git,
+    processes_with,
     python_server,
     script_server,
     write_config,
@@ -311,6 +313,9 @@ async def test_cancel_during_a_hung_call_ends_the_task_and_the_server_serves_aga
         echo = script({"tool_calls": [call("mcp__slow__echo", text="back again")]}, {"text": "ok"})
         task_id = await client.spawn_task("runner", "echo", model=echo)
         done = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert processes_with(str(markers)), "a fresh server process serves the workspace"
+    # the worker has drained: its servers stopped with it
+    assert processes_with(str(markers)) == []
     assert done.status == TaskStatus.COMPLETED, done.error
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert result.content == "back again"
@@ -451,3 +456,31 @@ async def test_a_calls_activity_outlasts_its_servers_timeout_whatever_the_model_
     ]
     [tool] = [a for a in scheduled if a.activity_type.name == RUN_TOOL_ACTIVITY]
     assert tool.start_to_close_timeout.ToTimedelta() == timedelta(seconds=MAX_TIMEOUT + 60)
+
+
+def test_subagents_tools_lists_each_servers_tools_and_what_cannot_be_offered(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ws").mkdir()
+    workspace = give_to_tool_user(tmp_path / "ws")
+    config = write_config(
+        tmp_path / "servers.json",
+        {
+            "time": python_server("time", "-m", "mcp_server_time"),
+            "broken": script_server("broken", "exit-at-start"),
+        },
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "tools", "--json",
+         "--workspace", str(workspace), "--mcp-config", str(config)],
+        capture_output=True, text=True, timeout=CEILING,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["read_file"]["source"] == "built-in"
+    clock = rows["mcp__time__get_current_time"]
+    assert clock["source"] == "MCP server time"
+    assert clock["read_only"] is False and clock["read_only_hint"] is True
+    assert not any(name.startswith("mcp__broken") for name in rows)
+    assert "MCP server 'broken'" in proc.stderr and "exited with status 3" in proc.stderr
+    assert "fatal: no such database: prod" in proc.stderr
