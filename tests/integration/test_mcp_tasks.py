@@ -484,3 +484,38 @@ def test_subagents_tools_lists_each_servers_tools_and_what_cannot_be_offered(
     assert not any(name.startswith("mcp__broken") for name in rows)
     assert "MCP server 'broken'" in proc.stderr and "exited with status 3" in proc.stderr
     assert "fatal: no such database: prod" in proc.stderr
+
+
+async def test_a_call_a_sigkill_cut_off_is_reported_not_run_again(
+    client: SubagentClient, settings: Settings, workspace: Path, tmp_path: Path
+) -> None:
+    markers = tmp_path / "marks"
+    markers.mkdir()
+    markers.chmod(0o777)
+    config = write_config(
+        tmp_path / "servers.json", {"slow": script_server("slow", "good", markers)}
+    )
+    client.agents["runner"] = AgentSpec(
+        name="runner", tools=["mcp__slow"], permission_mode="dont_ask"
+    )
+    model = script({"tool_calls": [call("mcp__slow__hang")]}, {"text": "carried on"})
+    env = {"SUBAGENTS_MCP_CONFIG": str(config)}
+    workers = [worker_process(settings, workspace, tmp_path / "worker.log", env)]
+    try:
+        await workers[0].start()
+        task_id = await client.spawn_task("runner", "hang", model=model)
+        [mark] = await eventually(lambda: list(markers.glob("hang-*")), "the call to run")
+        pid = int(mark.read_text())
+        workers[0].kill()
+        await eventually(lambda: not alive(pid), "the server to die with its worker")
+        workers.append(worker_process(settings, workspace, tmp_path / "worker.log", env))
+        await workers[1].start()
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        for w in workers:
+            w.close()
+    assert done.status == TaskStatus.COMPLETED, done.error
+    assert done.result == "carried on"
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert "mcp__slow__hang was interrupted" in result.content, result.content
+    assert [m.name for m in markers.glob("hang-*")] == [mark.name]  # never sent again
