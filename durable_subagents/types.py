@@ -115,6 +115,9 @@ class ToolCall(BaseModel):
     written_path: str | None = None
     """The same path as written, normalized without following symlinks; set only where
     a symlink makes it differ from ``path``. Rules judge both (the stricter answer wins)."""
+    read_only_hint: bool | None = None
+    """For an MCP tool: what its server says of it (``readOnlyHint``), set by the worker.
+    Shown to a person deciding on the call; never trusted to decide anything."""
 
 
 class Compaction(BaseModel):

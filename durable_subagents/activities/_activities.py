@@ -295,7 +295,8 @@ class SubagentActivities:
             async with heartbeating():
                 judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
         calls = [
-            await self.transcript.store_call(task_id, self.with_path(c, workspace)) for c in checked
+            await self.transcript.store_call(task_id, self.with_hint(self.with_path(c, workspace)))
+            for c in checked
         ]
         if len(response.tool_calls) > MAX_CALLS_KEPT:
             activity.logger.warning(
@@ -538,6 +539,13 @@ class SubagentActivities:
         return call.model_copy(
             update={"path": resolved, "written_path": written if written != resolved else None}
         )
+
+    def with_hint(self, call: ToolCall) -> ToolCall:
+        """The call with what an MCP tool's server says of it, for a person deciding."""
+        hint = getattr(self.tools.get(call.name), "read_only_hint", None)
+        if not isinstance(hint, bool):
+            return call
+        return call.model_copy(update={"read_only_hint": hint})
 
     def path_argument(self, call: ToolCall) -> str | None:
         """The call's ``path`` argument (or its default), for tools that take one."""

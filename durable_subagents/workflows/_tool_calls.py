@@ -243,7 +243,10 @@ def held_summary(result: ToolCallResult) -> str:
 async def _run_tool(
     call: ToolCall, tool_input: ToolCallInput, local_read_tools: bool
 ) -> ToolCallResult:
-    timeout = tool_timeout(call.arguments.get("timeout"))
+    # An MCP tool's arguments are its server's, never a bound: the worker ends the call
+    # at the server's timeout (at most 600 s), which the activity's must cover.
+    mcp = call.name.startswith("mcp__")
+    timeout = tool_timeout(600 if mcp else call.arguments.get("timeout"))
     summary = policy.arguments_preview(call.name, call.arguments)
     if local_read_tools and call.name in policy.READ_ONLY_TOOLS:
         # In-process, bounded and read-only: run within this workflow task.

@@ -30,9 +30,12 @@ from durable_subagents._payloads import NotifyEvent, NotifyInput, NotifyTask
 from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.tools.mcp import load_mcp_config
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.mcp_servers import python_server, write_config
+from ..helpers.tasks import script
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -92,6 +95,8 @@ def kind(snippet: Snippet) -> str:
         return "watch"
     if "output_schema=" in code:
         return "structured"
+    if "mcp__" in code:
+        return "mcp"
     if "spawn_task(" in code:
         return "spawn"
     return "unknown"
@@ -166,6 +171,19 @@ def test_json_snippets_parse() -> None:
         json.loads(snippet.code)
 
 
+def test_mcp_server_declarations_load_as_shown(tmp_path: Path) -> None:
+    """Every ``mcpServers`` snippet is a configuration a worker takes whole."""
+    declared = [s for s in snippets("json") if '"mcpServers"' in s.code]
+    assert declared
+    for snippet in declared:
+        path = tmp_path / f"{snippet.line}.json"
+        path.write_text(snippet.code)
+        variables = dict.fromkeys(re.findall(r"\$\{(\w+)\}", snippet.code), "set")
+        config = load_mcp_config([path], variables)
+        assert config.problems == [], (snippet.name, config.problems)
+        assert set(config.servers) == set(json.loads(snippet.code)["mcpServers"])
+
+
 @pytest.fixture
 async def served(
     temporal_client: Client, settings: Settings, workspace: Path, tmp_path: Path
@@ -232,6 +250,9 @@ async def test_snippet_runs_as_shown(
         done = await client.check_task(child.id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED
         return
+    if what == "mcp":
+        await _run_with_a_time_server(snippet, served, tmp_path, temporal_client, settings)
+        return
     if what == "plugin":
         # The snippet's own worker, on a queue of its own, runs the task.
         env = {
@@ -266,6 +287,30 @@ async def test_snippet_runs_as_shown(
         assert out == ""
     elif what == "workflow":
         await _run_review_workflow(snippet, tmp_path, temporal_client, settings)
+
+
+async def _run_with_a_time_server(
+    snippet: Snippet,
+    served: dict[str, str],
+    tmp_path: Path,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """The snippet's agent, on a worker whose ``time`` server is mcp-server-time, runs the
+    tool its rule allows without a pause, and prints what the server answered."""
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    asks = {"name": "mcp__time__get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}
+    model = script({"tool_calls": [asks]}, {"text": "It is evening in Tokyo."})
+    queue = settings.task_queue + "-mcp"
+    update = {"task_queue": queue, "mcp_config": str(config), "model": model}
+    async with create_worker(temporal_client, settings.model_copy(update=update)):
+        env = {**served, "SUBAGENTS_TASK_QUEUE": queue, "SUBAGENTS_MODEL": model}
+        out = await run_snippet(snippet, env, tmp_path)
+    *answer, status = out.strip().splitlines()
+    assert json.loads("\n".join(answer))["timezone"] == "Asia/Tokyo", out
+    assert status == "completed", out
 
 
 async def _run_review_workflow(
