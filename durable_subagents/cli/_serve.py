@@ -375,6 +375,7 @@ def mcp(
     ] = Reach.ANY,
 ) -> None:
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
+    from durable_subagents._connect import check_address
     from durable_subagents.client._mcp import default_parent_id, run_mcp
 
     settings = make_settings(address, namespace, task_queue, profile=profile)
@@ -388,6 +389,10 @@ def mcp(
         highlight=False,
         soft_wrap=True,
     )
+    try:
+        check_address(settings.address)
+    except SubagentError as err:  # the tools are listed still; each call answers this
+        error(f"{err}; every tool call answers this until it is fixed")
     run(
         run_mcp(
             settings, parent, agents_dir=agents_dir, approvals=approvals.value, reach=reach.value
