@@ -497,6 +497,23 @@ def test_an_unreachable_address_says_why_in_words_and_v_shows_the_detail(
     assert transport in detail
 
 
+def test_the_web_uis_port_is_named_as_not_a_temporal_frontend(
+    tmp_path: Path, dev_server: DevServer
+) -> None:
+    """The Web UI's port (8233 beside 7233) answers HTTP/1, not gRPC: said in words."""
+    address = f"127.0.0.1:{dev_server.ui_port}"
+    # The transport's own error differs from one try to the next (the Web UI's answer
+    # read as an HTTP/2 frame, or a broken pipe): each says the same.
+    for command in (["check", "some-task"], ["ls"], ["cancel", "some-task"]):
+        result = failed(run(*command, "--address", address, env=_env(tmp_path)))
+        assert result.flat_err.startswith(
+            f"error: cannot reach Temporal at {address} (namespace 'default'): something "
+            "answers there, but it is not a Temporal frontend (it answers HTTP/1, as a web "
+            "server does"
+        ), result.err
+        assert result.err.count("\n") == 1, result.err
+
+
 def test_version(tmp_path: Path) -> None:
     from importlib.metadata import version
 
