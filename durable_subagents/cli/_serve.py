@@ -411,9 +411,14 @@ def demo(
     ] = None,
 ) -> None:
     """Run subagents over a sample project: an approval, a follow-up, their results."""
-    from durable_subagents.cli._demo import run_demo
+    from durable_subagents.cli._demo import check_model, run_demo
 
     settings = make_settings(model=model)
+    try:
+        check_model(settings.model, "--model" if model else "SUBAGENTS_MODEL")
+    except SubagentError as err:
+        error(str(err))
+        raise typer.Exit(1) from None
     run(
         run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console),
         event_loop=settings.event_loop,

@@ -424,6 +424,20 @@ def test_bad_requests_fail_cleanly(
     assert result.err.count("error:") == 1
 
 
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [("gpt-4", "unknown model 'gpt-4' (from SUBAGENTS_MODEL); use one of"),
+     ("openai:", "model 'openai:' (from SUBAGENTS_MODEL) names no model")],
+)  # fmt: skip
+def test_a_bad_model_from_the_environment_is_named_as_such(
+    env: dict[str, str], model: str, said: str
+) -> None:
+    result = failed(run("spawn", "explore", "x", env={**env, "SUBAGENTS_MODEL": model}))
+    assert said in result.flat_err, result.err
+    given = failed(run("spawn", "explore", "x", "--model", model, env=env))
+    assert "SUBAGENTS_MODEL" not in given.flat_err, given.err
+
+
 async def test_an_oversized_prompt_is_refused_before_anything_starts(
     env: dict[str, str], client: SubagentClient
 ) -> None:
@@ -685,6 +699,30 @@ async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path
 
 
 # ---------------------------------------------------------------- demo and dev
+
+
+@pytest.mark.parametrize(
+    ("args", "env_model", "said"),
+    [(["--model", "gpt-4"], None, "unknown model 'gpt-4' (from --model)"),
+     ([], "gpt-4", "unknown model 'gpt-4' (from SUBAGENTS_MODEL)"),
+     ([], "openai:gpt-4.1-mini",
+      "(from SUBAGENTS_MODEL) needs OPENAI_API_KEY, and OPENAI_API_KEY is not set"),
+     (["--model", "anthropic:claude-haiku-4-5"], None, "ANTHROPIC_API_KEY is not set")],
+    ids=["bad-option", "bad-env", "no-openai-key", "no-anthropic-key"],
+)  # fmt: skip
+def test_demo_checks_its_model_before_it_starts_anything(
+    tmp_path: Path, args: list[str], env_model: str | None, said: str
+) -> None:
+    port, ui_port = free_port(), free_port()
+    db = tmp_path / "demo.db"
+    env = _env(tmp_path, **({"SUBAGENTS_MODEL": env_model} if env_model else {}))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        env.pop(name, None)
+    command = ["demo", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db), *args]
+    result = failed(run(*command, env=env))
+    assert said in result.flat_err and result.err.count("\n") == 1, result.err
+    assert not db.exists()  # no server was started
+    assert not (tmp_path / "cli-data" / "demo-workspace").exists()
 
 
 async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:

@@ -222,6 +222,22 @@ async def test_bad_model_name_is_refused_at_spawn(client: SubagentClient) -> Non
         await client.spawn_task("explore", "x", model="gpt-4")
 
 
+async def test_a_bad_model_names_where_it_came_from(client: SubagentClient) -> None:
+    from durable_subagents.agents import BUILTIN_AGENTS
+
+    odd = BUILTIN_AGENTS["explore"].model_copy(update={"name": "odd", "model": "gpt-4"})
+    client.agents["odd"] = odd
+    with pytest.raises(InvalidRequest, match=re.escape("'gpt-4' (from the agent 'odd')")):
+        await client.spawn_task("odd", "x", description="must not start")
+    client.default_model = "claude"
+    with pytest.raises(InvalidRequest, match=re.escape("'claude' (from SUBAGENTS_MODEL)")):
+        await client.spawn_task("explore", "x", description="must not start")
+    with pytest.raises(InvalidRequest) as given:
+        await client.spawn_task("explore", "x", model="gpt-4", description="must not start")
+    assert "(from" not in str(given.value)
+    await _no_task_started(client)
+
+
 async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
     client: SubagentClient, temporal_client: object, settings: Settings
 ) -> None:
