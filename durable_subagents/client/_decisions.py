@@ -9,6 +9,7 @@ decided, so that its waits skip a pause it answered.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -175,6 +176,17 @@ async def send_decisions(
             "decide (check_task shows pending approvals while it is paused)",
             info.status.value,
         )
+    if (
+        pause_id is not None
+        and info.pause_id != pause_id
+        and never_a_pause(pause_id, info.pause_id)
+    ):
+        raise WrongTaskState(
+            f"task {task_id!r} has no pause {pause_id!r} (pause ids read pause-<turn>-<8 "
+            f"hex digits>, as check_task shows them), so nothing was decided; it is on pause "
+            f"{info.pause_id}",
+            info.status.value,
+        )
     if pause_id is not None and info.pause_id != pause_id:
         raise WrongTaskState(
             f"task {task_id!r} is on pause {info.pause_id}, not {pause_id}: it paused "
@@ -199,6 +211,24 @@ async def send_decisions(
         ) from None
     memory.record(info, decisions)
     return info.public()
+
+
+_PAUSE_ID = re.compile(r"(?:(?P<task>[^:]+):)?pause-(?P<turn>[1-9][0-9]*)-[0-9a-f]{8}")
+"""A pause id as tasks make them: ``pause-<turn>-<8 hex>``, a child's behind its id."""
+
+
+def never_a_pause(given: str, current: str) -> bool:
+    """Whether the pause id ``given`` was never one of the task's pauses.
+
+    It is not the form pauses have, or it names a turn after the current pause's (turns
+    count on across runs) of the same task; an earlier pause may have been real.
+    """
+    mine, now = _PAUSE_ID.fullmatch(given), _PAUSE_ID.fullmatch(current)
+    if mine is None:
+        return True
+    if now is None or mine["task"] != now["task"]:
+        return False
+    return int(mine["turn"]) > int(now["turn"])
 
 
 def shown_only(

@@ -959,8 +959,11 @@ async def test_ask_pause_and_approve_from_the_shell(
     assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
     human = ok(await arun("check", task_id, env=env))
     assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
-    stale = failed(await arun("approve", task_id, "--all", "--pause", "pause-0-old", env=env))
-    assert f"is on pause {info['pause_id']}, not pause-0-old" in stale.err
+    for wrong in ("pause-1-wrong", "pause-9-0123abcd", "pause-0-0123abcd"):
+        unknown = failed(await arun("approve", task_id, "--all", "--pause", wrong, env=env))
+        assert f"has no pause '{wrong}'" in unknown.flat_err, unknown.err
+        assert f"it is on pause {info['pause_id']}" in unknown.flat_err
+        assert "paused again" not in unknown.err
     assert not (workspace / "approved.txt").exists()
     approved = ok(await arun("approve", task_id, "--all", "--pause", info["pause_id"], env=env))
     assert f"next: subagents check {task_id} --wait" in approved.out

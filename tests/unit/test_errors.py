@@ -50,3 +50,24 @@ def test_messages_speak_to_their_reader() -> None:
     assert "check_subagent shows" in model and "list_subagents lists" in model
     assert "max_turns must" in model  # the tool's own argument name
     assert for_shell("a my_max_turns or max_turns_x") == "a my_max_turns or max_turns_x"
+
+
+@pytest.mark.parametrize(
+    ("given", "current", "never"),
+    [
+        ("pause-1-wrong", "pause-1-0123abcd", True),  # not the form pauses have
+        ("pause-0-0123abcd", "pause-1-0123abcd", True),  # turns count from 1
+        ("pause-4-0123abcd", "pause-3-89abcdef", True),  # a turn not reached
+        ("pause-2-0123abcd", "pause-3-89abcdef", False),  # an earlier pause, maybe real
+        ("pause-3-0123abcd", "pause-3-89abcdef", False),  # another pause of this turn
+        ("subagent-x-1:pause-9-0123abcd", "subagent-x-1:pause-3-89abcdef", True),
+        ("subagent-x-2:pause-9-0123abcd", "subagent-x-1:pause-3-89abcdef", False),
+        ("subagent-x-1:pause-9-0123abcd", "pause-3-89abcdef", False),  # a child's
+    ],
+)
+def test_a_pause_that_never_was_is_told_from_an_earlier_one(
+    given: str, current: str, never: bool
+) -> None:
+    from durable_subagents.client._decisions import never_a_pause
+
+    assert never_a_pause(given, current) is never
