@@ -390,6 +390,8 @@ class TaskEvent(BaseModel):
     ]
     task_id: str
     time: datetime | None = None
+    """When it happened, in UTC (timezone-aware, as ``TaskInfo.created_at``): the time
+    its history recorded, or, for live text, when it was seen."""
     status: TaskStatus | None = None
     turn: int | None = None
     tool: str | None = None

@@ -11,6 +11,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +242,7 @@ async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
     )
     task_id = ok(await arun("spawn", "explore", "read", "--model", model, "--json", env=env))
     task_id = task_id.json()["id"]
-    ok(await arun("check", task_id, "--wait", "--json", env=env))
+    checked = ok(await arun("check", task_id, "--wait", "--json", env=env)).json()
     await asyncio.sleep(1.5)  # a replay now is later than any event
     events = [
         json.loads(line)
@@ -254,6 +255,10 @@ async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
     ], kinds  # fmt: skip
     times = [e["time"] for e in events]
     assert times == sorted(times), events  # replayed text is not stamped with the replay time
+    # UTC, said as check --json says it: the times compare across both
+    assert all(t.endswith("Z") for t in [*times, checked["created_at"]]), events
+    created = datetime.fromisoformat(checked["created_at"])
+    assert all(created - timedelta(seconds=5) < datetime.fromisoformat(t) for t in times)
     for i, event in enumerate(events):
         if event["kind"] == "text":  # the text is the turn's, recorded when the turn ended
             assert event["time"] == events[i + 1]["time"] and events[i + 1]["kind"] == "turn"
