@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,7 +27,7 @@ from durable_subagents.errors import InvalidRequest, SubagentError
 if TYPE_CHECKING:
     from durable_subagents.client import SubagentClient
     from durable_subagents.config import Settings
-    from durable_subagents.types import TaskInfo, TaskStatus
+    from durable_subagents.types import TaskStatus
 
 # The client, the settings and the task types are imported by the commands that use
 # them: `subagents --help` imports this module and needs none of them.
@@ -47,21 +46,6 @@ async def _client(settings: Settings) -> SubagentClient:
 
     # Only spawning resolves agents: a broken agent file must not block check or cancel.
     return await SubagentClient.connect(settings=settings, agents={})
-
-
-def _show(
-    settings: Settings,
-    action: Callable[[SubagentClient], Awaitable[TaskInfo]],
-    as_json: bool,
-) -> None:
-    """Connect, run one call on a task, print the task it returns."""
-
-    async def main() -> None:
-        from durable_subagents.cli._render import print_info
-
-        print_info(console, await action(await _client(settings)), as_json)
-
-    run(main())
 
 
 def spawn(
@@ -258,11 +242,33 @@ def cancel(
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
-    _show(
-        make_settings(address, namespace, task_queue, profile=profile),
-        lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
-        as_json,
-    )
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
+    async def main() -> None:
+        from durable_subagents.cli._render import info_json, print_info
+        from durable_subagents.types import TaskStatus
+
+        client = await _client(settings)
+        before = await client.check_task(task_id)
+        info = await client.cancel_task(task_id, wait=wait, timeout=timeout)
+        # ended before the cancel, or on its own while it was on its way
+        already = before.status.terminal or (
+            info.status.terminal and info.status != TaskStatus.CANCELLED
+        )
+        if as_json:
+            print(info_json(info, already_finished=already))
+            return
+        print_info(console, info, as_json=False)
+        if already:
+            console.print(
+                f"task {shown(info.id)} had already finished ({info.status.value}): nothing was "
+                "cancelled",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    run(main())
 
 
 CallIds = Annotated[

@@ -188,6 +188,28 @@ async def test_cancel_stops_a_long_bash(env: dict[str, str], worker: None) -> No
     assert again["status"] == "cancelled"
 
 
+async def test_cancel_of_a_finished_task_says_it_had_already_finished(
+    env: dict[str, str], worker: None
+) -> None:
+    model = script({"text": "done"})
+    spawned = ok(await arun("spawn", "explore", "x", "--model", model, "--wait", "--json", env=env))
+    task_id = spawned.json()["id"]
+    human = ok(await arun("cancel", task_id, env=env))
+    assert "completed" in human.out
+    assert f"task {task_id} had already finished (completed): nothing was cancelled" in " ".join(
+        human.out.split()
+    )
+    as_json = ok(await arun("cancel", task_id, "--json", env=env)).json()
+    assert as_json["status"] == "completed" and as_json["already_finished"] is True
+    # a task the cancel stopped is not said to have finished before it
+    long = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 600"}}]})
+    running = ok(await arun("spawn", "general", "x", "--model", long, "--json", env=env)).json()
+    cancelled = ok(await arun("cancel", running["id"], "--json", env=env)).json()
+    assert cancelled["status"] == "cancelled" and cancelled["already_finished"] is False
+    again = ok(await arun("cancel", running["id"], env=env))
+    assert "had already finished (cancelled)" in " ".join(again.out.split())
+
+
 async def test_watch_prints_turns_tools_and_close(
     env: dict[str, str], worker: None, workspace: Path
 ) -> None:
