@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -25,7 +25,7 @@ from rich.markup import escape
 from durable_subagents._error_wording import for_shell
 from durable_subagents._event_loop import EventLoopChoice, loop_factory
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
-from durable_subagents.errors import SubagentError, TemporalUnavailable
+from durable_subagents.errors import InvalidRequest, SubagentError, TemporalUnavailable
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -157,6 +157,23 @@ def _first_error(err: ValidationError) -> str:
     if SECRET_ENV_NAME.search(name) or not isinstance(first.get("input"), str):
         return f"{name}: {message}"
     return f"{name}={first['input']}: {message}"
+
+
+def usage_check(check: Callable[[], T], param_hint: str | None = None) -> T:
+    """Check a value of the command line before anything connects.
+
+    A value wrong in itself (``--max-turns -1``, ``--metadata`` that is not a JSON
+    object) is a usage error: exit code 2, whatever the server would say.
+
+    Args:
+        check: Checks the value (and returns what it makes of it); raises
+            ``InvalidRequest`` for a value that cannot be.
+        param_hint: The option to name, when the message does not.
+    """
+    try:
+        return check()
+    except InvalidRequest as err:
+        raise typer.BadParameter(for_shell(str(err)), param_hint=param_hint) from None
 
 
 def error(message: str) -> None:

@@ -69,8 +69,8 @@ class Approvals(enum.StrEnum):
 
 
 def dev(
-    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    port: Annotated[int, typer.Option(help="gRPC port", min=1, max=65535)] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port", min=1, max=65535)] = 8233,
     db: Annotated[
         Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
     ] = None,
@@ -401,8 +401,10 @@ def mcp(
 
 
 def demo(
-    port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    port: Annotated[
+        int, typer.Option(help="gRPC port of the embedded server", min=1, max=65535)
+    ] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port", min=1, max=65535)] = 8233,
     db: Annotated[
         Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
     ] = None,

@@ -21,6 +21,7 @@ from durable_subagents.cli._common import (
     console,
     make_settings,
     run,
+    usage_check,
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
@@ -108,37 +109,46 @@ def spawn(
     as_json: JsonOut = False,
 ) -> None:
     """Spawn a subagent task and print its id."""
+    from durable_subagents.spawn import SpawnKwargs, SpawnOptions
+
     text = sys.stdin.read() if prompt == "-" else prompt
+    # Each option's value is checked here, before anything connects: one wrong in
+    # itself is a usage error (exit 2); what the agent or the server refuses exits 1.
+    options: SpawnKwargs = {
+        "model": model,
+        "max_turns": max_turns,
+        "tools": tool,
+        "disallowed_tools": disallow,
+        "permission_mode": permission_mode,
+        "permissions": _rules(ask, "ask") + _rules(deny, "deny"),
+        "approval_timeout": approval_timeout,
+        "time_limit": time_limit,
+        "token_budget": token_budget,
+        "reasoning_effort": reasoning_effort,
+        "output_schema": (
+            usage_check(lambda: _read_schema(output_schema), "--output-schema")
+            if output_schema is not None
+            else None
+        ),
+        "workspace": workspace,
+        "network": False if no_network else None,
+        "metadata": usage_check(lambda: _read_metadata(metadata)) if metadata is not None else None,
+        "task_id": task_id,
+        "notify_url": notify_url,
+    }
+    usage_check(lambda: SpawnOptions(**options))
+    if model is not None:
+        from durable_subagents.providers._names import parse_model
+
+        usage_check(lambda: parse_model(model), "--model")
 
     async def main() -> TaskStatus | None:
         from durable_subagents.cli._render import print_info
         from durable_subagents.client import SubagentClient
 
-        schema = _read_schema(output_schema) if output_schema is not None else None
         settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
-        tid = await client.spawn_task(
-            agent,
-            text,
-            description,
-            parent_id=parent,
-            model=model,
-            max_turns=max_turns,
-            tools=tool,
-            disallowed_tools=disallow,
-            permission_mode=permission_mode,
-            permissions=_rules(ask, "ask") + _rules(deny, "deny"),
-            approval_timeout=approval_timeout,
-            time_limit=time_limit,
-            token_budget=token_budget,
-            reasoning_effort=reasoning_effort,
-            output_schema=schema,
-            workspace=workspace,
-            network=False if no_network else None,
-            metadata=_read_metadata(metadata) if metadata is not None else None,
-            task_id=task_id,
-            notify_url=notify_url,
-        )
+        tid = await client.spawn_task(agent, text, description, parent_id=parent, **options)
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)
             print_info(console, info, as_json, await client.pending_arguments(info))
@@ -201,6 +211,7 @@ def check(
     as_json: JsonOut = False,
 ) -> None:
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
+    _check_timeout(timeout)
 
     async def main() -> TaskStatus:
         from durable_subagents.cli._render import print_info
@@ -223,6 +234,13 @@ def check(
         _exit_if_unsuccessful(status)
 
 
+def _check_timeout(timeout: float) -> None:
+    """``--timeout`` is a finite number of seconds >= 0 (a usage error otherwise)."""
+    from durable_subagents.client._waiting import check_timeout
+
+    usage_check(lambda: check_timeout(timeout), "--timeout")
+
+
 def _goes_on(again: str) -> str:
     """What a waiting command says when Temporal stops answering under it."""
     return (
@@ -242,6 +260,7 @@ def cancel(
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
+    _check_timeout(timeout)
     settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> None:
@@ -382,7 +401,10 @@ def reject(
     as_json: JsonOut = False,
 ) -> None:
     """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
+    from durable_subagents.client._decisions import check_reason
+
     chosen = _chosen(call_ids, all_calls, "reject")
+    usage_check(lambda: check_reason(reason), "--reason")
     settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(
         settings, task_id, chosen, approved=False, reason=reason, as_json=as_json, pause_id=pause
@@ -450,15 +472,19 @@ def list_command(
     as_json: JsonOut = False,
 ) -> None:
     """List tasks (latest run of each), newest first, with their age."""
+    from durable_subagents.types import TaskStatus
+
+    known = [s.value for s in TaskStatus]
+    if status is not None and status not in known:
+        raise typer.BadParameter(
+            f"unknown status {status!r}; use one of {', '.join(known)}", param_hint="--status"
+        )
 
     async def main() -> None:
         from durable_subagents.cli._render import task_table
 
         client = await _client(make_settings(address, namespace, task_queue, profile=profile))
-        try:
-            tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
-        except ValueError as err:
-            raise typer.BadParameter(str(err), param_hint="--status") from None
+        tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))

@@ -27,6 +27,7 @@ from durable_subagents.types import Message, TaskInfo, TaskStatus
 __all__ = [
     "MAX_REASON_BYTES",
     "DecisionMemory",
+    "check_reason",
     "decisions_for",
     "full_arguments",
     "send_decisions",
@@ -141,6 +142,23 @@ class DecisionMemory:
             self._tasks.popitem(last=False)
 
 
+def check_reason(reason: object) -> None:
+    """Refuse a rejection reason that is not short text.
+
+    Raises:
+        InvalidRequest: not text, not encodable, or over ``MAX_REASON_BYTES``.
+    """
+    if isinstance(reason, str):
+        refuse_unencodable("reason", reason)
+    if reason is not None and (
+        not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
+    ):
+        raise InvalidRequest(
+            f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
+            "it as the rejected call's result, so keep it short"
+        )
+
+
 async def send_decisions(
     temporal: Client,
     memory: DecisionMemory,
@@ -160,15 +178,7 @@ async def send_decisions(
     ask again under the same call id, or a second child pause beside the first,
     between the read and the decision.
     """
-    if isinstance(reason, str):
-        refuse_unencodable("reason", reason)
-    if reason is not None and (
-        not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
-    ):
-        raise InvalidRequest(
-            f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
-            "it as the rejected call's result, so keep it short"
-        )
+    check_reason(reason)
     info = await describe_task(temporal, task_id)
     if info.status != TaskStatus.PAUSED or not info.pause_id:
         raise WrongTaskState(

@@ -419,9 +419,6 @@ def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> No
             ["unknown agent 'nope'", "known: explore, plan, research, general"],
         ),
         (["spawn", "explore", "   "], ["prompt is empty"]),
-        (["spawn", "explore", "do it", "--metadata", "{nope"], ["--metadata is not JSON"]),
-        (["spawn", "explore", "do it", "--metadata", "[1]"], ["metadata"]),
-        (["spawn", "explore", "do it", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
         (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
         (["watch", "no-such-task"], ["no task 'no-such-task'"]),
@@ -429,18 +426,11 @@ def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> No
         (["approve", "no-such-task", "--all"], ["no task 'no-such-task'"]),
         (["reject", "no-such-task", "c1", "--reason", "no"], ["no task 'no-such-task'"]),
         (["send", "no-such-task", "more"], ["no task 'no-such-task'"]),
-        (["spawn", "explore", "x", "--time-limit", "0"], ["--time-limit must be more than 0"]),
-        (["spawn", "explore", "x", "--time-limit", "inf"], ["--time-limit must be more than 0"]),
-        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["--approval-timeout must be"]),
-        (["spawn", "explore", "x", "--max-turns", "100000000"], ["--max-turns must be at most"]),
-        (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
         (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
-    ids=["unknown-agent", "empty-prompt", "metadata-not-json", "metadata-not-object",
-         "max-turns-0", "check-unknown", "cancel-unknown",
+    ids=["unknown-agent", "empty-prompt", "check-unknown", "cancel-unknown",
          "watch-unknown", "markup-in-message", "approve-unknown", "reject-unknown",
-         "send-unknown", "time-limit-0", "time-limit-inf",
-         "approval-timeout-negative", "max-turns-huge", "bad-model", "widening-mode"],
+         "send-unknown", "widening-mode"],
 )  # fmt: skip
 def test_bad_requests_fail_cleanly(
     env: dict[str, str], args: list[str], expected: list[str]
@@ -449,6 +439,54 @@ def test_bad_requests_fail_cleanly(
     for text in expected:
         assert text in result.flat_err
     assert result.err.count("error:") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["spawn", "explore", "x", "--metadata", "{nope"], ["--metadata is not JSON"]),
+        (["spawn", "explore", "x", "--metadata", "[1]"], ["metadata must be a dict"]),
+        (["spawn", "explore", "x", "--max-turns", "-1"], ["--max-turns must be", "got -1"]),
+        (["spawn", "explore", "x", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
+        (["spawn", "explore", "x", "--max-turns", "100000000"], ["--max-turns must be at most"]),
+        (["spawn", "explore", "x", "--time-limit", "0"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--time-limit", "inf"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["--approval-timeout must be"]),
+        (["spawn", "explore", "x", "--token-budget", "0"], ["--token-budget must be"]),
+        (["spawn", "explore", "x", "--permission-mode", "yolo"], ["unknown --permission-mode"]),
+        (["spawn", "explore", "x", "--reasoning-effort", "max"], ["unknown reasoning_effort"]),
+        (["spawn", "explore", "x", "--workspace", "../.."], ["leaves the worker's workspace"]),
+        (["spawn", "explore", "x", "--task-id", "a b"], ["task"]),
+        (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
+        (["spawn", "explore", "x", "--output-schema", "/nonexistent.json"], ["cannot read"]),
+        (["check", "x", "--timeout", "-1"], ["--timeout", "finite number of seconds >= 0"]),
+        (["check", "x", "--wait", "--timeout", "nan"], ["--timeout"]),
+        (["cancel", "x", "--timeout", "-1"], ["--timeout"]),
+        (["reject", "x", "--all", "--reason", "r" * 5000], ["--reason", "4096 bytes"]),
+        (["ls", "--status", "bogus"], ["--status", "unknown status 'bogus'"]),
+        (["dev", "--port", "70000"], ["--port"]),
+        (["demo", "--ui-port", "0"], ["--ui-port"]),
+    ],
+    ids=["metadata-not-json", "metadata-not-object", "max-turns-negative", "max-turns-0",
+         "max-turns-huge", "time-limit-0", "time-limit-inf", "approval-timeout-negative",
+         "token-budget-0", "unknown-mode", "unknown-effort", "workspace-outside", "bad-task-id",
+         "bad-model", "unreadable-schema", "check-timeout", "check-timeout-nan",
+         "cancel-timeout", "long-reason", "unknown-status", "dev-port", "demo-ui-port"],
+)  # fmt: skip
+def test_usage_errors_exit_2_before_anything_connects(
+    tmp_path: Path, args: list[str], expected: list[str]
+) -> None:
+    """A value that is wrong in itself is a usage error, told before any server is asked
+    (none answers on this address)."""
+    command = args if args[0] in ("dev", "demo") else [*args, "--address", "127.0.0.1:1"]
+    result = run(*command, env=_env(tmp_path))
+    assert result.code == 2, result
+    assert "Traceback" not in result.err and result.out == ""
+    assert "cannot reach" not in result.err
+    flat = result.flat_err
+    assert flat.startswith(f"Usage: subagents {args[0]} ") and "Error: Invalid value" in flat
+    for text in expected:
+        assert text in flat, flat
 
 
 @pytest.mark.parametrize(
@@ -461,8 +499,8 @@ def test_a_bad_model_from_the_environment_is_named_as_such(
 ) -> None:
     result = failed(run("spawn", "explore", "x", env={**env, "SUBAGENTS_MODEL": model}))
     assert said in result.flat_err, result.err
-    given = failed(run("spawn", "explore", "x", "--model", model, env=env))
-    assert "SUBAGENTS_MODEL" not in given.flat_err, given.err
+    given = run("spawn", "explore", "x", "--model", model, env=env)  # a usage error
+    assert given.code == 2 and "SUBAGENTS_MODEL" not in given.flat_err, given.err
 
 
 async def test_an_oversized_prompt_is_refused_before_anything_starts(
