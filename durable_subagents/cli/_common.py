@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import traceback
@@ -41,6 +42,10 @@ VERBOSE = False
 
 _address: str | None = None
 """The Temporal address of the command's settings (a lost connection names it)."""
+
+_given: list[str] = []
+"""The connection options given on the command line (``--address X``...): a hint that
+repeats a command repeats them, or the repeat would go to another server."""
 
 Address = Annotated[
     str | None,
@@ -132,12 +137,27 @@ def make_settings(
 
     global _address
     given = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    _given[:] = [
+        part
+        for flag, value in (
+            ("--address", address),
+            ("--namespace", namespace),
+            ("--profile", extra.get("profile")),
+        )
+        if value is not None
+        for part in (flag, value)
+    ]
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as err:
         raise typer.BadParameter(_first_error(err)) from None
     _address = settings.address
     return settings
+
+
+def again(command: str) -> str:
+    """``command`` (to be typed again) with the connection options this one was given."""
+    return " ".join([command, *(shlex.quote(part) for part in _given)])
 
 
 def _first_error(err: ValidationError) -> str:

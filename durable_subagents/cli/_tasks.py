@@ -18,6 +18,7 @@ from durable_subagents.cli._common import (
     Namespace,
     Profile,
     TaskQueue,
+    again,
     console,
     make_settings,
     run,
@@ -142,11 +143,12 @@ def spawn(
 
         usage_check(lambda: parse_model(model), "--model")
 
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
     async def main() -> TaskStatus | None:
         from durable_subagents.cli._render import print_info
         from durable_subagents.client import SubagentClient
 
-        settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
         tid = await client.spawn_task(agent, text, description, parent_id=parent, **options)
         if wait:
@@ -213,10 +215,12 @@ def check(
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
     _check_timeout(timeout)
 
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
     async def main() -> TaskStatus:
         from durable_subagents.cli._render import print_info
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
             try:
@@ -228,8 +232,8 @@ def check(
         print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
-    again = f"subagents check {shlex.quote(task_id)} --wait"
-    status = run(main(), lost=_goes_on(again) if wait else None)
+    repeat = f"subagents check {shlex.quote(task_id)} --wait"
+    status = run(main(), lost=_goes_on(repeat) if wait else None)
     if wait:
         _exit_if_unsuccessful(status)
 
@@ -241,11 +245,11 @@ def _check_timeout(timeout: float) -> None:
     usage_check(lambda: check_timeout(timeout), "--timeout")
 
 
-def _goes_on(again: str) -> str:
+def _goes_on(command: str) -> str:
     """What a waiting command says when Temporal stops answering under it."""
     return (
         "the task goes on (it runs on the workers, and Temporal keeps it); run "
-        f"`{again}` again once the server answers"
+        f"`{again(command)}` again once the server answers"
     )
 
 
@@ -356,7 +360,7 @@ def _decide(
             command = f"subagents check {quoted}"
         else:
             command = f"subagents check {quoted} --wait"
-        console.print(f"  next: {command}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  next: {again(command)}", markup=False, highlight=False, soft_wrap=True)
 
     run(main())
 
@@ -428,11 +432,13 @@ def send(
     """
     body = sys.stdin.read() if text == "-" else text
 
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
     async def main() -> None:
         from durable_subagents.cli._render import info_json, print_info
         from durable_subagents.types import TaskStatus
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         before = await client.check_task(task_id)
         info = await client.send_input(task_id, body)
         # A task that closed just now is continued too: it is then in a new run.
@@ -450,7 +456,8 @@ def send(
         else:
             what = "the task reads this input at its next turn"
         console.print(
-            f"\nsent: {what}. Wait for the answer: subagents check {shlex.quote(info.id)} --wait",
+            f"\nsent: {what}. Wait for the answer: "
+            + again(f"subagents check {shlex.quote(info.id)} --wait"),
             markup=False,
             highlight=False,
             soft_wrap=True,
@@ -480,10 +487,12 @@ def list_command(
             f"unknown status {status!r}; use one of {', '.join(known)}", param_hint="--status"
         )
 
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
     async def main() -> None:
         from durable_subagents.cli._render import task_table
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
@@ -506,11 +515,12 @@ def watch(
     ] = False,
 ) -> None:
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
+    settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> None:
         from durable_subagents.cli._render import usage_text
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         streaming: str | None = None  # "text" or "thinking" while one is being printed
         try:
             async for event in client.watch(task_id):

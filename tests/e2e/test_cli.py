@@ -318,8 +318,10 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
                 *CLI, "watch", task_id, env=env,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
+            # given as an option, the address is kept in the command it says to run again
             waiter = await asyncio.create_subprocess_exec(
-                *CLI, "check", task_id, "--wait", "--timeout", "600", env=env,
+                *CLI, "check", task_id, "--wait", "--timeout", "600",
+                "--address", server.address, env=_env(tmp_path),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             assert watcher.stdout is not None and watcher.stderr is not None
@@ -350,7 +352,8 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
     assert waiter.returncode == 1 and waited_out == b""
     assert waited_err.decode() == (
         f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
-        f"`subagents check {task_id} --wait` again once the server answers\n"
+        f"`subagents check {task_id} --wait --address {server.address}` again once the server "
+        "answers\n"
     ), waited_err.decode()
 
 
@@ -1030,8 +1033,14 @@ async def test_ask_pause_and_approve_from_the_shell(
         assert f"it is on pause {info['pause_id']}" in unknown.flat_err
         assert "paused again" not in unknown.err
     assert not (workspace / "approved.txt").exists()
-    approved = ok(await arun("approve", task_id, "--all", "--pause", info["pause_id"], env=env))
-    assert f"next: subagents check {task_id} --wait" in approved.out
+    address = env["TEMPORAL_ADDRESS"]
+    approved = ok(
+        await arun(
+            "approve", task_id, "--all", "--pause", info["pause_id"], "--address", address,
+            env=env,
+        )
+    )  # fmt: skip
+    assert f"next: subagents check {task_id} --wait --address {address}\n" in approved.out
     # no --after-pause: check finds the decision in the history and waits past the pause
     done = ok(await arun("check", task_id, "--wait", "--json", env=env))
     assert done.json()["status"] == "completed"
@@ -1161,8 +1170,10 @@ async def test_send_steers_a_paused_task_then_continues_it_when_completed(
     )
     task_id = await _spawn_asking(model, env)
     paused = await _paused(task_id, env)
-    steered = ok(await arun("send", task_id, "prefer short flags", env=env)).out
+    namespace = ["--namespace", "default"]  # given: kept in the command it says to run
+    steered = ok(await arun("send", task_id, "prefer short flags", *namespace, env=env)).out
     assert "reads this input once the calls above are decided" in " ".join(steered.split())
+    assert f"subagents check {task_id} --wait --namespace default\n" in steered
     assert '"command": "echo hi"' in steered  # the pending call in full, not a preview
     assert f"subagents approve {task_id} --all" in steered
     ok(await arun("approve", task_id, "--all", env=env))
