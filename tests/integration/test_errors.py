@@ -208,6 +208,22 @@ async def test_a_model_the_worker_is_not_configured_for_fails_the_task_in_one_lo
     assert not tracebacks, [r.getMessage() for r in tracebacks]
 
 
+async def test_a_task_that_fails_before_any_model_answer_reports_0_turns(
+    client: SubagentClient, worker: None
+) -> None:
+    from ..helpers.tasks import script
+
+    failed = await client.spawn_task("explore", "x", model="scripted", workspace="no-such-dir")
+    info = await client.check_task(failed, wait=True, timeout=CEILING)
+    assert info.status == "failed" and info.turns == 0, info
+    [listed] = [t for t in await client.list_tasks() if t.id == failed] or [info]
+    assert listed.turns == 0
+    # a task whose model answered counts the turn, however it ended
+    answered = await client.spawn_task("explore", "x", model=script({"text": "done"}))
+    done = await client.check_task(answered, wait=True, timeout=CEILING)
+    assert done.status == "completed" and done.turns == 1
+
+
 @pytest.mark.parametrize("workspace", ["../..", "..", "a/../../b", "", "   ", "x\x00y", "a" * 5000])
 async def test_a_workspace_outside_any_root_is_refused_at_spawn(
     client: SubagentClient, workspace: str
