@@ -9,7 +9,7 @@ from durable_subagents import (
     SubagentClient,
     TemporalUnavailable,
 )
-from durable_subagents._error_wording import for_model, for_shell
+from durable_subagents._error_wording import for_http, for_model, for_shell
 from durable_subagents.config import Settings
 
 
@@ -50,6 +50,9 @@ def test_messages_speak_to_their_reader() -> None:
     assert "check_subagent shows" in model and "list_subagents lists" in model
     assert "max_turns must" in model  # the tool's own argument name
     assert for_shell("a my_max_turns or max_turns_x") == "a my_max_turns or max_turns_x"
+    http = for_http(api, "t/1")
+    assert "(GET /api/tasks/t%2F1/pause shows" in http and "GET /api/tasks lists" in http
+    assert "{task_id}" in for_http("check_task(task_id, wait=True) waits for it")
 
 
 @pytest.mark.parametrize(
