@@ -52,7 +52,11 @@ from durable_subagents._telemetry import (
     traced_tool,
 )
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities._failures import blob_failure
+from durable_subagents.activities._failures import (
+    blob_failure,
+    configuration_error,
+    log_configuration_error,
+)
 from durable_subagents.activities._heartbeats import (
     cancel_requested,
     heartbeat,
@@ -229,6 +233,12 @@ class SubagentActivities:
             return await self._model_turn(input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+        except InvalidRequest as err:  # a model name the worker cannot resolve
+            raise configuration_error(str(err), "InvalidRequest") from None
+        except ApplicationError as err:
+            if err.type == "ModelRequestError" and err.non_retryable:
+                log_configuration_error(err.message)
+            raise
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         queue = self.provider_queue(input)
