@@ -99,6 +99,9 @@ RUN_TOOL_ACTIVITY = "run_tool"
 SETTLE_CHANGES_ACTIVITY = "settle_changes"
 """The activity that applies or drops a call's held changes once a person decided:
 ``SettleInput`` -> ``ToolCallResult``."""
+OWN_TASKS_ACTIVITY = "own_registered_tasks"
+"""The activity that keeps of some registered task ids those whose parent is the
+asking task: ``[parent_id, [task_id, ...]]`` -> ``[task_id, ...]``."""
 RERUN_TOOL = "run_again"
 """The name a pause shows for a call its worker's death cut off (the decision to run it
 again, for agents with ``on_interrupted="ask"``)."""

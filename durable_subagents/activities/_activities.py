@@ -19,7 +19,9 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
+from durable_subagents import _search_attributes as sa
 from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
 from durable_subagents._live_text import LiveText
 from durable_subagents._output_schema import (
@@ -32,6 +34,7 @@ from durable_subagents._payloads import (
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
+    OWN_TASKS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     SETTLE_CHANGES_ACTIVITY,
     CompactInput,
@@ -586,6 +589,27 @@ class SubagentActivities:
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
+    @activity.defn(name=OWN_TASKS_ACTIVITY)
+    async def own_registered_tasks(self, parent_id: str, task_ids: list[str]) -> list[str]:
+        """Those of ``task_ids`` whose parent is ``parent_id`` (``SubagentParent``).
+
+        A registration is a signal anyone may send: before a task cancels the tasks
+        registered with it, it keeps only those that name it as their parent, so a
+        forged registration cannot make it cancel a stranger's task.
+        """
+        client = activity.client()
+        own: list[str] = []
+        for task_id in task_ids:
+            try:
+                described = await client.get_workflow_handle(task_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    continue  # never started, or gone: nothing to cancel
+                raise
+            if described.typed_search_attributes.get(sa.PARENT) == parent_id:
+                own.append(task_id)
+        return own
+
     @activity.defn(name=SETTLE_CHANGES_ACTIVITY)
     async def settle_changes(self, input: SettleInput) -> ToolCallResult:
         """Apply a call's held changes a person approved, or drop them (see ``settle``)."""
@@ -673,4 +697,10 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool, self.compact_context, self.settle_changes]
+        return [
+            self.model_turn,
+            self.run_tool,
+            self.compact_context,
+            self.settle_changes,
+            self.own_registered_tasks,
+        ]
