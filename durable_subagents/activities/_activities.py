@@ -29,6 +29,7 @@ from durable_subagents._output_schema import (
     schema_text,
 )
 from durable_subagents._payloads import (
+    ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
@@ -67,7 +68,7 @@ from durable_subagents.activities._workspaces import (
     log_tool_user,
     task_workspace,
 )
-from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
@@ -154,6 +155,9 @@ class SubagentActivities:
             ``overlays``; see ``SandboxProfile.overlay_dir``).
         transcript_cache_bytes: Memory the running tasks' conversations are kept in
             (``Settings.transcript_cache_mb``).
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (``Settings.activity_options``, every option set), which a
+            task asks once, at its start, and keeps for its whole life.
     """
 
     def __init__(
@@ -182,6 +186,7 @@ class SubagentActivities:
         rate_limited: frozenset[str] = frozenset(),
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
         overlay_dir: Path | None = None,
+        activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -212,6 +217,7 @@ class SubagentActivities:
         self.notify = notify
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
+        self.activity_options = activity_options.with_defaults()
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -219,6 +225,13 @@ class SubagentActivities:
             # Said once at start (and refused at every command) if it cannot work.
             run_as = sandbox_host.tool_user(self.workspace_root, self.tool_user)
             overlay_problem(overlay_dir_for(overlay_dir, run_as), run_as)
+
+    # ------------------------------------------------------------------ options
+
+    @activity.defn(name=ACTIVITY_OPTIONS_ACTIVITY)
+    async def worker_activity_options(self) -> ActivityOptions:
+        """This worker's activity options, which the asking task records and keeps."""
+        return self.activity_options
 
     # ------------------------------------------------------------------ model turn
 
@@ -655,4 +668,10 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool, self.compact_context, self.settle_changes]
+        return [
+            self.model_turn,
+            self.run_tool,
+            self.compact_context,
+            self.settle_changes,
+            self.worker_activity_options,
+        ]

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from durable_subagents._metrics import Labels
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
+from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
 from durable_subagents.providers import import_sdk
@@ -135,7 +136,14 @@ def worker_setup(
         rate_limited=frozenset(settings.model_rate_limit_map),
         transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
         overlay_dir=settings.resolved_overlay_dir,
+        activity_options=settings.activity_options,
     )
+    changed = settings.activity_options.changed()
+    if changed:
+        log.info(
+            "activity options beyond the defaults: %s",
+            ", ".join(f"{name}={value}" for name, value in changed.items()),
+        )
     labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
         "workflow_runner": workflow_runner(),
@@ -173,6 +181,7 @@ def create_worker(
     deployment: WorkerDeploymentVersion | None = None,
     role: Literal["all", "tasks", "tools"] | None = None,
     subagent_workflow_sandbox: bool | None = None,
+    activity_options: ActivityOptions | Mapping[str, Any] | str | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -207,6 +216,11 @@ def create_worker(
             ``False`` runs ``SubagentWorkflow`` and the notification workflow outside
             it, which costs less CPU per turn; ``workflows`` of your own stay in the
             sandbox (or whatever ``workflow_runner`` you pass) either way.
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (default ``settings.activity_options``): an
+            ``ActivityOptions``, a mapping such as ``{"tool_call": {"maximum_attempts":
+            1}}`` or the ``SUBAGENTS_ACTIVITY_OPTIONS`` text; what it leaves out keeps
+            its default. A task takes them from the worker that runs its first step.
         **worker_options: Passed to ``temporalio.worker.Worker`` (they win over the
             options the settings give).
 
@@ -214,8 +228,13 @@ def create_worker(
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID.
+        InvalidRequest: The settings name only one of a deployment and a build ID, or
+            ``activity_options`` holds an unknown or invalid option.
     """
+    if activity_options is not None:
+        settings = settings.model_copy(
+            update={"activity_options": parse_activity_options(activity_options)}
+        )
     setup = worker_setup(
         client,
         settings,
