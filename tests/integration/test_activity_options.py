@@ -161,6 +161,36 @@ async def test_a_task_keeps_the_options_it_started_with_on_a_worker_with_others(
     assert tool.retry_policy.maximum_attempts == 2
 
 
+async def test_a_subagents_child_is_bound_by_its_parents_narrowed_options(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    client.agents["lead"] = AgentSpec(
+        name="lead",
+        description="Splits the work.",
+        tools=["read_file"],
+        may_spawn=True,
+        activity_options=ActivityOptions(model_turn=ActivityConfig(maximum_attempts=4)),
+    )
+    child = script({"text": "child done"})
+    spawn = {"agent": "explore", "prompt": "part", "model": child}
+    lead = script(
+        {"tool_calls": [{"name": "spawn_subagent", "arguments": spawn}]},
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead done"},
+    )
+    worker_options = "model_turn.start_to_close=4m"
+    async with create_worker(temporal_client, settings, activity_options=worker_options):
+        task_id = await client.spawn_task("lead", "split", model=lead)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [kid] = await client.list_tasks(parent_id=task_id)
+    events = await history(temporal_client, kid.id)
+    [turn] = scheduled(events, "model_turn")
+    assert turn.retry_policy.maximum_attempts == 4  # its parent's agent's
+    assert turn.start_to_close_timeout.ToSeconds() == 240  # its parent's worker's
+    assert local_activities(events, "activity_options") == []  # given, not asked
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
