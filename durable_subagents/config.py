@@ -131,7 +131,20 @@ class Settings(BaseSettings):
     """Comma-separated earlier keys, kept to decrypt what was written under them while
     tasks run across a rotation."""
     model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
-    """Default ``provider:model`` when neither the spawn nor the agent names one."""
+    """Default ``provider:model`` when neither the spawn nor the agent names one. A
+    worker refuses to start without one it can run (unless the scripted model is
+    enabled: ``allow_scripted``)."""
+    models: str = Field("", validation_alias=AliasChoices("SUBAGENTS_MODELS", "models"))
+    """Worker side: the models its tasks may ask for besides ``model``, as
+    ``provider:model`` glob patterns separated by commas (``openai:gpt-4.1*,anthropic:*``;
+    ``*``: any model of the worker's providers). Empty: ``model`` only. A client given
+    the same value refuses a spawn of any other model before it starts."""
+    allow_scripted: bool = Field(
+        False, validation_alias=AliasChoices("SUBAGENTS_ALLOW_SCRIPTED", "allow_scripted")
+    )
+    """Worker side: run the offline ``scripted`` model (``subagents dev`` and ``demo``
+    turn it on; tests set it). Off: a task that asks for it fails, and a worker whose
+    default model it is refuses to start."""
     workspace: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
@@ -553,6 +566,18 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_activity_options(cls, value: object) -> ActivityOptions:
         return parse_activity_options(value)
+
+    @field_validator("models")
+    @classmethod
+    def _model_patterns(cls, value: str) -> str:
+        for pattern in (p.strip() for p in value.split(",")):
+            if pattern and pattern != "*" and not re.fullmatch(r"[a-z-]+:\S+", pattern):
+                raise InvalidRequest(
+                    f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give "
+                    "provider:model patterns separated by commas (openai:gpt-4.1*,"
+                    "anthropic:*), or * for any model"
+                )
+        return value
 
     @field_validator("model_rate_limits")
     @classmethod

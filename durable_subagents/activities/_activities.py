@@ -81,6 +81,7 @@ from durable_subagents.providers import (
     parse_model,
     resolve_provider,
 )
+from durable_subagents.providers._allowlist import ModelAllowlist
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -158,6 +159,8 @@ class SubagentActivities:
         activity_options: The timeouts and retry policies of model turns, tool calls
             and compactions (``Settings.activity_options``, every option set), which a
             task asks once, at its start, and keeps for its whole life.
+        models: The models this worker runs (``worker_models``); a turn or compaction
+            of any other fails its task with ``ModelNotAllowed``. None: any model.
     """
 
     def __init__(
@@ -187,6 +190,7 @@ class SubagentActivities:
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
         overlay_dir: Path | None = None,
         activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
+        models: ModelAllowlist | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -218,6 +222,7 @@ class SubagentActivities:
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
         self.activity_options = activity_options.with_defaults()
+        self.models = models
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -425,7 +430,18 @@ class SubagentActivities:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
-        """``resolve_provider`` with this worker's settings."""
+        """``resolve_provider`` with this worker's settings, for a model it allows.
+
+        Raises:
+            ApplicationError: ``ModelNotAllowed`` (non-retryable): not a model this
+                worker runs.
+        """
+        refusal = None
+        if self.models is not None:
+            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+                refusal = self.models.refusal(model)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
             model,
             default_model=self.default_model,

@@ -43,6 +43,7 @@ from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._mcp import McpTools, mcp_tools
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
+from durable_subagents.worker._models import worker_models
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import (
@@ -86,6 +87,7 @@ def worker_setup(
     deployment: WorkerDeploymentVersion | None = None,
     blob_store: BlobStore | None = None,
     extra: Sequence[object] = (),
+    runs_models: bool = True,
 ) -> WorkerSetup:
     """The workflows, activities and worker options of a subagent worker.
 
@@ -99,11 +101,15 @@ def worker_setup(
         deployment: The Worker Deployment Version (default: ``settings.worker_deployment()``).
         blob_store: The blob store (default: ``settings.blob_store()``).
         extra: The worker's own plugins and interceptors (they may trace too).
+        runs_models: Whether the worker runs model turns (not a ``tools`` worker): then
+            its default model must be one it can run (``worker_models``).
 
     Raises:
         InvalidRequest: The settings name only one of a deployment and a build ID, or
-            a notification secret that is too short.
+            a notification secret that is too short, or the worker's default model
+            cannot run (missing, unknown, not allowed, or without its key).
     """
+    models = worker_models(settings) if runs_models else None
     version = deployment or settings.worker_deployment()
     say_held_once()  # a task held by a bug: its traceback once, not at every retry
     notifier = Notifier(
@@ -137,6 +143,7 @@ def worker_setup(
         transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
         overlay_dir=settings.resolved_overlay_dir,
         activity_options=settings.activity_options,
+        models=models,
     )
     changed = settings.activity_options.changed()
     if changed:
@@ -228,13 +235,18 @@ def create_worker(
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID, or
-            ``activity_options`` holds an unknown or invalid option.
+        InvalidRequest: The settings name only one of a deployment and a build ID,
+            ``activity_options`` holds an unknown or invalid option, or (but for a
+            ``tools`` worker) the default model cannot run here: none is set and the
+            scripted model is not enabled, or it is unknown, not among
+            ``SUBAGENTS_MODELS``, or its API key is missing. The message names the
+            setting to change.
     """
     if activity_options is not None:
         settings = settings.model_copy(
             update={"activity_options": parse_activity_options(activity_options)}
         )
+    role = role or settings.worker_role
     setup = worker_setup(
         client,
         settings,
@@ -242,6 +254,7 @@ def create_worker(
         tracer_provider=tracer_provider,
         deployment=deployment,
         extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
+        runs_models=role != "tools",
     )
     options = {**setup.options, **worker_options}
     if subagent_workflow_sandbox is None:
@@ -252,7 +265,6 @@ def create_worker(
         *setup.options["interceptors"],
         *worker_options.get("interceptors", ()),
     ]
-    role = role or settings.worker_role
     queue = task_queue or settings.task_queue
     tool_slots = max_tool_calls or settings.max_tool_calls
     if role == "tools":

@@ -33,6 +33,7 @@ from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.tasks import TEST_MODELS
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -183,6 +184,7 @@ async def served(
         if not k.startswith(("SUBAGENTS_", "TEMPORAL_", "OPENAI_", "ANTHROPIC_"))
     }
     env.update(
+        **TEST_MODELS,
         TEMPORAL_ADDRESS=settings.address,
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
