@@ -555,6 +555,9 @@ class ToolCallInput(_Compact):
     """What becomes of a command's changes to protected paths: ``pause`` (kept, and the
     result's ``held`` asks the workflow for a person's decision), ``refuse`` (what a
     workflow that does not know ``held`` gets), or ``apply`` (the agent opted in)."""
+    tree_id: str | None = None
+    """The top task of the task's tree (the subagent that spawned it): its commands
+    share the machine with the whole tree's. None: the task is its own tree."""
 
     @classmethod
     def of(
@@ -565,11 +568,13 @@ class ToolCallInput(_Compact):
         workspace: str | None,
         *,
         read_only: bool,
+        tree_id: str | None = None,
     ) -> ToolCallInput:
         """The input of an approved ``call`` of a task of agent ``spec``.
 
         ``read_only``: whether the tool never changes anything (its path rules judge it
         so). A ``bash`` call carries no path rules: its sandbox is what bounds it.
+        ``tree_id``: the task's tree, when the task is not its top.
         """
         rules = None if call.name == "bash" else PathRules.of(spec, call.name, read_only=read_only)
         return cls(
@@ -584,6 +589,7 @@ class ToolCallInput(_Compact):
             unrecorded_reads=True,
             protected_changes=protected_changes(spec),
             on_interrupted=spec.on_interrupted,
+            tree_id=tree_id,
         )
 
 

@@ -116,9 +116,17 @@ class Settings(BaseSettings):
     blob_sweep: bool = Field(
         True, validation_alias=AliasChoices("SUBAGENTS_BLOB_SWEEP", "blob_sweep")
     )
-    """Whether this worker removes expired tasks' blobs (hourly; each sweep lists the
-    store and asks Temporal about every task in it). With many workers, leave it on in
-    a few and turn it off (``false``) in the rest."""
+    """Whether this worker takes part in removing expired tasks' blobs. Each sweep lists
+    the store and asks Temporal about every task in it; one worker sweeps per period
+    (``blob_sweep_every``), whichever takes the store's lease in Temporal first."""
+    blob_sweep_every: float = Field(
+        3600.0,
+        ge=1,
+        le=7 * 86400,
+        validation_alias=AliasChoices("SUBAGENTS_BLOB_SWEEP_EVERY", "blob_sweep_every"),
+    )
+    """Seconds between two sweeps of the blob store, fleet-wide (each worker's try moves
+    by up to 10 % at random)."""
     payload_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_PAYLOAD_KEY", "payload_key")
     )

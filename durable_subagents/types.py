@@ -115,6 +115,9 @@ class ToolCall(BaseModel):
     written_path: str | None = None
     """The same path as written, normalized without following symlinks; set only where
     a symlink makes it differ from ``path``. Rules judge both (the stricter answer wins)."""
+    read_only_hint: bool | None = None
+    """For an MCP tool: what its server says of it (``readOnlyHint``), set by the worker.
+    Shown to a person deciding on the call; never trusted to decide anything."""
 
 
 class Compaction(BaseModel):
@@ -315,6 +318,8 @@ class TaskInfo(BaseModel):
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
+    """Model turns taken, the running one included; 0 for a task that ended before any
+    model answer (it failed or was stopped at its first model call)."""
     usage: Usage = Field(default_factory=Usage)
     tree_usage: Usage | None = None
     """Usage of this task and of the subagents it spawned, theirs counted once they
@@ -390,6 +395,8 @@ class TaskEvent(BaseModel):
     ]
     task_id: str
     time: datetime | None = None
+    """When it happened, in UTC (timezone-aware, as ``TaskInfo.created_at``): the time
+    its history recorded, or, for live text, when it was seen."""
     status: TaskStatus | None = None
     turn: int | None = None
     tool: str | None = None

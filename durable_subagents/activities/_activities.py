@@ -53,7 +53,11 @@ from durable_subagents._telemetry import (
     traced_tool,
 )
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities._failures import blob_failure
+from durable_subagents.activities._failures import (
+    blob_failure,
+    configuration_error,
+    log_configuration_error,
+)
 from durable_subagents.activities._heartbeats import (
     cancel_requested,
     heartbeat,
@@ -98,7 +102,7 @@ from durable_subagents.tools import (
 )
 from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._limits import log_limit_mechanisms
 from durable_subagents.tools._overlay import sweep_at_start
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
@@ -201,8 +205,7 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
-        mechanisms = limit_mechanisms()
-        log.info("tool limits enforced by: %s", mechanisms)
+        log_limit_mechanisms(log)
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
@@ -248,6 +251,12 @@ class SubagentActivities:
             return await self._model_turn(input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+        except InvalidRequest as err:  # a model name the worker cannot resolve
+            raise configuration_error(str(err), "InvalidRequest") from None
+        except ApplicationError as err:
+            if err.type == "ModelRequestError" and err.non_retryable:
+                log_configuration_error(err.message)
+            raise
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         queue = self.provider_queue(input)
@@ -314,7 +323,8 @@ class SubagentActivities:
             async with heartbeating():
                 judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
         calls = [
-            await self.transcript.store_call(task_id, self.with_path(c, workspace)) for c in checked
+            await self.transcript.store_call(task_id, self.with_hint(self.with_path(c, workspace)))
+            for c in checked
         ]
         if len(response.tool_calls) > MAX_CALLS_KEPT:
             activity.logger.warning(
@@ -569,6 +579,13 @@ class SubagentActivities:
             update={"path": resolved, "written_path": written if written != resolved else None}
         )
 
+    def with_hint(self, call: ToolCall) -> ToolCall:
+        """The call with what an MCP tool's server says of it, for a person deciding."""
+        hint = getattr(self.tools.get(call.name), "read_only_hint", None)
+        if not isinstance(hint, bool):
+            return call
+        return call.model_copy(update={"read_only_hint": hint})
+
     def path_argument(self, call: ToolCall) -> str | None:
         """The call's ``path`` argument (or its default), for tools that take one."""
         tool = self.tools.get(call.name)
@@ -666,6 +683,7 @@ class SubagentActivities:
             overlay_dir=self.overlay_dir,
             hold=input.protected_changes,
             handing_back=activity.is_worker_shutdown,
+            tree_id=input.tree_id,
         )
 
     def tool_environment(self, names: list[str] | None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.policy import PathRules
+from durable_subagents.tools._limits import Share
 from durable_subagents.tools._sandbox_profile import SandboxProfile
 from durable_subagents.types import ToolSpec
 
@@ -98,6 +99,9 @@ class ToolContext:
             its worker's death cut off); optional.
         handing_back: Whether a cancelled call is being handed back to be run again
             (its worker is stopping): a command's changes are then dropped, not landed.
+        tree_id: The top task of the call's tree (the task that spawned this one, or
+            this one): its commands share the machine with the tree's (see
+            ``CallCgroup``). None: the task is its own tree.
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller, and the workspace's descriptor, which
@@ -124,6 +128,7 @@ class ToolContext:
     landings: list[Any] = field(default_factory=list)
     handing_back: Callable[[], bool] | None = None
     seen_output: Callable[[bytes], None] | None = None
+    tree_id: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -188,6 +193,7 @@ class ToolContext:
             overlay_dir=self.overlay_dir,
             hold=self.hold if self.protected else "apply",
             landings=self.landings,
+            share=Share(self.task_id, self.tree_id or self.task_id),
         )
 
 

@@ -431,7 +431,11 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     if sdk is not None:
         await sdk
     await looked
-    sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
+    sweeper = (
+        asyncio.create_task(sweep_forever(client, store, settings.blob_sweep_every))
+        if settings.blob_sweep
+        else None
+    )
     try:
         async with worker:
             collect_less(settings.gc_threshold)

@@ -57,8 +57,16 @@ _SETTLE_RETRY = RetryPolicy(
 def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
     read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+    # A subagent's child is one level down (children do not spawn): its parent is the
+    # top of its tree, whose commands its own share the machine with.
+    tree_id = inp.parent_id if inp.parent_is_subagent else None
     return ToolCallInput.of(
-        workflow.info().workflow_id, call, inp.agent, inp.workspace, read_only=read_only
+        workflow.info().workflow_id,
+        call,
+        inp.agent,
+        inp.workspace,
+        read_only=read_only,
+        tree_id=tree_id,
     )
 
 
@@ -242,10 +250,13 @@ def held_summary(result: ToolCallResult) -> str:
 async def _run_tool(
     call: ToolCall, tool_input: ToolCallInput, local_read_tools: bool, config: ActivityConfig
 ) -> ToolCallResult:
-    # An attempt runs as long as the call's own timeout and a minute more, or as the
-    # task's options allow, whichever is shorter.
+    # An MCP tool's arguments are its server's, never a bound: the worker ends the call
+    # at the server's timeout (at most 600 s), which the activity's must cover. An
+    # attempt runs as long as the call's own timeout and a minute more, or as the task's
+    # options allow, whichever is shorter.
     assert config.start_to_close is not None
-    timeout = tool_timeout(call.arguments.get("timeout"))
+    mcp = call.name.startswith("mcp__")
+    timeout = tool_timeout(600 if mcp else call.arguments.get("timeout"))
     attempt = min(timeout + 60, config.start_to_close)
     config = config.model_copy(update={"start_to_close": attempt})
     summary = policy.arguments_preview(call.name, call.arguments)

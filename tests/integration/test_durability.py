@@ -377,15 +377,21 @@ def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
     moment after it is made, and a worker killed in between leaves it running in the
     call's cgroup. Here the leftover is placed there directly.
     """
-    from durable_subagents.tools import _limits
+    from durable_subagents.tools import _cgroup_host
 
-    hierarchies = _limits._available()
+    hierarchies = _cgroup_host.available()
     if not hierarchies:
-        pytest.skip("no writable pids or memory cgroup for tool calls on this machine")
+        pytest.skip("no writable cgroup for tool calls on this machine")
     parent = hierarchies[0].base.parent
     gone = subprocess.Popen(["true"])
     gone.wait()
-    ours = parent / f"durable-subagents-{_limits._pid_namespace()}-{gone.pid}" / "call-left"
+    ours = (
+        parent
+        / f"durable-subagents-{_cgroup_host._pid_namespace()}-{gone.pid}"
+        / "tree-x"
+        / "task-x"
+        / "call-left"
+    )
     # a worker of another PID namespace: its pid means nothing here, its calls are kept
     theirs = parent / f"durable-subagents-1-{gone.pid}" / "call-kept"
     left, kept = [subprocess.Popen(["sleep", seconds]) for seconds in ("3601", "3602")]
@@ -394,10 +400,10 @@ def test_a_new_worker_ends_what_a_dead_workers_call_left_running() -> None:
             cgroup.mkdir(parents=True)
             (cgroup / "cgroup.procs").write_text(str(proc.pid))
 
-        _limits._sweep_stale(parent)
+        _cgroup_host._sweep_stale(parent)
 
         assert left.wait(5) == -signal.SIGKILL
-        assert not ours.parent.exists()
+        assert not ours.parent.parent.parent.exists()  # the dead worker's base, whole
         assert kept.poll() is None and theirs.exists()
     finally:
         for proc in (left, kept):

@@ -439,7 +439,10 @@ def test_the_hostile_suites_pass_for_an_unprivileged_user(tmp_path: Path) -> Non
     home.mkdir()
     _give(home, WORKER_USER)
     tmp_path.chmod(0o755)
-    suite = [str(Path(__file__).parent / name) for name in ("test_hostile.py", "test_host_root.py")]
+    suite = [
+        str(Path(__file__).parent / name)
+        for name in ("test_hostile.py", "test_host_root.py", "test_shares.py")
+    ]
     proc = subprocess.run(
         [
             "setpriv", f"--reuid={WORKER_USER[0]}", f"--regid={WORKER_USER[1]}", "--clear-groups",

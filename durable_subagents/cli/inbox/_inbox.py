@@ -176,8 +176,36 @@ def _call(task_id: str, p: PendingApproval, arguments: dict[str, Any] | None = N
         arguments_preview=p.arguments_preview,
         arguments_hash=p.arguments_hash,
         resolved_path=p.resolved_path,
-        arguments=arguments,
+        arguments=None if arguments is None else in_schema_order(p.tool_name, arguments),
     )
+
+
+def _schema_orders() -> dict[str, list[str]]:
+    """The parameters of the tools a client knows, in their schemas' order, by tool."""
+    from durable_subagents.tools import BUILTIN_TOOLS
+    from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
+
+    specs = [*(t.spec for t in BUILTIN_TOOLS.values()), *SPAWN_TOOL_SPECS]
+    return {s.name: list(s.parameters.get("properties") or {}) for s in specs}
+
+
+_SCHEMA_ORDERS: dict[str, list[str]] | None = None
+
+
+def in_schema_order(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as its tool's schema lists them (``write_file``: path, content).
+
+    The transcript keeps arguments with their keys sorted; people read a call as the
+    tool declares it. The built-in tools' and the spawn tools' schemas are known here;
+    another tool's arguments (an MCP server's, a worker's own) keep the stored order.
+    Names the schema lacks come last.
+    """
+    global _SCHEMA_ORDERS
+    if _SCHEMA_ORDERS is None:
+        _SCHEMA_ORDERS = _schema_orders()
+    order = _SCHEMA_ORDERS.get(tool_name, [])
+    first = {name: arguments[name] for name in order if name in arguments}
+    return {**first, **{k: v for k, v in arguments.items() if k not in first}}
 
 
 class Inbox:
