@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
+from durable_subagents.providers._base import missing_key
 from durable_subagents.providers._names import parse_model
 
 __all__ = ["worker_models"]
-
-_KEYS = {"openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"), "anthropic": ("ANTHROPIC_API_KEY", None)}
-"""A provider's key, and the setting that makes a key unneeded (a local server)."""
 
 
 def worker_models(settings: Settings) -> ModelAllowlist:
@@ -55,9 +51,11 @@ def worker_models(settings: Settings) -> ModelAllowlist:
             f"SUBAGENTS_MODEL={full_name} is not among SUBAGENTS_MODELS "
             f"({','.join(allowlist.patterns)}): add it there, or change SUBAGENTS_MODEL"
         )
-    key, instead = _KEYS[provider]
-    if not os.environ.get(key) and not (instead and os.environ.get(instead)):
-        alternative = f" (or {instead}, for a server that needs none)" if instead else ""
+    key = missing_key(provider)
+    if key is not None:
+        alternative = (
+            " (or OPENAI_BASE_URL, for a server that needs none)" if provider == "openai" else ""
+        )
         raise InvalidRequest(
             f"SUBAGENTS_MODEL={full_name} needs {key}: set it in the worker's "
             f"environment{alternative}, or change SUBAGENTS_MODEL"
