@@ -113,3 +113,14 @@ async def test_a_worker_without_a_model_it_can_run_refuses_to_start_in_one_line(
     [line] = result.err.strip().splitlines()
     assert line.startswith("error: SUBAGENTS_MODEL=foo: unknown model 'foo'"), line
     assert "ready" not in result.out
+    outside = {
+        "SUBAGENTS_MODEL": "openai:gpt-5",
+        "OPENAI_API_KEY": "k",
+        "SUBAGENTS_MODELS": "anthropic:*",
+    }
+    result = await arun("demo", "--port", str(free_port()), env={**bare, **outside})
+    assert result.code != 0
+    assert result.err.strip().splitlines() == [
+        "error: SUBAGENTS_MODEL=openai:gpt-5 is not among SUBAGENTS_MODELS (anthropic:*): add "
+        "it there, or change SUBAGENTS_MODEL"
+    ]
