@@ -134,7 +134,12 @@ async def test_a_workers_options_bind_its_tasks_and_an_agent_cannot_widen_them(
     [turn] = scheduled(events, "model_turn")
     assert turn.start_to_close_timeout.ToSeconds() == 300
     assert turn.heartbeat_timeout.ToSeconds() == 15
-    assert len(local_activities(events, "activity_options")) == 1  # asked once, recorded
+    [asked] = local_activities(events, "activity_options")  # asked once, recorded
+    # in the workflow task that scheduled the first turn: no round trip of its own
+    assert (
+        asked.marker_recorded_event_attributes.workflow_task_completed_event_id
+        == turn.workflow_task_completed_event_id
+    )
 
 
 async def test_a_task_keeps_the_options_it_started_with_on_a_worker_with_others(
