@@ -14,6 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from durable_subagents import (
     ActivityConfig,
@@ -25,6 +26,8 @@ from durable_subagents import (
 )
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
+from durable_subagents.worker._worker import workflow_runner
+from durable_subagents.workflows import SubagentWorkflow
 
 from ..helpers import CEILING
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
@@ -194,6 +197,28 @@ async def test_a_subagents_child_is_bound_by_its_parents_narrowed_options(
     assert turn.retry_policy.maximum_attempts == 4  # its parent's agent's
     assert turn.start_to_close_timeout.ToSeconds() == 240  # its parent's worker's
     assert local_activities(events, "activity_options") == []  # given, not asked
+
+
+async def test_a_history_with_recorded_options_replays_without_asking_a_worker(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"text": "said hi"},
+    )
+    options = "tool_call.start_to_close=100s,model_turn.maximum_attempts=4"
+    async with create_worker(temporal_client, settings, activity_options=options):
+        task_id = await client.spawn_task("general", "say hi", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+    replayer = Replayer(
+        workflows=[SubagentWorkflow],
+        data_converter=temporal_client.data_converter,
+        workflow_runner=workflow_runner(True),
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
 
 
 @pytest.mark.parametrize(
