@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.worker import Worker
 
-from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents import InvalidRequest, SubagentClient, SubagentsPlugin, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.errors import ModelNotAllowed
 from durable_subagents.testing import FakeOpenAIServer, free_port
@@ -124,3 +125,13 @@ async def test_a_worker_without_a_model_it_can_run_refuses_to_start_in_one_line(
         "error: SUBAGENTS_MODEL=openai:gpt-5 is not among SUBAGENTS_MODELS (anthropic:*): add "
         "it there, or change SUBAGENTS_MODEL"
     ]
+
+
+async def test_a_plugins_worker_without_a_model_it_can_run_is_refused(
+    temporal_client: Client, settings: Settings
+) -> None:
+    bare = settings.model_copy(update={"model": None, "allow_scripted": False})
+    with pytest.raises(InvalidRequest, match=r"^this worker has no model: set SUBAGENTS_MODEL"):
+        Worker(temporal_client, task_queue=settings.task_queue, plugins=[SubagentsPlugin(bare)])
+    tools_only = bare.model_copy(update={"worker_role": "tools"})
+    create_worker(temporal_client, tools_only)  # runs no model: not checked
