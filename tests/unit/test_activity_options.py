@@ -180,3 +180,33 @@ def test_an_agent_file_gives_its_activity_options_and_a_bad_one_names_its_line(
         load_agent_file(bad)
     assert err.value.line == 5
     assert "not model_turn.maximum_interval: retry intervals are the worker's" in str(err.value)
+
+
+def test_the_deployment_pages_table_gives_each_option_its_default_and_a_setting() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "deployment.md").read_text()
+    section = page.split("## Activity timeouts and retries", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    assert [r[0].strip("`") for r in rows] == list(ActivityConfig.model_fields)
+
+    def shown(value: float | None, key: str) -> str:
+        if value is None:
+            return "100 x `initial_interval`" if key == "maximum_interval" else "none"
+        text = f"{value:g}"
+        return text if key in ("backoff_coefficient", "maximum_attempts") else f"{text} s"
+
+    for key, _, model_turn, tool_call, compaction, example in rows:
+        key = key.strip("`")
+        for kind, cell in (
+            ("model_turn", model_turn),
+            ("tool_call", tool_call),
+            ("compaction", compaction),
+        ):
+            default = getattr(DEFAULT_ACTIVITY_OPTIONS.of(kind), key)  # type: ignore[arg-type]
+            assert cell == shown(default, key), (kind, key, cell)
+        setting = example.strip("`")
+        assert setting.split("=")[0].endswith("." + key)
+        assert parse_activity_options(setting).changed(), setting
