@@ -148,7 +148,7 @@ def test_an_agent_may_not_set_the_workers_retry_intervals() -> None:
         AgentSpec(
             name="a",
             description="d",
-            activity_options={"tool_call": {"initial_interval": 5}},  # type: ignore[arg-type]
+            activity_options={"tool_call": {"initial_interval": 5}},
         )
     with pytest.raises(
         ValidationError, match=re.escape("tool_call.start_to_close: '-5s' is not a")
@@ -156,7 +156,7 @@ def test_an_agent_may_not_set_the_workers_retry_intervals() -> None:
         AgentSpec(
             name="a",
             description="d",
-            activity_options={"tool_call": {"start_to_close": "-5s"}},  # type: ignore[arg-type]
+            activity_options={"tool_call": {"start_to_close": "-5s"}},
         )
 
 
