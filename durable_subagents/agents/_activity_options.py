@@ -47,6 +47,12 @@ KEYS = (*DURATIONS, "backoff_coefficient", "maximum_attempts")
 AGENT_KEYS = ("start_to_close", "heartbeat", "schedule_to_close", "maximum_attempts")
 """What an agent may narrow; the retry intervals are the worker's alone."""
 
+MAX_SECONDS = 365 * 24 * 3600.0
+"""The longest duration an option takes: a year (Temporal would take longer ones, but
+one is a typo, and a number too large for a duration would fail the task's workflow)."""
+MAX_ATTEMPTS = 1_000_000
+"""The most attempts an option takes (Temporal's field is a 32-bit integer)."""
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*")
 
@@ -62,6 +68,11 @@ def _seconds(where: str, value: object) -> float:
         raise InvalidRequest(
             f"{where}: {value!r} is not a duration above 0; give seconds (30) or a "
             "duration with its unit (500ms, 30s, 10m, 1h)"
+        )
+    if seconds > MAX_SECONDS:
+        raise InvalidRequest(
+            f"{where}: {value!r} is longer than a year; give at most {MAX_SECONDS:g} s "
+            "(8760h), or leave schedule_to_close unset for no limit"
         )
     return seconds
 
@@ -104,10 +115,10 @@ def _check(data: object, where: str) -> dict[str, Any]:
             attempts = value if isinstance(value, int) and not isinstance(value, bool) else None
             if isinstance(value, str) and value.strip().isdigit():
                 attempts = int(value)
-            if attempts is None or attempts < 0:
+            if attempts is None or attempts < 0 or attempts > MAX_ATTEMPTS:
                 raise InvalidRequest(
                     f"{where}maximum_attempts: {value!r}; give a whole number of attempts "
-                    "(1: no retry) or 0 for no limit"
+                    f"up to {MAX_ATTEMPTS:,} (1: no retry) or 0 for no limit"
                 )
             out[key] = attempts
     _check_together(out, where)
