@@ -17,6 +17,7 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents.testing._dev_server import (
     FAIRNESS_DYNAMIC_CONFIG,
     LOW_LATENCY_DYNAMIC_CONFIG,
+    PROBLEMS_DYNAMIC_CONFIG,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -468,7 +469,11 @@ def test_search_attributes_and_dynamic_config_match_the_dev_server() -> None:
     registered = dict(re.findall(r"(Subagent\w+):(\w+)", script))
     assert registered == {k.name: ("Int" if k is sa.TURNS else "Keyword") for k in sa.ALL}
     dynamic = yaml.safe_load((ROOT / "deploy" / "temporal-dynamicconfig.yaml").read_text())
-    assert set(dynamic) == {*LOW_LATENCY_DYNAMIC_CONFIG, *FAIRNESS_DYNAMIC_CONFIG}
+    assert set(dynamic) == {
+        *LOW_LATENCY_DYNAMIC_CONFIG,
+        *FAIRNESS_DYNAMIC_CONFIG,
+        *PROBLEMS_DYNAMIC_CONFIG,
+    }
     assert dynamic["matching.enableFairness"] == [{"value": True}]
 
 
