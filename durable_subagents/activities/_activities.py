@@ -31,6 +31,7 @@ from durable_subagents._output_schema import (
     schema_text,
 )
 from durable_subagents._payloads import (
+    ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
@@ -74,7 +75,7 @@ from durable_subagents.activities._workspaces import (
     log_tool_user,
     task_workspace,
 )
-from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
@@ -87,6 +88,7 @@ from durable_subagents.providers import (
     parse_model,
     resolve_provider,
 )
+from durable_subagents.providers._allowlist import ModelAllowlist
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -161,6 +163,11 @@ class SubagentActivities:
             ``overlays``; see ``SandboxProfile.overlay_dir``).
         transcript_cache_bytes: Memory the running tasks' conversations are kept in
             (``Settings.transcript_cache_mb``).
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (``Settings.activity_options``, every option set), which a
+            task asks once, at its start, and keeps for its whole life.
+        models: The models this worker runs (``worker_models``); a turn or compaction
+            of any other fails its task with ``ModelNotAllowed``. None: any model.
     """
 
     def __init__(
@@ -189,6 +196,8 @@ class SubagentActivities:
         rate_limited: frozenset[str] = frozenset(),
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
         overlay_dir: Path | None = None,
+        activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
+        models: ModelAllowlist | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -218,6 +227,8 @@ class SubagentActivities:
         self.notify = notify
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
+        self.activity_options = activity_options.with_defaults()
+        self.models = models
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -225,6 +236,13 @@ class SubagentActivities:
             # Said once at start (and refused at every command) if it cannot work.
             run_as = sandbox_host.tool_user(self.workspace_root, self.tool_user)
             overlay_problem(overlay_dir_for(overlay_dir, run_as), run_as)
+
+    # ------------------------------------------------------------------ options
+
+    @activity.defn(name=ACTIVITY_OPTIONS_ACTIVITY)
+    async def worker_activity_options(self) -> ActivityOptions:
+        """This worker's activity options, which the asking task records and keeps."""
+        return self.activity_options
 
     # ------------------------------------------------------------------ model turn
 
@@ -425,7 +443,18 @@ class SubagentActivities:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
-        """``resolve_provider`` with this worker's settings."""
+        """``resolve_provider`` with this worker's settings, for a model it allows.
+
+        Raises:
+            ApplicationError: ``ModelNotAllowed`` (non-retryable): not a model this
+                worker runs.
+        """
+        refusal = None
+        if self.models is not None:
+            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+                refusal = self.models.refusal(model)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
             model,
             default_model=self.default_model,
@@ -703,4 +732,5 @@ class SubagentActivities:
             self.compact_context,
             self.settle_changes,
             self.own_registered_tasks,
+            self.worker_activity_options,
         ]

@@ -119,6 +119,7 @@ async def run_demo(
                 "address": address,
                 "workspace": workspace,
                 "task_queue": f"subagents-demo-{uuid.uuid4().hex[:6]}",
+                "allow_scripted": True,
             }
         )
         offline = not settings.model or settings.model.startswith("scripted")

@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from durable_subagents.workflows._activity_options import task_options
 from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._outcomes import tool_error
 
@@ -296,6 +297,8 @@ class ChildTasks:
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
+        # The child is bound by what its parent's activities are: narrowed, never wider.
+        task_input.activity_options = task_options(parent)
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         self._known.append(child_id)
         if budget is not None:

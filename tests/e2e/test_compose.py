@@ -45,12 +45,18 @@ def compose_config(*flags: str, **env: str) -> dict:  # type: ignore[type-arg]
         text=True,
         check=True,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "MINIO_ROOT_PASSWORD": PASSWORD, **env},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "MINIO_ROOT_PASSWORD": PASSWORD,
+            "SUBAGENTS_MODEL": MODEL,
+            **env,
+        },
     )
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 PASSWORD = "a-password-from-the-environment"
+MODEL = "openai:gpt-4.1-mini"
 
 
 def test_the_blob_store_password_has_no_default() -> None:
@@ -58,6 +64,17 @@ def test_the_blob_store_password_has_no_default() -> None:
     with pytest.raises(subprocess.CalledProcessError) as failed:
         compose_config(MINIO_ROOT_PASSWORD="")
     assert "set MINIO_ROOT_PASSWORD" in failed.value.stderr
+
+
+def test_the_workers_model_has_no_default() -> None:
+    """A worker bills its model's key: the offline scripted model is never a default."""
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        compose_config(SUBAGENTS_MODEL="")
+    assert "set SUBAGENTS_MODEL, the workers' model" in failed.value.stderr
+    services = compose_config(SUBAGENTS_MODELS="openai:gpt-4.1*,anthropic:*")["services"]
+    env = services["worker"]["environment"]
+    assert env["SUBAGENTS_MODEL"] == MODEL
+    assert env["SUBAGENTS_MODELS"] == "openai:gpt-4.1*,anthropic:*"
 
 
 @pytest.fixture(scope="module")

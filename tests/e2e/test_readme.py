@@ -36,7 +36,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.mcp_servers import python_server, write_config
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -243,6 +243,7 @@ async def served(
         if not k.startswith(("SUBAGENTS_", "TEMPORAL_", "OPENAI_", "ANTHROPIC_"))
     }
     env.update(
+        **TEST_MODELS,
         TEMPORAL_ADDRESS=settings.address,
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),

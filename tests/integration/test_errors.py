@@ -254,17 +254,14 @@ async def test_a_bad_model_names_where_it_came_from(client: SubagentClient) -> N
     await _no_task_started(client)
 
 
-async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
+async def test_a_bad_default_model_stops_the_worker_before_it_takes_a_task(
     client: SubagentClient, temporal_client: object, settings: Settings
 ) -> None:
     from durable_subagents.worker import create_worker
 
     bad = settings.model_copy(update={"model": "gpt-4"})
-    async with create_worker(temporal_client, bad):  # type: ignore[arg-type]
-        task_id = await client.spawn_task("explore", "x")
-        info = await client.check_task(task_id, wait=True, timeout=CEILING)
-    assert info.status == "failed"
-    assert info.error is not None and "SUBAGENTS_MODEL" in info.error
+    with pytest.raises(InvalidRequest, match=r"^SUBAGENTS_MODEL=gpt-4: unknown model 'gpt-4'"):
+        create_worker(temporal_client, bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
