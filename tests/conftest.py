@@ -19,6 +19,7 @@ from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .helpers.cli import _env
+from .helpers.missing import pytest_runtest_makereport  # noqa: F401 (the hook: CI runs every test)
 from .helpers.tasks import TEST_MODELS, give_to_tool_user
 
 # Hypothesis fails an example that takes over 200 ms by default: a guess at the

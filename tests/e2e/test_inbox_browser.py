@@ -26,11 +26,12 @@ from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 
 from ..browser import CHROMIUM, needs_browser
+from ..helpers.missing import missing
 from ..helpers.tasks import script
 
 pytestmark = [pytest.mark.browser, needs_browser]
 async_api = pytest.importorskip(
-    "playwright.async_api", reason="playwright is not installed (pip install -e '.[dev]')"
+    "playwright.async_api", reason=missing("playwright (pip install -e '.[dev]')")
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -46,6 +46,7 @@ from ..helpers.mcp_servers import (
     script_server,
     uid_of,
 )
+from ..helpers.missing import missing
 from ..helpers.tasks import TOOL_USER, give_to_tool_user
 
 MIB = 1024  # KiB
@@ -227,7 +228,7 @@ async def test_http_session_is_opened_again_after_the_server_restarts(
 # ---------------------------------------------------------------- processes
 
 
-@pytest.mark.skipif(not ROOT, reason="a root worker's tool user needs root")
+@pytest.mark.skipif(not ROOT, reason=missing("root: a root worker's tool user needs it"))
 async def test_root_worker_runs_a_stdio_server_as_the_tool_user(workspace: Path) -> None:
     async with mcp_servers(script_server("good")) as servers:
         me = await whoami(servers, "good", workspace)
@@ -235,7 +236,7 @@ async def test_root_worker_runs_a_stdio_server_as_the_tool_user(workspace: Path)
         assert uid_of(me["pid"]) == TOOL_USER[0]
 
 
-@pytest.mark.skipif(not ROOT, reason="only a root worker could run a server as root")
+@pytest.mark.skipif(not ROOT, reason=missing("root: only a root worker could run a server as root"))
 async def test_root_worker_never_runs_a_server_as_root(workspace: Path) -> None:
     servers = McpServers({"good": script_server("good")}, env={}, run_as=lambda fd: None)
     try:
