@@ -33,6 +33,7 @@ from durable_subagents.types import Compaction, Message, ToolCall, ToolSpec
 __all__ = [
     "COMPACT_AT",
     "COMPACT_TO",
+    "IMAGES_LEFT_OUT",
     "RECENT_SHARE",
     "SUMMARY_HEADER",
     "SUMMARY_PROMPT",
@@ -49,6 +50,7 @@ __all__ = [
     "render",
     "request_chars",
     "summary_tokens",
+    "within_image_budget",
 ]
 
 COMPACT_AT = 0.8
@@ -62,6 +64,19 @@ CHARS_PER_TOKEN = 4.0
 average 3-4.5; the ratio is learned from the first reported turn on)."""
 NOTE_ARGUMENTS = 300
 """Characters of a call's arguments a note repeats."""
+IMAGE_CHARS = 6400
+"""What an image counts as, in characters: about 1,600 tokens, what the providers
+charge for an image of about a megapixel (a larger one is scaled down to it)."""
+REQUEST_IMAGES = 20
+"""Images one request may carry: the latest; older ones are left out (Anthropic takes
+more only of at most 2,000 pixels a side)."""
+REQUEST_IMAGE_BYTES = 16 * 1024 * 1024
+"""Bytes of images one request may carry, the latest first (the API takes 32 MB a
+request, and base64 adds a third)."""
+IMAGES_LEFT_OUT = (
+    "[the images of this result are left out of the context to keep the request "
+    "within the provider's limits; call the tool again to see them]"
+)
 
 SUMMARY_PROMPT = """\
 You compact the conversation of an agent that is still working on a task, so that it \
@@ -140,6 +155,28 @@ def context_view(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
+def within_image_budget(messages: Sequence[Message]) -> tuple[list[Message], set[int]]:
+    """``messages`` with the images one request may carry, and where some were dropped.
+
+    The latest images are kept, up to ``REQUEST_IMAGES`` and ``REQUEST_IMAGE_BYTES``;
+    a message that loses any loses all of them (its index is returned, for a note:
+    ``IMAGES_LEFT_OUT``).
+    """
+    out = list(messages)
+    dropped: set[int] = set()
+    count = size = 0
+    for i in range(len(out) - 1, -1, -1):
+        images = out[i].images
+        if not images:
+            continue
+        count += len(images)
+        size += sum(image.size for image in images)
+        if count > REQUEST_IMAGES or size > REQUEST_IMAGE_BYTES:
+            out[i] = out[i].model_copy(update={"images": []})
+            dropped.add(i)
+    return out, dropped
+
+
 def note(result: Message, call: ToolCall | None) -> Message:
     """A tool result as a short note: which call it was, and how to read it again."""
     name = result.tool_name or (call.name if call else "the tool")
@@ -160,6 +197,7 @@ def note(result: Message, call: ToolCall | None) -> Message:
             "content": f"[compacted: {what} of this {name} call{arguments} was removed from "
             f"the context to save space; {again}]",
             "content_ref": None,
+            "images": [],
         }
     )
 
@@ -205,7 +243,8 @@ def message_chars(message: Message) -> int:
         len(c.name) + len(json.dumps(c.arguments, ensure_ascii=False)) + 40
         for c in message.tool_calls
     )
-    return len(message.content) + calls + len(message.thinking) + 20
+    images = IMAGE_CHARS * len(message.images)
+    return len(message.content) + calls + len(message.thinking) + images + 20
 
 
 def request_chars(system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
