@@ -8,6 +8,7 @@ call when the task is cancelled, and keeps hostile servers and models contained.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from temporalio.client import Client
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
+from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
 from durable_subagents.worker import create_worker
@@ -167,6 +169,119 @@ async def test_real_servers_through_each_wire_with_an_agent_spec(
         [str(e) async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()]
     )
     assert http_server.token not in history and "PYTHONPATH" not in history
+
+
+# ---------------------------------------------------------------- images
+
+
+def wire_images(body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """The images a model request carries, as (media type, bytes), in either API's shape."""
+    found = []
+    for message in body["messages"]:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if block["type"] == "image_url":
+                head, _, data = block["image_url"]["url"].partition(",")
+                media_type = head.removeprefix("data:").removesuffix(";base64")
+                found.append((media_type, base64.b64decode(data)))
+            for part in block.get("content", []) if block["type"] == "tool_result" else []:
+                if isinstance(part, dict) and part["type"] == "image":
+                    source = part["source"]
+                    found.append((source["media_type"], base64.b64decode(source["data"])))
+    return found
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_images_from_a_server_reach_the_model_through_each_wire(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json",
+        {"shots": script_server("shots"), "hostile": script_server("hostile")},
+    )
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots", "mcp__hostile"], permission_mode="dont_ask"
+    )
+    async with model_api(monkeypatch, kind) as srv:
+        srv.add_reply(
+            tool_calls=[
+                call("mcp__shots__picture", text="5"),
+                call("mcp__shots__bad-pictures"),
+                call("mcp__hostile__huge-picture"),
+            ]
+        )
+        srv.add_reply(tool_calls=[call("mcp__shots__echo", text="again")])
+        srv.add_reply(text="A grey line.")
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            events = [e async for e in client.watch(task_id)]
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "A grey line."
+    assert srv.outcomes == ["200", "200", "200"]  # the fake API took every request's shape
+    first, second, third = srv.requests
+    assert wire_images(first) == []
+    shown = wire_images(second)
+    assert [t for t, _ in shown] == ["image/png", "image/gif"] + ["image/png"] * 4
+    png = shown[0][1]
+    assert png.startswith(b"\x89PNG") and image_size(png, "image/png") == (5, 1)
+    assert wire_images(third) == shown  # still in the context a turn later
+    picture, bad, huge = tool_results(second)[:3]
+    assert "[image 1: image/png" in picture and "[image 2: image/gif" in picture
+    assert "left out: not valid base64" in bad and "left out: 9000x1 pixels" in bad
+    assert "MCP server 'hostile' is unavailable" in huge and "longer than 4 MiB" in huge
+    if kind == "openai":  # a tool message takes only text: the images follow in a user's
+        assert "[its images follow in the next message]" in picture
+        assert [m["role"] for m in second["messages"][-4:]] == ["tool", "tool", "tool", "user"]
+    # what is recorded and shown names the images; their bytes stay in the blob store
+    encoded = base64.b64encode(png).decode()
+    history = json.dumps(
+        [str(e) async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()]
+    )
+    assert encoded not in history
+    watched = json.dumps([e.model_dump(mode="json") for e in events])
+    assert encoded not in watched and "base64" not in watched
+    assert any(e.kind == "tool_finished" and e.tool == "mcp__shots__picture" for e in events)
+    [result] = [
+        m for m in await client.get_transcript(task_id) if m.tool_name == "mcp__shots__picture"
+    ]
+    assert [(i.media_type, i.data) for i in result.images] == [("image/png", ""), ("image/gif", "")]
+    assert result.images[0].size == len(png)
+
+
+async def test_a_worker_that_sends_no_images_names_them_in_the_text(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"shots": script_server("shots")})
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots"], permission_mode="dont_ask"
+    )
+    async with model_api(monkeypatch, "openai") as srv:
+        srv.add_reply(tool_calls=[call("mcp__shots__picture", text="5")])
+        srv.add_reply(text="I was told of two images.")
+        worker_settings = settings.model_copy(
+            update={"mcp_config": str(config), "tool_images": False}
+        )
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS["openai"])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    second = srv.requests[1]
+    assert wire_images(second) == [] and second["messages"][-1]["role"] == "tool"
+    [picture] = tool_results(second)
+    assert picture.startswith("two pictures:\n[image 1: image/png, ") and "follow" not in picture
 
 
 # ---------------------------------------------------------------- approvals
