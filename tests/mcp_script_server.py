@@ -14,7 +14,7 @@ Standard library only, so that any Python (the system's, as the tool user) runs 
   may be shown: SVG, invalid base64, a PNG too wide, and six good ones, two past the
   limit), ``huge-picture`` (one image of 6 MB of base64), ``commit`` (a side effect:
   appends a line to ``MARKER_DIR/commits`` and writes ``MARKER_DIR/commit-<pid>``,
-  then answers after ``text`` seconds; not read-only).
+  then answers, after ``text`` seconds the first time; not read-only).
 - ``flood-line``: a call is answered with one line of 64 MiB and more.
 - ``malformed``: before every answer, lines that are not JSON-RPC; then the answer.
 - ``chatty``: before answering a call, 20,000 requests of its own (``ping``) and 20,000
@@ -216,11 +216,15 @@ def call(request: dict) -> None:
         huge = {"type": "image", "data": "A" * (6 << 20), "mimeType": "image/png"}
         send({"jsonrpc": "2.0", "id": rid, "result": {"content": [huge]}})
     elif name == "commit":
+        first = True
         if MARKERS:
-            with open(os.path.join(MARKERS, "commits"), "a") as f:
+            with open(os.path.join(MARKERS, "commits"), "a+") as f:
+                f.seek(0)
+                first = not f.read()
                 f.write(f"{os.getpid()}\n")
         mark("commit")
-        time.sleep(float(arguments.get("text") or 0))
+        if first:
+            time.sleep(float(arguments.get("text") or 0))
         send({"jsonrpc": "2.0", "id": rid, "result": text("committed")})
     elif name == "big":
         body = "".join(f"{i:09d}\n" for i in range(10_000))

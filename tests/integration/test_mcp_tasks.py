@@ -372,6 +372,61 @@ async def test_git_commit_approved_after_a_sigkill_while_paused_runs_once(
     assert commits(workspace) == ["From MCP"]
 
 
+@pytest.mark.parametrize("on_interrupted", ["report", "rerun"])
+async def test_an_approved_commit_a_sigkill_cuts_off_runs_at_most_once_or_again_if_asked(
+    on_interrupted: str,
+    client: SubagentClient,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """The worker dies while an approved side-effecting call runs (a commit that takes
+    its time, counted on disk; ``git_commit`` itself is over too soon to be caught).
+    ``report`` (the default): the next worker tells the model, and the commit happened
+    once. ``rerun``: the next worker runs it again."""
+    markers = tmp_path / "marks"
+    markers.mkdir()
+    markers.chmod(0o777)
+    config = write_config(
+        tmp_path / "servers.json", {"repo": script_server("repo", "good", markers)}
+    )
+    spec = AgentSpec(name="committer", tools=["mcp__repo__commit"])
+    if on_interrupted == "rerun":
+        spec = spec.model_copy(update={"on_interrupted": "rerun"})
+    client.agents["committer"] = spec
+    model = script({"tool_calls": [call("mcp__repo__commit", text="300")]}, {"text": "carried on"})
+    env = {"SUBAGENTS_MCP_CONFIG": str(config)}
+    workers = [worker_process(settings, workspace, tmp_path / "worker.log", env)]
+    try:
+        await workers[0].start()
+        task_id = await client.spawn_task("committer", "commit", model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert paused.status == TaskStatus.PAUSED, paused.error
+        assert [p.tool_name for p in paused.pending_approvals] == ["mcp__repo__commit"]
+        assert not (markers / "commits").exists()  # nothing ran before the decision
+        await client.approve(task_id)
+        [mark] = await eventually(lambda: list(markers.glob("commit-*")), "the commit to run")
+        pid = int(mark.read_text())
+        workers[0].kill()
+        await eventually(lambda: not alive(pid), "the server to die with its worker")
+        workers.append(worker_process(settings, workspace, tmp_path / "worker.log", env))
+        await workers[1].start()
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        for w in workers:
+            w.close()
+    assert done.status == TaskStatus.COMPLETED, done.error
+    assert done.result == "carried on"
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    runs = (markers / "commits").read_text().splitlines()
+    if on_interrupted == "report":
+        assert len(runs) == 1
+        assert result.is_error and "mcp__repo__commit was interrupted" in result.content
+    else:
+        assert len(runs) == 2 and runs[0] != runs[1]  # again, by a server of the new worker
+        assert not result.is_error and result.content == "committed"
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
