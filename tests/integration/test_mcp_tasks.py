@@ -25,6 +25,7 @@ from temporalio.client import Client
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
+from durable_subagents.testing import free_port
 from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
@@ -40,6 +41,7 @@ from ..helpers.mcp_servers import (
     script_server,
     write_config,
 )
+from ..helpers.metrics import running_worker, scrape, value
 from ..helpers.processes import worker_process
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import give_to_tool_user, script
@@ -282,6 +284,59 @@ async def test_a_worker_that_sends_no_images_names_them_in_the_text(
     assert wire_images(second) == [] and second["messages"][-1]["role"] == "tool"
     [picture] = tool_results(second)
     assert picture.startswith("two pictures:\n[image 1: image/png, ") and "follow" not in picture
+
+
+# ---------------------------------------------------------------- where people look
+
+
+async def test_an_mcp_call_is_shown_by_server_and_tool_and_counted_per_server(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"good": script_server("good")})
+    client.agents["any"] = AgentSpec(name="any", tools=["mcp__good"], permission_mode="dont_ask")
+    model = script(
+        {"tool_calls": [call("mcp__good__echo", text="hi")]},
+        {"tool_calls": [call("mcp__good__fails")]},
+        {"text": "ok"},
+    )
+    worker_settings = settings.model_copy(
+        update={"mcp_config": str(config), "metrics_port": free_port()}
+    )
+    async with running_worker(worker_settings) as base:
+        task_id = await client.spawn_task("any", "echo", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        scraped = await scrape(base)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    # the Web UI's summary of each call's activity
+    converter = temporal_client.data_converter.payload_converter
+    summaries = [
+        converter.from_payload(e.user_metadata.summary, str)
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == RUN_TOOL_ACTIVITY
+    ]
+    assert summaries == ['mcp__good__echo · {"text": "hi"}', "mcp__good__fails · {}"]
+    # watch shows them as it shows any call
+    calls = [
+        (e.kind, e.tool, e.summary)
+        async for e in client.watch(task_id)
+        if e.kind in ("tool_started", "tool_finished")
+    ]
+    assert calls == [
+        ("tool_started", "mcp__good__echo", summaries[0]),
+        ("tool_finished", "mcp__good__echo", summaries[0]),
+        ("tool_started", "mcp__good__fails", summaries[1]),
+        ("tool_finished", "mcp__good__fails", summaries[1]),
+    ]
+    # metrics: a server's calls and errors
+    calls_metric = "subagents_tool_calls"
+    assert value(scraped, calls_metric, server="good", outcome="ok") == 1
+    assert value(scraped, calls_metric, server="good", outcome="error") == 1
+    assert value(scraped, calls_metric, tool="mcp__good__fails", outcome="error") == 1
 
 
 # ---------------------------------------------------------------- approvals
