@@ -25,7 +25,7 @@ from temporalio.client import Client
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
-from durable_subagents.testing import free_port
+from durable_subagents.testing import FakeReply, free_port
 from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
@@ -256,6 +256,53 @@ async def test_images_from_a_server_reach_the_model_through_each_wire(
     ]
     assert [(i.media_type, i.data) for i in result.images] == [("image/png", ""), ("image/gif", "")]
     assert result.images[0].size == len(png)
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_task_whose_images_outgrow_its_window_compacts_them_away(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight results of two images each (about 3,200 tokens a result) in a 12,000-token
+    window: compaction turns older results into notes, their images with them, and the
+    summary call is sent no image."""
+    window = 12_000
+    config = write_config(tmp_path / "servers.json", {"shots": script_server("shots")})
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots"], permission_mode="dont_ask", context_window=window
+    )
+    pictures = 8
+    asked = []
+
+    def respond(body: dict[str, Any]) -> FakeReply:
+        if not body.get("tools"):  # a summary call offers no tools
+            return FakeReply(text="The agent looked at several grey lines.")
+        if len(asked) < pictures:
+            asked.append(len(asked))
+            return FakeReply(tool_calls=[call("mcp__shots__picture", text=str(len(asked)))])
+        return FakeReply(text="Eight grey lines.")
+
+    async with model_api(monkeypatch, kind, context_window=window, responder=respond) as srv:
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "Eight grey lines."
+    assert info.compactions >= 1
+    assert set(srv.outcomes) == {"200"}  # never over the window, every shape taken
+    turns = [b for b in srv.requests if b.get("tools")]
+    summaries = [b for b in srv.requests if not b.get("tools")]
+    assert all(wire_images(b) == [] for b in summaries)
+    last = turns[-1]
+    assert 0 < len(wire_images(last)) < 2 * pictures  # the latest kept, the older noted
+    assert "[compacted: its output of this mcp__shots__picture call" in json.dumps(last)
+    assert max(srv.prompt_tokens(b) for b in srv.requests) <= window
 
 
 async def test_a_worker_that_sends_no_images_names_them_in_the_text(
