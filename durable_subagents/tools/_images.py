@@ -4,9 +4,9 @@ A tool (an MCP server's screenshot tool) may return images. A model is shown one
 if both providers' APIs would take it, because an image the API refuses would be sent
 again with every later turn, and every turn would fail: at most ``MAX_IMAGES`` a
 result, PNG, JPEG, GIF or WebP as its first bytes say (whatever type the tool named),
-at most ``MAX_IMAGE_BASE64`` characters of base64 (Anthropic's limit per image) and
-``MAX_IMAGE_SIDE`` pixels a side. Any other image becomes a short note in the result's
-text saying why it was left out.
+at most ``MAX_IMAGE_BASE64`` characters of base64 (Anthropic's limit per image),
+``MAX_IMAGE_SIDE`` pixels a side, and a GIF only if it is still (OpenAI's rule). Any
+other image becomes a short note in the result's text saying why it was left out.
 """
 
 from __future__ import annotations
@@ -115,6 +115,10 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+_ANIMATED = b"NETSCAPE2.0"
+"""The application extension that makes a GIF loop: what every animated GIF carries."""
+
+
 def check_image(mime_type: str, encoded: str, index: int) -> CheckedImage | str:
     """The image a tool returned as ``encoded`` base64, or why a model is not shown it.
 
@@ -139,4 +143,6 @@ def check_image(mime_type: str, encoded: str, index: int) -> CheckedImage | str:
         return f"not a readable {media_type.removeprefix('image/').upper()} image"
     if max(size) > MAX_IMAGE_SIDE:
         return f"{size[0]}x{size[1]} pixels, over {MAX_IMAGE_SIDE} a side"
+    if media_type == "image/gif" and _ANIMATED in data:
+        return "an animated GIF (OpenAI takes only still ones)"
     return CheckedImage(media_type=media_type, data=data)

@@ -86,6 +86,7 @@ def test_an_image_is_kept_by_what_its_bytes_are() -> None:
         ("image/png", b64(b"\x89PNG\r\n\x1a\n"), 0, "not a readable PNG image"),
         ("image/jpeg", b64(jpeg(8001, 10)), 0, "8001x10 pixels, over 8000 a side"),
         ("image/png", b64(png(0)), 0, "not a readable PNG image"),
+        ("image/gif", b64(b"GIF89a\x01\x00\x01\x00!\xff\x0bNETSCAPE2.0"), 0, "animated GIF"),
     ],
 )
 def test_images_a_model_is_not_shown_say_why(mime: str, encoded: str, index: int, why: str) -> None:
