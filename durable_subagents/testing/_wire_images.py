@@ -20,6 +20,8 @@ __all__ = ["ANTHROPIC_IMAGE_LIMIT", "anthropic_problem", "image_type", "openai_p
 ANTHROPIC_IMAGE_LIMIT = 5 * 1024 * 1024
 """Characters of base64 an Anthropic image block may hold."""
 _TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_RESULT_BLOCKS = ("text", "search_result", "document", "tool_reference")
+"""Blocks besides images a ``tool_result`` may hold (not checked further here)."""
 
 
 def image_type(data: bytes) -> str | None:
@@ -85,8 +87,13 @@ def _openai_part(part: Any) -> str | None:
     kind = part.get("type") if isinstance(part, dict) else None
     if kind == "text":
         return None if isinstance(part.get("text"), str) else "text: expected a string"
+    if kind in ("input_audio", "file"):
+        return None
     if kind != "image_url":
-        return f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url', ..."
+        return (
+            f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url', "
+            "'input_audio', and 'file'."
+        )
     url = (part.get("image_url") or {}).get("url")
     if not isinstance(url, str) or not url.startswith("data:"):
         return "image_url.url: expected a URL or a data URL"
@@ -135,7 +142,7 @@ def _tool_result(block: dict[str, Any]) -> str | None:
         return "tool_result.content: Input should be a valid string or list"
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text":
+        if kind in _RESULT_BLOCKS:
             continue
         if kind == "image":
             problem = _anthropic_image(part)
