@@ -70,6 +70,8 @@ charge for an image of about a megapixel (a larger one is scaled down to it)."""
 REQUEST_IMAGES = 20
 """Images one request may carry: the latest; older ones are left out (Anthropic takes
 more only of at most 2,000 pixels a side)."""
+IMAGE_STEP = 10
+"""Images dropped at a time past ``REQUEST_IMAGES`` (the oldest first)."""
 REQUEST_IMAGE_BYTES = 16 * 1024 * 1024
 """Bytes of images one request may carry, the latest first (the API takes 32 MB a
 request, and base64 adds a third)."""
@@ -158,22 +160,30 @@ def context_view(messages: Sequence[Message]) -> list[Message]:
 def within_image_budget(messages: Sequence[Message]) -> tuple[list[Message], set[int]]:
     """``messages`` with the images one request may carry, and where some were dropped.
 
-    The latest images are kept, up to ``REQUEST_IMAGES`` and ``REQUEST_IMAGE_BYTES``;
-    a message that loses any loses all of them (its index is returned, for a note:
-    ``IMAGES_LEFT_OUT``).
+    At most ``REQUEST_IMAGES`` images and ``REQUEST_IMAGE_BYTES``, the latest kept. A
+    message that loses any loses all of them (its index is returned, for a note:
+    ``IMAGES_LEFT_OUT``). Past the count, the oldest go ``IMAGE_STEP`` at a time, so
+    the request's prefix changes once in so many new images, not at every turn (a
+    provider's prompt cache reads the prefix it saw).
     """
     out = list(messages)
+    pictured = [i for i, m in enumerate(out) if m.images]
+    total = sum(len(out[i].images) for i in pictured)
+    excess = total - REQUEST_IMAGES
+    drop = -(-excess // IMAGE_STEP) * IMAGE_STEP if excess > 0 else 0
     dropped: set[int] = set()
-    count = size = 0
-    for i in range(len(out) - 1, -1, -1):
-        images = out[i].images
-        if not images:
-            continue
-        count += len(images)
-        size += sum(image.size for image in images)
-        if count > REQUEST_IMAGES or size > REQUEST_IMAGE_BYTES:
-            out[i] = out[i].model_copy(update={"images": []})
+    for i in pictured:
+        if drop <= 0:
+            break
+        drop -= len(out[i].images)
+        dropped.add(i)
+    size = 0
+    for i in reversed(pictured):
+        size += 0 if i in dropped else sum(image.size for image in out[i].images)
+        if size > REQUEST_IMAGE_BYTES:
             dropped.add(i)
+    for i in dropped:
+        out[i] = out[i].model_copy(update={"images": []})
     return out, dropped
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from durable_subagents._context import (
     IMAGE_CHARS,
+    IMAGE_STEP,
     IMAGES_LEFT_OUT,
     REQUEST_IMAGE_BYTES,
     REQUEST_IMAGES,
@@ -204,15 +205,31 @@ def test_an_image_counts_in_the_context_and_a_note_drops_it() -> None:
     assert noted.images == [] and noted.content.startswith("[compacted:")
 
 
-def test_a_request_carries_the_latest_images_within_its_limits() -> None:
-    small = [
-        result(f"c{i}", ToolImage(media_type="image/png", ref=f"r{i}", size=1000))
-        for i in range(REQUEST_IMAGES + 2)
+def pictured(count: int, size: int = 1000) -> list[Message]:
+    return [
+        result(f"c{i}", ToolImage(media_type="image/png", ref=f"r{i}", size=size))
+        for i in range(count)
     ]
-    kept, dropped = within_image_budget(small)
-    assert dropped == {0, 1}
-    assert [len(m.images) for m in kept] == [0, 0] + [1] * REQUEST_IMAGES
+
+
+def test_a_request_carries_the_latest_images_within_its_limits() -> None:
+    assert within_image_budget(pictured(REQUEST_IMAGES)) == (pictured(REQUEST_IMAGES), set())
+    kept, dropped = within_image_budget(pictured(REQUEST_IMAGES + 2))
+    assert dropped == set(range(IMAGE_STEP))
+    assert [len(m.images) for m in kept] == [0] * IMAGE_STEP + [1] * (
+        REQUEST_IMAGES + 2 - IMAGE_STEP
+    )
     big = ToolImage(media_type="image/png", ref="big", size=REQUEST_IMAGE_BYTES // 2 + 1)
     kept, dropped = within_image_budget([result("a", big), result("b", big), result("c")])
     assert dropped == {0} and kept[1].images == [big]
     assert "call the tool again" in IMAGES_LEFT_OUT
+
+
+def test_the_images_a_request_carries_change_once_in_a_step() -> None:
+    """Turn after turn, the oldest images kept stay the same for ``IMAGE_STEP`` new ones:
+    the request's prefix, which a prompt cache reads, changes that seldom."""
+    firsts = []
+    for count in range(REQUEST_IMAGES + 1, REQUEST_IMAGES + 2 * IMAGE_STEP + 1):
+        kept, _ = within_image_budget(pictured(count))
+        firsts.append(next(i for i, m in enumerate(kept) if m.images))
+    assert firsts == [IMAGE_STEP] * IMAGE_STEP + [2 * IMAGE_STEP] * IMAGE_STEP
