@@ -49,6 +49,11 @@ from durable_subagents.tools.mcp._sessions import McpServers
 from durable_subagents.tools.mcp._tools import McpTool
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 TOOL_USER = (10001, 10001)
 """Owner of the bench's workspace when run as root, as a user's checkout would be."""
 SITE_PACKAGES = sysconfig.get_paths()["purelib"]

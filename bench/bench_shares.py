@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -38,6 +39,11 @@ from durable_subagents import AgentSpec, SubagentClient, TaskStatus, connect_cli
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port, workspace_for_tools
 from durable_subagents.worker import create_worker
+
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
 
 LOOPS_AT_ONCE = 8
 CHILDREN = 16

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from durable_subagents.agents._activity_options import ActivityOptions
 from durable_subagents.agents._spec import (
     READ_ONLY_TOOLS,
     AgentSpec,
@@ -48,6 +49,7 @@ from durable_subagents.types import (
 )
 
 __all__ = [
+    "ACTIVITY_OPTIONS_ACTIVITY",
     "CHILD_STATE_SIGNAL",
     "COMPACT_ACTIVITY",
     "DECIDE_SIGNAL",
@@ -97,9 +99,15 @@ COMPACT_ACTIVITY = "compact_context"
 RUN_TOOL_ACTIVITY = "run_tool"
 """The activity (or local activity) that runs one tool call: ``ToolCallInput`` ->
 ``ToolCallResult``."""
+ACTIVITY_OPTIONS_ACTIVITY = "activity_options"
+"""The local activity a run asks its worker's activity options with, once, before its
+first model turn: ``None`` -> ``ActivityOptions`` (every option set)."""
 SETTLE_CHANGES_ACTIVITY = "settle_changes"
 """The activity that applies or drops a call's held changes once a person decided:
 ``SettleInput`` -> ``ToolCallResult``."""
+OWN_TASKS_ACTIVITY = "own_registered_tasks"
+"""The activity that keeps of some registered task ids those whose parent is the
+asking task: ``[parent_id, [task_id, ...]]`` -> ``[task_id, ...]``."""
 RERUN_TOOL = "run_again"
 """The name a pause shows for a call its worker's death cut off (the decision to run it
 again, for agents with ``on_interrupted="ask"``)."""
@@ -192,6 +200,10 @@ class TaskInput(BaseModel):
     its end); None: the worker's ``SUBAGENTS_NOTIFY_URL``, if it has one. Only a URL
     the worker's allowlist holds is ever posted to; a subagent's child has none (its
     pauses are its parent's events)."""
+    activity_options: ActivityOptions | None = None
+    """The worker's activity options the run is bound by (every option set), before its
+    agent narrows them: a child's are its parent's narrowed ones, a run continued as new
+    keeps its predecessor's. None: the run asks the worker that runs its first step."""
 
 
 class TaskState(BaseModel):

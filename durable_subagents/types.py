@@ -347,6 +347,8 @@ class TaskInfo(BaseModel):
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
+    """Model turns taken, the running one included; 0 for a task that ended before any
+    model answer (it failed or was stopped at its first model call)."""
     usage: Usage = Field(default_factory=Usage)
     tree_usage: Usage | None = None
     """Usage of this task and of the subagents it spawned, theirs counted once they
@@ -422,6 +424,8 @@ class TaskEvent(BaseModel):
     ]
     task_id: str
     time: datetime | None = None
+    """When it happened, in UTC (timezone-aware, as ``TaskInfo.created_at``): the time
+    its history recorded, or, for live text, when it was seen."""
     status: TaskStatus | None = None
     turn: int | None = None
     tool: str | None = None

@@ -19,7 +19,9 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
+from durable_subagents import _search_attributes as sa
 from durable_subagents._context import (
     COMPACT_AT,
     IMAGES_LEFT_OUT,
@@ -36,9 +38,11 @@ from durable_subagents._output_schema import (
     schema_text,
 )
 from durable_subagents._payloads import (
+    ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
+    OWN_TASKS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     SETTLE_CHANGES_ACTIVITY,
     CompactInput,
@@ -59,7 +63,11 @@ from durable_subagents._telemetry import (
     traced_tool,
 )
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities._failures import blob_failure
+from durable_subagents.activities._failures import (
+    blob_failure,
+    configuration_error,
+    log_configuration_error,
+)
 from durable_subagents.activities._heartbeats import (
     cancel_requested,
     heartbeat,
@@ -74,7 +82,7 @@ from durable_subagents.activities._workspaces import (
     log_tool_user,
     task_workspace,
 )
-from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
@@ -87,6 +95,7 @@ from durable_subagents.providers import (
     parse_model,
     resolve_provider,
 )
+from durable_subagents.providers._allowlist import ModelAllowlist
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -163,6 +172,11 @@ class SubagentActivities:
             ``overlays``; see ``SandboxProfile.overlay_dir``).
         transcript_cache_bytes: Memory the running tasks' conversations are kept in
             (``Settings.transcript_cache_mb``).
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (``Settings.activity_options``, every option set), which a
+            task asks once, at its start, and keeps for its whole life.
+        models: The models this worker runs (``worker_models``); a turn or compaction
+            of any other fails its task with ``ModelNotAllowed``. None: any model.
     """
 
     def __init__(
@@ -192,6 +206,8 @@ class SubagentActivities:
         rate_limited: frozenset[str] = frozenset(),
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
         overlay_dir: Path | None = None,
+        activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
+        models: ModelAllowlist | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -222,6 +238,8 @@ class SubagentActivities:
         self.notify = notify
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
+        self.activity_options = activity_options.with_defaults()
+        self.models = models
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -229,6 +247,13 @@ class SubagentActivities:
             # Said once at start (and refused at every command) if it cannot work.
             run_as = sandbox_host.tool_user(self.workspace_root, self.tool_user)
             overlay_problem(overlay_dir_for(overlay_dir, run_as), run_as)
+
+    # ------------------------------------------------------------------ options
+
+    @activity.defn(name=ACTIVITY_OPTIONS_ACTIVITY)
+    async def worker_activity_options(self) -> ActivityOptions:
+        """This worker's activity options, which the asking task records and keeps."""
+        return self.activity_options
 
     # ------------------------------------------------------------------ model turn
 
@@ -240,6 +265,12 @@ class SubagentActivities:
             return await self._model_turn(input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+        except InvalidRequest as err:  # a model name the worker cannot resolve
+            raise configuration_error(str(err), "InvalidRequest") from None
+        except ApplicationError as err:
+            if err.type == "ModelRequestError" and err.non_retryable:
+                log_configuration_error(err.message)
+            raise
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         queue = self.provider_queue(input)
@@ -423,7 +454,18 @@ class SubagentActivities:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
-        """``resolve_provider`` with this worker's settings."""
+        """``resolve_provider`` with this worker's settings, for a model it allows.
+
+        Raises:
+            ApplicationError: ``ModelNotAllowed`` (non-retryable): not a model this
+                worker runs.
+        """
+        refusal = None
+        if self.models is not None:
+            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+                refusal = self.models.refusal(model)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
             model,
             default_model=self.default_model,
@@ -592,6 +634,27 @@ class SubagentActivities:
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
+    @activity.defn(name=OWN_TASKS_ACTIVITY)
+    async def own_registered_tasks(self, parent_id: str, task_ids: list[str]) -> list[str]:
+        """Those of ``task_ids`` whose parent is ``parent_id`` (``SubagentParent``).
+
+        A registration is a signal anyone may send: before a task cancels the tasks
+        registered with it, it keeps only those that name it as their parent, so a
+        forged registration cannot make it cancel a stranger's task.
+        """
+        client = activity.client()
+        own: list[str] = []
+        for task_id in task_ids:
+            try:
+                described = await client.get_workflow_handle(task_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    continue  # never started, or gone: nothing to cancel
+                raise
+            if described.typed_search_attributes.get(sa.PARENT) == parent_id:
+                own.append(task_id)
+        return own
+
     @activity.defn(name=SETTLE_CHANGES_ACTIVITY)
     async def settle_changes(self, input: SettleInput) -> ToolCallResult:
         """Apply a call's held changes a person approved, or drop them (see ``settle``)."""
@@ -679,4 +742,11 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool, self.compact_context, self.settle_changes]
+        return [
+            self.model_turn,
+            self.run_tool,
+            self.compact_context,
+            self.settle_changes,
+            self.own_registered_tasks,
+            self.worker_activity_options,
+        ]

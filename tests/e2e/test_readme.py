@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.mcp_servers import python_server, write_config
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -184,6 +185,47 @@ def test_mcp_server_declarations_load_as_shown(tmp_path: Path) -> None:
         assert set(config.servers) == set(json.loads(snippet.code)["mcpServers"])
 
 
+MCP_JSON = ROOT / "docs" / "mcp.md"
+
+
+async def test_the_mcp_json_snippet_serves_tasks_offline(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/mcp.md's ``.mcp.json`` starts the server the README installs, and a task it
+    spawns runs on the worker `subagents dev` starts with no API key."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    [snippet] = [
+        s for s in snippets("json") if s.page == "docs/mcp.md" and '"subagents": {' in s.code
+    ]
+    server = json.loads(snippet.code)["mcpServers"]["subagents"]
+    command = Path(server["command"])
+    # The README installs into the clone's .venv: the command names it whole, as an MCP
+    # client started in another directory, without the venv on PATH, needs it.
+    assert command.is_absolute() and command.parts[-3:] == (".venv", "bin", "subagents")
+    installed = Path(sysconfig.get_path("scripts")) / "subagents"
+    assert installed.is_file()
+    env = {**served, **server["env"], "TEMPORAL_ADDRESS": served["TEMPORAL_ADDRESS"]}
+    params = StdioServerParameters(command=str(installed), args=server["args"], env=env)
+    with (tmp_path / "mcp.err").open("w") as errlog:
+        async with (
+            asyncio.timeout(CEILING),
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            spawned = await session.call_tool(
+                "spawn_subagent", {"agent": "explore", "prompt": "Find the retry logic."}
+            )
+            assert not spawned.is_error, spawned
+            task_id = json.loads(spawned.content[0].text)["task_id"]  # type: ignore[union-attr]
+            checked = await session.call_tool(
+                "check_subagent", {"task_id": task_id, "timeout": CEILING}
+            )
+            view = json.loads(checked.content[0].text)  # type: ignore[union-attr]
+            assert view["status"] == "completed", view
+
+
 @pytest.fixture
 async def served(
     temporal_client: Client, settings: Settings, workspace: Path, tmp_path: Path
@@ -201,6 +243,7 @@ async def served(
         if not k.startswith(("SUBAGENTS_", "TEMPORAL_", "OPENAI_", "ANTHROPIC_"))
     }
     env.update(
+        **TEST_MODELS,
         TEMPORAL_ADDRESS=settings.address,
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
