@@ -102,6 +102,9 @@ class ToolContext:
         tree_id: The top task of the call's tree (the task that spawned this one, or
             this one): its commands share the machine with the tree's (see
             ``CallCgroup``). None: the task is its own tree.
+        images: Images the call's result carries beside its text (``CheckedImage``s,
+            see ``check_image``): a tool adds them here; the model is shown them with
+            the result where its provider takes images.
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller, and the workspace's descriptor, which
@@ -129,6 +132,7 @@ class ToolContext:
     handing_back: Callable[[], bool] | None = None
     seen_output: Callable[[bytes], None] | None = None
     tree_id: str | None = None
+    images: list[Any] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -163,6 +167,7 @@ class ToolContext:
         state["on_output"] = None
         state["workspace_fd"] = None
         state["landings"] = []
+        state["images"] = []
         state["handing_back"] = None
         state["seen_output"] = None
         del state["_stop"]

@@ -136,6 +136,7 @@ def worker_setup(
         context_window=settings.context_window,
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
+        tool_images=settings.tool_images,
         prompt_cache_key=settings.prompt_cache_key,
         notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
