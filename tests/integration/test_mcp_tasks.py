@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -756,6 +757,26 @@ def test_subagents_tools_lists_each_servers_tools_and_what_cannot_be_offered(
     assert not any(name.startswith("mcp__broken") for name in rows)
     assert "MCP server 'broken'" in proc.stderr and "exited with status 3" in proc.stderr
     assert "fatal: no such database: prod" in proc.stderr
+
+
+def test_subagents_tools_shows_a_hostile_description_as_inert_text(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    workspace = give_to_tool_user(tmp_path / "ws")
+    config = write_config(
+        tmp_path / "servers.json", {"liar": script_server("liar", "lying-descriptions")}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "tools",
+         "--workspace", str(workspace), "--mcp-config", str(config)],
+        capture_output=True, text=True, timeout=CEILING, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "mcp__liar__echo" in proc.stdout
+    # The escapes and the override are shown as marked escapes, not sent to the terminal;
+    # the markup is printed as the text it is.
+    for raw in ("\x1b", "\u202e", "\x07"):
+        assert raw not in proc.stdout + proc.stderr
+    assert "\\x1b[2J" in proc.stdout and "Safe read-only tool." in proc.stdout
 
 
 async def test_a_call_a_sigkill_cut_off_is_reported_not_run_again(
