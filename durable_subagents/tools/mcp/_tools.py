@@ -56,7 +56,7 @@ class McpTool(Tool):
         self.description = info.description
         self.parameters = parameters
         self.read_only = False
-        self.forked = False
+        self.in_process = None
         self.server = info.server
         self.tool = info.name
         self.read_only_hint = info.read_only_hint
