@@ -40,7 +40,7 @@ from durable_subagents.types import ToolCall, ToolImage
 
 if TYPE_CHECKING:
     from durable_subagents._live_text import LiveText
-    from durable_subagents.activities._activities import SubagentActivities
+    from durable_subagents.activities._role import ActivityRole
     from durable_subagents.tools._images import CheckedImage
 
 __all__ = ["run_call", "run_reads"]
@@ -51,7 +51,7 @@ READ_RESULTS_BYTES = 128 * 1024
 """Bytes of read results one model turn's result carries; the workflow runs the rest."""
 
 
-async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallResult:
+async def run_call(acts: ActivityRole, input: ToolCallInput) -> ToolCallResult:
     """Run one tool call once, whatever the retries: a result recorded is answered again."""
     info = activity.info()
     record = policy.result_record_name(input.call)
@@ -76,7 +76,7 @@ async def run_call(acts: SubagentActivities, input: ToolCallInput) -> ToolCallRe
 
 
 async def interrupted(
-    acts: SubagentActivities, input: ToolCallInput, info: activity.Info, record: str
+    acts: ActivityRole, input: ToolCallInput, info: activity.Info, record: str
 ) -> ToolCallResult | None:
     """The result of a call an earlier attempt started and its worker's death cut off.
 
@@ -127,7 +127,7 @@ def handed_back(record: str) -> str:
 
 
 async def run_once(
-    acts: SubagentActivities, input: ToolCallInput, live: LiveText | None = None
+    acts: ActivityRole, input: ToolCallInput, live: LiveText | None = None
 ) -> ToolCallResult:
     """Run the call: its output, stored as the transcript stores a text, and its record.
 
@@ -194,7 +194,7 @@ async def run_once(
 
 
 async def store_images(
-    acts: SubagentActivities, task_id: str, images: list[CheckedImage]
+    acts: ActivityRole, task_id: str, images: list[CheckedImage]
 ) -> list[ToolImage]:
     """A result's images put in the blob store, as its messages name them.
 
@@ -218,7 +218,7 @@ def with_landings(output: str, landings: list[Landing]) -> str:
 
 
 async def run_reads(
-    acts: SubagentActivities,
+    acts: ActivityRole,
     input: ModelTurnInput,
     calls: list[ToolCall],
     offered: list[str],
