@@ -27,7 +27,8 @@ from durable_subagents._payloads import (
 )
 from durable_subagents.activities._workspaces import HeldWorkspace
 from durable_subagents.tools._held import describe
-from durable_subagents.tools._land import Before, Held, apply_held
+from durable_subagents.tools._land import Before, Held
+from durable_subagents.tools._land_held import apply_held
 from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.types import ToolCall
 
