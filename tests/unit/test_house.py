@@ -13,7 +13,6 @@ OVERSIZE = {
     "activities/_activities.py": 760,
     "workflows/_subagent.py": 731,
     "config.py": 718,
-    "tools/_sandbox.py": 652,
     "testing/fake_openai.py": 603,
 }
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
