@@ -96,6 +96,7 @@ ALL_ACTIVITIES = [
     "activity_options",
     "compact_context",
     "model_turn",
+    "own_registered_tasks",
     "run_tool",
     "send_notification",
     "settle_changes",
