@@ -390,11 +390,10 @@ async def test_the_long_poll_answers_when_the_inbox_changes(
     task_id = await client.spawn_task(
         "careful", "ask", model=script(bash("echo hi"), {"text": "x"})
     )
-    started = time.monotonic()
+    # Answered well before its own timeout (30 s): by the change.
     status, changed, _ = await asyncio.wait_for(waiting, 20)
     assert status == 200 and changed["version"] != view["version"]
     assert [e["task"]["id"] for e in changed["entries"]] == [task_id]
-    assert time.monotonic() - started < 10
     # Nothing changes: it answers at its timeout with the same version.
     started = time.monotonic()
     status, same, _ = await api.call("GET", f"/api/inbox?wait=1&since={changed['version']}")
