@@ -479,10 +479,7 @@ async def test_cancel_still_kills_everything_the_attacker_started(
             bash(f"(setsid nohup sleep {tag} &) ; nohup sleep {tag} & wait"), {"text": "d"}
         ),
     )
-    deadline = asyncio.get_running_loop().time() + 15
-    while not _sleepers(tag):
-        assert asyncio.get_running_loop().time() < deadline, "the attack never started"
-        await asyncio.sleep(0.1)
+    await wait_for(lambda: bool(_sleepers(tag)), what="the attack to start")
     info = await client.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     deadline = asyncio.get_running_loop().time() + 5
