@@ -361,10 +361,7 @@ async def turn_reads(temporal: Client, task_id: str) -> int:
 
 async def local_reads(temporal: Client, task_id: str) -> int:
     """How many tool calls the task's history recorded as local activities."""
-    count = 0
-    async for e in temporal.get_workflow_handle(task_id).fetch_history_events():
-        count += e.marker_recorded_event_attributes.marker_name == "core_local_activity"
-    return count
+    return sum(run.local for run in await activity_runs(temporal, task_id))
 
 
 PHASES: dict[str, Phase] = {

@@ -69,5 +69,6 @@ async def test_a_swarm_does_not_starve_another_orchestrators_task(
         # B's turn is dispatched among A's, not after them all (measured: 6 of 16).
         assert before < SWARM / 2, before
     else:
-        # The control: first in, first out, B waits for the whole swarm.
-        assert before == SWARM, before
+        # The control: first in, first out, B waits behind the swarm (nearly all of it:
+        # a swarm task whose first step asks its worker's settings may start after B).
+        assert before > SWARM * 3 / 4, before
