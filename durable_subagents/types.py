@@ -154,15 +154,18 @@ class ReasoningBlock(BaseModel):
 
     Anthropic's extended thinking: a ``thinking`` block (its text and the ``signature``
     that lets the API check it came from the model) or a ``redacted_thinking`` block
-    (opaque ``data``). The API wants them back unchanged, in their order, so they are
-    stored as they arrived and sent again as they are; they are never the answer.
+    (opaque ``data``). OpenAI's Responses API: a ``reasoning`` item (``data`` is the
+    item's JSON, its ``encrypted_content`` included; ``thinking`` its summary). The APIs
+    want them back unchanged, in their order, so they are stored as they arrived and
+    sent again as they are; they are never the answer. Each provider sends back only
+    its own kinds.
     """
 
-    type: Literal["thinking", "redacted_thinking"] = "thinking"
+    type: Literal["thinking", "redacted_thinking", "reasoning"] = "thinking"
     thinking: str = ""
     signature: str = ""
     data: str = ""
-    """A ``redacted_thinking`` block's encrypted content."""
+    """A ``redacted_thinking`` block's encrypted content; a ``reasoning`` item's JSON."""
 
 
 class Message(BaseModel):

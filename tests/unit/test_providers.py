@@ -65,7 +65,7 @@ def test_resolve_rejects_bad_names(clean_env: None, model: str) -> None:
 
 
 def test_resolve_unknown_prefix_lists_valid_forms(clean_env: None) -> None:
-    with pytest.raises(InvalidRequest, match=r"openai:<model>, anthropic:<model>, scripted"):
+    with pytest.raises(InvalidRequest, match=r"openai:<model>, openai-responses:<model>, anthropic:<model>, scripted"):
         resolve_provider("gpt-4")
 
 
