@@ -137,3 +137,14 @@ def test_a_worker_with_a_model_it_can_run_starts(
         monkeypatch.setenv(name, value)
     models = worker_models(Settings())
     assert models.refusal("default") is None
+
+
+def test_each_openai_wire_is_allowed_by_its_own_prefix() -> None:
+    chat = ModelAllowlist(parse_model_patterns("openai:*"), "openai:gpt-5")
+    assert chat.refusal("openai:gpt-5-mini") is None
+    assert chat.refusal("openai-responses:gpt-5-mini") is not None
+    both = ModelAllowlist(parse_model_patterns("openai:*,openai-responses:gpt-5*"), None)
+    assert both.refusal("openai-responses:gpt-5-mini") is None
+    assert both.refusal("openai-responses:o3") is not None
+    everything = ModelAllowlist(parse_model_patterns("*"), None)
+    assert everything.refusal("openai-responses:o3") is None
