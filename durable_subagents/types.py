@@ -234,6 +234,10 @@ class ModelRequest(BaseModel):
     requests to their prompt cache by it (OpenAI's ``prompt_cache_key``)."""
     prompt_cache: bool = True
     """Whether to ask for prompt caching (Anthropic's ``cache_control`` breakpoints)."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema of the task's structured answer, for providers that can hold the
+    answer's text to it (the Responses API's ``text.format``); the ``final_answer`` tool
+    is among ``tools`` either way."""
 
 
 class ModelResponse(BaseModel):

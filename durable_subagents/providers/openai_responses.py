@@ -23,6 +23,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
+from durable_subagents._output_schema import FINAL_ANSWER_TOOL
 from durable_subagents.types import (
     THINKING_SEPARATOR,
     Message,
@@ -368,6 +369,16 @@ class OpenAIResponsesProvider:
             body["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.output_schema is not None:
+            # not strict: the API's strict mode takes a subset of JSON Schema only
+            body["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": FINAL_ANSWER_TOOL,
+                    "schema": request.output_schema,
+                    "strict": False,
+                }
+            }
         if self.prompt_cache_key and request.prompt_cache and request.cache_key:
             body["prompt_cache_key"] = cache_key_value(request.cache_key)
         return body

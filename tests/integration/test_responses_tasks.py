@@ -229,8 +229,10 @@ async def test_a_structured_answer_and_usage_with_cached_and_reasoning_tokens(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An invalid answer's error continues the loop with its reasoning; the second
-    request reads the first one's prefix from OpenAI's prompt cache."""
+    """The answer's text is held to the schema (``text.format``) and the
+    ``final_answer`` tool is offered too: an invalid call's error continues the loop
+    with its reasoning, and a JSON text is the answer. The second request reads the
+    first one's prefix from OpenAI's prompt cache."""
     schema = {
         "type": "object",
         "properties": {"verdict": {"enum": ["pass", "fail"]}},
@@ -248,10 +250,7 @@ async def test_a_structured_answer_and_usage_with_cached_and_reasoning_tokens(
             tool_calls=[{"name": "final_answer", "arguments": {"verdict": "maybe"}}],
             thinking=["Unsure."],
         )
-        srv.add_reply(
-            tool_calls=[{"name": "final_answer", "arguments": {"verdict": "pass"}}],
-            thinking=["It passes."],
-        )
+        srv.add_reply(text='{"verdict": "pass"}', thinking=["It passes."])
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task(
                 "judge", "Pass or fail?", model=MODEL, reasoning_effort="low",
@@ -263,6 +262,8 @@ async def test_a_structured_answer_and_usage_with_cached_and_reasoning_tokens(
     assert srv.outcomes == ["200", "200"]
     for body in srv.requests:
         assert "final_answer" in [t["name"] for t in body["tools"]]
+        answer_format = {"type": "json_schema", "name": "final_answer", "strict": False}
+        assert body["text"]["format"] == {**answer_format, "schema": schema}
     assert reasoning(srv.requests[1])[0]["summary"][0]["text"] == "Unsure."
     assert "Unsure" not in (info.result or "")
     cached = sum(u["input_tokens_details"]["cached_tokens"] for u in srv.usages)

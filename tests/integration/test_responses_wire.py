@@ -96,6 +96,7 @@ async def test_a_streamed_answer_with_usage_and_a_stateless_request(
     assert body["input"] == [{"type": "message", "role": "user", "content": "hi"}]
     assert body["max_output_tokens"] == 99 and body["temperature"] == 0.5
     assert "messages" not in body and "reasoning" not in body and "tools" not in body
+    assert "text" not in body  # no schema, no format
     assert srv.request_headers[0]["authorization"] == f"Bearer {KEY}"
     assert (srv.completed_streams, srv.disconnects) == (1, 0)
 
