@@ -17,6 +17,7 @@ as thinking, the answer's text as text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "INCLUDE",
     "OpenAIResponsesProvider",
     "import_sdk",
+    "reasons",
     "responses_usage",
     "to_responses_input",
     "to_responses_tools",
@@ -51,6 +53,8 @@ __all__ = [
 
 INCLUDE = ["reasoning.encrypted_content"]
 """What a stateless request asks to get back: the reasoning it must send again."""
+_REASONING_MODEL = re.compile(r"(?:.*/)?(?:o\d|codex|gpt-oss|gpt-(?:[5-9]|\d{2,}))", re.IGNORECASE)
+"""Names of OpenAI's reasoning models: the o-series, GPT-5 and later, Codex, gpt-oss."""
 PROVIDER = "openai-responses"
 
 _STOP_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
@@ -66,7 +70,8 @@ def to_responses_input(request: ModelRequest) -> list[dict[str, Any]]:
     assistant message, then a ``function_call`` item per call; a tool result a
     ``function_call_output`` with the call's ``call_id``. An answer with neither text
     nor calls sends no reasoning: the API refuses a reasoning item without the item
-    that followed it.
+    that followed it; nor does a reasoning item without ``encrypted_content`` (from a
+    request that did not ask for it) go back, since the API kept nothing to find it by.
     """
     out: list[dict[str, Any]] = []
     for message in request.messages:
@@ -89,7 +94,9 @@ def _items(message: Message) -> list[dict[str, Any]]:
         return [{"type": "message", "role": message.role, "content": message.content}]
     items: list[dict[str, Any]] = []
     if message.content or message.tool_calls:
-        items.extend(reasoning_item(b) for b in message.reasoning if b.type == "reasoning")
+        kept = (reasoning_item(b) for b in message.reasoning if b.type == "reasoning")
+        # an item without its encrypted content cannot come back: store=false kept nothing
+        items.extend(item for item in kept if item.get("encrypted_content"))
     if message.content:
         items.append({"type": "message", "role": "assistant", "content": message.content})
     for call in message.tool_calls:
@@ -102,6 +109,18 @@ def _items(message: Message) -> list[dict[str, Any]]:
             }
         )
     return items
+
+
+def reasons(model: str, effort: str | None) -> bool:
+    """Whether to ask for a model's reasoning (``include``): it is a reasoning model.
+
+    The API refuses ``include: ["reasoning.encrypted_content"]`` from models that do
+    not reason (GPT-4o, GPT-4.1, the ``-chat`` models): a model is taken to reason when
+    the task gives it an effort or its name is of a reasoning family.
+    """
+    if effort is not None:
+        return True
+    return bool(_REASONING_MODEL.match(model)) and "-chat" not in model.lower()
 
 
 def reasoning_item(block: ReasoningBlock) -> dict[str, Any]:
@@ -358,9 +377,10 @@ class OpenAIResponsesProvider:
         body: dict[str, Any] = {
             "input": to_responses_input(request),
             "store": False,
-            "include": list(INCLUDE),
             "max_output_tokens": request.max_tokens,
         }
+        if reasons(request.model, request.reasoning_effort):
+            body["include"] = list(INCLUDE)
         if request.system:
             body["instructions"] = request.system
         if request.tools:

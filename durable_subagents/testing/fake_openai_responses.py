@@ -17,7 +17,9 @@ checked with the API's own errors (400 unless said otherwise):
   'reasoning' item". The API ties them by the call's item id; clients that send no
   item ids (this project's provider) are held to it by ``call_id``, which is stricter;
 - a ``function_call_output`` whose ``call_id`` no earlier ``function_call`` has, and a
-  function call with no output.
+  function call with no output;
+- ``include: ["reasoning.encrypted_content"]`` or ``reasoning.effort`` for a model that
+  does not reason (``gpt-4*``, ``gpt-3.5*``, ``chatgpt*``, ``*-chat*``).
 
 Usage reports ``input_tokens_details.cached_tokens`` (OpenAI's automatic prompt
 cache, see ``_prompt_cache``) and ``output_tokens_details.reasoning_tokens``; a prompt
@@ -37,6 +39,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -57,6 +60,8 @@ __all__ = ["CONTEXT_MESSAGE", "FakeOpenAIResponsesServer"]
 CONTEXT_MESSAGE = (
     "Your input exceeds the context window of this model. Please adjust your input and try again."
 )
+_NON_REASONING = re.compile(r"(?:gpt-4|gpt-3\.5|chatgpt)|.*-chat", re.IGNORECASE)
+"""Models that do not reason: they refuse ``reasoning.effort`` and encrypted reasoning."""
 _FERNET_PREFIX = "gAAAAAB"
 """How OpenAI's encrypted content begins (a Fernet token)."""
 
@@ -151,6 +156,15 @@ class FakeOpenAIResponsesServer(FakeModelServer):
     def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
         """The API's errors for what came back (see the module's docstring)."""
         effort = (body.get("reasoning") or {}).get("effort")
+        if _NON_REASONING.match(str(body.get("model") or "")):
+            if "reasoning.encrypted_content" in (body.get("include") or []):
+                message = "Encrypted content is not supported with this model."
+                return 400, _error(message, param="include")
+            if effort is not None:
+                message = (
+                    "Unsupported parameter: 'reasoning.effort' is not supported with this model."
+                )
+                return 400, _error(message, param="reasoning.effort", code="unsupported_parameter")
         if effort is not None and effort not in REASONING_EFFORTS:
             supported = ", ".join(f"'{e}'" for e in REASONING_EFFORTS)
             message = f"Invalid value: '{effort}'. Supported values are: {supported}."
@@ -314,7 +328,7 @@ class FakeOpenAIResponsesServer(FakeModelServer):
                     "arguments": arguments_text(call.get("arguments", {})),
                 }
             )
-            if reasoning_ids:
+            if reasoning_ids and encrypted:  # reasoning that could come back
                 self._call_reasoning[call_id] = (fc_id, list(reasoning_ids))
         self._outputs[id(body)] = (self.next_id("resp_fake_"), items)
         return self._outputs[id(body)]

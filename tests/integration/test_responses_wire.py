@@ -242,6 +242,10 @@ async def test_the_fake_api_refuses_what_the_real_one_refuses(
         with pytest.raises(kind) as info:
             await client.responses.create(model="gpt-5", input=items, store=False)
         assert message_text in str(info.value)
+    with pytest.raises(BadRequestError, match="Encrypted content is not supported with this"):
+        await client.responses.create(
+            model="gpt-4.1", input="hi", store=False, include=["reasoning.encrypted_content"]
+        )
     await client.close()
 
 
@@ -300,3 +304,27 @@ async def test_prompt_cache_key_and_cached_tokens(srv: FakeOpenAIResponsesServer
     assert first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens >= 1024
     assert second.usage.input_tokens == first.usage.input_tokens
+
+
+async def test_a_model_that_does_not_reason_is_not_asked_for_reasoning(
+    provider: ModelProvider, srv: FakeOpenAIResponsesServer
+) -> None:
+    """GPT-4.1 refuses ``include`` of encrypted reasoning; a model named as a reasoning
+    one, or given an effort, is asked for it."""
+    srv.add_reply(tool_calls=[{"name": "grep", "arguments": {}, "id": "call_1"}])
+    srv.add_reply(text="Nothing found.")
+    request = ModelRequest(model="gpt-4.1", messages=[user("find")], tools=[GREP])
+    first = await provider.complete(request)
+    assert first.reasoning == []
+    answer = Message(role="assistant", tool_calls=first.tool_calls)
+    result = Message(role="tool", content="none", tool_call_id="call_1")
+    second = await provider.complete(
+        request.model_copy(update={"messages": [user("find"), answer, result]})
+    )
+    assert second.text == "Nothing found." and srv.outcomes == ["200", "200"]
+    assert not [b for b in srv.requests if "include" in b or "reasoning" in b]
+    await provider.complete(ModelRequest(model="o4-mini", messages=[user("hi")]))
+    await provider.complete(
+        ModelRequest(model="my-model", messages=[user("hi")], reasoning_effort="low")
+    )
+    assert [b.get("include") for b in srv.requests[2:]] == [["reasoning.encrypted_content"]] * 2

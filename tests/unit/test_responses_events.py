@@ -107,6 +107,12 @@ def test_each_wire_sends_back_only_its_own_reasoning() -> None:
     assert inputs[1] == item
     _, turns = to_anthropic_messages(request)
     assert [b["type"] for b in turns[1]["content"]] == ["thinking", "text", "tool_use"]
+    # an item without its encrypted content cannot be found again: it stays behind
+    unsealed = {**item, "encrypted_content": None}
+    blocks = [ReasoningBlock(type="reasoning", data=json.dumps(unsealed))]
+    plain = answer.model_copy(update={"reasoning": blocks})
+    sent = to_responses_input(request.model_copy(update={"messages": [plain]}))
+    assert [i["type"] for i in sent] == ["message", "function_call"]
     # an answer with neither text nor calls has nothing its reasoning could precede
     bare = answer.model_copy(update={"content": "", "tool_calls": []})
     assert to_responses_input(request.model_copy(update={"messages": [bare]})) == []
