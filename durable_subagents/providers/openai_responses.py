@@ -59,6 +59,8 @@ PROVIDER = "openai-responses"
 
 _STOP_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
 """An incomplete response's ``incomplete_details.reason`` in Chat Completions' words."""
+UNVERIFIED = "must be verified to generate reasoning summaries"
+"""What the API says when an organization that is not verified asks for summaries."""
 _NOT_RETRIED = {"invalid_prompt", "invalid_encrypted_content"}
 """Codes of a failed response that a retry of the same request cannot fix."""
 
@@ -371,6 +373,8 @@ class OpenAIResponsesProvider:
             )
         )
         self.idle_timeout = idle_timeout
+        self.summaries = True
+        """Ask for reasoning summaries; off once the API said the organization may not."""
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request's JSON body (without ``model`` and ``stream``)."""
@@ -386,7 +390,9 @@ class OpenAIResponsesProvider:
         if request.tools:
             body["tools"] = to_responses_tools(request.tools)
         if request.reasoning_effort is not None:
-            body["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
+            body["reasoning"] = {"effort": request.reasoning_effort}
+            if self.summaries:
+                body["reasoning"]["summary"] = "auto"
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.output_schema is not None:
@@ -413,7 +419,9 @@ class OpenAIResponsesProvider:
 
         Args:
             request: The neutral request; ``request.model`` is e.g. ``gpt-5-mini``. Its
-                ``reasoning_effort`` is sent as ``reasoning.effort``, with summaries.
+                ``reasoning_effort`` is sent as ``reasoning.effort``, with summaries
+                unless the API refused them (an organization that is not verified):
+                then the request goes again without, and so do later ones.
             on_text: Called with each text delta as it arrives.
             on_thinking: Called with each piece of the reasoning summaries.
 
@@ -427,6 +435,22 @@ class OpenAIResponsesProvider:
                 the status says); or, retryable, the stream stalled, broke, ended
                 unfinished, or had neither text nor tool calls.
         """
+        summaries = self.summaries
+        try:
+            return await self._complete(request, on_text, on_thinking)
+        except ApplicationError as err:
+            # Summaries need a verified organization; the reasoning itself does not.
+            if not (summaries and request.reasoning_effort and UNVERIFIED in err.message):
+                raise
+            self.summaries = False
+        return await self._complete(request, on_text, on_thinking)
+
+    async def _complete(
+        self,
+        request: ModelRequest,
+        on_text: Callable[[str], None] | None,
+        on_thinking: Callable[[str], None] | None,
+    ) -> ModelResponse:
         # Sent as ``extra_body``: the SDK does not walk the request against its typed
         # parameters again (see ``OpenAIProvider.complete``).
         params: dict[str, Any] = {

@@ -92,10 +92,16 @@ class FakeOpenAIResponsesServer(FakeModelServer):
         self,
         *,
         default_thinking: str = "**Planning** I should look at the files first.",
+        verified: bool = True,
         **options: Any,
     ) -> None:
-        """Options as ``FakeModelServer``'s; ``default_thinking`` as the class says."""
+        """Options as ``FakeModelServer``'s; ``default_thinking`` as the class says.
+
+        ``verified=False`` plays an organization that OpenAI has not verified: a request
+        for reasoning summaries gets the API's 400, and reasoning items carry none.
+        """
         super().__init__(**options)
+        self.verified = verified
         self.default_thinking = default_thinking
         self._cache = OpenAICache(self.cache_ttl)
         self._key = os.urandom(32)
@@ -169,6 +175,14 @@ class FakeOpenAIResponsesServer(FakeModelServer):
             supported = ", ".join(f"'{e}'" for e in REASONING_EFFORTS)
             message = f"Invalid value: '{effort}'. Supported values are: {supported}."
             return 400, _error(message, param="reasoning.effort", code="invalid_value")
+        if not self.verified and (body.get("reasoning") or {}).get("summary") is not None:
+            message = (
+                "Your organization must be verified to generate reasoning summaries. Please "
+                "go to: https://platform.openai.com/settings/organization/general and click "
+                "on Verify Organization. If you just verified, it can take up to 15 minutes "
+                "for access to propagate."
+            )
+            return 400, _error(message, param="reasoning.summary", code="unsupported_value")
         items = body.get("input")
         if not isinstance(items, list):
             return None
@@ -298,7 +312,8 @@ class FakeOpenAIResponsesServer(FakeModelServer):
         reasoning_ids: list[str] = []
         for summary in self._summaries(reply, body):
             item_id = self.next_id("rs_fake_")
-            parts = [] if summary is None else [{"type": "summary_text", "text": summary}]
+            shown = summary is not None and (body.get("reasoning") or {}).get("summary")
+            parts = [{"type": "summary_text", "text": summary}] if shown else []
             item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": parts}
             if encrypted:
                 item["encrypted_content"] = self._encrypt(item_id)

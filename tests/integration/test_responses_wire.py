@@ -328,3 +328,30 @@ async def test_a_model_that_does_not_reason_is_not_asked_for_reasoning(
         ModelRequest(model="my-model", messages=[user("hi")], reasoning_effort="low")
     )
     assert [b.get("include") for b in srv.requests[2:]] == [["reasoning.encrypted_content"]] * 2
+
+
+async def test_an_unverified_organization_reasons_without_summaries() -> None:
+    """The API refuses summaries to an organization it has not verified: the turn goes
+    again without, later turns ask for none, and the reasoning still comes and goes."""
+    async with FakeOpenAIResponsesServer(verified=False) as server:
+        provider = OpenAIResponsesProvider(api_key=KEY, base_url=server.base_url)
+        server.add_reply(tool_calls=[{"name": "grep", "arguments": {}, "id": "call_1"}])
+        server.add_reply(text="None found.")
+        thinking: list[str] = []
+        request = ModelRequest(
+            model="gpt-5", messages=[user("find")], tools=[GREP], reasoning_effort="low"
+        )
+        first = await provider.complete(request, on_thinking=thinking.append)
+        answer = Message(role="assistant", tool_calls=first.tool_calls, reasoning=first.reasoning)
+        result = Message(role="tool", content="none", tool_call_id="call_1")
+        second = await provider.complete(
+            request.model_copy(update={"messages": [user("find"), answer, result]})
+        )
+        await provider.aclose()
+    assert second.text == "None found." and thinking == []
+    assert server.outcomes == ["400", "200", "200"]
+    summaries = [b["reasoning"].get("summary") for b in server.requests]
+    assert summaries == ["auto", None, None]
+    assert [i["type"] for i in server.requests[2]["input"]][:2] == ["message", "reasoning"]
+    [block] = first.reasoning
+    assert block.thinking == "" and json.loads(block.data)["encrypted_content"]
