@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import pytest
+from openai import APIError
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR, to_application_error
 from durable_subagents.providers._windows import known_window
 from durable_subagents.providers.anthropic import to_anthropic_messages
 from durable_subagents.providers.openai_responses import (
@@ -122,3 +124,24 @@ def test_a_responses_model_has_its_chat_completions_window() -> None:
     assert known_window("openai-responses:gpt-5-mini") == known_window("openai:gpt-5-mini")
     assert known_window("openai-responses:gpt-4.1") == 1_047_576
     assert known_window("openai-responses:unknown") is None
+
+
+def test_an_error_event_with_a_context_length_error_inside_is_one_too() -> None:
+    """``{"type": "error", "error": {...}}`` as the API streams it: the SDK's ``APIError``
+    with the inner error as its body."""
+    request = httpx2.Request("POST", "https://api.openai.com/v1/responses")
+    inner = {
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
+        "message": "Your input exceeds the context window of this model.",
+        "param": "input",
+    }
+    error = to_application_error(
+        APIError(inner["message"], request, body=inner), provider="openai-responses", key_env="K"
+    )
+    assert (error.type, error.non_retryable) == (CONTEXT_LENGTH_ERROR, True)
+    other = {**inner, "code": "server_error", "message": "oops"}
+    retried = to_application_error(
+        APIError("oops", request, body=other), provider="openai-responses", key_env="K"
+    )
+    assert (retried.type, retried.non_retryable) == ("ModelUnavailable", False)
