@@ -100,6 +100,12 @@ def test_the_setting_checks_its_patterns(monkeypatch: pytest.MonkeyPatch) -> Non
             "change SUBAGENTS_MODEL",
         ),
         (
+            {"SUBAGENTS_MODEL": "openai-responses:gpt-5-mini"},
+            "SUBAGENTS_MODEL=openai-responses:gpt-5-mini needs OPENAI_API_KEY: set it in the "
+            "worker's environment (or OPENAI_BASE_URL, for a server that needs none), or "
+            "change SUBAGENTS_MODEL",
+        ),
+        (
             {"SUBAGENTS_MODEL": "anthropic:claude-haiku-4-5", "OPENAI_API_KEY": "k"},
             "SUBAGENTS_MODEL=anthropic:claude-haiku-4-5 needs ANTHROPIC_API_KEY",
         ),
@@ -122,6 +128,7 @@ def test_a_worker_whose_default_model_cannot_run_is_refused_in_one_line(
         {"SUBAGENTS_ALLOW_SCRIPTED": "true"},
         {"SUBAGENTS_MODEL": "scripted:demo-general", "SUBAGENTS_ALLOW_SCRIPTED": "1"},
         {"SUBAGENTS_MODEL": "openai:gpt-4.1-mini", "OPENAI_API_KEY": "k"},
+        {"SUBAGENTS_MODEL": "openai-responses:gpt-5-mini", "OPENAI_API_KEY": "k"},
         {"SUBAGENTS_MODEL": "openai:llama3", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"},
         {
             "SUBAGENTS_MODEL": "anthropic:claude-haiku-4-5",
