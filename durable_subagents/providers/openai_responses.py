@@ -1,17 +1,17 @@
 """OpenAI's Responses API, stateless: reasoning items go back with every request.
 
-Requests are sent with ``store: false`` and ``include: ["reasoning.encrypted_content"]``:
-OpenAI keeps nothing between turns, and each reasoning item the model writes comes back
-whole (its ``id``, ``summary`` and ``encrypted_content``). The item is kept as the
-``output_item.done`` event sent it, as a ``ReasoningBlock`` of type ``reasoning``
-(``data`` is its JSON, ``thinking`` its summary), and sent again unchanged before the
-answer it came with, on every later turn: a reasoning model then goes on from its own
-reasoning between tool calls instead of starting over. It lives in the transcript
-like Anthropic's signed thinking, so it survives a worker's crash and a compaction
-that keeps the turn.
+Requests are sent with ``store: false``, and a reasoning model's with ``include:
+["reasoning.encrypted_content"]``: OpenAI keeps nothing between turns, and each
+reasoning item the model writes comes back whole (its ``id``, ``summary`` and
+``encrypted_content``). The item is kept as the ``output_item.done`` event sent it,
+as a ``ReasoningBlock`` of type ``reasoning`` (``data`` is its JSON, ``thinking`` its
+summary), and sent again unchanged before the answer it came with, on every later
+turn: a reasoning model then goes on from its own reasoning between tool calls
+instead of starting over. It lives in the transcript like Anthropic's signed
+thinking, so it survives a worker's crash and a compaction that keeps the turn.
 
 Function calls and their outputs are paired by ``call_id``; reasoning summaries stream
-as thinking, the answer's text as text.
+as thinking, the answer's text as text (see ``_responses_events``).
 """
 
 from __future__ import annotations
@@ -19,34 +19,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents._output_schema import FINAL_ANSWER_TOOL
 from durable_subagents.types import (
-    THINKING_SEPARATOR,
     Message,
     ModelRequest,
     ModelResponse,
     ReasoningBlock,
-    ToolCall,
     ToolSpec,
-    Usage,
 )
 
-from ._errors import CONTEXT_LENGTH_ERROR, model_request_error, model_unavailable
+from ._responses_events import PROVIDER, ResponsesAccumulator
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
-from .openai import cache_key_value, parse_arguments
+from .openai import cache_key_value
 
 __all__ = [
     "INCLUDE",
     "OpenAIResponsesProvider",
     "import_sdk",
     "reasons",
-    "responses_usage",
     "to_responses_input",
     "to_responses_tools",
 ]
@@ -55,14 +50,9 @@ INCLUDE = ["reasoning.encrypted_content"]
 """What a stateless request asks to get back: the reasoning it must send again."""
 _REASONING_MODEL = re.compile(r"(?:.*/)?(?:o\d|codex|gpt-oss|gpt-(?:[5-9]|\d{2,}))", re.IGNORECASE)
 """Names of OpenAI's reasoning models: the o-series, GPT-5 and later, Codex, gpt-oss."""
-PROVIDER = "openai-responses"
 
-_STOP_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
-"""An incomplete response's ``incomplete_details.reason`` in Chat Completions' words."""
 UNVERIFIED = "must be verified to generate reasoning summaries"
 """What the API says when an organization that is not verified asks for summaries."""
-_NOT_RETRIED = {"invalid_prompt", "invalid_encrypted_content"}
-"""Codes of a failed response that a retry of the same request cannot fix."""
 
 
 def to_responses_input(request: ModelRequest) -> list[dict[str, Any]]:
@@ -149,175 +139,6 @@ def to_responses_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
         }
         for tool in tools
     ]
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
-
-
-def responses_usage(usage: dict[str, Any]) -> Usage:
-    """A Responses API ``usage`` object as ``Usage``.
-
-    ``input_tokens`` includes the cached ones (``input_tokens_details.cached_tokens``),
-    ``output_tokens`` the reasoning ones (``output_tokens_details.reasoning_tokens``).
-    """
-    inputs = _dict(usage.get("input_tokens_details"))
-    outputs = _dict(usage.get("output_tokens_details"))
-    return Usage(
-        input_tokens=_count(usage.get("input_tokens")),
-        output_tokens=_count(usage.get("output_tokens")),
-        cache_read_tokens=_count(inputs.get("cached_tokens")),
-        cache_write_tokens=_count(inputs.get("cache_write_tokens")),
-        reasoning_tokens=_count(outputs.get("reasoning_tokens")),
-    )
-
-
-def failure(error: dict[str, Any]) -> ApplicationError:
-    """The error of a response that failed inside its stream (``response.failed``, ``error``).
-
-    A context-length failure is the same ``ContextLengthExceeded`` as an HTTP 400 with
-    it (the task compacts), an invalid prompt a request error; anything else (a server
-    error, a rate limit met mid-stream) is retried.
-    """
-    code = str(error.get("code") or "")
-    message = str(error.get("message") or "the response failed")
-    if code == "context_length_exceeded":
-        return ApplicationError(
-            f"{PROVIDER} API: {message}; the conversation is longer than the model's "
-            "context window",
-            {"tokens": None, "maximum": 0},
-            type=CONTEXT_LENGTH_ERROR,
-            non_retryable=True,
-        )
-    if code in _NOT_RETRIED:
-        return model_request_error(f"{PROVIDER} API refused the request ({code}): {message}")
-    kind = f" ({code})" if code else ""
-    return model_unavailable(
-        f"{PROVIDER} API failed during the response{kind}: {message} (will retry)"
-    )
-
-
-@dataclass
-class _Accumulator:
-    """Builds a ``ModelResponse`` out of the Responses API's stream events.
-
-    Each output item is taken as ``response.output_item.done`` sends it (the API says
-    a reasoning item's ``encrypted_content`` is whole only there); deltas feed the live
-    text and thinking, and stand in for an item whose ``done`` event never came.
-    """
-
-    model: str
-    items: dict[int, dict[str, Any]] = field(default_factory=dict)
-    texts: dict[int, list[str]] = field(default_factory=dict)
-    arguments: dict[int, list[str]] = field(default_factory=dict)
-    started: dict[int, dict[str, Any]] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
-    stop_reason: str | None = None
-    finished: bool = False
-    on_text: Callable[[str], None] | None = None
-    on_thinking: Callable[[str], None] | None = None
-    thought: bool = False
-    """Thinking went to ``on_thinking`` (the next summary part starts after a separator)."""
-
-    def add(self, event: dict[str, Any]) -> None:
-        """Take one stream event (an event of ``SSEEvents``: always a dict)."""
-        kind = event.get("type")
-        index = event.get("output_index")
-        index = index if isinstance(index, int) else 0
-        if kind == "response.output_text.delta":
-            delta = str(event.get("delta") or "")
-            self.texts.setdefault(index, []).append(delta)
-            if delta and self.on_text is not None:
-                self.on_text(delta)
-        elif kind == "response.reasoning_summary_part.added":
-            if self.thought and self.on_thinking is not None:
-                self.on_thinking(THINKING_SEPARATOR)
-        elif kind == "response.reasoning_summary_text.delta":
-            delta = str(event.get("delta") or "")
-            if delta and self.on_thinking is not None:
-                self.thought = True
-                self.on_thinking(delta)
-        elif kind == "response.function_call_arguments.delta":
-            self.arguments.setdefault(index, []).append(str(event.get("delta") or ""))
-        elif kind == "response.output_item.added":
-            self.started[index] = _dict(event.get("item"))
-        elif kind == "response.output_item.done":
-            self.items[index] = _dict(event.get("item"))
-        elif kind in ("response.completed", "response.incomplete"):
-            self._finish(_dict(event.get("response")))
-        elif kind == "response.failed":
-            raise failure(_dict(_dict(event.get("response")).get("error")))
-        elif kind == "error":
-            raise failure(event)
-
-    def _finish(self, response: dict[str, Any]) -> None:
-        self.finished = True
-        self.model = str(response.get("model") or self.model)
-        self.usage = responses_usage(_dict(response.get("usage")))
-        for index, item in enumerate(response.get("output") or ()):
-            if isinstance(item, dict):
-                self.items.setdefault(index, item)
-        if response.get("status") == "incomplete":
-            reason = str(_dict(response.get("incomplete_details")).get("reason") or "")
-            self.stop_reason = _STOP_REASONS.get(reason, reason or "incomplete")
-
-    def _item(self, index: int) -> dict[str, Any]:
-        if index in self.items:
-            return self.items[index]
-        item = dict(self.started.get(index, {}))
-        if item.get("type") == "message" or (not item and index in self.texts):
-            text = "".join(self.texts.get(index, []))
-            item = {"type": "message", "content": [{"type": "output_text", "text": text}]}
-        elif item.get("type") == "function_call":
-            item["arguments"] = "".join(self.arguments.get(index, []))
-        return item
-
-    def response(self) -> ModelResponse:
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        reasoning: list[ReasoningBlock] = []
-        indices = sorted({*self.items, *self.started, *self.texts})
-        for index in indices:
-            item = self._item(index)
-            kind = item.get("type")
-            if kind == "message":
-                for part in item.get("content") or ():
-                    if isinstance(part, dict) and part.get("type") == "output_text":
-                        text.append(str(part.get("text") or ""))
-            elif kind == "function_call":
-                calls.append(
-                    ToolCall(
-                        id=str(item.get("call_id") or item.get("id") or f"call_{index}"),
-                        name=str(item.get("name") or ""),
-                        arguments=parse_arguments(str(item.get("arguments") or "")),
-                    )
-                )
-            elif kind == "reasoning":
-                summary = [
-                    str(p.get("text") or "")
-                    for p in item.get("summary") or ()
-                    if isinstance(p, dict)
-                ]
-                reasoning.append(
-                    ReasoningBlock(
-                        type="reasoning",
-                        thinking=THINKING_SEPARATOR.join(s for s in summary if s),
-                        data=json.dumps(item),
-                    )
-                )
-        stop = self.stop_reason or ("tool_calls" if calls else "stop")
-        return ModelResponse(
-            text="".join(text),
-            tool_calls=calls,
-            usage=self.usage,
-            stop_reason=stop,
-            model=self.model,
-            reasoning=reasoning,
-        )
 
 
 def import_sdk() -> None:
@@ -458,7 +279,7 @@ class OpenAIResponsesProvider:
             "stream": True,
             "extra_body": self.body(request),
         }
-        accumulator = _Accumulator(
+        accumulator = ResponsesAccumulator(
             model=request.model,
             on_text=encodable_sink(on_text),
             on_thinking=encodable_sink(on_thinking),

@@ -12,13 +12,10 @@ from openai import APIError
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR, to_application_error
+from durable_subagents.providers._responses_events import ResponsesAccumulator, responses_usage
 from durable_subagents.providers._windows import known_window
 from durable_subagents.providers.anthropic import to_anthropic_messages
-from durable_subagents.providers.openai_responses import (
-    _Accumulator,
-    responses_usage,
-    to_responses_input,
-)
+from durable_subagents.providers.openai_responses import to_responses_input
 from durable_subagents.types import Message, ModelRequest, ReasoningBlock, ToolCall
 
 
@@ -49,7 +46,7 @@ def failed(code: str, message: str) -> dict[str, Any]:
 def test_a_failure_inside_the_stream_is_typed_like_an_http_one(
     event: dict[str, Any], kind: str, retried: bool
 ) -> None:
-    accumulator = _Accumulator(model="gpt-5")
+    accumulator = ResponsesAccumulator(model="gpt-5")
     accumulator.add({"type": "response.created", "response": {"status": "in_progress"}})
     with pytest.raises(ApplicationError) as info:
         accumulator.add(event)
@@ -73,7 +70,7 @@ def test_usage_counts_cached_and_reasoning_tokens() -> None:
 
 
 def test_an_incomplete_response_stops_for_length_with_its_output() -> None:
-    accumulator = _Accumulator(model="gpt-5")
+    accumulator = ResponsesAccumulator(model="gpt-5")
     item = {"type": "message", "content": [{"type": "output_text", "text": "partial"}]}
     accumulator.add(
         {
