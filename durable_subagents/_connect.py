@@ -7,15 +7,19 @@ import atexit
 import contextlib
 import gc
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import temporalio.runtime
 from temporalio.client import Client
 
 from durable_subagents._codec import data_converter
 from durable_subagents._telemetry import tracing_enabled, tracing_plugin
+from durable_subagents._temporal_config import access_denied
 from durable_subagents.errors import InvalidRequest, TemporalUnavailable
 from durable_subagents.storage._sealing import KeyRing
+
+if TYPE_CHECKING:
+    from durable_subagents.config import Settings
 
 
 async def connect_client(
@@ -213,3 +217,36 @@ def no_connection_retries(record: logging.LogRecord) -> bool:
     logger (where ``subagents`` forwards core's log).
     """
     return "temporalio_client::retry" not in record.getMessage()
+
+
+async def connect_temporal(
+    settings: Settings, *, tracing: bool | None = None, **kwargs: Any
+) -> Client:
+    """Connect as the settings say: their address, namespace, profile and credentials.
+
+    Args:
+        settings: Address and namespace (already resolved against the profile and the
+            environment), profile, configuration file and payload keys.
+        tracing: See ``connect_client``.
+        **kwargs: Passed to ``temporalio.client.Client.connect`` (``lazy``, ``runtime``).
+
+    Raises:
+        TemporalConfigError: The connection settings cannot be used.
+        TemporalAccessDenied: The server refused the TLS handshake or the credentials.
+        TemporalUnavailable: Nothing answered on the address.
+    """
+    conn = settings.temporal_connection()
+    try:
+        return await connect_client(
+            conn.address,
+            conn.namespace,
+            tracing=tracing,
+            keys=settings.payload_keys(),
+            **conn.connect_kwargs(),
+            **kwargs,
+        )
+    except TemporalUnavailable as err:
+        denied = access_denied(err.__cause__ or err, conn)
+        if denied is not None:
+            raise denied from None
+        raise

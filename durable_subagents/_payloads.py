@@ -43,6 +43,7 @@ from durable_subagents.types import (
     PendingApproval,
     TaskStatus,
     ToolCall,
+    ToolImage,
     ToolSpec,
     Usage,
 )
@@ -248,9 +249,11 @@ def _strip(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its ``tool_calls`` stripped of defaults, if it has any."""
+    """``data`` with its ``tool_calls`` and ``images`` stripped of defaults, if it has any."""
     if data.get("tool_calls"):
         data = {**data, "tool_calls": [_strip(c, ToolCall) for c in data["tool_calls"]]}
+    if data.get("images"):
+        data = {**data, "images": [_strip(i, ToolImage) for i in data["images"]]}
     return data
 
 
@@ -656,6 +659,8 @@ class ToolCallResult(_Compact):
     """Changes the call's command made to protected paths, kept for a person's decision
     (``ToolCallInput.protected_changes`` ``pause``): the workflow pauses for it and runs
     ``settle_changes`` before the model reads this result."""
+    images: list[ToolImage] = Field(default_factory=list)
+    """Images the result carries, by blob reference (the text names each)."""
 
     def to_message(self) -> Message:
         """The tool message the model sees next turn."""
@@ -666,6 +671,7 @@ class ToolCallResult(_Compact):
             tool_call_id=self.call_id,
             tool_name=self.tool_name,
             is_error=self.is_error,
+            images=self.images,
         )
 
 

@@ -266,6 +266,12 @@ class Settings(BaseSettings):
     )
     """Ask providers to cache the conversation's prefix (Anthropic ``cache_control``
     breakpoints, OpenAI ``prompt_cache_key``). OpenAI's automatic caching needs nothing."""
+    tool_images: bool = Field(
+        True, validation_alias=AliasChoices("SUBAGENTS_TOOL_IMAGES", "tool_images")
+    )
+    """Send the images of tool results (an MCP server's screenshots) to the model. Off
+    for a model that takes no images (a text-only model behind an OpenAI-compatible
+    server refuses them): the result's text then only names each image."""
     prompt_cache_key: Literal["auto", "on", "off"] = Field(
         "auto", validation_alias=AliasChoices("SUBAGENTS_PROMPT_CACHE_KEY", "prompt_cache_key")
     )

@@ -35,6 +35,7 @@ __all__ = [
     "TaskResult",
     "TaskStatus",
     "ToolCall",
+    "ToolImage",
     "ToolSpec",
     "Usage",
 ]
@@ -168,6 +169,28 @@ class ReasoningBlock(BaseModel):
     """A ``redacted_thinking`` block's encrypted content; a ``reasoning`` item's JSON."""
 
 
+ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+"""The image formats a tool's result may carry: those both providers' APIs take."""
+IMAGE_TYPES: tuple[ImageType, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+class ToolImage(BaseModel):
+    """An image a tool's result carries, kept in the blob store: messages name it.
+
+    The model is shown it where the provider's API takes images in (or beside) a tool
+    result; elsewhere the result's text says it was there (see ``Message.images``).
+    """
+
+    media_type: ImageType
+    ref: str
+    """The blob that holds the image's bytes."""
+    size: int = 0
+    """The image's size in bytes."""
+    data: str = ""
+    """The image base64-encoded: set only in a ``ModelRequest`` (the model turn reads
+    the blob), never in what is stored or recorded."""
+
+
 class Message(BaseModel):
     """One provider-neutral transcript message.
 
@@ -181,6 +204,11 @@ class Message(BaseModel):
     An assistant message's ``reasoning`` holds the thinking blocks the model wrote
     before its answer, byte for byte (signatures included); ``content`` never holds
     any of it.
+
+    A tool message's ``images`` are images its result carries (an MCP server's
+    screenshot), by blob reference; its ``content`` names each of them in text, so a
+    view without them (a provider that takes none, a compacted result) still says
+    they were there.
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -192,6 +220,7 @@ class Message(BaseModel):
     is_error: bool = False
     compaction: Compaction | None = None
     reasoning: list[ReasoningBlock] = Field(default_factory=list)
+    images: list[ToolImage] = Field(default_factory=list)
 
     @property
     def thinking(self) -> str:

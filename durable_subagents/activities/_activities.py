@@ -22,7 +22,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
+from durable_subagents._context import (
+    COMPACT_AT,
+    IMAGES_LEFT_OUT,
+    Sizer,
+    context_view,
+    request_chars,
+    within_image_budget,
+)
 from durable_subagents._live_text import LiveText
 from durable_subagents._output_schema import (
     FINAL_ANSWER_TOOL,
@@ -155,6 +162,8 @@ class SubagentActivities:
         compact_at: The share of the window a turn may fill before the conversation
             is compacted (``Settings.compact_at``).
         prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
+        tool_images: Send the images of tool results to the model
+            (``Settings.tool_images``); else their results' text only names them.
         prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
             (``Settings.prompt_cache_key``).
         rate_limited: Providers whose model turns this worker sends on to their own
@@ -191,6 +200,7 @@ class SubagentActivities:
         context_window: int | None = None,
         compact_at: float = COMPACT_AT,
         prompt_cache: bool = True,
+        tool_images: bool = True,
         prompt_cache_key: str = "auto",
         notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
@@ -223,6 +233,7 @@ class SubagentActivities:
         self.context_window_tokens = context_window
         self.compact_at = compact_at
         self.prompt_cache = prompt_cache
+        self.tool_images = tool_images
         self.prompt_cache_key = prompt_cache_key
         self.notify = notify
         self.rate_limited = rate_limited
@@ -470,9 +481,14 @@ class SubagentActivities:
         """The request for ``messages``: their context view, blob references expanded."""
         view = context_view(messages)
         system = "\n\n".join(m.content for m in view if m.role == "system")
-        conversation = await self.transcript.expand(
-            task_id, [m for m in view if m.role != "system"]
-        )
+        shown, dropped = within_image_budget([m for m in view if m.role != "system"])
+        if not self.tool_images:  # the results' texts name the images
+            shown = [m.model_copy(update={"images": []}) if m.images else m for m in shown]
+            dropped = set()
+        conversation = await self.transcript.expand(task_id, shown, images=True)
+        for i in dropped:
+            m = conversation[i]
+            conversation[i] = m.model_copy(update={"content": f"{m.content}\n{IMAGES_LEFT_OUT}"})
         return ModelRequest(
             model=model,
             system=system,

@@ -42,7 +42,7 @@ from durable_subagents.storage._transcript import INLINE_LIMIT
 from durable_subagents.types import Compaction, Message, ModelRequest, ToolCall, Usage
 
 if TYPE_CHECKING:
-    from durable_subagents.activities._activities import SubagentActivities
+    from durable_subagents.activities._role import ActivityRole
 
 __all__ = ["CONTEXT_WINDOW_EXCEEDED", "compact"]
 
@@ -82,7 +82,7 @@ class _Sizes:
         return total
 
 
-async def compact(acts: SubagentActivities, input: CompactInput) -> CompactResult:
+async def compact(acts: ActivityRole, input: CompactInput) -> CompactResult:
     """Append a compaction point that brings the context near ``COMPACT_TO`` of the window.
 
     Raises:
@@ -201,7 +201,7 @@ def _noted(message: Message, calls: dict[str, ToolCall]) -> Message:
 
 
 async def _summarize(
-    acts: SubagentActivities,
+    acts: ActivityRole,
     provider: ModelProvider,
     model: str,
     input: CompactInput,

@@ -27,12 +27,13 @@ from durable_subagents._payloads import (
 )
 from durable_subagents.activities._workspaces import HeldWorkspace
 from durable_subagents.tools._held import describe
-from durable_subagents.tools._land import Before, Held, apply_held
+from durable_subagents.tools._land import Before, Held
+from durable_subagents.tools._land_held import apply_held
 from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.types import ToolCall
 
 if TYPE_CHECKING:
-    from durable_subagents.activities._activities import SubagentActivities
+    from durable_subagents.activities._role import ActivityRole
 
 __all__ = ["keep", "settle"]
 
@@ -40,7 +41,7 @@ _PREVIEW_CHARS = 400
 
 
 async def keep(
-    acts: SubagentActivities,
+    acts: ActivityRole,
     task_id: str,
     call: ToolCall,
     workspace: HeldWorkspace,
@@ -73,7 +74,7 @@ async def keep(
     )
 
 
-async def _load(acts: SubagentActivities, task_id: str, held: HeldChanges) -> list[Held]:
+async def _load(acts: ActivityRole, task_id: str, held: HeldChanges) -> list[Held]:
     """The held changes an approval names, bytes and all, checked against each other."""
     arguments = json.loads(await acts.store.get(task_id, held.arguments_ref))
     if arguments.get("changes_ref") != held.changes_ref:
@@ -93,7 +94,7 @@ def _listed(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-async def settle(acts: SubagentActivities, input: SettleInput) -> ToolCallResult:
+async def settle(acts: ActivityRole, input: SettleInput) -> ToolCallResult:
     """Apply the held changes a person approved, or drop them; the call's final result.
 
     A retried attempt answers from the record an earlier one wrote; one that died

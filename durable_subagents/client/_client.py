@@ -18,7 +18,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._temporal_config import connect_temporal
+from durable_subagents._connect import connect_temporal
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,

@@ -83,7 +83,7 @@ def info_from(
     created = memo.get("created_at")
     paused = not task_status.terminal
     turns = int(memo.get("turns") or 0)
-    if task_status.terminal and not memo.get("head"):
+    if task_status.terminal and not memo.get("head") and not memo.get(_FROM_ATTRIBUTES):
         # The memo counts a turn from its start; a task that ended with no transcript
         # never had a model answer (it failed, or was stopped, at its first model call).
         turns = 0
@@ -329,7 +329,12 @@ def visible_memo(execution: WorkflowExecution, err: PayloadEncryptionError) -> d
         "parent_id": attrs.get(sa.PARENT),
         "turns": attrs.get(sa.TURNS),
         "description": f"(encrypted with key {err.key_id}, which this client does not hold)",
+        _FROM_ATTRIBUTES: True,
     }
+
+
+_FROM_ATTRIBUTES = "_from_search_attributes"
+"""Marks a memo made of the search attributes: its turns are the task's, head or not."""
 
 
 async def list_task_infos(

@@ -27,15 +27,21 @@ a write.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from durable_subagents.agents._protected import aliases, holds_protected, protected_entry
+from durable_subagents.tools._land_place import (
+    _DIR,
+    Before,
+    _lstat,
+    _Place,
+    _Tree,
+    before_of,
+)
 from durable_subagents.tools._overlay import Entry, changes
 
 __all__ = [
@@ -45,7 +51,6 @@ __all__ = [
     "Held",
     "Hold",
     "Landing",
-    "apply_held",
     "before_of",
     "land",
 ]
@@ -60,27 +65,6 @@ HELD_BYTES = 32 << 20
 _LISTED = 20
 """Paths named per kind of outcome in the model's result; the rest are counted."""
 _SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
-_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_COPY_CHUNK = 1 << 24
-
-
-@dataclass(frozen=True)
-class Before:
-    """A workspace entry's state when a held change was shown: it lands only on this.
-
-    Attributes:
-        kind: ``file``, ``dir``, ``symlink`` or ``other``.
-        inode: Its inode number.
-        ctime_ns: When its status last changed.
-        size: Its size in bytes.
-    """
-
-    kind: str
-    inode: int
-    ctime_ns: int
-    size: int
 
 
 @dataclass
@@ -193,216 +177,6 @@ def link_inside(parts: tuple[str, ...], target: str, workspace: str) -> bool:
 
 def _hidden(parts: tuple[str, ...], hidden: Sequence[tuple[str, ...]]) -> bool:
     return any(parts[: len(h)] == h for h in hidden)
-
-
-# ---------------------------------------------------------------- the workspace side
-
-
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
-def _kind_of(info: os.stat_result) -> str:
-    if stat.S_ISREG(info.st_mode):
-        return "file"
-    if stat.S_ISDIR(info.st_mode):
-        return "dir"
-    if stat.S_ISLNK(info.st_mode):
-        return "symlink"
-    return "other"
-
-
-def before_of(info: os.stat_result | None) -> Before | None:
-    """A workspace entry's state as ``Before`` (None for a missing one)."""
-    if info is None:
-        return None
-    return Before(_kind_of(info), info.st_ino, info.st_ctime_ns, info.st_size)
-
-
-def _temp_name(name: str) -> str:
-    tag = uuid.uuid4().hex[:10]
-    stem = f".{name}.~{tag}"
-    return stem if len(stem.encode("utf-8", "surrogateescape")) <= 255 else f".~{tag}"
-
-
-class _Tree:
-    """Removes workspace entries through descriptors, keeping some.
-
-    Kept: a file or symlink whose status changed since ``since_ns`` (listed in
-    ``changed_kept``), and what ``keep`` claims (a protected entry: held or refused in
-    its own right). A directory that keeps anything stays.
-    """
-
-    def __init__(
-        self,
-        since_ns: int,
-        stop: Callable[[], None],
-        keep: Callable[[tuple[str, ...], os.stat_result], bool] | None = None,
-    ) -> None:
-        self.since_ns = since_ns
-        self.stop = stop
-        self.keep = keep
-        self.changed_kept: list[str] = []
-
-    def changed(self, info: os.stat_result) -> bool:
-        return info.st_ctime_ns > self.since_ns
-
-    def remove(self, dir_fd: int, name: str, info: os.stat_result, parts: tuple[str, ...]) -> bool:
-        """Remove ``name`` at ``parts`` (a whole tree for a directory); False if any was kept."""
-        self.stop()
-        if self.keep is not None and self.keep(parts, info):
-            return False
-        if not stat.S_ISDIR(info.st_mode):
-            if self.changed(info):
-                self.changed_kept.append("/".join(parts))
-                return False
-            os.unlink(name, dir_fd=dir_fd)
-            return True
-        fd = os.open(name, _READ_DIR, dir_fd=dir_fd)
-        kept = False
-        try:
-            with os.scandir(fd) as listing:
-                names = [e.name for e in listing]
-            for child in names:
-                child_info = _lstat(fd, child)
-                if child_info is not None and not self.remove(
-                    fd, child, child_info, (*parts, child)
-                ):
-                    kept = True
-        finally:
-            os.close(fd)
-        if kept:
-            return False
-        try:
-            os.rmdir(name, dir_fd=dir_fd)
-        except OSError as err:
-            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return False  # something was made in it meanwhile
-            raise
-        return True
-
-
-@dataclass
-class _Place:
-    """How entries are placed: their owner, and the check of a stop."""
-
-    owner: tuple[int, int] | None
-    stop: Callable[[], None]
-
-    _devices: dict[int, int] = field(default_factory=dict)
-
-    def movable(self, fd: int, upper_dir: int, parent: int, mode: int) -> bool:
-        """Ready an upper file to be moved into ``parent``; False: copy it instead.
-
-        Only on the same filesystem, and once it carries nothing that must not land:
-        its extended attributes go (overlayfs's own, anything the command set) and
-        its mode loses the set-ID bits.
-        """
-        if self._device(upper_dir) != self._device(parent):
-            return False
-        try:
-            for name in os.listxattr(fd):
-                os.removexattr(fd, name)
-            os.fchmod(fd, mode)
-        except OSError:
-            return False
-        return True
-
-    def _device(self, fd: int) -> int:
-        device = self._devices.get(fd)
-        if device is None:
-            device = self._devices[fd] = os.fstat(fd).st_dev
-        return device
-
-    def chown(self, dir_fd: int, name: str, uid: int, gid: int) -> None:
-        if self.owner is not None:
-            os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-
-    def file_from(
-        self, dir_fd: int, name: str, source_fd: int, mode: int, uid: int, gid: int
-    ) -> None:
-        """Copy ``source_fd`` to ``name`` in one step (a temporary file renamed over it)."""
-        temp = _temp_name(name)
-        fd = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-        )
-        try:
-            try:
-                while True:
-                    self.stop()
-                    if not os.copy_file_range(source_fd, fd, _COPY_CHUNK):
-                        break
-            except OSError as err:
-                if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                os.lseek(source_fd, 0, os.SEEK_SET)
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
-                while chunk := os.read(source_fd, _COPY_CHUNK):
-                    self.stop()
-                    os.write(fd, chunk)
-            source = os.fstat(source_fd)
-            os.utime(fd, ns=(source.st_atime_ns, source.st_mtime_ns))
-            if self.owner is not None:
-                os.fchown(fd, uid, gid)
-            os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-        os.close(fd)
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-    def file_bytes(
-        self, dir_fd: int, name: str, content: bytes, mode: int, uid: int, gid: int
-    ) -> None:
-        """Write ``content`` to ``name`` in one step."""
-        temp = _temp_name(name)
-        fd = os.open(
-            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-        )
-        try:
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.owner is not None:
-                os.fchown(fd, uid, gid)
-            os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-        os.close(fd)
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-    def symlink(self, dir_fd: int, name: str, target: str, uid: int, gid: int) -> None:
-        temp = _temp_name(name)
-        os.symlink(target, temp, dir_fd=dir_fd)
-        try:
-            self.chown(dir_fd, temp, uid, gid)
-            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=dir_fd)
-            raise
-
-    def directory(self, dir_fd: int, name: str, mode: int, uid: int, gid: int) -> int:
-        """Make directory ``name``; a descriptor of it."""
-        os.mkdir(name, mode, dir_fd=dir_fd)
-        fd = os.open(name, _DIR, dir_fd=dir_fd)
-        try:
-            if self.owner is not None:
-                os.chown(f"/proc/self/fd/{fd}", uid, gid)
-            os.chmod(f"/proc/self/fd/{fd}", mode)  # whatever the umask took
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
 
 # ---------------------------------------------------------------- landing a command's changes
@@ -777,117 +551,3 @@ def _enter_dir(
     fd = place.directory(parent, name, mode, entry.uid, entry.gid)
     landing.applied.append(entry.path)
     return fd
-
-
-# ---------------------------------------------------------------- held changes, approved
-
-
-def apply_held(
-    workspace_fd: int,
-    held: Sequence[Held],
-    *,
-    owner: tuple[int, int] | None,
-) -> Landing:
-    """Apply changes a person approved, each only where the workspace is as it was shown.
-
-    Args:
-        workspace_fd: A descriptor of the task's workspace.
-        held: The approved changes, in the order they were held.
-        owner: Owner of what is made (a root worker's tool user); None: the worker's.
-    """
-    landing = Landing()
-    place = _Place(owner, lambda: None)
-    uid, gid = owner if owner is not None else (os.geteuid(), os.getegid())
-    failed: list[str] = []
-    for change in held:
-        if any(change.path == f or change.path.startswith(f + "/") for f in failed):
-            landing.conflicts.append(change.path)
-            continue
-        parts = tuple(change.path.split("/"))
-        try:
-            parent = _open_parents(workspace_fd, parts[:-1])
-        except OSError:
-            landing.conflicts.append(change.path)
-            failed.append(change.path)
-            continue
-        try:
-            if not _apply_change(change, parent, parts[-1], place, uid, gid):
-                landing.conflicts.append(change.path)
-                failed.append(change.path)
-            else:
-                landing.applied.append(change.path)
-        except OSError as err:
-            landing.refused.append((change.path, f"could not be applied ({err.strerror or err})"))
-            failed.append(change.path)
-        finally:
-            os.close(parent)
-    return landing
-
-
-def _open_parents(workspace_fd: int, parts: tuple[str, ...]) -> int:
-    """The workspace directory ``parts``, each step opened without following symlinks."""
-    fd = os.dup(workspace_fd)
-    for part in parts:
-        try:
-            child = os.open(part, _DIR, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = child
-    return fd
-
-
-def _apply_change(change: Held, parent: int, name: str, place: _Place, uid: int, gid: int) -> bool:
-    """Apply one approved change; False if the workspace is no longer as it was shown."""
-    now = _lstat(parent, name)
-    if _already(change, parent, name, now):
-        return True  # an earlier attempt of this decision applied it
-    if change.kind == "dir" and now is not None and stat.S_ISDIR(now.st_mode):
-        if before_of(now) != change.before:
-            return False
-        fd = os.open(name, _DIR, dir_fd=parent)
-        try:
-            os.chmod(f"/proc/self/fd/{fd}", change.mode)
-        finally:
-            os.close(fd)
-        return True
-    if before_of(now) != change.before:
-        return False
-    if change.kind == "delete":
-        if now is not None:
-            tree = _Tree(since_ns=1 << 62, stop=lambda: None)
-            return tree.remove(parent, name, now, tuple(change.path.split("/")))
-        return True
-    if now is not None and stat.S_ISDIR(now.st_mode):
-        return False  # a directory is replaced only by a delete held before
-    if change.kind == "dir":
-        if now is not None:
-            os.unlink(name, dir_fd=parent)
-        os.close(place.directory(parent, name, change.mode, uid, gid))
-    elif change.kind == "symlink":
-        assert change.target is not None
-        place.symlink(parent, name, change.target, uid, gid)
-    else:
-        place.file_bytes(parent, name, change.content or b"", change.mode, uid, gid)
-    return True
-
-
-def _already(change: Held, parent: int, name: str, now: os.stat_result | None) -> bool:
-    """Whether the workspace holds ``change`` already, exactly."""
-    if change.kind == "delete":
-        return now is None
-    if now is None:
-        return False
-    if change.kind == "dir":
-        return stat.S_ISDIR(now.st_mode) and stat.S_IMODE(now.st_mode) == change.mode
-    if change.kind == "symlink":
-        return stat.S_ISLNK(now.st_mode) and os.readlink(name, dir_fd=parent) == change.target
-    content = change.content or b""
-    if not stat.S_ISREG(now.st_mode) or now.st_size != len(content):
-        return False
-    if stat.S_IMODE(now.st_mode) != change.mode:
-        return False
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
-    try:
-        return _read_all(fd, len(content)) == content
-    finally:
-        os.close(fd)

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +45,7 @@ from durable_subagents.tools._limits import (
     rlimit_setter,
 )
 from durable_subagents.tools._overlay import CallOverlay, OverlayUnavailable
+from durable_subagents.tools._preexec import child_setup
 from durable_subagents.tools._sandbox_host import (
     SandboxUnavailable,
     bwrap_executable,
@@ -76,75 +75,6 @@ log = logging.getLogger(__name__)
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ")
 """Worker variables every sandboxed command sees (besides ``PATH`` and ``HOME``)."""
-
-_PR_SET_PDEATHSIG = 1
-
-
-# ---------------------------------------------------------------- processes
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-_prctl = _load_prctl()
-
-
-def _not_inherited(keep: tuple[int, ...]) -> None:
-    """Mark every open descriptor but 0, 1, 2 and ``keep`` close-on-exec."""
-    for listing in ("/proc/self/fd", "/dev/fd"):
-        try:
-            fds = [int(name) for name in os.listdir(listing)]
-        except OSError:
-            continue
-        for fd in fds:
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):  # the listing's own, closed by now
-                    os.set_inheritable(fd, False)
-        return
-
-
-def _preexec(
-    parent: int,
-    setup: list[Callable[[], None]],
-    run_as: tuple[int, int] | None = None,
-    keep: tuple[int, ...] = (),
-    confine: Callable[[], None] | None = None,
-) -> Callable[[], None]:
-    """Run in the forked child: descriptors, cgroup, rlimits, tool user, death signal.
-
-    Every descriptor but the standard streams and ``keep`` is marked close-on-exec first,
-    whatever the event loop's spawn left inheritable (uvloop's leaves sockets and pipes
-    of the worker's open across the exec). Marked, not closed: the loop's spawn still
-    uses some of them after this runs (to set up the child's standard streams). The
-    user changes last but one: joining the call's cgroup needs the worker's rights, and
-    a change of user clears the parent-death signal, which is therefore set after.
-    """
-    prctl = _prctl
-
-    def preexec() -> None:
-        _not_inherited(keep)
-        for step in setup:
-            step()
-        if run_as is not None:
-            uid, gid = run_as
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        if confine is not None:  # as the user, and before the death signal it clears
-            confine()
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os._exit(137)
-
-    return preexec
 
 
 class SandboxedProcess:
@@ -419,7 +349,7 @@ def _prepare(
         keep = (stage.workspace_fd, stage.overlay.fd, *pass_fds)
     else:
         command = list(argv)
-    preexec = _preexec(os.getpid(), setup, run_as, keep, cgroup.confine)
+    preexec = child_setup(os.getpid(), setup, run_as, keep, cgroup.confine)
     return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started)
 
 

@@ -24,9 +24,9 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
+from durable_subagents._connect import connect_temporal
 from durable_subagents._metrics import Labels
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
-from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
 from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
@@ -136,6 +136,7 @@ def worker_setup(
         context_window=settings.context_window,
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
+        tool_images=settings.tool_images,
         prompt_cache_key=settings.prompt_cache_key,
         notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),

@@ -68,12 +68,10 @@ class Deployment:
         for worker in self.workers:
             worker.close()
 
-    async def stop_first(self) -> float:
-        """SIGTERM worker a; return when it was sent."""
+    async def stop_first(self) -> None:
+        """Start worker b, then SIGTERM worker a."""
         await self.workers[1].start()
-        sent = time.monotonic()
         self.workers[0].signal(signal.SIGTERM)
-        return sent
 
     async def history(self, task_id: str) -> list[Any]:
         handle = self.temporal.get_workflow_handle(task_id)
@@ -122,19 +120,18 @@ async def test_sigterm_during_a_long_model_turn_hands_it_to_the_next_worker(
             await ops.workers[0].start()
             task_id = await ops.client.spawn_task("explore", "drain me", model=MODEL)
             await wait_for(lambda: len(srv.requests) >= 2, "turn 2 to start")
-            sent = await ops.stop_first()
+            await ops.stop_first()
             info = await ops.client.check_task(task_id, wait=True, timeout=60)
-            took = time.monotonic() - sent
             code = await asyncio.to_thread(ops.workers[0].proc.wait, 30)  # type: ignore[union-attr]
         finally:
             ops.close()
     assert info.status == TaskStatus.COMPLETED, info
     assert info.result == "answered by the second worker"
-    assert took < DRAIN + 5, f"the task finished {took:.1f} s after SIGTERM"
     assert code == 128 + signal.SIGTERM
     # Turn 1 was recorded before the SIGTERM: never sent again; turn 2 twice.
     assert [turn_of(r) for r in srv.requests] == [1, 2, 2]
-    # (the history keeps the last attempt of each activity, with the failure before it)
+    # (the history keeps the last attempt of each activity, with the failure before it):
+    # handed back at the drain's end, not timed out by the server.
     turns = started_attempts(await ops.history(task_id), "model_turn")
     assert [attempt for attempt, _ in turns] == [1, 2]
     handed = turns[-1][1]
@@ -159,24 +156,24 @@ async def test_a_model_turn_that_ends_within_the_drain_is_not_repeated(
             await ops.workers[0].start()
             task_id = await ops.client.spawn_task("explore", "drain me", model=MODEL)
             await wait_for(lambda: len(srv.requests) >= 2, "turn 2 to start")
-            sent = await ops.stop_first()
+            await ops.stop_first()
             streaming = srv.completed_streams == 1  # turn 1's only
             info = await ops.client.check_task(task_id, wait=True, timeout=60)
-            took = time.monotonic() - sent
         finally:
             ops.close()
     assert streaming, "turn 2 ended before the SIGTERM: the test proves nothing"
     assert info.status == TaskStatus.COMPLETED, info
     assert [turn_of(r) for r in srv.requests] == [1, 2, 3]
+    # Turn 2 ended on the draining worker: one stream each, none cut off.
     assert srv.outcomes == ["200", "200", "200"] and srv.disconnects == 0
-    assert took < drain, f"the task finished {took:.1f} s after SIGTERM"
 
 
 async def test_sigterm_during_a_long_tool_call_hands_it_back_at_once(
     dev_server: DevServer, temporal_client: Client, tmp_path: Path
 ) -> None:
-    """The call's second attempt starts about the drain after the SIGTERM, not after the
-    tool heartbeat timeout (10 s); the killed attempt's command never finishes."""
+    """The call is handed back at the drain's end (its second attempt follows a
+    ``WorkerShutdown`` failure, not the tool heartbeat timeout); the killed attempt's
+    command never finishes."""
     async with FakeOpenAIServer() as srv:
         ops = Deployment(tmp_path, dev_server, temporal_client, srv)
         sleep = unique_sleep(600)
@@ -188,15 +185,13 @@ async def test_sigterm_during_a_long_tool_call_hands_it_back_at_once(
             task_id = await ops.client.spawn_task("general", "drain a tool", model=MODEL)
             await wait_for(lambda: processes_matching(sleep), "the command to start")
             first = set(processes_matching(sleep))
-            sent = await ops.stop_first()
-            await wait_for(lambda: set(processes_matching(sleep)) - first, "the second attempt", 20)
-            restarted = time.monotonic() - sent
+            await ops.stop_first()
+            await wait_for(lambda: set(processes_matching(sleep)) - first, "the second attempt")
             # killed with its worker, long before its sleep could end
             await wait_for(lambda: not first & set(processes_matching(sleep)), "the first to die")
             await ops.client.cancel_task(task_id)  # no need to wait out the sleep
         finally:
             ops.close()
-    assert restarted < DRAIN + 3, f"the call restarted {restarted:.1f} s after SIGTERM"
     # The handed-back attempt's "start" was dropped with it; the cancelled retry's landed.
     assert (ops.workspace / "side.txt").read_text() == "start\n"
     calls = started_attempts(await ops.history(task_id), "run_tool")

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from durable_subagents import AgentSpec, TaskEvent
+from durable_subagents._payloads import ACTIVITY_OPTIONS_ACTIVITY
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.providers import (
     clear_provider_cache,
@@ -74,7 +75,7 @@ class Attempt:
 
 
 async def activity_runs(temporal: Client, task_id: str) -> list[Attempt]:
-    """Every activity of the task, from its history; a local activity from its marker.
+    """Every step's activity of the task, from its history; a local one from its marker.
 
     Temporal writes an activity's started event once, for the attempt that ended it,
     with the failure of the attempt before.
@@ -87,6 +88,8 @@ async def activity_runs(temporal: Client, task_id: str) -> list[Attempt]:
             marker = e.marker_recorded_event_attributes
             if marker.marker_name == "core_local_activity":
                 data = converter.from_payload(marker.details["data"].payloads[0], dict)
+                if data["activity_type"] == ACTIVITY_OPTIONS_ACTIVITY:
+                    continue  # the worker's settings, asked once: no step of the task
                 runs.append(Attempt(data["activity_type"], data["attempt"], "", "", local=True))
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name

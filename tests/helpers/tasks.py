@@ -1,10 +1,13 @@
-"""Scripting a task's model, and readying a workspace for the tool user."""
+"""Scripting a task's model, readying a workspace for the tool user, seeing a turn run."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
 
 from durable_subagents.testing import workspace_for_tools
 
@@ -34,3 +37,13 @@ def script(*turns: dict[str, Any], repeat: int | None = None, final: str | None 
         if final is not None:
             body["final"] = final
     return "scripted:" + json.dumps(body)
+
+
+async def model_turn_started(temporal: Client, task_id: str) -> bool:
+    """Whether a worker has started a model turn of ``task_id`` that has not ended."""
+    desc = await temporal.get_workflow_handle(task_id).describe()
+    return any(
+        a.activity_type.name == "model_turn"
+        and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for a in desc.raw_description.pending_activities
+    )

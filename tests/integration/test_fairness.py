@@ -7,7 +7,6 @@ activities inherit it). On a server with fairness (``matching.enableFairness``, 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,8 @@ TURN = 0.25
 """Seconds each model turn takes; the worker runs one at a time."""
 
 
-async def b_waits(server: DevServer, settings: Settings) -> tuple[float, int]:
-    """Seconds orchestrator B's one task took, and how many of A's finished before it."""
+async def b_waits(server: DevServer, settings: Settings) -> int:
+    """How many of orchestrator A's tasks finished before B's one task."""
     temporal = await connect_client(server.address, server.namespace)
     local = settings.model_copy(update={"address": server.address})
     client = SubagentClient(temporal, task_queue=local.task_queue, blob_store=local.blob_store())
@@ -36,10 +35,8 @@ async def b_waits(server: DevServer, settings: Settings) -> tuple[float, int]:
             await client.spawn_task("explore", f"part {i}", parent_id="orchestrator-a", model=turn)
             for i in range(SWARM)
         ]
-        started = time.monotonic()
         lone = await client.spawn_task("explore", "mine", parent_id="orchestrator-b", model=turn)
         info = await client.check_task(lone, wait=True, timeout=120)
-        waited = time.monotonic() - started
         described = await temporal.get_workflow_handle(lone).describe()
         key = described.raw_description.workflow_execution_info.priority.fairness_key
         assert key == "orchestrator-b"
@@ -53,7 +50,7 @@ async def b_waits(server: DevServer, settings: Settings) -> tuple[float, int]:
         )
         await client.wait_tasks(swarm, timeout=120)
     assert info.status == TaskStatus.COMPLETED
-    return waited, before
+    return before
 
 
 @pytest.mark.parametrize("fair", [True, False], ids=["fairness", "fifo"])
@@ -67,11 +64,10 @@ async def test_a_swarm_does_not_starve_another_orchestrators_task(
     async with DevServer(
         port=free_port(), ui=False, db=tmp_path / "t.db", dynamic_config=config
     ) as server:
-        waited, before = await b_waits(server, settings)
+        before = await b_waits(server, settings)
     if fair:
-        # B's turn is dispatched among A's, not after them all (measured: ~1.2 s, 6 of 16).
-        assert waited < SWARM * TURN / 2, waited
+        # B's turn is dispatched among A's, not after them all (measured: 6 of 16).
         assert before < SWARM / 2, before
     else:
-        # The control: first in, first out, B waits for the whole swarm (~4.4 s).
+        # The control: first in, first out, B waits for the whole swarm.
         assert before == SWARM, before

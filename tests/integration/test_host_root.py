@@ -37,7 +37,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.missing import missing
-from ..helpers.tasks import TOOL_USER, give_to_tool_user, script
+from ..helpers.tasks import TEST_MODELS, TOOL_USER, give_to_tool_user, script
 
 WORKER_USER = (10002, 10002)
 """The unprivileged worker's user (a process of its own when the suite runs as root)."""
@@ -100,6 +100,7 @@ async def attacked(
             "HOME": str(home),
             "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir),
             "SUBAGENTS_DATA_DIR": str(tmp_path / "data"),
+            **TEST_MODELS,
         },
         cwd=home,
         stdin=subprocess.DEVNULL,

@@ -30,6 +30,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.attacks import bash, call, run_attack, tool_outputs
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import give_to_tool_user, script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,13 +87,16 @@ async def test_another_tasks_workspace_blobs_and_processes_are_invisible(
     (workspace / "a").mkdir()
     (workspace / "b").mkdir()
     victim_prompt = f"victim-prompt-{uuid.uuid4().hex}"
+    victim_sleep = unique_sleep(600)
     victim = await client.spawn_task(
         "general",
         victim_prompt,
-        model=script(bash("echo victim-file-secret > secret.txt; sleep 20"), {"text": "done"}),
+        model=script(
+            bash(f"echo victim-file-secret > secret.txt; {victim_sleep}"), {"text": "done"}
+        ),
         workspace="a",
     )
-    await asyncio.sleep(1.5)  # the victim's command runs now
+    await wait_for(lambda: bool(processes_matching(victim_sleep)), what="the victim's command")
     blob_dir = settings.resolved_blob_dir
     attacker, outputs = await run_attack(
         client,
@@ -107,11 +111,13 @@ async def test_another_tasks_workspace_blobs_and_processes_are_invisible(
     )
     assert "victim-file-secret" not in "\n".join(outputs)
     assert victim_prompt not in outputs[0].replace(f"grep -rl {victim_prompt}", "")
-    assert "sleep 20" not in outputs[0]  # the victim's process is not visible
+    assert processes_matching(victim_sleep), "the victim's command ended before the attack"
+    assert victim_sleep.split()[1] not in outputs[0]  # the victim's process is not visible
     assert "outside the workspace root" in outputs[1]
     assert "outside the workspace root" in outputs[2]
     await client.cancel_task(victim)
     assert attacker
+    await wait_for(lambda: not processes_matching(victim_sleep), what="the victim's command to end")
 
 
 async def test_blob_store_inside_the_workspace_is_still_hidden(
@@ -417,25 +423,42 @@ async def test_resource_limits_hold(
     limited = settings.model_copy(
         update={"tool_max_processes": 64, "tool_max_memory_mb": 256, "tool_max_file_mb": 8}
     )
-    async with create_worker(temporal_client, limited):
-        _, outputs = await run_attack(
-            client,
-            {
-                "tool_calls": [
-                    {
-                        "name": "bash",
-                        "arguments": {
-                            "command": "for i in $(seq 1500); do sleep 5 & done 2>/dev/null; "
-                            "ls /proc | grep -c '^[0-9]'",
-                            "timeout": 4,
-                        },
-                    }
-                ]
-            },
-            bash("python3 -c 'x = bytearray(1 << 30); print(len(x))' 2>&1 | tail -1"),
-            bash("head -c 100000000 /dev/zero > big; stat -c %s big"),
-        )
-    # The fork loop either ends (retries exhausted) or times out: never 1,500 processes.
+    forked = unique_sleep(5)
+    peak = 0
+
+    async def count_forks() -> None:
+        # Each fork lives five seconds, so a count above the limit would be seen for
+        # seconds by a look every 50 ms, whether the loop ends or its call times out.
+        nonlocal peak
+        while True:
+            peak = max(peak, len(processes_matching(forked)))
+            await asyncio.sleep(0.05)
+
+    counting = asyncio.create_task(count_forks())
+    try:
+        async with create_worker(temporal_client, limited):
+            _, outputs = await run_attack(
+                client,
+                {
+                    "tool_calls": [
+                        {
+                            "name": "bash",
+                            "arguments": {
+                                "command": f"for i in $(seq 1500); do {forked} & done 2>/dev/null; "
+                                "ls /proc | grep -c '^[0-9]'",
+                                "timeout": 4,
+                            },
+                        }
+                    ]
+                },
+                bash("python3 -c 'x = bytearray(1 << 30); print(len(x))' 2>&1 | tail -1"),
+                bash("head -c 100000000 /dev/zero > big; stat -c %s big"),
+            )
+    finally:
+        counting.cancel()
+    # The fork loop ran, and never had more than the limit at once (its call either ends
+    # with the count it saw or times out while bash retries the refused forks).
+    assert 0 < peak <= 64, peak
     if not outputs[0].startswith("command timed out"):
         assert int(outputs[0].split()[0]) <= 64
     assert "MemoryError" in outputs[1]
@@ -456,10 +479,7 @@ async def test_cancel_still_kills_everything_the_attacker_started(
             bash(f"(setsid nohup sleep {tag} &) ; nohup sleep {tag} & wait"), {"text": "d"}
         ),
     )
-    deadline = asyncio.get_running_loop().time() + 15
-    while not _sleepers(tag):
-        assert asyncio.get_running_loop().time() < deadline, "the attack never started"
-        await asyncio.sleep(0.1)
+    await wait_for(lambda: bool(_sleepers(tag)), what="the attack to start")
     info = await client.cancel_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.CANCELLED
     deadline = asyncio.get_running_loop().time() + 5

@@ -82,6 +82,7 @@ class Api:
     url: str
     session: aiohttp.ClientSession
     prefix: str
+    inbox: Inbox
 
     async def call(
         self,
@@ -130,7 +131,7 @@ async def api(
         InboxServer(inbox, tokens(prefix), port=0, origins=[ORIGIN]) as server,
         aiohttp.ClientSession() as session,
     ):
-        yield Api(server.url, session, prefix)
+        yield Api(server.url, session, prefix, inbox)
 
 
 async def paused(client: SubagentClient, task_id: str) -> Any:
@@ -372,20 +373,27 @@ async def test_tokens_cors_and_errors(api: Api, client: SubagentClient, caplog: 
 
 
 async def test_the_long_poll_answers_when_the_inbox_changes(
-    api: Api, client: SubagentClient
+    api: Api, client: SubagentClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     view = await inbox_of(api, want=0)
+    polling = asyncio.Event()
+    wait = api.inbox.wait
+
+    async def seen_wait(*args: Any, **kwargs: Any) -> Any:
+        polling.set()
+        return await wait(*args, **kwargs)
+
+    monkeypatch.setattr(api.inbox, "wait", seen_wait)
     waiting = asyncio.ensure_future(api.call("GET", f"/api/inbox?wait=30&since={view['version']}"))
-    await asyncio.sleep(0.5)
+    await asyncio.wait_for(polling.wait(), CEILING)  # the server holds the request
     assert not waiting.done()
     task_id = await client.spawn_task(
         "careful", "ask", model=script(bash("echo hi"), {"text": "x"})
     )
-    started = time.monotonic()
+    # Answered well before its own timeout (30 s): by the change.
     status, changed, _ = await asyncio.wait_for(waiting, 20)
     assert status == 200 and changed["version"] != view["version"]
     assert [e["task"]["id"] for e in changed["entries"]] == [task_id]
-    assert time.monotonic() - started < 10
     # Nothing changes: it answers at its timeout with the same version.
     started = time.monotonic()
     status, same, _ = await api.call("GET", f"/api/inbox?wait=1&since={changed['version']}")
@@ -424,7 +432,7 @@ async def test_encrypted_payloads_are_read_by_the_server_holding_the_key(
         InboxServer(inbox, tokens("x"), port=0) as server,
         aiohttp.ClientSession() as session,
     ):
-        api = Api(server.url, session, "x")
+        api = Api(server.url, session, "x", inbox)
         task_id = await client.spawn_task(
             "careful", "secret", model=script(bash("echo top secret"), {"text": "x"})
         )

@@ -12,12 +12,12 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskEvent, TaskStatus
-from durable_subagents._live_text import LIVE_TEXT_LIMIT
+from durable_subagents._live_text import LIVE_TEXT_LIMIT, parse_live
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from ..helpers import CEILING
+from ..helpers import CEILING, eventually
 from ..helpers.cli import CLI, _env
 from ..helpers.providers import (
     MODELS,
@@ -35,6 +35,17 @@ async def turn_open(temporal: Client, task_id: str) -> bool:
     return any(
         p.activity_type.name == "model_turn" for p in desc.raw_description.pending_activities
     )
+
+
+async def words_heartbeated(temporal: Client, task_id: str) -> int:
+    """Words of the open turn's text that its heartbeats have carried so far."""
+    desc = await temporal.get_workflow_handle(task_id).describe()
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name == "model_turn" and pending.heartbeat_details.payloads:
+            [details] = await temporal.data_converter.decode(pending.heartbeat_details.payloads)
+            live = parse_live(details)
+            return 0 if live is None else len(live.text.split())
+    return 0
 
 
 async def watch_until_closed(client: SubagentClient, task_id: str) -> list[TaskEvent]:
@@ -68,7 +79,11 @@ async def test_a_late_watcher_gets_the_text_so_far(
     client: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
     task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 8}))
-    await asyncio.sleep(3)
+
+    async def four_words_heartbeated() -> bool:
+        return await words_heartbeated(temporal_client, task_id) >= 4
+
+    await eventually(four_words_heartbeated, "four words in the turn's heartbeats")
     assert await turn_open(temporal_client, task_id)
     stream = client.watch(task_id).__aiter__()
     first = await anext(stream)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer, load_mcp_config
 from durable_subagents.tools.mcp._sessions import (
     CANCEL_GRACE,
@@ -97,7 +98,7 @@ async def whoami(servers: McpServers, server: str, workspace: Path) -> dict[str,
 async def still_serves(servers: McpServers, workspace: Path) -> None:
     """The well-behaved server beside a hostile one answers."""
     result = await call(servers, "good", "echo", workspace, text="still here")
-    assert result == McpResult(text="still here", is_error=False, images=0)
+    assert result == McpResult(text="still here", is_error=False)
 
 
 # ---------------------------------------------------------------- real servers
@@ -194,7 +195,7 @@ async def test_http_server_takes_the_bearer_token_from_the_configuration(
             names = {t.name for t in await servers.list_tools("notes", workspace, fd)}
         assert names == {"add", "hello"}
         result = await call(servers, "notes", "add", workspace, a=2, b=3)
-        assert result == McpResult(text="5", is_error=False, images=0)
+        assert result == McpResult(text="5", is_error=False)
         # a second workspace shares the server's one session
         result = await call(servers, "notes", "hello", tmp_path, name="Ada")
         assert result.text == "hello, Ada"
@@ -326,8 +327,10 @@ async def test_results_as_text_for_the_model(workspace: Path) -> None:
         failed = await call(servers, "good", "fails", workspace)
         big = await call(servers, "good", "big", workspace)
         unknown = await call(servers, "good", "no_such_tool", workspace)
-    assert media.images == 2
-    assert media.text.startswith("a picture:\n[image (image/png) left out")
+    assert media.images == [] and media.left_out == 2
+    assert media.text.startswith(
+        "a picture:\n[image (image/png) left out: not a readable PNG image]"
+    )
     assert "[audio (audio/wav) left out" in media.text
     assert "[resource link x.txt: file:///tmp/x.txt]" in media.text
     assert structured == McpResult(text='{"answer":42,"list":[1,2]}', is_error=False)
@@ -338,6 +341,33 @@ async def test_results_as_text_for_the_model(workspace: Path) -> None:
     assert "[... 70000 characters truncated ...]" in big.text
     assert unknown.is_error
     assert "Unknown tool: no_such_tool" in unknown.text
+
+
+async def test_images_a_model_may_be_shown_and_notes_for_the_others(workspace: Path) -> None:
+    async with mcp_servers(script_server("good")) as servers:
+        good = await call(servers, "good", "picture", workspace, text="7")
+        bad = await call(servers, "good", "bad-pictures", workspace)
+        with pytest.raises(McpUnavailable, match="longer than 4 MiB"):  # bounded before read
+            await call(servers, "good", "huge-picture", workspace)
+    assert [i.media_type for i in good.images] == ["image/png", "image/gif"]
+    assert good.images[0].data.startswith(b"\x89PNG") and good.images[1].data[:6] == b"GIF89a"
+    assert good.text == (
+        "two pictures:\n"
+        f"[image 1: image/png, {len(good.images[0].data):,} bytes]\n"
+        f"[image 2: image/gif, {len(good.images[1].data):,} bytes]"
+    )
+    # the bytes decide a type, never the server's word (these PNGs say image/jpeg)
+    assert [i.media_type for i in bad.images] == ["image/png"] * 4
+    assert [image_size(i.data, i.media_type) for i in bad.images] == [(w, 1) for w in range(1, 5)]
+    lines = bad.text.splitlines()
+    assert lines[1] == (
+        "[image (image/svg+xml) left out: not an image of a type models take "
+        "(image/png, image/jpeg, image/gif, image/webp)]"
+    )
+    assert lines[2] == "[image (image/png) left out: not valid base64]"
+    assert lines[3] == "[image (image/png) left out: 9000x1 pixels, over 8000 a side]"
+    assert lines[8:] == ["[image (image/jpeg) left out: more than 4 images in one result]"] * 2
+    assert bad.left_out == 5 and not bad.is_error
 
 
 # ---------------------------------------------------------------- hostile servers

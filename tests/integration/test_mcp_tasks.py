@@ -8,7 +8,9 @@ call when the task is cancelled, and keeps hostile servers and models contained.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +26,8 @@ from temporalio.client import Client
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
 from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
+from durable_subagents.testing import FakeReply, free_port
+from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
 from durable_subagents.worker import create_worker
@@ -38,6 +42,7 @@ from ..helpers.mcp_servers import (
     script_server,
     write_config,
 )
+from ..helpers.metrics import running_worker, scrape, value
 from ..helpers.processes import worker_process
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import give_to_tool_user, script
@@ -169,6 +174,219 @@ async def test_real_servers_through_each_wire_with_an_agent_spec(
     assert http_server.token not in history and "PYTHONPATH" not in history
 
 
+# ---------------------------------------------------------------- images
+
+
+def wire_images(body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """The images a model request carries, as (media type, bytes), in either API's shape."""
+    found = []
+    for message in body["messages"]:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if block["type"] == "image_url":
+                head, _, data = block["image_url"]["url"].partition(",")
+                media_type = head.removeprefix("data:").removesuffix(";base64")
+                found.append((media_type, base64.b64decode(data)))
+            for part in block.get("content", []) if block["type"] == "tool_result" else []:
+                if isinstance(part, dict) and part["type"] == "image":
+                    source = part["source"]
+                    found.append((source["media_type"], base64.b64decode(source["data"])))
+    return found
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_images_from_a_server_reach_the_model_through_each_wire(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json",
+        {"shots": script_server("shots"), "hostile": script_server("hostile")},
+    )
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots", "mcp__hostile"], permission_mode="dont_ask"
+    )
+    async with model_api(monkeypatch, kind) as srv:
+        srv.add_reply(
+            tool_calls=[
+                call("mcp__shots__picture", text="5"),
+                call("mcp__shots__bad-pictures"),
+                call("mcp__hostile__huge-picture"),
+            ]
+        )
+        srv.add_reply(tool_calls=[call("mcp__shots__echo", text="again")])
+        srv.add_reply(text="A grey line.")
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            events = [e async for e in client.watch(task_id)]
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "A grey line."
+    assert srv.outcomes == ["200", "200", "200"]  # the fake API took every request's shape
+    first, second, third = srv.requests
+    assert wire_images(first) == []
+    shown = wire_images(second)
+    assert [t for t, _ in shown] == ["image/png", "image/gif"] + ["image/png"] * 4
+    png = shown[0][1]
+    assert png.startswith(b"\x89PNG") and image_size(png, "image/png") == (5, 1)
+    assert wire_images(third) == shown  # still in the context a turn later
+    picture, bad, huge = tool_results(second)[:3]
+    assert "[image 1: image/png" in picture and "[image 2: image/gif" in picture
+    assert "left out: not valid base64" in bad and "left out: 9000x1 pixels" in bad
+    assert "MCP server 'hostile' is unavailable" in huge and "longer than 4 MiB" in huge
+    if kind == "openai":  # a tool message takes only text: the images follow in a user's
+        assert "[its images follow in the next message]" in picture
+        assert [m["role"] for m in second["messages"][-4:]] == ["tool", "tool", "tool", "user"]
+    # what is recorded and shown names the images; their bytes stay in the blob store
+    encoded = base64.b64encode(png).decode()
+    history = json.dumps(
+        [str(e) async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()]
+    )
+    assert encoded not in history
+    watched = json.dumps([e.model_dump(mode="json") for e in events])
+    assert encoded not in watched and "base64" not in watched
+    assert any(e.kind == "tool_finished" and e.tool == "mcp__shots__picture" for e in events)
+    [result] = [
+        m for m in await client.get_transcript(task_id) if m.tool_name == "mcp__shots__picture"
+    ]
+    assert [(i.media_type, i.data) for i in result.images] == [("image/png", ""), ("image/gif", "")]
+    assert result.images[0].size == len(png)
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_task_whose_images_outgrow_its_window_compacts_them_away(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight results of two images each (about 3,200 tokens a result) in a 12,000-token
+    window: compaction turns older results into notes, their images with them, and the
+    summary call is sent no image."""
+    window = 12_000
+    config = write_config(tmp_path / "servers.json", {"shots": script_server("shots")})
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots"], permission_mode="dont_ask", context_window=window
+    )
+    pictures = 8
+    asked = []
+
+    def respond(body: dict[str, Any]) -> FakeReply:
+        if not body.get("tools"):  # a summary call offers no tools
+            return FakeReply(text="The agent looked at several grey lines.")
+        if len(asked) < pictures:
+            asked.append(len(asked))
+            return FakeReply(tool_calls=[call("mcp__shots__picture", text=str(len(asked)))])
+        return FakeReply(text="Eight grey lines.")
+
+    async with model_api(monkeypatch, kind, context_window=window, responder=respond) as srv:
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "Eight grey lines."
+    assert info.compactions >= 1
+    assert set(srv.outcomes) == {"200"}  # never over the window, every shape taken
+    turns = [b for b in srv.requests if b.get("tools")]
+    summaries = [b for b in srv.requests if not b.get("tools")]
+    assert all(wire_images(b) == [] for b in summaries)
+    last = turns[-1]
+    assert 0 < len(wire_images(last)) < 2 * pictures  # the latest kept, the older noted
+    assert "[compacted: its output of this mcp__shots__picture call" in json.dumps(last)
+    assert max(srv.prompt_tokens(b) for b in srv.requests) <= window
+
+
+async def test_a_worker_that_sends_no_images_names_them_in_the_text(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"shots": script_server("shots")})
+    client.agents["looker"] = AgentSpec(
+        name="looker", tools=["mcp__shots"], permission_mode="dont_ask"
+    )
+    async with model_api(monkeypatch, "openai") as srv:
+        srv.add_reply(tool_calls=[call("mcp__shots__picture", text="5")])
+        srv.add_reply(text="I was told of two images.")
+        worker_settings = settings.model_copy(
+            update={"mcp_config": str(config), "tool_images": False}
+        )
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("looker", "look", model=MODELS["openai"])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    second = srv.requests[1]
+    assert wire_images(second) == [] and second["messages"][-1]["role"] == "tool"
+    [picture] = tool_results(second)
+    assert picture.startswith("two pictures:\n[image 1: image/png, ") and "follow" not in picture
+
+
+# ---------------------------------------------------------------- where people look
+
+
+async def test_an_mcp_call_is_shown_by_server_and_tool_and_counted_per_server(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"good": script_server("good")})
+    client.agents["any"] = AgentSpec(name="any", tools=["mcp__good"], permission_mode="dont_ask")
+    model = script(
+        {"tool_calls": [call("mcp__good__echo", text="hi")]},
+        {"tool_calls": [call("mcp__good__fails")]},
+        {"text": "ok"},
+    )
+    worker_settings = settings.model_copy(
+        update={"mcp_config": str(config), "metrics_port": free_port()}
+    )
+    async with running_worker(worker_settings) as base:
+        task_id = await client.spawn_task("any", "echo", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        scraped = await scrape(base)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    # the Web UI's summary of each call's activity
+    converter = temporal_client.data_converter.payload_converter
+    summaries = [
+        converter.from_payload(e.user_metadata.summary, str)
+        async for e in temporal_client.get_workflow_handle(task_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == RUN_TOOL_ACTIVITY
+    ]
+    assert summaries == ['mcp__good__echo · {"text": "hi"}', "mcp__good__fails · {}"]
+    # watch shows them as it shows any call
+    calls = [
+        (e.kind, e.tool, e.summary)
+        async for e in client.watch(task_id)
+        if e.kind in ("tool_started", "tool_finished")
+    ]
+    assert calls == [
+        ("tool_started", "mcp__good__echo", summaries[0]),
+        ("tool_finished", "mcp__good__echo", summaries[0]),
+        ("tool_started", "mcp__good__fails", summaries[1]),
+        ("tool_finished", "mcp__good__fails", summaries[1]),
+    ]
+    # metrics: a server's calls and errors
+    calls_metric = "subagents_tool_calls"
+    assert value(scraped, calls_metric, server="good", outcome="ok") == 1
+    assert value(scraped, calls_metric, server="good", outcome="error") == 1
+    assert value(scraped, calls_metric, tool="mcp__good__fails", outcome="error") == 1
+
+
 # ---------------------------------------------------------------- approvals
 
 
@@ -255,6 +473,61 @@ async def test_git_commit_approved_after_a_sigkill_while_paused_runs_once(
             w.close()
     assert done.status == TaskStatus.COMPLETED, done.error
     assert commits(workspace) == ["From MCP"]
+
+
+@pytest.mark.parametrize("on_interrupted", ["report", "rerun"])
+async def test_an_approved_commit_a_sigkill_cuts_off_runs_at_most_once_or_again_if_asked(
+    on_interrupted: str,
+    client: SubagentClient,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """The worker dies while an approved side-effecting call runs (a commit that takes
+    its time, counted on disk; ``git_commit`` itself is over too soon to be caught).
+    ``report`` (the default): the next worker tells the model, and the commit happened
+    once. ``rerun``: the next worker runs it again."""
+    markers = tmp_path / "marks"
+    markers.mkdir()
+    markers.chmod(0o777)
+    config = write_config(
+        tmp_path / "servers.json", {"repo": script_server("repo", "good", markers)}
+    )
+    spec = AgentSpec(name="committer", tools=["mcp__repo__commit"])
+    if on_interrupted == "rerun":
+        spec = spec.model_copy(update={"on_interrupted": "rerun"})
+    client.agents["committer"] = spec
+    model = script({"tool_calls": [call("mcp__repo__commit", text="300")]}, {"text": "carried on"})
+    env = {"SUBAGENTS_MCP_CONFIG": str(config)}
+    workers = [worker_process(settings, workspace, tmp_path / "worker.log", env)]
+    try:
+        await workers[0].start()
+        task_id = await client.spawn_task("committer", "commit", model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert paused.status == TaskStatus.PAUSED, paused.error
+        assert [p.tool_name for p in paused.pending_approvals] == ["mcp__repo__commit"]
+        assert not (markers / "commits").exists()  # nothing ran before the decision
+        await client.approve(task_id)
+        [mark] = await eventually(lambda: list(markers.glob("commit-*")), "the commit to run")
+        pid = int(mark.read_text())
+        workers[0].kill()
+        await eventually(lambda: not alive(pid), "the server to die with its worker")
+        workers.append(worker_process(settings, workspace, tmp_path / "worker.log", env))
+        await workers[1].start()
+        done = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        for w in workers:
+            w.close()
+    assert done.status == TaskStatus.COMPLETED, done.error
+    assert done.result == "carried on"
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    runs = (markers / "commits").read_text().splitlines()
+    if on_interrupted == "report":
+        assert len(runs) == 1
+        assert result.is_error and "mcp__repo__commit was interrupted" in result.content
+    else:
+        assert len(runs) == 2 and runs[0] != runs[1]  # again, by a server of the new worker
+        assert not result.is_error and result.content == "committed"
 
 
 def _cmdline(pid: int) -> str:
@@ -484,6 +757,26 @@ def test_subagents_tools_lists_each_servers_tools_and_what_cannot_be_offered(
     assert not any(name.startswith("mcp__broken") for name in rows)
     assert "MCP server 'broken'" in proc.stderr and "exited with status 3" in proc.stderr
     assert "fatal: no such database: prod" in proc.stderr
+
+
+def test_subagents_tools_shows_a_hostile_description_as_inert_text(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    workspace = give_to_tool_user(tmp_path / "ws")
+    config = write_config(
+        tmp_path / "servers.json", {"liar": script_server("liar", "lying-descriptions")}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "tools",
+         "--workspace", str(workspace), "--mcp-config", str(config)],
+        capture_output=True, text=True, timeout=CEILING, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "mcp__liar__echo" in proc.stdout
+    # The escapes and the override are shown as marked escapes, not sent to the terminal;
+    # the markup is printed as the text it is.
+    for raw in ("\x1b", "\u202e", "\x07"):
+        assert raw not in proc.stdout + proc.stderr
+    assert "\\x1b[2J" in proc.stdout and "Safe read-only tool." in proc.stdout
 
 
 async def test_a_call_a_sigkill_cut_off_is_reported_not_run_again(

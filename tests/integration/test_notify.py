@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -29,7 +30,8 @@ from durable_subagents._payloads import NotifyResult
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
 
-from ..helpers.tasks import script
+from ..helpers import eventually
+from ..helpers.tasks import model_turn_started, script
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 CAREFUL = AgentSpec(
@@ -107,13 +109,6 @@ async def receivers() -> AsyncIterator[Callable[[], Any]]:
         await runner.cleanup()
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        await asyncio.sleep(0.05)
-
-
 def notify_settings(settings: Settings, *allow: str, default: str | None = None) -> Settings:
     return settings.model_copy(
         update={
@@ -166,8 +161,8 @@ async def test_a_failing_receiver_gets_each_event_once_signed_and_the_task_never
         closed_at = time.monotonic()
         assert done.status == TaskStatus.COMPLETED
         # Two events, each delivered once, on its third attempt (1 s, then 2 s backoff).
-        await eventually(lambda: len(receiver.delivered()) == 2, timeout=40)
-        await asyncio.sleep(1.0)  # nothing more comes
+        await eventually(lambda: len(receiver.delivered()) == 2, "both events delivered")
+        # Each event's workflow has ended: no attempt of it comes after this.
         results = await notify_results(temporal_client, task_id)
 
     assert [r.delivered for r in results] == [True, True]
@@ -299,16 +294,20 @@ async def test_the_workers_url_serves_every_task_a_child_s_pause_is_its_parent_s
         task_id = await client.spawn_task("lead", "delegate", model=model)  # no notify_url
         paused = await client.check_task(task_id, wait=True, timeout=30)
         assert paused.status == TaskStatus.PAUSED
-        await eventually(lambda: len(receiver.delivered()) == 1)
+        await eventually(lambda: len(receiver.delivered()) == 1, "the pause delivered")
         await client.approve(task_id, pause_id=paused.pause_id)
         done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
         assert done.status == TaskStatus.COMPLETED, done
-        await eventually(lambda: len(receiver.delivered()) == 2)
-        await asyncio.sleep(1.0)
-    paused_event, completed_event = receiver.events()
+        await eventually(lambda: len(receiver.delivered()) == 2, "the end delivered")
+        paused_event, completed_event = receiver.events()
+        [call] = paused_event["calls"]
+        child = call["task_id"]
+        # Both events' workflows have ended, and the child (closed before its parent)
+        # started none: nothing more can come.
+        results = await notify_results(temporal_client, task_id)
+        assert [r.delivered for r in results] == [True, True]
+        assert await notify_results(temporal_client, child) == []
     assert len(receiver.hits) == 2
-    [call] = paused_event["calls"]
-    child = call["task_id"]
     assert paused_event["task"]["id"] == task_id and child != task_id
     assert call["call_id"] == paused.pending_approvals[0].call_id
     assert call["call_id"].startswith(f"{child}/")
@@ -324,7 +323,7 @@ async def test_a_task_that_ends_before_any_answer_is_told_by_the_worker_s_url(
     for default in (receiver.url, None):
         async with create_worker(temporal_client, notify_settings(settings, default=default)):
             task_id = await client.spawn_task("explore", "x", model=slow)  # no notify_url
-            await asyncio.sleep(1.0)  # its first turn is under way
+            await eventually(partial(model_turn_started, temporal_client, task_id), "a turn")
             info = await client.cancel_task(task_id, wait=True)
             assert info.status == TaskStatus.CANCELLED and info.turns <= 1
             [result] = await notify_results(temporal_client, task_id)

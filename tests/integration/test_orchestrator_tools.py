@@ -380,7 +380,7 @@ async def test_errors_name_the_tools_the_model_has(tools: SubagentTools) -> None
 
 
 async def test_when_a_person_approves_the_model_cannot_and_its_waits_go_on_until_they_did(
-    client: SubagentClient, worker: None, workspace: Path
+    client: SubagentClient, worker: None, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``approvals="person"``: a subagent that asks for a command cannot have it approved
     by the orchestrating model (whom that subagent's text could talk into it)."""
@@ -408,8 +408,18 @@ async def test_when_a_person_approves_the_model_cannot_and_its_waits_go_on_until
     assert not (workspace / "out.txt").exists()
 
     # a person approves; the model's wait that was under way returns with the result
+    past_the_pause = asyncio.Event()
+    check_task = client.check_task
+
+    async def seen_check_task(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("after_pause"):
+            past_the_pause.set()
+        return await check_task(*args, **kwargs)
+
+    monkeypatch.setattr(client, "check_task", seen_check_task)
     check = asyncio.ensure_future(call(tools, "wait_subagents", task_ids=[task_id], timeout=30))
-    await asyncio.sleep(0.5)
+    # The wait saw the pause and waits on past it, for the person's decision.
+    await asyncio.wait_for(past_the_pause.wait(), CEILING)
     assert not check.done()
     await client.approve(task_id)
     [done] = (await check)["tasks"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -96,6 +97,7 @@ ALL_ACTIVITIES = [
     "activity_options",
     "compact_context",
     "model_turn",
+    "own_registered_tasks",
     "run_tool",
     "send_notification",
     "settle_changes",
@@ -136,10 +138,28 @@ async def test_the_plugins_worker_serves_the_tool_queue_once(
     so does create_worker's on the plugin's client, with one tool worker, not two."""
     temporal = await plugin_client(dev_server, SubagentsPlugin(settings))
     client = subagents(temporal, settings)
+    assert tool_queue_pollers(settings.task_queue) == 0
     async with Worker(temporal, task_queue=settings.task_queue):
         await run_bash_task(client, temporal, settings.task_queue)
+        assert tool_queue_pollers(settings.task_queue) == 1
+    assert tool_queue_pollers(settings.task_queue) == 0
     async with create_worker(temporal, settings):
         await run_bash_task(client, temporal, settings.task_queue)
+        assert tool_queue_pollers(settings.task_queue) == 1
+
+
+def tool_queue_pollers(queue: str) -> int:
+    """Running workers of this process that poll ``queue``'s tool queue.
+
+    Counted in the process: the server names a poller by its identity, the same for
+    every worker of one process.
+    """
+    tools = f"{queue}-tools"
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, Worker) and o.task_queue == tools and o.is_running
+    )
 
 
 async def test_worker_options_come_from_the_settings_unless_given(

@@ -435,24 +435,28 @@ async def test_a_child_a_model_spawns_gets_the_same_check(
     client.agents["lead"] = AgentSpec(name="lead", permission_mode="dont_ask", may_spawn=True)
     spawn = call("spawn_subagent", agent="general", prompt="append to config")
     model = script(
-        {"delay": 3, "tool_calls": [spawn, call("wait_subagents")]},
+        {"delay": 6, "tool_calls": [spawn, call("wait_subagents")]},
         APPEND_FSMONITOR,
         {"text": "d"},
     )
     lead = await client.spawn_task("lead", "x", model=model, workspace="proj2")
 
-    async def model_turn_running() -> bool:
+    async def first_turn_heartbeating() -> bool:
+        # A turn heartbeats only while it calls the model, after it took its workspace.
         desc = await temporal_client.get_workflow_handle(lead).describe()
         return any(
             a.activity_type.name == "model_turn"
             and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            and a.HasField("last_heartbeat_time")
             for a in desc.raw_description.pending_activities
         )
 
-    await until(model_turn_running, "the lead's first turn")
-    await asyncio.sleep(0.5)  # its workspace was checked as the turn started
+    await until(first_turn_heartbeating, "the lead's first turn to call its model")
     (workspace / "proj2").rmdir()
     (workspace / "proj2").symlink_to(".git")
+    # The swap came while the lead's own turn held its workspace, before the spawn.
+    assert await first_turn_heartbeating(), "the lead's turn ended before the swap"
+    assert not await client.list_tasks(parent_id=lead)
     done = await client.check_task(lead, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.FAILED
     children = await until(lambda: client.list_tasks(parent_id=lead), "the child listed")

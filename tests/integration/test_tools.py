@@ -30,7 +30,7 @@ from durable_subagents.tools import (
 from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._bash import truncate_middle
 
-from ..helpers import CEILING
+from ..helpers import CEILING, eventually
 from ..helpers.tasks import give_to_tool_user
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,12 +67,14 @@ def test_detect_sandbox() -> None:
 async def test_an_abandoned_call_that_fails_later_logs_nothing(tmp_path: Path) -> None:
     """The awaiter is cancelled; the thread then raises: nobody reads that error, and
     asyncio must not log "Future exception was never retrieved" for it."""
-    release = threading.Event()
+    started, release, failing = threading.Event(), threading.Event(), threading.Event()
 
     @tool
     def slow(ctx: ToolContext) -> str:
         """Wait, then fail."""
-        release.wait(10)
+        started.set()
+        release.wait(CEILING)
+        failing.set()
         raise ToolError("failed after its caller left")
 
     loop = asyncio.get_running_loop()
@@ -81,15 +83,17 @@ async def test_an_abandoned_call_that_fails_later_logs_nothing(tmp_path: Path) -
     loop.set_exception_handler(lambda _loop, context: logged.append(context))
     try:
         call = asyncio.create_task(slow.run(context(tmp_path), {}))
-        await asyncio.sleep(0.2)
+        await eventually(started.is_set, "the call's thread")
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
         release.set()
+        await eventually(failing.is_set, "the call to fail")
         for _ in range(50):  # the thread settles the future through the loop
             await asyncio.sleep(0.02)
         del call
         gc.collect()
+        # fact-checked: the call has failed (seen above); a turn for the gc's finalizers
         await asyncio.sleep(0.05)
     finally:
         loop.set_exception_handler(previous)
@@ -390,7 +394,8 @@ async def test_a_cancel_while_the_command_starts_still_kills_everything(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0.3)  # anything that did start has had time to show
+        # fact-checked: the cancel has ended (awaited above); this gives a leak time to show
+        await asyncio.sleep(0.3)
         await wait_gone(sleepers)
         # What was prepared for it is undone too: no placeholder (.claude...) is left.
         assert not list(ws.iterdir()), sorted(p.name for p in ws.iterdir())

@@ -46,7 +46,8 @@ async def tool_paths(temporal: Client, task_id: str) -> dict[str, list[str]]:
         if e.HasField("user_metadata") and e.user_metadata.HasField("summary"):
             summary = converter.from_payload(e.user_metadata.summary, str)
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
-            if e.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            local = e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+            if local and summary != "activity options":  # the worker's settings, asked once
                 out["local"].append(summary.split(" · ")[0])
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = e.activity_task_scheduled_event_attributes.activity_type.name

@@ -392,7 +392,6 @@ def test_the_worker_command_refuses_a_half_given_version_before_connecting(
     tmp_path: Path,
 ) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SUBAGENTS_BUILD_ID": "v2"}
-    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "durable_subagents", "worker", "--address", "127.0.0.1:1"],
         env=env, capture_output=True, text=True, timeout=30,
@@ -402,4 +401,3 @@ def test_the_worker_command_refuses_a_half_given_version_before_connecting(
     assert "build ID 'v2' without a deployment name: add --deployment-name NAME" in flat
     assert "SUBAGENTS_DEPLOYMENT_NAME" in flat and "Traceback" not in flat
     assert "cannot reach" not in flat  # it did not try to connect
-    assert time.monotonic() - started < 20

@@ -13,7 +13,8 @@ import pytest
 
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.tools._held import describe
-from durable_subagents.tools._land import Held, Landing, apply_held, land, link_inside
+from durable_subagents.tools._land import Held, Landing, land, link_inside
+from durable_subagents.tools._land_held import apply_held
 
 from ..helpers.missing import missing
 

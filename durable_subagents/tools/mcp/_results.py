@@ -3,19 +3,21 @@
 A server's tool descriptions and results are untrusted text, and a server may be
 hostile: descriptions are cut at ``MAX_DESCRIPTION`` characters, a tool whose input
 schema is larger than ``MAX_SCHEMA_BYTES`` is left out, and a result is truncated
-like bash output (head and tail around a visible marker). Images and audio do not fit
-in text: they are counted, and the text says where they were.
+like bash output (head and tail around a visible marker). Images a model may be shown
+(``check_image``) go with the result, and its text names each where it was; other
+images and audio become a note in the text saying why they were left out.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
 
 from durable_subagents.tools._bash import MAX_OUTPUT_CHARS, truncate_middle
+from durable_subagents.tools._images import CheckedImage, check_image
 
 __all__ = [
     "MAX_DESCRIPTION",
@@ -64,15 +66,18 @@ class McpResult:
 
     Attributes:
         text: The text blocks joined (``structuredContent`` as JSON where there is no
-            text), resources as short text, a note for each image or audio block;
-            truncated past ``MAX_OUTPUT_CHARS`` keeping head and tail.
+            text), resources as short text, a line naming each image (or saying why it
+            was left out) and each audio block; truncated past ``MAX_OUTPUT_CHARS``
+            keeping head and tail.
         is_error: The server's ``isError``: the tool failed, and says why in ``text``.
-        images: Image and audio blocks left out of ``text``.
+        images: The images a model may be shown (none of an error result).
+        left_out: Image and audio blocks only a note in ``text`` stands for.
     """
 
     text: str
     is_error: bool
-    images: int = 0
+    images: list[CheckedImage] = field(default_factory=list)
+    left_out: int = 0
 
 
 def _cut(text: str, limit: int) -> str:
@@ -117,16 +122,27 @@ def _resource_text(block: types.EmbeddedResource) -> str:
 
 
 def result_from(result: types.CallToolResult) -> McpResult:
-    """The model's view of one call's result: text, whether it failed, media left out."""
+    """The model's view of one call's result: text, whether it failed, its images."""
     parts: list[str] = []
-    images = 0
+    images: list[CheckedImage] = []
+    left_out = 0
     has_text = False
     for block in result.content:
         if isinstance(block, types.TextContent):
             parts.append(block.text)
             has_text = True
+        elif isinstance(block, types.ImageContent) and not result.is_error:
+            image = check_image(block.mime_type, block.data, len(images))
+            if isinstance(image, str):
+                left_out += 1
+                parts.append(f"[image ({_cut(block.mime_type, 100)}) left out: {image}]")
+            else:
+                images.append(image)
+                parts.append(
+                    f"[image {len(images)}: {image.media_type}, {len(image.data):,} bytes]"
+                )
         elif isinstance(block, types.ImageContent | types.AudioContent):
-            images += 1
+            left_out += 1
             kind = "image" if isinstance(block, types.ImageContent) else "audio"
             parts.append(f"[{kind} ({_cut(block.mime_type, 100)}) left out: not shown as text]")
         elif isinstance(block, types.ResourceLink):
@@ -140,4 +156,4 @@ def result_from(result: types.CallToolResult) -> McpResult:
             0, json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
         )
     text = truncate_middle("\n".join(parts), MAX_OUTPUT_CHARS)
-    return McpResult(text=text, is_error=bool(result.is_error), images=images)
+    return McpResult(text=text, is_error=bool(result.is_error), images=images, left_out=left_out)

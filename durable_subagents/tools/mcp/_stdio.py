@@ -35,7 +35,7 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 
 from durable_subagents._terminal import UNSAFE
-from durable_subagents.tools._sandbox import _preexec
+from durable_subagents.tools._preexec import child_setup
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -174,7 +174,7 @@ class StdioChannel:
             subprocess.SubprocessError: The child could not be set up (the workspace
                 could not be entered, the user not switched).
         """
-        preexec = _preexec(os.getpid(), [lambda: os.fchdir(workspace_fd)], run_as)
+        preexec = child_setup(os.getpid(), [lambda: os.fchdir(workspace_fd)], run_as)
         process = await asyncio.create_subprocess_exec(
             command,
             *args,

@@ -1,0 +1,83 @@
+"""What the activities' steps use of the worker's activities object.
+
+``SubagentActivities`` holds the worker's resources and registers the activities; the
+steps (a tool call, a compaction, a person's decision on held changes) live in modules
+of their own and take it as an ``ActivityRole``, so that none of them imports the
+module that imports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from durable_subagents._live_text import LiveText
+    from durable_subagents._payloads import (
+        ContextInput,
+        ModelTurnInput,
+        ToolCallInput,
+        ToolCallResult,
+    )
+    from durable_subagents.activities._workspaces import HeldWorkspace
+    from durable_subagents.providers import ModelProvider, TextSink
+    from durable_subagents.storage._blobstore import BlobStore
+    from durable_subagents.storage._transcript import Transcript
+    from durable_subagents.tools import ToolContext, ToolRegistry
+    from durable_subagents.types import ModelRequest, ModelResponse, ToolCall
+
+__all__ = ["ActivityRole"]
+
+
+class ActivityRole(Protocol):
+    """The worker's resources and judgements a step of an activity uses."""
+
+    store: BlobStore
+    transcript: Transcript
+    tools: ToolRegistry
+    tool_user: tuple[int, int] | None
+    compact_at: float
+
+    async def complete(
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        on_text: TextSink | None = None,
+        on_thinking: TextSink | None = None,
+    ) -> ModelResponse:
+        """One model call, within the worker's turn timeout."""
+        ...
+
+    def heartbeating(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Heartbeat in the background meanwhile."""
+        ...
+
+    def context_window(self, context: ContextInput, model: str) -> int | None:
+        """The window a task's turns must fit (None: unknown)."""
+        ...
+
+    def offered_tools(self, input: ModelTurnInput) -> list[str]:
+        """The tools a turn offers the model."""
+        ...
+
+    def provider(self, model: str) -> tuple[ModelProvider, str, str]:
+        """The provider of ``model``, its name, and the model as the provider names it."""
+        ...
+
+    async def read_in_turn(self, input: ToolCallInput, live: LiveText) -> ToolCallResult:
+        """Run a read within the model turn that asked for it."""
+        ...
+
+    def read_only(self, name: str) -> bool:
+        """Whether tool ``name`` changes nothing."""
+        ...
+
+    def tool_context(
+        self, input: ToolCallInput, workspace: HeldWorkspace, call: ToolCall | None = None
+    ) -> ToolContext:
+        """What a call's tool may see and use."""
+        ...
+
+    def workspace(self, requested: str | None) -> HeldWorkspace:
+        """The task's workspace for one step, checked and held."""
+        ...
