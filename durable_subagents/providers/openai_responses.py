@@ -60,7 +60,8 @@ def to_responses_input(request: ModelRequest) -> list[dict[str, Any]]:
 
     An answer becomes its reasoning items (as the API sent them), its text as an
     assistant message, then a ``function_call`` item per call; a tool result a
-    ``function_call_output`` with the call's ``call_id``. An answer with neither text
+    ``function_call_output`` with the call's ``call_id`` (its images, if any, beside
+    its text in the output). An answer with neither text
     nor calls sends no reasoning: the API refuses a reasoning item without the item
     that followed it; nor does a reasoning item without ``encrypted_content`` (from a
     request that did not ask for it) go back, since the API kept nothing to find it by.
@@ -73,11 +74,24 @@ def to_responses_input(request: ModelRequest) -> list[dict[str, Any]]:
 
 def _items(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
+        output: str | list[dict[str, Any]] = message.content or "(no output)"
+        if message.images:  # a function call's output takes images beside its text
+            output = [
+                {"type": "input_text", "text": output},
+                *(
+                    {
+                        "type": "input_image",
+                        "image_url": f"data:{image.media_type};base64,{image.data}",
+                        "detail": "auto",
+                    }
+                    for image in message.images
+                ),
+            ]
         return [
             {
                 "type": "function_call_output",
                 "call_id": message.tool_call_id or "",
-                "output": message.content or "(no output)",
+                "output": output,
             }
         ]
     if message.role != "assistant":

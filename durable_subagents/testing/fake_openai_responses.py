@@ -16,8 +16,9 @@ checked with the API's own errors (400 unless said otherwise):
   before it: "Item 'fc_...' of type 'function_call' was provided without its required
   'reasoning' item". The API ties them by the call's item id; clients that send no
   item ids (this project's provider) are held to it by ``call_id``, which is stricter;
-- a ``function_call_output`` whose ``call_id`` no earlier ``function_call`` has, and a
-  function call with no output;
+- a ``function_call_output`` whose ``call_id`` no earlier ``function_call`` has, a
+  function call with no output, and an output image that is no PNG, JPEG, GIF or
+  WebP base64 data URL;
 - ``include: ["reasoning.encrypted_content"]`` or ``reasoning.effort`` for a model that
   does not reason (``gpt-4*``, ``gpt-3.5*``, ``chatgpt*``, ``*-chat*``).
 
@@ -45,6 +46,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._prompt_cache import OpenAICache, tokens
+from ._wire_images import image_type
 from .fake_openai import (
     REASONING_EFFORTS,
     REASONING_TOKENS,
@@ -70,6 +72,37 @@ def _error(message: str, *, param: str | None = "input", code: str | None = None
     return {
         "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
     }
+
+
+def _output_problem(output: Any) -> str | None:
+    """What the API refuses in a function call's output: a string, or a list of parts."""
+    if isinstance(output, str):
+        return None
+    if not isinstance(output, list):
+        return "expected a string or an array of content items"
+    for part in output:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "input_file"):
+            continue
+        if kind != "input_image":
+            return (
+                f"Invalid value: '{kind}'. Supported values are: 'input_text', "
+                "'input_image', and 'input_file'."
+            )
+        url = part.get("image_url")
+        head, _, data = url.partition(",") if isinstance(url, str) else ("", "", "")
+        if not head.startswith("data:") or not head.endswith(";base64"):
+            return "Invalid image URL: expected a base64 data URL"
+        try:
+            decoded = base64.b64decode(data, validate=True)
+        except ValueError:
+            return "Invalid base64 image_url."
+        if image_type(decoded) is None:
+            return (
+                "You uploaded an unsupported image. Please make sure your image has of one "
+                "the following formats: ['png', 'jpeg', 'gif', 'webp']."
+            )
+    return None
 
 
 def _short(text: str) -> str:
@@ -194,9 +227,9 @@ class FakeOpenAIResponsesServer(FakeModelServer):
                 continue
             kind = item.get("type")
             if kind == "reasoning":
-                problem = self._reasoning_problem(item, items[i + 1 : i + 2], body)
-                if problem is not None:
-                    return problem
+                refused = self._reasoning_problem(item, items[i + 1 : i + 2], body)
+                if refused is not None:
+                    return refused
                 seen_reasoning.add(str(item.get("id")))
             elif kind == "function_call":
                 call_id = str(item.get("call_id"))
@@ -212,6 +245,9 @@ class FakeOpenAIResponsesServer(FakeModelServer):
                 calls.append(call_id)
             elif kind == "function_call_output":
                 call_id = str(item.get("call_id"))
+                wrong = _output_problem(item.get("output"))
+                if wrong is not None:
+                    return 400, _error(f"input[{i}].output: {wrong}")
                 if call_id not in calls:
                     message = f"No tool call found for function call output with call_id {call_id}."
                     return 400, _error(message)

@@ -7,6 +7,7 @@ the other wires map it. The fake's own refusals are checked with the bare SDK.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -24,7 +25,7 @@ from durable_subagents.providers import (
 )
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.testing import FakeOpenAIResponsesServer
-from durable_subagents.types import Message, ModelRequest, ToolSpec
+from durable_subagents.types import Message, ModelRequest, ToolImage, ToolSpec
 
 KEY = "sk-test-responses-secret-0123456789"
 GREP = ToolSpec(
@@ -355,3 +356,36 @@ async def test_an_unverified_organization_reasons_without_summaries() -> None:
     assert [i["type"] for i in server.requests[2]["input"]][:2] == ["message", "reasoning"]
     [block] = first.reasoning
     assert block.thinking == "" and json.loads(block.data)["encrypted_content"]
+
+
+async def test_a_tool_results_images_go_in_its_output(
+    provider: ModelProvider, srv: FakeOpenAIResponsesServer
+) -> None:
+    """A function call's output takes images beside its text; one that is no image
+    the API takes is refused with its 400."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(24)).decode()
+    srv.add_reply(tool_calls=[{"name": "shot", "arguments": {}, "id": "call_1"}])
+    srv.add_reply(text="A blank page.")
+    request = ModelRequest(model="gpt-4.1", messages=[user("look")], tools=[GREP])
+    first = await provider.complete(request)
+    answer = Message(role="assistant", tool_calls=first.tool_calls)
+
+    def result(data: str) -> Message:
+        image = ToolImage(media_type="image/png", ref="blob-1", size=32, data=data)
+        return Message(role="tool", content="[image 1]", tool_call_id="call_1", images=[image])
+
+    second = await provider.complete(
+        request.model_copy(update={"messages": [user("look"), answer, result(png)]})
+    )
+    assert second.text == "A blank page."
+    output = srv.requests[1]["input"][-1]["output"]
+    assert output == [
+        {"type": "input_text", "text": "[image 1]"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{png}", "detail": "auto"},
+    ]
+    not_an_image = base64.b64encode(b"hello").decode()
+    error = await failure(
+        provider,
+        request.model_copy(update={"messages": [user("look"), answer, result(not_an_image)]}),
+    )
+    assert error.non_retryable and "unsupported image" in error.message
