@@ -29,6 +29,7 @@ from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import FakeOpenAIResponsesServer, FakeReply
 from durable_subagents.worker import create_worker
 
+from ..helpers import CEILING
 from ..helpers.processes import worker_process
 
 MODEL = "openai-responses:gpt-5-mini"
@@ -366,3 +367,44 @@ async def test_a_context_length_refusal_compacts_and_the_task_goes_on(
     assert info.result == "big.txt starts with BIG-FACT."
     assert "400" in srv.outcomes and srv.outcomes[-1] == "200"
     assert info.compactions >= 1
+
+
+async def test_a_lead_on_the_responses_api_spawns_a_child_there_too(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A subagent's child runs on its parent's provider: its requests carry their own
+    reasoning, none of the parent's, and the parent's reasoning goes on unchanged."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["list_files"], may_spawn=True)
+    spawn = {"agent": "explore", "prompt": "look around", "model": MODEL}
+    wait = {"name": "wait_subagents", "arguments": {}}
+
+    def respond(body: dict[str, Any]) -> FakeReply:
+        prompt = body["input"][0]["content"]
+        if prompt == "look around":
+            return FakeReply(text="the child's answer", thinking=["CHILD thinks."])
+        calls = [i for i in body["input"] if i.get("type") == "function_call"]
+        if not calls:
+            return FakeReply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+        if len(calls) == 1:
+            return FakeReply(tool_calls=[wait], thinking=["LEAD waits."])
+        return FakeReply(text="lead done", thinking=["LEAD ends."])
+
+    async with responses_api(monkeypatch, responder=respond) as srv:
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task(
+                "lead", "split the work", model=MODEL, reasoning_effort="low"
+            )
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "lead done" and set(srv.outcomes) == {"200"}
+    [child] = await client.list_tasks(parent_id=task_id)
+    assert child.status == TaskStatus.COMPLETED and child.result == "the child's answer"
+    child_bodies = [b for b in srv.requests if b["input"][0]["content"] == "look around"]
+    lead_bodies = [b for b in srv.requests if b not in child_bodies]
+    assert len(child_bodies) == 1 and len(lead_bodies) == 3
+    assert child_bodies[0]["reasoning"]["effort"] == "low"  # no harder than its parent
+    assert len(reasoning(lead_bodies[-1])) == 2  # the lead's own two turns' reasoning
+    assert "CHILD" not in json.dumps(lead_bodies)
