@@ -155,15 +155,18 @@ class ReasoningBlock(BaseModel):
 
     Anthropic's extended thinking: a ``thinking`` block (its text and the ``signature``
     that lets the API check it came from the model) or a ``redacted_thinking`` block
-    (opaque ``data``). The API wants them back unchanged, in their order, so they are
-    stored as they arrived and sent again as they are; they are never the answer.
+    (opaque ``data``). OpenAI's Responses API: a ``reasoning`` item (``data`` is the
+    item's JSON, its ``encrypted_content`` included; ``thinking`` its summary). The APIs
+    want them back unchanged, in their order, so they are stored as they arrived and
+    sent again as they are; they are never the answer. Each provider sends back only
+    its own kinds.
     """
 
-    type: Literal["thinking", "redacted_thinking"] = "thinking"
+    type: Literal["thinking", "redacted_thinking", "reasoning"] = "thinking"
     thinking: str = ""
     signature: str = ""
     data: str = ""
-    """A ``redacted_thinking`` block's encrypted content."""
+    """A ``redacted_thinking`` block's encrypted content; a ``reasoning`` item's JSON."""
 
 
 ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
@@ -260,6 +263,10 @@ class ModelRequest(BaseModel):
     requests to their prompt cache by it (OpenAI's ``prompt_cache_key``)."""
     prompt_cache: bool = True
     """Whether to ask for prompt caching (Anthropic's ``cache_control`` breakpoints)."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema of the task's structured answer, for providers that can hold the
+    answer's text to it (the Responses API's ``text.format``); the ``final_answer`` tool
+    is among ``tools`` either way."""
 
 
 class ModelResponse(BaseModel):

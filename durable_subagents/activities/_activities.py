@@ -298,6 +298,7 @@ class SubagentActivities:
         request = await self.model_request(task_id, messages, tools, provider_model)
         if schema is not None:
             request.system = "\n\n".join(p for p in (request.system, ANSWER_INSTRUCTION) if p)
+            request.output_schema = json.loads(schema)
         request.reasoning_effort, request.temperature = input.reasoning_effort, input.temperature
         request.max_tokens, request.turn = input.max_tokens, input.turn
         chars = request_chars(request.system, request.messages, request.tools)

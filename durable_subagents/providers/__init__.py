@@ -1,5 +1,8 @@
 """Model providers behind one interface: OpenAI, Anthropic and an offline script.
 
+OpenAI is spoken two ways: Chat Completions (``openai:``, any compatible server) and
+the Responses API (``openai-responses:``).
+
 ``resolve_provider("openai:gpt-4.1-mini")`` gives the provider, the full name and the
 provider's model name; ``await provider.complete(ModelRequest(...))`` runs one turn.
 """
@@ -17,6 +20,7 @@ from ._base import (
 from ._errors import model_unavailable
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
+from .openai_responses import OpenAIResponsesProvider
 from .scripted import SCRIPTS, Script, ScriptedProvider, ScriptTurn, load_script
 
 __all__ = [
@@ -25,6 +29,7 @@ __all__ = [
     "AnthropicProvider",
     "ModelProvider",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "Script",
     "ScriptTurn",
     "ScriptedProvider",

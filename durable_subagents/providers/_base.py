@@ -1,9 +1,10 @@
 """The provider interface and the ``provider:model`` resolver.
 
-A model name is ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
-``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys from the
-worker's environment when they are built, and are cached per (provider, base URL,
-key, idle timeout) so a worker reuses one HTTP client across turns.
+A model name is ``openai:<model>``, ``openai-responses:<model>``,
+``anthropic:<model>``, ``scripted[:script]`` or ``default`` (the worker's
+``SUBAGENTS_MODEL``). Providers read their keys from the worker's environment when
+they are built, and are cached per (provider, base URL, key, idle timeout) so a worker
+reuses one HTTP client across turns.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._errors import missing_key_error
 from ._names import PROVIDERS, parse_model
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
+from .openai_responses import OpenAIResponsesProvider
 from .scripted import ScriptedProvider
 
 __all__ = [
@@ -51,7 +53,7 @@ class ModelProvider(Protocol):
     """
 
     name: str
-    """``openai``, ``anthropic`` or ``scripted``."""
+    """``openai``, ``openai-responses``, ``anthropic`` or ``scripted``."""
 
     async def complete(
         self,
@@ -88,9 +90,9 @@ def resolve_provider(
 ) -> tuple[ModelProvider, str, str]:
     """Find (or build) the provider for a model name.
 
-    Runs on the worker: building the OpenAI or Anthropic provider reads
-    ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` or ``ANTHROPIC_API_KEY``/
-    ``ANTHROPIC_BASE_URL`` from the environment.
+    Runs on the worker: building an OpenAI (Chat Completions or Responses) or
+    Anthropic provider reads ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` or
+    ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` from the environment.
 
     Args:
         model: The task's model name (see ``parse_model``).
@@ -131,7 +133,7 @@ def missing_key(provider_name: str) -> str | None:
     An OpenAI-compatible server (``OPENAI_BASE_URL``) may need no key; Anthropic's API
     always does; the scripted model none.
     """
-    if provider_name == "openai":
+    if provider_name in ("openai", "openai-responses"):
         set_ = os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
         return None if set_ else "OPENAI_API_KEY"
     if provider_name == "anthropic":
@@ -147,16 +149,22 @@ def _build(
         if cache_key not in _cache:
             _cache[cache_key] = ScriptedProvider(script_files=script_files)
         return _cache[cache_key]
-    if provider_name == "openai":
+    if provider_name in ("openai", "openai-responses"):
         base_url = os.environ.get("OPENAI_BASE_URL") or None
         key = os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         if key is None:
-            raise missing_key_error("openai", "OPENAI_API_KEY")
+            raise missing_key_error(provider_name, "OPENAI_API_KEY")
         official = base_url is None or "api.openai.com" in base_url
         send_key = prompt_cache_key == "on" or (prompt_cache_key == "auto" and official)
-        cache_key = ("openai", f"{base_url or ''} {send_key}", _fingerprint(key), idle_timeout)
+        cache_key = (
+            provider_name,
+            f"{base_url or ''} {send_key}",
+            _fingerprint(key),
+            idle_timeout,
+        )
         if cache_key not in _cache:
-            _cache[cache_key] = OpenAIProvider(
+            kind = OpenAIProvider if provider_name == "openai" else OpenAIResponsesProvider
+            _cache[cache_key] = kind(
                 api_key=key,
                 base_url=base_url,
                 idle_timeout=idle_timeout,
@@ -187,8 +195,9 @@ def import_sdk(model: str | None) -> None:
         provider, _, _ = parse_model(model or "scripted")
     except InvalidRequest:
         return
-    if provider in ("openai", "anthropic"):
-        importlib.import_module(f"{__package__}.{provider}").import_sdk()
+    if provider in ("openai", "openai-responses", "anthropic"):
+        module = provider.replace("-", "_")
+        importlib.import_module(f"{__package__}.{module}").import_sdk()
 
 
 def clear_provider_cache() -> None:

@@ -339,7 +339,17 @@ def to_application_error(
         detail = _redact(_describe(cause), secrets)
         return model_unavailable(f"{provider} API {kind}: {detail} (will retry)")
     if isinstance(exc, loaded_classes("openai.APIError", "anthropic.APIError")):
-        detail = _redact(_server_message(getattr(exc, "body", None), str(exc)), secrets)
+        body = getattr(exc, "body", None)
+        detail = _redact(_server_message(body, str(exc)), secrets)
+        sizes = context_length(body, detail)
+        if sizes is not None:  # the Responses API may refuse a long input inside the stream
+            return ApplicationError(
+                f"{provider} API error during the response: {detail}; the conversation is "
+                "longer than the model's context window",
+                sizes,
+                type=CONTEXT_LENGTH_ERROR,
+                non_retryable=True,
+            )
         return model_unavailable(f"{provider} API error during the response: {detail} (will retry)")
     return model_unavailable(
         f"{provider} request failed: {type(exc).__name__}: {_redact(str(exc), secrets)}"

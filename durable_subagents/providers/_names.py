@@ -14,10 +14,12 @@ from .scripted import check_script
 
 __all__ = ["PROVIDERS", "named_model", "parse_model"]
 
-PROVIDERS = ("openai", "anthropic", "scripted")
+PROVIDERS = ("openai", "openai-responses", "anthropic", "scripted")
 """Provider prefixes a model name may carry."""
 
-_VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
+_VALID_FORMS = (
+    "openai:<model>, openai-responses:<model>, anthropic:<model>, scripted[:script] or default"
+)
 
 
 def parse_model(
@@ -28,8 +30,8 @@ def parse_model(
     Pure: reads no environment, so a client can validate a name before spawning.
 
     Args:
-        model: ``openai:<model>``, ``anthropic:<model>``, ``scripted[:script]`` or
-            ``default``.
+        model: ``openai:<model>``, ``openai-responses:<model>``, ``anthropic:<model>``,
+            ``scripted[:script]`` or ``default``.
         default_model: What ``default`` means (the worker's ``SUBAGENTS_MODEL``);
             None means ``scripted``.
         origin: Where ``model`` came from, named in the error (``SUBAGENTS_MODEL``,

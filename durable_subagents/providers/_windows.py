@@ -28,6 +28,12 @@ CONTEXT_WINDOWS: dict[str, int] = {
 
 
 def known_window(model: str) -> int | None:
-    """The context window of a ``provider:model`` name from ``CONTEXT_WINDOWS``, or None."""
+    """The context window of a ``provider:model`` name from ``CONTEXT_WINDOWS``, or None.
+
+    A model behind the Responses API has the window it has behind Chat Completions.
+    """
+    provider, _, name = model.partition(":")
+    if provider == "openai-responses":
+        model = f"openai:{name}"
     matches = [prefix for prefix in CONTEXT_WINDOWS if model.startswith(prefix)]
     return CONTEXT_WINDOWS[max(matches, key=len)] if matches else None

@@ -62,7 +62,7 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
                 }
             )
         else:
-            blocks.extend(_reasoning_block(b) for b in message.reasoning)
+            blocks.extend(_reasoning_block(b) for b in message.reasoning if b.type in _REASONING)
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             for call in message.tool_calls:

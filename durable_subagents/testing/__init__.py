@@ -2,7 +2,8 @@
 
 ``DevServer`` runs Temporal's dev server (SQLite, search attributes registered) for
 the life of a test session or a bench; ``free_port`` picks its ports. The fake model
-servers speak the OpenAI and Anthropic wire protocols.
+servers speak OpenAI's Chat Completions and Responses and Anthropic's Messages wire
+protocols.
 
 Point the real SDKs (or a worker, via ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) at
 them to test model turns offline, including streaming, HTTP errors with
@@ -10,7 +11,8 @@ them to test model turns offline, including streaming, HTTP errors with
 truncated, hanging), slow streams, client disconnects, a context window refused with
 each API's own error (``context_window``), each API's prompt caching with its usage
 fields, replies made from the request (``responder``), and Anthropic's extended
-thinking: signed thinking blocks that must come back unchanged. ``workspace_for_tools``
+thinking: signed thinking blocks that must come back unchanged, and OpenAI's
+reasoning items, whose encrypted content must come back unchanged. ``workspace_for_tools``
 readies a workspace for a root worker's tools.
 """
 
@@ -18,12 +20,14 @@ from ._dev_server import DevServer, free_port, temporal_binary
 from ._workspace import workspace_for_tools
 from .fake_anthropic import FakeAnthropicServer
 from .fake_openai import FAULTS, FakeModelServer, FakeOpenAIServer, FakeReply, Fault
+from .fake_openai_responses import FakeOpenAIResponsesServer
 
 __all__ = [
     "FAULTS",
     "DevServer",
     "FakeAnthropicServer",
     "FakeModelServer",
+    "FakeOpenAIResponsesServer",
     "FakeOpenAIServer",
     "FakeReply",
     "Fault",

@@ -54,7 +54,9 @@ def worker_models(settings: Settings) -> ModelAllowlist:
     key = missing_key(provider)
     if key is not None:
         alternative = (
-            " (or OPENAI_BASE_URL, for a server that needs none)" if provider == "openai" else ""
+            " (or OPENAI_BASE_URL, for a server that needs none)"
+            if provider in ("openai", "openai-responses")
+            else ""
         )
         raise InvalidRequest(
             f"SUBAGENTS_MODEL={full_name} needs {key}: set it in the worker's "

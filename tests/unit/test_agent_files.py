@@ -93,6 +93,7 @@ def test_claude_permission_modes(tmp_path: Path, mode: str, expected: str) -> No
         ("openai/gpt-4.1", "openai:gpt-4.1"),
         ("anthropic/claude-opus-4-1", "anthropic:claude-opus-4-1"),
         ("openai:gpt-4.1-mini", "openai:gpt-4.1-mini"),
+        ("openai-responses:gpt-5-mini", "openai-responses:gpt-5-mini"),
         ("scripted", "scripted"),
     ],
 )

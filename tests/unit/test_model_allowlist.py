@@ -100,6 +100,12 @@ def test_the_setting_checks_its_patterns(monkeypatch: pytest.MonkeyPatch) -> Non
             "change SUBAGENTS_MODEL",
         ),
         (
+            {"SUBAGENTS_MODEL": "openai-responses:gpt-5-mini"},
+            "SUBAGENTS_MODEL=openai-responses:gpt-5-mini needs OPENAI_API_KEY: set it in the "
+            "worker's environment (or OPENAI_BASE_URL, for a server that needs none), or "
+            "change SUBAGENTS_MODEL",
+        ),
+        (
             {"SUBAGENTS_MODEL": "anthropic:claude-haiku-4-5", "OPENAI_API_KEY": "k"},
             "SUBAGENTS_MODEL=anthropic:claude-haiku-4-5 needs ANTHROPIC_API_KEY",
         ),
@@ -122,6 +128,7 @@ def test_a_worker_whose_default_model_cannot_run_is_refused_in_one_line(
         {"SUBAGENTS_ALLOW_SCRIPTED": "true"},
         {"SUBAGENTS_MODEL": "scripted:demo-general", "SUBAGENTS_ALLOW_SCRIPTED": "1"},
         {"SUBAGENTS_MODEL": "openai:gpt-4.1-mini", "OPENAI_API_KEY": "k"},
+        {"SUBAGENTS_MODEL": "openai-responses:gpt-5-mini", "OPENAI_API_KEY": "k"},
         {"SUBAGENTS_MODEL": "openai:llama3", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"},
         {
             "SUBAGENTS_MODEL": "anthropic:claude-haiku-4-5",
@@ -137,3 +144,14 @@ def test_a_worker_with_a_model_it_can_run_starts(
         monkeypatch.setenv(name, value)
     models = worker_models(Settings())
     assert models.refusal("default") is None
+
+
+def test_each_openai_wire_is_allowed_by_its_own_prefix() -> None:
+    chat = ModelAllowlist(parse_model_patterns("openai:*"), "openai:gpt-5")
+    assert chat.refusal("openai:gpt-5-mini") is None
+    assert chat.refusal("openai-responses:gpt-5-mini") is not None
+    both = ModelAllowlist(parse_model_patterns("openai:*,openai-responses:gpt-5*"), None)
+    assert both.refusal("openai-responses:gpt-5-mini") is None
+    assert both.refusal("openai-responses:o3") is not None
+    everything = ModelAllowlist(parse_model_patterns("*"), None)
+    assert everything.refusal("openai-responses:o3") is None

@@ -65,7 +65,8 @@ def test_resolve_rejects_bad_names(clean_env: None, model: str) -> None:
 
 
 def test_resolve_unknown_prefix_lists_valid_forms(clean_env: None) -> None:
-    with pytest.raises(InvalidRequest, match=r"openai:<model>, anthropic:<model>, scripted"):
+    forms = r"openai:<model>, openai-responses:<model>, anthropic:<model>, scripted"
+    with pytest.raises(InvalidRequest, match=forms):
         resolve_provider("gpt-4")
 
 
@@ -83,7 +84,11 @@ def test_bad_default_model_names_its_origin(clean_env: None) -> None:
 
 
 def test_missing_keys_are_non_retryable(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    for model, env in (("openai:gpt", "OPENAI_API_KEY"), ("anthropic:claude", "ANTHROPIC_API_KEY")):
+    for model, env in (
+        ("openai:gpt", "OPENAI_API_KEY"),
+        ("openai-responses:gpt-5", "OPENAI_API_KEY"),
+        ("anthropic:claude", "ANTHROPIC_API_KEY"),
+    ):
         with pytest.raises(ApplicationError) as info:
             resolve_provider(model)
         assert info.value.non_retryable is True
@@ -91,6 +96,10 @@ def test_missing_keys_are_non_retryable(clean_env: None, monkeypatch: pytest.Mon
         assert env in info.value.message
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
     assert resolve_provider("openai:llama3")[0].name == "openai"
+    responses = resolve_provider("openai-responses:gpt-5")[0]
+    assert responses.name == "openai-responses"
+    assert resolve_provider("openai-responses:gpt-5-mini")[0] is responses
+    assert resolve_provider("openai:gpt-5")[0] is not responses  # Chat Completions stays
 
 
 def test_providers_are_cached_per_key(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
