@@ -293,6 +293,7 @@ class ChildTasks:
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
+        task_input.streams_to_parent = True
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         self._known.append(child_id)
         if budget is not None:

@@ -1,0 +1,333 @@
+"""A task's event stream in the workflow: what it publishes, keeps, forwards and carries.
+
+The log is a Workflow Stream (``temporalio.contrib.workflow_streams``): its poll Update
+and Query serve watchers, its publish signal takes the model turn's text. This module
+adds what a task needs on top (see ``_stream_items``):
+
+- the workflow's own events (``publish``), which cost no history event: a replay
+  publishes them again;
+- a child's items (``take_forward``), kept under its topic, each once, in order;
+- forwarding this stream's items to the parent task (``forwarding``), when there is
+  one, so the parent's stream holds the subtree's events;
+- a bound on what stays in memory (``trim``) and what a continue-as-new carries.
+
+Workflow code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from datetime import UTC, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.workflow_streams import PublisherState, WorkflowStream, WorkflowStreamItem
+from temporalio.exceptions import ActivityError, CancelledError, FailureError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_subagents._payloads import ModelTurnResult, ToolCallResult
+    from durable_subagents._stream_items import (
+        CARRY_BYTES,
+        FORWARD_SIGNAL,
+        MAX_DEPTH,
+        MAX_FORWARD_BYTES,
+        RETAIN_BYTES,
+        RETAIN_ITEMS,
+        STREAM_BOUNDS_QUERY,
+        ForwardedItem,
+        StreamCarry,
+        StreamEvent,
+        StreamForward,
+        child_topic,
+    )
+    from durable_subagents.policy import arguments_preview
+    from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._options import TASK_ID
+    from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
+
+FORWARD_PATCH = "stream-forward-to-parent"
+"""Runs recorded before a child forwarded its stream send no forward signal on replay."""
+
+PUBLISHER_TTL = timedelta(minutes=15)
+"""How long a model turn's publisher is remembered (its retried signal is dropped)."""
+
+MAX_FORWARDING_CHILDREN = 512
+"""Children whose items one stream takes (a signal anyone may send must stay bounded)."""
+
+
+def ended(err: FailureError) -> str:
+    """How an activity that did not complete ended, as ``watch`` says it."""
+    cause = err.cause if isinstance(err, ActivityError) else err
+    if isinstance(cause, CancelledError):
+        return "cancelled"
+    if isinstance(cause, TimeoutError):
+        return "timed out"
+    message = cause.message if isinstance(cause, FailureError) else err.message
+    return f"failed: {message}" if message else "failed"
+
+
+def _encode(payload: Payload) -> str:
+    return base64.b64encode(payload.SerializeToString()).decode("ascii")
+
+
+def _decode(data: str) -> Payload:
+    payload = Payload()
+    payload.ParseFromString(base64.b64decode(data))
+    return payload
+
+
+class _Log(WorkflowStream):
+    """The Workflow Stream, with the reads this module needs of its log.
+
+    ``WorkflowStream`` keeps its log as ``_log`` from ``_base_offset``; these reads are
+    the only place that knows it (a temporalio upgrade that changes it fails the
+    stream's tests, not a task).
+    """
+
+    @property
+    def base(self) -> int:
+        return self._base_offset
+
+    @property
+    def end(self) -> int:
+        return self._base_offset + len(self._log)
+
+    def items(self, start: int) -> list[WorkflowStreamItem[Payload]]:
+        return self._log[max(0, start - self._base_offset) :]
+
+    def sequences(self) -> dict[str, int]:
+        return {pid: state.sequence for pid, state in self._publishers.items()}
+
+    def forget_publishers(self, idle: timedelta) -> None:
+        """Drop the dedup state of publishers idle for ``idle`` (each turn is one)."""
+        now = workflow.now()
+        for pid in [p for p, s in self._publishers.items() if now - s.last_seen >= idle]:
+            del self._publishers[pid]
+
+    def restore_sequences(self, sequences: dict[str, int]) -> None:
+        now = workflow.now()
+        for pid, sequence in sequences.items():
+            self._publishers[pid] = PublisherState(sequence=sequence, last_seen=now)
+
+
+class TaskStream:
+    """One task's stream (construct it in the workflow's ``__init__``).
+
+    Args:
+        carry: What the run before handed over (None: a new task).
+    """
+
+    def __init__(self, carry: StreamCarry | None) -> None:
+        self.log = _Log(None)
+        self.forwarded: dict[str, int] = {}
+        self.cursor = 0
+        self._closing = False
+        self._forwarder: asyncio.Task[None] | None = None
+        if carry is not None:
+            self.log._base_offset = carry.base
+            for item in carry.items:
+                self.log._publish_to_topic(item.topic, _decode(item.data))
+            self.log.restore_sequences(carry.publishers)
+            self.forwarded = dict(carry.forwarded)
+            self.cursor = carry.cursor
+        workflow.set_query_handler(STREAM_BOUNDS_QUERY, self.bounds)
+
+    def bounds(self) -> list[int]:
+        """The offsets retained: ``[first, end)``."""
+        return [self.log.base, self.log.end]
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(self, kind: str, **fields: Any) -> None:
+        """Append one of the task's own events (stamped with the workflow's time)."""
+        event = StreamEvent(kind=kind, time=workflow.now().astimezone(UTC).replace(tzinfo=None))
+        event = event.model_copy(update=fields)
+        self.log.topic("").publish(event.item())
+
+    def take_forward(self, batch: StreamForward) -> None:
+        """Keep a child's new items under its topic; a repeat or a bad batch is dropped."""
+        child = batch.task_id
+        if not isinstance(child, str) or not TASK_ID.fullmatch(child):
+            workflow.logger.warning("stream items dropped: %.80r is no task id", child)
+            return
+        if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
+            workflow.logger.warning("stream items of %s dropped: too many children", child)
+            return
+        expected = self.forwarded.get(child, 0)
+        for item in batch.items:
+            if item.offset < expected or item.topic.count("/") >= MAX_DEPTH:
+                continue
+            try:
+                payload = _decode(item.data)
+            except ValueError:
+                continue
+            self.log._publish_to_topic(child_topic(child, item.topic), payload)
+            expected = item.offset + 1
+        self.forwarded[child] = expected
+
+    # ------------------------------------------------------------------ forwarding
+
+    def forward_to(self, parent_id: str) -> None:
+        """Send this stream's items to the parent's, in the background, until ``settle``."""
+        if self._forwarder is None and workflow.patched(FORWARD_PATCH):
+            self._forwarder = asyncio.create_task(self._forward(parent_id))
+
+    async def _forward(self, parent_id: str) -> None:
+        parent = workflow.get_external_workflow_handle(parent_id)
+        task_id = workflow.info().workflow_id
+        while True:
+            await workflow.wait_condition(lambda: self.log.end > self.cursor or self._closing)
+            if self.log.end <= self.cursor:
+                return
+            start = max(self.cursor, self.log.base)
+            items: list[ForwardedItem] = []
+            size = 0
+            for offset, item in enumerate(self.log.items(start), start):
+                data = _encode(item.data)
+                if items and size + len(data) > MAX_FORWARD_BYTES:
+                    break
+                items.append(ForwardedItem(offset=offset, topic=item.topic, data=data))
+                size += len(data)
+            try:
+                await parent.signal(FORWARD_SIGNAL, StreamForward(task_id=task_id, items=items))
+            except FailureError as err:
+                # The parent closed: its stream takes nothing more (this one still has it).
+                workflow.logger.info("stream not forwarded to %s: %s", parent_id, err)
+                self.cursor = self.log.end
+                return
+            self.cursor = items[-1].offset + 1
+
+    async def settle(self) -> None:
+        """Forward what is left, stop forwarding, and release the watchers' polls.
+
+        Called before the run closes or continues as new.
+        """
+        self._closing = True
+        if self._forwarder is not None:
+            await self._forwarder
+            self._forwarder = None
+        self.log.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    # ------------------------------------------------------------------ bounds
+
+    def trim(self) -> None:
+        """Truncate the oldest items beyond ``RETAIN_BYTES`` or ``RETAIN_ITEMS``.
+
+        Never an item not yet forwarded to the parent while the forwarder runs.
+        """
+        items = self.log.items(self.log.base)
+        keep_from = max(0, len(items) - RETAIN_ITEMS)
+        size = 0
+        for index in range(len(items) - 1, keep_from - 1, -1):
+            size += items[index].data.ByteSize()
+            if size > RETAIN_BYTES:
+                keep_from = index + 1
+                break
+        self.log.forget_publishers(PUBLISHER_TTL)
+        cut = self.log.base + keep_from
+        if self._forwarder is not None and not self._forwarder.done():
+            cut = min(cut, self.cursor)
+        if cut > self.log.base:
+            self.log.truncate(cut)
+
+    def carry(self) -> StreamCarry:
+        """What the next run takes over: the latest ``CARRY_BYTES`` of items and the state."""
+        items = self.log.items(self.log.base)
+        kept: list[ForwardedItem] = []
+        size = 0
+        for offset in range(self.log.end - 1, self.log.base - 1, -1):
+            data = _encode(items[offset - self.log.base].data)
+            if size + len(data) > CARRY_BYTES:
+                break
+            size += len(data)
+            kept.append(
+                ForwardedItem(offset=offset, topic=items[offset - self.log.base].topic, data=data)
+            )
+        kept.reverse()
+        return StreamCarry(
+            base=kept[0].offset if kept else self.log.end,
+            items=kept,
+            publishers=self.log.sequences(),
+            forwarded=self.forwarded,
+            cursor=max(self.cursor, kept[0].offset if kept else self.log.end),
+        )
+
+
+class TaskEvents:
+    """The task's own events, as the workflow sees them happen (see ``TaskEvent``).
+
+    Args:
+        stream: Where they go.
+    """
+
+    def __init__(self, stream: TaskStream) -> None:
+        self._stream = stream
+        self._status: tuple[TaskStatus, str | None] | None = None
+
+    def status(
+        self, status: TaskStatus, pause_id: str | None, pending: list[PendingApproval]
+    ) -> None:
+        """A status, when it (or the pause) changed; a pause names the calls it waits for."""
+        if self._status == (status, pause_id):
+            return
+        self._status = (status, pause_id)
+        summary = None
+        if status == TaskStatus.PAUSED and pause_id is not None:
+            calls = ", ".join(f"{p.tool_name} {p.arguments_preview}"[:120] for p in pending[:5])
+            more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+            summary = f"pause {pause_id}: {calls}{more}"
+        self._stream.publish("status", status=status, summary=summary)
+
+    def turn(self, number: int, turn: ModelTurnResult) -> None:
+        """A recorded turn: the rest of its text not streamed yet, the turn, its reads."""
+        streamed = turn.stream_from or 0
+        if turn.text_ref is None and len(turn.text) > streamed:
+            restarted = turn.stream_restarted and streamed == 0
+            self._stream.publish(
+                "text",
+                turn=number,
+                text=turn.text[streamed:],
+                summary="restarted" if restarted else None,
+            )
+        summary = f"turn {number} · {model_label(turn.model)}" if turn.model else f"turn {number}"
+        self._stream.publish("turn", turn=number, summary=summary, usage=turn.usage)
+        for call in turn.tool_calls:
+            ran = turn.read_results.get(call.id)
+            if ran is not None:
+                self.tool_started(call)
+                self.tool_finished(call, ran)
+
+    def turn_failed(self, number: int, error: str) -> None:
+        self._stream.publish("turn", turn=number, summary=f"turn {number}", error=error)
+
+    def tool_started(self, call: ToolCall) -> None:
+        summary = arguments_preview(call.name, call.arguments)
+        self._stream.publish("tool_started", tool=call.name, summary=summary)
+
+    def tool_finished(
+        self, call: ToolCall, result: ToolCallResult | None, error: str | None = None
+    ) -> None:
+        """A call ended: its result's first ``RESULT_PREVIEW`` characters, or why it failed."""
+        summary = arguments_preview(call.name, call.arguments)
+        preview = None
+        if result is not None:
+            preview = " ".join(result.content[: RESULT_PREVIEW * 2].split())[:RESULT_PREVIEW]
+            if result.is_error and error is None:
+                error = preview or "error"
+        self._stream.publish(
+            "tool_finished", tool=call.name, summary=summary, result=preview, error=error
+        )
+
+    def event(self, kind: str, summary: str) -> None:
+        """An input, a decision, an ignored decision or a compaction, in a line."""
+        self._stream.publish(kind, summary=summary)
+
+    def closed(self, status: TaskStatus, error: str | None = None) -> None:
+        self._stream.publish("closed", status=status, error=error)
+
+
+RESULT_PREVIEW = 200
+"""Characters of a tool call's result its ``tool_finished`` event shows."""
