@@ -1,0 +1,266 @@
+"""``watch``: a task's event stream read by offset, live and after the task closed.
+
+The task's workflow hosts a Workflow Stream (see ``_stream_items``). While the run is
+open, a watcher long-polls it with the stream's poll Update, which returns as soon as
+an item is appended: no timer between a piece of text reaching the workflow and the
+watcher. A closed run is read with the stream's poll Query (a worker replays it).
+Continue-as-new and follow-up runs are followed: their streams go on with the same
+offsets.
+
+Events that are not items of the stream get no offset: ``retrying`` (the workflow's
+code raised, so it cannot publish anything) is read from ``describe`` while the stream
+is silent, and a run that was terminated gets its ``closed`` from Temporal's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.api.common.v1 import Payload
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
+from temporalio.contrib.workflow_streams import PollInput, PollResult
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_subagents._stream_items import STREAM_BOUNDS_QUERY, StreamEvent, topic_task
+from durable_subagents.client._task_state import _retrying
+from durable_subagents.errors import InvalidRequest, TaskNotFound
+from durable_subagents.types import TaskEvent, TaskStatus
+
+__all__ = ["POLL_COOLDOWN", "StreamUnreadable", "check_after", "stream_events"]
+
+POLL = "__temporal_workflow_stream_poll"
+"""The Workflow Stream's poll Update and Query (``WorkflowStream``'s handlers)."""
+TRUNCATED = "TruncatedOffset"
+DRAINING = "StreamDraining"
+
+POLL_COOLDOWN = 0.05
+"""Seconds between a watcher's polls while items keep coming: each accepted poll is two
+history events of the task, so a watcher batches what arrives within it."""
+REFUSED_PAUSE = 1.0
+"""Seconds before a watcher asks again when the task refused its poll."""
+SILENCE_CHECK = 5.0
+"""Seconds of a silent stream after which the watcher asks whether the task is held."""
+
+_OPEN = (WorkflowExecutionStatus.RUNNING,)
+_CLOSED_STATUS = {
+    WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TERMINATED: TaskStatus.CANCELLED,
+    WorkflowExecutionStatus.TIMED_OUT: TaskStatus.TIMED_OUT,
+    WorkflowExecutionStatus.COMPLETED: TaskStatus.COMPLETED,
+}
+
+
+def check_after(after: object) -> int | None:
+    """``after`` as given to ``watch``: None or an offset (an integer, at least 0)."""
+    if after is None:
+        return None
+    if isinstance(after, bool) or not isinstance(after, int):
+        raise InvalidRequest(f"after must be an offset (an integer, 0 or more), not {after!r}")
+    if after < 0:
+        raise InvalidRequest(f"after must be an offset of 0 or more, not {after}")
+    return after
+
+
+async def stream_events(
+    temporal: Client, task_id: str, *, tree: bool, after: int | None
+) -> AsyncIterator[TaskEvent]:
+    """The task's stream from just after ``after``, until its last run closes.
+
+    Raises:
+        TaskNotFound: no task has this id.
+        StreamUnreadable: the task closed and no worker can read its stream.
+    """
+    watcher = _Watcher(temporal, task_id, tree, 0 if after is None else after + 1)
+    async for event in watcher.run():
+        yield event
+
+
+class StreamUnreadable(Exception):
+    """A closed run's stream could not be queried (no worker to replay it)."""
+
+
+class _Watcher:
+    def __init__(self, temporal: Client, task_id: str, tree: bool, offset: int) -> None:
+        self.temporal = temporal
+        self.task_id = task_id
+        self.topics: list[str] = [] if tree else [""]
+        self.converter = temporal.data_converter.payload_converter
+        self.offset = offset
+        """The next offset wanted."""
+        self.retrying: str | None = None
+
+    async def run(self) -> AsyncIterator[TaskEvent]:
+        checked = False  # whether the start was held against what the stream retains
+        while True:
+            try:
+                desc = await self.temporal.get_workflow_handle(self.task_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    raise TaskNotFound(f"no task {self.task_id!r}") from None
+                raise
+            run = self.temporal.get_workflow_handle(self.task_id, run_id=desc.run_id)
+            if not checked:
+                checked = True
+                truncated = await self._check_retained(run)
+                if truncated is not None:
+                    yield truncated
+            if desc.status == WorkflowExecutionStatus.RUNNING:
+                async for event in self._follow(run):
+                    yield event
+                continue  # the run closed, or goes on as new: describe again
+            closed = False
+            start = self.offset
+            async for event in self._read_closed(run):
+                closed = closed or (event.kind == "closed" and event.depth == 0)
+                yield event
+            if desc.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                continue
+            if not closed and start <= self._end:
+                # the run ended with no word of its own (terminated, or timed out by Temporal)
+                status = _CLOSED_STATUS.get(desc.status or WorkflowExecutionStatus.TERMINATED)
+                yield TaskEvent(
+                    kind="closed", task_id=self.task_id, offset=self._end, status=status
+                )
+            return
+
+    _end = 0
+    """The end of the last closed run read (its next offset)."""
+
+    # ------------------------------------------------------------------ items
+
+    def _event(self, topic: str, data: str, offset: int) -> TaskEvent | None:
+        payload = Payload()
+        try:
+            payload.ParseFromString(base64.b64decode(data))
+            item = StreamEvent.model_validate(self.converter.from_payload(payload, dict))
+        except (ValueError, ValidationError, TypeError):
+            return None  # not an item this version knows: skipped, its offset still counts
+        owner, depth = topic_task(self.task_id, topic)
+        fields = item.model_dump(exclude_none=True)
+        try:
+            return TaskEvent(task_id=owner, offset=offset, depth=depth, **fields)
+        except ValidationError:
+            return None
+
+    def _events(self, result: PollResult) -> list[TaskEvent]:
+        events = []
+        for wire in result.items:
+            if wire.offset < self.offset:
+                continue  # already yielded (a poll that raced a truncation)
+            event = self._event(wire.topic, wire.data, wire.offset)
+            self.offset = wire.offset + 1
+            if event is not None:
+                events.append(event)
+        self.offset = max(self.offset, result.next_offset)
+        return events
+
+    async def _check_retained(self, run: WorkflowHandle[Any, Any]) -> TaskEvent | None:
+        """A ``truncated`` event when the stream no longer holds ``offset`` (else None)."""
+        try:
+            bounds = await run.query(STREAM_BOUNDS_QUERY, result_type=list[int])
+        except Exception:
+            return None  # no worker answers now: the polls will say it
+        if len(bounds) != 2 or self.offset >= bounds[0]:
+            return None
+        self.offset = bounds[0]
+        return TaskEvent(
+            kind="truncated",
+            task_id=self.task_id,
+            offset=bounds[0],
+            summary=f"events before offset {bounds[0]} are no longer kept; going on from it",
+        )
+
+    # ------------------------------------------------------------------ open run
+
+    async def _follow(self, run: WorkflowHandle[Any, Any]) -> AsyncIterator[TaskEvent]:
+        """Long-poll an open run until it closes or goes on as new."""
+        while True:
+            poll = asyncio.ensure_future(self._poll(run))
+            try:
+                while True:
+                    done, _ = await asyncio.wait({poll}, timeout=SILENCE_CHECK)
+                    if done:
+                        break
+                    held = await self._held(run)
+                    if held is not None:
+                        yield held
+                result = poll.result()
+            except WorkflowUpdateFailedError as err:
+                kind = getattr(err.cause, "type", None)
+                if kind == TRUNCATED:
+                    truncated = await self._check_retained(run)
+                    if truncated is None:  # cannot tell from where: go on from the base
+                        self.offset = 0
+                        continue
+                    yield truncated
+                    continue
+                if kind == DRAINING:
+                    await asyncio.sleep(POLL_COOLDOWN)
+                return
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                return
+            except RPCError:
+                # The run closed, or its code fails (no Update lands until a fix runs it).
+                held = await self._held(run)
+                if held is not None:
+                    yield held
+                await asyncio.sleep(REFUSED_PAUSE)
+                return
+            finally:
+                if not poll.done():
+                    poll.cancel()
+            for event in self._events(result):
+                yield event
+            if not result.more_ready:
+                await asyncio.sleep(POLL_COOLDOWN)
+
+    async def _poll(self, run: WorkflowHandle[Any, Any]) -> PollResult:
+        update = await run.start_update(
+            POLL,
+            PollInput(topics=self.topics, from_offset=self.offset),
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=PollResult,
+        )
+        return await update.result()
+
+    async def _held(self, run: WorkflowHandle[Any, Any]) -> TaskEvent | None:
+        """A ``retrying`` event when the silent task is held by failing code (once each)."""
+        try:
+            desc = await run.describe()
+        except RPCError:
+            return None
+        retrying = await _retrying(self.temporal, desc)
+        if retrying is None or retrying == self.retrying:
+            return None
+        self.retrying = retrying
+        return TaskEvent(kind="retrying", task_id=self.task_id, error=retrying)
+
+    # ------------------------------------------------------------------ closed run
+
+    async def _read_closed(self, run: WorkflowHandle[Any, Any]) -> AsyncIterator[TaskEvent]:
+        while True:
+            try:
+                result = await run.query(
+                    POLL,
+                    PollInput(topics=self.topics, from_offset=self.offset),
+                    result_type=PollResult,
+                )
+            except Exception as err:
+                raise StreamUnreadable(str(err)) from err
+            for event in self._events(result):
+                yield event
+            self._end = result.next_offset
+            if not result.more_ready:
+                return
