@@ -45,6 +45,11 @@ from durable_subagents.storage._transcript import Transcript
 from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 BIG_FILE = "".join(f"{n:05d} " + "x" * 93 + "\n" for n in range(600))  # 60 KB
 
 

@@ -55,6 +55,11 @@ from durable_subagents.testing import (
 )
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 PRICES = {"anthropic": (1.0, 1.25, 0.1), "openai": (1.0, 0.0, 0.25)}
 """Per wire: the price of an uncached input token, a cache write and a cache read."""
 MODELS = {"anthropic": "anthropic:claude-sonnet-4-6", "openai": "openai:gpt-4.1-mini"}

@@ -30,6 +30,11 @@ from typing import Any
 
 from temporalio import activity, workflow
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 with workflow.unsafe.imports_passed_through():
     from temporalio.api.enums.v1 import EventType
     from temporalio.api.history.v1 import HistoryEvent

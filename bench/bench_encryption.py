@@ -72,6 +72,11 @@ from durable_subagents.storage._sealing import KeyRing, new_key
 from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 AGENT = "explore"
 WAIT_TIMEOUT = 300.0
 VARIANTS = ("0", "a", "b")

@@ -49,6 +49,11 @@ from durable_subagents.testing import (
     workspace_for_tools,
 )
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 STEPS = 2
 """Tool-calling model turns per task."""
 TURNS = STEPS + 1

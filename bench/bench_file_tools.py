@@ -55,6 +55,11 @@ from durable_subagents.tools._processes import fork_server, running_calls
 from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 REPO = Path(__file__).resolve().parents[1]
 FILE_TOOLS = (read_file, grep, list_files, write_file)
 CALLS: dict[str, tuple[Tool, dict[str, Any], bool]] = {

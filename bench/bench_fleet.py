@@ -85,6 +85,11 @@ from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import free_port
 from durable_subagents.types import TaskResult
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 # ---------------------------------------------------------------------- blob store counting
 
 

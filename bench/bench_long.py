@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import tempfile
 import time
@@ -23,6 +24,11 @@ from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
+
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
 
 
 async def main(turns: int, kb: int) -> None:

@@ -34,6 +34,11 @@ from durable_subagents.providers._names import named_model
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 
 def metrics_cost(calls: int = 20_000) -> list[tuple[str, float, float]]:
     """(runtime, us per model turn, us per tool call)."""

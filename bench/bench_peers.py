@@ -69,6 +69,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import FirstActivityClock, code_commit, cpu_model, server_version
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 TOOL = "read_file"
 FINAL = "done"
 SMALL_FILE = "f.txt"

@@ -42,6 +42,11 @@ from aiohttp import web
 
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 IMPORTS: dict[str, list[str]] = {
     "import temporalio.client": ["-c", "import temporalio.client"],
     "import durable_subagents": ["-c", "import durable_subagents"],

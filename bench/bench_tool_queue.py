@@ -44,6 +44,11 @@ from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port, workspace_for_tools
 from durable_subagents.worker import create_worker
 
+# Its workers run the scripted model and any model of the local fake servers: a worker
+# runs only the models its settings allow.
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")
+os.environ.setdefault("SUBAGENTS_MODELS", "*")
+
 VARIANTS = ("tool queue", "same queue")
 
 

@@ -19,7 +19,13 @@ from durable_subagents.errors import (
 
 if TYPE_CHECKING:
     from durable_subagents._connect import connect_client
-    from durable_subagents.agents import AgentSpec, PermissionRule, ToolLimits
+    from durable_subagents.agents import (
+        ActivityConfig,
+        ActivityOptions,
+        AgentSpec,
+        PermissionRule,
+        ToolLimits,
+    )
     from durable_subagents.client import SubagentClient, SubagentTools
     from durable_subagents.config import Settings
     from durable_subagents.tools import ToolContext, ToolError, ToolRegistry, tool
@@ -31,6 +37,8 @@ if TYPE_CHECKING:
     """The installed distribution's version (``subagents --version`` prints it)."""
 
 __all__ = [
+    "ActivityConfig",
+    "ActivityOptions",
     "AgentSpec",
     "InvalidRequest",
     "Message",
@@ -63,6 +71,8 @@ are in ``durable_subagents.errors``; the roles' own names in their packages."""
 
 _LAZY = {
     "connect_client": "durable_subagents._connect",
+    "ActivityConfig": "durable_subagents.agents",
+    "ActivityOptions": "durable_subagents.agents",
     "AgentSpec": "durable_subagents.agents",
     "PermissionRule": "durable_subagents.agents",
     "ToolLimits": "durable_subagents.agents",

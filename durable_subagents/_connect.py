@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import gc
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import temporalio.runtime
 from temporalio.client import Client
 
 from durable_subagents._codec import data_converter
 from durable_subagents._telemetry import tracing_enabled, tracing_plugin
+from durable_subagents._temporal_config import access_denied
 from durable_subagents.errors import InvalidRequest, TemporalUnavailable
 from durable_subagents.storage._sealing import KeyRing
+
+if TYPE_CHECKING:
+    from durable_subagents.config import Settings
 
 
 async def connect_client(
@@ -56,12 +62,19 @@ async def connect_client(
             f"localhost:7233 ({_WHERE})"
         ) from None
     except RuntimeError as err:
-        raise TemporalUnavailable(
+        words = plain_connection_error(str(err))
+        web = not kwargs.get("tls") and words in _PROBED and await answers_http(address)
+        unavailable = TemporalUnavailable(
             f"cannot reach Temporal at {address} (namespace {namespace!r}): "
-            f"{plain_connection_error(str(err))}. Start a local server with `subagents "
-            "dev`, or point TEMPORAL_ADDRESS / --address at a running one",
+            f"{f'{NOT_TEMPORAL} ({WEB_SERVER})' if web else words}. Start a local server "
+            "with `subagents dev`, or point TEMPORAL_ADDRESS / --address at a running one",
             detail=str(err),
-        ) from err
+        )
+        if web:
+            # No cause: the transport's broken pipe would read as a TLS refusal to
+            # ``access_denied``, and this server answered in plain text.
+            raise unavailable from None
+        raise unavailable from err
 
 
 _WHERE = "--address or TEMPORAL_ADDRESS"
@@ -105,6 +118,40 @@ def _split(address: str) -> tuple[str, str | None]:
     return address, None
 
 
+NOT_TEMPORAL = "something answers there, but it is not a Temporal frontend"
+WEB_SERVER = (
+    "it answers HTTP/1, as a web server does: the Web UI's port, 8233 by default, is "
+    "not the frontend's, 7233"
+)
+PROBE_SECONDS = 2.0
+"""How long ``answers_http`` waits for a server's first bytes."""
+
+
+async def answers_http(address: str) -> bool:
+    """Whether a plain HTTP/1 server answers on ``address``: a web page's port.
+
+    Temporal's client speaks HTTP/2 and reads an HTTP/1 server's answer as a broken
+    frame, or writes into a connection the server already closed; both read as a
+    failed connection. One ``HEAD /`` tells. A TLS port is not one: it says nothing to
+    plain text, or says it wants HTTPS.
+    """
+    host, port = _split(address)
+    try:
+        async with asyncio.timeout(PROBE_SECONDS):
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port or ""))
+            try:
+                writer.write(f"HEAD / HTTP/1.1\r\nHost: {address}\r\n\r\n".encode())
+                await writer.drain()
+                head = await reader.read(1024)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError, ValueError):
+        return False
+    return head.startswith(b"HTTP/1.") and b"HTTPS" not in head
+
+
 _PLAIN = (
     (("connection refused", "connectionrefused"), "connection refused"),
     (
@@ -112,14 +159,15 @@ _PLAIN = (
         "no such host",
     ),
     (("timeout expired", "timed out", "deadline"), "timed out"),
-    (
-        ("grpc-status header missing", "http status code"),
-        "something answers there, but it is not a Temporal frontend",
-    ),
+    (("grpc-status header missing", "http status code"), NOT_TEMPORAL),
     (("certificate", "handshake"), "the TLS handshake failed"),
     (("connection reset", "broken pipe"), "the connection was reset"),
     (("tcp connect error", "transport error", "unavailable"), "the server does not answer"),
 )
+
+
+_PROBED = ("the connection failed", "the connection was reset")
+"""What a plain HTTP/1 server's answer reads as: ``answers_http`` then tells."""
 
 
 def plain_connection_error(text: str) -> str:
@@ -169,3 +217,36 @@ def no_connection_retries(record: logging.LogRecord) -> bool:
     logger (where ``subagents`` forwards core's log).
     """
     return "temporalio_client::retry" not in record.getMessage()
+
+
+async def connect_temporal(
+    settings: Settings, *, tracing: bool | None = None, **kwargs: Any
+) -> Client:
+    """Connect as the settings say: their address, namespace, profile and credentials.
+
+    Args:
+        settings: Address and namespace (already resolved against the profile and the
+            environment), profile, configuration file and payload keys.
+        tracing: See ``connect_client``.
+        **kwargs: Passed to ``temporalio.client.Client.connect`` (``lazy``, ``runtime``).
+
+    Raises:
+        TemporalConfigError: The connection settings cannot be used.
+        TemporalAccessDenied: The server refused the TLS handshake or the credentials.
+        TemporalUnavailable: Nothing answered on the address.
+    """
+    conn = settings.temporal_connection()
+    try:
+        return await connect_client(
+            conn.address,
+            conn.namespace,
+            tracing=tracing,
+            keys=settings.payload_keys(),
+            **conn.connect_kwargs(),
+            **kwargs,
+        )
+    except TemporalUnavailable as err:
+        denied = access_denied(err.__cause__ or err, conn)
+        if denied is not None:
+            raise denied from None
+        raise

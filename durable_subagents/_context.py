@@ -33,6 +33,7 @@ from durable_subagents.types import Compaction, Message, ToolCall, ToolSpec
 __all__ = [
     "COMPACT_AT",
     "COMPACT_TO",
+    "IMAGES_LEFT_OUT",
     "RECENT_SHARE",
     "SUMMARY_HEADER",
     "SUMMARY_PROMPT",
@@ -49,6 +50,7 @@ __all__ = [
     "render",
     "request_chars",
     "summary_tokens",
+    "within_image_budget",
 ]
 
 COMPACT_AT = 0.8
@@ -62,6 +64,21 @@ CHARS_PER_TOKEN = 4.0
 average 3-4.5; the ratio is learned from the first reported turn on)."""
 NOTE_ARGUMENTS = 300
 """Characters of a call's arguments a note repeats."""
+IMAGE_CHARS = 6400
+"""What an image counts as, in characters: about 1,600 tokens, what the providers
+charge for an image of about a megapixel (a larger one is scaled down to it)."""
+REQUEST_IMAGES = 20
+"""Images one request may carry: the latest; older ones are left out (Anthropic takes
+more only of at most 2,000 pixels a side)."""
+IMAGE_STEP = 10
+"""Images dropped at a time past ``REQUEST_IMAGES`` (the oldest first)."""
+REQUEST_IMAGE_BYTES = 16 * 1024 * 1024
+"""Bytes of images one request may carry, the latest first (the API takes 32 MB a
+request, and base64 adds a third)."""
+IMAGES_LEFT_OUT = (
+    "[the images of this result are left out of the context to keep the request "
+    "within the provider's limits; call the tool again to see them]"
+)
 
 SUMMARY_PROMPT = """\
 You compact the conversation of an agent that is still working on a task, so that it \
@@ -140,6 +157,36 @@ def context_view(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
+def within_image_budget(messages: Sequence[Message]) -> tuple[list[Message], set[int]]:
+    """``messages`` with the images one request may carry, and where some were dropped.
+
+    At most ``REQUEST_IMAGES`` images and ``REQUEST_IMAGE_BYTES``, the latest kept. A
+    message that loses any loses all of them (its index is returned, for a note:
+    ``IMAGES_LEFT_OUT``). Past the count, the oldest go ``IMAGE_STEP`` at a time, so
+    the request's prefix changes once in so many new images, not at every turn (a
+    provider's prompt cache reads the prefix it saw).
+    """
+    out = list(messages)
+    pictured = [i for i, m in enumerate(out) if m.images]
+    total = sum(len(out[i].images) for i in pictured)
+    excess = total - REQUEST_IMAGES
+    drop = -(-excess // IMAGE_STEP) * IMAGE_STEP if excess > 0 else 0
+    dropped: set[int] = set()
+    for i in pictured:
+        if drop <= 0:
+            break
+        drop -= len(out[i].images)
+        dropped.add(i)
+    size = 0
+    for i in reversed(pictured):
+        size += 0 if i in dropped else sum(image.size for image in out[i].images)
+        if size > REQUEST_IMAGE_BYTES:
+            dropped.add(i)
+    for i in dropped:
+        out[i] = out[i].model_copy(update={"images": []})
+    return out, dropped
+
+
 def note(result: Message, call: ToolCall | None) -> Message:
     """A tool result as a short note: which call it was, and how to read it again."""
     name = result.tool_name or (call.name if call else "the tool")
@@ -160,6 +207,7 @@ def note(result: Message, call: ToolCall | None) -> Message:
             "content": f"[compacted: {what} of this {name} call{arguments} was removed from "
             f"the context to save space; {again}]",
             "content_ref": None,
+            "images": [],
         }
     )
 
@@ -205,7 +253,8 @@ def message_chars(message: Message) -> int:
         len(c.name) + len(json.dumps(c.arguments, ensure_ascii=False)) + 40
         for c in message.tool_calls
     )
-    return len(message.content) + calls + len(message.thinking) + 20
+    images = IMAGE_CHARS * len(message.images)
+    return len(message.content) + calls + len(message.thinking) + images + 20
 
 
 def request_chars(system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:

@@ -1,16 +1,17 @@
-"""An error message in the words of whoever reads it: a shell user, or a model.
+"""An error message in the words of whoever reads it: a shell user, a model, an HTTP client.
 
 The library's messages name its Python API (``max_turns``, ``check_task``), which is
 what a Python caller types. ``subagents`` prints them with the flag and command a
-shell user types instead, and the orchestrator tools with the tool and argument names
-the model calls.
+shell user types instead, the orchestrator tools with the tool and argument names
+the model calls, and the inbox's API with its endpoints.
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
-__all__ = ["for_model", "for_shell"]
+__all__ = ["for_http", "for_model", "for_shell"]
 
 _SHELL = {
     "max_turns": "--max-turns",
@@ -37,13 +38,22 @@ _MODEL = {
     "spawn_task": "spawn_subagent",
 }
 
+_HTTP = {
+    "check_task(task_id, wait=True)": "GET /api/tasks/{task_id}",
+    "check_task(wait=True)": "GET /api/tasks/{task_id}",
+    # what an inbox caller reads before deciding: the pause, each call in full
+    "check_task": "GET /api/tasks/{task_id}/pause",
+    "list_tasks()": "GET /api/tasks",
+    "send_input": "POST /api/tasks/{task_id}/input",
+}
+
 
 def _translator(terms: dict[str, str]) -> re.Pattern[str]:
     names = sorted(terms, key=len, reverse=True)  # the longest name first
     return re.compile("|".join(rf"(?<![\w-]){re.escape(n)}(?![\w(])" for n in names))
 
 
-_SHELL_RE, _MODEL_RE = _translator(_SHELL), _translator(_MODEL)
+_SHELL_RE, _MODEL_RE, _HTTP_RE = _translator(_SHELL), _translator(_MODEL), _translator(_HTTP)
 
 
 def for_shell(message: str) -> str:
@@ -54,3 +64,17 @@ def for_shell(message: str) -> str:
 def for_model(message: str) -> str:
     """The message with API names and shell commands as orchestrator tool names."""
     return _MODEL_RE.sub(lambda m: _MODEL[m.group()], message)
+
+
+def for_http(message: str, task_id: str | None = None) -> str:
+    """The message with API names as the inbox's HTTP endpoints.
+
+    Args:
+        message: A library error's message.
+        task_id: The task of the request, put into the endpoints' paths (URL-quoted);
+            None leaves ``{task_id}`` in them.
+    """
+    translated = _HTTP_RE.sub(lambda m: _HTTP[m.group()], message)
+    if task_id is None:
+        return translated
+    return translated.replace("{task_id}", quote(task_id, safe=""))

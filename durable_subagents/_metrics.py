@@ -160,10 +160,12 @@ def record_tool_call(meter: MetricMeter, *, tool: str, outcome: str) -> None:
     """One tool-call attempt, by outcome.
 
     ``ok``, ``error`` (the model got an error), ``failed``, ``cancelled`` or
-    ``handed_back``.
+    ``handed_back``. ``server`` names an MCP tool's server (``mcp__<server>__<tool>``),
+    and is empty for every other tool: a server's calls and errors sum by it.
     """
+    server = tool.split("__")[1] if tool.startswith("mcp__") and tool.count("__") >= 2 else ""
     meter.create_counter(TOOL_CALLS, "Tool-call attempts, by tool and outcome", "1").add(
-        1, {"tool": tool, "outcome": outcome}
+        1, {"tool": tool, "outcome": outcome, "server": server}
     )
 
 

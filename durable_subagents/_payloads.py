@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from durable_subagents._stream_items import StreamCarry
+from durable_subagents.agents._activity_options import ActivityOptions
 from durable_subagents.agents._spec import (
     READ_ONLY_TOOLS,
     AgentSpec,
@@ -43,11 +44,13 @@ from durable_subagents.types import (
     PendingApproval,
     TaskStatus,
     ToolCall,
+    ToolImage,
     ToolSpec,
     Usage,
 )
 
 __all__ = [
+    "ACTIVITY_OPTIONS_ACTIVITY",
     "CHILD_STATE_SIGNAL",
     "COMPACT_ACTIVITY",
     "DECIDE_SIGNAL",
@@ -97,9 +100,15 @@ COMPACT_ACTIVITY = "compact_context"
 RUN_TOOL_ACTIVITY = "run_tool"
 """The activity (or local activity) that runs one tool call: ``ToolCallInput`` ->
 ``ToolCallResult``."""
+ACTIVITY_OPTIONS_ACTIVITY = "activity_options"
+"""The local activity a run asks its worker's activity options with, once, before its
+first model turn: ``None`` -> ``ActivityOptions`` (every option set)."""
 SETTLE_CHANGES_ACTIVITY = "settle_changes"
 """The activity that applies or drops a call's held changes once a person decided:
 ``SettleInput`` -> ``ToolCallResult``."""
+OWN_TASKS_ACTIVITY = "own_registered_tasks"
+"""The activity that keeps of some registered task ids those whose parent is the
+asking task: ``[parent_id, [task_id, ...]]`` -> ``[task_id, ...]``."""
 RERUN_TOOL = "run_again"
 """The name a pause shows for a call its worker's death cut off (the decision to run it
 again, for agents with ``on_interrupted="ask"``)."""
@@ -195,6 +204,10 @@ class TaskInput(BaseModel):
     its end); None: the worker's ``SUBAGENTS_NOTIFY_URL``, if it has one. Only a URL
     the worker's allowlist holds is ever posted to; a subagent's child has none (its
     pauses are its parent's events)."""
+    activity_options: ActivityOptions | None = None
+    """The worker's activity options the run is bound by (every option set), before its
+    agent narrows them: a child's are its parent's narrowed ones, a run continued as new
+    keeps its predecessor's. None: the run asks the worker that runs its first step."""
 
 
 class TaskState(BaseModel):
@@ -242,9 +255,11 @@ def _strip(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its ``tool_calls`` stripped of defaults, if it has any."""
+    """``data`` with its ``tool_calls`` and ``images`` stripped of defaults, if it has any."""
     if data.get("tool_calls"):
         data = {**data, "tool_calls": [_strip(c, ToolCall) for c in data["tool_calls"]]}
+    if data.get("images"):
+        data = {**data, "images": [_strip(i, ToolImage) for i in data["images"]]}
     return data
 
 
@@ -558,6 +573,9 @@ class ToolCallInput(_Compact):
     """What becomes of a command's changes to protected paths: ``pause`` (kept, and the
     result's ``held`` asks the workflow for a person's decision), ``refuse`` (what a
     workflow that does not know ``held`` gets), or ``apply`` (the agent opted in)."""
+    tree_id: str | None = None
+    """The top task of the task's tree (the subagent that spawned it): its commands
+    share the machine with the whole tree's. None: the task is its own tree."""
 
     @classmethod
     def of(
@@ -568,11 +586,13 @@ class ToolCallInput(_Compact):
         workspace: str | None,
         *,
         read_only: bool,
+        tree_id: str | None = None,
     ) -> ToolCallInput:
         """The input of an approved ``call`` of a task of agent ``spec``.
 
         ``read_only``: whether the tool never changes anything (its path rules judge it
         so). A ``bash`` call carries no path rules: its sandbox is what bounds it.
+        ``tree_id``: the task's tree, when the task is not its top.
         """
         rules = None if call.name == "bash" else PathRules.of(spec, call.name, read_only=read_only)
         return cls(
@@ -587,6 +607,7 @@ class ToolCallInput(_Compact):
             unrecorded_reads=True,
             protected_changes=protected_changes(spec),
             on_interrupted=spec.on_interrupted,
+            tree_id=tree_id,
         )
 
 
@@ -650,6 +671,8 @@ class ToolCallResult(_Compact):
     """Changes the call's command made to protected paths, kept for a person's decision
     (``ToolCallInput.protected_changes`` ``pause``): the workflow pauses for it and runs
     ``settle_changes`` before the model reads this result."""
+    images: list[ToolImage] = Field(default_factory=list)
+    """Images the result carries, by blob reference (the text names each)."""
 
     def to_message(self) -> Message:
         """The tool message the model sees next turn."""
@@ -660,6 +683,7 @@ class ToolCallResult(_Compact):
             tool_call_id=self.call_id,
             tool_name=self.tool_name,
             is_error=self.is_error,
+            images=self.images,
         )
 
 

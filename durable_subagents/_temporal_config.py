@@ -21,27 +21,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import platformdirs
-from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
 from temporalio.service import TLSConfig
 
 from durable_subagents.errors import (
     TemporalAccessDenied,
     TemporalConfigError,
-    TemporalUnavailable,
 )
-
-if TYPE_CHECKING:
-    from durable_subagents.config import Settings
 
 __all__ = [
     "CREDENTIAL_ENV_PREFIXES",
     "TemporalConnection",
     "access_denied",
-    "connect_temporal",
     "credential_files",
     "is_credential_env",
     "load_profile",
@@ -456,38 +450,3 @@ def access_denied(err: BaseException, conn: TemporalConnection) -> TemporalAcces
             "TEMPORAL_TLS_CLIENT_KEY_PATH), or TEMPORAL_API_KEY"
         )
     return None
-
-
-async def connect_temporal(
-    settings: Settings, *, tracing: bool | None = None, **kwargs: Any
-) -> Client:
-    """Connect as the settings say: their address, namespace, profile and credentials.
-
-    Args:
-        settings: Address and namespace (already resolved against the profile and the
-            environment), profile, configuration file and payload keys.
-        tracing: See ``connect_client``.
-        **kwargs: Passed to ``temporalio.client.Client.connect`` (``lazy``, ``runtime``).
-
-    Raises:
-        TemporalConfigError: The connection settings cannot be used.
-        TemporalAccessDenied: The server refused the TLS handshake or the credentials.
-        TemporalUnavailable: Nothing answered on the address.
-    """
-    from durable_subagents._connect import connect_client
-
-    conn = settings.temporal_connection()
-    try:
-        return await connect_client(
-            conn.address,
-            conn.namespace,
-            tracing=tracing,
-            keys=settings.payload_keys(),
-            **conn.connect_kwargs(),
-            **kwargs,
-        )
-    except TemporalUnavailable as err:
-        denied = access_denied(err.__cause__ or err, conn)
-        if denied is not None:
-            raise denied from None
-        raise

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents._data_dir import default_data_dir as default_data_dir
@@ -26,6 +26,11 @@ from durable_subagents._temporal_config import (
     is_credential_env,
     profile_defaults,
     resolve_connection,
+)
+from durable_subagents.agents._activity_options import (
+    DEFAULT_ACTIVITY_OPTIONS,
+    ActivityOptions,
+    parse_activity_options,
 )
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
@@ -111,9 +116,17 @@ class Settings(BaseSettings):
     blob_sweep: bool = Field(
         True, validation_alias=AliasChoices("SUBAGENTS_BLOB_SWEEP", "blob_sweep")
     )
-    """Whether this worker removes expired tasks' blobs (hourly; each sweep lists the
-    store and asks Temporal about every task in it). With many workers, leave it on in
-    a few and turn it off (``false``) in the rest."""
+    """Whether this worker takes part in removing expired tasks' blobs. Each sweep lists
+    the store and asks Temporal about every task in it; one worker sweeps per period
+    (``blob_sweep_every``), whichever takes the store's lease in Temporal first."""
+    blob_sweep_every: float = Field(
+        3600.0,
+        ge=1,
+        le=7 * 86400,
+        validation_alias=AliasChoices("SUBAGENTS_BLOB_SWEEP_EVERY", "blob_sweep_every"),
+    )
+    """Seconds between two sweeps of the blob store, fleet-wide (each worker's try moves
+    by up to 10 % at random)."""
     payload_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_PAYLOAD_KEY", "payload_key")
     )
@@ -126,7 +139,20 @@ class Settings(BaseSettings):
     """Comma-separated earlier keys, kept to decrypt what was written under them while
     tasks run across a rotation."""
     model: str | None = Field(None, validation_alias=AliasChoices("SUBAGENTS_MODEL", "model"))
-    """Default ``provider:model`` when neither the spawn nor the agent names one."""
+    """Default ``provider:model`` when neither the spawn nor the agent names one. A
+    worker refuses to start without one it can run (unless the scripted model is
+    enabled: ``allow_scripted``)."""
+    models: str = Field("", validation_alias=AliasChoices("SUBAGENTS_MODELS", "models"))
+    """Worker side: the models its tasks may ask for besides ``model``, as
+    ``provider:model`` glob patterns separated by commas (``openai:gpt-4.1*,anthropic:*``;
+    ``*``: any model of the worker's providers). Empty: ``model`` only. A client given
+    the same value refuses a spawn of any other model before it starts."""
+    allow_scripted: bool = Field(
+        False, validation_alias=AliasChoices("SUBAGENTS_ALLOW_SCRIPTED", "allow_scripted")
+    )
+    """Worker side: run the offline ``scripted`` model (``subagents dev`` and ``demo``
+    turn it on; tests set it). Off: a task that asks for it fails, and a worker whose
+    default model it is refuses to start."""
     workspace: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
@@ -240,6 +266,12 @@ class Settings(BaseSettings):
     )
     """Ask providers to cache the conversation's prefix (Anthropic ``cache_control``
     breakpoints, OpenAI ``prompt_cache_key``). OpenAI's automatic caching needs nothing."""
+    tool_images: bool = Field(
+        True, validation_alias=AliasChoices("SUBAGENTS_TOOL_IMAGES", "tool_images")
+    )
+    """Send the images of tool results (an MCP server's screenshots) to the model. Off
+    for a model that takes no images (a text-only model behind an OpenAI-compatible
+    server refuses them): the result's text then only names each image."""
     prompt_cache_key: Literal["auto", "on", "off"] = Field(
         "auto", validation_alias=AliasChoices("SUBAGENTS_PROMPT_CACHE_KEY", "prompt_cache_key")
     )
@@ -362,6 +394,15 @@ class Settings(BaseSettings):
     providers' turns go to a queue of their own (``<task queue>-model-<provider>``)
     whose dispatch rate the Temporal server limits for all workers together. Give every
     worker of the task queue the same value."""
+    activity_options: Annotated[ActivityOptions, NoDecode] = Field(
+        DEFAULT_ACTIVITY_OPTIONS,
+        validation_alias=AliasChoices("SUBAGENTS_ACTIVITY_OPTIONS", "activity_options"),
+    )
+    """Worker side: the timeouts and retry policies of model turns, tool calls and
+    compactions, as ``kind.option=value`` pairs (``tool_call.start_to_close=5m,
+    model_turn.maximum_attempts=3``) or JSON (``{"tool_call": {"start_to_close": 300}}``);
+    an option not given keeps its default (``DEFAULT_ACTIVITY_OPTIONS``). A task takes
+    its worker's once, at its start; an agent may only narrow them."""
     deployment_name: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_DEPLOYMENT_NAME", "deployment_name")
     )
@@ -532,6 +573,23 @@ class Settings(BaseSettings):
                     f"SUBAGENTS_TOOL_ENV names {name.strip()}: Temporal credentials would "
                     "let a tool decide, cancel or read any task, and never reach one; "
                     "remove it from the list"
+                )
+        return value
+
+    @field_validator("activity_options", mode="before")
+    @classmethod
+    def _valid_activity_options(cls, value: object) -> ActivityOptions:
+        return parse_activity_options(value)
+
+    @field_validator("models")
+    @classmethod
+    def _model_patterns(cls, value: str) -> str:
+        for pattern in (p.strip() for p in value.split(",")):
+            if pattern and pattern != "*" and not re.fullmatch(r"[a-z-]+:\S+", pattern):
+                raise InvalidRequest(
+                    f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give "
+                    "provider:model patterns separated by commas (openai:gpt-4.1*,"
+                    "anthropic:*), or * for any model"
                 )
         return value
 

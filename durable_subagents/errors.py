@@ -9,6 +9,7 @@ __all__ = [
     "BlobNotFound",
     "BlobStoreUnavailable",
     "InvalidRequest",
+    "ModelNotAllowed",
     "PayloadCorrupt",
     "PayloadEncryptionError",
     "PayloadKeyMissing",
@@ -81,6 +82,14 @@ class UnknownCallId(InvalidRequest):
     """A decision names a call that is not pending in the task's current pause."""
 
 
+class ModelNotAllowed(InvalidRequest):
+    """A spawn asks for a model the workers do not run.
+
+    Not among ``SUBAGENTS_MODELS``, or the scripted model where it is not enabled; the
+    message says what they allow.
+    """
+
+
 class SearchAttributesMissing(SubagentError):
     """The namespace lacks the custom search attributes the workflow writes."""
 
@@ -138,6 +147,7 @@ NON_RETRYABLE_ERROR_TYPES = [
     "PayloadKeyMissing",
     "PayloadTooLarge",
     "ModelRequestError",
+    "ModelNotAllowed",
     "WorkspaceError",
     "TaskCancelled",
     "BlobCorrupt",

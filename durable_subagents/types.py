@@ -35,6 +35,7 @@ __all__ = [
     "TaskResult",
     "TaskStatus",
     "ToolCall",
+    "ToolImage",
     "ToolSpec",
     "Usage",
 ]
@@ -115,6 +116,9 @@ class ToolCall(BaseModel):
     written_path: str | None = None
     """The same path as written, normalized without following symlinks; set only where
     a symlink makes it differ from ``path``. Rules judge both (the stricter answer wins)."""
+    read_only_hint: bool | None = None
+    """For an MCP tool: what its server says of it (``readOnlyHint``), set by the worker.
+    Shown to a person deciding on the call; never trusted to decide anything."""
 
 
 class Compaction(BaseModel):
@@ -162,6 +166,28 @@ class ReasoningBlock(BaseModel):
     """A ``redacted_thinking`` block's encrypted content."""
 
 
+ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+"""The image formats a tool's result may carry: those both providers' APIs take."""
+IMAGE_TYPES: tuple[ImageType, ...] = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+class ToolImage(BaseModel):
+    """An image a tool's result carries, kept in the blob store: messages name it.
+
+    The model is shown it where the provider's API takes images in (or beside) a tool
+    result; elsewhere the result's text says it was there (see ``Message.images``).
+    """
+
+    media_type: ImageType
+    ref: str
+    """The blob that holds the image's bytes."""
+    size: int = 0
+    """The image's size in bytes."""
+    data: str = ""
+    """The image base64-encoded: set only in a ``ModelRequest`` (the model turn reads
+    the blob), never in what is stored or recorded."""
+
+
 class Message(BaseModel):
     """One provider-neutral transcript message.
 
@@ -175,6 +201,11 @@ class Message(BaseModel):
     An assistant message's ``reasoning`` holds the thinking blocks the model wrote
     before its answer, byte for byte (signatures included); ``content`` never holds
     any of it.
+
+    A tool message's ``images`` are images its result carries (an MCP server's
+    screenshot), by blob reference; its ``content`` names each of them in text, so a
+    view without them (a provider that takes none, a compacted result) still says
+    they were there.
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -186,6 +217,7 @@ class Message(BaseModel):
     is_error: bool = False
     compaction: Compaction | None = None
     reasoning: list[ReasoningBlock] = Field(default_factory=list)
+    images: list[ToolImage] = Field(default_factory=list)
 
     @property
     def thinking(self) -> str:
@@ -318,6 +350,8 @@ class TaskInfo(BaseModel):
     pause_id: str | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     turns: int = 0
+    """Model turns taken, the running one included; 0 for a task that ended before any
+    model answer (it failed or was stopped at its first model call)."""
     usage: Usage = Field(default_factory=Usage)
     tree_usage: Usage | None = None
     """Usage of this task and of the subagents it spawned, theirs counted once they
@@ -405,6 +439,8 @@ class TaskEvent(BaseModel):
     depth: int = 0
     """Levels below the watched task (0: its own event; ``watch(tree=True)``)."""
     time: datetime | None = None
+    """When it happened, in UTC (timezone-aware, as ``TaskInfo.created_at``): the time
+    its history recorded, or, for live text, when it was seen."""
     status: TaskStatus | None = None
     turn: int | None = None
     tool: str | None = None

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from .helpers.missing import missing
+
 
 def _chromium() -> str | None:
     for candidate in (shutil.which("chromium"), shutil.which("chromium-browser")):
@@ -21,7 +23,9 @@ CHROMIUM = _chromium()
 
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None or importlib.util.find_spec("playwright") is None,
-    reason="needs a chromium binary on PATH (Debian: apt-get install chromium) and "
-    "playwright (pip install -e '.[dev]'); playwright's own browsers are never downloaded",
+    reason=missing(
+        "a chromium binary on PATH (Debian: apt-get install chromium) and playwright "
+        "(pip install -e '.[dev]'); playwright's own browsers are never downloaded"
+    ),
 )
 """Skips a test that drives a browser where it cannot."""

@@ -19,12 +19,17 @@ from durable_subagents.testing import DevServer, free_port
 from durable_subagents.worker import create_worker
 
 from .helpers.cli import _env
-from .helpers.tasks import give_to_tool_user
+from .helpers.missing import pytest_runtest_makereport  # noqa: F401 (the hook: CI runs every test)
+from .helpers.tasks import TEST_MODELS, give_to_tool_user
 
 # Hypothesis fails an example that takes over 200 ms by default: a guess at the
 # machine's pace, which a loaded machine breaks (a 5 ms Markdown check took 290 ms).
 hypothesis_settings.register_profile("suite", deadline=None)
 hypothesis_settings.load_profile("suite")
+
+# The suite's workers run scripts and the fake providers' models; this process's
+# children inherit it, and a test of the defaults removes them.
+os.environ.update(TEST_MODELS)
 
 
 def pytest_configure(config: pytest.Config) -> None:

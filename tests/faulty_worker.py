@@ -9,6 +9,7 @@ real mistake in the library.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,13 @@ from durable_subagents.worker import create_worker
 _real = policy.verdict
 
 
+BUG = os.environ.get("FAULTY_BUG") or "planted bug: the verdict of a bash call cannot be taken"
+"""What the bug says (``FAULTY_BUG``: a hostile text, for what shows it)."""
+
+
 def broken_verdict(call: Any, *args: Any, **kwargs: Any) -> Any:
     if call.name == "bash":
-        raise RuntimeError("planted bug: the verdict of a bash call cannot be taken")
+        raise RuntimeError(BUG)
     return _real(call, *args, **kwargs)
 
 

@@ -19,8 +19,17 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._context import COMPACT_AT, Sizer, context_view, request_chars
+from durable_subagents import _search_attributes as sa
+from durable_subagents._context import (
+    COMPACT_AT,
+    IMAGES_LEFT_OUT,
+    Sizer,
+    context_view,
+    request_chars,
+    within_image_budget,
+)
 from durable_subagents._live_text import LiveText
 from durable_subagents._output_schema import (
     FINAL_ANSWER_TOOL,
@@ -29,9 +38,11 @@ from durable_subagents._output_schema import (
     schema_text,
 )
 from durable_subagents._payloads import (
+    ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
+    OWN_TASKS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     SETTLE_CHANGES_ACTIVITY,
     CompactInput,
@@ -52,7 +63,11 @@ from durable_subagents._telemetry import (
     traced_tool,
 )
 from durable_subagents.activities._compaction import compact
-from durable_subagents.activities._failures import blob_failure
+from durable_subagents.activities._failures import (
+    blob_failure,
+    configuration_error,
+    log_configuration_error,
+)
 from durable_subagents.activities._heartbeats import (
     cancel_requested,
     heartbeat,
@@ -68,7 +83,7 @@ from durable_subagents.activities._workspaces import (
     log_tool_user,
     task_workspace,
 )
-from durable_subagents.agents import READ_ONLY_TOOLS
+from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
@@ -81,6 +96,7 @@ from durable_subagents.providers import (
     parse_model,
     resolve_provider,
 )
+from durable_subagents.providers._allowlist import ModelAllowlist
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -97,7 +113,7 @@ from durable_subagents.tools import (
 )
 from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._decorator import DecidedPath
-from durable_subagents.tools._limits import limit_mechanisms
+from durable_subagents.tools._limits import log_limit_mechanisms
 from durable_subagents.tools._overlay import sweep_at_start
 from durable_subagents.tools._processes import prestart_fork_server
 from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
@@ -147,6 +163,8 @@ class SubagentActivities:
         compact_at: The share of the window a turn may fill before the conversation
             is compacted (``Settings.compact_at``).
         prompt_cache: Ask providers to cache prompt prefixes (``Settings.prompt_cache``).
+        tool_images: Send the images of tool results to the model
+            (``Settings.tool_images``); else their results' text only names them.
         prompt_cache_key: OpenAI's ``prompt_cache_key``: ``auto``, ``on`` or ``off``
             (``Settings.prompt_cache_key``).
         rate_limited: Providers whose model turns this worker sends on to their own
@@ -155,6 +173,11 @@ class SubagentActivities:
             ``overlays``; see ``SandboxProfile.overlay_dir``).
         transcript_cache_bytes: Memory the running tasks' conversations are kept in
             (``Settings.transcript_cache_mb``).
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (``Settings.activity_options``, every option set), which a
+            task asks once, at its start, and keeps for its whole life.
+        models: The models this worker runs (``worker_models``); a turn or compaction
+            of any other fails its task with ``ModelNotAllowed``. None: any model.
     """
 
     def __init__(
@@ -178,11 +201,14 @@ class SubagentActivities:
         context_window: int | None = None,
         compact_at: float = COMPACT_AT,
         prompt_cache: bool = True,
+        tool_images: bool = True,
         prompt_cache_key: str = "auto",
         notify: bool = False,
         rate_limited: frozenset[str] = frozenset(),
         transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES,
         overlay_dir: Path | None = None,
+        activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
+        models: ModelAllowlist | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -193,8 +219,7 @@ class SubagentActivities:
         self.default_model = default_model
         self.sandbox = sandbox
         self.sandbox_state = sandbox_state(sandbox)
-        mechanisms = limit_mechanisms()
-        log.info("tool limits enforced by: %s", mechanisms)
+        log_limit_mechanisms(log)
         self.tool_env = list(tool_env or [])
         self.tool_limits = tool_limits or DEFAULT_LIMITS
         self.hidden_paths = tuple(p.resolve() for p in hidden_paths or [])
@@ -209,10 +234,13 @@ class SubagentActivities:
         self.context_window_tokens = context_window
         self.compact_at = compact_at
         self.prompt_cache = prompt_cache
+        self.tool_images = tool_images
         self.prompt_cache_key = prompt_cache_key
         self.notify = notify
         self.rate_limited = rate_limited
         self.overlay_dir = overlay_dir
+        self.activity_options = activity_options.with_defaults()
+        self.models = models
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -220,6 +248,13 @@ class SubagentActivities:
             # Said once at start (and refused at every command) if it cannot work.
             run_as = sandbox_host.tool_user(self.workspace_root, self.tool_user)
             overlay_problem(overlay_dir_for(overlay_dir, run_as), run_as)
+
+    # ------------------------------------------------------------------ options
+
+    @activity.defn(name=ACTIVITY_OPTIONS_ACTIVITY)
+    async def worker_activity_options(self) -> ActivityOptions:
+        """This worker's activity options, which the asking task records and keeps."""
+        return self.activity_options
 
     # ------------------------------------------------------------------ model turn
 
@@ -231,6 +266,12 @@ class SubagentActivities:
             return await self._model_turn(input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+        except InvalidRequest as err:  # a model name the worker cannot resolve
+            raise configuration_error(str(err), "InvalidRequest") from None
+        except ApplicationError as err:
+            if err.type == "ModelRequestError" and err.non_retryable:
+                log_configuration_error(err.message)
+            raise
 
     async def _model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         queue = self.provider_queue(input)
@@ -311,7 +352,8 @@ class SubagentActivities:
             async with heartbeating():
                 judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
         calls = [
-            await self.transcript.store_call(task_id, self.with_path(c, workspace)) for c in checked
+            await self.transcript.store_call(task_id, self.with_hint(self.with_path(c, workspace)))
+            for c in checked
         ]
         if len(response.tool_calls) > MAX_CALLS_KEPT:
             activity.logger.warning(
@@ -431,7 +473,18 @@ class SubagentActivities:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
-        """``resolve_provider`` with this worker's settings."""
+        """``resolve_provider`` with this worker's settings, for a model it allows.
+
+        Raises:
+            ApplicationError: ``ModelNotAllowed`` (non-retryable): not a model this
+                worker runs.
+        """
+        refusal = None
+        if self.models is not None:
+            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+                refusal = self.models.refusal(model)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
             model,
             default_model=self.default_model,
@@ -446,9 +499,14 @@ class SubagentActivities:
         """The request for ``messages``: their context view, blob references expanded."""
         view = context_view(messages)
         system = "\n\n".join(m.content for m in view if m.role == "system")
-        conversation = await self.transcript.expand(
-            task_id, [m for m in view if m.role != "system"]
-        )
+        shown, dropped = within_image_budget([m for m in view if m.role != "system"])
+        if not self.tool_images:  # the results' texts name the images
+            shown = [m.model_copy(update={"images": []}) if m.images else m for m in shown]
+            dropped = set()
+        conversation = await self.transcript.expand(task_id, shown, images=True)
+        for i in dropped:
+            m = conversation[i]
+            conversation[i] = m.model_copy(update={"content": f"{m.content}\n{IMAGES_LEFT_OUT}"})
         return ModelRequest(
             model=model,
             system=system,
@@ -559,6 +617,13 @@ class SubagentActivities:
             update={"path": resolved, "written_path": written if written != resolved else None}
         )
 
+    def with_hint(self, call: ToolCall) -> ToolCall:
+        """The call with what an MCP tool's server says of it, for a person deciding."""
+        hint = getattr(self.tools.get(call.name), "read_only_hint", None)
+        if not isinstance(hint, bool):
+            return call
+        return call.model_copy(update={"read_only_hint": hint})
+
     def path_argument(self, call: ToolCall) -> str | None:
         """The call's ``path`` argument (or its default), for tools that take one."""
         tool = self.tools.get(call.name)
@@ -587,6 +652,27 @@ class SubagentActivities:
             return await run_call(self, input)
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
+
+    @activity.defn(name=OWN_TASKS_ACTIVITY)
+    async def own_registered_tasks(self, parent_id: str, task_ids: list[str]) -> list[str]:
+        """Those of ``task_ids`` whose parent is ``parent_id`` (``SubagentParent``).
+
+        A registration is a signal anyone may send: before a task cancels the tasks
+        registered with it, it keeps only those that name it as their parent, so a
+        forged registration cannot make it cancel a stranger's task.
+        """
+        client = activity.client()
+        own: list[str] = []
+        for task_id in task_ids:
+            try:
+                described = await client.get_workflow_handle(task_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    continue  # never started, or gone: nothing to cancel
+                raise
+            if described.typed_search_attributes.get(sa.PARENT) == parent_id:
+                own.append(task_id)
+        return own
 
     @activity.defn(name=SETTLE_CHANGES_ACTIVITY)
     async def settle_changes(self, input: SettleInput) -> ToolCallResult:
@@ -656,6 +742,7 @@ class SubagentActivities:
             overlay_dir=self.overlay_dir,
             hold=input.protected_changes,
             handing_back=activity.is_worker_shutdown,
+            tree_id=input.tree_id,
         )
 
     def tool_environment(self, names: list[str] | None) -> dict[str, str]:
@@ -674,4 +761,11 @@ class SubagentActivities:
     @property
     def activities(self) -> list[Callable[..., Any]]:
         """The activity callables to register on a worker."""
-        return [self.model_turn, self.run_tool, self.compact_context, self.settle_changes]
+        return [
+            self.model_turn,
+            self.run_tool,
+            self.compact_context,
+            self.settle_changes,
+            self.own_registered_tasks,
+            self.worker_activity_options,
+        ]

@@ -20,7 +20,13 @@ from durable_subagents.errors import (
     PayloadEncryptionError,
 )
 
-__all__ = ["MISSING_BLOB_ATTEMPTS", "blob_failure", "workspace_error"]
+__all__ = [
+    "MISSING_BLOB_ATTEMPTS",
+    "blob_failure",
+    "configuration_error",
+    "log_configuration_error",
+    "workspace_error",
+]
 
 log = logging.getLogger("durable_subagents.activities._activities")
 
@@ -34,6 +40,25 @@ def workspace_error(message: str) -> ApplicationError:
         type="WorkspaceError",
         non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,  # no traceback: it says it all
+    )
+
+
+def log_configuration_error(message: str) -> None:
+    """One warning for a task that fails on what an operator or spawner must set.
+
+    A missing or refused API key, an unknown model: the message names the setting, so
+    the activity's error is ``BENIGN`` (the SDK logs no traceback) and this line, with
+    the task's id, is all the worker prints for it.
+    """
+    info = activity.info()
+    log.warning("task %s: %s", info.workflow_id, message)
+
+
+def configuration_error(message: str, error_type: str) -> ApplicationError:
+    """``message`` logged once, as the non-retryable, ``BENIGN`` failure of the task."""
+    log_configuration_error(message)
+    return ApplicationError(
+        message, type=error_type, non_retryable=True, category=ApplicationErrorCategory.BENIGN
     )
 
 

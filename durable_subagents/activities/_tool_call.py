@@ -36,11 +36,12 @@ from durable_subagents.activities._held_changes import keep as keep_held
 from durable_subagents.tools import ToolError
 from durable_subagents.tools._decorator import MAX_THREADS_PER_TASK
 from durable_subagents.tools._land import Landing
-from durable_subagents.types import ToolCall
+from durable_subagents.types import ToolCall, ToolImage
 
 if TYPE_CHECKING:
     from durable_subagents._live_text import LiveText
     from durable_subagents.activities._activities import SubagentActivities
+    from durable_subagents.tools._images import CheckedImage
 
 __all__ = ["run_call", "run_reads"]
 
@@ -135,6 +136,7 @@ async def run_once(
     call = await acts.transcript.full_call(input.task_id, input.call)
     tool = acts.tools.get(call.name)
     held: HeldChanges | None = None
+    images: list[ToolImage] = []
     if tool is None:
         output, is_error = f"unknown tool {call.name!r}", True
     else:
@@ -160,6 +162,8 @@ async def run_once(
                     output = f"{call.name} failed: {type(err).__name__}: {err}"
                     is_error = True
                 output = with_landings(output, ctx.landings)
+                if not is_error:
+                    images = await store_images(acts, input.task_id, ctx.images)
                 kept = [h for landing in ctx.landings for h in landing.held]
                 if kept and input.protected_changes == "pause":
                     held = await keep_held(acts, input.task_id, call, workspace, kept)
@@ -181,11 +185,27 @@ async def run_once(
         size=len(output),
         recorded=recorded,
         held=held,
+        images=images,
     )
     if recorded:
         record = policy.result_record_name(input.call)  # the name the workflow passes on
         await acts.store.put_record(input.task_id, record, result.model_dump_json().encode())
     return result
+
+
+async def store_images(
+    acts: SubagentActivities, task_id: str, images: list[CheckedImage]
+) -> list[ToolImage]:
+    """A result's images put in the blob store, as its messages name them.
+
+    The workflow's history and the transcript hold only their names: a few screenshots
+    would otherwise pass the 2 MB a payload may take.
+    """
+    out = []
+    for image in images:
+        ref = await acts.store.put(task_id, image.data)
+        out.append(ToolImage(media_type=image.media_type, ref=ref, size=len(image.data)))
+    return out
 
 
 def with_landings(output: str, landings: list[Landing]) -> str:

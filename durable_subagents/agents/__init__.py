@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from durable_subagents.agents._activity_options import (
+    DEFAULT_ACTIVITY_OPTIONS,
+    ActivityConfig,
+    ActivityOptions,
+    parse_activity_options,
+)
 from durable_subagents.agents._agent_file import AgentFileError
 from durable_subagents.agents._builtin import BUILTIN_AGENTS
 from durable_subagents.agents._files import (
@@ -31,9 +37,12 @@ from durable_subagents.errors import InvalidRequest
 __all__ = [
     "ALL_TOOLS",
     "BUILTIN_AGENTS",
+    "DEFAULT_ACTIVITY_OPTIONS",
     "PROTECTED_PATHS",
     "READ_ONLY_TOOLS",
     "REASONING_EFFORTS",
+    "ActivityConfig",
+    "ActivityOptions",
     "AgentFileError",
     "AgentFiles",
     "AgentSpec",
@@ -46,6 +55,7 @@ __all__ = [
     "find_project_root",
     "load_agent_file",
     "load_agents",
+    "parse_activity_options",
     "resolve_agent",
     "scan_agents",
 ]

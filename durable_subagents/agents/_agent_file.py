@@ -2,7 +2,8 @@
 
 The fields both formats share are read here too: our own model settings
 (``reasoning_effort``, ``temperature``, ``max_output_tokens``) and sandbox fields
-(``network``, ``env``, ``limits``, ``context_window``).
+(``network``, ``env``, ``limits``, ``context_window``, ``on_interrupted``,
+``activity_options``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from durable_subagents.agents._activity_options import agent_activity_options
 from durable_subagents.agents._front_matter import (
     FrontMatter,
 )
@@ -124,17 +126,27 @@ class AgentFile:
         warn(self.warnings, f"{self.path}:{self.front.line(key)}: {message}")
 
 
-SANDBOX_KEYS = {"network", "env", "limits", "context_window", "on_interrupted", "onInterrupted"}
+SANDBOX_KEYS = {
+    "network",
+    "env",
+    "limits",
+    "context_window",
+    "on_interrupted",
+    "onInterrupted",
+    "activity_options",
+    "activityOptions",
+}
 """Our own front matter (neither Claude Code nor OpenCode has it): the tool sandbox's,
-and the model's context window."""
+the model's context window, what an interrupted call does and the activity options."""
 
 
 def sandbox_fields(f: AgentFile) -> dict[str, Any]:
-    """Our own keys: ``network``, ``env``, ``limits`` and ``context_window``.
+    """Our own keys: ``network``, ``env``, ``limits``, ``context_window`` and the others.
 
     ``network: true``, ``env: [NAME, ...]``, ``limits: {memory_mb: 512, ...}``,
-    ``context_window: 32000``. A value that cannot be read is kept among the file's
-    problems (see ``AgentFile.done``).
+    ``context_window: 32000``, ``activity_options: {tool_call: {start_to_close: 30}}``.
+    A value that cannot be read is kept among the file's problems (see
+    ``AgentFile.done``).
     """
     meta = f.meta
     fields: dict[str, Any] = {}
@@ -147,6 +159,12 @@ def sandbox_fields(f: AgentFile) -> dict[str, Any]:
                 f.problems.append(
                     f.fail(key, f"'{key}' must be report, rerun or ask, got {value!r}")
                 )
+    for key in ("activity_options", "activityOptions"):
+        if key in meta:
+            try:
+                fields["activity_options"] = agent_activity_options(meta[key])
+            except InvalidRequest as err:
+                f.problems.append(f.fail(key, str(err)))
     if "context_window" in meta:
         window = meta["context_window"]
         if isinstance(window, bool) or not isinstance(window, int) or window < 1024:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from durable_subagents.agents._activity_options import ActivityOptions, check_agent_options
 
 # Re-exported: the sandbox and the tools read the default list from here.
 from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PATHS
@@ -140,6 +142,17 @@ class AgentSpec(BaseModel):
     max_output_tokens: int | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS)
     """Most tokens one model answer may take, reasoning included (Anthropic's thinking gets
     its effort's budget on top); None: 8,192."""
+
+    activity_options: ActivityOptions | None = None
+    """Shorter timeouts and fewer attempts for this agent's model turns, tool calls and
+    compactions than its worker's (``start_to_close``, ``heartbeat``,
+    ``schedule_to_close``, ``maximum_attempts``); a value beyond the worker's is kept at
+    the worker's. Its children take the narrowed values. None: the worker's."""
+
+    @field_validator("activity_options")
+    @classmethod
+    def _narrowing_only(cls, value: ActivityOptions | None) -> ActivityOptions | None:
+        return None if value is None else check_agent_options(value)
 
     def allowed_tools(self, available: list[str] | tuple[str, ...]) -> list[str]:
         """The tools this agent may call among ``available``, in ``available``'s order.

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import traceback
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -25,7 +26,7 @@ from rich.markup import escape
 from durable_subagents._error_wording import for_shell
 from durable_subagents._event_loop import EventLoopChoice, loop_factory
 from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
-from durable_subagents.errors import SubagentError, TemporalUnavailable
+from durable_subagents.errors import InvalidRequest, SubagentError, TemporalUnavailable
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -41,6 +42,10 @@ VERBOSE = False
 
 _address: str | None = None
 """The Temporal address of the command's settings (a lost connection names it)."""
+
+_given: list[str] = []
+"""The connection options given on the command line (``--address X``...): a hint that
+repeats a command repeats them, or the repeat would go to another server."""
 
 Address = Annotated[
     str | None,
@@ -132,12 +137,27 @@ def make_settings(
 
     global _address
     given = {"address": address, "namespace": namespace, "task_queue": task_queue, **extra}
+    _given[:] = [
+        part
+        for flag, value in (
+            ("--address", address),
+            ("--namespace", namespace),
+            ("--profile", extra.get("profile")),
+        )
+        if value is not None
+        for part in (flag, value)
+    ]
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as err:
         raise typer.BadParameter(_first_error(err)) from None
     _address = settings.address
     return settings
+
+
+def again(command: str) -> str:
+    """``command`` (to be typed again) with the connection options this one was given."""
+    return " ".join([command, *(shlex.quote(part) for part in _given)])
 
 
 def _first_error(err: ValidationError) -> str:
@@ -157,6 +177,23 @@ def _first_error(err: ValidationError) -> str:
     if SECRET_ENV_NAME.search(name) or not isinstance(first.get("input"), str):
         return f"{name}: {message}"
     return f"{name}={first['input']}: {message}"
+
+
+def usage_check(check: Callable[[], T], param_hint: str | None = None) -> T:
+    """Check a value of the command line before anything connects.
+
+    A value wrong in itself (``--max-turns -1``, ``--metadata`` that is not a JSON
+    object) is a usage error: exit code 2, whatever the server would say.
+
+    Args:
+        check: Checks the value (and returns what it makes of it); raises
+            ``InvalidRequest`` for a value that cannot be.
+        param_hint: The option to name, when the message does not.
+    """
+    try:
+        return check()
+    except InvalidRequest as err:
+        raise typer.BadParameter(for_shell(str(err)), param_hint=param_hint) from None
 
 
 def error(message: str) -> None:

@@ -29,7 +29,7 @@ from durable_subagents.cli._dev import DEV_RECORD, read_dev_record
 from durable_subagents.cli._render import indented_json
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
+from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.testing._dev_server import (
     DEFAULT_PORT,
     DEFAULT_UI_PORT,
@@ -63,6 +63,32 @@ _READ_ONLY_COMMANDS = {"wc", "ls", "cat", "head", "grep", "nl"}
 _MAX_PAUSES = 3
 
 
+def check_model(model: str | None, origin: str) -> None:
+    """Refuse a model the demo's worker could not run, before anything starts.
+
+    The worker runs in this process: an unknown model name, or a provider whose key is
+    not in this environment, would fail every demo task after the server started.
+
+    Args:
+        model: The demo's model (None: the offline script).
+        origin: Where it came from (``--model``, ``SUBAGENTS_MODEL``), for the message.
+
+    Raises:
+        InvalidRequest: The name is malformed, or its provider's key is not set.
+    """
+    from durable_subagents.providers._base import missing_key, parse_model
+
+    if not model or model.strip().startswith("scripted"):
+        return  # offline: each task runs its own demo script
+    provider, full, _ = parse_model(model, origin=origin)
+    key = missing_key(provider)
+    if key is not None:
+        raise InvalidRequest(
+            f"{full} (from {origin}) needs {key}, and {key} is not set: set it, or run the "
+            "demo without a model for the offline one"
+        )
+
+
 async def run_demo(
     *, settings: Settings, port: int, ui_port: int, db: Path | None, console: Console
 ) -> None:
@@ -93,6 +119,7 @@ async def run_demo(
                 "address": address,
                 "workspace": workspace,
                 "task_queue": f"subagents-demo-{uuid.uuid4().hex[:6]}",
+                "allow_scripted": True,
             }
         )
         offline = not settings.model or settings.model.startswith("scripted")

@@ -113,6 +113,7 @@ async def run_dev(
         create_worker,
         sweep_forever,
         warn_secrets_in_workspace,
+        worker_models,
     )
 
     version = settings.worker_deployment()  # a half-given version fails before starting
@@ -120,7 +121,11 @@ async def run_dev(
     address = f"127.0.0.1:{port}"
     namespace = settings.namespace
     workspace = workspace or settings.workspace
-    settings = settings.model_copy(update={"address": address, "workspace": workspace})
+    # The dev server's worker runs the offline scripted model too, beside its default.
+    settings = settings.model_copy(
+        update={"address": address, "workspace": workspace, "allow_scripted": True}
+    )
+    worker_models(settings)  # a model the worker cannot run fails before anything starts
     await asyncio.to_thread(warn_secrets_in_workspace, settings)
     server: DevServer | None = None
     codec: CodecServer | None = None

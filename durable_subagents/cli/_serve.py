@@ -69,8 +69,8 @@ class Approvals(enum.StrEnum):
 
 
 def dev(
-    port: Annotated[int, typer.Option(help="gRPC port")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    port: Annotated[int, typer.Option(help="gRPC port", min=1, max=65535)] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port", min=1, max=65535)] = 8233,
     db: Annotated[
         Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
     ] = None,
@@ -278,7 +278,7 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     """Say whether the worker's version is current, and how to make it so if not."""
     from temporalio.service import RPCError
 
-    from durable_subagents._temporal_config import connect_temporal
+    from durable_subagents._connect import connect_temporal
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"
@@ -375,6 +375,7 @@ def mcp(
     ] = Reach.ANY,
 ) -> None:
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
+    from durable_subagents._connect import check_address
     from durable_subagents.client._mcp import default_parent_id, run_mcp
 
     settings = make_settings(address, namespace, task_queue, profile=profile)
@@ -388,6 +389,10 @@ def mcp(
         highlight=False,
         soft_wrap=True,
     )
+    try:
+        check_address(settings.address)
+    except SubagentError as err:  # the tools are listed still; each call answers this
+        error(f"{err}; every tool call answers this until it is fixed")
     run(
         run_mcp(
             settings, parent, agents_dir=agents_dir, approvals=approvals.value, reach=reach.value
@@ -396,8 +401,10 @@ def mcp(
 
 
 def demo(
-    port: Annotated[int, typer.Option(help="gRPC port of the embedded server")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Web UI port")] = 8233,
+    port: Annotated[
+        int, typer.Option(help="gRPC port of the embedded server", min=1, max=65535)
+    ] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port", min=1, max=65535)] = 8233,
     db: Annotated[
         Path | None, typer.Option(help="SQLite file [default: per-user data dir]")
     ] = None,
@@ -406,9 +413,17 @@ def demo(
     ] = None,
 ) -> None:
     """Run subagents over a sample project: an approval, a follow-up, their results."""
-    from durable_subagents.cli._demo import run_demo
+    from durable_subagents.cli._demo import check_model, run_demo
+    from durable_subagents.worker import worker_models
 
     settings = make_settings(model=model)
+    try:
+        check_model(settings.model, "--model" if model else "SUBAGENTS_MODEL")
+        # and one SUBAGENTS_MODELS allows (the demo's worker runs the scripted model too)
+        worker_models(settings.model_copy(update={"allow_scripted": True}))
+    except SubagentError as err:
+        error(str(err))
+        raise typer.Exit(1) from None
     run(
         run_demo(settings=settings, port=port, ui_port=ui_port, db=db, console=console),
         event_loop=settings.event_loop,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,16 +18,18 @@ from durable_subagents.cli._common import (
     Namespace,
     Profile,
     TaskQueue,
+    again,
     console,
     make_settings,
     run,
+    usage_check,
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 
 if TYPE_CHECKING:
     from durable_subagents.client import SubagentClient
     from durable_subagents.config import Settings
-    from durable_subagents.types import TaskInfo, TaskStatus
+    from durable_subagents.types import TaskStatus
 
 # The client, the settings and the task types are imported by the commands that use
 # them: `subagents --help` imports this module and needs none of them.
@@ -47,21 +48,6 @@ async def _client(settings: Settings) -> SubagentClient:
 
     # Only spawning resolves agents: a broken agent file must not block check or cancel.
     return await SubagentClient.connect(settings=settings, agents={})
-
-
-def _show(
-    settings: Settings,
-    action: Callable[[SubagentClient], Awaitable[TaskInfo]],
-    as_json: bool,
-) -> None:
-    """Connect, run one call on a task, print the task it returns."""
-
-    async def main() -> None:
-        from durable_subagents.cli._render import print_info
-
-        print_info(console, await action(await _client(settings)), as_json)
-
-    run(main())
 
 
 def spawn(
@@ -124,37 +110,47 @@ def spawn(
     as_json: JsonOut = False,
 ) -> None:
     """Spawn a subagent task and print its id."""
+    from durable_subagents.spawn import SpawnKwargs, SpawnOptions
+
     text = sys.stdin.read() if prompt == "-" else prompt
+    # Each option's value is checked here, before anything connects: one wrong in
+    # itself is a usage error (exit 2); what the agent or the server refuses exits 1.
+    options: SpawnKwargs = {
+        "model": model,
+        "max_turns": max_turns,
+        "tools": tool,
+        "disallowed_tools": disallow,
+        "permission_mode": permission_mode,
+        "permissions": _rules(ask, "ask") + _rules(deny, "deny"),
+        "approval_timeout": approval_timeout,
+        "time_limit": time_limit,
+        "token_budget": token_budget,
+        "reasoning_effort": reasoning_effort,
+        "output_schema": (
+            usage_check(lambda: _read_schema(output_schema), "--output-schema")
+            if output_schema is not None
+            else None
+        ),
+        "workspace": workspace,
+        "network": False if no_network else None,
+        "metadata": usage_check(lambda: _read_metadata(metadata)) if metadata is not None else None,
+        "task_id": task_id,
+        "notify_url": notify_url,
+    }
+    usage_check(lambda: SpawnOptions(**options))
+    if model is not None:
+        from durable_subagents.providers._names import parse_model
+
+        usage_check(lambda: parse_model(model), "--model")
+
+    settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> TaskStatus | None:
         from durable_subagents.cli._render import print_info
         from durable_subagents.client import SubagentClient
 
-        schema = _read_schema(output_schema) if output_schema is not None else None
-        settings = make_settings(address, namespace, task_queue, profile=profile)
         client = await SubagentClient.connect(settings=settings, agents_dir=agents_dir)
-        tid = await client.spawn_task(
-            agent,
-            text,
-            description,
-            parent_id=parent,
-            model=model,
-            max_turns=max_turns,
-            tools=tool,
-            disallowed_tools=disallow,
-            permission_mode=permission_mode,
-            permissions=_rules(ask, "ask") + _rules(deny, "deny"),
-            approval_timeout=approval_timeout,
-            time_limit=time_limit,
-            token_budget=token_budget,
-            reasoning_effort=reasoning_effort,
-            output_schema=schema,
-            workspace=workspace,
-            network=False if no_network else None,
-            metadata=_read_metadata(metadata) if metadata is not None else None,
-            task_id=task_id,
-            notify_url=notify_url,
-        )
+        tid = await client.spawn_task(agent, text, description, parent_id=parent, **options)
         if wait:
             info = await client.check_task(tid, wait=True, timeout=3600)
             print_info(console, info, as_json, await client.pending_arguments(info))
@@ -217,11 +213,14 @@ def check(
     as_json: JsonOut = False,
 ) -> None:
     """Show a task's status and result, and the full arguments of calls awaiting approval."""
+    _check_timeout(timeout)
+
+    settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> TaskStatus:
         from durable_subagents.cli._render import print_info
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         info = await client.check_task(task_id, wait=wait, timeout=timeout, after_pause=after_pause)
         if info.result_truncated:  # over 64 KiB: the whole answer is in the blob store
             try:
@@ -233,17 +232,24 @@ def check(
         print_info(console, info, as_json, await client.pending_arguments(info))
         return info.status
 
-    again = f"subagents check {shlex.quote(task_id)} --wait"
-    status = run(main(), lost=_goes_on(again) if wait else None)
+    repeat = f"subagents check {shlex.quote(task_id)} --wait"
+    status = run(main(), lost=_goes_on(repeat) if wait else None)
     if wait:
         _exit_if_unsuccessful(status)
 
 
-def _goes_on(again: str) -> str:
+def _check_timeout(timeout: float) -> None:
+    """``--timeout`` is a finite number of seconds >= 0 (a usage error otherwise)."""
+    from durable_subagents.client._waiting import check_timeout
+
+    usage_check(lambda: check_timeout(timeout), "--timeout")
+
+
+def _goes_on(command: str) -> str:
     """What a waiting command says when Temporal stops answering under it."""
     return (
         "the task goes on (it runs on the workers, and Temporal keeps it); run "
-        f"`{again}` again once the server answers"
+        f"`{again(command)}` again once the server answers"
     )
 
 
@@ -258,11 +264,34 @@ def cancel(
     as_json: JsonOut = False,
 ) -> None:
     """Cancel a task: stops its model call and kills its tool processes."""
-    _show(
-        make_settings(address, namespace, task_queue, profile=profile),
-        lambda c: c.cancel_task(task_id, wait=wait, timeout=timeout),
-        as_json,
-    )
+    _check_timeout(timeout)
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
+    async def main() -> None:
+        from durable_subagents.cli._render import info_json, print_info
+        from durable_subagents.types import TaskStatus
+
+        client = await _client(settings)
+        before = await client.check_task(task_id)
+        info = await client.cancel_task(task_id, wait=wait, timeout=timeout)
+        # ended before the cancel, or on its own while it was on its way
+        already = before.status.terminal or (
+            info.status.terminal and info.status != TaskStatus.CANCELLED
+        )
+        if as_json:
+            print(info_json(info, already_finished=already))
+            return
+        print_info(console, info, as_json=False)
+        if already:
+            console.print(
+                f"task {shown(info.id)} had already finished ({info.status.value}): nothing was "
+                "cancelled",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    run(main())
 
 
 CallIds = Annotated[
@@ -331,7 +360,7 @@ def _decide(
             command = f"subagents check {quoted}"
         else:
             command = f"subagents check {quoted} --wait"
-        console.print(f"  next: {command}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  next: {again(command)}", markup=False, highlight=False, soft_wrap=True)
 
     run(main())
 
@@ -376,7 +405,10 @@ def reject(
     as_json: JsonOut = False,
 ) -> None:
     """Reject tool calls of a paused task (they do not run): name call ids, or pass --all."""
+    from durable_subagents.client._decisions import check_reason
+
     chosen = _chosen(call_ids, all_calls, "reject")
+    usage_check(lambda: check_reason(reason), "--reason")
     settings = make_settings(address, namespace, task_queue, profile=profile)
     _decide(
         settings, task_id, chosen, approved=False, reason=reason, as_json=as_json, pause_id=pause
@@ -400,11 +432,13 @@ def send(
     """
     body = sys.stdin.read() if text == "-" else text
 
+    settings = make_settings(address, namespace, task_queue, profile=profile)
+
     async def main() -> None:
         from durable_subagents.cli._render import info_json, print_info
         from durable_subagents.types import TaskStatus
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         before = await client.check_task(task_id)
         info = await client.send_input(task_id, body)
         # A task that closed just now is continued too: it is then in a new run.
@@ -422,7 +456,8 @@ def send(
         else:
             what = "the task reads this input at its next turn"
         console.print(
-            f"\nsent: {what}. Wait for the answer: subagents check {shlex.quote(info.id)} --wait",
+            f"\nsent: {what}. Wait for the answer: "
+            + again(f"subagents check {shlex.quote(info.id)} --wait"),
             markup=False,
             highlight=False,
             soft_wrap=True,
@@ -444,15 +479,21 @@ def list_command(
     as_json: JsonOut = False,
 ) -> None:
     """List tasks (latest run of each), newest first, with their age."""
+    from durable_subagents.types import TaskStatus
+
+    known = [s.value for s in TaskStatus]
+    if status is not None and status not in known:
+        raise typer.BadParameter(
+            f"unknown status {status!r}; use one of {', '.join(known)}", param_hint="--status"
+        )
+
+    settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> None:
         from durable_subagents.cli._render import task_table
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
-        try:
-            tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
-        except ValueError as err:
-            raise typer.BadParameter(str(err), param_hint="--status") from None
+        client = await _client(settings)
+        tasks = await client.list_tasks(parent_id=parent, status=status, limit=limit)
         if as_json:
             rows = [t.model_dump(mode="json") for t in tasks]
             print(json_shown(json.dumps(rows, indent=2, ensure_ascii=False)))
@@ -474,11 +515,12 @@ def watch(
     ] = False,
 ) -> None:
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
+    settings = make_settings(address, namespace, task_queue, profile=profile)
 
     async def main() -> None:
         from durable_subagents.cli._render import usage_text
 
-        client = await _client(make_settings(address, namespace, task_queue, profile=profile))
+        client = await _client(settings)
         streaming: str | None = None  # "text" or "thinking" while one is being printed
         try:
             async for event in client.watch(task_id):

@@ -18,7 +18,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._temporal_config import connect_temporal
+from durable_subagents._connect import connect_temporal
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,
@@ -41,6 +41,7 @@ from durable_subagents.client._task_state import (
 from durable_subagents.client._waiting import check_timeout, decided_already, wait_until_settled
 from durable_subagents.errors import (
     InvalidRequest,
+    ModelNotAllowed,
     WrongTaskState,
 )
 from durable_subagents.spawn import (
@@ -57,6 +58,19 @@ from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus
 
 if TYPE_CHECKING:
     from durable_subagents.config import Settings
+    from durable_subagents.providers._allowlist import ModelAllowlist
+
+
+def client_models(settings: Settings) -> ModelAllowlist | None:
+    """The models the workers run, if the settings say (``SUBAGENTS_MODELS``)."""
+    if not settings.models.strip():
+        return None
+    # Imported here: the providers' package is not every command's to import.
+    from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
+
+    return ModelAllowlist(
+        parse_model_patterns(settings.models), settings.model, settings.allow_scripted
+    )
 
 
 class SubagentClient:
@@ -79,6 +93,7 @@ class SubagentClient:
         default_model: str | None = None,
         max_prompt_bytes: int = MAX_PROMPT_BYTES,
         protected_paths: Sequence[str] = PROTECTED_PATHS,
+        models: ModelAllowlist | None = None,
     ) -> None:
         self.temporal = client
         self.task_queue = task_queue
@@ -90,6 +105,9 @@ class SubagentClient:
         self.max_prompt_bytes = max_prompt_bytes
         self.protected_paths = tuple(protected_paths)
         """Checked against a spawn's workspace as spelled (the worker checks again)."""
+        self.models = models
+        """The models the workers run, when this client was told (``SUBAGENTS_MODELS``):
+        a spawn of another fails here; None: the worker is the one to refuse it."""
 
     @classmethod
     async def connect(
@@ -156,6 +174,7 @@ class SubagentClient:
             agents=agents,
             default_model=settings.model,
             protected_paths=settings.protected_path_list,
+            models=client_models(settings),
         )
 
     # ------------------------------------------------------------------ spawn
@@ -201,6 +220,8 @@ class SubagentClient:
                 schema that is not a JSON Schema for an object, is over 32 KiB, or has a
                 ``$ref`` that does not resolve within it, or a ``notify_url`` that is
                 not an http(s) URL (or holds credentials).
+            ModelNotAllowed: the model is not one ``SUBAGENTS_MODELS`` (as this client
+                was given it) allows, or is the scripted model where it is not enabled.
             WrongTaskState: the parent task is being cancelled.
         """
         spec = resolve_agent(agent, self.agents)
@@ -216,6 +237,10 @@ class SubagentClient:
             max_prompt_bytes=self.max_prompt_bytes,
             created_at=datetime.now(UTC),
         )
+        if self.models is not None and task_input.model != "default":
+            refusal = self.models.refusal(task_input.model)
+            if refusal is not None:
+                raise ModelNotAllowed(refusal)
         return await start_task(
             self.temporal,
             self.task_queue,

@@ -9,6 +9,7 @@ decided, so that its waits skip a pause it answered.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from durable_subagents.types import Message, TaskInfo, TaskStatus
 __all__ = [
     "MAX_REASON_BYTES",
     "DecisionMemory",
+    "check_reason",
     "decisions_for",
     "full_arguments",
     "send_decisions",
@@ -140,6 +142,23 @@ class DecisionMemory:
             self._tasks.popitem(last=False)
 
 
+def check_reason(reason: object) -> None:
+    """Refuse a rejection reason that is not short text.
+
+    Raises:
+        InvalidRequest: not text, not encodable, or over ``MAX_REASON_BYTES``.
+    """
+    if isinstance(reason, str):
+        refuse_unencodable("reason", reason)
+    if reason is not None and (
+        not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
+    ):
+        raise InvalidRequest(
+            f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
+            "it as the rejected call's result, so keep it short"
+        )
+
+
 async def send_decisions(
     temporal: Client,
     memory: DecisionMemory,
@@ -159,20 +178,23 @@ async def send_decisions(
     ask again under the same call id, or a second child pause beside the first,
     between the read and the decision.
     """
-    if isinstance(reason, str):
-        refuse_unencodable("reason", reason)
-    if reason is not None and (
-        not isinstance(reason, str) or len(reason.encode()) > MAX_REASON_BYTES
-    ):
-        raise InvalidRequest(
-            f"reason must be text of at most {MAX_REASON_BYTES} bytes; the model reads "
-            "it as the rejected call's result, so keep it short"
-        )
+    check_reason(reason)
     info = await describe_task(temporal, task_id)
     if info.status != TaskStatus.PAUSED or not info.pause_id:
         raise WrongTaskState(
             f"task {task_id!r} is {info.status.value}, not paused; there is nothing to "
             "decide (check_task shows pending approvals while it is paused)",
+            info.status.value,
+        )
+    if (
+        pause_id is not None
+        and info.pause_id != pause_id
+        and never_a_pause(pause_id, info.pause_id)
+    ):
+        raise WrongTaskState(
+            f"task {task_id!r} has no pause {pause_id!r} (pause ids read pause-<turn>-<8 "
+            f"hex digits>, as check_task shows them), so nothing was decided; it is on pause "
+            f"{info.pause_id}",
             info.status.value,
         )
     if pause_id is not None and info.pause_id != pause_id:
@@ -199,6 +221,24 @@ async def send_decisions(
         ) from None
     memory.record(info, decisions)
     return info.public()
+
+
+_PAUSE_ID = re.compile(r"(?:(?P<task>[^:]+):)?pause-(?P<turn>[1-9][0-9]*)-[0-9a-f]{8}")
+"""A pause id as tasks make them: ``pause-<turn>-<8 hex>``, a child's behind its id."""
+
+
+def never_a_pause(given: str, current: str) -> bool:
+    """Whether the pause id ``given`` was never one of the task's pauses.
+
+    It is not the form pauses have, or it names a turn after the current pause's (turns
+    count on across runs) of the same task; an earlier pause may have been real.
+    """
+    mine, now = _PAUSE_ID.fullmatch(given), _PAUSE_ID.fullmatch(current)
+    if mine is None:
+        return True
+    if now is None or mine["task"] != now["task"]:
+        return False
+    return int(mine["turn"]) > int(now["turn"])
 
 
 def shown_only(

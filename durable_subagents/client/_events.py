@@ -65,7 +65,7 @@ async def history_events(
                 for text_event in await live.poll():
                     yield text_event
                 continue
-            time = event.event_time.ToDatetime() if event.HasField("event_time") else None
+            time = event.event_time.ToDatetime(UTC) if event.HasField("event_time") else None
             kind = event.event_type
             if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
@@ -257,7 +257,7 @@ async def _local_tool_events(
     started = time
     if isinstance(scheduled, dict) and "seconds" in scheduled:
         seconds = scheduled["seconds"] + scheduled.get("nanos", 0) / 1e9
-        started = datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)  # as history
+        started = datetime.fromtimestamp(seconds, tz=UTC)
     failed = attrs.HasField("failure")
     return [
         TaskEvent(kind="tool_started", task_id=task_id, time=started, tool=tool, summary=summary),

@@ -169,8 +169,8 @@ class LiveTurn:
         return TaskEvent(
             kind=kind,
             task_id=self._task_id,
-            # naive UTC, as history times; live text is stamped as it is seen
-            time=time or datetime.now(UTC).replace(tzinfo=None),
+            # live text is stamped as it is seen, in UTC as the history's times
+            time=time or datetime.now(UTC),
             turn=self.turn,
             text=text,
             summary=RESTARTED if restarted else None,

@@ -24,12 +24,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from durable_subagents._connect import connect_client
+from durable_subagents._connect import check_address, connect_client
 from durable_subagents.agents import AgentSpec, discover_agents, load_agents
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.client._tools import SubagentTools
-from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
+from durable_subagents.config import DEFAULT_ADDRESS, Settings
+from durable_subagents.errors import InvalidRequest, SubagentError
 
 logger = logging.getLogger(__name__)
 
@@ -172,9 +172,19 @@ async def run_mcp(
 
 
 async def _unconnected(settings: Settings, agents: Mapping[str, AgentSpec]) -> SubagentClient:
-    """A client that has not dialled Temporal yet: enough to list the tools."""
+    """A client that has not dialled Temporal yet: enough to list the tools.
+
+    A malformed address (``localhost``, ``http://...``) still lists the tools: the
+    client is then made for the default address, never dialled, as every call first
+    runs ``connect``, which answers with the address's error until it is fixed.
+    """
+    address = settings.address
+    try:
+        check_address(address)
+    except InvalidRequest:
+        address = DEFAULT_ADDRESS
     lazy = await connect_client(
-        settings.address, settings.namespace, keys=settings.payload_keys(), lazy=True
+        address, settings.namespace, keys=settings.payload_keys(), lazy=True
     )
     return SubagentClient(lazy, task_queue=settings.task_queue, agents=agents)
 

@@ -82,6 +82,11 @@ def info_from(
         task_status = TaskStatus(memo_status)
     created = memo.get("created_at")
     paused = not task_status.terminal
+    turns = int(memo.get("turns") or 0)
+    if task_status.terminal and not memo.get("head"):
+        # The memo counts a turn from its start; a task that ended with no transcript
+        # never had a model answer (it failed, or was stopped, at its first model call).
+        turns = 0
     return InternalInfo(
         id=task_id,
         run_id=run_id,
@@ -90,7 +95,7 @@ def info_from(
         status=task_status,
         result=memo.get("result_preview"),
         error=memo.get("error"),
-        turns=int(memo.get("turns") or 0),
+        turns=turns,
         usage=Usage.model_validate(memo.get("usage") or {}),
         tree_usage=Usage.model_validate(memo["tree_usage"]) if memo.get("tree_usage") else None,
         compactions=int(memo.get("compactions") or 0),

@@ -30,6 +30,7 @@ __all__ = [
     "clear_provider_cache",
     "close_providers",
     "import_sdk",
+    "missing_key",
     "parse_model",
     "resolve_provider",
 ]
@@ -122,6 +123,20 @@ def resolve_provider(
 
 def _fingerprint(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def missing_key(provider_name: str) -> str | None:
+    """The variable this process must set to run ``provider_name``'s models, or None.
+
+    An OpenAI-compatible server (``OPENAI_BASE_URL``) may need no key; Anthropic's API
+    always does; the scripted model none.
+    """
+    if provider_name == "openai":
+        set_ = os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
+        return None if set_ else "OPENAI_API_KEY"
+    if provider_name == "anthropic":
+        return None if os.environ.get("ANTHROPIC_API_KEY") else "ANTHROPIC_API_KEY"
+    return None
 
 
 def _build(

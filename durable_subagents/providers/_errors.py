@@ -74,17 +74,26 @@ def missing_key_error(provider: str, env_var: str) -> ApplicationError:
     Returns:
         A non-retryable ``ModelRequestError``: retrying cannot make a key appear.
     """
-    return ApplicationError(
+    return model_request_error(
         f"{provider}: {env_var} is not set on the worker; set it in the environment of "
-        f"the worker process (`subagents worker`/`subagents dev`) and restart it",
-        type="ModelRequestError",
-        non_retryable=True,
+        f"the worker process (`subagents worker`/`subagents dev`) and restart it"
     )
 
 
 def model_request_error(message: str) -> ApplicationError:
-    """A non-retryable ``ModelRequestError`` with ``message``."""
-    return ApplicationError(message, type="ModelRequestError", non_retryable=True)
+    """A non-retryable ``ModelRequestError`` with ``message``.
+
+    It is ``BENIGN``: a request the provider refuses (a key, a model, a malformed
+    request) is the deployment's or the spawner's to fix, and the message says how; the
+    model-turn activity logs it in one line, and the SDK's traceback would say nothing
+    more.
+    """
+    return ApplicationError(
+        message,
+        type="ModelRequestError",
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def model_unavailable(message: str, next_retry_delay: timedelta | None = None) -> ApplicationError:
@@ -303,11 +312,8 @@ def to_application_error(
                 type=CONTEXT_LENGTH_ERROR,
                 non_retryable=True,
             )
-        return ApplicationError(
-            f"{provider} API returned HTTP {status}: {detail}; "
-            f"{_advice(provider, status, key_env)}",
-            type="ModelRequestError",
-            non_retryable=True,
+        return model_request_error(
+            f"{provider} API returned HTTP {status}: {detail}; {_advice(provider, status, key_env)}"
         )
     if isinstance(exc, (*connection_errors, *loaded_classes("httpx2.TransportError"))):
         # the SDKs say "Connection error."; the transport error under it says what broke,

@@ -20,7 +20,9 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 _VALID_FORMS = "openai:<model>, anthropic:<model>, scripted[:script] or default"
 
 
-def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, str, str]:
+def parse_model(
+    model: str, *, default_model: str | None = None, origin: str | None = None
+) -> tuple[str, str, str]:
     """Split a model name into provider, full name and the provider's model name.
 
     Pure: reads no environment, so a client can validate a name before spawning.
@@ -30,6 +32,8 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
             ``default``.
         default_model: What ``default`` means (the worker's ``SUBAGENTS_MODEL``);
             None means ``scripted``.
+        origin: Where ``model`` came from, named in the error (``SUBAGENTS_MODEL``,
+            ``the agent 'x'``); None: the caller gave it.
 
     Returns:
         ``(provider, "provider:model", "model")``; for ``scripted`` the third part is
@@ -46,18 +50,20 @@ def parse_model(model: str, *, default_model: str | None = None) -> tuple[str, s
             name = default_model.strip()
     if name == "scripted":
         return "scripted", "scripted", ""
+    if name != model.strip():
+        origin = "the worker's SUBAGENTS_MODEL"
+    source = f" (from {origin})" if origin else ""
     provider, sep, rest = name.partition(":")
     if not sep or provider not in PROVIDERS:
-        origin = " (from the worker's SUBAGENTS_MODEL)" if name != model.strip() else ""
         raise InvalidRequest(
-            f"unknown model {name!r}{origin}; use one of: {_VALID_FORMS} "
+            f"unknown model {name!r}{source}; use one of: {_VALID_FORMS} "
             f"(for example openai:gpt-4.1-mini or anthropic:claude-haiku-4-5)"
         )
     if provider == "scripted":
         check_script(rest)
         return "scripted", name, rest
     if not rest.strip():
-        raise InvalidRequest(f"model {model!r} names no model; use {provider}:<model>")
+        raise InvalidRequest(f"model {name!r}{source} names no model; use {provider}:<model>")
     return provider, name, rest.strip()
 
 

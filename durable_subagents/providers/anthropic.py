@@ -8,6 +8,7 @@ from typing import Any
 
 from durable_subagents.types import (
     THINKING_SEPARATOR,
+    Message,
     ModelRequest,
     ModelResponse,
     ReasoningBlock,
@@ -56,7 +57,7 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
                 {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id or "",
-                    "content": message.content or "(no output)",
+                    "content": _result_content(message),
                     "is_error": message.is_error,
                 }
             )
@@ -75,6 +76,23 @@ def to_anthropic_messages(request: ModelRequest) -> tuple[str, list[dict[str, An
         else:
             turns.append({"role": role, "content": blocks})
     return "\n\n".join(system_parts), turns
+
+
+def _result_content(message: Message) -> str | list[dict[str, Any]]:
+    """A tool result's content: its text, and its images as image blocks after it."""
+    text = message.content or "(no output)"
+    if not message.images:
+        return text
+    return [
+        {"type": "text", "text": text},
+        *(
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+            }
+            for image in message.images
+        ),
+    ]
 
 
 def _reasoning_block(block: ReasoningBlock) -> dict[str, Any]:

@@ -37,14 +37,47 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_raw": raw}
 
 
+IMAGES_FOLLOW = "[its images follow in the next message]"
+"""What a tool message with images ends with: the API takes images only from a user."""
+
+
 def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
-    """Translate the neutral transcript into Chat Completions messages."""
+    """Translate the neutral transcript into Chat Completions messages.
+
+    A ``tool`` message takes only text, so the images of tool results go in a user
+    message right after the results of the turn's calls (the API wants every call's
+    result before any other message), each labelled with its call.
+    """
     out: list[dict[str, Any]] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
+    images: list[dict[str, Any]] = []
     for message in request.messages:
+        if images and message.role != "tool":
+            out.append({"role": "user", "content": images})
+            images = []
         out.append(_message(message))
+        if message.role == "tool" and message.images:
+            out[-1]["content"] = f"{message.content}\n{IMAGES_FOLLOW}"
+            images.extend(_image_parts(message))
+    if images:
+        out.append({"role": "user", "content": images})
     return out
+
+
+def _image_parts(message: Message) -> list[dict[str, Any]]:
+    tool = message.tool_name or "the tool"
+    label = f"The images of the result of {tool} call {message.tool_call_id}:"
+    return [
+        {"type": "text", "text": label},
+        *(
+            {
+                "type": "image_url",
+                "image_url": {"url": f"data:{image.media_type};base64,{image.data}"},
+            }
+            for image in message.images
+        ),
+    ]
 
 
 def _message(message: Message) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def build_task_input(
         )
     _check_size("description", description, MAX_DESCRIPTION_BYTES, "keep it to one line")
     _check_size("parent_id", parent_id, MAX_ID_BYTES, "pass the parent task's id")
-    model = options.model or (spec.model if spec.model != "inherit" else None) or default_model
+    model, origin = _model(options, spec, default_model)
     _check_size("model", model, max_prompt_bytes, "put a long script in a file the worker reads")
     approval_timeout = options.approval_timeout
     if approval_timeout is None:
@@ -96,7 +96,7 @@ def build_task_input(
         # Imported here: the provider SDKs must stay out of the workflow sandbox's imports.
         from durable_subagents.providers._names import parse_model
 
-        parse_model(model)
+        parse_model(model, origin=origin)
     narrowed = narrow(spec, options)
     description = description.strip() or _first_line(prompt)
     task_input = TaskInput(
@@ -212,6 +212,17 @@ def may_pause(spec: AgentSpec) -> bool:
         )
         return writers is None or any(t not in spec.disallowed_tools for t in writers)
     return tools is None or any(t not in READ_ONLY_TOOLS for t in tools)
+
+
+def _model(
+    options: SpawnOptions, spec: AgentSpec, default_model: str | None
+) -> tuple[str | None, str | None]:
+    """The task's model and where it came from, for an error about it (None: the spawn)."""
+    if options.model:
+        return options.model, None
+    if spec.model and spec.model != "inherit":
+        return spec.model, f"the agent {spec.name!r}"
+    return default_model, "SUBAGENTS_MODEL"
 
 
 def static_summary(task_input: TaskInput) -> str:

@@ -8,6 +8,7 @@ not grow with the conversation.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections import OrderedDict
 
@@ -16,7 +17,7 @@ from typing_extensions import TypedDict
 
 from durable_subagents.policy import rule_target_key
 from durable_subagents.storage._blobstore import BlobStore
-from durable_subagents.types import Message, ToolCall
+from durable_subagents.types import Message, ToolCall, ToolImage
 
 PREVIEW_CHARS = 1000
 """Characters of a large text kept inline as its preview."""
@@ -92,11 +93,15 @@ class Transcript:
         self._remember(task_id, head, nodes[::-1])
         return [m for chunk in reversed(chunks) for m in chunk]
 
-    async def expand(self, task_id: str, messages: list[Message]) -> list[Message]:
+    async def expand(
+        self, task_id: str, messages: list[Message], images: bool = False
+    ) -> list[Message]:
         """Copies of ``messages`` with every ``content_ref`` replaced by the full text.
 
-        The blobs are read ``READ_CONCURRENCY`` at a time: a worker taking a long task
-        over from another reads them from a remote store in a few round trips.
+        With ``images``, every image's bytes are read too, base64-encoded
+        (``ToolImage.data``: what a model is sent); else images stay names. The blobs
+        are read ``READ_CONCURRENCY`` at a time: a worker taking a long task over from
+        another reads them from a remote store in a few round trips.
         """
         limit = asyncio.Semaphore(READ_CONCURRENCY)
 
@@ -110,13 +115,24 @@ class Transcript:
                 if _has_call_refs(m):
                     calls = [await self.full_call(task_id, c) for c in m.tool_calls]
                     m = m.model_copy(update={"tool_calls": calls})
+                if images and _has_image_refs(m):
+                    loaded = [await self._with_data(task_id, i) for i in m.images]
+                    m = m.model_copy(update={"images": loaded})
                 return m
 
         out = list(messages)
-        todo = [i for i, m in enumerate(out) if m.content_ref or _has_call_refs(m)]
+        todo = [
+            i for i, m in enumerate(out) if m.content_ref or _has_call_refs(m) or _has_image_refs(m)
+        ]
         for i, m in zip(todo, await asyncio.gather(*(full(out[i]) for i in todo)), strict=True):
             out[i] = m
         return out
+
+    async def _with_data(self, task_id: str, image: ToolImage) -> ToolImage:
+        if image.data:
+            return image
+        data = await self.store.get(task_id, image.ref)
+        return image.model_copy(update={"data": base64.b64encode(data).decode()})
 
     async def full_call(self, task_id: str, call: ToolCall) -> ToolCall:
         """A tool call with its full arguments loaded from the store."""
@@ -194,6 +210,10 @@ slot in the task's list."""
 
 def _has_call_refs(message: Message) -> bool:
     return any(c.arguments_ref for c in message.tool_calls)
+
+
+def _has_image_refs(message: Message) -> bool:
+    return any(not i.data for i in message.images)
 
 
 def preview(text: str, limit: int = PREVIEW_CHARS) -> str:

@@ -68,6 +68,13 @@ FAIRNESS_DYNAMIC_CONFIG: dict[str, str] = {
 orchestrator (one fairness key, see ``spawn.fairness``) cannot starve another's.
 Servers from 1.29 have it, off by default."""
 
+PROBLEMS_DYNAMIC_CONFIG: dict[str, str] = {
+    "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute": "2",
+}
+"""Dynamic config for the dev server: a workflow whose workflow task failed twice in a
+row is flagged with ``TemporalReportedProblems`` until one succeeds (what the inbox
+lists as held by a bug). Servers from 1.29 have it, off by default."""
+
 DEFAULT_PORT = 7233
 """The gRPC port ``subagents dev`` and ``demo`` use by default (Temporal's)."""
 DEFAULT_UI_PORT = 8233
@@ -212,6 +219,7 @@ class DevServer:
             **LOW_LATENCY_DYNAMIC_CONFIG,
             **DRAINAGE_DYNAMIC_CONFIG,
             **FAIRNESS_DYNAMIC_CONFIG,
+            **PROBLEMS_DYNAMIC_CONFIG,
             **(dynamic_config or {}),
         }
         self.codec_endpoint = codec_endpoint

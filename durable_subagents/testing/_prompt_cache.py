@@ -57,9 +57,38 @@ def tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+IMAGE_TOKENS = 1600
+"""What an image counts as: about what the APIs charge for a megapixel."""
+
+
 def canonical(value: Any) -> str:
-    """The JSON text a part of a request counts as (keys sorted)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    """The JSON text a part of a request counts as (keys sorted).
+
+    An image's base64 counts as ``IMAGE_TOKENS`` tokens of text naming its bytes' hash.
+    """
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if "base64" not in text:
+        return text
+    return json.dumps(_counted(value), sort_keys=True, ensure_ascii=False)
+
+
+def _image_text(data: str) -> str:
+    digest = hashlib.sha256(data.encode()).hexdigest()
+    return digest.ljust(IMAGE_TOKENS * CHARS_PER_TOKEN, ".")
+
+
+def _counted(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_counted(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _counted(v) for k, v in value.items()}
+    if out.get("type") == "base64" and isinstance(out.get("data"), str):
+        out["data"] = _image_text(out["data"])
+    url = out.get("url")
+    if isinstance(url, str) and url.startswith("data:"):
+        out["url"] = _image_text(url)
+    return out
 
 
 def anthropic_min_tokens(model: str) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._prompt_cache import ANTHROPIC_MAX_BREAKPOINTS, AnthropicCache, tokens
+from ._wire_images import anthropic_problem
 from .fake_openai import FakeModelServer, FakeReply, arguments_text, fragments, text_deltas
 
 __all__ = ["REDACTED", "THINKING_DOCS", "FakeAnthropicServer"]
@@ -100,7 +101,10 @@ class FakeAnthropicServer(FakeModelServer):
         return AnthropicCache.prompt_tokens(body)
 
     def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
-        """The API's 400s for thinking (see the module's docstring)."""
+        """The API's 400s for thinking (see the module's docstring), and for images."""
+        problem = anthropic_problem(body.get("messages") or [])
+        if problem is not None:
+            return 400, _error("invalid_request_error", problem)
         for i, message in enumerate(body.get("messages") or []):
             problem = self._returned(i, message)
             if problem is not None:

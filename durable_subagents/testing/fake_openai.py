@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal, Self
 from aiohttp import web
 
 from ._prompt_cache import OpenAICache, tokens
+from ._wire_images import openai_problem
 
 __all__ = [
     "FAULTS",
@@ -480,7 +481,15 @@ class FakeOpenAIServer(FakeModelServer):
         ]
 
     def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
-        """A 400 with the API's message for a ``reasoning_effort`` it does not know."""
+        """A 400 with the API's message for a ``reasoning_effort`` it does not know.
+
+        Or for messages it would refuse: a tool message with other than text parts, an
+        image it does not take, a call's result missing after its call (``_wire_images``).
+        """
+        problem = openai_problem(body.get("messages") or [])
+        if problem is not None:
+            error = {"message": problem, "type": "invalid_request_error", "param": "messages"}
+            return 400, {"error": {**error, "code": None}}
         effort = body.get("reasoning_effort")
         if effort is None or effort in REASONING_EFFORTS:
             return None

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.policy import PathRules
+from durable_subagents.tools._limits import Share
 from durable_subagents.tools._sandbox_profile import SandboxProfile
 from durable_subagents.types import ToolSpec
 
@@ -98,6 +99,12 @@ class ToolContext:
             its worker's death cut off); optional.
         handing_back: Whether a cancelled call is being handed back to be run again
             (its worker is stopping): a command's changes are then dropped, not landed.
+        tree_id: The top task of the call's tree (the task that spawned this one, or
+            this one): its commands share the machine with the tree's (see
+            ``CallCgroup``). None: the task is its own tree.
+        images: Images the call's result carries beside its text (``CheckedImage``s,
+            see ``check_image``): a tool adds them here; the model is shown them with
+            the result where its provider takes images.
 
     The context is plain data: it is pickled to the file tools' processes (without
     ``on_output``, which stays with the caller, and the workspace's descriptor, which
@@ -124,6 +131,8 @@ class ToolContext:
     landings: list[Any] = field(default_factory=list)
     handing_back: Callable[[], bool] | None = None
     seen_output: Callable[[bytes], None] | None = None
+    tree_id: str | None = None
+    images: list[Any] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _deadline: float | None = field(default=None, repr=False)
     _waiting: bool = field(default=False, repr=False)
@@ -158,6 +167,7 @@ class ToolContext:
         state["on_output"] = None
         state["workspace_fd"] = None
         state["landings"] = []
+        state["images"] = []
         state["handing_back"] = None
         state["seen_output"] = None
         del state["_stop"]
@@ -188,6 +198,7 @@ class ToolContext:
             overlay_dir=self.overlay_dir,
             hold=self.hold if self.protected else "apply",
             landings=self.landings,
+            share=Share(self.task_id, self.tree_id or self.task_id),
         )
 
 
@@ -247,8 +258,10 @@ class Tool:
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         self.description = description if description is not None else summary
         self.read_only = read_only
-        self.forked = False
-        """Whether calls run in a process of their own (see ``_processes.forked``)."""
+        self.in_process: Callable[[Tool, ToolContext, dict[str, Any]], Awaitable[str]] | None
+        self.in_process = None
+        """What runs a call in a process of its own (``_processes.forked`` sets it); None:
+        calls run in a thread, or on the event loop for an async tool."""
         self._takes_context, fields = _signature_fields(fn, arg_docs)
         # Fields get neutral names and the parameters' names as aliases, so a parameter
         # may be called ``json`` or ``model_config`` without clashing with BaseModel.
@@ -260,6 +273,11 @@ class Tool:
         )
         self.parameters: dict[str, Any] = _strip_titles(self._arguments.model_json_schema())
         self._is_async = inspect.iscoroutinefunction(fn)
+
+    @property
+    def forked(self) -> bool:
+        """Whether calls run in a process of their own (see ``_processes.forked``)."""
+        return self.in_process is not None
 
     @property
     def spec(self) -> ToolSpec:
@@ -289,11 +307,9 @@ class Tool:
         args = (ctx,) if self._takes_context else ()
         if self._is_async:
             result = await self.fn(*args, **kwargs)
-        elif self.forked and sys.platform.startswith("linux"):
+        elif self.in_process is not None and sys.platform.startswith("linux"):
             # Elsewhere (no SOCK_SEQPACKET pairs, no PR_SET_PDEATHSIG) in a thread.
-            from durable_subagents.tools._processes import run_forked
-
-            return await run_forked(self, ctx, kwargs)
+            return await self.in_process(self, ctx, kwargs)
         else:
             result = await self._in_thread(ctx, args, kwargs)
         return _as_text(result)

@@ -103,7 +103,7 @@ _ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 
 def forked(t: Tool) -> Tool:
     """Mark ``t`` (a sync tool defined at a module's top level) to run in a child process."""
-    t.forked = True
+    t.in_process = run_forked
     return t
 
 

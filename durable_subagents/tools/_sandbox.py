@@ -115,6 +115,7 @@ def _preexec(
     setup: list[Callable[[], None]],
     run_as: tuple[int, int] | None = None,
     keep: tuple[int, ...] = (),
+    confine: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
     """Run in the forked child: descriptors, cgroup, rlimits, tool user, death signal.
 
@@ -136,6 +137,8 @@ def _preexec(
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
+        if confine is not None:  # as the user, and before the death signal it clears
+            confine()
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the parent died before prctl took effect
@@ -169,6 +172,8 @@ class SandboxedProcess:
         self.landing: Landing | None = None
         self._cgroup = cgroup
         self._stage = stage
+        if cgroup is not None:
+            cgroup.started(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -381,8 +386,8 @@ def _prepare(
     limits = profile.effective_limits()
     stage = _stage(profile, used)
     run_as = stage.owner if stage is not None else profile.run_as or tool_user(profile.workspace)
-    cgroup = CallCgroup(limits)
-    rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0])
+    cgroup = CallCgroup(limits, profile.share, sandboxed=stage is not None)
+    rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0], cgroup=cgroup)
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     pass_fds: tuple[int, ...] = ()
     keep: tuple[int, ...] = ()
@@ -403,6 +408,7 @@ def _prepare(
                 overlay_fd=stage.overlay.fd,
                 seccomp=seccomp,
                 info_fd=told,
+                tmpfs_bytes=cgroup.tmpfs_bytes(exe),
             )
         except BaseException:
             for fd in (*pass_fds, started):
@@ -413,7 +419,7 @@ def _prepare(
         keep = (stage.workspace_fd, stage.overlay.fd, *pass_fds)
     else:
         command = list(argv)
-    preexec = _preexec(os.getpid(), setup, run_as, keep)
+    preexec = _preexec(os.getpid(), setup, run_as, keep, cgroup.confine)
     return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started)
 
 
@@ -523,7 +529,17 @@ async def _spawn(
     stdout: Any,
     stderr: Any,
 ) -> SandboxedProcess:
-    launch = await asyncio.to_thread(_prepare, argv, cwd, mode, profile, env)
+    preparing = asyncio.ensure_future(asyncio.to_thread(_prepare, argv, cwd, mode, profile, env))
+    try:
+        launch = await asyncio.shield(preparing)
+    except asyncio.CancelledError:
+        # What the thread goes on to prepare (the stage, cgroups) is undone.
+        with contextlib.suppress(Exception):
+            prepared = await preparing
+            prepared.close_fds()
+            prepared.close_started()
+            await _abandon(prepared.cgroup, prepared.stage)
+        raise
     # The workspace's and the overlay's descriptors go to the stage; they stay open
     # here (the stage holds them) for the landing.
     fds = launch.pass_fds
@@ -555,7 +571,7 @@ async def _spawn(
             await _abandon(cgroup, stage)
             raise
         launch.close_fds()
-        started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
+        started = SandboxedProcess(process, launch.used, cgroup, stage)
         started.kill()
         await started.exited()
         await started.release()
@@ -566,7 +582,7 @@ async def _spawn(
         await _abandon(cgroup, stage)
         raise
     launch.close_fds()
-    started = SandboxedProcess(process, launch.used, cgroup if cgroup.dirs else None, stage)
+    started = SandboxedProcess(process, launch.used, cgroup, stage)
     if launch.started is not None:
         await _check_started(started, launch)
     return started

@@ -28,6 +28,8 @@ from durable_subagents._data_dir import default_data_dir
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
 from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
+    Share,
+    tmpfs_sizes,
 )
 
 __all__ = ["SANDBOX_HOME", "STAGE", "SandboxProfile", "bwrap_argv", "default_overlay_dir"]
@@ -80,6 +82,8 @@ class SandboxProfile:
             for a person's decision), ``refuse`` or ``apply``.
         landings: Where each command's ``Landing`` is appended once it has landed
             (``ToolContext.landings``), for the tool call's result.
+        share: The task and tree whose share of the machine the command draws on
+            (see ``CallCgroup``); None: a share of its own.
     """
 
     workspace: Path
@@ -94,6 +98,7 @@ class SandboxProfile:
     overlay_dir: Path | None = None
     hold: str = "pause"
     landings: list[Any] | None = field(default=None, compare=False)
+    share: Share | None = None
 
     def effective_limits(self) -> ToolLimits:
         """The profile's limits, with ``DEFAULT_LIMITS`` where a field is unset.
@@ -140,21 +145,35 @@ def _system_binds(
     return tuple(out), tuple(visible)
 
 
+_FRESH_DIRS = [Path("/tmp"), Path("/var/tmp"), Path("/dev")]
+"""Where the sandbox mounts its own filesystems over the host's."""
+
+
 @functools.lru_cache(maxsize=16)
 def _system_view(
-    network: bool, read_paths: tuple[Path, ...]
+    network: bool, read_paths: tuple[Path, ...], tmpfs_bytes: int | None = None
 ) -> tuple[tuple[str, ...], tuple[Path, ...]]:
     """The part of the sandbox every call of a worker shares, and the host paths it shows."""
     binds, visible = _system_binds(network, read_paths)
     out = list(binds)
-    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
-    out += ["--tmpfs", "/var/tmp"]
+    # Without a memory cgroup nothing counts a tmpfs's pages: each gets a size.
+    sizes = {} if tmpfs_bytes is None else tmpfs_sizes(tmpfs_bytes)
+    sized = {path: ["--size", str(size), "--tmpfs", path] for path, size in sizes.items()}
+    out += ["--dev", "/dev", "--proc", "/proc", *sized.get("/tmp", ["--tmpfs", "/tmp"])]
+    out += ["--dir", SANDBOX_HOME, *sized.get("/var/tmp", ["--tmpfs", "/var/tmp"])]
+    if sizes:
+        out += [*sized["/dev/shm"], "--remount-ro", "/dev"]
+    # A read path under a directory the sandbox gets a fresh tmpfs of is bound again
+    # on top of it (its first bind is what the stage binds from).
+    for extra in read_paths:
+        if extra.exists() and _under(extra, _FRESH_DIRS):
+            out += ["--ro-bind", str(extra), str(extra)]
     for name in _MASKED_FILES:
         if Path(name).is_file():
             out += ["--ro-bind", "/dev/null", name]
     for name in _MASKED_DIRS:
         if Path(name).is_dir():
-            out += ["--tmpfs", name]
+            out += ["--tmpfs", name, "--remount-ro", name]
     return tuple(out), tuple(visible)
 
 
@@ -183,6 +202,7 @@ def bwrap_argv(
     overlay_fd: int,
     seccomp: int | None = None,
     info_fd: int | None = None,
+    tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """The stage and the sandbox in it, as one command line (see the module's docstring).
 
@@ -197,6 +217,8 @@ def bwrap_argv(
         seccomp: A descriptor of the seccomp program, loaded by the sandbox.
         info_fd: Where the sandbox's bubblewrap says it started (the stage got past
             its checks); it closes it before the command runs.
+        tmpfs_bytes: The size the sandbox's tmpfs mounts share (``CallCgroup.tmpfs_bytes``:
+            set where no memory cgroup counts their pages); None: unsized.
     """
     ws = profile.workspace
     binds, visible = _system_binds(profile.network, profile.read_paths)
@@ -210,7 +232,7 @@ def bwrap_argv(
         out.append("--share-net")
     if info_fd is not None:
         out += ["--info-fd", str(info_fd)]
-    system, _ = _system_view(profile.network, profile.read_paths)
+    system, _ = _system_view(profile.network, profile.read_paths, tmpfs_bytes)
     out += system
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
@@ -219,6 +241,8 @@ def bwrap_argv(
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
     if seccomp is not None:
         out += ["--seccomp", str(seccomp)]
+    if tmpfs_bytes is not None:
+        out += ["--remount-ro", "/"]  # its tmpfs, unsized: no file of the call's there
     out += ["--chdir", str(cwd or ws), "--", *argv]
     return stage + out
 

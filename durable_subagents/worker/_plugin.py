@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
@@ -24,6 +24,7 @@ from durable_subagents._codec import (
 )
 from durable_subagents._connect import release_runtime_at_exit
 from durable_subagents._payloads import MODEL_TURN_ACTIVITY
+from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.storage._factory import open_blob_store
@@ -77,10 +78,14 @@ class SubagentsPlugin(SimplePlugin):
             every client and worker of a deployment needs the same ones.
         tools: The tools to offer (default: the built-ins).
         tracer_provider: Where the ``subagent.*`` spans go when the client traces.
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (default ``settings.activity_options``; see
+            ``create_worker``).
 
     Raises:
-        InvalidRequest: A payload key in the settings is malformed, or the settings
-            name only one of a worker deployment and a build ID.
+        InvalidRequest: A payload key in the settings is malformed, the settings
+            name only one of a worker deployment and a build ID, or an activity
+            option is unknown or invalid.
     """
 
     def __init__(
@@ -90,9 +95,14 @@ class SubagentsPlugin(SimplePlugin):
         keys: KeyRing | None = None,
         tools: ToolRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
+        activity_options: ActivityOptions | Mapping[str, Any] | str | None = None,
     ) -> None:
         release_runtime_at_exit()  # a plain Client.connect gets connect_client's exit fix
         self.settings = settings or Settings()
+        if activity_options is not None:
+            self.settings = self.settings.model_copy(
+                update={"activity_options": parse_activity_options(activity_options)}
+            )
         self.keys = keys or self.settings.payload_keys()
         self._converter = data_converter(self.keys)
         self.settings.worker_deployment()  # a half-given version fails here, not later

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -24,10 +24,11 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import _search_attributes as sa
+from durable_subagents._connect import connect_temporal
 from durable_subagents._metrics import Labels
 from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
-from durable_subagents._temporal_config import connect_temporal
 from durable_subagents.activities import Notifier, SubagentActivities
+from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
 from durable_subagents.providers import import_sdk
@@ -42,6 +43,7 @@ from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._mcp import McpTools, mcp_tools
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
+from durable_subagents.worker._models import worker_models
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import (
@@ -85,6 +87,7 @@ def worker_setup(
     deployment: WorkerDeploymentVersion | None = None,
     blob_store: BlobStore | None = None,
     extra: Sequence[object] = (),
+    runs_models: bool = True,
 ) -> WorkerSetup:
     """The workflows, activities and worker options of a subagent worker.
 
@@ -98,11 +101,15 @@ def worker_setup(
         deployment: The Worker Deployment Version (default: ``settings.worker_deployment()``).
         blob_store: The blob store (default: ``settings.blob_store()``).
         extra: The worker's own plugins and interceptors (they may trace too).
+        runs_models: Whether the worker runs model turns (not a ``tools`` worker): then
+            its default model must be one it can run (``worker_models``).
 
     Raises:
         InvalidRequest: The settings name only one of a deployment and a build ID, or
-            a notification secret that is too short.
+            a notification secret that is too short, or the worker's default model
+            cannot run (missing, unknown, not allowed, or without its key).
     """
+    models = worker_models(settings) if runs_models else None
     version = deployment or settings.worker_deployment()
     say_held_once()  # a task held by a bug: its traceback once, not at every retry
     notifier = Notifier(
@@ -129,13 +136,22 @@ def worker_setup(
         context_window=settings.context_window,
         compact_at=settings.compact_at,
         prompt_cache=settings.prompt_cache,
+        tool_images=settings.tool_images,
         prompt_cache_key=settings.prompt_cache_key,
         notify=settings.notify_url is not None,
         telemetry=ActivityTelemetry.for_worker(client, tracer_provider, extra),
         rate_limited=frozenset(settings.model_rate_limit_map),
         transcript_cache_bytes=settings.transcript_cache_mb * 1024 * 1024,
         overlay_dir=settings.resolved_overlay_dir,
+        activity_options=settings.activity_options,
+        models=models,
     )
+    changed = settings.activity_options.changed()
+    if changed:
+        log.info(
+            "activity options beyond the defaults: %s",
+            ", ".join(f"{name}={value}" for name, value in changed.items()),
+        )
     labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
     options: dict[str, Any] = {
         "workflow_runner": workflow_runner(),
@@ -173,6 +189,7 @@ def create_worker(
     deployment: WorkerDeploymentVersion | None = None,
     role: Literal["all", "tasks", "tools"] | None = None,
     subagent_workflow_sandbox: bool | None = None,
+    activity_options: ActivityOptions | Mapping[str, Any] | str | None = None,
     **worker_options: Any,
 ) -> Worker:
     """Build a worker for subagent tasks.
@@ -207,6 +224,11 @@ def create_worker(
             ``False`` runs ``SubagentWorkflow`` and the notification workflow outside
             it, which costs less CPU per turn; ``workflows`` of your own stay in the
             sandbox (or whatever ``workflow_runner`` you pass) either way.
+        activity_options: The timeouts and retry policies of model turns, tool calls
+            and compactions (default ``settings.activity_options``): an
+            ``ActivityOptions``, a mapping such as ``{"tool_call": {"maximum_attempts":
+            1}}`` or the ``SUBAGENTS_ACTIVITY_OPTIONS`` text; what it leaves out keeps
+            its default. A task takes them from the worker that runs its first step.
         **worker_options: Passed to ``temporalio.worker.Worker`` (they win over the
             options the settings give).
 
@@ -214,8 +236,18 @@ def create_worker(
         The worker; run it with ``async with worker:`` or ``await worker.run()``.
 
     Raises:
-        InvalidRequest: The settings name only one of a deployment and a build ID.
+        InvalidRequest: The settings name only one of a deployment and a build ID,
+            ``activity_options`` holds an unknown or invalid option, or (but for a
+            ``tools`` worker) the default model cannot run here: none is set and the
+            scripted model is not enabled, or it is unknown, not among
+            ``SUBAGENTS_MODELS``, or its API key is missing. The message names the
+            setting to change.
     """
+    if activity_options is not None:
+        settings = settings.model_copy(
+            update={"activity_options": parse_activity_options(activity_options)}
+        )
+    role = role or settings.worker_role
     setup = worker_setup(
         client,
         settings,
@@ -223,6 +255,7 @@ def create_worker(
         tracer_provider=tracer_provider,
         deployment=deployment,
         extra=[*worker_options.get("plugins", ()), *worker_options.get("interceptors", ())],
+        runs_models=role != "tools",
     )
     options = {**setup.options, **worker_options}
     if subagent_workflow_sandbox is None:
@@ -233,7 +266,6 @@ def create_worker(
         *setup.options["interceptors"],
         *worker_options.get("interceptors", ()),
     ]
-    role = role or settings.worker_role
     queue = task_queue or settings.task_queue
     tool_slots = max_tool_calls or settings.max_tool_calls
     if role == "tools":
@@ -400,7 +432,11 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     if sdk is not None:
         await sdk
     await looked
-    sweeper = asyncio.create_task(sweep_forever(client, store)) if settings.blob_sweep else None
+    sweeper = (
+        asyncio.create_task(sweep_forever(client, store, settings.blob_sweep_every))
+        if settings.blob_sweep
+        else None
+    )
     try:
         async with worker:
             collect_less(settings.gc_threshold)

@@ -47,6 +47,14 @@ def lands_elsewhere(call: ToolCall) -> str | None:
     return path
 
 
+def said(call: ToolCall) -> str:
+    """What an MCP tool's server says of it, for the person deciding (never trusted)."""
+    if call.read_only_hint is None:
+        return ""
+    word = "read-only" if call.read_only_hint else "changes things"
+    return f" [server says: {word}; not checked]"
+
+
 async def wait_named(decided: Callable[[], bool], timeout: float | None, summary: str) -> None:
     """Wait until ``decided()``, or ``timeout`` seconds, under a timer named ``summary``.
 
@@ -174,8 +182,9 @@ class Approvals:
                 call_id=c.id,
                 tool_name=c.name,
                 arguments_preview=policy.arguments_preview(
-                    c.name, c.arguments, limit=200, resolved=lands_elsewhere(c)
-                ),
+                    c.name, c.arguments, limit=200 - len(said(c)), resolved=lands_elsewhere(c)
+                )
+                + said(c),
                 arguments_hash=call_hash(c),
                 arguments_ref=c.arguments_ref,
                 resolved_path=lands_elsewhere(c),

@@ -2,7 +2,7 @@
 
 The transcript lives in the blob store: a turn's input carries the head and what is new
 since it (queued input, tool results), within the payload limit. Model turns and
-compactions run as activities with the model's timeouts and retries. Workflow code:
+compactions run as activities with the task's activity options for them. Workflow code:
 deterministic, no I/O.
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from durable_subagents.workflows._activity_options import scheduled_with
 from durable_subagents.workflows._outcomes import check_size
 from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
 
@@ -33,8 +32,12 @@ with workflow.unsafe.imports_passed_through():
         TurnReads,
         tools_digest,
     )
-    from durable_subagents.agents import AgentSpec
-    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.agents import (
+        DEFAULT_ACTIVITY_OPTIONS,
+        ActivityConfig,
+        ActivityOptions,
+        AgentSpec,
+    )
     from durable_subagents.spawn import model_label
     from durable_subagents.types import Message
 
@@ -48,14 +51,6 @@ MAX_COMPACTIONS_PER_TURN = 4
 the last resort turns every tool result into a note)."""
 
 _Result = TypeVar("_Result")
-
-_MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=10,
-    non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
-)
 
 
 def take_input(inbox: list[str]) -> list[Message]:
@@ -251,23 +246,26 @@ def _too_many_compactions() -> ApplicationError:
 
 
 async def model_call(
-    activity: str, arg: Any, result_type: type[_Result], summary: str, queue: str | None
+    activity: str,
+    arg: Any,
+    result_type: type[_Result],
+    summary: str,
+    queue: str | None,
+    config: ActivityConfig,
 ) -> _Result:
     """Run an activity that calls the model, as every such call runs.
 
-    On the provider's queue (``queue``) once one is learned, with the model's timeouts
-    and retries.
+    On the provider's queue (``queue``) once one is learned, with the task's timeouts
+    and retries for it (``config``).
     """
     return await workflow.execute_activity(
         activity,
         arg,
         task_queue=queue,
         result_type=result_type,
-        start_to_close_timeout=timedelta(minutes=10),
-        heartbeat_timeout=timedelta(seconds=15),
-        retry_policy=_MODEL_RETRY,
         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         summary=summary,
+        **scheduled_with(config),
     )
 
 
@@ -283,10 +281,12 @@ class ModelCalls:
             ``ContextInput``).
         waiting: Whether a model turn is running.
         compacting: Whether a compaction is running.
+        options: The task's activity options (see ``task_options``).
     """
 
     def __init__(self, on_change: Callable[[], None]) -> None:
         self._on_change = on_change
+        self.options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS
         self.queue: str | None = None
         self.context = ContextInput()
         self.waiting = False
@@ -335,7 +335,12 @@ class ModelCalls:
         # The model's name is known from the first answer on (``default`` before).
         summary = f"turn {number} · {model_label(model)}"
         return await model_call(
-            MODEL_TURN_ACTIVITY, turn_input, ModelTurnResult, summary, self.queue
+            MODEL_TURN_ACTIVITY,
+            turn_input,
+            ModelTurnResult,
+            summary,
+            self.queue,
+            self.options.model_turn,
         )
 
     async def compact(self, compact_input: CompactInput, model: str) -> CompactResult:
@@ -358,6 +363,7 @@ class ModelCalls:
                 CompactResult,
                 f"compaction {number} · {model_label(model)}",
                 self.queue,
+                self.options.compaction,
             )
         finally:
             self.compacting = False

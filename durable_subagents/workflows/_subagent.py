@@ -19,6 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
+from durable_subagents.workflows._activity_options import task_options, worker_options
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
 from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
 from durable_subagents.workflows._background import Background
@@ -348,6 +349,7 @@ class SubagentWorkflow:
         # Yield once, so a cancel request that arrived with the start stops the task
         # before it schedules anything.
         await asyncio.sleep(0)
+        await self._bind_activity_options()
         new: list[Message] = pending
         state = inp.state
         if (self._head is not None and not new) or (state is not None and state.awaiting_input):
@@ -442,6 +444,18 @@ class SubagentWorkflow:
             if any(r.held is not None for r in results):
                 results = await self._settle_held(list(results))
             new = [r.to_message() for r in results]
+
+    async def _bind_activity_options(self) -> None:
+        """Fix the run's activity options: its worker's, narrowed by its agent.
+
+        The worker's are kept in the run's input, so a run continued as new and the
+        task's children are bound by them too.
+        """
+        assert self._input is not None
+        base = await worker_options(self._input)
+        self._input = self._input.model_copy(update={"activity_options": base})
+        options = task_options(self._input, warn=True)
+        self._models.options = self._tools.options = options
 
     def _answered(self, turn: ModelTurnResult) -> TaskResult:
         """Finish with the turn's answer, which matched the output schema."""

@@ -14,17 +14,21 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from durable_subagents.workflows._activity_options import task_options
 from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._outcomes import tool_error
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import (
         DECIDE_SIGNAL,
+        OWN_TASKS_ACTIVITY,
         WORKFLOW,
         CallDecision,
         ChildState,
@@ -294,6 +298,8 @@ class ChildTasks:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
         task_input.streams_to_parent = True
+        # The child is bound by what its parent's activities are: narrowed, never wider.
+        task_input.activity_options = task_options(parent)
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         self._known.append(child_id)
         if budget is not None:
@@ -481,6 +487,10 @@ class ChildTasks:
         self._on_change()
 
 
+OWN_TASKS_PATCH = "registered-tasks-checked"
+"""Runs from here on check each registered task's parent before cancelling it."""
+
+
 class RegisteredTasks:
     """Tasks spawned through the client that named this one as their parent.
 
@@ -505,7 +515,21 @@ class RegisteredTasks:
         self.ids = [*carried, *self.ids]
 
     async def cancel(self) -> None:
-        """Request cancellation of the registered tasks."""
+        """Request cancellation of the registered tasks that name this one as parent.
+
+        A registration is a signal anyone may send: only the ids whose task's
+        ``SubagentParent`` is this task are cancelled (``own_registered_tasks``), so a
+        forged registration cannot reach a stranger's task.
+        """
+        ids, self.ids = self.ids, []
+        if ids and workflow.patched(OWN_TASKS_PATCH):
+            ids = await workflow.execute_activity(
+                OWN_TASKS_ACTIVITY,
+                args=[workflow.info().workflow_id, ids],
+                result_type=list[str],
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+            )
 
         async def cancel(task_id: str) -> None:
             try:
@@ -513,7 +537,6 @@ class RegisteredTasks:
             except Exception:  # it finished already, or never started
                 workflow.logger.info("registered child %s was not cancelled", task_id)
 
-        ids, self.ids = self.ids, []
         await asyncio.gather(*(cancel(t) for t in ids))
 
 

@@ -18,6 +18,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import FailureError
 
+from durable_subagents.workflows._activity_options import scheduled_with
 from durable_subagents.workflows._outcomes import check_size, tool_timeout
 from durable_subagents.workflows._stream import TaskEvents, ended
 
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         tool_queue,
     )
+    from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, ActivityConfig, ActivityOptions
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
     from durable_subagents.policy import Verdict
     from durable_subagents.types import ToolCall
@@ -46,18 +48,27 @@ CHILD_TOOL_CALLS_AT_ONCE = 2
 at most 8 + 16 x 2 = 40 tool slots at once, under a worker's default 100, so one
 prompt-injected tree cannot fill them."""
 
-_TOOL_RETRY = RetryPolicy(
+_SETTLE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_attempts=3,
     non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
 )
+"""Applying or dropping a call's held changes: not a tool call, so not its options."""
 
 
 def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
     read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
+    # A subagent's child is one level down (children do not spawn): its parent is the
+    # top of its tree, whose commands its own share the machine with.
+    tree_id = inp.parent_id if inp.parent_is_subagent else None
     return ToolCallInput.of(
-        workflow.info().workflow_id, call, inp.agent, inp.workspace, read_only=read_only
+        workflow.info().workflow_id,
+        call,
+        inp.agent,
+        inp.workspace,
+        read_only=read_only,
+        tree_id=tree_id,
     )
 
 
@@ -86,11 +97,13 @@ class ToolCalls:
             details).
         queued: Tool calls waiting for one of the slots.
         records: Record names of this turn's ``run_tool`` results, by call id.
+        options: The task's activity options (see ``task_options``).
     """
 
     def __init__(self, on_change: Callable[[], None], events: TaskEvents | None = None) -> None:
         self._on_change = on_change
         self._events = events
+        self.options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS
         self._slots: asyncio.Semaphore | None = None
         self.running: dict[str, str] = {}
         self.queued = 0
@@ -125,7 +138,9 @@ class ToolCalls:
         try:
             async with slots:
                 self.queued, queued = self.queued - 1, False
-                run = _run_tool(call, call_input, inp.agent.local_read_tools)
+                run = _run_tool(
+                    call, call_input, inp.agent.local_read_tools, self.options.tool_call
+                )
                 result = await self.shown_running(call, run)
                 if not result.recorded:
                     del self.records[call.id]  # never passed by name (it is short)
@@ -192,7 +207,7 @@ class ToolCalls:
             task_queue=tool_queue(workflow.info().task_queue),
             result_type=ToolCallResult,
             start_to_close_timeout=timedelta(minutes=5),
-            retry_policy=_TOOL_RETRY,
+            retry_policy=_SETTLE_RETRY,
             summary=held_summary(result),
         )
         self.records[result.call_id] = record
@@ -248,9 +263,17 @@ def held_summary(result: ToolCallResult) -> str:
 
 
 async def _run_tool(
-    call: ToolCall, tool_input: ToolCallInput, local_read_tools: bool
+    call: ToolCall, tool_input: ToolCallInput, local_read_tools: bool, config: ActivityConfig
 ) -> ToolCallResult:
-    timeout = tool_timeout(call.arguments.get("timeout"))
+    # An MCP tool's arguments are its server's, never a bound: the worker ends the call
+    # at the server's timeout (at most 600 s), which the activity's must cover. An
+    # attempt runs as long as the call's own timeout and a minute more, or as the task's
+    # options allow, whichever is shorter.
+    assert config.start_to_close is not None
+    mcp = call.name.startswith("mcp__")
+    timeout = tool_timeout(600 if mcp else call.arguments.get("timeout"))
+    attempt = min(timeout + 60, config.start_to_close)
+    config = config.model_copy(update={"start_to_close": attempt})
     summary = policy.arguments_preview(call.name, call.arguments)
     if local_read_tools and call.name in policy.READ_ONLY_TOOLS:
         # In-process, bounded and read-only: run within this workflow task.
@@ -258,10 +281,9 @@ async def _run_tool(
             RUN_TOOL_ACTIVITY,
             tool_input,
             result_type=ToolCallResult,
-            start_to_close_timeout=timedelta(seconds=timeout + 60),
-            retry_policy=_TOOL_RETRY,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
+            **scheduled_with(config, heartbeat=False),
         )
     # On the tool queue: its own slots, which a task's slow or stalled calls (up to
     # 600 s each) can fill without delaying any model turn.
@@ -270,9 +292,7 @@ async def _run_tool(
         tool_input,
         task_queue=tool_queue(workflow.info().task_queue),
         result_type=ToolCallResult,
-        start_to_close_timeout=timedelta(seconds=timeout + 60),
-        heartbeat_timeout=timedelta(seconds=10),
-        retry_policy=_TOOL_RETRY,
         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         summary=summary,
+        **scheduled_with(config),
     )

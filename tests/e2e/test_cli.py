@@ -11,6 +11,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,28 @@ async def test_cancel_stops_a_long_bash(env: dict[str, str], worker: None) -> No
     assert again["status"] == "cancelled"
 
 
+async def test_cancel_of_a_finished_task_says_it_had_already_finished(
+    env: dict[str, str], worker: None
+) -> None:
+    model = script({"text": "done"})
+    spawned = ok(await arun("spawn", "explore", "x", "--model", model, "--wait", "--json", env=env))
+    task_id = spawned.json()["id"]
+    human = ok(await arun("cancel", task_id, env=env))
+    assert "completed" in human.out
+    assert f"task {task_id} had already finished (completed): nothing was cancelled" in " ".join(
+        human.out.split()
+    )
+    as_json = ok(await arun("cancel", task_id, "--json", env=env)).json()
+    assert as_json["status"] == "completed" and as_json["already_finished"] is True
+    # a task the cancel stopped is not said to have finished before it
+    long = script({"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 600"}}]})
+    running = ok(await arun("spawn", "general", "x", "--model", long, "--json", env=env)).json()
+    cancelled = ok(await arun("cancel", running["id"], "--json", env=env)).json()
+    assert cancelled["status"] == "cancelled" and cancelled["already_finished"] is False
+    again = ok(await arun("cancel", running["id"], env=env))
+    assert "had already finished (cancelled)" in " ".join(again.out.split())
+
+
 async def test_watch_prints_turns_tools_and_close(
     env: dict[str, str], worker: None, workspace: Path
 ) -> None:
@@ -241,7 +264,7 @@ async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
     )
     task_id = ok(await arun("spawn", "explore", "read", "--model", model, "--json", env=env))
     task_id = task_id.json()["id"]
-    ok(await arun("check", task_id, "--wait", "--json", env=env))
+    checked = ok(await arun("check", task_id, "--wait", "--json", env=env)).json()
     await asyncio.sleep(1.5)  # a replay now is later than any event
     events = [
         json.loads(line)
@@ -254,6 +277,10 @@ async def test_watch_json_of_a_finished_task_keeps_each_events_recorded_time(
     ], kinds  # fmt: skip
     times = [e["time"] for e in events]
     assert times == sorted(times), events  # replayed text is not stamped with the replay time
+    # UTC, said as check --json says it: the times compare across both
+    assert all(t.endswith("Z") for t in [*times, checked["created_at"]]), events
+    created = datetime.fromisoformat(checked["created_at"])
+    assert all(created - timedelta(seconds=5) < datetime.fromisoformat(t) for t in times)
     for i, event in enumerate(events):
         if event["kind"] == "text":  # the text is the turn's, recorded when the turn ended
             assert event["time"] == events[i + 1]["time"] and events[i + 1]["kind"] == "turn"
@@ -291,8 +318,10 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
                 *CLI, "watch", task_id, env=env,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
+            # given as an option, the address is kept in the command it says to run again
             waiter = await asyncio.create_subprocess_exec(
-                *CLI, "check", task_id, "--wait", "--timeout", "600", env=env,
+                *CLI, "check", task_id, "--wait", "--timeout", "600",
+                "--address", server.address, env=_env(tmp_path),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             assert watcher.stdout is not None and watcher.stderr is not None
@@ -323,7 +352,8 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
     assert waiter.returncode == 1 and waited_out == b""
     assert waited_err.decode() == (
         f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
-        f"`subagents check {task_id} --wait` again once the server answers\n"
+        f"`subagents check {task_id} --wait --address {server.address}` again once the server "
+        "answers\n"
     ), waited_err.decode()
 
 
@@ -392,9 +422,6 @@ def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> No
             ["unknown agent 'nope'", "known: explore, plan, research, general"],
         ),
         (["spawn", "explore", "   "], ["prompt is empty"]),
-        (["spawn", "explore", "do it", "--metadata", "{nope"], ["--metadata is not JSON"]),
-        (["spawn", "explore", "do it", "--metadata", "[1]"], ["metadata"]),
-        (["spawn", "explore", "do it", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
         (["check", "no-such-task"], ["no task 'no-such-task'", "subagents ls"]),
         (["cancel", "no-such-task"], ["no task 'no-such-task'"]),
         (["watch", "no-such-task"], ["no task 'no-such-task'"]),
@@ -402,18 +429,11 @@ def test_agents_in_a_pipe_keep_every_name_and_source_whole(tmp_path: Path) -> No
         (["approve", "no-such-task", "--all"], ["no task 'no-such-task'"]),
         (["reject", "no-such-task", "c1", "--reason", "no"], ["no task 'no-such-task'"]),
         (["send", "no-such-task", "more"], ["no task 'no-such-task'"]),
-        (["spawn", "explore", "x", "--time-limit", "0"], ["--time-limit must be more than 0"]),
-        (["spawn", "explore", "x", "--time-limit", "inf"], ["--time-limit must be more than 0"]),
-        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["--approval-timeout must be"]),
-        (["spawn", "explore", "x", "--max-turns", "100000000"], ["--max-turns must be at most"]),
-        (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
         (["spawn", "plan", "x", "--permission-mode", "dont_ask"], ["more permissive"]),
     ],
-    ids=["unknown-agent", "empty-prompt", "metadata-not-json", "metadata-not-object",
-         "max-turns-0", "check-unknown", "cancel-unknown",
+    ids=["unknown-agent", "empty-prompt", "check-unknown", "cancel-unknown",
          "watch-unknown", "markup-in-message", "approve-unknown", "reject-unknown",
-         "send-unknown", "time-limit-0", "time-limit-inf",
-         "approval-timeout-negative", "max-turns-huge", "bad-model", "widening-mode"],
+         "send-unknown", "widening-mode"],
 )  # fmt: skip
 def test_bad_requests_fail_cleanly(
     env: dict[str, str], args: list[str], expected: list[str]
@@ -422,6 +442,68 @@ def test_bad_requests_fail_cleanly(
     for text in expected:
         assert text in result.flat_err
     assert result.err.count("error:") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["spawn", "explore", "x", "--metadata", "{nope"], ["--metadata is not JSON"]),
+        (["spawn", "explore", "x", "--metadata", "[1]"], ["metadata must be a dict"]),
+        (["spawn", "explore", "x", "--max-turns", "-1"], ["--max-turns must be", "got -1"]),
+        (["spawn", "explore", "x", "--max-turns", "0"], ["--max-turns must be", "got 0"]),
+        (["spawn", "explore", "x", "--max-turns", "100000000"], ["--max-turns must be at most"]),
+        (["spawn", "explore", "x", "--time-limit", "0"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--time-limit", "inf"], ["--time-limit must be more than 0"]),
+        (["spawn", "explore", "x", "--approval-timeout", "-5"], ["--approval-timeout must be"]),
+        (["spawn", "explore", "x", "--token-budget", "0"], ["--token-budget must be"]),
+        (["spawn", "explore", "x", "--permission-mode", "yolo"], ["unknown --permission-mode"]),
+        (["spawn", "explore", "x", "--reasoning-effort", "max"], ["unknown reasoning_effort"]),
+        (["spawn", "explore", "x", "--workspace", "../.."], ["leaves the worker's workspace"]),
+        (["spawn", "explore", "x", "--task-id", "a b"], ["task"]),
+        (["spawn", "explore", "x", "--model", "gpt-4"], ["openai:<model>"]),
+        (["spawn", "explore", "x", "--output-schema", "/nonexistent.json"], ["cannot read"]),
+        (["check", "x", "--timeout", "-1"], ["--timeout", "finite number of seconds >= 0"]),
+        (["check", "x", "--wait", "--timeout", "nan"], ["--timeout"]),
+        (["cancel", "x", "--timeout", "-1"], ["--timeout"]),
+        (["reject", "x", "--all", "--reason", "r" * 5000], ["--reason", "4096 bytes"]),
+        (["ls", "--status", "bogus"], ["--status", "unknown status 'bogus'"]),
+        (["dev", "--port", "70000"], ["--port"]),
+        (["demo", "--ui-port", "0"], ["--ui-port"]),
+    ],
+    ids=["metadata-not-json", "metadata-not-object", "max-turns-negative", "max-turns-0",
+         "max-turns-huge", "time-limit-0", "time-limit-inf", "approval-timeout-negative",
+         "token-budget-0", "unknown-mode", "unknown-effort", "workspace-outside", "bad-task-id",
+         "bad-model", "unreadable-schema", "check-timeout", "check-timeout-nan",
+         "cancel-timeout", "long-reason", "unknown-status", "dev-port", "demo-ui-port"],
+)  # fmt: skip
+def test_usage_errors_exit_2_before_anything_connects(
+    tmp_path: Path, args: list[str], expected: list[str]
+) -> None:
+    """A value that is wrong in itself is a usage error, told before any server is asked
+    (none answers on this address)."""
+    command = args if args[0] in ("dev", "demo") else [*args, "--address", "127.0.0.1:1"]
+    result = run(*command, env=_env(tmp_path))
+    assert result.code == 2, result
+    assert "Traceback" not in result.err and result.out == ""
+    assert "cannot reach" not in result.err
+    flat = result.flat_err
+    assert flat.startswith(f"Usage: subagents {args[0]} ") and "Error: Invalid value" in flat
+    for text in expected:
+        assert text in flat, flat
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [("gpt-4", "unknown model 'gpt-4' (from SUBAGENTS_MODEL); use one of"),
+     ("openai:", "model 'openai:' (from SUBAGENTS_MODEL) names no model")],
+)  # fmt: skip
+def test_a_bad_model_from_the_environment_is_named_as_such(
+    env: dict[str, str], model: str, said: str
+) -> None:
+    result = failed(run("spawn", "explore", "x", env={**env, "SUBAGENTS_MODEL": model}))
+    assert said in result.flat_err, result.err
+    given = run("spawn", "explore", "x", "--model", model, env=env)  # a usage error
+    assert given.code == 2 and "SUBAGENTS_MODEL" not in given.flat_err, given.err
 
 
 async def test_an_oversized_prompt_is_refused_before_anything_starts(
@@ -495,6 +577,23 @@ def test_an_unreachable_address_says_why_in_words_and_v_shows_the_detail(
     assert first.startswith(f"error: cannot reach Temporal at {address}") and reason in first
     assert detail.startswith("  detail: ") and "tonic::transport" in detail
     assert transport in detail
+
+
+def test_the_web_uis_port_is_named_as_not_a_temporal_frontend(
+    tmp_path: Path, dev_server: DevServer
+) -> None:
+    """The Web UI's port (8233 beside 7233) answers HTTP/1, not gRPC: said in words."""
+    address = f"127.0.0.1:{dev_server.ui_port}"
+    # The transport's own error differs from one try to the next (the Web UI's answer
+    # read as an HTTP/2 frame, or a broken pipe): each says the same.
+    for command in (["check", "some-task"], ["ls"], ["cancel", "some-task"]):
+        result = failed(run(*command, "--address", address, env=_env(tmp_path)))
+        assert result.flat_err.startswith(
+            f"error: cannot reach Temporal at {address} (namespace 'default'): something "
+            "answers there, but it is not a Temporal frontend (it answers HTTP/1, as a web "
+            "server does"
+        ), result.err
+        assert result.err.count("\n") == 1, result.err
 
 
 def test_version(tmp_path: Path) -> None:
@@ -668,6 +767,30 @@ async def test_worker_refuses_a_namespace_without_the_search_attributes(tmp_path
 
 
 # ---------------------------------------------------------------- demo and dev
+
+
+@pytest.mark.parametrize(
+    ("args", "env_model", "said"),
+    [(["--model", "gpt-4"], None, "unknown model 'gpt-4' (from --model)"),
+     ([], "gpt-4", "unknown model 'gpt-4' (from SUBAGENTS_MODEL)"),
+     ([], "openai:gpt-4.1-mini",
+      "(from SUBAGENTS_MODEL) needs OPENAI_API_KEY, and OPENAI_API_KEY is not set"),
+     (["--model", "anthropic:claude-haiku-4-5"], None, "ANTHROPIC_API_KEY is not set")],
+    ids=["bad-option", "bad-env", "no-openai-key", "no-anthropic-key"],
+)  # fmt: skip
+def test_demo_checks_its_model_before_it_starts_anything(
+    tmp_path: Path, args: list[str], env_model: str | None, said: str
+) -> None:
+    port, ui_port = free_port(), free_port()
+    db = tmp_path / "demo.db"
+    env = _env(tmp_path, **({"SUBAGENTS_MODEL": env_model} if env_model else {}))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        env.pop(name, None)
+    command = ["demo", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db), *args]
+    result = failed(run(*command, env=env))
+    assert said in result.flat_err and result.err.count("\n") == 1, result.err
+    assert not db.exists()  # no server was started
+    assert not (tmp_path / "cli-data" / "demo-workspace").exists()
 
 
 async def test_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
@@ -904,11 +1027,20 @@ async def test_ask_pause_and_approve_from_the_shell(
     assert info["pending_approvals"][0]["arguments_preview"].startswith("bash · echo yes")
     human = ok(await arun("check", task_id, env=env))
     assert "waiting for approval" in human.out and f"subagents approve {task_id}" in human.out
-    stale = failed(await arun("approve", task_id, "--all", "--pause", "pause-0-old", env=env))
-    assert f"is on pause {info['pause_id']}, not pause-0-old" in stale.err
+    for wrong in ("pause-1-wrong", "pause-9-0123abcd", "pause-0-0123abcd"):
+        unknown = failed(await arun("approve", task_id, "--all", "--pause", wrong, env=env))
+        assert f"has no pause '{wrong}'" in unknown.flat_err, unknown.err
+        assert f"it is on pause {info['pause_id']}" in unknown.flat_err
+        assert "paused again" not in unknown.err
     assert not (workspace / "approved.txt").exists()
-    approved = ok(await arun("approve", task_id, "--all", "--pause", info["pause_id"], env=env))
-    assert f"next: subagents check {task_id} --wait" in approved.out
+    address = env["TEMPORAL_ADDRESS"]
+    approved = ok(
+        await arun(
+            "approve", task_id, "--all", "--pause", info["pause_id"], "--address", address,
+            env=env,
+        )
+    )  # fmt: skip
+    assert f"next: subagents check {task_id} --wait --address {address}\n" in approved.out
     # no --after-pause: check finds the decision in the history and waits past the pause
     done = ok(await arun("check", task_id, "--wait", "--json", env=env))
     assert done.json()["status"] == "completed"
@@ -1038,8 +1170,10 @@ async def test_send_steers_a_paused_task_then_continues_it_when_completed(
     )
     task_id = await _spawn_asking(model, env)
     paused = await _paused(task_id, env)
-    steered = ok(await arun("send", task_id, "prefer short flags", env=env)).out
+    namespace = ["--namespace", "default"]  # given: kept in the command it says to run
+    steered = ok(await arun("send", task_id, "prefer short flags", *namespace, env=env)).out
     assert "reads this input once the calls above are decided" in " ".join(steered.split())
+    assert f"subagents check {task_id} --wait --namespace default\n" in steered
     assert '"command": "echo hi"' in steered  # the pending call in full, not a preview
     assert f"subagents approve {task_id} --all" in steered
     ok(await arun("approve", task_id, "--all", env=env))

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from durable_subagents.testing import DevServer
 
+from ..helpers.tasks import TEST_MODELS
+
 CLIENT_NEVER = (
     "openai",
     "anthropic",
@@ -55,7 +57,7 @@ def loaded_after(code: str, **env: str) -> dict[str, set[str]]:
         capture_output=True,
         text=True,
         timeout=150,
-        env={**clean, **env},
+        env={**clean, **TEST_MODELS, **env},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     stages: dict[str, set[str]] = {}

@@ -17,6 +17,7 @@ from durable_subagents import _search_attributes as sa
 from durable_subagents.testing._dev_server import (
     FAIRNESS_DYNAMIC_CONFIG,
     LOW_LATENCY_DYNAMIC_CONFIG,
+    PROBLEMS_DYNAMIC_CONFIG,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +45,18 @@ def compose_config(*flags: str, **env: str) -> dict:  # type: ignore[type-arg]
         text=True,
         check=True,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "MINIO_ROOT_PASSWORD": PASSWORD, **env},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "MINIO_ROOT_PASSWORD": PASSWORD,
+            "SUBAGENTS_MODEL": MODEL,
+            **env,
+        },
     )
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 PASSWORD = "a-password-from-the-environment"
+MODEL = "openai:gpt-4.1-mini"
 
 
 def test_the_blob_store_password_has_no_default() -> None:
@@ -57,6 +64,17 @@ def test_the_blob_store_password_has_no_default() -> None:
     with pytest.raises(subprocess.CalledProcessError) as failed:
         compose_config(MINIO_ROOT_PASSWORD="")
     assert "set MINIO_ROOT_PASSWORD" in failed.value.stderr
+
+
+def test_the_workers_model_has_no_default() -> None:
+    """A worker bills its model's key: the offline scripted model is never a default."""
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        compose_config(SUBAGENTS_MODEL="")
+    assert "set SUBAGENTS_MODEL, the workers' model" in failed.value.stderr
+    services = compose_config(SUBAGENTS_MODELS="openai:gpt-4.1*,anthropic:*")["services"]
+    env = services["worker"]["environment"]
+    assert env["SUBAGENTS_MODEL"] == MODEL
+    assert env["SUBAGENTS_MODELS"] == "openai:gpt-4.1*,anthropic:*"
 
 
 @pytest.fixture(scope="module")
@@ -451,7 +469,11 @@ def test_search_attributes_and_dynamic_config_match_the_dev_server() -> None:
     registered = dict(re.findall(r"(Subagent\w+):(\w+)", script))
     assert registered == {k.name: ("Int" if k is sa.TURNS else "Keyword") for k in sa.ALL}
     dynamic = yaml.safe_load((ROOT / "deploy" / "temporal-dynamicconfig.yaml").read_text())
-    assert set(dynamic) == {*LOW_LATENCY_DYNAMIC_CONFIG, *FAIRNESS_DYNAMIC_CONFIG}
+    assert set(dynamic) == {
+        *LOW_LATENCY_DYNAMIC_CONFIG,
+        *FAIRNESS_DYNAMIC_CONFIG,
+        *PROBLEMS_DYNAMIC_CONFIG,
+    }
     assert dynamic["matching.enableFairness"] == [{"value": True}]
 
 

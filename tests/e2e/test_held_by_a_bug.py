@@ -19,6 +19,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
+from durable_subagents.cli.inbox._access import Grant, Role
+from durable_subagents.cli.inbox._inbox import HeldTask, Inbox
 from durable_subagents.config import Settings
 
 from ..helpers import CEILING, eventually
@@ -77,6 +79,15 @@ async def test_a_bug_holds_the_task_until_a_fix_resumes_it(
                     assert event.error is not None and "planted bug" in event.error
                     break
         await events.aclose()
+        # The inbox lists it as held, with the error, where the server flags it.
+        inbox = Inbox(client, task_queue=settings.task_queue, poll=0)
+
+        async def listed() -> list[HeldTask]:
+            return (await inbox.view(Grant("ops", Role.VIEWER))).held
+
+        [shown] = await eventually(listed, "the inbox to list the held task")
+        assert shown.task.id == task_id and shown.task.retrying is not None
+        assert "planted bug" in shown.task.retrying
         assert not (workspace / "side.txt").exists()  # the command has not run
         faulty.kill()
         faulty.wait(30)
@@ -89,6 +100,7 @@ async def test_a_bug_holds_the_task_until_a_fix_resumes_it(
         fixed.close()
     assert done.status == TaskStatus.COMPLETED, done
     assert done.result == "done" and done.retrying is None
+    await eventually(lambda: listed_none(inbox), "the inbox to drop the task it held")
     assert (workspace / "side.txt").read_text() == "one\n"
     # Nothing recorded ran again: one model turn before the fix, one after.
     turns = 0
@@ -101,3 +113,7 @@ async def test_a_bug_holds_the_task_until_a_fix_resumes_it(
     log = (tmp_path / "faulty.log").read_text(errors="replace")
     assert log.count("planted bug: the verdict of a bash call cannot be taken") >= 1
     assert log.count("Failed activation on workflow SubagentWorkflow") == 1, log[-3000:]
+
+
+async def listed_none(inbox: Inbox) -> bool:
+    return not (await inbox.view(Grant("ops", Role.VIEWER))).held

@@ -9,6 +9,8 @@ Skipped, saying why, without a ``chromium`` binary or playwright. Screenshots go
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -24,13 +26,15 @@ from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 
 from ..browser import CHROMIUM, needs_browser
+from ..helpers.missing import missing
 from ..helpers.tasks import script
 
 pytestmark = [pytest.mark.browser, needs_browser]
 async_api = pytest.importorskip(
-    "playwright.async_api", reason="playwright is not installed (pip install -e '.[dev]')"
+    "playwright.async_api", reason=missing("playwright (pip install -e '.[dev]')")
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "page-" + uuid.uuid4().hex
 LEAD = AgentSpec(
     name="lead",
@@ -226,3 +230,52 @@ async def test_a_decision_on_a_pause_that_changed_since_the_page_read_it_is_refu
         now = await client.check_task(task_id)
         assert now.status == TaskStatus.PAUSED and now.pause_id == second.pause_id
     await client.cancel_task(task_id)
+
+
+async def test_a_task_a_bug_holds_shows_its_error_inert(
+    serve: Callable[..., Any],
+    client: SubagentClient,
+    settings: Settings,
+    workspace: Path,
+    browser: Any,
+    screenshots: Path,
+) -> None:
+    # A worker whose workflow code raises the hostile text when it judges a bash call.
+    assert settings.blob_dir is not None
+    argv = [settings.address, settings.task_queue, str(workspace), str(settings.blob_dir)]
+    faulty = subprocess.Popen(
+        [sys.executable, "-m", "tests.faulty_worker", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "FAULTY_BUG": HOSTILE, "SUBAGENTS_DATA_DIR": str(workspace.parent)},
+    )
+    try:
+        assert faulty.stdout is not None and faulty.stdout.readline() == b"ready\n"
+        task_id = await client.spawn_task(
+            "general", "x", description="held", model=script(bash("true"), {"text": "done"})
+        )
+        async with serve(poll=0.3) as server:
+            page, dialogs = await open_inbox(browser, server.url)
+            entry = page.locator(f'section.entry.held[data-task="{task_id}"]')
+            await entry.wait_for(timeout=60_000)
+            await page.screenshot(path=screenshots / "inbox-held.png", full_page=True)
+            error = entry.locator("pre.retrying")
+            text = await error.text_content()
+            assert text.startswith("workflow task, attempt "), text
+            # The error is shown as text: no script ran, no markup was made from it.
+            assert await page.evaluate("window.__pwned") is None
+            assert dialogs == []
+            assert await page.locator("img, b, main script").count() == 0
+            assert "approved: every call of this pause" in text
+            rendered = await page.locator("body").inner_text()
+            assert "\u202e" not in rendered and "\x1b" not in rendered
+            assert "held by a bug" in await page.locator("#state").inner_text()
+            # Nothing to decide: no buttons on a held task.
+            assert await entry.locator("button").count() == 0
+        info = await client.check_task(task_id)
+        assert info.status == TaskStatus.RUNNING and info.retrying is not None
+        await client.cancel_task(task_id)
+    finally:
+        faulty.kill()
+        faulty.wait(30)

@@ -138,3 +138,22 @@ async def test_approvals_by_a_person_keep_approve_from_the_model(tmp_path: Path)
         is_error, answer = await call(s, "approve_tool_calls", task_id="any")
         assert is_error and "a person approves" in answer["error"]
     assert "approvals by the person" in (tmp_path / "mcp.err").read_text()
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [("localhost", "'localhost' has no port"), ("http://localhost:7233", "is a URL")],
+)
+async def test_a_malformed_address_is_one_line_and_the_tools_are_still_listed(
+    tmp_path: Path, address: str, said: str
+) -> None:
+    env = _env(tmp_path, TEMPORAL_ADDRESS=address)
+    async with asyncio.timeout(20), mcp_session(tmp_path, env) as s:
+        assert [t.name for t in (await s.list_tools()).tools] == NAMES
+        is_error, answer = await call(s, "list_subagents")
+        assert is_error and set(answer) == {"error"}
+        assert said in answer["error"] and "TEMPORAL_ADDRESS" in answer["error"]
+    log = (tmp_path / "mcp.err").read_text()
+    assert "Traceback" not in log and "│" not in log
+    [line] = [x for x in log.splitlines() if x.startswith("error: ")]
+    assert said in line

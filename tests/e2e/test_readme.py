@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,9 +31,12 @@ from durable_subagents._payloads import NotifyEvent, NotifyInput, NotifyTask
 from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.tools.mcp import load_mcp_config
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.mcp_servers import python_server, write_config
+from ..helpers.tasks import TEST_MODELS, script
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -92,6 +96,8 @@ def kind(snippet: Snippet) -> str:
         return "watch"
     if "output_schema=" in code:
         return "structured"
+    if "mcp__" in code:
+        return "mcp"
     if "spawn_task(" in code:
         return "spawn"
     return "unknown"
@@ -166,6 +172,60 @@ def test_json_snippets_parse() -> None:
         json.loads(snippet.code)
 
 
+def test_mcp_server_declarations_load_as_shown(tmp_path: Path) -> None:
+    """Every ``mcpServers`` snippet is a configuration a worker takes whole."""
+    declared = [s for s in snippets("json") if '"mcpServers"' in s.code]
+    assert declared
+    for snippet in declared:
+        path = tmp_path / f"{snippet.line}.json"
+        path.write_text(snippet.code)
+        variables = dict.fromkeys(re.findall(r"\$\{(\w+)\}", snippet.code), "set")
+        config = load_mcp_config([path], variables)
+        assert config.problems == [], (snippet.name, config.problems)
+        assert set(config.servers) == set(json.loads(snippet.code)["mcpServers"])
+
+
+MCP_JSON = ROOT / "docs" / "mcp.md"
+
+
+async def test_the_mcp_json_snippet_serves_tasks_offline(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/mcp.md's ``.mcp.json`` starts the server the README installs, and a task it
+    spawns runs on the worker `subagents dev` starts with no API key."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    [snippet] = [
+        s for s in snippets("json") if s.page == "docs/mcp.md" and '"subagents": {' in s.code
+    ]
+    server = json.loads(snippet.code)["mcpServers"]["subagents"]
+    command = Path(server["command"])
+    # The README installs into the clone's .venv: the command names it whole, as an MCP
+    # client started in another directory, without the venv on PATH, needs it.
+    assert command.is_absolute() and command.parts[-3:] == (".venv", "bin", "subagents")
+    installed = Path(sysconfig.get_path("scripts")) / "subagents"
+    assert installed.is_file()
+    env = {**served, **server["env"], "TEMPORAL_ADDRESS": served["TEMPORAL_ADDRESS"]}
+    params = StdioServerParameters(command=str(installed), args=server["args"], env=env)
+    with (tmp_path / "mcp.err").open("w") as errlog:
+        async with (
+            asyncio.timeout(CEILING),
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            spawned = await session.call_tool(
+                "spawn_subagent", {"agent": "explore", "prompt": "Find the retry logic."}
+            )
+            assert not spawned.is_error, spawned
+            task_id = json.loads(spawned.content[0].text)["task_id"]  # type: ignore[union-attr]
+            checked = await session.call_tool(
+                "check_subagent", {"task_id": task_id, "timeout": CEILING}
+            )
+            view = json.loads(checked.content[0].text)  # type: ignore[union-attr]
+            assert view["status"] == "completed", view
+
+
 @pytest.fixture
 async def served(
     temporal_client: Client, settings: Settings, workspace: Path, tmp_path: Path
@@ -183,6 +243,7 @@ async def served(
         if not k.startswith(("SUBAGENTS_", "TEMPORAL_", "OPENAI_", "ANTHROPIC_"))
     }
     env.update(
+        **TEST_MODELS,
         TEMPORAL_ADDRESS=settings.address,
         SUBAGENTS_TASK_QUEUE=settings.task_queue,
         SUBAGENTS_BLOB_DIR=str(settings.resolved_blob_dir),
@@ -232,6 +293,9 @@ async def test_snippet_runs_as_shown(
         done = await client.check_task(child.id, wait=True, timeout=CEILING)
         assert done.status == TaskStatus.COMPLETED
         return
+    if what == "mcp":
+        await _run_with_a_time_server(snippet, served, tmp_path, temporal_client, settings)
+        return
     if what == "plugin":
         # The snippet's own worker, on a queue of its own, runs the task.
         env = {
@@ -266,6 +330,30 @@ async def test_snippet_runs_as_shown(
         assert out == ""
     elif what == "workflow":
         await _run_review_workflow(snippet, tmp_path, temporal_client, settings)
+
+
+async def _run_with_a_time_server(
+    snippet: Snippet,
+    served: dict[str, str],
+    tmp_path: Path,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """The snippet's agent, on a worker whose ``time`` server is mcp-server-time, runs the
+    tool its rule allows without a pause, and prints what the server answered."""
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    asks = {"name": "mcp__time__get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}
+    model = script({"tool_calls": [asks]}, {"text": "It is evening in Tokyo."})
+    queue = settings.task_queue + "-mcp"
+    update = {"task_queue": queue, "mcp_config": str(config), "model": model}
+    async with create_worker(temporal_client, settings.model_copy(update=update)):
+        env = {**served, "SUBAGENTS_TASK_QUEUE": queue, "SUBAGENTS_MODEL": model}
+        out = await run_snippet(snippet, env, tmp_path)
+    *answer, status = out.strip().splitlines()
+    assert json.loads("\n".join(answer))["timezone"] == "Asia/Tokyo", out
+    assert status == "completed", out
 
 
 async def _run_review_workflow(

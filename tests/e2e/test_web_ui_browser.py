@@ -25,18 +25,21 @@ from durable_subagents.worker import create_worker
 
 from ..browser import CHROMIUM
 from ..helpers import CEILING
+from ..helpers.missing import missing
 from ..helpers.tasks import script
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
         CHROMIUM is None,
-        reason="no chromium binary on PATH (Debian: apt-get install chromium); this test "
-        "never downloads playwright's own browsers",
+        reason=missing(
+            "a chromium binary on PATH (Debian: apt-get install chromium); this test "
+            "never downloads playwright's own browsers"
+        ),
     ),
 ]
 async_api = pytest.importorskip(
-    "playwright.async_api", reason="playwright is not installed (pip install -e '.[dev]')"
+    "playwright.async_api", reason=missing("playwright (pip install -e '.[dev]')")
 )
 
 DESCRIPTION = "check __init__ in *.py"

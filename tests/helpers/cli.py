@@ -19,6 +19,7 @@ import pytest
 from durable_subagents.testing import temporal_binary
 
 from . import CEILING
+from .tasks import TEST_MODELS
 
 CLI = [sys.executable, "-m", "durable_subagents"]
 
@@ -46,6 +47,7 @@ def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
     }
     env.update(
         CI="true",
+        **TEST_MODELS,
         SUBAGENTS_DATA_DIR=str(tmp_path / "cli-data"),
         SUBAGENTS_BLOB_DIR=str(tmp_path / "cli-blobs"),
     )

@@ -8,6 +8,11 @@ from typing import Any
 
 from durable_subagents.testing import workspace_for_tools
 
+TEST_MODELS = {"SUBAGENTS_ALLOW_SCRIPTED": "true", "SUBAGENTS_MODELS": "*"}
+"""What the suite's workers run: the scripted model (its tasks' models are scripts) and
+any model of the fake providers. The suite's process has them (conftest); an
+environment built apart from it for a worker adds them."""
+
 TOOL_USER = (10001, 10001)
 """Owner of the tests' workspaces when the suite runs as root: a root worker runs tool
 commands as the workspace's owner, as it would for a user's checkout."""

@@ -37,7 +37,7 @@ from durable_subagents.workflows._tool_calls import TOOL_CALLS_AT_ONCE
 
 from ..helpers import CEILING, eventually
 from ..helpers.processes import processes_matching, unique_sleep
-from ..helpers.tasks import give_to_tool_user, script
+from ..helpers.tasks import TEST_MODELS, give_to_tool_user, script
 
 HOOK = "#!/bin/sh\ntouch {marker}\n"
 SECRET = "the-secret-key-material"
@@ -174,7 +174,10 @@ async def test_a_symlink_swapped_in_after_the_decision_is_never_written_or_read_
 
 async def subagents(*args: str, settings: Settings, tmp_path: Path) -> str:
     """Run the ``subagents`` command against this test's server, queue and blob store."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))},
+        **TEST_MODELS,
+    }
     env.update(
         CI="true",
         TEMPORAL_ADDRESS=settings.address,

@@ -167,6 +167,63 @@ async def test_a_workspace_the_worker_cannot_use_fails_the_task_in_one_log_line(
     assert not tracebacks, [r.getMessage() for r in tracebacks]
 
 
+@pytest.mark.parametrize("problem", ["no key", "key refused"])
+async def test_a_model_the_worker_is_not_configured_for_fails_the_task_in_one_log_line(
+    client: SubagentClient,
+    temporal_client: object,
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    problem: str,
+) -> None:
+    """A task that fails on what the worker's operator must set (a key, a model) is one
+    warning each, naming the task and the setting: no traceback says more."""
+    from durable_subagents.providers import clear_provider_cache
+    from durable_subagents.testing import FakeOpenAIServer
+    from durable_subagents.worker import create_worker
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    clear_provider_cache()
+    caplog.set_level(logging.DEBUG)
+    async with FakeOpenAIServer() as api, create_worker(temporal_client, settings):  # type: ignore[arg-type]
+        if problem == "key refused":
+            monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+            api.add_error(401)
+            api.add_error(401)
+        ids = [await client.spawn_task("explore", "x", model="openai:gpt-4.1-mini") for _ in "ab"]
+        for task_id in ids:
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            assert info.status == "failed"
+            assert info.error is not None and "OPENAI_API_KEY" in info.error
+    clear_provider_cache()
+    for task_id in ids:
+        mine = [r for r in caplog.records if task_id in r.getMessage()]
+        mine = [r for r in mine if r.levelno >= logging.INFO]
+        assert [(r.levelno, "OPENAI_API_KEY" in r.getMessage()) for r in mine] == [
+            (logging.WARNING, True)
+        ], [r.getMessage() for r in mine]
+    tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.INFO]
+    assert not tracebacks, [r.getMessage() for r in tracebacks]
+
+
+async def test_a_task_that_fails_before_any_model_answer_reports_0_turns(
+    client: SubagentClient, worker: None
+) -> None:
+    from ..helpers.tasks import script
+
+    failed = await client.spawn_task("explore", "x", model="scripted", workspace="no-such-dir")
+    info = await client.check_task(failed, wait=True, timeout=CEILING)
+    assert info.status == "failed" and info.turns == 0, info
+    [listed] = [t for t in await client.list_tasks() if t.id == failed] or [info]
+    assert listed.turns == 0
+    # a task whose model answered counts the turn, however it ended
+    answered = await client.spawn_task("explore", "x", model=script({"text": "done"}))
+    done = await client.check_task(answered, wait=True, timeout=CEILING)
+    assert done.status == "completed" and done.turns == 1
+
+
 @pytest.mark.parametrize("workspace", ["../..", "..", "a/../../b", "", "   ", "x\x00y", "a" * 5000])
 async def test_a_workspace_outside_any_root_is_refused_at_spawn(
     client: SubagentClient, workspace: str
@@ -181,17 +238,30 @@ async def test_bad_model_name_is_refused_at_spawn(client: SubagentClient) -> Non
         await client.spawn_task("explore", "x", model="gpt-4")
 
 
-async def test_bad_default_model_on_the_worker_fails_the_task_clearly(
+async def test_a_bad_model_names_where_it_came_from(client: SubagentClient) -> None:
+    from durable_subagents.agents import BUILTIN_AGENTS
+
+    odd = BUILTIN_AGENTS["explore"].model_copy(update={"name": "odd", "model": "gpt-4"})
+    client.agents["odd"] = odd
+    with pytest.raises(InvalidRequest, match=re.escape("'gpt-4' (from the agent 'odd')")):
+        await client.spawn_task("odd", "x", description="must not start")
+    client.default_model = "claude"
+    with pytest.raises(InvalidRequest, match=re.escape("'claude' (from SUBAGENTS_MODEL)")):
+        await client.spawn_task("explore", "x", description="must not start")
+    with pytest.raises(InvalidRequest) as given:
+        await client.spawn_task("explore", "x", model="gpt-4", description="must not start")
+    assert "(from" not in str(given.value)
+    await _no_task_started(client)
+
+
+async def test_a_bad_default_model_stops_the_worker_before_it_takes_a_task(
     client: SubagentClient, temporal_client: object, settings: Settings
 ) -> None:
     from durable_subagents.worker import create_worker
 
     bad = settings.model_copy(update={"model": "gpt-4"})
-    async with create_worker(temporal_client, bad):  # type: ignore[arg-type]
-        task_id = await client.spawn_task("explore", "x")
-        info = await client.check_task(task_id, wait=True, timeout=CEILING)
-    assert info.status == "failed"
-    assert info.error is not None and "SUBAGENTS_MODEL" in info.error
+    with pytest.raises(InvalidRequest, match=r"^SUBAGENTS_MODEL=gpt-4: unknown model 'gpt-4'"):
+        create_worker(temporal_client, bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

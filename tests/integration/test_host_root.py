@@ -36,6 +36,7 @@ from durable_subagents.tools._seccomp import REFUSED_CALLS, seccomp_supported
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.missing import missing
 from ..helpers.tasks import TOOL_USER, give_to_tool_user, script
 
 WORKER_USER = (10002, 10002)
@@ -64,7 +65,7 @@ async def attacked(
     """A worker as root or as an unprivileged user; yields who its tool commands run as."""
     if request.param == "root":
         if not ROOT:
-            pytest.skip("the worker runs as root only when the suite does")
+            pytest.skip(missing("root: the worker runs as root only when the suite does"))
         async with create_worker(temporal_client, settings):
             yield TOOL_USER
         return
@@ -279,7 +280,7 @@ async def test_what_a_tool_makes_belongs_to_an_unprivileged_user(
         assert info.st_uid != 0
 
 
-@pytest.mark.skipif(not ROOT, reason="a file only root may read needs a root suite")
+@pytest.mark.skipif(not ROOT, reason=missing("root: a file only root may read needs a root suite"))
 async def test_the_file_tools_act_as_the_tool_user(
     client: SubagentClient, attacked: tuple[int, int], workspace: Path
 ) -> None:
@@ -316,7 +317,7 @@ async def test_the_file_tools_act_as_the_tool_user(
     assert secret.stat().st_uid == 0
 
 
-@pytest.mark.skipif(not ROOT, reason="only a root worker picks a tool user")
+@pytest.mark.skipif(not ROOT, reason=missing("root: only a root worker picks a tool user"))
 async def test_a_root_owned_workspace_is_used_as_nobody(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
@@ -331,7 +332,7 @@ async def test_a_root_owned_workspace_is_used_as_nobody(
     assert not (workspace / "new").exists()
 
 
-@pytest.mark.skipif(not ROOT, reason="only a root worker picks a tool user")
+@pytest.mark.skipif(not ROOT, reason=missing("root: only a root worker picks a tool user"))
 async def test_the_tool_user_can_be_configured(
     client: SubagentClient, temporal_client: Client, settings: Settings, workspace: Path
 ) -> None:
@@ -365,7 +366,7 @@ def test_a_root_worker_never_runs_a_command_as_root(tmp_path: Path) -> None:
     assert tool_user(tmp_path) == (NOBODY if ROOT else None)
 
 
-@pytest.mark.skipif(not ROOT, reason="only a root worker picks a tool user")
+@pytest.mark.skipif(not ROOT, reason=missing("root: only a root worker picks a tool user"))
 def test_the_tool_user_warning_names_the_real_owner(caplog: pytest.LogCaptureFixture) -> None:
     """Root's checkout is told apart from one that ``nobody`` owns: only the first
     warns that the workspace belongs to root."""
@@ -430,7 +431,7 @@ async def test_the_sandbox_refuses_the_documented_calls(tmp_path: Path) -> None:
     assert set(REFUSED_CALLS) >= {n.split("+")[0] for n in results} - {"getpid"}
 
 
-@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None, reason="needs root and setpriv")
+@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None, reason=missing("root and setpriv"))
 @pytest.mark.timeout(900)
 def test_the_hostile_suites_pass_for_an_unprivileged_user(tmp_path: Path) -> None:
     """The same attacks with the whole suite (and so the worker) as an unprivileged
@@ -439,7 +440,10 @@ def test_the_hostile_suites_pass_for_an_unprivileged_user(tmp_path: Path) -> Non
     home.mkdir()
     _give(home, WORKER_USER)
     tmp_path.chmod(0o755)
-    suite = [str(Path(__file__).parent / name) for name in ("test_hostile.py", "test_host_root.py")]
+    suite = [
+        str(Path(__file__).parent / name)
+        for name in ("test_hostile.py", "test_host_root.py", "test_shares.py")
+    ]
     proc = subprocess.run(
         [
             "setpriv", f"--reuid={WORKER_USER[0]}", f"--regid={WORKER_USER[1]}", "--clear-groups",

@@ -20,12 +20,12 @@ from ..helpers import CEILING, eventually
 from ..helpers.tasks import script
 
 
-async def paused_task(client: SubagentClient) -> str:
+async def paused_task(client: SubagentClient, parent_id: str | None = None) -> str:
     client.agents["careful"] = AgentSpec(
         name="careful", permissions=[PermissionRule(tool="bash", action="ask")]
     )
     model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]})
-    task_id = await client.spawn_task("careful", "x", model=model)
+    task_id = await client.spawn_task("careful", "x", model=model, parent_id=parent_id)
     info = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert info.status == TaskStatus.PAUSED
     return task_id
@@ -42,8 +42,12 @@ async def test_hostile_signals_are_bounded_where_they_land(
     client: SubagentClient, worker: None, temporal_client: Client, workspace: Path
 ) -> None:
     task_id = await paused_task(client)
+    stranger = await paused_task(client)  # another person's task
     handle = temporal_client.get_workflow_handle(task_id)
-    # Registrations: no id that is not a task's, none past the cap.
+    # Registrations: no id that is not a task's, none past the cap, and a forged one
+    # of a task that is not this one's child is never cancelled with it.
+    await handle.signal("register_child", stranger)
+    own = await paused_task(client, parent_id=task_id)  # registers itself
     for bad in ("../x", "", "a" * 300, task_id):
         await handle.signal("register_child", bad)
     for i in range(MAX_REGISTERED + 20):
@@ -61,7 +65,7 @@ async def test_hostile_signals_are_bounded_where_they_land(
         )
         await handle.signal("decide", stale)
     status = await eventually(lambda: handle.query("status"), "the task's state")
-    signals = MAX_REGISTERED + 24 + MAX_QUEUED_INPUTS + 11 + MAX_IGNORED_WRITES + 15
+    signals = MAX_REGISTERED + 26 + MAX_QUEUED_INPUTS + 11 + MAX_IGNORED_WRITES + 15
 
     async def all_taken() -> bool:
         done = await events_of(
@@ -78,14 +82,19 @@ async def test_hostile_signals_are_bounded_where_they_land(
     still = await client.check_task(task_id)
     assert still.status == TaskStatus.PAUSED and still.pause_id == info.pause_id
     assert status is not None
-    # Cancelling it cancels only what registered within the cap.
+    # Cancelling it cancels its own registered child alone: not the stranger, not the
+    # ids that are no task's.
     await client.cancel_task(task_id, wait=True, timeout=CEILING)
     cancels = await events_of(
         temporal_client,
         task_id,
         EventType.EVENT_TYPE_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
     )
-    assert cancels == MAX_REGISTERED
+    assert cancels == 1
+    ended = await client.check_task(own, wait=True, timeout=CEILING)
+    assert ended.status == TaskStatus.CANCELLED, ended
+    assert (await client.check_task(stranger)).status == TaskStatus.PAUSED
+    await client.cancel_task(stranger)
 
 
 async def _settled(temporal: Client, task_id: str) -> bool:

@@ -340,11 +340,11 @@ async def test_tokens_cors_and_errors(api: Api, client: SubagentClient, caplog: 
     ) as preflight:
         assert preflight.status == 403
 
-    # The client's typed errors, with their one-line messages.
+    # The client's typed errors, with their one-line messages (naming endpoints).
     try:
         await client.check_task("no-such-task")
     except TaskNotFound as err:
-        expected = str(err)
+        expected = str(err).replace("list_tasks()", "GET /api/tasks")
     status, error, _ = await api.call("GET", "/api/tasks/no-such-task")
     assert (status, error["type"], error["error"]) == (404, "TaskNotFound", expected)
     status, error, _ = await api.call("POST", f"/api/tasks/{task_id}/input", body={"text": "  "})
@@ -498,3 +498,61 @@ async def test_one_peer_s_connections_beyond_its_share_are_refused_and_others_se
         assert b'"type":"RequestTimeout"' in answer
         for connection in held[1:]:
             connection.abort()
+
+
+async def test_a_calls_arguments_come_in_the_tools_schema_order(
+    api: Api, client: SubagentClient, workspace: Path
+) -> None:
+    """write_file(path, content): the page lists path first, whatever order the model
+    sent and the transcript keeps (its keys sorted)."""
+    client.agents["writer"] = AgentSpec(
+        name="writer",
+        tools=["write_file", "edit_file"],
+        permissions=[PermissionRule(tool="*", action="ask")],
+    )
+    write = {"content": "hello\n", "path": "notes.txt"}
+    edit = {"replace_all": False, "new": "b", "old": "a", "path": "notes.txt"}
+    model = script(
+        {"tool_calls": [{"name": "write_file", "arguments": write},
+                        {"name": "edit_file", "arguments": edit}]},
+        {"text": "written"},
+    )  # fmt: skip
+    task_id = await client.spawn_task("writer", "write it", model=model)
+    await paused(client, task_id)
+    status, pause, _ = await api.call("GET", f"/api/tasks/{task_id}/pause")
+    assert status == 200, pause
+    shown = [list(c["arguments"]) for c in pause["calls"]]
+    assert shown == [["path", "content"], ["path", "old", "new", "replace_all"]], shown
+    view = await inbox_of(api, want=1)
+    assert [list(c["arguments"] or {}) for c in view["entries"][0]["calls"]] in ([[], []], shown)
+
+
+async def test_errors_name_the_endpoints_to_call_not_python_functions(
+    api: Api, client: SubagentClient
+) -> None:
+    model = script(bash("echo first"), bash("echo second"), {"text": "done"})
+    task_id = await client.spawn_task("careful", "two asks", model=model)
+    first = await paused(client, task_id)
+    status, read, _ = await api.call("GET", f"/api/tasks/{task_id}/pause")
+    refs = [{k: c[k] for k in ("call_id", "tool_name", "arguments_hash")} for c in read["calls"]]
+    await client.approve(task_id, pause_id=first.pause_id)
+    await client.check_task(task_id, wait=True, timeout=30, after_pause=first.pause_id)
+    errors = []
+    for pause_id in (read["pause_id"], "pause-1-wrong"):
+        status, error, _ = await api.call(
+            "POST", f"/api/tasks/{task_id}/approve", body={"pause_id": pause_id, "calls": refs}
+        )
+        assert status == 409, error
+        errors.append(error["error"])
+    assert f"(GET /api/tasks/{task_id}/pause)" in errors[0], errors
+    assert f"as GET /api/tasks/{task_id}/pause shows them" in errors[1], errors
+    status, missing, _ = await api.call("GET", "/api/tasks/no-such-task")
+    assert status == 404 and "GET /api/tasks lists the tasks" in missing["error"], missing
+    await client.cancel_task(task_id)
+    status, ended, _ = await api.call(
+        "POST", f"/api/tasks/{task_id}/approve", body={"pause_id": pause_id, "calls": refs}
+    )
+    assert status == 409 and f"GET /api/tasks/{task_id}/pause shows" in ended["error"], ended
+    for message in (*errors, missing["error"], ended["error"]):
+        for python in ("check_task", "list_tasks", "send_input"):
+            assert python not in message, message

@@ -47,7 +47,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers.processes import worker_process
 from ..helpers.providers import fake_provider
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 
 FILES = 30
 FILE_BYTES = 16 * 1024
@@ -493,6 +493,7 @@ async def test_check_ls_and_watch_show_cached_tokens_and_compactions(
     assert info.compactions >= 1 and info.usage.cache_read_tokens > 0
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))},
+        **TEST_MODELS,
         "TEMPORAL_ADDRESS": settings.address,
         "SUBAGENTS_TASK_QUEUE": settings.task_queue,
         "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir),

@@ -31,7 +31,7 @@ from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.tools import _sandbox_host as sandbox_host
 
 from ..helpers.metrics import get, running_worker, samples, scrape, value
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 
 CLI = [sys.executable, "-m", "durable_subagents"]
 
@@ -259,7 +259,10 @@ async def test_readiness_follows_the_server_and_check_runs_it_once(
     config = settings.model_copy(
         update={"address": server.address, "metrics_port": free_port(), "blob_sweep": False}
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))},
+        **TEST_MODELS,
+    }
     env.update(
         TEMPORAL_ADDRESS=server.address,
         TEMPORAL_CONFIG_FILE=str(tmp_path / "absent.toml"),

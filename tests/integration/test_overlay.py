@@ -33,6 +33,7 @@ from durable_subagents.tools._files import edit_file
 from durable_subagents.tools._land import Landing
 from durable_subagents.tools._sandbox import spawn_sandboxed
 
+from ..helpers.missing import missing
 from ..helpers.tasks import give_to_tool_user
 
 
@@ -122,7 +123,7 @@ async def test_changes_deletions_and_replaced_directories_land(ws: Path) -> None
 
 async def test_what_lands_belongs_to_the_tool_user(ws: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("only a root worker runs commands as another user")
+        pytest.skip(missing("root: only a root worker runs commands as another user"))
     await run(ws, "mkdir d && echo x > d/f && ln -s d l && cp d/f big && truncate -s 2M big")
     for name in ("d", "d/f", "l", "big"):
         info = os.lstat(ws / name)
@@ -442,7 +443,7 @@ async def test_calls_at_once_land_each_their_own(ws: Path) -> None:
 def small_filesystem(where: Path, inodes: int) -> Iterator[Path]:
     """A tmpfs of ``inodes`` inodes at ``where`` (root mounts it; the tests run as root)."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem takes root")
+        pytest.skip(missing("root: mounting a small filesystem takes it"))
     where.mkdir()
     subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size=8m,nr_inodes={inodes},mode=0711", "tmpfs", where],
@@ -494,7 +495,7 @@ async def test_an_overlay_directory_overlayfs_refuses_is_named_and_refused(
     """A container's root is itself an overlay, which overlayfs takes as no upper layer:
     commands are refused with what to set, never run against a half-mounted sandbox."""
     if os.geteuid() != 0:
-        pytest.skip("mounting an overlay takes root")
+        pytest.skip(missing("root: mounting an overlay takes it"))
     parts = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
     for path in parts.values():
         path.mkdir()

@@ -93,6 +93,7 @@ async def test_the_plugin_given_to_the_worker_too_registers_once(
 
 
 ALL_ACTIVITIES = [
+    "activity_options",
     "compact_context",
     "model_turn",
     "run_tool",

@@ -33,7 +33,7 @@ from durable_subagents.storage._s3 import S3BlobStore
 from durable_subagents.worker import sweep_blobs
 
 from ..helpers import CEILING
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 from ..s3server import S3Server
 
 
@@ -142,7 +142,10 @@ class Host:
         self.workspace = root / "ws"
         self.workspace.mkdir(parents=True)
         (self.workspace / "big.txt").write_text(BIG_FILE)  # each host has its checkout
-        clean = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))}
+        clean = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))},
+            **TEST_MODELS,
+        }
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -294,7 +297,10 @@ async def test_a_long_answer_comes_whole_only_when_asked_for(
     assert await reader.get_result(ids[1]) == long
 
     # The command line reads the whole answer where it can reach the store...
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))}
+    clean = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))},
+        **TEST_MODELS,
+    }
     base = {
         **clean,
         "TEMPORAL_ADDRESS": settings.address,
@@ -381,7 +387,10 @@ async def test_a_worker_checks_its_store_at_start(s3: S3Server, bucket: str) -> 
 async def test_a_worker_refuses_to_start_on_a_store_it_cannot_use(
     s3: S3Server, settings: Settings, tmp_path: Path
 ) -> None:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))}
+    clean = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "AWS_"))},
+        **TEST_MODELS,
+    }
     proc = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "durable_subagents", "worker", "--address", settings.address],

@@ -576,12 +576,13 @@ async def test_the_cli_spawns_with_a_schema_file_and_shows_the_output(
         code, out, err = await cli(
             "spawn", "explore", "review", "--output-schema", str(path), env=env
         )
-        assert code == 1 and out == "" and "Traceback" not in err
-        assert err.startswith("error: ") and message in " ".join(err.split())
+        # a value wrong in itself: a usage error, told before anything connects
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert "Invalid value for --output-schema" in err and message in " ".join(err.split())
     array = tmp_path / "array.json"
     array.write_text('{"type": "array"}')
     code, out, err = await cli("spawn", "explore", "review", "--output-schema", str(array), env=env)
-    assert code == 1 and "describe a JSON object" in " ".join(err.split())
+    assert code == 2 and "describe a JSON object" in " ".join(err.split())
 
 
 async def cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:

@@ -173,6 +173,17 @@ def test_no_client_certificate_is_one_line_naming_the_settings(
     assert "refused the TLS handshake" in _one_line(worker.stderr)
 
 
+def test_a_plain_connection_to_a_tls_port_says_it_probably_requires_tls(
+    tmp_path: Path, mtls_front: TlsFront
+) -> None:
+    result = cli("check", "some-task", env=clean_env(tmp_path, TEMPORAL_ADDRESS=mtls_front.address))
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"error: Temporal at {mtls_front.address} closed the connection at once: it "
+        "probably requires TLS"
+    ), result.stderr
+
+
 @pytest.mark.parametrize(
     ("variable", "problem"),
     [

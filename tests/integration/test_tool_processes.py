@@ -37,6 +37,7 @@ from durable_subagents.worker import create_worker
 
 from ..forked_tools import misbehave
 from ..helpers import CEILING
+from ..helpers.missing import missing
 from ..helpers.tasks import script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -271,7 +272,7 @@ def shared_ws() -> Iterator[Path]:
         shutil.rmtree(root)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only a root worker can switch users")
+@pytest.mark.skipif(os.geteuid() != 0, reason=missing("root: only a root worker can switch users"))
 async def test_a_root_worker_runs_the_file_tools_as_the_user_it_is_given(shared_ws: Path) -> None:
     (shared_ws / "private.txt").write_text("root only\n")
     (shared_ws / "private.txt").chmod(0o600)

@@ -374,6 +374,7 @@ async def test_spawn_sandboxed_kill(ws: Path) -> None:
     assert proc.mode == mode
     proc.kill()
     assert await asyncio.wait_for(proc.wait(), CEILING) != 0
+    await proc.release()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -391,3 +392,5 @@ async def test_a_cancel_while_the_command_starts_still_kills_everything(
             await task
         await asyncio.sleep(0.3)  # anything that did start has had time to show
         await wait_gone(sleepers)
+        # What was prepared for it is undone too: no placeholder (.claude...) is left.
+        assert not list(ws.iterdir()), sorted(p.name for p in ws.iterdir())

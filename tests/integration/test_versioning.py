@@ -42,7 +42,7 @@ from durable_subagents.worker._deployment import (
 )
 
 from ..helpers import CEILING
-from ..helpers.tasks import script
+from ..helpers.tasks import TEST_MODELS, script
 
 CAREFUL = AgentSpec(
     name="careful",
@@ -353,6 +353,7 @@ async def test_the_worker_command_says_how_to_make_its_version_current(
     assert settings.workspace is not None
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SUBAGENTS_", "TEMPORAL_"))},
+        **TEST_MODELS,
         "CI": "true",
         "TEMPORAL_ADDRESS": settings.address,
         "SUBAGENTS_TASK_QUEUE": settings.task_queue,

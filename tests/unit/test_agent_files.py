@@ -27,6 +27,7 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 
 from ..helpers.agent_files import CLAUDE_REVIEWER, OPENCODE_DOCS, PLANTED_EXPLORE, write
+from ..helpers.missing import missing
 
 # ---------------------------------------------------------------- Claude Code
 
@@ -425,7 +426,7 @@ def _corpus() -> Path | None:
 def test_public_agent_files_load() -> None:
     corpus = _corpus()
     if corpus is None:
-        pytest.skip("no agent corpus: see tests/data/agent_corpus/SOURCES.md")
+        pytest.skip(missing("the agent corpus: see tests/data/agent_corpus/SOURCES.md"))
     files = sorted(corpus.glob("*__*/**/*.md"))
     # the corpus is the one SOURCES.md lists, byte for byte
     sources = (Path(__file__).parents[1] / "data/agent_corpus/SOURCES.md").read_text()

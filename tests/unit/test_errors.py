@@ -9,7 +9,7 @@ from durable_subagents import (
     SubagentClient,
     TemporalUnavailable,
 )
-from durable_subagents._error_wording import for_model, for_shell
+from durable_subagents._error_wording import for_http, for_model, for_shell
 from durable_subagents.config import Settings
 
 
@@ -50,3 +50,27 @@ def test_messages_speak_to_their_reader() -> None:
     assert "check_subagent shows" in model and "list_subagents lists" in model
     assert "max_turns must" in model  # the tool's own argument name
     assert for_shell("a my_max_turns or max_turns_x") == "a my_max_turns or max_turns_x"
+    http = for_http(api, "t/1")
+    assert "(GET /api/tasks/t%2F1/pause shows" in http and "GET /api/tasks lists" in http
+    assert "{task_id}" in for_http("check_task(task_id, wait=True) waits for it")
+
+
+@pytest.mark.parametrize(
+    ("given", "current", "never"),
+    [
+        ("pause-1-wrong", "pause-1-0123abcd", True),  # not the form pauses have
+        ("pause-0-0123abcd", "pause-1-0123abcd", True),  # turns count from 1
+        ("pause-4-0123abcd", "pause-3-89abcdef", True),  # a turn not reached
+        ("pause-2-0123abcd", "pause-3-89abcdef", False),  # an earlier pause, maybe real
+        ("pause-3-0123abcd", "pause-3-89abcdef", False),  # another pause of this turn
+        ("subagent-x-1:pause-9-0123abcd", "subagent-x-1:pause-3-89abcdef", True),
+        ("subagent-x-2:pause-9-0123abcd", "subagent-x-1:pause-3-89abcdef", False),
+        ("subagent-x-1:pause-9-0123abcd", "pause-3-89abcdef", False),  # a child's
+    ],
+)
+def test_a_pause_that_never_was_is_told_from_an_earlier_one(
+    given: str, current: str, never: bool
+) -> None:
+    from durable_subagents.client._decisions import never_a_pause
+
+    assert never_a_pause(given, current) is never

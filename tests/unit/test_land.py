@@ -15,6 +15,8 @@ from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.tools._held import describe
 from durable_subagents.tools._land import Held, Landing, apply_held, land, link_inside
 
+from ..helpers.missing import missing
+
 ROOT = os.geteuid() == 0
 
 
@@ -49,7 +51,9 @@ def tmp(tmp_path: Path) -> Path:
 
 def whiteout(path: Path) -> None:
     if not ROOT:
-        pytest.skip("a whiteout (character device 0, 0) is made by root or overlayfs only")
+        pytest.skip(
+            missing("root: a whiteout (character device 0, 0) is made by root or overlayfs")
+        )
     os.mknod(path, stat.S_IFCHR | 0o600, 0)
 
 

@@ -10,6 +10,8 @@ PUBLIC = {
     # what tasks are and say
     "TaskInfo", "TaskStatus", "TaskEvent", "Message", "Usage",
     "AgentSpec", "PermissionRule", "ToolLimits",
+    # a worker's and an agent's activity timeouts and retries
+    "ActivityOptions", "ActivityConfig",
     # errors a caller handles (storage and encryption ones are in durable_subagents.errors)
     "SubagentError", "InvalidRequest", "PayloadTooLarge", "WrongTaskState",
     "UnknownCallId", "TaskNotFound", "TemporalUnavailable",

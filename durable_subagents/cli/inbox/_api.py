@@ -26,6 +26,7 @@ from aiohttp.abc import AbstractAccessLogger
 from pydantic import BaseModel, ValidationError
 from temporalio.service import RPCError
 
+from durable_subagents._error_wording import for_http
 from durable_subagents._terminal import UNSAFE, json_shown
 from durable_subagents.cli._codec_server import _normal_origin
 from durable_subagents.cli.inbox._access import Grant, Tokens
@@ -272,8 +273,9 @@ def build_app(
             except web.HTTPException as exc:
                 response = _error(exc.status, exc.reason, type(exc).__name__)
             except SubagentError as err:
+                message = for_http(str(err), request.match_info.get("task_id"))
                 response = _error(
-                    status_of(err), str(err), type(err).__name__, getattr(err, "status", None)
+                    status_of(err), message, type(err).__name__, getattr(err, "status", None)
                 )
             except RPCError as err:
                 response = _error(

@@ -12,6 +12,7 @@ no worker runs. One listing a poll interval serves every waiting page.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -21,6 +22,7 @@ from urllib.parse import quote as url_quote
 
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents import _search_attributes as sa
 from durable_subagents._payloads import WORKFLOW
@@ -36,6 +38,7 @@ __all__ = [
     "CancelRequest",
     "DecisionRequest",
     "DecisionResult",
+    "HeldTask",
     "Inbox",
     "InboxEntry",
     "InboxView",
@@ -46,6 +49,8 @@ __all__ = [
     "TaskList",
 ]
 
+MAX_HELD = 100
+"""Held tasks one listing reads (each is described for its failing workflow task)."""
 MAX_CALLS_READ = 4096
 """Calls one decision may name as read (a tree's pause holds at most 16 x 64 + 64)."""
 
@@ -82,12 +87,23 @@ class InboxEntry(BaseModel):
     """The top task in the Temporal Web UI, when the server knows where that is."""
 
 
+class HeldTask(BaseModel):
+    """A task held by its failing workflow task: nothing to decide, something to fix."""
+
+    task: TaskInfo
+    web_ui: str | None = None
+
+
 class InboxView(BaseModel):
     """The inbox as one token sees it."""
 
     version: str
     """Changes whenever an entry, a pause or a call does (``since`` in a long poll)."""
     entries: list[InboxEntry]
+    held: list[HeldTask] = []
+    """Tasks a failing workflow task holds (a bug in workflow code, until a fixed worker
+    resumes them), each with ``task.retrying`` naming the error and the attempt. Listed
+    where the server flags such workflows (``TemporalReportedProblems``)."""
 
 
 class PauseView(BaseModel):
@@ -176,8 +192,36 @@ def _call(task_id: str, p: PendingApproval, arguments: dict[str, Any] | None = N
         arguments_preview=p.arguments_preview,
         arguments_hash=p.arguments_hash,
         resolved_path=p.resolved_path,
-        arguments=arguments,
+        arguments=None if arguments is None else in_schema_order(p.tool_name, arguments),
     )
+
+
+def _schema_orders() -> dict[str, list[str]]:
+    """The parameters of the tools a client knows, in their schemas' order, by tool."""
+    from durable_subagents.tools import BUILTIN_TOOLS
+    from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
+
+    specs = [*(t.spec for t in BUILTIN_TOOLS.values()), *SPAWN_TOOL_SPECS]
+    return {s.name: list(s.parameters.get("properties") or {}) for s in specs}
+
+
+_SCHEMA_ORDERS: dict[str, list[str]] | None = None
+
+
+def in_schema_order(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as its tool's schema lists them (``write_file``: path, content).
+
+    The transcript keeps arguments with their keys sorted; people read a call as the
+    tool declares it. The built-in tools' and the spawn tools' schemas are known here;
+    another tool's arguments (an MCP server's, a worker's own) keep the stored order.
+    Names the schema lacks come last.
+    """
+    global _SCHEMA_ORDERS
+    if _SCHEMA_ORDERS is None:
+        _SCHEMA_ORDERS = _schema_orders()
+    order = _SCHEMA_ORDERS.get(tool_name, [])
+    first = {name: arguments[name] for name in order if name in arguments}
+    return {**first, **{k: v for k, v in arguments.items() if k not in first}}
 
 
 class Inbox:
@@ -206,6 +250,8 @@ class Inbox:
         self._listing: list[TaskInfo] = []
         self._listed_at = float("-inf")
         self._listing_task: asyncio.Task[list[TaskInfo]] | None = None
+        self._held: list[TaskInfo] = []
+        self._problems_flagged = True
         self._parents: OrderedDict[str, str | None] = OrderedDict()
         """Each task's parent id, as far as looked up (it never changes)."""
         self._arguments: OrderedDict[tuple[str, str, str], dict[str, Any] | None] = OrderedDict()
@@ -274,12 +320,18 @@ class Inbox:
                     web_ui=self.web_ui(info),
                 )
             )
-        key = [
+        held = [
+            HeldTask(task=info, web_ui=self.web_ui(info))
+            for info in self._held
+            if await grant.reaches(info, self._parent)
+        ]
+        key: list[Any] = [
             (e.task.id, e.pause_id, [(c.call_id, c.arguments_hash) for c in e.calls])
             for e in entries
         ]
+        key += [(h.task.id, h.task.retrying) for h in held]
         version = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
-        return InboxView(version=version, entries=entries)
+        return InboxView(version=version, entries=entries, held=held)
 
     async def wait(self, grant: Grant, since: str | None, timeout: float) -> InboxView:
         """The inbox once its version differs from ``since``, or at ``timeout``.
@@ -391,8 +443,36 @@ class Inbox:
                 infos.append(info.public())
                 self._remember(info)
         infos.sort(key=lambda i: i.created_at.timestamp() if i.created_at else 0.0)
+        self._held = await self._list_held()
         self._listing, self._listed_at = infos, started
         return infos
+
+    async def _list_held(self) -> list[TaskInfo]:
+        """The queue's tasks whose workflow task keeps failing, with what fails.
+
+        Temporal flags such a workflow with ``TemporalReportedProblems`` (servers 1.29
+        and later, where ``system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute``
+        is set; the bundled dev server sets it); a server without it lists none.
+        """
+        if not self._problems_flagged:
+            return []
+        query = (
+            f"WorkflowType = '{WORKFLOW}' AND ExecutionStatus = 'Running' AND "
+            f"TemporalReportedProblems IS NOT NULL AND TaskQueue = {quote(self.task_queue)}"
+        )
+        held: list[TaskInfo] = []
+        try:
+            async for execution in self.client.temporal.list_workflows(query, limit=MAX_HELD):
+                with contextlib.suppress(TaskNotFound, PayloadEncryptionError):
+                    info = await self.client.check_task(execution.id)
+                    if info.retrying:
+                        held.append(info)
+                        self._remember(info)
+        except RPCError as err:
+            if err.status != RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            self._problems_flagged = False  # the server knows no such attribute
+        return held
 
     def _remember(self, info: TaskInfo) -> None:
         self._keep(self._parents, info.id, info.parent_id, 65536)

@@ -56,7 +56,7 @@ class McpTool(Tool):
         self.description = info.description
         self.parameters = parameters
         self.read_only = False
-        self.forked = False
+        self.in_process = None
         self.server = info.server
         self.tool = info.name
         self.read_only_hint = info.read_only_hint
@@ -64,7 +64,10 @@ class McpTool(Tool):
         self._servers = servers
 
     async def run(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
-        """Call the server's tool in the task's workspace; its text, or ``ToolError``."""
+        """Call the server's tool in the task's workspace; its text, or ``ToolError``.
+
+        The images of its result that a model may be shown go to ``ctx.images``.
+        """
         from durable_subagents.tools.mcp._sessions import McpUnavailable
 
         if not isinstance(arguments, dict):
@@ -85,6 +88,7 @@ class McpTool(Tool):
             raise ToolError(f"{self.name}: {err}") from None
         if result.is_error:
             raise ToolError(result.text or f"{self.name} failed (the server gave no reason)")
+        ctx.images.extend(result.images)
         return result.text
 
 

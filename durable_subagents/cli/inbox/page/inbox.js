@@ -196,8 +196,29 @@ async function pauseOf(entry) {
   return pauses.get(key);
 }
 
+function heldSection(held) {
+  const task = held.task;
+  const link = webUiLink(held.web_ui);
+  const meta = el("p", { class: "meta" }, "agent " + task.agent + " · held, nothing to decide · ");
+  if (link) meta.append(link);
+  return el(
+    "section",
+    { class: "entry held", data: { task: task.id } },
+    el("h2", {}, task.id),
+    el("p", { class: "description" }, task.description || ""),
+    meta,
+    el(
+      "p",
+      { class: "warn" },
+      "Its workflow code fails at every attempt: Temporal retries it, and the task goes on " +
+        "from its last recorded step once a worker with a fix runs.",
+    ),
+    el("pre", { class: "retrying" }, task.retrying || ""),
+  );
+}
+
 async function render(view) {
-  const sections = [];
+  const sections = (view.held || []).map(heldSection);
   for (const entry of view.entries) {
     try {
       sections.push(entrySection(entry, await pauseOf(entry)));
@@ -219,7 +240,8 @@ async function pollLoop(signal) {
         await render(view);
         version = view.version;
       }
-      setState("Up to date at " + new Date().toLocaleTimeString() + " · " + view.entries.length + " paused");
+      setState("Up to date at " + new Date().toLocaleTimeString() + " · " + view.entries.length + " paused" +
+        (view.held && view.held.length ? " · " + view.held.length + " held by a bug" : ""));
     } catch (err) {
       if (signal.aborted) return;
       if (err instanceof ApiError && (err.status === 401 || err.status === 403)) {

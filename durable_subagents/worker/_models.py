@@ -1,0 +1,63 @@
+"""The models a worker runs, checked before it starts: one line naming what to set."""
+
+from __future__ import annotations
+
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
+from durable_subagents.providers._base import missing_key
+from durable_subagents.providers._names import parse_model
+
+__all__ = ["worker_models"]
+
+
+def worker_models(settings: Settings) -> ModelAllowlist:
+    """The models a worker with ``settings`` runs, if its default model can run.
+
+    Reads the provider keys from the environment, as the worker's activities do.
+
+    Raises:
+        InvalidRequest: The default model is missing (and the scripted model not
+            enabled), unknown, not among ``SUBAGENTS_MODELS``, or lacks its key; or a
+            pattern of ``SUBAGENTS_MODELS`` names no provider. One line, naming the
+            setting to change.
+    """
+    allowlist = ModelAllowlist(
+        parse_model_patterns(settings.models), settings.model, settings.allow_scripted
+    )
+    model = (settings.model or "").strip()
+    if model in ("", "default"):
+        if settings.allow_scripted:
+            return allowlist
+        raise InvalidRequest(
+            "this worker has no model: set SUBAGENTS_MODEL (for example "
+            "openai:gpt-4.1-mini or anthropic:claude-haiku-4-5), or "
+            "SUBAGENTS_ALLOW_SCRIPTED=true to serve the offline scripted model"
+        )
+    try:
+        provider, full_name, _ = parse_model(model)
+    except InvalidRequest as err:
+        raise InvalidRequest(f"SUBAGENTS_MODEL={model}: {err}") from None
+    if provider == "scripted":
+        if settings.allow_scripted:
+            return allowlist
+        raise InvalidRequest(
+            f"SUBAGENTS_MODEL={full_name.split(':', 1)[0]}: the offline scripted model is not "
+            "enabled on this worker; set SUBAGENTS_MODEL to a real model, or "
+            "SUBAGENTS_ALLOW_SCRIPTED=true"
+        )
+    if allowlist.patterns and not allowlist.matched(full_name):
+        raise InvalidRequest(
+            f"SUBAGENTS_MODEL={full_name} is not among SUBAGENTS_MODELS "
+            f"({','.join(allowlist.patterns)}): add it there, or change SUBAGENTS_MODEL"
+        )
+    key = missing_key(provider)
+    if key is not None:
+        alternative = (
+            " (or OPENAI_BASE_URL, for a server that needs none)" if provider == "openai" else ""
+        )
+        raise InvalidRequest(
+            f"SUBAGENTS_MODEL={full_name} needs {key}: set it in the worker's "
+            f"environment{alternative}, or change SUBAGENTS_MODEL"
+        )
+    return allowlist
