@@ -52,14 +52,11 @@ REFUSED_PAUSE = 1.0
 SILENCE_CHECK = 5.0
 """Seconds of a silent stream after which the watcher asks whether the task is held."""
 
-_OPEN = (WorkflowExecutionStatus.RUNNING,)
-_CLOSED_STATUS = {
-    WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,
-    WorkflowExecutionStatus.CANCELED: TaskStatus.CANCELLED,
+_SILENT_ENDS = {
     WorkflowExecutionStatus.TERMINATED: TaskStatus.CANCELLED,
     WorkflowExecutionStatus.TIMED_OUT: TaskStatus.TIMED_OUT,
-    WorkflowExecutionStatus.COMPLETED: TaskStatus.COMPLETED,
 }
+"""How runs end that publish no ``closed`` of their own, as ``watch`` says it."""
 
 
 def check_after(after: object) -> int | None:
@@ -127,9 +124,9 @@ class _Watcher:
                 yield event
             if desc.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
                 continue
-            if not closed and start <= self._end:
+            if not closed and start <= self._end and desc.status in _SILENT_ENDS:
                 # the run ended with no word of its own (terminated, or timed out by Temporal)
-                status = _CLOSED_STATUS.get(desc.status or WorkflowExecutionStatus.TERMINATED)
+                status = _SILENT_ENDS[desc.status]
                 yield TaskEvent(
                     kind="closed", task_id=self.task_id, offset=self._end, status=status
                 )
@@ -241,6 +238,9 @@ class _Watcher:
             desc = await run.describe()
         except RPCError:
             return None
+        raw = desc.raw_description
+        if not (raw.HasField("pending_workflow_task") and raw.pending_workflow_task.attempt > 1):
+            return None  # an activity's retry shows in the stream itself (a restarted turn)
         retrying = await _retrying(self.temporal, desc)
         if retrying is None or retrying == self.retrying:
             return None
