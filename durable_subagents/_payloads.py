@@ -193,6 +193,9 @@ class TaskInput(BaseModel):
     streams_to_parent: bool = False
     """``parent_id`` is a task whose stream takes this one's events (a child, or a task
     registered with a running parent): the run forwards its stream's items to it."""
+    stream_ancestors: list[str] = Field(default_factory=list)
+    """The tasks whose streams take this one's items, nearest first: a watcher of any of
+    them makes this task's turns publish their text live."""
     output_schema: dict[str, Any] | None = None
     """The JSON Schema the answer must match (checked by ``check_output_schema``): the
     model answers with the ``final_answer`` tool, and the task's result is the answer."""
@@ -355,6 +358,11 @@ class ModelTurnInput(_Compact):
     reasoning_effort: ReasoningEffort | None = None
     """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
     temperature: float | None = None
+    stream_watched: bool = False
+    """Someone watched the task's stream when the turn was scheduled: publish its text
+    live from the first piece (else only once ``stream_watch_ids`` say someone does)."""
+    stream_watch_ids: list[str] = Field(default_factory=list)
+    """The task and the tasks above it whose ``watched`` memo the turn checks."""
     context: ContextInput | None = None
     """Set by workflows that compact: the turn may answer ``compact`` instead of
     calling the model (``None``: it always calls the model, as before compaction)."""

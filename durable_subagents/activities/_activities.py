@@ -309,7 +309,12 @@ class SubagentActivities:
             if window and tokens > self.compact_at * window:
                 return await self._compact_first(input, new_messages, offered, "threshold", chars)
         live = LiveText(input.turn, activity.info().attempt)
-        stream = TurnStream(input.turn, activity.info().attempt)
+        stream = TurnStream(
+            input.turn,
+            activity.info().attempt,
+            watched=input.stream_watched,
+            watch_ids=input.stream_watch_ids,
+        )
 
         def on_text(delta: str) -> None:
             live.add(delta)

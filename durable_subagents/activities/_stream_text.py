@@ -1,8 +1,12 @@
 """A model turn's text and thinking, published to the task's stream as the model writes.
 
-Each publish is one signal to the task (Workflow Streams' publish signal: deduplicated
-by publisher and sequence, so a retried signal lands once), which is four history
-events with the workflow task it wakes. So pieces are batched, never sent one by one:
+Only while someone watches the task's stream, or a stream above it (the workflow says so
+in the turn's input, and the tasks' ``watched`` memo once a watcher comes mid-turn): a
+turn nobody watches publishes nothing live, and the workflow publishes its text from
+the turn's result. Each publish is one signal to the task (Workflow Streams' publish
+signal: deduplicated by publisher and sequence, so a retried signal lands once), which
+is four history events with the workflow task it wakes. So pieces are batched, never
+sent one by one:
 
 - the first publish waits ``GAP`` after the first piece: a turn that answers within it
   (a fast model, a short answer) publishes nothing, and the workflow publishes the
@@ -34,6 +38,10 @@ from durable_subagents._stream_items import StreamEvent
 
 __all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
 
+WATCHED_MEMO = "watched"
+"""The memo key a task's workflow sets while someone watches its stream."""
+WATCH_CHECK = 1.0
+"""Seconds between asking whether anyone watches, while nobody does."""
 GAP = 0.08
 """Seconds a piece may wait to be published while the turn is young."""
 SLOW_GAP = 1.0
@@ -52,10 +60,19 @@ class TurnStream:
     Args:
         turn: The turn's number.
         attempt: The activity's attempt: a retry's first piece says ``restarted``.
+        watched: Someone watched the task's stream when the turn was scheduled.
+        watch_ids: The tasks whose ``watched`` memo says whether anyone watches now:
+            until one does, nothing is published live (the workflow publishes the text
+            from the turn's result), and they are asked at most every ``WATCH_CHECK``.
     """
 
-    def __init__(self, turn: int, attempt: int) -> None:
+    def __init__(
+        self, turn: int, attempt: int, watched: bool = True, watch_ids: list[str] | None = None
+    ) -> None:
         self.turn = turn
+        self._live = watched
+        self._watch_ids = watch_ids or []
+        self._checked_at: float | None = None
         self._restart = {"thinking": attempt > 1, "text": attempt > 1}
         """Whether the next piece of each starts it over (a retry's first piece)."""
         self._pending: dict[str, list[str]] = {"thinking": [], "text": []}
@@ -99,6 +116,23 @@ class TurnStream:
             self._task = asyncio.create_task(self._run())
         self._wake.set()
 
+    async def _watched(self) -> bool:
+        """Whether a watcher came (asked of the memos at most every ``WATCH_CHECK``)."""
+        now = time.monotonic()
+        if self._checked_at is not None and now - self._checked_at < WATCH_CHECK:
+            return False
+        self._checked_at = now
+        client = activity.client()
+        for task_id in self._watch_ids:
+            try:
+                desc = await client.get_workflow_handle(task_id).describe()
+                if await desc.memo_value(WATCHED_MEMO, False):
+                    self._live = True
+                    return True
+            except Exception:  # a task gone or unreadable: nobody there to show it to
+                continue
+        return False
+
     def _gap(self) -> float | None:
         if self.publishes >= MAX_PUBLISHES:
             return None
@@ -110,6 +144,8 @@ class TurnStream:
             self._wake.clear()
             gap = self._gap()
             if gap is None or self._since is None:
+                continue
+            if not self._live and not await self._watched():
                 continue
             last = self._last_publish
             due = self._since + gap if last is None else max(self._since, last + gap)

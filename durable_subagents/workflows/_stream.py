@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from datetime import UTC, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.workflow_streams import PublisherState, WorkflowStream, WorkflowStreamItem
+from temporalio.contrib.workflow_streams import (
+    PollInput,
+    PollResult,
+    PublisherState,
+    WorkflowStream,
+    WorkflowStreamItem,
+)
 from temporalio.exceptions import ActivityError, CancelledError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -49,6 +56,11 @@ with workflow.unsafe.imports_passed_through():
 
 FORWARD_PATCH = "stream-forward-to-parent"
 """Runs recorded before a child forwarded its stream send no forward signal on replay."""
+
+WATCH_GRACE = timedelta(seconds=10)
+"""A stream polled this recently counts as watched (a watcher polls again at once)."""
+WATCHED_MEMO = "watched"
+"""Memo key: someone watches this task's stream (its and its children's turns read it)."""
 
 PUBLISHER_TTL = timedelta(minutes=15)
 """How long a model turn's publisher is remembered (its retried signal is dropped)."""
@@ -83,8 +95,26 @@ class _Log(WorkflowStream):
 
     ``WorkflowStream`` keeps its log as ``_log`` from ``_base_offset``; these reads are
     the only place that knows it (a temporalio upgrade that changes it fails the
-    stream's tests, not a task).
+    stream's tests, not a task). Its poll Update also counts who is watching.
     """
+
+    polls = 0
+    """Poll Updates waiting now."""
+    last_poll: datetime | None = None
+    """When a poll last came or returned."""
+    on_poll: Callable[[], None] | None = None
+
+    async def _on_poll(self, payload: PollInput) -> PollResult:
+        self.polls += 1
+        self.last_poll = workflow.now()
+        if self.on_poll is not None:
+            self.on_poll()
+        try:
+            result = await super()._on_poll(payload)
+        finally:
+            self.polls -= 1  # no workflow call here: an eviction unwinds through it
+        self.last_poll = workflow.now()
+        return result
 
     @property
     def base(self) -> int:
@@ -125,6 +155,9 @@ class TaskStream:
         self.cursor = 0
         self._closing = False
         self._forwarder: asyncio.Task[None] | None = None
+        self._memo_watched: bool | None = None
+        """What the memo says of watchers (None: not read yet)."""
+        self.log.on_poll = self._polled
         if carry is not None:
             self.log._base_offset = carry.base
             for item in carry.items:
@@ -133,6 +166,27 @@ class TaskStream:
             self.forwarded = dict(carry.forwarded)
             self.cursor = carry.cursor
         workflow.set_query_handler(STREAM_BOUNDS_QUERY, self.bounds)
+
+    def _polled(self) -> None:
+        if not self._memo_says():
+            self._set_memo(True)
+
+    def _memo_says(self) -> bool:
+        if self._memo_watched is None:
+            self._memo_watched = bool(workflow.memo_value(WATCHED_MEMO, False))
+        return self._memo_watched
+
+    def _set_memo(self, watched: bool) -> None:
+        self._memo_watched = watched
+        workflow.upsert_memo({WATCHED_MEMO: watched})
+
+    def watched(self) -> bool:
+        """Whether someone watches the stream now (the memo says so while it lasts)."""
+        last = self.log.last_poll
+        watched = self.log.polls > 0 or (last is not None and workflow.now() - last < WATCH_GRACE)
+        if not watched and self._memo_says():
+            self._set_memo(False)
+        return watched
 
     def bounds(self) -> list[int]:
         """The offsets retained: ``[first, end)``."""

@@ -488,6 +488,7 @@ class SubagentWorkflow:
             context=self._models.context,
             schema_ref=self._schema_ref,
             compacted=compacted,
+            watched=self._stream.watched(),
         )
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:

@@ -136,6 +136,28 @@ async def test_live_text_reaches_the_history_once_in_bounded_signals(
     assert turn_text(seen, 1) == WORDS
 
 
+async def test_a_turn_nobody_watches_publishes_nothing_live(
+    monkeypatch: pytest.MonkeyPatch,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """No watcher: no publish signal reaches the history, and a later watcher still reads
+    the turn's text (the workflow published it from the turn's result)."""
+    async with model_api(monkeypatch, "openai") as api:
+        api.add_reply(text=WORDS, chunk_delay=0.1)
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MODELS["openai"])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            assert info.status == TaskStatus.COMPLETED
+            seen = await watch_until_closed(client, task_id)
+    assert api.completed_streams == 1
+    history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in kinds
+    assert [e.text for e in seen if e.kind == "text"] == [WORDS]
+
+
 @pytest.mark.parametrize("kind", PROVIDERS)
 async def test_live_text_over_the_model_wire(
     kind: str,
@@ -241,12 +263,20 @@ async def test_a_model_that_writes_a_flood_cannot_swell_the_heartbeats_or_the_st
         api.add_reply(text=flood, chunk_delay=0.012)
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "go", model=MODELS["openai"])
-            async for event in client.watch(task_id):
-                events.append(event)
-                if event.kind == "text":
-                    desc = await temporal_client.get_workflow_handle(task_id).describe()
+            handle = temporal_client.get_workflow_handle(task_id)
+
+            async def heartbeats() -> None:
+                nonlocal largest
+                while True:
+                    desc = await handle.describe()
                     for pending in desc.raw_description.pending_activities:
                         largest = max(largest, pending.heartbeat_details.ByteSize())
+                    await asyncio.sleep(0.2)
+
+            sampling = asyncio.create_task(heartbeats())
+            async for event in client.watch(task_id):
+                events.append(event)
+            sampling.cancel()
     assert 0 < largest <= LIVE_TEXT_LIMIT + 1024, largest
     pieces = [e for e in events if e.kind == "text"]
     streamed = "".join(e.text or "" for e in pieces)
