@@ -47,6 +47,8 @@ DRAINING = "StreamDraining"
 POLL_COOLDOWN = 0.05
 """Seconds between a watcher's polls while items keep coming: each accepted poll is two
 history events of the task, so a watcher batches what arrives within it."""
+BACKLOG = 16
+"""Items in one poll that say the watcher is behind: it polls again at once."""
 REFUSED_PAUSE = 1.0
 """Seconds before a watcher asks again when the task refused its poll."""
 SILENCE_CHECK = 5.0
@@ -220,7 +222,7 @@ class _Watcher:
                     poll.cancel()
             for event in self._events(result):
                 yield event
-            if not result.more_ready:
+            if not result.more_ready and len(result.items) < BACKLOG:
                 await asyncio.sleep(POLL_COOLDOWN)
 
     async def _poll(self, run: WorkflowHandle[Any, Any]) -> PollResult:

@@ -57,6 +57,11 @@ with workflow.unsafe.imports_passed_through():
 FORWARD_PATCH = "stream-forward-to-parent"
 """Runs recorded before a child forwarded its stream send no forward signal on replay."""
 
+RECENT_POLLS = 32
+"""Polls a stream remembers the offsets of (to keep what a slow watcher has not read)."""
+READER_BYTES = 1024 * 1024
+"""Bytes of items a stream keeps, and carries across continue-as-new, for a watcher
+that is behind (polled within ``WATCH_GRACE``); past them it is told ``truncated``."""
 WATCH_GRACE = timedelta(seconds=10)
 """A stream polled this recently counts as watched (a watcher polls again at once)."""
 WATCHED_MEMO = "watched"
@@ -103,10 +108,13 @@ class _Log(WorkflowStream):
     last_poll: datetime | None = None
     """When a poll last came or returned."""
     on_poll: Callable[[], None] | None = None
+    recent: tuple[tuple[datetime, int], ...] = ()
+    """The latest polls' times and offsets: where watchers are."""
 
     async def _on_poll(self, payload: PollInput) -> PollResult:
         self.polls += 1
         self.last_poll = workflow.now()
+        self.recent = (*self.recent[-(RECENT_POLLS - 1) :], (self.last_poll, payload.from_offset))
         if self.on_poll is not None:
             self.on_poll()
         try:
@@ -187,6 +195,12 @@ class TaskStream:
         if not watched and self._memo_says():
             self._set_memo(False)
         return watched
+
+    def slowest_reader(self) -> int | None:
+        """The lowest offset a watcher asked for within ``WATCH_GRACE`` (None: nobody)."""
+        now = workflow.now()
+        wanted = [offset for at, offset in self.log.recent if now - at < WATCH_GRACE]
+        return min(wanted) if wanted else None
 
     def bounds(self) -> list[int]:
         """The offsets retained: ``[first, end)``."""
@@ -282,19 +296,42 @@ class TaskStream:
                 break
         self.log.forget_publishers(PUBLISHER_TTL)
         cut = self.log.base + keep_from
+        reader = self.slowest_reader()
+        if reader is not None and reader < cut:
+            cut = max(reader, self._from_end(READER_BYTES))
         if self._forwarder is not None and not self._forwarder.done():
             cut = min(cut, self.cursor)
         if cut > self.log.base:
             self.log.truncate(cut)
 
+    def _from_end(self, budget: int) -> int:
+        """The lowest offset whose items up to the end fit in ``budget`` bytes."""
+        items = self.log.items(self.log.base)
+        size = 0
+        for index in range(len(items) - 1, -1, -1):
+            size += items[index].data.ByteSize()
+            if size > budget:
+                return self.log.base + index + 1
+        return self.log.base
+
     def carry(self) -> StreamCarry:
-        """What the next run takes over: the latest ``CARRY_BYTES`` of items and the state."""
+        """What the next run takes over: the latest items, and the stream's state.
+
+        The latest ``CARRY_BYTES`` of items, or up to ``READER_BYTES`` from where a
+        watcher that is behind asked last.
+        """
         items = self.log.items(self.log.base)
         kept: list[ForwardedItem] = []
         size = 0
+        reader = self.slowest_reader()
+        budget = CARRY_BYTES
+        if reader is not None and reader < self._from_end(CARRY_BYTES):
+            budget = READER_BYTES
         for offset in range(self.log.end - 1, self.log.base - 1, -1):
             data = _encode(items[offset - self.log.base].data)
-            if size + len(data) > CARRY_BYTES:
+            if size + len(data) > budget or (
+                budget == READER_BYTES and reader is not None and offset < reader
+            ):
                 break
             size += len(data)
             kept.append(

@@ -283,3 +283,36 @@ async def test_the_cli_watches_after_an_offset_and_a_tree(
     assert any(" closed " in line for line in kid), out
     code, out = await cli("--after", "-1")
     assert code == 2, out
+
+
+async def test_the_stream_goes_on_across_continue_as_new(
+    client: SubagentClient, temporal_client: Client, worker: None, workspace: Path
+) -> None:
+    """200 turns of 50 KB reads: the task continues as new, and one watch sees every
+    turn once, in order, with offsets that go on from run to run. After the end, the
+    stream keeps its latest items: a watch from the start is told where it goes on."""
+    (workspace / "big.txt").write_text(("x" * 99 + "\n") * 500)
+    model = script(
+        {
+            "text": "reading again",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}],
+        },
+        repeat=200,
+        final="all done",
+    )
+    task_id = await client.spawn_task("explore", "read", model=model, max_turns=300)
+    events = await take(client, task_id)
+    assert_offsets(events)
+    assert [e.turn for e in events if e.kind == "turn"] == list(range(1, 202))
+    assert [e.text for e in events if e.kind == "text"] == ["reading again"] * 200 + ["all done"]
+    reads = [e for e in events if e.kind == "tool_finished"]
+    assert len(reads) == 200
+    assert all(e.result and len(e.result) == 200 and "x" * 99 in e.result for e in reads)
+    assert events[-1].kind == "closed" and events[-1].status == TaskStatus.COMPLETED
+    runs = [r async for r in temporal_client.list_workflows(f"WorkflowId = '{task_id}'")]
+    assert len(runs) >= 2, "the server suggested continue-as-new; the task must use it"
+    again = await take(client, task_id, after=0)
+    assert again[0].kind == "truncated" and again[0].offset is not None
+    first = again[0].offset
+    assert 0 < first < events[-1].offset  # type: ignore[operator]
+    assert [key(e) for e in again[1:]] == [key(e) for e in events if e.offset >= first]  # type: ignore[operator]
