@@ -30,7 +30,12 @@ from durable_subagents.client._decisions import DecisionMemory, full_arguments, 
 from durable_subagents.client._events import history_events
 from durable_subagents.client._followup import deliver_input
 from durable_subagents.client._spawning import start_task
-from durable_subagents.client._stream_watch import StreamUnreadable, check_after, stream_events
+from durable_subagents.client._stream_watch import (
+    StreamUnreadable,
+    check_after,
+    stream_events,
+    stream_page,
+)
 from durable_subagents.client._task_state import (
     InternalInfo,
     describe_task,
@@ -602,6 +607,33 @@ class SubagentClient:
         # No worker: the closed task's events as its history shows them (no offsets).
         async for event in history_events(self.temporal, task_id, info.run_id, resolve):
             yield event
+
+    async def events_since(
+        self, task_id: str, after: int | None = None, *, tree: bool = False, limit: int = 100
+    ) -> list[TaskEvent]:
+        """The events a task's stream holds after an offset, now, without waiting.
+
+        For polling progress cheaply: pass the last event's ``offset`` back as ``after``.
+        Consecutive text pieces of a turn come as one event (the offset of the last).
+
+        Args:
+            task_id: The task.
+            after: Only events after this offset (None: from the start).
+            tree: Also the events of every task below it.
+            limit: At most this many events.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: ``after`` is negative or not an integer, or no worker answers
+                for the stream.
+        """
+        start = check_after(after)
+        try:
+            return await stream_page(self.temporal, task_id, tree=tree, after=start, limit=limit)
+        except StreamUnreadable as err:
+            raise InvalidRequest(
+                f"task {task_id!r}: no worker answers for its stream ({err}); start a worker"
+            ) from None
 
     # ------------------------------------------------------------------ internals
 

@@ -37,7 +37,13 @@ from durable_subagents.client._task_state import _retrying
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import TaskEvent, TaskStatus
 
-__all__ = ["POLL_COOLDOWN", "StreamUnreadable", "check_after", "stream_events"]
+__all__ = [
+    "POLL_COOLDOWN",
+    "StreamUnreadable",
+    "check_after",
+    "stream_events",
+    "stream_page",
+]
 
 POLL = "__temporal_workflow_stream_poll"
 """The Workflow Stream's poll Update and Query (``WorkflowStream``'s handlers)."""
@@ -266,3 +272,46 @@ class _Watcher:
             self._end = result.next_offset
             if not result.more_ready:
                 return
+
+
+async def stream_page(
+    temporal: Client, task_id: str, *, tree: bool, after: int | None, limit: int
+) -> list[TaskEvent]:
+    """The events the task's stream holds after ``after`` now, at most ``limit``.
+
+    Consecutive text (or thinking) pieces of one task's turn come as one event, with the
+    offset of the last; a ``truncated`` event first when ``after`` is no longer kept.
+
+    Raises:
+        TaskNotFound: no task has this id.
+        StreamUnreadable: no worker answers for the stream.
+    """
+    watcher = _Watcher(temporal, task_id, tree, 0 if after is None else after + 1)
+    try:
+        desc = await temporal.get_workflow_handle(task_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise TaskNotFound(f"no task {task_id!r}") from None
+        raise
+    run = temporal.get_workflow_handle(task_id, run_id=desc.run_id)
+    events: list[TaskEvent] = []
+    truncated = await watcher._check_retained(run)
+    if truncated is not None:
+        events.append(truncated)
+    async for event in watcher._read_closed(run):
+        last = events[-1] if events else None
+        if (
+            last is not None
+            and event.kind in ("text", "thinking")
+            and (last.kind, last.task_id, last.turn) == (event.kind, event.task_id, event.turn)
+            and event.summary is None
+            and last.summary in (None, "restarted")
+        ):
+            events[-1] = last.model_copy(
+                update={"text": (last.text or "") + (event.text or ""), "offset": event.offset}
+            )
+            continue
+        if len(events) >= limit:
+            break
+        events.append(event)
+    return events
