@@ -564,7 +564,8 @@ def watch(
                 if streaming is not None:
                     console.line()
                     streaming = None
-                detail = event.summary or (event.status.value if event.status else "")
+                parts = [event.status.value if event.status else None, event.summary]
+                detail = " · ".join(p for p in parts if p)
                 if event.usage is not None and event.kind == "turn":
                     detail = f"{detail} · tokens {usage_text(event.usage)}"
                 if event.result and event.kind == "tool_finished":

@@ -8,7 +8,7 @@ no worker runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
@@ -555,7 +555,7 @@ class SubagentClient:
 
     async def watch(
         self, task_id: str, *, tree: bool = False, after: int | None = None
-    ) -> AsyncIterator[TaskEvent]:
+    ) -> AsyncGenerator[TaskEvent, None]:
         """Events of a task as they happen, until it closes.
 
         Each model turn's answer streams as ``text`` (and ``thinking``) pieces while the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
+from datetime import UTC
 from typing import Any
 
 from pydantic import ValidationError
@@ -154,6 +155,8 @@ class _Watcher:
             return None  # not an item this version knows: skipped, its offset still counts
         owner, depth = topic_task(self.task_id, topic)
         fields = item.model_dump(exclude_none=True)
+        if item.time is not None and item.time.tzinfo is None:
+            fields["time"] = item.time.replace(tzinfo=UTC)  # the stream holds UTC
         try:
             return TaskEvent(task_id=owner, offset=offset, depth=depth, **fields)
         except ValidationError:

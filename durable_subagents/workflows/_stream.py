@@ -367,7 +367,7 @@ class TaskEvents:
         self._status = (status, pause_id)
         summary = None
         if status == TaskStatus.PAUSED and pause_id is not None:
-            calls = ", ".join(f"{p.tool_name} {p.arguments_preview}"[:120] for p in pending[:5])
+            calls = ", ".join(p.arguments_preview[:120] for p in pending[:5])
             more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
             summary = f"pause {pause_id}: {calls}{more}"
         self._stream.publish("status", status=status, summary=summary)
