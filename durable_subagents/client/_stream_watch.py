@@ -17,11 +17,14 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -54,6 +57,9 @@ DRAINING = "StreamDraining"
 POLL_COOLDOWN = 0.05
 """Seconds between a watcher's polls while items keep coming: each accepted poll is two
 history events of the task, so a watcher batches what arrives within it."""
+QUERY_TIMEOUT = timedelta(seconds=10)
+"""How long a read of the stream by Query waits for a worker to answer (a closed run is
+replayed to answer; with no worker up, the watch falls back to the task's history)."""
 BACKLOG = 16
 """Items in one poll that say the watcher is behind: it polls again at once."""
 REFUSED_PAUSE = 1.0
@@ -93,6 +99,22 @@ async def stream_events(
         yield event
 
 
+async def workers_poll(temporal: Client, task_queue: str) -> bool:
+    """Whether a worker polled the workflow task queue lately (one may answer a Query)."""
+    try:
+        described = await temporal.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=temporal.namespace,
+                task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            ),
+            timeout=QUERY_TIMEOUT,
+        )
+    except RPCError:
+        return True  # cannot tell: let the Query say
+    return bool(described.pollers)
+
+
 class StreamUnreadable(Exception):
     """A closed run's stream could not be queried (no worker to replay it)."""
 
@@ -117,12 +139,15 @@ class _Watcher:
                     raise TaskNotFound(f"no task {self.task_id!r}") from None
                 raise
             run = self.temporal.get_workflow_handle(self.task_id, run_id=desc.run_id)
+            running = desc.status == WorkflowExecutionStatus.RUNNING
+            if not running and not await workers_poll(self.temporal, desc.task_queue):
+                raise StreamUnreadable(f"no worker polls task queue {desc.task_queue!r}")
             if not checked:
                 checked = True
-                truncated = await self._check_retained(run)
+                truncated = await self._check_retained(run, closed=not running)
                 if truncated is not None:
                     yield truncated
-            if desc.status == WorkflowExecutionStatus.RUNNING:
+            if running:
                 async for event in self._follow(run):
                     yield event
                 continue  # the run closed, or goes on as new: describe again
@@ -174,11 +199,21 @@ class _Watcher:
         self.offset = max(self.offset, result.next_offset)
         return events
 
-    async def _check_retained(self, run: WorkflowHandle[Any, Any]) -> TaskEvent | None:
-        """A ``truncated`` event when the stream no longer holds ``offset`` (else None)."""
+    async def _check_retained(
+        self, run: WorkflowHandle[Any, Any], closed: bool = False
+    ) -> TaskEvent | None:
+        """A ``truncated`` event when the stream no longer holds ``offset`` (else None).
+
+        Raises:
+            StreamUnreadable: ``closed`` and no worker answered.
+        """
         try:
-            bounds = await run.query(STREAM_BOUNDS_QUERY, result_type=list[int])
-        except Exception:
+            bounds = await run.query(
+                STREAM_BOUNDS_QUERY, result_type=list[int], rpc_timeout=QUERY_TIMEOUT
+            )
+        except Exception as err:
+            if closed:
+                raise StreamUnreadable(str(err)) from err
             return None  # no worker answers now: the polls will say it
         if len(bounds) != 2 or self.offset >= bounds[0]:
             return None
@@ -267,6 +302,7 @@ class _Watcher:
                     POLL,
                     PollInput(topics=self.topics, from_offset=self.offset),
                     result_type=PollResult,
+                    rpc_timeout=QUERY_TIMEOUT,
                 )
             except Exception as err:
                 raise StreamUnreadable(str(err)) from err
@@ -297,8 +333,10 @@ async def stream_page(
             raise TaskNotFound(f"no task {task_id!r}") from None
         raise
     run = temporal.get_workflow_handle(task_id, run_id=desc.run_id)
+    if not await workers_poll(temporal, desc.task_queue):
+        raise StreamUnreadable(f"no worker polls task queue {desc.task_queue!r}")
     events: list[TaskEvent] = []
-    truncated = await watcher._check_retained(run)
+    truncated = await watcher._check_retained(run, closed=True)
     if truncated is not None:
         events.append(truncated)
     async for event in watcher._read_closed(run):
