@@ -538,6 +538,8 @@ def watch(
         streaming: tuple[str, str] | None = None
         try:
             async for event in client.watch(task_id, tree=tree, after=after):
+                if event.offset is not None:
+                    seen[0] = event.offset
                 if as_json:
                     print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
                     continue
@@ -582,7 +584,16 @@ def watch(
             if streaming is not None:  # end the line, so whatever is printed next starts its own
                 console.line()
 
-    run(main(), lost=_goes_on(f"subagents watch {shlex.quote(task_id)}"))
+    seen: list[int | None] = [after]
+
+    def resume() -> str:
+        """How to go on where this watch stopped."""
+        command = f"subagents watch {shlex.quote(task_id)}" + (" --tree" if tree else "")
+        if seen[0] is not None:
+            command += f" --after {seen[0]}"
+        return _goes_on(command + (" --json" if as_json else ""))
+
+    run(main(), lost=resume)
 
 
 _TEXT_INDENT = len("00:00:00 ") + 14
