@@ -98,6 +98,10 @@ class StreamForward(BaseModel):
 
     task_id: str
     items: list[ForwardedItem] = Field(default_factory=list)
+    after: int | None = None
+    """Where the child's batch before this one ended (its next offset then): a child
+    sends its next batch before the last one landed, and a parent that has not taken
+    that one yet keeps this one until it has (None: apply at once)."""
 
 
 class StreamCarry(BaseModel):
@@ -113,6 +117,8 @@ class StreamCarry(BaseModel):
     """The next offset expected from each child that forwards (so a repeat is dropped)."""
     cursor: int = 0
     """The next offset of this stream to forward to the parent."""
+    early: list[StreamForward] = Field(default_factory=list)
+    """Children's batches that came before the one they follow (see ``after``)."""
 
 
 def child_topic(child_id: str, topic: str) -> str:

@@ -32,6 +32,7 @@ from temporalio.contrib.workflow_streams import (
     WorkflowStreamItem,
 )
 from temporalio.exceptions import ActivityError, CancelledError, FailureError, TimeoutError
+from temporalio.workflow import ExternalWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents._payloads import ModelTurnResult, ToolCallResult
@@ -69,6 +70,11 @@ WATCHED_MEMO = "watched"
 
 PUBLISHER_TTL = timedelta(minutes=15)
 """How long a model turn's publisher is remembered (its retried signal is dropped)."""
+
+MAX_FORWARDS_IN_FLIGHT = 8
+"""Forward signals one stream has on their way to its parent at once."""
+MAX_EARLY_BATCHES = 16
+"""A child's batches a stream keeps while one sent before them has not come."""
 
 MAX_FORWARDING_CHILDREN = 512
 """Children whose items one stream takes (a signal anyone may send must stay bounded)."""
@@ -163,6 +169,9 @@ class TaskStream:
         self.cursor = 0
         self._closing = False
         self._forwarder: asyncio.Task[None] | None = None
+        self._parent_gone = False
+        self._early: dict[str, dict[int, StreamForward]] = {}
+        """A child's batches that came before the one they follow, by where that ended."""
         self._memo_watched: bool | None = None
         """What the memo says of watchers (None: not read yet)."""
         self.log.on_poll = self._polled
@@ -172,6 +181,8 @@ class TaskStream:
                 self.log._publish_to_topic(item.topic, _decode(item.data))
             self.log.restore_sequences(carry.publishers)
             self.forwarded = dict(carry.forwarded)
+            for batch in carry.early:
+                self._early.setdefault(batch.task_id, {})[batch.after or 0] = batch
             self.cursor = carry.cursor
         workflow.set_query_handler(STREAM_BOUNDS_QUERY, self.bounds)
 
@@ -224,6 +235,25 @@ class TaskStream:
             workflow.logger.warning("stream items of %s dropped: too many children", child)
             return
         expected = self.forwarded.get(child, 0)
+        if batch.after is not None and batch.after > expected:
+            waiting = self._early.setdefault(child, {})
+            if len(waiting) < MAX_EARLY_BATCHES:
+                waiting[batch.after] = batch  # an earlier batch is still on its way
+                return
+            # it never came: go on without it, in order
+            workflow.logger.warning("stream items of %s lost before offset %d", child, batch.after)
+            for after in sorted(waiting):
+                self._apply(child, waiting.pop(after))
+        self._apply(child, batch)
+        early = self._early.get(child)
+        while early:
+            following = early.pop(self.forwarded[child], None)
+            if following is None:
+                break
+            self._apply(child, following)
+
+    def _apply(self, child: str, batch: StreamForward) -> None:
+        expected = self.forwarded.get(child, 0)
         for item in batch.items:
             if item.offset < expected or item.topic.count("/") >= MAX_DEPTH:
                 continue
@@ -243,12 +273,27 @@ class TaskStream:
             self._forwarder = asyncio.create_task(self._forward(parent_id))
 
     async def _forward(self, parent_id: str) -> None:
+        """Send new items as they come, not waiting for the batch before to land.
+
+        At most ``MAX_FORWARDS_IN_FLIGHT`` are on their way; each says where the one
+        before it ended, so the parent applies them in order whatever order they land in.
+        """
         parent = workflow.get_external_workflow_handle(parent_id)
         task_id = workflow.info().workflow_id
+        sending: list[asyncio.Task[None]] = []
+
+        def ready() -> bool:
+            sending[:] = [s for s in sending if not s.done()]
+            if self._parent_gone or self._closing:
+                return True
+            return self.log.end > self.cursor and len(sending) < MAX_FORWARDS_IN_FLIGHT
+
         while True:
-            await workflow.wait_condition(lambda: self.log.end > self.cursor or self._closing)
-            if self.log.end <= self.cursor:
-                return
+            await workflow.wait_condition(ready)
+            if self._parent_gone or self.log.end <= self.cursor:
+                if self._parent_gone or self._closing:
+                    break
+                continue
             start = max(self.cursor, self.log.base)
             items: list[ForwardedItem] = []
             size = 0
@@ -258,14 +303,22 @@ class TaskStream:
                     break
                 items.append(ForwardedItem(offset=offset, topic=item.topic, data=data))
                 size += len(data)
-            try:
-                await parent.signal(FORWARD_SIGNAL, StreamForward(task_id=task_id, items=items))
-            except FailureError as err:
-                # The parent closed: its stream takes nothing more (this one still has it).
-                workflow.logger.info("stream not forwarded to %s: %s", parent_id, err)
-                self.cursor = self.log.end
-                return
+            batch = StreamForward(task_id=task_id, items=items, after=self.cursor)
             self.cursor = items[-1].offset + 1
+            sending.append(asyncio.create_task(self._send(parent, batch)))
+        if sending:
+            await asyncio.gather(*sending)
+        if self._parent_gone:
+            self.cursor = self.log.end
+
+    async def _send(self, parent: ExternalWorkflowHandle[Any], batch: StreamForward) -> None:
+        try:
+            await parent.signal(FORWARD_SIGNAL, batch)
+        except FailureError as err:
+            # The parent closed: its stream takes nothing more (this one still has it).
+            if not self._parent_gone:
+                workflow.logger.info("stream not forwarded to %s: %s", parent.id, err)
+            self._parent_gone = True
 
     async def settle(self) -> None:
         """Forward what is left, stop forwarding, and release the watchers' polls.
@@ -343,6 +396,7 @@ class TaskStream:
             items=kept,
             publishers=self.log.sequences(),
             forwarded=self.forwarded,
+            early=[b for waiting in self._early.values() for b in waiting.values()],
             cursor=max(self.cursor, kept[0].offset if kept else self.log.end),
         )
 
