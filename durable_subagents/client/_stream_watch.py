@@ -29,6 +29,7 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
@@ -57,6 +58,8 @@ DRAINING = "StreamDraining"
 POLL_COOLDOWN = 0.05
 """Seconds between a watcher's polls while items keep coming: each accepted poll is two
 history events of the task, so a watcher batches what arrives within it."""
+MAX_CATCH_UP = 100
+"""Runs a watcher that fell behind reads one by one before it goes to the latest."""
 QUERY_TIMEOUT = timedelta(seconds=10)
 """How long a read of the stream by Query waits for a worker to answer (a closed run is
 replayed to answer; with no worker up, the watch falls back to the task's history)."""
@@ -130,7 +133,6 @@ class _Watcher:
         self.retrying: str | None = None
 
     async def run(self) -> AsyncIterator[TaskEvent]:
-        checked = False  # whether the start was held against what the stream retains
         while True:
             try:
                 desc = await self.temporal.get_workflow_handle(self.task_id).describe()
@@ -142,8 +144,12 @@ class _Watcher:
             running = desc.status == WorkflowExecutionStatus.RUNNING
             if not running and not await workers_poll(self.temporal, desc.task_queue):
                 raise StreamUnreadable(f"no worker polls task queue {desc.task_queue!r}")
-            if not checked:
-                checked = True
+            if desc.run_id != self.run_id:
+                if self.run_id is not None:
+                    # runs went by since: read each (continue-as-new links them)
+                    async for event in self._catch_up(desc.run_id):
+                        yield event
+                self.run_id = desc.run_id
                 truncated = await self._check_retained(run, closed=not running)
                 if truncated is not None:
                     yield truncated
@@ -168,6 +174,33 @@ class _Watcher:
 
     _end = 0
     """The end of the last closed run read (its next offset)."""
+    run_id: str | None = None
+    """The run read last."""
+
+    async def _catch_up(self, latest: str | None) -> AsyncIterator[TaskEvent]:
+        """The rest of the run read last and of every run after it before ``latest``.
+
+        A watcher that fell behind (a poll refused while a run closed, a slow network)
+        reads what each run retained when it went on as new, by Query.
+        """
+        run_id = self.run_id
+        for _ in range(MAX_CATCH_UP):
+            if run_id is None or run_id == latest:
+                return
+            run = self.temporal.get_workflow_handle(self.task_id, run_id=run_id)
+            if (await run.describe()).status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                return  # a follow-up run: nothing links it, and nothing was missed
+            truncated = await self._check_retained(run, closed=True)
+            if truncated is not None:
+                yield truncated
+            async for event in self._read_closed(run):
+                yield event
+            run_id = None
+            async for close in run.fetch_history_events(
+                event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+            ):
+                attrs = close.workflow_execution_continued_as_new_event_attributes
+                run_id = attrs.new_execution_run_id or None
 
     # ------------------------------------------------------------------ items
 
