@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from durable_subagents._stream_items import StreamCarry
 from durable_subagents.agents._activity_options import ActivityOptions
 from durable_subagents.agents._spec import (
     READ_ONLY_TOOLS,
@@ -189,6 +190,12 @@ class TaskInput(BaseModel):
     left with their parent: n children get n/(n+1) of it, reserved until they finish."""
     parent_is_subagent: bool = False
     """Spawned by another subagent task: report pauses to it (it surfaces them)."""
+    streams_to_parent: bool = False
+    """``parent_id`` is a task whose stream takes this one's events (a child, or a task
+    registered with a running parent): the run forwards its stream's items to it."""
+    stream_ancestors: list[str] = Field(default_factory=list)
+    """The tasks whose streams take this one's items, nearest first: a watcher of any of
+    them makes this task's turns publish their text live."""
     output_schema: dict[str, Any] | None = None
     """The JSON Schema the answer must match (checked by ``check_output_schema``): the
     model answers with the ``final_answer`` tool, and the task's result is the answer."""
@@ -229,6 +236,8 @@ class TaskState(BaseModel):
     """What the runs learned of the model's context window (see ``ContextInput``)."""
     compactions: int = 0
     """Compactions of the conversation so far."""
+    stream: StreamCarry | None = None
+    """The event stream's latest items and offsets (None: a run recorded before streams)."""
 
 
 @functools.cache
@@ -349,6 +358,11 @@ class ModelTurnInput(_Compact):
     reasoning_effort: ReasoningEffort | None = None
     """The agent's reasoning effort (``low``, ``medium``, ``high``); None: the model's."""
     temperature: float | None = None
+    stream_watched: bool = False
+    """Someone watched the task's stream when the turn was scheduled: publish its text
+    live from the first piece (else only once ``stream_watch_ids`` say someone does)."""
+    stream_watch_ids: list[str] = Field(default_factory=list)
+    """The task and the tasks above it whose ``watched`` memo the turn checks."""
     context: ContextInput | None = None
     """Set by workflows that compact: the turn may answer ``compact`` instead of
     calling the model (``None``: it always calls the model, as before compaction)."""
@@ -409,6 +423,12 @@ class ModelTurnResult(_Compact):
     """The request's tokens as the provider's refusal counted them."""
     window: int | None = None
     """The context window the provider's refusal named."""
+    stream_from: int | None = None
+    """Characters of ``text`` the turn already published to the task's stream as it was
+    written (None: a worker that streams nothing); the workflow publishes the rest."""
+    stream_restarted: bool = False
+    """The turn's attempt is a retry that published nothing yet: the text the workflow
+    publishes starts the turn's text over."""
     notify: bool = False
     """The worker posts tasks' events to its own ``SUBAGENTS_NOTIFY_URL`` (for a task
     whose spawn named no ``notify_url``); part of ``known_tools``."""
@@ -712,6 +732,16 @@ class Decisions(BaseModel):
 
     pause_id: str
     decisions: list[CallDecision]
+
+    def summary(self) -> str:
+        """The decisions in a line (``pause P: approve c1, reject c2 (why)``)."""
+        parts = [
+            f"{'approve' if d.approved else 'reject'} {d.call_id}"
+            + (f" ({d.reason})" if d.reason else "")
+            for d in self.decisions[:20]
+        ]
+        line = f"pause {self.pause_id}: " + ", ".join(parts)
+        return line if len(line) <= 300 else line[:299] + "…"
 
 
 class ChildState(BaseModel):

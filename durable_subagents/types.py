@@ -325,6 +325,9 @@ class TaskResult(BaseModel):
     """Times the conversation was compacted to fit the model's context window."""
     tree_usage: Usage | None = None
     """Usage of this task and every subagent below it that finished (None: it spawned none)."""
+    stream_end: int | None = None
+    """The offset after the run's last stream event (a follow-up run's stream goes on from
+    it); None: a run recorded before streams."""
 
 
 class IgnoredDecision(BaseModel):
@@ -413,6 +416,12 @@ class TaskEvent(BaseModel):
     conversation was made to fit the model's context window, and by how much. A
     ``retrying`` event says the task's workflow code raised (``error``: what): the task
     is held at its last step, retried, until a worker with a fix runs it.
+
+    ``offset`` places the event in the stream watched: it increases strictly, and
+    ``watch(task_id, after=offset)`` goes on exactly after it. With ``tree=True`` the
+    stream holds the events of every task below the watched one too: ``task_id`` says
+    whose event it is and ``depth`` how many levels below. A ``truncated`` event says
+    that events before ``offset`` are no longer kept: the stream goes on from there.
     """
 
     kind: Literal[
@@ -428,8 +437,14 @@ class TaskEvent(BaseModel):
         "compaction",
         "retrying",
         "closed",
+        "truncated",
     ]
     task_id: str
+    offset: int | None = None
+    """The event's place in the stream watched (None: read from the history of a run
+    recorded before streams, or one no worker can read the stream of)."""
+    depth: int = 0
+    """Levels below the watched task (0: its own event; ``watch(tree=True)``)."""
     time: datetime | None = None
     """When it happened, in UTC (timezone-aware, as ``TaskInfo.created_at``): the time
     its history recorded, or, for live text, when it was seen."""
@@ -443,3 +458,5 @@ class TaskEvent(BaseModel):
     piece of the turn's thinking."""
     usage: Usage | None = None
     """A ``turn`` event's tokens (cache reads and writes included)."""
+    result: str | None = None
+    """A ``tool_finished`` event's result: its first 200 characters, on one line."""

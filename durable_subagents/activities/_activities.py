@@ -75,6 +75,7 @@ from durable_subagents.activities._heartbeats import (
     may_be_stale,
 )
 from durable_subagents.activities._held_changes import settle as settle_held
+from durable_subagents.activities._stream_text import TurnStream
 from durable_subagents.activities._tool_call import run_call, run_once, run_reads
 from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
 from durable_subagents.activities._workspaces import (
@@ -309,10 +310,26 @@ class SubagentActivities:
             if window and tokens > self.compact_at * window:
                 return await self._compact_first(input, new_messages, offered, "threshold", chars)
         live = LiveText(input.turn, activity.info().attempt)
+        stream = TurnStream(
+            input.turn,
+            activity.info().attempt,
+            watched=input.stream_watched,
+            watch_ids=input.stream_watch_ids,
+        )
+
+        def on_text(delta: str) -> None:
+            live.add(delta)
+            stream.add_text(delta)
+
+        def on_thinking(delta: str) -> None:
+            live.add_thinking(delta)
+            stream.add_thinking(delta)
+
         try:
             async with heartbeating(live):
-                response = await self.complete(provider, request, live.add, live.add_thinking)
+                response = await self.complete(provider, request, on_text, on_thinking)
         except ApplicationError as err:
+            await stream.stop()
             if err.type == CONTEXT_LENGTH_ERROR and context is not None:
                 activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
                 sizes = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
@@ -323,6 +340,9 @@ class SubagentActivities:
                 activity.logger.warning(
                     "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
                 )
+            raise
+        except BaseException:
+            await stream.stop()  # cancelled, or broken: what it had not published is void
             raise
         kept = response.tool_calls[:MAX_CALLS_KEPT]
         checked = well_formed(kept, input.turn)
@@ -352,6 +372,8 @@ class SubagentActivities:
         # from the task's result with no access to the blob store.
         limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT
         text, text_ref = await self.transcript.store_text(task_id, response.text, limit)
+        restarts = stream.text_restarts
+        streamed = await stream.finish(whole=text_ref is not None)
         answer = Message(
             role="assistant",
             content=text,
@@ -379,6 +401,8 @@ class SubagentActivities:
             chars=chars,
             thinking=len(answer.thinking),
             read_results=read_results,
+            stream_from=streamed,
+            stream_restarted=restarts and streamed == 0,
             **self.tools_offered(input, offered),
         )
 

@@ -268,7 +268,7 @@ def _exit_if_tool_calls_stuck(code: int) -> None:
 def run(
     coro: Coroutine[Any, Any, T],
     *,
-    lost: str | None = None,
+    lost: str | Callable[[], str] | None = None,
     event_loop: EventLoopChoice = "asyncio",
 ) -> T:
     """Run a coroutine; typed errors become a red message and exit code 1.
@@ -276,7 +276,8 @@ def run(
     Args:
         coro: The command's work.
         lost: What to tell the user when the server stops answering meanwhile (what
-            goes on without this command, and how to pick it up again).
+            goes on without this command, and how to pick it up again), or a function
+            that says it then (a command whose resumption depends on its progress).
         event_loop: The loop it runs on (``Settings.event_loop`` for a command that
             runs a worker).
     """
@@ -301,7 +302,7 @@ def run(
         _exit_if_tool_calls_stuck(1)
         raise typer.Exit(1) from None
     except RPCError as err:
-        error(_lost(err, lost))
+        error(_lost(err, lost() if callable(lost) else lost))
         if VERBOSE:
             _detail("".join(traceback.format_exception(err)).rstrip())
         _exit_if_tool_calls_stuck(1)

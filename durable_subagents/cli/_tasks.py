@@ -511,7 +511,20 @@ def watch(
     profile: Profile = None,
     task_queue: TaskQueue = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON event per line for scripts.")
+        bool,
+        typer.Option("--json", help="Print one JSON event per line (with its offset) for scripts."),
+    ] = False,
+    after: Annotated[
+        int | None,
+        typer.Option(
+            "--after",
+            min=0,
+            help="Only the events after this offset (resume where a watch stopped).",
+        ),
+    ] = None,
+    tree: Annotated[
+        bool,
+        typer.Option("--tree", help="Also every task below it, indented by depth."),
     ] = False,
 ) -> None:
     """Follow a task until it closes: the model's live thinking and text, turns, calls, status."""
@@ -521,24 +534,30 @@ def watch(
         from durable_subagents.cli._render import usage_text
 
         client = await _client(settings)
-        streaming: str | None = None  # "text" or "thinking" while one is being printed
+        # (task, "text" or "thinking") while one is being printed
+        streaming: tuple[str, str] | None = None
         try:
-            async for event in client.watch(task_id):
+            async for event in client.watch(task_id, tree=tree, after=after):
+                if event.offset is not None:
+                    seen[0] = event.offset
                 if as_json:
                     print(json_shown(event.model_dump_json(exclude_none=True)), flush=True)
                     continue
                 when = event.time.strftime("%H:%M:%S") if event.time else ""
+                lead = "  " * event.depth + (f"[{event.task_id}] " if event.depth else "")
                 if event.kind in ("text", "thinking") and event.text is not None:
                     restarted = event.summary == "restarted"
-                    if streaming != event.kind or restarted:
+                    if streaming != (event.task_id, event.kind) or restarted:
                         if streaming is not None:
                             console.line()
                         head = "[restarted] " if restarted else ""
-                        console.print(f"{when} {event.kind:<13} {head}", end="", markup=False)
-                        streaming = event.kind
+                        console.print(f"{when} {lead}{event.kind:<13} {head}", end="", markup=False)
+                        streaming = (event.task_id, event.kind)
                     # the thinking dimmed: the model's reasoning, not its answer
                     style = "dim" if event.kind == "thinking" else None
-                    body = shown(event.text).replace("\n", "\n" + " " * _TEXT_INDENT)
+                    indent = " " * (_TEXT_INDENT + len(lead))
+                    text = event.text or (f"[{event.summary}]" if event.summary else "")
+                    body = shown(text).replace("\n", "\n" + indent)
                     console.print(
                         body, end="", markup=False, highlight=False, soft_wrap=True, style=style
                     )
@@ -547,20 +566,34 @@ def watch(
                 if streaming is not None:
                     console.line()
                     streaming = None
-                detail = event.summary or (event.status.value if event.status else "")
+                parts = [event.status.value if event.status else None, event.summary]
+                detail = " · ".join(p for p in parts if p)
                 if event.usage is not None and event.kind == "turn":
                     detail = f"{detail} · tokens {usage_text(event.usage)}"
+                if event.result and event.kind == "tool_finished":
+                    detail = f"{detail} → {event.result}"
                 if event.error:
                     detail = f"{detail} ({event.error})" if detail else event.error
                 console.print(
-                    f"{when} {event.kind:<13} {shown(detail)}", markup=False, highlight=False
+                    f"{when} {lead}{event.kind:<13} {shown(detail)}",
+                    markup=False,
+                    highlight=False,
                 )
                 console.file.flush()
         finally:
             if streaming is not None:  # end the line, so whatever is printed next starts its own
                 console.line()
 
-    run(main(), lost=_goes_on(f"subagents watch {shlex.quote(task_id)}"))
+    seen: list[int | None] = [after]
+
+    def resume() -> str:
+        """How to go on where this watch stopped."""
+        command = f"subagents watch {shlex.quote(task_id)}" + (" --tree" if tree else "")
+        if seen[0] is not None:
+            command += f" --after {seen[0]}"
+        return _goes_on(command + (" --json" if as_json else ""))
+
+    run(main(), lost=resume)
 
 
 _TEXT_INDENT = len("00:00:00 ") + 14

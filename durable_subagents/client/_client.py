@@ -8,7 +8,7 @@ no worker runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Unpack
@@ -30,6 +30,12 @@ from durable_subagents.client._decisions import DecisionMemory, full_arguments, 
 from durable_subagents.client._events import history_events
 from durable_subagents.client._followup import deliver_input
 from durable_subagents.client._spawning import start_task
+from durable_subagents.client._stream_watch import (
+    StreamUnreadable,
+    check_after,
+    stream_events,
+    stream_page,
+)
 from durable_subagents.client._task_state import (
     InternalInfo,
     describe_task,
@@ -547,18 +553,48 @@ class SubagentClient:
         store = self.transcript.store if self.transcript is not None else None
         return await full_arguments(info, self.get_transcript, store.get if store else None)
 
-    async def watch(self, task_id: str) -> AsyncIterator[TaskEvent]:
-        """Events of a task as they happen until it closes.
+    async def watch(
+        self, task_id: str, *, tree: bool = False, after: int | None = None
+    ) -> AsyncGenerator[TaskEvent, None]:
+        """Events of a task as they happen, until it closes.
 
-        Each model turn's answer streams as ``text`` events (new pieces, read from the
-        turn's heartbeats while it runs, completed from its recorded result), then a
-        ``turn`` event; then tool calls, input and decisions received, status changes
-        and, last, ``closed``. A finished task's events replay the same way.
+        Each model turn's answer streams as ``text`` (and ``thinking``) pieces while the
+        model writes, then a ``turn`` event; then tool calls and their results' first
+        lines, input and decisions received, compactions, status changes and, last,
+        ``closed``. Every event has an ``offset``, increasing strictly: a watcher that
+        drops resumes with ``after=`` the last offset it got, and gets exactly the
+        events after it. A finished task's events read the same way (a worker replays
+        it to answer).
+
+        Args:
+            task_id: The task to watch.
+            tree: Also the events of every task below it (``TaskEvent.task_id`` and
+                ``depth`` say whose), those that finished before the watch included.
+            after: Yield only the events after this offset. An offset past the end
+                waits for events to reach it.
 
         Raises:
             TaskNotFound: no task has this id.
+            InvalidRequest: ``after`` is negative or not an integer.
+
+        Example:
+            >>> async for event in client.watch(task_id, after=41):
+            ...     print(event.offset, event.kind, event.text or event.summary)
         """
+        start = check_after(after)
         info = await self._info(task_id)
+        yielded = False
+        try:
+            async for event in stream_events(self.temporal, task_id, tree=tree, after=start):
+                yielded = True
+                yield event
+            return
+        except StreamUnreadable:
+            if start is not None or tree or yielded:
+                raise InvalidRequest(
+                    f"task {task_id!r} has closed and no worker answers for its stream: "
+                    "start a worker (subagents worker) to read it by offset"
+                ) from None
 
         async def resolve(ref: str) -> str | None:
             if self.transcript is None:
@@ -568,8 +604,36 @@ class SubagentClient:
             except BlobError:
                 return None
 
+        # No worker: the closed task's events as its history shows them (no offsets).
         async for event in history_events(self.temporal, task_id, info.run_id, resolve):
             yield event
+
+    async def events_since(
+        self, task_id: str, after: int | None = None, *, tree: bool = False, limit: int = 100
+    ) -> list[TaskEvent]:
+        """The events a task's stream holds after an offset, now, without waiting.
+
+        For polling progress cheaply: pass the last event's ``offset`` back as ``after``.
+        Consecutive text pieces of a turn come as one event (the offset of the last).
+
+        Args:
+            task_id: The task.
+            after: Only events after this offset (None: from the start).
+            tree: Also the events of every task below it.
+            limit: At most this many events.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: ``after`` is negative or not an integer, or no worker answers
+                for the stream.
+        """
+        start = check_after(after)
+        try:
+            return await stream_page(self.temporal, task_id, tree=tree, after=start, limit=limit)
+        except StreamUnreadable as err:
+            raise InvalidRequest(
+                f"task {task_id!r}: no worker answers for its stream ({err}); start a worker"
+            ) from None
 
     # ------------------------------------------------------------------ internals
 

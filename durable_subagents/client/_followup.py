@@ -20,6 +20,7 @@ from durable_subagents._payloads import (
     TaskInput,
     TaskState,
 )
+from durable_subagents._stream_items import StreamCarry
 from durable_subagents.client._task_state import InternalInfo, describe_task
 from durable_subagents.errors import InvalidRequest, TaskNotFound, WrongTaskState
 from durable_subagents.spawn import (
@@ -99,6 +100,8 @@ async def start_follow_up(
         awaiting_input=True,
         compactions=closed.compactions,
         context=previous.state.context if previous.state else None,
+        # the stream's offsets go on from the closed run's
+        stream=StreamCarry(base=closed.stream_end) if closed.stream_end is not None else None,
     )
     follow_up = previous.model_copy(
         update={

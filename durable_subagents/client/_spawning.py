@@ -46,6 +46,11 @@ async def start_task(
     """
     workflow_id = task_id or f"subagent-{agent}-{uuid.uuid4().hex[:12]}"
     registers = parent_id is not None and await live_parent(temporal, parent_id)
+    if registers:
+        # Its events go to the parent's stream too: watch(parent, tree=True) shows them.
+        task_input = task_input.model_copy(
+            update={"streams_to_parent": True, "stream_ancestors": [parent_id]}
+        )
     memo, attributes = start_metadata(task_input)
     try:
         await temporal.start_workflow(

@@ -19,7 +19,7 @@ from durable_subagents._error_wording import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId
-from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
+from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
 
 MAX_WAIT = 600.0
 """Seconds any single wait may block, whatever the model asks for."""
@@ -106,6 +106,14 @@ class CheckSubagent(_Args):
     task_id: str = Field(description="The id spawn_subagent returned.")
     wait: bool = Field(True, description="Block until finished or paused.")
     timeout: float | None = Field(None, ge=0, description="Seconds to wait (at most 600).")
+    events_after: int | None = Field(
+        None,
+        ge=-1,
+        description=(
+            "Also return what it did since this event offset (its text, tool calls, "
+            "status): -1 for everything, then the 'events_next' of the last reply."
+        ),
+    )
 
 
 class WaitSubagents(_Args):
@@ -334,7 +342,13 @@ class SubagentTools:
         info = await (
             self._wait_one(a.task_id, timeout) if a.wait else self.client.check_task(a.task_id)
         )
-        return await self._view(info)
+        view = await self._view(info)
+        if a.events_after is not None:
+            after = None if a.events_after < 0 else a.events_after
+            events = await self.client.events_since(a.task_id, after, limit=EVENTS_SHOWN)
+            view["events"] = [_event_view(e) for e in events]
+            view["events_next"] = events[-1].offset if events else a.events_after
+        return view
 
     async def _wait_one(self, task_id: str, timeout: float) -> TaskInfo:
         """Wait until the task needs this model: finished, or paused for its decision.
@@ -515,6 +529,25 @@ _UNREADABLE = (
     "the full arguments are not readable here (no access to the workers' blob store); "
     "only the preview is known: reject the call unless the preview is enough"
 )
+
+
+EVENTS_SHOWN = 50
+"""Events ``check_subagent`` returns at once (``events_after`` pages on)."""
+EVENT_TEXT_SHOWN = 2000
+"""Characters of one event's text ``check_subagent`` shows (the transcript has all)."""
+
+
+def _event_view(event: TaskEvent) -> dict[str, Any]:
+    """An event as the model reads it: its offset, kind and what it says, in short."""
+    view = event.model_dump(
+        mode="json",
+        include={"offset", "kind", "turn", "tool", "summary", "error", "text", "result", "status"},
+        exclude_none=True,
+    )
+    text = view.get("text")
+    if isinstance(text, str) and len(text) > EVENT_TEXT_SHOWN:
+        view["text"] = "…" + text[-EVENT_TEXT_SHOWN:]
+    return view
 
 
 def _key(p: PendingApproval) -> tuple[str, str, str]:

@@ -180,6 +180,8 @@ class FakeModelServer:
         """Every request's headers (lower-case names)."""
         self.request_times: list[float] = []
         """When each request arrived (``time.monotonic()``)."""
+        self.sent: list[tuple[float, bytes]] = []
+        """Every streamed frame and when it was written (``time.monotonic()``)."""
         self.outcomes: list[str] = []
         """What each request got: ``"200"``, ``"429"``... or a fault name."""
         self.disconnects = 0
@@ -393,6 +395,7 @@ class FakeModelServer:
                 if index and delay:
                     await asyncio.sleep(delay)
                 await response.write(frame)
+                self.sent.append((time.monotonic(), frame))
                 if reply.fault and index + 1 >= reply.after_chunks:
                     await self._fault(request, reply.fault)
                     if reply.fault == "truncate":

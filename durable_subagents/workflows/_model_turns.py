@@ -110,6 +110,7 @@ def turn_input(
     context: ContextInput,
     schema_ref: str | None,
     compacted: bool,
+    watched: bool = False,
 ) -> ModelTurnInput:
     """The input of a model turn of this task.
 
@@ -124,6 +125,7 @@ def turn_input(
         context: What the task learned of its model's context window.
         schema_ref: The blob the run's first turn stored the output schema as.
         compacted: Whether the turn runs again after a compaction.
+        watched: Whether someone watches the task's stream now.
     """
     spec = inp.agent
     new, by_name = results_by_record(new, records)
@@ -151,6 +153,8 @@ def turn_input(
         known_tools=known_tools,
         context=context,
         reads=TurnReads.of(spec) if reads_run_in_turn(inp, turn) else None,
+        stream_watched=watched,
+        stream_watch_ids=[workflow.info().workflow_id, *inp.stream_ancestors],
     )
 
 

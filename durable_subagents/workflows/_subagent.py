@@ -34,6 +34,7 @@ from durable_subagents.workflows._outcomes import (
     unanswered,
 )
 from durable_subagents.workflows._publish import Published, task_memo
+from durable_subagents.workflows._stream import TaskEvents, TaskStream, ended
 from durable_subagents.workflows._subtasks import (
     SPAWN_TOOLS,
     ChildTasks,
@@ -67,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         ToolCallResult,
     )
+    from durable_subagents._stream_items import FORWARD_SIGNAL, StreamForward
     from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
     from durable_subagents.spawn._options import TASK_ID
@@ -93,7 +95,12 @@ MAX_IGNORED_WRITES = 20
 class SubagentWorkflow:
     """One subagent task: model turns and tool calls until a final answer or a limit."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, input: TaskInput) -> None:
+        carried = input.state.stream if input.state is not None else None
+        self._stream = TaskStream(carried)
+        """The task's event stream, which ``watch`` reads (see ``_stream``)."""
+        self._events = TaskEvents(self._stream)
         self._status = TaskStatus.PENDING
         self._turns = 0
         self._usage = Usage()
@@ -115,7 +122,7 @@ class SubagentWorkflow:
         self._unread_pending = 0
         self._child_share: int | None = None
         """Each child's token budget when this turn spawns (see ``budget.child_share``)."""
-        self._tools = ToolCalls(on_change=self._show_details)
+        self._tools = ToolCalls(on_change=self._show_details, events=self._events)
         self._models = ModelCalls(on_change=self._show_details)
         self._compactions = 0
         self._shown: tuple[TaskStatus, str | None, list[PendingApproval]] | None = None
@@ -151,6 +158,8 @@ class SubagentWorkflow:
             workflow.logger.warning("input dropped: %d inputs wait already", MAX_QUEUED_INPUTS)
             return
         self._inbox.append(text)
+        line = " ".join(text.split())
+        self._events.event("input", line if len(line) <= 200 else line[:199] + "…")
 
     @workflow.signal(name=REGISTER_CHILD_SIGNAL)
     def register_child(self, task_id: str) -> None:
@@ -183,6 +192,7 @@ class SubagentWorkflow:
 
         Decisions on a child's calls (``<child task id>/<call id>``) go to the child.
         """
+        self._events.event("decision", decisions.summary())
         own = self._children.route_theirs(decisions)
         if own is None:
             return
@@ -199,11 +209,17 @@ class SubagentWorkflow:
         decisions (anyone who may signal can send them) costs a bounded history.
         """
         self._approvals.ignore(decisions, why, call_ids)
+        self._events.event("decision_ignored", f"pause {decisions.pause_id}: {why}")
         ignored = self._approvals.ignored
         self._published.memo["ignored_decisions"] = ignored
         if self._ignored_writes < MAX_IGNORED_WRITES:
             self._ignored_writes += 1
             workflow.upsert_memo({"ignored_decisions": ignored})
+
+    @workflow.signal(name=FORWARD_SIGNAL)
+    def stream_forward(self, batch: StreamForward) -> None:
+        """A task below this one sends its stream's new items: this stream keeps them."""
+        self._stream.take_forward(batch)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
@@ -230,6 +246,8 @@ class SubagentWorkflow:
             self._models.context = state.context or self._models.context
             self._compactions = state.compactions
         self._published.memo = dict(workflow.memo())
+        if input.streams_to_parent and input.parent_id:
+            self._stream.forward_to(input.parent_id)
         pending = list(state.pending_messages) if state else []
         loop = asyncio.create_task(self._loop(pending))
         try:
@@ -243,7 +261,7 @@ class SubagentWorkflow:
                 error=f"time limit of {input.time_limit:g}s reached",
             )
             await self._notify_end(result.stop_reason, result.error)
-            return result
+            return await self._closed(result)
         except asyncio.CancelledError:
             self._approvals.close()
             self._publish(TaskStatus.CANCELLING)
@@ -251,6 +269,7 @@ class SubagentWorkflow:
             await self._background.settle()
             self._publish(TaskStatus.CANCELLED, stop_reason="cancelled")
             await self._notify_end("cancelled", None)
+            await self._close_stream(TaskStatus.CANCELLED)
             raise
         try:
             result = loop.result()
@@ -261,7 +280,16 @@ class SubagentWorkflow:
         # recorded step, and shown as retrying, until a worker with a fix resumes it.
         await self._background.settle()
         await self._notify_end(result.stop_reason, result.error)
-        return result
+        return await self._closed(result)
+
+    async def _closed(self, result: TaskResult) -> TaskResult:
+        """The run's result, once its stream said so and let its watchers go."""
+        await self._close_stream(result.status, result.error)
+        return result.model_copy(update={"stream_end": self._stream.log.end})
+
+    async def _close_stream(self, status: TaskStatus, error: str | None = None) -> None:
+        self._events.closed(status, error)
+        await self._stream.settle()
 
     async def _fail(self, message: str, error_type: str) -> ApplicationError:
         """Publish the failure, cancel the registered tasks, notify: the error to raise."""
@@ -269,6 +297,7 @@ class SubagentWorkflow:
         self._publish(TaskStatus.FAILED, error=message)
         await self._adopted.cancel()
         await self._notify_end(None, message)
+        await self._close_stream(TaskStatus.FAILED, message)
         return ApplicationError(message, type=error_type, non_retryable=True)
 
     def _notify_task(
@@ -355,6 +384,8 @@ class SubagentWorkflow:
             self._head = turn.head
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
+            self._events.turn(self._turns, turn)
+            self._stream.trim()
             if not turn.same_tools:
                 self._worker.take(turn)
             self._last_text, self._last_text_ref = turn.text, turn.text_ref
@@ -457,11 +488,19 @@ class SubagentWorkflow:
             context=self._models.context,
             schema_ref=self._schema_ref,
             compacted=compacted,
+            watched=self._stream.watched(),
         )
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
         turn_input = self._turn_input(new, compacted=compacted)
-        return await self._models.turn(turn_input, self._turns, self._model)
+        try:
+            return await self._models.turn(turn_input, self._turns, self._model)
+        except asyncio.CancelledError:
+            self._events.turn_failed(self._turns, "cancelled")
+            raise
+        except FailureError as err:
+            self._events.turn_failed(self._turns, ended(err))
+            raise
 
     async def _compact(self, turn: ModelTurnResult, attempt: int) -> None:
         """Compact the conversation before the turn is run again (``compact_context``).
@@ -483,6 +522,7 @@ class SubagentWorkflow:
             self._head = result.head
             self._compactions += 1
             workflow.logger.info("%s", describe(result.compaction))
+            self._events.event("compaction", describe(result.compaction))
         self._progress()
 
     # ------------------------------------------------------------------ tool calls
@@ -584,6 +624,7 @@ class SubagentWorkflow:
 
     async def _continue_as_new(self, new: list[Message]) -> None:
         assert self._input is not None
+        await self._stream.settle()  # releases the watchers' polls: handlers can finish
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._background.settle()
         await self._notes.started()
@@ -601,6 +642,7 @@ class SubagentWorkflow:
             invalid_answers=self._invalid_answers,
             context=self._models.context,
             compactions=self._compactions,
+            stream=self._stream.carry(),
         )
         # On versioned workers the new run starts on the deployment's current version,
         # like a follow-up run. Temporal's default would keep it on this run's version,
@@ -672,6 +714,7 @@ class SubagentWorkflow:
         if pending and not status.terminal and status != TaskStatus.CANCELLING:
             status = TaskStatus.PAUSED  # this task, or a child of it, waits for a decision
         self._shown = (status, pause_id, pending)
+        self._events.status(status, pause_id, pending)
         self._show_details()
         memo = task_memo(
             status,

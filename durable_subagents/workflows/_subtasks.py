@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         ToolCallResult,
     )
+    from durable_subagents._stream_items import MAX_DEPTH
     from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
     from durable_subagents.errors import InvalidRequest
@@ -297,6 +298,9 @@ class ChildTasks:
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None
         task_input.parent_is_subagent = True
+        task_input.streams_to_parent = True
+        own = workflow.info().workflow_id
+        task_input.stream_ancestors = [own, *parent.stream_ancestors][:MAX_DEPTH]
         # The child is bound by what its parent's activities are: narrowed, never wider.
         task_input.activity_options = task_options(parent)
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"

@@ -16,9 +16,11 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import FailureError
 
 from durable_subagents.workflows._activity_options import scheduled_with
 from durable_subagents.workflows._outcomes import check_size, tool_timeout
+from durable_subagents.workflows._stream import TaskEvents, ended
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
@@ -98,8 +100,9 @@ class ToolCalls:
         options: The task's activity options (see ``task_options``).
     """
 
-    def __init__(self, on_change: Callable[[], None]) -> None:
+    def __init__(self, on_change: Callable[[], None], events: TaskEvents | None = None) -> None:
         self._on_change = on_change
+        self._events = events
         self.options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS
         self._slots: asyncio.Semaphore | None = None
         self.running: dict[str, str] = {}
@@ -158,12 +161,24 @@ class ToolCalls:
         """Await ``run`` with ``call`` listed in the current details meanwhile."""
         self.running[call.id] = policy.arguments_preview(call.name, call.arguments, limit=200)
         self._on_change()
+        if self._events is not None:
+            self._events.tool_started(call)
         try:
             result = await run
+        except asyncio.CancelledError:
+            if self._events is not None:
+                self._events.tool_finished(call, None, "cancelled")
+            raise
+        except FailureError as err:
+            if self._events is not None:
+                self._events.tool_finished(call, None, ended(err))
+            raise
         finally:
             # No workflow call here: on eviction the SDK unwinds with its own exception.
             self.running.pop(call.id, None)
         self._on_change()
+        if self._events is not None:
+            self._events.tool_finished(call, result)
         return result
 
     async def settle(

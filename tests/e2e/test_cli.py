@@ -345,8 +345,8 @@ async def test_watch_and_check_wait_say_in_one_line_that_the_server_went_away(
     assert watcher.returncode == 1, (seen, out, err)
     assert err.decode() == (
         f"{lost}; the task goes on (it runs on the workers, and Temporal keeps it); run "
-        f"`subagents watch {task_id}` again once the server answers\n"
-    ), err.decode()
+        f"`subagents watch {task_id} --after 2` again once the server answers\n"
+    ), err.decode()  # where it stopped: after the tool_started event, offset 2
     kinds = [line.split()[1] for line in (seen + out).decode().splitlines()]
     assert kinds == ["status", "turn", "tool_started"], (seen + out).decode()
     assert waiter.returncode == 1 and waited_out == b""

@@ -123,7 +123,9 @@ async def open_inbox(browser: Any, url: str) -> tuple[Any, list[str]]:
 async def test_a_paused_child_of_a_paused_parent_is_approved_from_the_page(
     serve: Callable[..., Any], client: SubagentClient, worker: None, browser: Any, screenshots: Path
 ) -> None:
-    child_model = script(bash("wc -l inventory/*.py"), {"text": "counted"})
+    child_model = script(
+        {"text": "counting now", **bash("wc -l inventory/*.py")}, {"text": "counted"}
+    )
     spawn = {
         "name": "spawn_subagent",
         "arguments": {"agent": "general", "prompt": "count", "model": child_model},
@@ -150,6 +152,12 @@ async def test_a_paused_child_of_a_paused_parent_is_approved_from_the_page(
         assert (await link.get_attribute("href")).startswith(
             f"http://127.0.0.1:8233/namespaces/default/workflows/{top}/"
         )
+        # the tree's live panel: the child's text and its call, indented under the lead
+        live = entry.locator("details.live pre.live-log")
+        await live.locator("span.live-text", has_text="counting now").wait_for(timeout=15_000)
+        text = await live.inner_text()
+        assert f"  [{child}] text counting now" in text, text
+        assert f"  [{child}] status paused" in text, text
         await page.screenshot(path=screenshots / "inbox-tree.png", full_page=True)
 
         await entry.get_by_role("button", name="Approve all shown (1)").click()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import uuid
@@ -27,6 +28,7 @@ from durable_subagents.testing import DevServer, free_port, workspace_for_tools
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent
+os.environ.setdefault("SUBAGENTS_ALLOW_SCRIPTED", "true")  # the scenarios' model
 VERSION = "0.2.0"
 """The release the histories were recorded from (files ``<scenario>-<VERSION>.json``).
 
@@ -46,6 +48,8 @@ SCENARIOS = (
     "structured",
     "rate_limited",
     "notified",
+    "streamed",
+    "streamed_child",
 )
 """What ``record`` records, each a task of one shape (names of the files)."""
 
@@ -78,6 +82,29 @@ LEAD_SCRIPT = "scripted:" + json.dumps(
                     },
                 }
             ]
+        },
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead: {last_tool_result}"},
+    ]
+)
+STREAMING_CHILD_SCRIPT = "scripted:" + json.dumps(
+    [{"text": "the child writes its answer word by word", "stream": 1.0}]
+)
+STREAMING_LEAD_SCRIPT = "scripted:" + json.dumps(
+    [
+        {
+            "text": "handing it over, word by word",
+            "stream": 1.0,
+            "tool_calls": [
+                {
+                    "name": "spawn_subagent",
+                    "arguments": {
+                        "agent": "explore",
+                        "prompt": "write",
+                        "model": STREAMING_CHILD_SCRIPT,
+                    },
+                }
+            ],
         },
         {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
         {"text": "lead: {last_tool_result}"},
@@ -211,6 +238,11 @@ async def record(stack: contextlib.AsyncExitStack) -> None:
                     "explore", "review", model=STRUCTURED_SCRIPT, output_schema=VERDICT
                 )
                 await client.check_task(structured, wait=True, timeout=60)
+                # watched as a tree while both stream: publish signals, poll Updates,
+                # the child's items forwarded to the lead
+                streamed = await client.spawn_task("lead", "stream", model=STREAMING_LEAD_SCRIPT)
+                below = {e.task_id async for e in client.watch(streamed, tree=True) if e.depth}
+                [streamed_child] = below
             # model turns sent on to a provider's rate-limited queue (the first, by the
             # worker of the task's own queue; the later ones scheduled there)
             limited = settings.model_copy(
@@ -257,6 +289,8 @@ async def record(stack: contextlib.AsyncExitStack) -> None:
                 "structured": structured,
                 "rate_limited": rated,
                 "notified": notified,
+                "streamed": streamed,
+                "streamed_child": streamed_child,
             }
             assert tuple(recorded) == SCENARIOS
             wanted = sys.argv[1:] or list(recorded)

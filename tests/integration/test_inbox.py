@@ -564,3 +564,44 @@ async def test_errors_name_the_endpoints_to_call_not_python_functions(
     for message in (*errors, missing["error"], ended["error"]):
         for python in ("check_task", "list_tasks", "send_input"):
             assert python not in message, message
+
+
+async def test_a_paused_tree_s_events_page_by_offset_and_wait_for_more(
+    api: Api, client: SubagentClient
+) -> None:
+    """``/events?tree=true`` holds the tree's events, the child's text among them, each
+    with its offset; with ``wait`` and ``after`` it answers with what came next."""
+    child = script({"text": "checking first", **bash("echo from the child")}, {"text": "done"})
+    spawn = {
+        "name": "spawn_subagent",
+        "arguments": {"agent": "general", "prompt": "go", "model": child},
+    }
+    wait = {"name": "wait_subagents", "arguments": {}}
+    model = script({"tool_calls": [spawn]}, {"tool_calls": [wait]}, {"tool_calls": [wait]},
+                   {"text": "lead done"})  # fmt: skip
+    top = await client.spawn_task("lead", "delegate", model=model)
+    info = await paused(client, top)
+    status, page, _ = await api.call("GET", f"/api/tasks/{top}/events?tree=true", VIEWER)
+    assert status == 200, page
+    texts = [(e["depth"], e["text"]) for e in page["events"] if e["kind"] == "text"]
+    assert (1, "checking first") in texts
+    offsets = [e["offset"] for e in page["events"]]
+    assert offsets == sorted(set(offsets)) and page["next"] == offsets[-1]
+    status, own, _ = await api.call("GET", f"/api/tasks/{top}/events")
+    assert status == 200 and {e["task_id"] for e in own["events"]} == {top}
+
+    waiting = asyncio.ensure_future(
+        api.call("GET", f"/api/tasks/{top}/events?tree=true&wait=20&after={page['next']}")
+    )
+    await asyncio.sleep(0.5)
+    assert not waiting.done()  # nothing new yet: it waits
+    await client.approve(top)
+    status, more, _ = await waiting
+    assert status == 200, more
+    assert more["events"] and all(e["offset"] > page["next"] for e in more["events"])
+    done = await client.check_task(top, wait=True, timeout=30, after_pause=info.pause_id)
+    assert done.status == TaskStatus.COMPLETED
+    status, error, _ = await api.call("GET", f"/api/tasks/{top}/events?after=-1")
+    assert status == 400 and "after must be an offset" in error["error"]
+    status, _, _ = await api.call("GET", f"/api/tasks/{top}/events", SCOPED)
+    assert status == 404

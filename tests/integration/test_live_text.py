@@ -1,18 +1,21 @@
-"""Live text: ``watch`` yields a streaming turn's answer while it streams, never via history."""
+"""Live text: ``watch`` yields a streaming turn's answer from the task's stream as it streams."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskEvent, TaskStatus
 from durable_subagents._live_text import LIVE_TEXT_LIMIT, parse_live
+from durable_subagents.activities._stream_text import STREAM_TEXT_LIMIT
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.config import Settings
 from durable_subagents.worker import create_worker
@@ -78,6 +81,8 @@ async def test_text_streams_before_its_turn_event(
 async def test_a_late_watcher_gets_the_text_so_far(
     client: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
+    """A watcher that comes while the turn streams gets every piece from the first, at
+    once, then the rest live."""
     task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 8}))
 
     async def four_words_heartbeated() -> bool:
@@ -85,15 +90,13 @@ async def test_a_late_watcher_gets_the_text_so_far(
 
     await eventually(four_words_heartbeated, "four words in the turn's heartbeats")
     assert await turn_open(temporal_client, task_id)
-    stream = client.watch(task_id).__aiter__()
-    first = await anext(stream)
-    while first.kind != "text":
-        first = await anext(stream)
-    assert first.text is not None and first.text.startswith("word1 word2 word3")
-    assert len(first.text.split()) >= 4, first.text
-    assert WORDS.startswith(first.text)
-    rest = [e async for e in stream]
-    assert first.text + "".join(e.text or "" for e in rest if e.kind == "text") == WORDS
+    events = await watch_until_closed(client, task_id)
+    texts = [e for e in events if e.kind == "text"]
+    assert texts[0].text is not None and texts[0].text.startswith("word1")
+    assert len(texts) >= 4, texts
+    assert "".join(e.text or "" for e in texts) == WORDS
+    offsets = [e.offset for e in events]
+    assert offsets == sorted(set(offsets)) and None not in offsets
 
 
 async def test_a_finished_task_replays_each_turns_text(
@@ -115,13 +118,14 @@ async def test_a_finished_task_replays_each_turns_text(
     ]
 
 
-async def test_live_text_stays_out_of_the_history(
+async def test_live_text_reaches_the_history_once_in_bounded_signals(
     monkeypatch: pytest.MonkeyPatch,
     client: SubagentClient,
     temporal_client: Client,
     settings: Settings,
 ) -> None:
-    """Only the turn's result holds its text: no heartbeat, no delta reaches history."""
+    """The pieces reach the workflow in the stream's publish signals, one per piece at
+    most, and hold the answer once; no heartbeat is recorded."""
     async with model_api(monkeypatch, "openai") as api:
         api.add_reply(text=WORDS, chunk_delay=0.15)
         async with create_worker(temporal_client, settings):
@@ -129,18 +133,44 @@ async def test_live_text_stays_out_of_the_history(
             seen = await watch_until_closed(client, task_id)
     assert sum(1 for e in seen if e.kind == "text") >= 3
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
-    holding = [e.event_type for e in history.events if _payload_text(e, "word5")]
-    # the answer as recorded (turn result, the task's memo, its result), nothing streamed
-    assert holding == [
-        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
-        EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    ]
+    published = ""
+    signals = 0
+    for event in history.events:
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            continue
+        attrs = event.workflow_execution_signaled_event_attributes
+        assert attrs.signal_name == "__temporal_workflow_stream_publish"
+        signals += 1
+        sent = json.loads(attrs.input.payloads[0].data)
+        for entry in sent["items"]:
+            item = Payload()
+            item.ParseFromString(base64.b64decode(entry["data"]))
+            published += json.loads(item.data).get("text", "")
+    assert 1 <= signals <= len(WORDS.split()) + 1, signals
+    assert published == WORDS
+    assert turn_text(seen, 1) == WORDS
 
 
-def _payload_text(event: HistoryEvent, needle: str) -> bool:
-    """Whether the event holds ``needle`` anywhere (its payloads included)."""
-    return needle.encode() in event.SerializeToString()
+async def test_a_turn_nobody_watches_publishes_nothing_live(
+    monkeypatch: pytest.MonkeyPatch,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """No watcher: no publish signal reaches the history, and a later watcher still reads
+    the turn's text (the workflow published it from the turn's result)."""
+    async with model_api(monkeypatch, "openai") as api:
+        api.add_reply(text=WORDS, chunk_delay=0.1)
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MODELS["openai"])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+            assert info.status == TaskStatus.COMPLETED
+            seen = await watch_until_closed(client, task_id)
+    assert api.completed_streams == 1
+    history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in kinds
+    assert [e.text for e in seen if e.kind == "text"] == [WORDS]
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
@@ -233,14 +263,14 @@ async def test_watch_prints_text_live(
     assert kinds.index("text") < kinds.index("turn")
 
 
-async def test_a_model_that_writes_a_flood_cannot_swell_the_heartbeats(
+async def test_a_model_that_writes_a_flood_cannot_swell_the_heartbeats_or_the_stream(
     monkeypatch: pytest.MonkeyPatch,
     client: SubagentClient,
     temporal_client: Client,
     settings: Settings,
 ) -> None:
     """A hostile answer of 400,000 characters: each heartbeat carries at most the latest
-    32 K of it, and a watcher still ends with the exact answer."""
+    32 K of it, the stream its first 64 K and how much it cut; the result is exact."""
     flood = " ".join(f"{i:04d}" + "x" * 995 for i in range(400))
     largest = 0
     events: list[TaskEvent] = []
@@ -248,17 +278,27 @@ async def test_a_model_that_writes_a_flood_cannot_swell_the_heartbeats(
         api.add_reply(text=flood, chunk_delay=0.012)
         async with create_worker(temporal_client, settings):
             task_id = await client.spawn_task("explore", "go", model=MODELS["openai"])
-            async for event in client.watch(task_id):
-                events.append(event)
-                if event.kind == "text":
-                    desc = await temporal_client.get_workflow_handle(task_id).describe()
+            handle = temporal_client.get_workflow_handle(task_id)
+
+            async def heartbeats() -> None:
+                nonlocal largest
+                while True:
+                    desc = await handle.describe()
                     for pending in desc.raw_description.pending_activities:
                         largest = max(largest, pending.heartbeat_details.ByteSize())
+                    await asyncio.sleep(0.2)
+
+            sampling = asyncio.create_task(heartbeats())
+            async for event in client.watch(task_id):
+                events.append(event)
+            sampling.cancel()
     assert 0 < largest <= LIVE_TEXT_LIMIT + 1024, largest
-    pieces = [e.text or "" for e in events if e.kind == "text"]
-    assert len(pieces) >= 2 and all(len(p) <= LIVE_TEXT_LIMIT + 1 for p in pieces[:-1])
-    assert any(p.startswith("…") for p in pieces)  # it outran a heartbeat's window
-    assert "".join(pieces).endswith(flood[-LIVE_TEXT_LIMIT:])
+    pieces = [e for e in events if e.kind == "text"]
+    streamed = "".join(e.text or "" for e in pieces)
+    assert len(pieces) >= 2
+    assert streamed == flood[:STREAM_TEXT_LIMIT]  # the stream, and so the history, is bounded
+    cut = len(flood) - STREAM_TEXT_LIMIT
+    assert pieces[-1].summary == f"cut: {cut} more characters are in the transcript"
     info = await client.check_task(task_id)
     assert info.result_truncated  # over 64 KiB: the result carries its head
     assert await client.get_result(task_id) == flood

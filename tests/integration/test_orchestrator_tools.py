@@ -514,3 +514,41 @@ async def test_reach_own_keeps_the_model_to_the_tasks_it_spawned(
         "task_id"
     ]
     assert (await call(mine, "check_subagent", task_id=own))["status"] == "completed"
+
+
+async def test_check_subagent_pages_through_what_it_did_by_offset(
+    tools: SubagentTools, worker: None
+) -> None:
+    """``events_after`` returns the task's events since an offset: polled until the task
+    ends, the pages hold every event once, in order, its turns' text whole."""
+    model = script(
+        {"text": "Looking first.", "tool_calls": [{"name": "list_files", "arguments": {}}],
+         "delay": 0.5},
+        {"text": "All done.", "delay": 0.5},
+    )  # fmt: skip
+    spawned = await call(tools, "spawn_subagent", agent="explore", prompt="go", model=model)
+    after, pages = -1, []
+    for _ in range(200):
+        view = await call(
+            tools, "check_subagent", task_id=spawned["task_id"], wait=False, events_after=after
+        )
+        pages.append(view["events"])
+        after = view["events_next"]
+        if view["status"] == "completed" and not view["events"]:
+            break
+        await asyncio.sleep(0.2)
+    events = [e for page in pages for e in page]
+    offsets = [e["offset"] for e in events]
+    assert offsets == sorted(set(offsets))
+    assert sum(1 for page in pages if page) >= 2  # it was read while it ran
+    assert [(e["kind"], e.get("text")) for e in events if e["kind"] == "text"] == [
+        ("text", "Looking first."),
+        ("text", "All done."),
+    ]
+    assert [e["kind"] for e in events if e["kind"] in ("tool_started", "tool_finished")] == [
+        "tool_started",
+        "tool_finished",
+    ]
+    assert events[-1]["kind"] == "closed"
+    bad = await tools.call("check_subagent", json.dumps({"task_id": "x", "events_after": -2}))
+    assert "events_after" in bad

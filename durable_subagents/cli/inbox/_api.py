@@ -112,6 +112,13 @@ class _Api:
     async def pause(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
         return await self.inbox.pause(grant, request.match_info["task_id"])
 
+    async def events(self, request: web.Request, grant: Grant, _: None) -> BaseModel:
+        query = request.query
+        wait = _number(query.get("wait"), "wait", MAX_WAIT)
+        tree = query.get("tree", "false").lower() in ("1", "true")
+        after = _offset(query.get("after"))
+        return await self.inbox.events(grant, request.match_info["task_id"], after, tree, wait)
+
     async def approve(self, request: web.Request, grant: Grant, body: DecisionRequest) -> BaseModel:
         task_id = request.match_info["task_id"]
         return await self.inbox.decide(grant, task_id, body, approved=True)
@@ -135,6 +142,15 @@ class _Api:
         info = await self.inbox.client.cancel_task(task_id, wait=body.wait, timeout=body.timeout)
         self.inbox.changed()
         return info
+
+
+def _offset(text: str | None) -> int | None:
+    """The ``after`` query parameter: an offset (0 or more), or None when not given."""
+    if text is None or text == "":
+        return None
+    if not text.isdecimal():
+        raise InvalidRequest(f"after must be an offset (an integer, 0 or more), not {text!r}")
+    return int(text)
 
 
 def _number(text: str | None, name: str, most: float) -> float:
@@ -301,6 +317,7 @@ def build_app(
         "list_tasks": api.list_tasks,
         "check_task": api.check_task,
         "pause": api.pause,
+        "events": api.events,
         "approve": api.approve,
         "reject": api.reject,
         "send_input": api.send_input,

@@ -31,7 +31,7 @@ from durable_subagents.client import SubagentClient
 from durable_subagents.client._decisions import MAX_REASON_BYTES
 from durable_subagents.client._task_state import info_from, quote
 from durable_subagents.errors import PayloadEncryptionError, TaskNotFound, WrongTaskState
-from durable_subagents.types import PendingApproval, TaskInfo, TaskStatus
+from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
 
 __all__ = [
     "CallRef",
@@ -169,6 +169,20 @@ class CancelRequest(BaseModel):
 
     wait: bool = False
     timeout: float = Field(10.0, ge=0, le=60)
+
+
+class EventPage(BaseModel):
+    """A page of a task tree's stream: its events after the offset asked for, in order."""
+
+    events: list[TaskEvent]
+    next: int | None = None
+    """The offset to ask after next (the last event's; the one asked for if none came)."""
+
+
+EVENTS_PAGE = 200
+"""Events one ``/events`` answer holds at most."""
+EVENTS_LINGER = 0.2
+"""Seconds a waiting ``/events`` answer gathers events after the first came."""
 
 
 class TaskList(BaseModel):
@@ -345,6 +359,39 @@ class Inbox:
             if view.version != since or left <= 0:
                 return view
             await asyncio.sleep(min(self.poll, left))
+
+    async def events(
+        self, grant: Grant, task_id: str, after: int | None, tree: bool, wait: float
+    ) -> EventPage:
+        """The task's (and with ``tree`` its subtree's) events after ``after``.
+
+        With ``wait``, a long poll on the task's stream: it answers once events came
+        (and ``EVENTS_LINGER`` more for the rest of a burst), or after ``wait`` seconds.
+        """
+        await self.task(grant, task_id)
+        if not wait:
+            events = await self.client.events_since(task_id, after, tree=tree, limit=EVENTS_PAGE)
+        else:
+            events = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            stream = self.client.watch(task_id, tree=tree, after=after)
+            try:
+                while len(events) < EVENTS_PAGE:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        break
+                    try:
+                        async with asyncio.timeout(left):
+                            event = await anext(stream)
+                    except (TimeoutError, StopAsyncIteration):
+                        break
+                    events.append(event)
+                    deadline = min(deadline, loop.time() + EVENTS_LINGER)
+            finally:
+                await stream.aclose()
+        last = next((e.offset for e in reversed(events) if e.offset is not None), after)
+        return EventPage(events=events, next=last)
 
     def changed(self) -> None:
         """Read the paused tasks afresh at the next view (after a decision here)."""

@@ -17,6 +17,7 @@ from durable_subagents.cli.inbox._inbox import (
     CancelRequest,
     DecisionRequest,
     DecisionResult,
+    EventPage,
     InboxView,
     InputRequest,
     PauseView,
@@ -154,6 +155,21 @@ ROUTES = (
         "deciding, and send back the pause id and the calls as read.",
         PauseView,
         errors=(*_TASK_ERRORS, 409),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/{task_id}/events",
+        "events",
+        "The task's events after an offset, each with its `offset` (the model's text as "
+        "it streams, tool calls, status); with `tree`, its subagents' too. With `wait`, a "
+        "long poll: it answers once events came, or after `wait` seconds.",
+        EventPage,
+        query=(
+            Param("after", {"type": "integer", "minimum": 0}, "Only events after this offset"),
+            Param("tree", {"type": "boolean"}, "Also the events of every task below it"),
+            Param("wait", {"type": "number", "minimum": 0, "maximum": MAX_WAIT}, "Seconds to wait"),
+        ),
+        errors=_TASK_ERRORS,
     ),
     Route(
         "POST",

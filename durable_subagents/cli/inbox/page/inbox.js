@@ -15,6 +15,9 @@ let token = sessionStorage.getItem(TOKEN_KEY) || "";
 let version = "";
 let poller = null;
 const pauses = new Map();
+const panels = new Map();
+const LIVE_WAIT = 20;
+const LIVE_CHARS = 20000;
 
 function escapeOf(char) {
   const code = char.codePointAt(0);
@@ -179,6 +182,7 @@ function entrySection(entry, view) {
     meta,
   );
   for (const call of view.calls) section.append(callSection(view, call));
+  section.append(livePanel(task.id));
   const reason = el("input", { type: "text", placeholder: "reason for rejecting all shown", maxlength: "4000" });
   const approveAll = el("button", { type: "button", class: "approve approve-all" }, "Approve all shown (" + view.calls.length + ")");
   const rejectAll = el("button", { type: "button", class: "reject reject-all" }, "Reject all shown");
@@ -186,6 +190,68 @@ function entrySection(entry, view) {
   rejectAll.addEventListener("click", () => decide(view, false, null, reason.value));
   section.append(el("div", { class: "actions all" }, approveAll, reason, rejectAll));
   return section;
+}
+
+// A live panel per paused tree: its events and its subagents', text as it streams.
+// It outlives the listing's re-renders, and stops when its tree leaves the inbox.
+function livePanel(taskId) {
+  if (panels.has(taskId)) return panels.get(taskId).node;
+  const log = el("pre", { class: "live-log" });
+  const node = el("details", { class: "live", open: "", data: { task: taskId } },
+    el("summary", {}, "Live: what it and its subagents do"), log);
+  const panel = { node, log, abort: new AbortController(), after: null, line: null, key: null };
+  panels.set(taskId, panel);
+  followLive(taskId, panel);
+  return node;
+}
+
+function liveWrite(panel, event) {
+  const who = event.depth ? "  ".repeat(event.depth) + "[" + event.task_id + "] " : "";
+  const streaming = event.kind === "text" || event.kind === "thinking";
+  const key = event.task_id + "\n" + event.kind + "\n" + event.turn;
+  if (streaming && panel.key === key && event.summary !== "restarted") {
+    panel.line.append(shown(event.text || ""));
+  } else {
+    let detail = [event.status, event.summary].filter(Boolean).join(" · ");
+    if (streaming) detail = (event.summary === "restarted" ? "[restarted] " : "") + (event.text || "");
+    if (event.result) detail += " → " + event.result;
+    if (event.error) detail += " (" + event.error + ")";
+    const line = el("span", { class: "live-" + event.kind }, who + event.kind + " " + detail);
+    if (panel.log.childNodes.length) panel.log.append("\n");
+    panel.log.append(line);
+    panel.line = line;
+    panel.key = streaming ? key : null;
+  }
+  while (panel.log.textContent.length > LIVE_CHARS && panel.log.childNodes.length > 2) {
+    panel.log.firstChild.remove();
+    panel.log.firstChild.remove();
+  }
+}
+
+async function followLive(taskId, panel) {
+  const signal = panel.abort.signal;
+  while (!signal.aborted) {
+    try {
+      const after = panel.after === null ? "" : "&after=" + panel.after;
+      const page = await api("/api/tasks/" + encodeURIComponent(taskId) + "/events?tree=true&wait=" +
+        LIVE_WAIT + after, { signal });
+      for (const event of page.events) liveWrite(panel, event);
+      if (page.next !== null && page.next !== undefined) panel.after = page.next;
+      if (page.events.some((e) => e.kind === "closed" && !e.depth)) return;
+    } catch (err) {
+      if (signal.aborted) return;
+      await new Promise((done) => setTimeout(done, 2000));
+    }
+  }
+}
+
+function dropPanels(kept) {
+  for (const [taskId, panel] of panels) {
+    if (!kept.has(taskId)) {
+      panel.abort.abort();
+      panels.delete(taskId);
+    }
+  }
 }
 
 async function pauseOf(entry) {
@@ -227,6 +293,7 @@ async function render(view) {
       // decided or resumed between the listing and the read: the next listing drops it
     }
   }
+  dropPanels(new Set(view.entries.map((entry) => entry.task.id)));
   const main = document.getElementById("entries");
   main.replaceChildren(...sections);
   if (!sections.length) main.append(el("p", { class: "empty" }, "Nothing waits for a decision."));
@@ -256,6 +323,7 @@ async function pollLoop(signal) {
 
 function refresh() {
   if (poller) poller.abort();
+  dropPanels(new Set());
   version = "";
   if (!token) {
     setState("Enter a token to read the inbox.");

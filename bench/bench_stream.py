@@ -1,0 +1,201 @@
+"""Live text benchmark: how soon a model's text reaches ``watch``, and what it costs.
+
+A local model server on each wire (OpenAI, Anthropic) streams ``--markers`` markers
+``--gap`` seconds apart; a watcher notes when each arrives. Printed:
+
+- latency, p50 and p95, from the server writing a marker to ``watch`` yielding it:
+  for one task, and for a child seen in its parent's ``watch(tree=True)``;
+- history events and bytes of one streaming turn, with live text published and with
+  it turned off (``MAX_PUBLISHES = 0``: the turn's text reaches the stream from its
+  result only), with and without a watcher;
+- the process's CPU seconds per streaming turn, on and off, nobody watching.
+
+    .venv/bin/python bench/bench_stream.py [--markers 50] [--gap 0.1] [--turns 5]
+
+The 200-turn x 50 KB history is ``bench_long.py`` (run it on both versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+
+from durable_subagents import SubagentClient, TaskStatus, connect_client
+from durable_subagents.activities import _stream_text
+from durable_subagents.agents import AgentSpec
+from durable_subagents.config import Settings
+from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.testing import (
+    DevServer,
+    FakeAnthropicServer,
+    FakeModelServer,
+    FakeOpenAIServer,
+    free_port,
+)
+from durable_subagents.testing.fake_openai import FakeReply
+from durable_subagents.worker import create_worker
+
+CHILD = "child-streams-markers"
+"""The prompt of the child whose markers a tree's watcher times."""
+
+WIRES = {
+    "openai": (FakeOpenAIServer, "OPENAI", "openai:gpt-test"),
+    "anthropic": (FakeAnthropicServer, "ANTHROPIC", "anthropic:claude-test"),
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def history_of(temporal: Client, task_id: str) -> tuple[int, int]:
+    events = size = 0
+    async for execution in temporal.list_workflows(f"WorkflowId = '{task_id}'"):
+        handle = temporal.get_workflow_handle(task_id, run_id=execution.run_id)
+        async for event in handle.fetch_history_events():
+            events += 1
+            size += event.ByteSize()
+    return events, size
+
+
+class Bench:
+    def __init__(self, temporal: Client, settings: Settings, markers: int, gap: float) -> None:
+        self.temporal = temporal
+        self.settings = settings
+        self.client = SubagentClient(temporal, task_queue=settings.task_queue)
+        self.client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+        self.markers = [f"<m{i:03d}>" for i in range(markers)]
+        self.deltas = [m + " " for m in self.markers]
+        self.gap = gap
+
+    def reply(self, server: FakeModelServer) -> None:
+        server.add_reply(deltas=self.deltas, chunk_delay=self.gap)
+
+    def child_reply(self, body: dict[str, object]) -> FakeReply | None:
+        """The markers for a child's request, nothing (the queue) for anyone else's."""
+        if CHILD not in json.dumps(body):
+            return None
+        return FakeReply(text="".join(self.deltas), deltas=self.deltas, chunk_delay=self.gap)
+
+    async def latency(self, server: FakeModelServer, model: str, tree: bool) -> list[float]:
+        """Seconds from each marker's frame to ``watch`` yielding it."""
+        if tree:
+            # the parent's turns from the queue; the child's (its prompt says so) streams
+            spawn = {"agent": "explore", "prompt": CHILD}
+            server.add_reply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+            server.add_reply(tool_calls=[{"name": "wait_subagents", "arguments": {}}])
+            server.add_reply(text="done")
+            task_id = await self.client.spawn_task("lead", "go", model=model)
+        else:
+            self.reply(server)
+            task_id = await self.client.spawn_task("explore", "go", model=model)
+        arrived: dict[str, float] = {}
+        async for event in self.client.watch(task_id, tree=tree):
+            if event.kind == "text" and event.text:
+                now = time.monotonic()
+                for marker in self.markers:
+                    if marker in event.text:
+                        arrived.setdefault(marker, now)
+        sent = {m: next(t for t, frame in server.sent if m.encode() in frame) for m in self.markers}
+        server.sent.clear()
+        assert len(arrived) == len(self.markers), f"{len(arrived)} of {len(self.markers)}"
+        return [arrived[m] - sent[m] for m in self.markers]
+
+    async def turn_cost(
+        self, server: FakeModelServer, model: str, publish: bool, watched: bool
+    ) -> tuple[int, int]:
+        """History events and bytes of a task of one streaming turn."""
+        _stream_text.MAX_PUBLISHES = 300 if publish else 0
+        try:
+            self.reply(server)
+            task_id = await self.client.spawn_task("explore", "go", model=model)
+            if watched:
+                async for _ in self.client.watch(task_id):
+                    pass
+            info = await self.client.check_task(task_id, wait=True, timeout=300)
+            assert info.status == TaskStatus.COMPLETED, info
+        finally:
+            _stream_text.MAX_PUBLISHES = 300
+        return await history_of(self.temporal, task_id)
+
+    async def cpu(self, server: FakeModelServer, model: str, publish: bool, turns: int) -> float:
+        """CPU seconds of this process (worker, model server, client) per streaming turn."""
+        _stream_text.MAX_PUBLISHES = 300 if publish else 0
+        try:
+            started = time.process_time()
+            for _ in range(turns):
+                self.reply(server)
+                task_id = await self.client.spawn_task("explore", "go", model=model)
+                await self.client.check_task(task_id, wait=True, timeout=300)
+            return (time.process_time() - started) / turns
+        finally:
+            _stream_text.MAX_PUBLISHES = 300
+
+
+async def main(markers: int, gap: float, turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as dev:
+            temporal = await connect_client(dev.address)
+            settings = Settings(
+                address=dev.address,
+                task_queue=f"stream-{uuid.uuid4().hex[:6]}",
+                allow_scripted=True,
+                models="*",
+                data_dir=root,
+                workspace=root,
+            )
+            bench = Bench(temporal, settings, markers, gap)
+            print(f"{markers} markers {gap:g} s apart, per wire")
+            for wire, (server_class, prefix, model) in WIRES.items():
+                async with server_class(responder=bench.child_reply) as server:
+                    os.environ[f"{prefix}_API_KEY"] = "k"
+                    os.environ[f"{prefix}_BASE_URL"] = server.base_url
+                    clear_provider_cache()
+                    async with create_worker(temporal, settings):
+                        for tree in (False, True):
+                            seen = await bench.latency(server, model, tree)
+                            what = "child in a tree" if tree else "one task"
+                            print(
+                                f"  {wire:<9} {what:<16} latency p50 "
+                                f"{statistics.median(seen) * 1000:6.0f} ms   p95 "
+                                f"{percentile(seen, 0.95) * 1000:6.0f} ms   max "
+                                f"{max(seen) * 1000:6.0f} ms"
+                            )
+                        if wire == "openai":
+                            print("  one streaming turn's task history (events, KB):")
+                            for publish, watched in ((False, False), (True, False), (True, True)):
+                                events, size = await bench.turn_cost(
+                                    server, model, publish, watched
+                                )
+                                label = ("live text on" if publish else "live text off") + (
+                                    ", watched" if watched else ""
+                                )
+                                print(f"    {label:<24} {events:5d} events {size / 1024:7.1f} KB")
+                            off = await bench.cpu(server, model, False, turns)
+                            on = await bench.cpu(server, model, True, turns)
+                            print(
+                                "  CPU per streaming turn, nobody watching: "
+                                f"off {off * 1000:.0f} ms, on {on * 1000:.0f} ms "
+                                f"({(on / off - 1) * 100:+.0f}%)"
+                            )
+                    await close_providers()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--markers", type=int, default=50)
+    parser.add_argument("--gap", type=float, default=0.1)
+    parser.add_argument("--turns", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.markers, args.gap, args.turns))

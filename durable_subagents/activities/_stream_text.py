@@ -1,0 +1,231 @@
+"""A model turn's text and thinking, published to the task's stream as the model writes.
+
+Only while someone watches the task's stream, or a stream above it (the workflow says so
+in the turn's input, and the tasks' ``watched`` memo once a watcher comes mid-turn): a
+turn nobody watches publishes nothing live, and the workflow publishes its text from
+the turn's result. Each publish is one signal to the task (Workflow Streams' publish
+signal: deduplicated by publisher and sequence, so a retried signal lands once), which
+is four history events with the workflow task it wakes. So pieces are batched, never
+sent one by one:
+
+- the first publish waits ``GAP`` after the first piece: a turn that answers within it
+  (a fast model, a short answer) publishes nothing, and the workflow publishes the
+  text from the turn's result instead, at no cost in history;
+- then at most one publish per ``GAP`` for the first ``FAST_PUBLISHES``, one per
+  ``SLOW_GAP`` after, and none past ``MAX_PUBLISHES`` until the turn ends.
+
+So a turn adds at most ``MAX_PUBLISHES + 1`` signals (4 history events each) and
+``STREAM_TEXT_LIMIT`` characters of text and of thinking to its task's history, however
+many tokens it streams, and a watcher sees each piece within
+``GAP`` plus a round trip while the turn is young. When the turn ends, what is left is
+published before the activity returns, so the turn's pieces always reach the stream
+before its ``turn`` event. A publish that fails (the task closed) stops the stream; it
+never fails the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from durable_subagents._stream_items import StreamEvent
+
+__all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
+
+WATCHED_MEMO = "watched"
+"""The memo key a task's workflow sets while someone watches its stream."""
+WATCH_CHECK = 1.0
+"""Seconds between asking whether anyone watches, while nobody does."""
+GAP = 0.08
+"""Seconds a piece may wait to be published while the turn is young."""
+SLOW_GAP = 1.0
+"""Seconds between publishes once a turn made ``FAST_PUBLISHES``."""
+FAST_PUBLISHES = 150
+MAX_PUBLISHES = 300
+"""Publishes one turn attempt makes while it streams (one more when it ends)."""
+STREAM_TEXT_LIMIT = 64 * 1024
+"""Characters of text (and of thinking) one turn attempt streams: a longer answer's rest
+is in the transcript, and the stream says how much was cut."""
+
+
+class TurnStream:
+    """Publishes one model-turn attempt's text and thinking (``on_text``, ``on_thinking``).
+
+    Args:
+        turn: The turn's number.
+        attempt: The activity's attempt: a retry's first piece says ``restarted``.
+        watched: Someone watched the task's stream when the turn was scheduled.
+        watch_ids: The tasks whose ``watched`` memo says whether anyone watches now:
+            until one does, nothing is published live (the workflow publishes the text
+            from the turn's result), and they are asked at most every ``WATCH_CHECK``.
+    """
+
+    def __init__(
+        self, turn: int, attempt: int, watched: bool = True, watch_ids: list[str] | None = None
+    ) -> None:
+        self.turn = turn
+        self._live = watched
+        self._watch_ids = watch_ids or []
+        self._checked_at: float | None = None
+        self._restart = {"thinking": attempt > 1, "text": attempt > 1}
+        """Whether the next piece of each starts it over (a retry's first piece)."""
+        self._pending: dict[str, list[str]] = {"thinking": [], "text": []}
+        self._since: float | None = None
+        """When the oldest piece not yet published arrived (monotonic)."""
+        self._first_at: datetime | None = None
+        self._last_publish: float | None = None
+        self.publishes = 0
+        self.text_published = 0
+        """Characters of the text published so far."""
+        self._taken = {"thinking": 0, "text": 0}
+        self._cut = {"thinking": 0, "text": 0}
+        """Characters of each past ``STREAM_TEXT_LIMIT``, left out of the stream."""
+        self._wake = asyncio.Event()
+        self._client: WorkflowStreamClient | None = None
+        self._broken = False
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    def add_text(self, delta: str) -> None:
+        self._add("text", delta)
+
+    def add_thinking(self, delta: str) -> None:
+        self._add("thinking", delta)
+
+    def _add(self, kind: str, delta: str) -> None:
+        if not delta or self._broken:
+            return
+        room = STREAM_TEXT_LIMIT - self._taken[kind]
+        if len(delta) > room:
+            self._cut[kind] += len(delta) - max(room, 0)
+            delta = delta[: max(room, 0)]
+            if not delta:
+                return
+        self._taken[kind] += len(delta)
+        self._pending[kind].append(delta)
+        if self._since is None:
+            self._since = time.monotonic()
+            self._first_at = datetime.now(UTC).replace(tzinfo=None)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        self._wake.set()
+
+    async def _watched(self) -> bool:
+        """Whether a watcher came (asked of the memos at most every ``WATCH_CHECK``)."""
+        now = time.monotonic()
+        if self._checked_at is not None and now - self._checked_at < WATCH_CHECK:
+            return False
+        self._checked_at = now
+        client = activity.client()
+        for task_id in self._watch_ids:
+            try:
+                desc = await client.get_workflow_handle(task_id).describe()
+                if await desc.memo_value(WATCHED_MEMO, False):
+                    self._live = True
+                    return True
+            except Exception:  # a task gone or unreadable: nobody there to show it to
+                continue
+        return False
+
+    def _gap(self) -> float | None:
+        if self.publishes >= MAX_PUBLISHES:
+            return None
+        return GAP if self.publishes < FAST_PUBLISHES else SLOW_GAP
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            gap = self._gap()
+            if gap is None or self._since is None:
+                continue
+            if not self._live and not await self._watched():
+                continue
+            last = self._last_publish
+            due = self._since + gap if last is None else max(self._since, last + gap)
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._publish()
+
+    def _cut_event(self, kind: str) -> dict[str, Any]:
+        cut = self._cut[kind]
+        summary = f"cut: {cut} more characters are in the transcript"
+        return StreamEvent(kind=kind, turn=self.turn, text="", summary=summary).item()
+
+    async def _publish(self, *, thinking_only: bool = False, final: bool = False) -> None:
+        async with self._lock:
+            kinds = ("thinking",) if thinking_only else ("thinking", "text")
+            events = []
+            for kind in kinds:
+                pieces = self._pending[kind]
+                if not pieces:
+                    continue
+                text = "".join(pieces)
+                pieces.clear()
+                events.append(
+                    StreamEvent(
+                        kind=kind,
+                        time=self._first_at,
+                        turn=self.turn,
+                        text=text,
+                        summary="restarted" if self._restart[kind] else None,
+                    ).item()
+                )
+                self._restart[kind] = False
+                if kind == "text":
+                    self.text_published += len(text)
+            if final:
+                for kind in kinds:
+                    if self._cut[kind]:
+                        events.append(self._cut_event(kind))
+            if not any(self._pending.values()):
+                self._since = None
+            if not events or self._broken:
+                return
+            self._last_publish = time.monotonic()
+            self.publishes += 1
+            await self._send(events)
+
+    async def _send(self, events: list[dict[str, Any]]) -> None:
+        try:
+            if self._client is None:
+                self._client = WorkflowStreamClient.from_within_activity()
+            topic = self._client.topic("")
+            for event in events:
+                topic.publish(event)
+            await self._client.flush()
+        except Exception as err:  # the stream is for watchers: it never fails the turn
+            self._broken = True
+            activity.logger.info("turn %d: live text not published: %s", self.turn, err)
+
+    @property
+    def text_restarts(self) -> bool:
+        """Whether the text the workflow publishes from the result starts the turn over."""
+        return self._restart["text"]
+
+    async def finish(self, *, whole: bool) -> int:
+        """The turn ended: publish what is left; the characters of text published.
+
+        Args:
+            whole: Publish all of the text now (the result will not carry it inline).
+                Otherwise, when nothing was published yet, the text is left for the
+                workflow to publish from the turn's result (only thinking goes now).
+        """
+        await self.stop()
+        await self._publish(thinking_only=not whole and self.publishes == 0, final=True)
+        return self.text_published
+
+    async def stop(self) -> None:
+        """Stop publishing (the turn failed or was cancelled: what is left is void)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,318 @@
+"""One stream per task tree: offsets, resuming, trees, both model wires, a killed worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from asyncio.subprocess import PIPE, STDOUT
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from bench.bench_faults import WorkerProcess
+from durable_subagents import InvalidRequest, SubagentClient, TaskEvent, TaskStatus
+from durable_subagents.agents import AgentSpec
+from durable_subagents.config import Settings
+from durable_subagents.worker import create_worker
+
+from ..helpers import CEILING, eventually
+from ..helpers.cli import CLI, _env
+from ..helpers.processes import worker_process
+from ..helpers.providers import MODELS, PROVIDERS, model_api
+from ..helpers.tasks import script
+
+WORDS = " ".join(f"word{i}" for i in range(1, 31)) + "."
+
+
+def key(event: TaskEvent) -> tuple[object, ...]:
+    return (event.offset, event.task_id, event.kind, event.text, event.summary, event.status)
+
+
+async def take(client: SubagentClient, task_id: str, **options: object) -> list[TaskEvent]:
+    return [e async for e in client.watch(task_id, **options)]  # type: ignore[arg-type]
+
+
+def two_turns() -> str:
+    return script(
+        {"text": WORDS, "stream": 2.0, "tool_calls": [{"name": "list_files", "arguments": {}}]},
+        {"text": "All " + WORDS, "stream": 2.0},
+    )
+
+
+def assert_offsets(events: list[TaskEvent]) -> None:
+    offsets = [e.offset for e in events]
+    assert None not in offsets, [e.kind for e in events if e.offset is None]
+    assert offsets == sorted(set(offsets)), offsets  # type: ignore[type-var]
+
+
+async def test_every_event_has_an_offset_and_after_resumes_exactly_after_it(
+    client: SubagentClient, worker: None
+) -> None:
+    """Watchers cut at random offsets and resumed with ``after``, while the task runs and
+    after it closed, see exactly what one uninterrupted watch saw."""
+    task_id = await client.spawn_task("explore", "go", model=two_turns())
+    rng = random.Random(7)
+
+    async def resumed(stop_after: float | None) -> list[TaskEvent]:
+        seen: list[TaskEvent] = []
+        after: int | None = None
+        while True:
+            cut = rng.randint(1, 6)
+            stream = client.watch(task_id, after=after)
+            got = 0
+            async for event in stream:
+                seen.append(event)
+                got += 1
+                if got == cut:
+                    break
+            else:
+                return seen
+            await stream.aclose()
+            after = seen[-1].offset
+            if stop_after is not None and time.monotonic() > stop_after:
+                await asyncio.sleep(0.3)
+
+    whole, pieces = await asyncio.gather(take(client, task_id), resumed(time.monotonic() + 2.0))
+    assert_offsets(whole)
+    kinds = [e.kind for e in whole]
+    assert kinds[-1] == "closed" and whole[-1].status == TaskStatus.COMPLETED
+    assert {"status", "text", "turn", "tool_started", "tool_finished"} <= set(kinds)
+    finished = next(e for e in whole if e.kind == "tool_finished")
+    assert finished.tool == "list_files" and finished.result is not None
+    assert [key(e) for e in pieces] == [key(e) for e in whole]
+    # after it closed
+    assert [key(e) for e in await resumed(None)] == [key(e) for e in whole]
+    middle = whole[len(whole) // 2].offset
+    assert [key(e) for e in await take(client, task_id, after=middle)] == [
+        key(e)
+        for e in whole
+        if e.offset > middle  # type: ignore[operator]
+    ]
+    assert await take(client, task_id, after=whole[-1].offset) == []
+
+
+async def test_bad_offsets_are_refused_and_one_past_the_end_waits(
+    client: SubagentClient, worker: None
+) -> None:
+    task_id = await client.spawn_task("explore", "go", model=script({"text": WORDS, "stream": 3}))
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(InvalidRequest, match="after must be an offset"):
+            await anext(client.watch(task_id, after=bad))  # type: ignore[arg-type]
+    far = client.watch(task_id, after=10_000)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(far), 1.5)  # nothing yet: it waits
+    await far.aclose()
+    whole = await take(client, task_id)
+    assert "".join(e.text or "" for e in whole if e.kind == "text") == WORDS
+
+
+async def test_a_tree_streams_as_one(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """A parent, a child that finished before the watcher came, a child still streaming
+    and a grandchild registered with it by ``parent_id``: one ``watch(tree=True)``."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    quick = script({"text": "quick done"})
+    slow = script({"text": WORDS, "stream": 6.0})
+    spawns = [
+        {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": p, "model": m}}
+        for p, m in (("quick", quick), ("slow", slow))
+    ]
+    lead = script(
+        {"tool_calls": spawns},
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead done"},
+    )
+    task_id = await client.spawn_task("lead", "split", model=lead)
+
+    async def children() -> dict[str, TaskStatus] | None:
+        tasks = await client.list_tasks(parent_id=task_id)
+        by_status = {t.description or t.id: t.status for t in tasks}
+        return {t.id: t.status for t in tasks} if len(by_status) == 2 else None
+
+    await eventually(children, "both children to start")
+    kids = await client.list_tasks(parent_id=task_id)
+    quick_id = next(t.id for t in kids if "quick" in (t.description or ""))
+    slow_id = next(t.id for t in kids if t.id != quick_id)
+    grand_id = await client.spawn_task(
+        "explore", "grand", parent_id=slow_id, model=script({"text": "grand done"})
+    )
+    done = await client.check_task(grand_id, wait=True, timeout=CEILING)
+    assert done.status == TaskStatus.COMPLETED
+    quick_info = await client.check_task(quick_id, wait=True, timeout=CEILING)
+    assert quick_info.status == TaskStatus.COMPLETED
+    events = await take(client, task_id, tree=True)
+    assert_offsets(events)
+    by_task: dict[str, list[TaskEvent]] = {}
+    for event in events:
+        by_task.setdefault(event.task_id, []).append(event)
+    assert set(by_task) == {task_id, quick_id, slow_id, grand_id}
+    assert {e.depth for e in by_task[grand_id]} == {2}
+    assert {e.depth for e in by_task[quick_id]} == {e.depth for e in by_task[slow_id]} == {1}
+    for owned in by_task.values():
+        assert owned[-1].kind == "closed" and owned[-1].status == TaskStatus.COMPLETED
+        turns = [e.turn for e in owned if e.kind == "turn"]
+        assert turns == sorted(turns)
+    assert "".join(e.text or "" for e in by_task[slow_id] if e.kind == "text") == WORDS
+    assert "".join(e.text or "" for e in by_task[grand_id] if e.kind == "text") == "grand done"
+    assert events[-1].task_id == task_id and events[-1].kind == "closed"
+    # without tree: the task's own events, the same offsets
+    own = await take(client, task_id)
+    assert [key(e) for e in own] == [key(e) for e in by_task[task_id]]
+    # resumed in the middle of the tree
+    middle = events[len(events) // 2].offset
+    rest = await take(client, task_id, tree=True, after=middle)
+    assert [key(e) for e in rest] == [key(e) for e in events if e.offset > middle]  # type: ignore[operator]
+
+
+MARKERS = [f"<m{i:03d}>" for i in range(40)]
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_markers_arrive_in_order_and_whole_through_each_wire(
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """Markers sent 0.1 s apart by the provider reach ``watch`` in order, each once, live
+    (the first long before the last is sent); their latency is measured in bench/."""
+    async with model_api(monkeypatch, kind) as api:
+        api.add_reply(deltas=[m + " " for m in MARKERS], chunk_delay=0.1)
+        async with create_worker(temporal_client, settings):
+            task_id = await client.spawn_task("explore", "go", model=MODELS[kind])
+            arrived: dict[str, float] = {}
+            events = []
+            async for event in client.watch(task_id):
+                events.append(event)
+                for marker in MARKERS:
+                    if event.text and marker in event.text:
+                        arrived.setdefault(marker, time.monotonic())
+        sent = {m: next(t for t, frame in api.sent if m.encode() in frame) for m in MARKERS}
+    text = "".join(e.text or "" for e in events if e.kind == "text" and e.turn == 1)
+    assert text == "".join(m + " " for m in MARKERS)
+    assert sorted(arrived, key=arrived.__getitem__) == MARKERS
+    assert arrived[MARKERS[0]] < sent[MARKERS[-1]]  # live, not at the end of the turn
+    assert len([e for e in events if e.kind == "text"]) >= 10
+
+
+async def test_a_killed_worker_restarts_the_turn_and_loses_nothing_before(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL while a turn streams: a watcher that stays connected sees the pieces it
+    had, then the turn's text again marked ``restarted``; a watch after the end sees the
+    same events."""
+    model = script({"text": WORDS, "stream": 6.0})
+    first: WorkerProcess = worker_process(settings, workspace, tmp_path / "w.log", {})
+    await first.start()
+    task_id = await client.spawn_task("explore", "go", model=model)
+    events: list[TaskEvent] = []
+    killed = False
+    try:
+        async with asyncio.timeout(CEILING):
+            async for event in client.watch(task_id):
+                events.append(event)
+                pieces = [e for e in events if e.kind == "text"]
+                if not killed and len(pieces) >= 4:
+                    await asyncio.to_thread(first.kill)
+                    killed = True
+                    second = create_worker(temporal_client, settings)
+                    await second.__aenter__()
+        await second.__aexit__(None, None, None)
+    finally:
+        first.close()
+    assert killed
+    assert_offsets(events)
+    texts = [e for e in events if e.kind == "text"]
+    restarted = [i for i, e in enumerate(texts) if e.summary == "restarted"]
+    assert len(restarted) == 1 and restarted[0] >= 4, [(e.text, e.summary) for e in texts]
+    before = "".join(e.text or "" for e in texts[: restarted[0]])
+    assert WORDS.startswith(before) and len(before.split()) >= 4
+    assert "".join(e.text or "" for e in texts[restarted[0] :]) == WORDS
+    assert events[-1].kind == "closed" and events[-1].status == TaskStatus.COMPLETED
+    async with create_worker(temporal_client, settings):
+        again = await take(client, task_id)
+    assert [key(e) for e in again] == [key(e) for e in events]
+
+
+async def test_the_cli_watches_after_an_offset_and_a_tree(
+    tmp_path: Path, settings: Settings, client: SubagentClient, worker: None
+) -> None:
+    """``subagents watch --json --after N`` prints the events after N with their offsets;
+    ``--tree`` indents a child's lines and names it; a negative offset is a usage error."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    spawn = {"agent": "explore", "prompt": "kid", "model": script({"text": "kid done"})}
+    lead = script(
+        {"tool_calls": [{"name": "spawn_subagent", "arguments": spawn}]},
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead done"},
+    )
+    task_id = await client.spawn_task("lead", "go", model=lead)
+    await client.check_task(task_id, wait=True, timeout=CEILING)
+    whole = await take(client, task_id)
+    env = _env(
+        tmp_path, TEMPORAL_ADDRESS=settings.address, SUBAGENTS_TASK_QUEUE=settings.task_queue
+    )
+
+    async def cli(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "watch", task_id, *args, env=env, stdout=PIPE, stderr=STDOUT
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), CEILING)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode()
+
+    after = whole[2].offset
+    assert after is not None
+    code, out = await cli("--json", "--after", str(after))
+    assert code == 0, out
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [p["offset"] for p in printed] == [e.offset for e in whole[3:]]
+    code, out = await cli("--tree")
+    assert code == 0, out
+    kid = [line for line in out.splitlines() if line[9:].startswith("  [subagent-explore-")]
+    assert any(" text " in line and line.endswith("kid done") for line in kid), out
+    assert any(" closed " in line for line in kid), out
+    code, out = await cli("--after", "-1")
+    assert code == 2, out
+
+
+async def test_the_stream_goes_on_across_continue_as_new(
+    client: SubagentClient, temporal_client: Client, worker: None, workspace: Path
+) -> None:
+    """200 turns of 50 KB reads: the task continues as new, and one watch sees every
+    turn once, in order, with offsets that go on from run to run. After the end, the
+    stream keeps its latest items: a watch from the start is told where it goes on."""
+    (workspace / "big.txt").write_text(("x" * 99 + "\n") * 500)
+    model = script(
+        {
+            "text": "reading again",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": "big.txt"}}],
+        },
+        repeat=200,
+        final="all done",
+    )
+    task_id = await client.spawn_task("explore", "read", model=model, max_turns=300)
+    events = await take(client, task_id)
+    assert_offsets(events)
+    assert [e.turn for e in events if e.kind == "turn"] == list(range(1, 202))
+    assert [e.text for e in events if e.kind == "text"] == ["reading again"] * 200 + ["all done"]
+    reads = [e for e in events if e.kind == "tool_finished"]
+    assert len(reads) == 200
+    assert all(e.result and len(e.result) == 200 and "x" * 99 in e.result for e in reads)
+    assert events[-1].kind == "closed" and events[-1].status == TaskStatus.COMPLETED
+    runs = [r async for r in temporal_client.list_workflows(f"WorkflowId = '{task_id}'")]
+    assert len(runs) >= 2, "the server suggested continue-as-new; the task must use it"
+    again = await take(client, task_id, after=0)
+    assert again[0].kind == "truncated" and again[0].offset is not None
+    first = again[0].offset
+    assert 0 < first < events[-1].offset  # type: ignore[operator]
+    assert [key(e) for e in again[1:]] == [key(e) for e in events if e.offset >= first]  # type: ignore[operator]
