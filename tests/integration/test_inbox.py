@@ -593,6 +593,8 @@ async def test_a_paused_tree_s_events_page_by_offset_and_wait_for_more(
     waiting = asyncio.ensure_future(
         api.call("GET", f"/api/tasks/{top}/events?tree=true&wait=20&after={page['next']}")
     )
+    # Nothing can happen before the approval below; a poll that wrongly answered at
+    # fact-checked: once would be done within this time
     await asyncio.sleep(0.5)
     assert not waiting.done()  # nothing new yet: it waits
     await client.approve(top)
