@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
@@ -81,9 +82,16 @@ class Bench:
     def reply(self, server: FakeModelServer) -> None:
         server.add_reply(deltas=self.deltas, chunk_delay=self.gap)
 
-    def child_reply(self, body: dict[str, object]) -> FakeReply | None:
-        """The markers for a child's request, nothing (the queue) for anyone else's."""
-        if CHILD not in json.dumps(body):
+    def child_reply(self, body: dict[str, Any]) -> FakeReply | None:
+        """The markers for the child's request (its prompt last), None (the queue) else.
+
+        The lead's later requests hold the child's prompt too, in the spawn call.
+        """
+        messages = body.get("messages") or [{}]
+        last = messages[-1] if isinstance(messages, list) else {}
+        if not isinstance(last, dict) or last.get("role") != "user":
+            return None
+        if CHILD not in json.dumps(last):
             return None
         return FakeReply(text="".join(self.deltas), deltas=self.deltas, chunk_delay=self.gap)
 
@@ -101,7 +109,7 @@ class Bench:
             task_id = await self.client.spawn_task("explore", "go", model=model)
         arrived: dict[str, float] = {}
         async for event in self.client.watch(task_id, tree=tree):
-            if event.kind == "text" and event.text:
+            if event.kind == "text" and event.text and event.depth == (1 if tree else 0):
                 now = time.monotonic()
                 for marker in self.markers:
                     if marker in event.text:
