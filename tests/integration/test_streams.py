@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 
 from bench.bench_faults import WorkerProcess
@@ -172,6 +172,7 @@ async def test_a_tree_streams_as_one(
 
 
 MARKERS = [f"<m{i:03d}>" for i in range(40)]
+UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
@@ -358,9 +359,11 @@ async def test_children_that_end_with_their_parent_leave_replayable_histories(
     assert len(tasks) == 6
     for task_id in tasks:
         history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+        # (a close the server refused because a signal came meanwhile is retried: normal)
         failed = [
             e.workflow_task_failed_event_attributes.failure.message
             for e in history.events
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            and e.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
         ]
         assert failed == [], (task_id, failed)
