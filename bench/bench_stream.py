@@ -11,6 +11,7 @@ A local model server on each wire (OpenAI, Anthropic) streams ``--markers`` mark
 - the process's CPU seconds per streaming turn, on and off, nobody watching.
 
     .venv/bin/python bench/bench_stream.py [--markers 50] [--gap 0.1] [--turns 5]
+        [--wires openai,anthropic]
 
 The 200-turn x 50 KB history is ``bench_long.py`` (run it on both versions).
 """
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
@@ -81,9 +83,16 @@ class Bench:
     def reply(self, server: FakeModelServer) -> None:
         server.add_reply(deltas=self.deltas, chunk_delay=self.gap)
 
-    def child_reply(self, body: dict[str, object]) -> FakeReply | None:
-        """The markers for a child's request, nothing (the queue) for anyone else's."""
-        if CHILD not in json.dumps(body):
+    def child_reply(self, body: dict[str, Any]) -> FakeReply | None:
+        """The markers for the child's request (its prompt last), None (the queue) else.
+
+        The lead's later requests hold the child's prompt too, in the spawn call.
+        """
+        messages = body.get("messages") or [{}]
+        last = messages[-1] if isinstance(messages, list) else {}
+        if not isinstance(last, dict) or last.get("role") != "user":
+            return None
+        if CHILD not in json.dumps(last):
             return None
         return FakeReply(text="".join(self.deltas), deltas=self.deltas, chunk_delay=self.gap)
 
@@ -101,7 +110,7 @@ class Bench:
             task_id = await self.client.spawn_task("explore", "go", model=model)
         arrived: dict[str, float] = {}
         async for event in self.client.watch(task_id, tree=tree):
-            if event.kind == "text" and event.text:
+            if event.kind == "text" and event.text and event.depth == (1 if tree else 0):
                 now = time.monotonic()
                 for marker in self.markers:
                     if marker in event.text:
@@ -128,21 +137,25 @@ class Bench:
             _stream_text.MAX_PUBLISHES = 300
         return await history_of(self.temporal, task_id)
 
-    async def cpu(self, server: FakeModelServer, model: str, publish: bool, turns: int) -> float:
-        """CPU seconds of this process (worker, model server, client) per streaming turn."""
-        _stream_text.MAX_PUBLISHES = 300 if publish else 0
+    async def cpu(self, server: FakeModelServer, model: str, turns: int) -> tuple[float, float]:
+        """CPU seconds of this process (worker, model server, client) per streaming turn
+        nobody watches, live text off and on: ``turns`` of each, taken in turn."""
+        spent = {False: 0.0, True: 0.0}
         try:
-            started = time.process_time()
             for _ in range(turns):
-                self.reply(server)
-                task_id = await self.client.spawn_task("explore", "go", model=model)
-                await self.client.check_task(task_id, wait=True, timeout=300)
-            return (time.process_time() - started) / turns
+                for publish in (False, True):
+                    _stream_text.MAX_PUBLISHES = 300 if publish else 0
+                    started = time.process_time()
+                    self.reply(server)
+                    task_id = await self.client.spawn_task("explore", "go", model=model)
+                    await self.client.check_task(task_id, wait=True, timeout=300)
+                    spent[publish] += time.process_time() - started
         finally:
             _stream_text.MAX_PUBLISHES = 300
+        return spent[False] / turns, spent[True] / turns
 
 
-async def main(markers: int, gap: float, turns: int) -> None:
+async def main(markers: int, gap: float, turns: int, wires: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         async with DevServer(port=free_port(), ui_port=free_port(), db=root / "t.db") as dev:
@@ -157,7 +170,8 @@ async def main(markers: int, gap: float, turns: int) -> None:
             )
             bench = Bench(temporal, settings, markers, gap)
             print(f"{markers} markers {gap:g} s apart, per wire")
-            for wire, (server_class, prefix, model) in WIRES.items():
+            for wire in wires:
+                server_class, prefix, model = WIRES[wire]
                 async with server_class(responder=bench.child_reply) as server:
                     os.environ[f"{prefix}_API_KEY"] = "k"
                     os.environ[f"{prefix}_BASE_URL"] = server.base_url
@@ -182,8 +196,7 @@ async def main(markers: int, gap: float, turns: int) -> None:
                                     ", watched" if watched else ""
                                 )
                                 print(f"    {label:<24} {events:5d} events {size / 1024:7.1f} KB")
-                            off = await bench.cpu(server, model, False, turns)
-                            on = await bench.cpu(server, model, True, turns)
+                            off, on = await bench.cpu(server, model, turns)
                             print(
                                 "  CPU per streaming turn, nobody watching: "
                                 f"off {off * 1000:.0f} ms, on {on * 1000:.0f} ms "
@@ -197,5 +210,6 @@ if __name__ == "__main__":
     parser.add_argument("--markers", type=int, default=50)
     parser.add_argument("--gap", type=float, default=0.1)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--wires", default="openai,anthropic", help="comma-separated")
     args = parser.parse_args()
-    asyncio.run(main(args.markers, args.gap, args.turns))
+    asyncio.run(main(args.markers, args.gap, args.turns, args.wires.split(",")))

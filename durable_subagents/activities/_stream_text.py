@@ -40,6 +40,9 @@ __all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
 
 WATCHED_MEMO = "watched"
 """The memo key a task's workflow sets while someone watches its stream."""
+FIRST_WATCH_CHECK = 0.2
+"""Seconds after the first ask whether anyone watches before the second: a watcher who
+came as the turn started is seen soon; the gap doubles up to ``WATCH_CHECK``."""
 WATCH_CHECK = 1.0
 """Seconds between asking whether anyone watches, while nobody does."""
 GAP = 0.08
@@ -63,7 +66,8 @@ class TurnStream:
         watched: Someone watched the task's stream when the turn was scheduled.
         watch_ids: The tasks whose ``watched`` memo says whether anyone watches now:
             until one does, nothing is published live (the workflow publishes the text
-            from the turn's result), and they are asked at most every ``WATCH_CHECK``.
+            from the turn's result), and they are asked at most every ``WATCH_CHECK``
+            (sooner in the turn's first second).
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class TurnStream:
         self._live = watched
         self._watch_ids = watch_ids or []
         self._checked_at: float | None = None
+        self._check_gap = FIRST_WATCH_CHECK
         self._restart = {"thinking": attempt > 1, "text": attempt > 1}
         """Whether the next piece of each starts it over (a retry's first piece)."""
         self._pending: dict[str, list[str]] = {"thinking": [], "text": []}
@@ -117,10 +122,16 @@ class TurnStream:
         self._wake.set()
 
     async def _watched(self) -> bool:
-        """Whether a watcher came (asked of the memos at most every ``WATCH_CHECK``)."""
+        """Whether a watcher came (asked of the memos).
+
+        At once, then after a gap that starts at ``FIRST_WATCH_CHECK`` and doubles up to
+        ``WATCH_CHECK``.
+        """
         now = time.monotonic()
-        if self._checked_at is not None and now - self._checked_at < WATCH_CHECK:
-            return False
+        if self._checked_at is not None:
+            if now - self._checked_at < self._check_gap:
+                return False
+            self._check_gap = min(self._check_gap * 2, WATCH_CHECK)
         self._checked_at = now
         client = activity.client()
         for task_id in self._watch_ids:

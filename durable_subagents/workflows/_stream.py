@@ -326,8 +326,15 @@ class TaskStream:
         Called before the run closes or continues as new.
         """
         self._closing = True
-        if self._forwarder is not None:
-            await self._forwarder
+        forwarder = self._forwarder
+        if forwarder is not None:
+            # Waited for, never awaited: a cancel of the run must not reach the forward
+            # signals on their way (a signal cancelled as it fails breaks the replay).
+            try:
+                await workflow.wait_condition(forwarder.done)
+            except asyncio.CancelledError:
+                await workflow.wait_condition(forwarder.done)
+                raise
             self._forwarder = None
         self.log.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)

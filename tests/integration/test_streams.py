@@ -8,14 +8,17 @@ import random
 import time
 from asyncio.subprocess import PIPE, STDOUT
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 
 from bench.bench_faults import WorkerProcess
 from durable_subagents import InvalidRequest, SubagentClient, TaskEvent, TaskStatus
 from durable_subagents.agents import AgentSpec
 from durable_subagents.config import Settings
+from durable_subagents.testing.fake_openai import FakeReply
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually
@@ -169,6 +172,7 @@ async def test_a_tree_streams_as_one(
 
 
 MARKERS = [f"<m{i:03d}>" for i in range(40)]
+UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
@@ -316,3 +320,50 @@ async def test_the_stream_goes_on_across_continue_as_new(
     first = again[0].offset
     assert 0 < first < events[-1].offset  # type: ignore[operator]
     assert [key(e) for e in again[1:]] == [key(e) for e in events if e.offset >= first]  # type: ignore[operator]
+
+
+async def test_children_that_end_with_their_parent_leave_replayable_histories(
+    monkeypatch: pytest.MonkeyPatch,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    """A lead and its child stream the same answer through the model wire at once, and
+    the lead does not wait: the lead's end (which cancels the child) races the child's
+    close, its last forward signals on their way to a parent that is gone. Watched as
+    a tree, three times: no workflow task of either fails."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    deltas = [m + " " for m in MARKERS]
+
+    def child(body: dict[str, Any]) -> FakeReply | None:
+        """The child's first request (its prompt last) streams; the lead's come queued."""
+        last = (body.get("messages") or [{}])[-1]
+        if last.get("role") != "user" or "child-writes" not in json.dumps(last):
+            return None
+        return FakeReply(text="".join(deltas), deltas=deltas, chunk_delay=0.05)
+
+    tasks: list[str] = []
+    async with model_api(monkeypatch, "openai", responder=child) as api:
+        async with create_worker(temporal_client, settings):
+            for _ in range(3):
+                spawn = {"agent": "explore", "prompt": "child-writes"}
+                api.add_reply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+                api.add_reply(deltas=deltas, chunk_delay=0.05)
+                task_id = await client.spawn_task("lead", "go", model=MODELS["openai"])
+                events = await take(client, task_id, tree=True)
+                assert events[-1].task_id == task_id and events[-1].kind == "closed"
+                children = [t.id for t in await client.list_tasks(parent_id=task_id)]
+                tasks += [task_id, *children]
+                for child_id in children:
+                    await client.check_task(child_id, wait=True, timeout=20)
+    assert len(tasks) == 6
+    for task_id in tasks:
+        history = await temporal_client.get_workflow_handle(task_id).fetch_history()
+        # (a close the server refused because a signal came meanwhile is retried: normal)
+        failed = [
+            e.workflow_task_failed_event_attributes.failure.message
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            and e.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
+        ]
+        assert failed == [], (task_id, failed)
