@@ -41,6 +41,7 @@ from durable_subagents.tools._land_place import (
     _Place,
     _Tree,
     before_of,
+    place_at,
 )
 from durable_subagents.tools._overlay import Entry, changes
 
@@ -503,22 +504,35 @@ def _land_one(
         if stat.S_ISDIR(now.st_mode) and not tree.remove(parent, name, now, entry.parts):
             return  # what it kept is named (changed meanwhile, or protected)
     mode = entry.mode & ~_SPECIAL_BITS
-    if entry.kind == "symlink":
-        assert entry.target is not None
-        place.symlink(parent, name, entry.target, entry.uid, entry.gid)
-    else:
-        if entry.mode & _SPECIAL_BITS:
-            landing.notes.append(f"[{path}: its set-user-ID and set-group-ID bits were dropped]")
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_dir)
-        try:
-            if entry.links == 1 and place.movable(fd, upper_dir, parent, mode):
-                # The command's own file, on the workspace's filesystem: moved, not copied.
-                os.rename(name, name, src_dir_fd=upper_dir, dst_dir_fd=parent)
-            else:
-                place.file_from(parent, name, fd, mode, entry.uid, entry.gid)
-        finally:
-            os.close(fd)
+    # Where nothing was, nothing is replaced: another call's landing meanwhile is a conflict.
+    replace = now is not None and not stat.S_ISDIR(now.st_mode)
+    try:
+        if entry.kind == "symlink":
+            assert entry.target is not None
+            place.symlink(parent, name, entry.target, entry.uid, entry.gid, replace=replace)
+        else:
+            _land_file(entry, upper_dir, parent, place, mode, replace)
+    except FileExistsError:
+        landing.conflicts.append(path)
+        return
+    if entry.kind != "symlink" and entry.mode & _SPECIAL_BITS:
+        landing.notes.append(f"[{path}: its set-user-ID and set-group-ID bits were dropped]")
     landing.applied.append(path)
+
+
+def _land_file(
+    entry: Entry, upper_dir: int, parent: int, place: _Place, mode: int, replace: bool
+) -> None:
+    name = entry.parts[-1]
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=upper_dir)
+    try:
+        if entry.links == 1 and place.movable(fd, upper_dir, parent, mode):
+            # The command's own file, on the workspace's filesystem: moved, not copied.
+            place_at(upper_dir, name, parent, name, replace=replace)
+        else:
+            place.file_from(parent, name, fd, mode, entry.uid, entry.gid, replace=replace)
+    finally:
+        os.close(fd)
 
 
 def _enter_dir(

@@ -9,6 +9,7 @@ step under a temporary name (``_Place``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import stat
@@ -63,6 +64,36 @@ def before_of(info: os.stat_result | None) -> Before | None:
     if info is None:
         return None
     return Before(_kind_of(info), info.st_ino, info.st_ctime_ns, info.st_size)
+
+
+_RENAME_NOREPLACE = 1
+_renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def place_at(src_dir: int, src: str, dst_dir: int, dst: str, *, replace: bool) -> None:
+    """Rename ``src`` to ``dst`` in one step; without ``replace``, never over an entry.
+
+    A call's new file lands where nothing was when the call began: if another call's
+    landed there meanwhile, ``FileExistsError`` (a conflict), not a silent overwrite.
+
+    Raises:
+        FileExistsError: ``replace`` is False and ``dst`` exists.
+    """
+    if replace:
+        os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+        return
+    if _renameat2 is not None:
+        done = _renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), _RENAME_NOREPLACE)
+        if done == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), dst)
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), dst)
+    # A filesystem without the flag: a link fails where an entry is, then the old name goes.
+    os.link(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir, follow_symlinks=False)
+    os.unlink(src, dir_fd=src_dir)
 
 
 def _temp_name(name: str) -> str:
@@ -165,9 +196,20 @@ class _Place:
             os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
 
     def file_from(
-        self, dir_fd: int, name: str, source_fd: int, mode: int, uid: int, gid: int
+        self,
+        dir_fd: int,
+        name: str,
+        source_fd: int,
+        mode: int,
+        uid: int,
+        gid: int,
+        *,
+        replace: bool = True,
     ) -> None:
-        """Copy ``source_fd`` to ``name`` in one step (a temporary file renamed over it)."""
+        """Copy ``source_fd`` to ``name`` in one step (a temporary file renamed over it).
+
+        Without ``replace``, ``FileExistsError`` where an entry is (see ``place_at``).
+        """
         temp = _temp_name(name)
         fd = os.open(
             temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
@@ -198,7 +240,15 @@ class _Place:
                 os.unlink(temp, dir_fd=dir_fd)
             raise
         os.close(fd)
-        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        self._into_place(dir_fd, temp, name, replace)
+
+    def _into_place(self, dir_fd: int, temp: str, name: str, replace: bool) -> None:
+        try:
+            place_at(dir_fd, temp, dir_fd, name, replace=replace)
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
 
     def file_bytes(
         self, dir_fd: int, name: str, content: bytes, mode: int, uid: int, gid: int
@@ -223,12 +273,14 @@ class _Place:
         os.close(fd)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
-    def symlink(self, dir_fd: int, name: str, target: str, uid: int, gid: int) -> None:
+    def symlink(
+        self, dir_fd: int, name: str, target: str, uid: int, gid: int, *, replace: bool = True
+    ) -> None:
         temp = _temp_name(name)
         os.symlink(target, temp, dir_fd=dir_fd)
         try:
             self.chown(dir_fd, temp, uid, gid)
-            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            place_at(dir_fd, temp, dir_fd, name, replace=replace)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)

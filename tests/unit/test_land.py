@@ -15,6 +15,7 @@ from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.tools._held import describe
 from durable_subagents.tools._land import Held, Landing, land, link_inside
 from durable_subagents.tools._land_held import apply_held
+from durable_subagents.tools._land_place import place_at
 
 from ..helpers.missing import missing
 
@@ -240,3 +241,20 @@ def test_held_bytes_are_bounded(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert [h.path for h in landing.held] == [".git"]  # the new directory, no bytes
     assert [p for p, _ in landing.refused] == [".git/big"]
     assert "too large to keep for a decision" in landing.refused[0][1]
+
+
+def test_a_new_file_never_lands_over_one_that_came_meanwhile(tmp_path: Path) -> None:
+    # Between a landing's look (nothing there) and its rename, another call's file came.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "all").write_text("the other call's\n")
+    (ws / "mine.tmp").write_text("mine\n")
+    fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    try:
+        with pytest.raises(FileExistsError):
+            place_at(fd, "mine.tmp", fd, "all", replace=False)
+        assert (ws / "all").read_text() == "the other call's\n"
+        place_at(fd, "mine.tmp", fd, "new", replace=False)
+        assert (ws / "new").read_text() == "mine\n" and not (ws / "mine.tmp").exists()
+    finally:
+        os.close(fd)
