@@ -1,7 +1,7 @@
 """What a test needs from the machine: a skip here, a failure in CI.
 
-A test that cannot run for want of something the machine lacks (a browser, the agent
-corpus, root) skips with a reason made by ``missing``. Where ``CI=true``, this module's
+A test that cannot run for want of something the machine lacks (a browser, root)
+skips with a reason made by ``missing``. Where ``CI=true``, this module's
 hook (a pytest plugin the suite's conftest loads) turns such a skip into a failure that
 names what is missing: CI runs every test.
 """
