@@ -369,6 +369,7 @@ _HANDSHAKE_CLOSED = (
     "BrokenPipe",
     '"connection closed"',
 )
+_PLAIN_REFUSED = ("BrokenPipe", "close_notify", "frame", "ConnectionReset", '"connection closed"')
 
 
 def access_denied(err: BaseException, conn: TemporalConnection) -> TemporalAccessDenied | None:
@@ -442,7 +443,9 @@ def access_denied(err: BaseException, conn: TemporalConnection) -> TemporalAcces
             "is set. Set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH "
             "(or tls.client_cert_path and tls.client_key_path in a profile)"
         )
-    if not conn.tls_on and ("BrokenPipe" in text or "close_notify" in text or "frame" in text):
+    # a TLS port closes on the plain preface; with the preface still unread (a busy
+    # machine) the close is a reset
+    if not conn.tls_on and any(mark in text for mark in _PLAIN_REFUSED):
         return TemporalAccessDenied(
             f"{at} closed the connection at once: it probably requires TLS. Set "
             "TEMPORAL_TLS=true (and TEMPORAL_TLS_SERVER_CA_CERT_PATH for a private CA), "

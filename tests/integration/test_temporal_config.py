@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -181,6 +184,36 @@ def test_a_plain_connection_to_a_tls_port_says_it_probably_requires_tls(
     assert result.stderr.startswith(
         f"error: Temporal at {mtls_front.address} closed the connection at once: it "
         "probably requires TLS"
+    ), result.stderr
+
+
+def test_a_tls_port_that_resets_the_plain_preface_unread_says_the_same(tmp_path: Path) -> None:
+    """On a busy machine a TLS server closes before it read the whole plain preface,
+    and the kernel answers the unread bytes with a reset, not a close."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def reset_each() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(3)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=reset_each, daemon=True).start()
+    try:
+        result = cli(
+            "check", "some-task", env=clean_env(tmp_path, TEMPORAL_ADDRESS=f"localhost:{port}")
+        )
+    finally:
+        server.close()
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"error: Temporal at localhost:{port} closed the connection at once: it probably "
+        "requires TLS"
     ), result.stderr
 
 
