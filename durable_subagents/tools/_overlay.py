@@ -7,10 +7,11 @@ workspace while it runs. When it has ended, ``changes`` reads the upper layer (n
 changed files, deletions as whiteouts, directories that replace what was there) and
 ``_land`` decides and applies what reaches the workspace.
 
-The call's directory (``<root>/<pid namespace>-<worker pid>-<id>/{up,work}``) is made
-by the worker and held by descriptor; the tool user owns ``up`` and ``work`` (overlayfs
-writes there as that user) but not the call's directory, so a command cannot rename
-them. A worker that dies mid-call leaves the directory behind: the next worker on the
+The call's directory (``<root>/<pid namespace>-<worker pid>-<id>/{up,work,mnt}``) is
+made by the worker and held by descriptor; the tool user owns ``up`` and ``work``
+(overlayfs writes there as that user) but not the call's directory, so a command cannot
+rename them; the overlay is mounted on ``mnt``, in the command's own mount namespace
+only. A worker that dies mid-call leaves the directory behind: the next worker on the
 host removes it at start, unread (``sweep``), so nothing a dead call wrote lands.
 """
 
@@ -117,7 +118,7 @@ class CallOverlay:
         owner: tuple[int, int] | None = None,
         top: os.stat_result | None = None,
     ) -> None:
-        """Make the call's directory and its ``up`` and ``work`` (``owner``'s, if given).
+        """Make the call's directory, its ``up`` and ``work`` (``owner``'s, if given), ``mnt``.
 
         ``top``: the workspace's own status. The overlay's top directory takes its
         owner and mode from ``up``, so ``up`` gets the workspace's: a command may make
@@ -142,6 +143,7 @@ class CallOverlay:
                 os.mkdir(part, 0o755, dir_fd=self.fd)
                 if owner is not None:
                     os.chown(part, *owner, dir_fd=self.fd, follow_symlinks=False)
+            os.mkdir("mnt", 0o700, dir_fd=self.fd)
             if top is not None:
                 if owner is not None and (top.st_uid, top.st_gid) != owner:
                     os.chown("up", top.st_uid, top.st_gid, dir_fd=self.fd, follow_symlinks=False)
@@ -151,6 +153,11 @@ class CallOverlay:
             raise OverlayUnavailable(
                 f"cannot make a command's overlay in {root}: {err.strerror or err}"
             ) from None
+
+    @property
+    def path(self) -> str:
+        """The call's directory by name (the child checks it against ``fd``)."""
+        return f"{self.root}/{self.name}"
 
     def upper(self) -> int:
         """A descriptor of the upper layer, for reading it (the caller closes it)."""

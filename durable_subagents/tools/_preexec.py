@@ -1,8 +1,8 @@
 """What a command's child process does between fork and exec.
 
 Descriptors it must not inherit marked close-on-exec, the call's cgroup joined, its
-resource limits set, the tool user taken, and the parent-death signal set last (a
-change of user clears it), so the command dies with the worker.
+resource limits set, the tool user taken, the overlay mounted, and the parent-death
+signal set last (a change of user clears it), so the command dies with the worker.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def child_setup(
     run_as: tuple[int, int] | None = None,
     keep: tuple[int, ...] = (),
     confine: Callable[[], None] | None = None,
+    enter: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
     """Run in the forked child: descriptors, cgroup, rlimits, tool user, death signal.
 
@@ -61,6 +62,8 @@ def child_setup(
     uses some of them after this runs (to set up the child's standard streams). The
     user changes last but one: joining the call's cgroup needs the worker's rights, and
     a change of user clears the parent-death signal, which is therefore set after.
+    ``enter`` (the overlay's namespaces and mount, ``OverlayMount.enter``) runs as the
+    user, before ``confine`` and the death signal: a new user namespace clears it too.
     """
     prctl = _prctl
 
@@ -73,6 +76,8 @@ def child_setup(
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
+        if enter is not None:
+            enter()
         if confine is not None:  # as the user, and before the death signal it clears
             confine()
         if prctl is not None:

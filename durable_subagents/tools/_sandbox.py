@@ -61,6 +61,7 @@ from durable_subagents.tools._sandbox_profile import (
     default_overlay_dir,
 )
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
+from durable_subagents.tools._stage import OverlayMount
 
 __all__ = [
     "BASE_ENV",
@@ -320,8 +321,8 @@ def _prepare(
     rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0], cgroup=cgroup)
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     pass_fds: tuple[int, ...] = ()
-    keep: tuple[int, ...] = ()
     started: int | None = None
+    enter = None
     if stage is not None:
         exe = bwrap_executable()
         assert exe is not None
@@ -329,13 +330,14 @@ def _prepare(
         started, told = os.pipe2(os.O_CLOEXEC)
         pass_fds = (told,) if seccomp is None else (told, seccomp)
         try:
+            mount = OverlayMount(stage.workspace_fd, stage.overlay.fd, stage.overlay.path)
+            enter = mount.enter
             command = bwrap_argv(
                 exe,
                 profile,
                 argv,
                 workdir,
-                lower_fd=stage.workspace_fd,
-                overlay_fd=stage.overlay.fd,
+                overlay=mount.mount_point,
                 seccomp=seccomp,
                 info_fd=told,
                 tmpfs_bytes=cgroup.tmpfs_bytes(exe),
@@ -346,10 +348,9 @@ def _prepare(
             stage.close()
             cgroup.remove()
             raise
-        keep = (stage.workspace_fd, stage.overlay.fd, *pass_fds)
     else:
         command = list(argv)
-    preexec = child_setup(os.getpid(), setup, run_as, keep, cgroup.confine)
+    preexec = child_setup(os.getpid(), setup, run_as, pass_fds, cgroup.confine, enter)
     return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started)
 
 
@@ -441,11 +442,12 @@ _STAGE_ATTEMPTS = 3
 
 
 class _StageFailed(Exception):
-    """The stage stopped before the sandbox started: nothing of the command ran.
+    """The sandbox stopped before it started: nothing of the command ran.
 
     Its binds are the system's directories, which a probe at start found, and the
-    workspace, by its descriptor: what fails here is the workspace's path moving (a
-    symlink swapped in: bubblewrap checks what it mounted against the descriptor).
+    overlay of the workspace the worker holds: what fails here is the workspace's path
+    moving (a symlink swapped in: the child checks what it opened by name against the
+    worker's descriptors before it mounts, ``OverlayMount``).
     """
 
 
@@ -470,11 +472,9 @@ async def _spawn(
             prepared.close_started()
             await _abandon(prepared.cgroup, prepared.stage)
         raise
-    # The workspace's and the overlay's descriptors go to the stage; they stay open
-    # here (the stage holds them) for the landing.
+    # The workspace's and the overlay's descriptors stay here, for the landing: the
+    # child checks what it mounts against them before its exec (``OverlayMount``).
     fds = launch.pass_fds
-    if launch.stage is not None:
-        fds = (launch.stage.workspace_fd, launch.stage.overlay.fd, *fds)
     creating = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *launch.command,
@@ -519,11 +519,11 @@ async def _spawn(
 
 
 async def _check_started(proc: SandboxedProcess, launch: _Launch) -> None:
-    """Wait for the sandbox to say it started; a stage that stopped first failed.
+    """Wait for the sandbox to say it started; a child that stopped first failed.
 
-    Bubblewrap binds the workspace by its descriptor's path and checks it mounted what
-    the descriptor names: a symlink swapped in meanwhile stops it (``_StageFailed``:
-    started again, a few times).
+    The child mounts the overlay only of the directories the worker's descriptors
+    name: a symlink swapped in meanwhile stops it (``_StageFailed``: started again, a
+    few times).
     """
     assert launch.started is not None
     try:

@@ -21,6 +21,7 @@ from pathlib import Path
 from durable_subagents.tools._overlay import CallOverlay, OverlayUnavailable
 from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
+from durable_subagents.tools._stage import OverlayMount
 
 __all__ = [
     "NOBODY",
@@ -70,16 +71,14 @@ def _probe(exe: str) -> str | None:
         lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         seccomp = program_fd() if seccomp_supported() else None
         profile = SandboxProfile(workspace=workspace, run_as=run_as)
-        argv = bwrap_argv(
-            exe, profile, ["true"], lower_fd=lower, overlay_fd=overlay.fd, seccomp=seccomp
-        )
-        fds = (lower, overlay.fd, *(() if seccomp is None else (seccomp,)))
+        mount = OverlayMount(lower, overlay.fd, overlay.path)
+        argv = bwrap_argv(exe, profile, ["true"], overlay=mount.mount_point, seccomp=seccomp)
+        fds = () if seccomp is None else (seccomp,)
         try:
             result = subprocess.run(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                capture_output=True,
                 timeout=10,
                 check=False,
                 pass_fds=fds,
@@ -87,6 +86,7 @@ def _probe(exe: str) -> str | None:
                 group=None if run_as is None else run_as[1],
                 extra_groups=None if run_as is None else [],
                 cwd="/",
+                preexec_fn=mount.enter,
             )
         except (OSError, subprocess.SubprocessError) as err:
             return f"{exe}: {err}"
@@ -96,7 +96,8 @@ def _probe(exe: str) -> str | None:
             overlay.discard()
         if result.returncode != 0:
             who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
-            why = result.stderr.decode(errors="replace").strip() or result.returncode
+            said = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
+            why = said.strip() or result.returncode
             return f"{exe}{who}: {why}"
     return None
 
@@ -139,22 +140,21 @@ def _probe_overlay(root: Path, run_as: tuple[int, int] | None) -> str | None:
             return str(err)
         lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         profile = SandboxProfile(workspace=workspace, run_as=run_as)
-        argv = bwrap_argv(
-            exe, profile, ["sh", "-c", "echo x > probe"], lower_fd=lower, overlay_fd=overlay.fd
-        )
+        mount = OverlayMount(lower, overlay.fd, overlay.path)
+        argv = bwrap_argv(exe, profile, ["sh", "-c", "echo x > probe"], overlay=mount.mount_point)
         try:
             result = subprocess.run(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 timeout=30,
                 check=False,
-                pass_fds=(lower, overlay.fd),
                 user=None if run_as is None else run_as[0],
                 group=None if run_as is None else run_as[1],
                 extra_groups=None if run_as is None else [],
                 cwd="/",
+                preexec_fn=mount.enter,
             )
             upper = overlay.upper()
             try:
@@ -167,7 +167,7 @@ def _probe_overlay(root: Path, run_as: tuple[int, int] | None) -> str | None:
             os.close(lower)
             overlay.discard()
         if result.returncode != 0 or not wrote:
-            said = result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+            said = result.stdout.decode(errors="replace").strip() or f"exit {result.returncode}"
             return (
                 f"commands' overlays in {root} do not work ({said}); set "
                 "SUBAGENTS_OVERLAY_DIR to a directory on a local filesystem overlayfs takes "

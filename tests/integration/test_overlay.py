@@ -400,6 +400,31 @@ async def test_a_file_tool_child_walks_from_the_descriptor_it_was_sent(tmp_path:
         os.close(fd)
 
 
+async def test_a_command_never_runs_in_a_directory_that_took_the_held_ones_name(
+    tmp_path: Path,
+) -> None:
+    """The held workspace removed, and directories made at its old name and at the name
+    the kernel then gives it (``ws (deleted)``): the sandbox finds neither is the held
+    directory, and the command does not run."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    give_to_tool_user(ws)
+    fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    try:
+        ws.rmdir()
+        for name in ("ws", "ws (deleted)"):
+            (tmp_path / name).mkdir()
+            give_to_tool_user(tmp_path / name)
+        ctx = context(ws, workspace_fd=fd, overlay_dir=tmp_path / "o")
+        with pytest.raises(ToolError, match="not the directory the worker checked"):
+            await bash.run(ctx, {"command": "echo ran > proof"})
+    finally:
+        os.close(fd)
+    assert not list((tmp_path / "ws").iterdir())
+    assert not list((tmp_path / "ws (deleted)").iterdir())
+    assert ctx.landings == []
+
+
 async def test_a_command_holds_no_descriptor_of_the_workspace(ws: Path) -> None:
     output, _ = await run(ws, "ls -l /proc/self/fd | tail -n +2 | awk '{print $NF}'")
     targets = [line for line in output.splitlines() if line]

@@ -148,11 +148,11 @@ def test_a_v2_host_is_found_from_the_worker_s_own_cgroup(
 
 def test_without_a_memory_cgroup_every_writable_tmpfs_is_sized(tmp_path: Path) -> None:
     profile = SandboxProfile(workspace=tmp_path)
-    sized = bwrap_argv("bwrap", profile, ["true"], lower_fd=3, overlay_fd=4, tmpfs_bytes=64 << 20)
+    sized = bwrap_argv("bwrap", profile, ["true"], overlay="/o/mnt", tmpfs_bytes=64 << 20)
     text = " ".join(sized)
     assert f"--size {32 << 20} --tmpfs /tmp " in text
     assert f"--size {16 << 20} --tmpfs /var/tmp " in text
     assert f"--size {16 << 20} --tmpfs /dev/shm --remount-ro /dev " in text
     assert "--remount-ro / --chdir" in text  # the sandbox's root tmpfs holds no file
-    plain = " ".join(bwrap_argv("bwrap", profile, ["true"], lower_fd=3, overlay_fd=4))
+    plain = " ".join(bwrap_argv("bwrap", profile, ["true"], overlay="/o/mnt"))
     assert "--size" not in plain and "--remount-ro / " not in plain
