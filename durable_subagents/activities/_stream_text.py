@@ -34,7 +34,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from durable_subagents._stream_items import StreamEvent
+from durable_subagents._search_attributes import PARENT
+from durable_subagents._stream_items import MAX_DEPTH, StreamEvent
 
 __all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
 
@@ -64,7 +65,8 @@ class TurnStream:
         turn: The turn's number.
         attempt: The activity's attempt: a retry's first piece says ``restarted``.
         watched: Someone watched the task's stream when the turn was scheduled.
-        watch_ids: The tasks whose ``watched`` memo says whether anyone watches now:
+        watch_ids: The tasks whose ``watched`` memo says whether anyone watches now
+            (and, above the last, each one's recorded parent, up to ``MAX_DEPTH``):
             until one does, nothing is published live (the workflow publishes the text
             from the turn's result), and they are asked at most every ``WATCH_CHECK``
             (sooner in the turn's first second).
@@ -75,7 +77,7 @@ class TurnStream:
     ) -> None:
         self.turn = turn
         self._live = watched
-        self._watch_ids = watch_ids or []
+        self._watch_ids = list(watch_ids or [])
         self._checked_at: float | None = None
         self._check_gap = FIRST_WATCH_CHECK
         self._restart = {"thinking": attempt > 1, "text": attempt > 1}
@@ -134,7 +136,8 @@ class TurnStream:
             self._check_gap = min(self._check_gap * 2, WATCH_CHECK)
         self._checked_at = now
         client = activity.client()
-        for task_id in self._watch_ids:
+        ids = self._watch_ids
+        for task_id in ids:
             try:
                 desc = await client.get_workflow_handle(task_id).describe()
                 if await desc.memo_value(WATCHED_MEMO, False):
@@ -142,6 +145,11 @@ class TurnStream:
                     return True
             except Exception:  # a task gone or unreadable: nobody there to show it to
                 continue
+            # A task registered under a registered task knows only its parent: the
+            # streams above come from each one's recorded parent.
+            parent = desc.typed_search_attributes.get(PARENT)
+            if parent and parent not in ids and len(ids) <= MAX_DEPTH:
+                ids.append(parent)
         return False
 
     def _gap(self) -> float | None:

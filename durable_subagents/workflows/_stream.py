@@ -71,8 +71,15 @@ WATCHED_MEMO = "watched"
 PUBLISHER_TTL = timedelta(minutes=15)
 """How long a model turn's publisher is remembered (its retried signal is dropped)."""
 
-MAX_FORWARDS_IN_FLIGHT = 8
-"""Forward signals one stream has on their way to its parent at once."""
+MAX_FORWARDS_IN_FLIGHT = 2
+"""Forward signals one stream has on their way to its parent at once: more than one
+hides a round trip, and what comes meanwhile goes in the next. With 8, a busy
+machine's backlog of forward signals (each a workflow task in the child and in the
+parent) grew through a turn: a tree's watcher saw a child's text 0.4 to 2 s late at
+p95, against 0.1 to 0.4 s with 2 (``bench/bench_stream.py``)."""
+FORWARDS_IN_FLIGHT_BEFORE = 8
+"""What runs recorded before ``FEWER_FORWARDS_PATCH`` sent at once (their replay)."""
+FEWER_FORWARDS_PATCH = "stream-forwards-two-in-flight"
 MAX_EARLY_BATCHES = 16
 """A child's batches a stream keeps while one sent before them has not come."""
 
@@ -281,12 +288,17 @@ class TaskStream:
         parent = workflow.get_external_workflow_handle(parent_id)
         task_id = workflow.info().workflow_id
         sending: list[asyncio.Task[None]] = []
+        in_flight = (
+            MAX_FORWARDS_IN_FLIGHT
+            if workflow.patched(FEWER_FORWARDS_PATCH)
+            else FORWARDS_IN_FLIGHT_BEFORE
+        )
 
         def ready() -> bool:
             sending[:] = [s for s in sending if not s.done()]
             if self._parent_gone or self._closing:
                 return True
-            return self.log.end > self.cursor and len(sending) < MAX_FORWARDS_IN_FLIGHT
+            return self.log.end > self.cursor and len(sending) < in_flight
 
         while True:
             await workflow.wait_condition(ready)

@@ -171,6 +171,37 @@ async def test_a_tree_streams_as_one(
     assert [key(e) for e in rest] == [key(e) for e in events if e.offset > middle]  # type: ignore[operator]
 
 
+async def test_a_grandchild_registered_under_a_registered_child_streams_live_to_the_root(
+    client: SubagentClient, worker: None
+) -> None:
+    """A task registered under a registered task knows only its parent: it finds the
+    watched root through each one's recorded parent and streams its text live, in
+    pieces, while it runs (a turn nobody watches reaches the stream in one piece)."""
+    long = script({"text": WORDS, "stream": 30.0})
+    root_id = await client.spawn_task("explore", "root", model=long)
+    middle_id = await client.spawn_task("explore", "middle", parent_id=root_id, model=long)
+    watching = client.watch(root_id, tree=True)
+    events = [await anext(watching)]  # the root's stream is polled: it is watched
+    grand_id = await client.spawn_task(
+        "explore", "grand", parent_id=middle_id, model=script({"text": WORDS, "stream": 4.0})
+    )
+    try:
+        async with asyncio.timeout(CEILING):
+            async for event in watching:
+                events.append(event)
+                if event.task_id == grand_id and event.kind == "closed":
+                    break
+    finally:
+        await watching.aclose()
+        for task_id in (middle_id, root_id):
+            await client.cancel_task(task_id)
+    grand = [e for e in events if e.task_id == grand_id]
+    assert {e.depth for e in grand} == {2}
+    pieces = [e.text or "" for e in grand if e.kind == "text"]
+    assert "".join(pieces) == WORDS
+    assert len(pieces) >= 3, pieces
+
+
 MARKERS = [f"<m{i:03d}>" for i in range(40)]
 UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 
