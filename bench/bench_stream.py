@@ -154,6 +154,39 @@ class Bench:
             _stream_text.MAX_PUBLISHES = 300
         return spent[False] / turns, spent[True] / turns
 
+    async def watch_checks(self, server: FakeModelServer, model: str) -> tuple[float, float]:
+        """What live text costs a turn nobody watches, counted rather than timed: the
+        memo reads of one streaming turn, and the CPU seconds of one such read.
+
+        Live text on and nobody watching, a turn does nothing more than ask the tasks'
+        ``watched`` memos now and then (pieces wait in memory, unpublished); the
+        process's CPU per turn varies between turns by more than that costs.
+        """
+        checks = 0
+        real = _stream_text.TurnStream._watched
+
+        async def counted(stream: _stream_text.TurnStream) -> bool:
+            nonlocal checks
+            before = stream._checked_at
+            watched = await real(stream)
+            if stream._checked_at != before:
+                checks += len(stream._watch_ids)
+            return watched
+
+        _stream_text.TurnStream._watched = counted  # type: ignore[method-assign]
+        try:
+            self.reply(server)
+            task_id = await self.client.spawn_task("explore", "go", model=model)
+            await self.client.check_task(task_id, wait=True, timeout=300)
+        finally:
+            _stream_text.TurnStream._watched = real  # type: ignore[method-assign]
+        handle = self.temporal.get_workflow_handle(task_id)
+        reads = 100
+        started = time.process_time()
+        for _ in range(reads):
+            await (await handle.describe()).memo_value("watched", False)
+        return checks, (time.process_time() - started) / reads
+
 
 async def main(markers: int, gap: float, turns: int, wires: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,6 +234,12 @@ async def main(markers: int, gap: float, turns: int, wires: list[str]) -> None:
                                 "  CPU per streaming turn, nobody watching: "
                                 f"off {off * 1000:.0f} ms, on {on * 1000:.0f} ms "
                                 f"({(on / off - 1) * 100:+.0f}%)"
+                            )
+                            checks, each = await bench.watch_checks(server, model)
+                            print(
+                                f"  memo reads per streaming turn nobody watches: {checks}, "
+                                f"{each * 1000:.2f} ms CPU each: {checks * each * 1000:.1f} ms "
+                                f"a turn ({checks * each / off * 100:.1f}% of the turn off)"
                             )
                     await close_providers()
 

@@ -84,11 +84,16 @@ async def interrupted(
     (``on_interrupted``), a rerun a person approved, an attempt that never started the
     tool (no heartbeat said so), or one its worker handed back when it stopped.
     """
-    if input.rerun or input.on_interrupted == "rerun" or acts.read_only(input.call.name):
+    if not reported_if_cut_off(acts, input):
         return None
     last = info.heartbeat_details[-1] if info.heartbeat_details else None
     if not isinstance(last, dict) or "started" not in last:
-        return None
+        # The worker may have died before its first heartbeat reached the server; the
+        # mark written before the tool ran says it did run.
+        mark = await acts.store.get_record(input.task_id, started_mark(record))
+        if mark is None:
+            return None
+        last = {"started": mark.decode(errors="replace")}
     if await acts.store.get_record(input.task_id, handed_back(record)) is not None:
         return None
     try:
@@ -126,6 +131,20 @@ def handed_back(record: str) -> str:
     return f"{record}-handed-back"
 
 
+def started_mark(record: str) -> str:
+    """Where a call's record says an attempt began running its tool (and when)."""
+    return f"{record}-started"
+
+
+def reported_if_cut_off(acts: ActivityRole, input: ToolCallInput) -> bool:
+    """Whether a retry of this call, cut off by its worker's death, reports it.
+
+    Reported instead of run again: a call that may change something, of an agent that
+    does not rerun, not a rerun a person approved.
+    """
+    return not (input.rerun or input.on_interrupted == "rerun" or acts.read_only(input.call.name))
+
+
 async def run_once(
     acts: ActivityRole, input: ToolCallInput, live: LiveText | None = None
 ) -> ToolCallResult:
@@ -145,6 +164,12 @@ async def run_once(
             progress = CallProgress() if live is None else None
             if progress is not None:
                 ctx.seen_output = progress.add
+            if reported_if_cut_off(acts, input):
+                # Durable before the tool runs: a worker that dies at once may never
+                # have sent the heartbeat that says the call began.
+                mark = started_mark(policy.result_record_name(input.call))
+                now = datetime.now(UTC).isoformat().encode()
+                await acts.store.put_record(input.task_id, mark, now)
             async with heartbeating(live, progress):
                 try:
                     output, is_error = await tool.run(ctx, call.arguments), False

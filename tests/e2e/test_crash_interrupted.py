@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,8 @@ def start(settings: Settings, workspace: Path, ledger: Path, log: Path) -> subpr
         env={**os.environ, "SUBAGENTS_DATA_DIR": str(log.parent / "data")},
     )
     assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+    # Temporal's core writes warnings to stdout: a full pipe would stop the worker.
+    threading.Thread(target=worker.stdout.read, daemon=True).start()
     return worker
 
 

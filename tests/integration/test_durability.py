@@ -25,6 +25,7 @@ from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
+from durable_subagents.tools import BUILTIN_TOOLS, ToolRegistry, tool
 from durable_subagents.types import ToolCall
 from durable_subagents.worker import create_worker
 
@@ -445,7 +446,8 @@ async def test_a_short_read_goes_unrecorded_only_for_a_workflow_that_knows(
         return ToolCallInput(task_id=task, call=call, unrecorded_reads=knows)
 
     def records(task: str) -> list[str]:
-        return [p.name for p in settings.resolved_blob_dir.rglob("records/*") if task in str(p)]
+        found = settings.resolved_blob_dir.rglob("records/*")
+        return [p.name for p in found if task in str(p) and not p.name.endswith("-started")]
 
     old = await env.run(activities.run_tool, inp("t-old", read, knows=False))
     new = await env.run(activities.run_tool, inp("t-new", read, knows=True))
@@ -461,3 +463,50 @@ async def test_a_short_read_goes_unrecorded_only_for_a_workflow_that_knows(
     assert "after" in again.content
     assert await env.run(activities.run_tool, inp("t-new", write, knows=True)) == wrote
     assert not (workspace / "g.txt").exists()
+
+
+async def test_a_call_cut_off_before_its_first_heartbeat_landed_is_reported_not_run_again(
+    workspace: Path, settings: Settings, tmp_path: Path
+) -> None:
+    """The worker dies while the tool runs, before the heartbeat saying it began reached
+    the server: the retry sees no heartbeat at all. The mark written before the tool ran
+    says it did, so the retry reports the call instead of running it a second time."""
+    ledger = tmp_path / "ledger.txt"
+    began = asyncio.Event()
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay: a side effect that must not happen twice unseen.
+
+        Args:
+            amount: How much.
+        """
+        with ledger.open("a") as out:
+            out.write(f"paid {amount}\n")
+        if len(ledger.read_text().splitlines()) == 1:
+            began.set()
+            await asyncio.Event().wait()  # the first payment hangs until its worker ends
+        return "paid"
+
+    tools = ToolRegistry(dict(BUILTIN_TOOLS))
+    tools.register(pay)
+    activities = SubagentActivities(settings.blob_store(), workspace_root=workspace, tools=tools)
+    call = ToolCall(id="call_p", name="pay", arguments={"amount": 3})
+    inp = ToolCallInput(task_id="t-pay", call=call, on_interrupted="report")
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, current_attempt_scheduled_time=datetime.now(UTC))
+    first = asyncio.ensure_future(env.run(activities.run_tool, inp))
+    await asyncio.wait_for(began.wait(), CEILING)
+    env.cancel()  # the attempt ends with the worker; its heartbeats never reached anyone
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(
+        retry.info,
+        attempt=2,
+        heartbeat_details=[],
+        workflow_id="",  # no task to ask
+    )
+    result = await retry.run(activities.run_tool, inp)
+    assert ledger.read_text() == "paid 3\n"
+    assert result.is_error and "pay was interrupted" in result.content, result.content
