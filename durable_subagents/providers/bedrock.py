@@ -145,4 +145,6 @@ def credentials_error(exc: Exception) -> ApplicationError | None:
             f"bedrock: the worker's AWS credentials could not be read ({type(exc).__name__}: "
             f"{exc}) (will retry)"
         )
+    if isinstance(exc, ValueError):  # the SDK refused to build the request (a model id)
+        return model_request_error(f"bedrock: the request could not be made: {exc}")
     return None

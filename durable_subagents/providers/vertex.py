@@ -31,6 +31,12 @@ _SET_CREDENTIALS = (
 )
 
 
+_NO_PROJECT = (
+    "vertex: no Google Cloud project on the worker; set ANTHROPIC_VERTEX_PROJECT_ID "
+    "(the project whose Vertex AI serves the model)"
+)
+
+
 def import_sdk() -> None:
     """Import the SDK's Vertex client and google-auth, as a worker's first turn would."""
     with contextlib.suppress(ImportError):
@@ -130,6 +136,8 @@ class VertexProvider(AnthropicProvider):
         try:
             credentials, project = await asyncio.to_thread(google_credentials)
         except Exception as exc:
+            if self._token is not None:  # only the project was looked for
+                raise model_request_error(_NO_PROJECT) from None
             problem = credentials_error(exc)
             if problem is None:
                 raise
@@ -138,10 +146,7 @@ class VertexProvider(AnthropicProvider):
             self._credentials = credentials
         self.project = self.project or project
         if not self.project:
-            raise model_request_error(
-                "vertex: no Google Cloud project on the worker; set "
-                "ANTHROPIC_VERTEX_PROJECT_ID (the project whose Vertex AI serves the model)"
-            )
+            raise model_request_error(_NO_PROJECT)
 
 
 def credentials_error(exc: Exception) -> ApplicationError | None:
@@ -171,6 +176,8 @@ def credentials_error(exc: Exception) -> ApplicationError | None:
         return model_unavailable(
             f"vertex: no Google token ({type(exc).__name__}: {exc}) (will retry)"
         )
+    if isinstance(exc, ValueError):  # the SDK refused to build the request (a model id)
+        return model_request_error(f"vertex: the request could not be made: {exc}")
     return None
 
 

@@ -127,7 +127,7 @@ class FakeBedrockServer(FakeAnthropicServer):
         self.models = None if models is None else set(models)
         self.api_key = api_key
         self.paths: list[str] = []
-        """The path of each request that passed the signature check."""
+        """The path of each request that named the server's key and region."""
 
     def environment(self) -> dict[str, str]:
         """What a worker's environment needs to call this server with these keys."""
@@ -189,12 +189,10 @@ class FakeBedrockServer(FakeAnthropicServer):
         body: dict[str, Any] = json.loads(raw)
         body["model"] = request.match_info["model_id"]
         body["stream"] = request.match_info["action"] == "invoke-with-response-stream"
-        if not request.headers.get("Authorization", "").startswith("Bearer ") and not self._signed(
-            request, raw
-        ):
+        self.paths.append(request.raw_path)
+        bearer = request.headers.get("Authorization", "").startswith("Bearer ")
+        if not bearer and not self._signed(request, raw):
             body["_refused"] = "signature"
-        else:
-            self.paths.append(request.raw_path)
         return body
 
     def _signed(self, request: web.Request, raw: bytes) -> bool:
