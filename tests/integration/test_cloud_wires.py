@@ -9,61 +9,23 @@ changed. Turns go through ``resolve_provider`` as a worker's do.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.providers import clear_provider_cache, close_providers, resolve_provider
+from durable_subagents.providers import clear_provider_cache, resolve_provider
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
-from durable_subagents.testing import FakeAnthropicServer, FakeBedrockServer, FakeVertexServer
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.types import Message, ModelRequest, ToolSpec
 
-BEDROCK = "bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0"
-VERTEX = "vertex:claude-sonnet-4-5@20250929"
-WIRES = ["bedrock", "vertex"]
-MODELS = {"bedrock": BEDROCK, "vertex": VERTEX}
-CLOUD_VARIABLES = (
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_PROFILE",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_BEARER_TOKEN_BEDROCK",
-    "ANTHROPIC_BEDROCK_BASE_URL",
-    "CLOUD_ML_REGION",
-    "ANTHROPIC_VERTEX_PROJECT_ID",
-    "ANTHROPIC_VERTEX_BASE_URL",
-    "GOOGLE_OAUTH_ACCESS_TOKEN",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-)
+from ..helpers.providers import BEDROCK, CLOUD_VARIABLES, MODELS, VERTEX, WIRES, cloud
+
 TOOLS = [ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object"})]
-
-
-@contextlib.asynccontextmanager
-async def cloud(
-    monkeypatch: pytest.MonkeyPatch, wire: str, **options: Any
-) -> AsyncIterator[FakeAnthropicServer]:
-    """A fake cloud this process's providers call, with its credentials."""
-    kind = FakeBedrockServer if wire == "bedrock" else FakeVertexServer
-    async with kind(**options) as srv:
-        for name in CLOUD_VARIABLES:
-            monkeypatch.delenv(name, raising=False)
-        for name, value in srv.environment().items():
-            monkeypatch.setenv(name, value)
-        clear_provider_cache()
-        try:
-            yield srv
-        finally:
-            await close_providers()
 
 
 def request(model: str, messages: list[Message], **options: Any) -> ModelRequest:
