@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+from typing import Any
+
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from durable_subagents import InvalidRequest, Settings
+from durable_subagents.providers._eventstream import EventStreamEvents
 from durable_subagents.providers._names import claude_model, named_model, parse_model
 from durable_subagents.providers._windows import known_window
+from durable_subagents.testing.fake_bedrock import _chunk, event_stream_message
 from durable_subagents.worker import worker_models
 
 LEAKED = "AKIAEXFILTRATED0SECRET"
@@ -156,3 +163,68 @@ def test_a_missing_extra_says_what_to_install(bare: pytest.MonkeyPatch) -> None:
         "SUBAGENTS_MODEL=bedrock:m, but boto3 is not installed on the worker; "
         "pip install 'durable-subagents[bedrock]' and restart it"
     )
+
+
+class _Response:
+    """What the SDK's streaming response gives the reader: its bytes, its request."""
+
+    http_request = None
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+
+    async def iter_bytes(self) -> Any:
+        for frame in self.frames:
+            # cut each frame in two: a message may span reads
+            yield frame[:7]
+            yield frame[7:]
+
+
+class _Manager:
+    def __init__(self, frames: list[bytes]) -> None:
+        self.response = _Response(frames)
+
+    async def __aenter__(self) -> _Response:
+        return self.response
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _exception(kind: str, message: str) -> bytes:
+    headers = {":message-type": "exception", ":exception-type": kind}
+    return event_stream_message(headers, json.dumps({"message": message}).encode())
+
+
+async def _read(frames: list[bytes]) -> list[dict[str, Any]]:
+    from anthropic import APIError
+
+    events = await EventStreamEvents(_Manager(frames), provider="bedrock", error=APIError).open()
+    out = []
+    with contextlib.suppress(StopAsyncIteration):
+        while True:
+            out.append(await events.__anext__())
+    return out
+
+
+async def test_bedrock_stream_frames_decode_and_in_stream_exceptions_raise() -> None:
+    from anthropic import APIError
+
+    start = {"type": "message_start", "message": {"usage": {"input_tokens": 3}}}
+    assert await _read([_chunk(start), _chunk({"type": "message_stop"})]) == [
+        start,
+        {"type": "message_stop"},
+    ]
+    with pytest.raises(APIError, match="throttlingException: slow down"):
+        await _read([_chunk(start), _exception("throttlingException", "slow down")])
+    with pytest.raises(ApplicationError) as refused:
+        await _read([_exception("validationException", "bad request")])
+    assert refused.value.non_retryable and "retrying it will not help" in refused.value.message
+    too_long = "prompt is too long: 300 tokens > 200 maximum"
+    with pytest.raises(APIError, match="prompt is too long"):  # compacts, as on Anthropic's
+        await _read([_exception("validationException", too_long)])
+    corrupt = bytearray(_chunk(start))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(ApplicationError, match="not an event-stream message") as broken:
+        await _read([bytes(corrupt)])
+    assert not broken.value.non_retryable
