@@ -91,7 +91,7 @@ MODEL_ALIASES = {
     "opus": "anthropic:claude-opus-4-1",
     "haiku": "anthropic:claude-haiku-4-5",
 }
-MODEL_PROVIDERS = ("openai", "openai-responses", "anthropic", "scripted")
+MODEL_PROVIDERS = ("openai", "openai-responses", "anthropic", "bedrock", "vertex", "scripted")
 """Provider prefixes a worker runs: ``providers.PROVIDERS`` (a test keeps
 them equal), repeated because the provider SDKs stay out of the workflow sandbox."""
 _PERMISSION_MODES = {

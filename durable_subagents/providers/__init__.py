@@ -1,7 +1,8 @@
 """Model providers behind one interface: OpenAI, Anthropic and an offline script.
 
 OpenAI is spoken two ways: Chat Completions (``openai:``, any compatible server) and
-the Responses API (``openai-responses:``).
+the Responses API (``openai-responses:``); Claude three: Anthropic's API
+(``anthropic:``), Amazon Bedrock (``bedrock:``) and Google Vertex AI (``vertex:``).
 
 ``resolve_provider("openai:gpt-4.1-mini")`` gives the provider, the full name and the
 provider's model name; ``await provider.complete(ModelRequest(...))`` runs one turn.
@@ -19,14 +20,17 @@ from ._base import (
 )
 from ._errors import model_unavailable
 from .anthropic import AnthropicProvider
+from .bedrock import BedrockProvider
 from .openai import OpenAIProvider
 from .openai_responses import OpenAIResponsesProvider
 from .scripted import SCRIPTS, Script, ScriptedProvider, ScriptTurn, load_script
+from .vertex import VertexProvider
 
 __all__ = [
     "PROVIDERS",
     "SCRIPTS",
     "AnthropicProvider",
+    "BedrockProvider",
     "ModelProvider",
     "OpenAIProvider",
     "OpenAIResponsesProvider",
@@ -34,6 +38,7 @@ __all__ = [
     "ScriptTurn",
     "ScriptedProvider",
     "TextSink",
+    "VertexProvider",
     "clear_provider_cache",
     "close_providers",
     "import_sdk",

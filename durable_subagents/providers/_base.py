@@ -1,10 +1,11 @@
 """The provider interface and the ``provider:model`` resolver.
 
 A model name is ``openai:<model>``, ``openai-responses:<model>``,
-``anthropic:<model>``, ``scripted[:script]`` or ``default`` (the worker's
-``SUBAGENTS_MODEL``). Providers read their keys from the worker's environment when
-they are built, and are cached per (provider, base URL, key, idle timeout) so a worker
-reuses one HTTP client across turns.
+``anthropic:<model>``, ``bedrock:<model id>``, ``vertex:<model>``, ``scripted[:script]``
+or ``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys and
+settings from the worker's environment when they are built, and are cached per
+(provider, settings, key, idle timeout) so a worker reuses one HTTP client across turns.
+Bedrock and Vertex read no credential here: their SDK clients find them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Protocol, runtime_checkable
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse
 
-from ._errors import missing_key_error
-from ._names import PROVIDERS, parse_model
+from ._cloud import aws_region, setup_problem
+from ._errors import missing_key_error, model_request_error
+from ._names import CLAUDE_PLATFORMS, PROVIDERS, parse_model
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
 from .openai_responses import OpenAIResponsesProvider
@@ -92,7 +94,9 @@ def resolve_provider(
 
     Runs on the worker: building an OpenAI (Chat Completions or Responses) or
     Anthropic provider reads ``OPENAI_API_KEY``/``OPENAI_BASE_URL`` or
-    ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` from the environment.
+    ``ANTHROPIC_API_KEY``/``ANTHROPIC_BASE_URL`` from the environment; Bedrock its
+    region (``AWS_REGION``), Vertex ``CLOUD_ML_REGION`` and
+    ``ANTHROPIC_VERTEX_PROJECT_ID`` (see ``_cloud``).
 
     Args:
         model: The task's model name (see ``parse_model``).
@@ -110,8 +114,8 @@ def resolve_provider(
 
     Raises:
         InvalidRequest: The model name is malformed.
-        temporalio.exceptions.ApplicationError: The provider's key is not set on the
-            worker (non-retryable, type ``ModelRequestError``).
+        temporalio.exceptions.ApplicationError: The provider's key, extra or region is
+            not set on the worker (non-retryable, type ``ModelRequestError``).
 
     Example:
         >>> provider, full, name = resolve_provider("scripted:demo-explore")
@@ -144,6 +148,8 @@ def missing_key(provider_name: str) -> str | None:
 def _build(
     provider_name: str, idle_timeout: float | None, script_files: bool, prompt_cache_key: str
 ) -> ModelProvider:
+    if provider_name in CLAUDE_PLATFORMS:
+        return _build_cloud(provider_name, idle_timeout)
     if provider_name == "scripted":
         cache_key: tuple[str, str, str, float | None] = ("scripted", str(script_files), "", None)
         if cache_key not in _cache:
@@ -183,6 +189,49 @@ def _build(
     return _cache[cache_key]
 
 
+def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvider:
+    """Claude on Bedrock or Vertex, with the settings of the worker's environment.
+
+    Raises:
+        temporalio.exceptions.ApplicationError: The extra, the region (or for Vertex
+            without a token, google-auth) is missing: non-retryable, naming what to set.
+    """
+    problem = setup_problem(provider_name)
+    if problem is not None:
+        raise model_request_error(problem)
+    cache_key: tuple[str, str, str, float | None]
+    if provider_name == "bedrock":
+        from .bedrock import BedrockProvider
+
+        region = aws_region() or ""
+        base_url = os.environ.get("ANTHROPIC_BEDROCK_BASE_URL") or None
+        cache_key = ("bedrock", f"{region} {base_url or ''}", "", idle_timeout)
+        if cache_key not in _cache:
+            _cache[cache_key] = BedrockProvider(
+                region=region, base_url=base_url, idle_timeout=idle_timeout
+            )
+        return _cache[cache_key]
+    from .vertex import VertexProvider, vertex_settings
+
+    settings = vertex_settings()
+    token = settings.pop("access_token")
+    cache_key = (
+        "vertex",
+        " ".join(str(v or "") for v in settings.values()),
+        _fingerprint(token) if token else "",
+        idle_timeout,
+    )
+    if cache_key not in _cache:
+        _cache[cache_key] = VertexProvider(
+            region=settings["region"] or "",
+            project=settings["project"],
+            access_token=token,
+            base_url=settings["base_url"],
+            idle_timeout=idle_timeout,
+        )
+    return _cache[cache_key]
+
+
 def import_sdk(model: str | None) -> None:
     """Import the SDK of the provider ``model`` names, if it has one.
 
@@ -195,7 +244,7 @@ def import_sdk(model: str | None) -> None:
         provider, _, _ = parse_model(model or "scripted")
     except InvalidRequest:
         return
-    if provider in ("openai", "openai-responses", "anthropic"):
+    if provider in ("openai", "openai-responses", "anthropic", *CLAUDE_PLATFORMS):
         module = provider.replace("-", "_")
         importlib.import_module(f"{__package__}.{module}").import_sdk()
 

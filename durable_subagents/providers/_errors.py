@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTEXT_LENGTH_ERROR",
     "RETRYABLE_STATUS",
+    "Advice",
     "context_length",
     "empty_response_error",
     "loaded_classes",
@@ -221,6 +222,7 @@ _OPENAI_MAXIMUM = re.compile(r"maximum context length is (\d+) tokens", re.IGNOR
 _OPENAI_REQUESTED = re.compile(r"(?:resulted in|requested) (\d+) tokens", re.IGNORECASE)
 _ANTHROPIC_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 _ANTHROPIC_LIMIT = re.compile(r"exceed context limit: (\d+) \+ \d+ > (\d+)")
+_BEDROCK_TOO_LONG = "input is too long for requested model"
 
 
 def context_length(body: object, message: str) -> dict[str, int | None] | None:
@@ -229,7 +231,8 @@ def context_length(body: object, message: str) -> dict[str, int | None] | None:
     OpenAI: ``code`` ``context_length_exceeded``, "This model's maximum context length
     is M tokens. However, your messages resulted in N tokens...". Anthropic:
     ``invalid_request_error`` "prompt is too long: N tokens > M maximum" (and "input
-    length and `max_tokens` exceed context limit: N + K > M").
+    length and `max_tokens` exceed context limit: N + K > M"), which Bedrock and Vertex
+    pass on; Bedrock's "Input is too long for requested model." names no sizes.
     """
     inner = body.get("error", body) if isinstance(body, Mapping) else None
     code = inner.get("code") if isinstance(inner, Mapping) else None
@@ -237,6 +240,8 @@ def context_length(body: object, message: str) -> dict[str, int | None] | None:
         found = pattern.search(message)
         if found:
             return {"tokens": int(found.group(1)), "maximum": int(found.group(2))}
+    if _BEDROCK_TOO_LONG in message.lower():
+        return {"tokens": None, "maximum": 0}
     maximum = _OPENAI_MAXIMUM.search(message)
     if maximum is None:
         return None if code != "context_length_exceeded" else {"tokens": None, "maximum": 0}
@@ -259,6 +264,11 @@ def _advice(provider: str, status: int, key_env: str) -> str:
     return f"the {provider} API rejected the request; retrying it will not help"
 
 
+Advice = Callable[[int, str], "str | None"]
+"""A provider's own advice for a refused request: its status and message in, None for
+the default advice."""
+
+
 def to_application_error(
     exc: Exception,
     *,
@@ -266,6 +276,7 @@ def to_application_error(
     key_env: str,
     secrets: Iterable[str | None] = (),
     streaming: bool = False,
+    advice: Advice | None = None,
 ) -> ApplicationError:
     """Translate an ``openai``/``anthropic``/``httpx2`` exception for Temporal.
 
@@ -280,6 +291,8 @@ def to_application_error(
         key_env: Environment variable holding the key, named in 401/403 advice.
         secrets: Strings (API keys) that must never appear in the message.
         streaming: The response had started (a connection error means it was cut).
+        advice: The provider's advice for a non-retryable status (a cloud names its
+            own settings); None, or None from it: the default advice.
 
     Returns:
         The ``ApplicationError`` to raise. Raise it ``from None``: Temporal records an
@@ -312,9 +325,8 @@ def to_application_error(
                 type=CONTEXT_LENGTH_ERROR,
                 non_retryable=True,
             )
-        return model_request_error(
-            f"{provider} API returned HTTP {status}: {detail}; {_advice(provider, status, key_env)}"
-        )
+        said = (advice(status, detail) if advice else None) or _advice(provider, status, key_env)
+        return model_request_error(f"{provider} API returned HTTP {status}: {detail}; {said}")
     if isinstance(exc, (*connection_errors, *loaded_classes("httpx2.TransportError"))):
         # the SDKs say "Connection error."; the transport error under it says what broke,
         # and under that aiohttp's own (its httpx adapter calls a refused connection

@@ -6,20 +6,43 @@ of a turn; none runs a provider, so the parser lives apart from the providers th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from durable_subagents.errors import InvalidRequest
 
 from .scripted import check_script
 
-__all__ = ["PROVIDERS", "named_model", "parse_model"]
+__all__ = ["CLAUDE_PLATFORMS", "PROVIDERS", "claude_model", "named_model", "parse_model"]
 
-PROVIDERS = ("openai", "openai-responses", "anthropic", "scripted")
+PROVIDERS = ("openai", "openai-responses", "anthropic", "bedrock", "vertex", "scripted")
 """Provider prefixes a model name may carry."""
+CLAUDE_PLATFORMS = ("bedrock", "vertex")
+"""Providers that run Claude through a cloud's API (Amazon Bedrock, Google Vertex AI)."""
 
 _VALID_FORMS = (
-    "openai:<model>, openai-responses:<model>, anthropic:<model>, scripted[:script] or default"
+    "openai:<model>, openai-responses:<model>, anthropic:<model>, bedrock:<model id>, "
+    "vertex:<model>, scripted[:script] or default"
 )
+_BEDROCK_PREFIX = re.compile(r"^(?:[a-z]{2,6}\.)?anthropic\.")
+_BEDROCK_VERSION = re.compile(r"-v\d+(?::\d+)?$")
+
+
+def claude_model(provider: str, model: str) -> str:
+    """The Claude model a cloud's model id names, as Anthropic's API names it.
+
+    What a model can do (how it thinks, its window) goes by its Claude name: Bedrock's
+    ``us.anthropic.claude-sonnet-4-5-20250929-v1:0`` (a geography, the maker, a version
+    suffix; an ARN's last part) and Vertex's ``claude-sonnet-4-5@20250929`` (a date
+    after ``@``) are both ``claude-sonnet-4-5...``. Other providers' names are returned
+    as they are.
+    """
+    if provider == "bedrock":
+        name = model.rsplit("/", 1)[-1]
+        return _BEDROCK_VERSION.sub("", _BEDROCK_PREFIX.sub("", name))
+    if provider == "vertex":
+        return model.partition("@")[0]
+    return model
 
 
 def parse_model(
@@ -31,7 +54,8 @@ def parse_model(
 
     Args:
         model: ``openai:<model>``, ``openai-responses:<model>``, ``anthropic:<model>``,
-            ``scripted[:script]`` or ``default``.
+            ``bedrock:<model id>``, ``vertex:<model>``, ``scripted[:script]`` or
+            ``default``.
         default_model: What ``default`` means (the worker's ``SUBAGENTS_MODEL``);
             None means ``scripted``.
         origin: Where ``model`` came from, named in the error (``SUBAGENTS_MODEL``,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from durable_subagents.types import ModelResponse
 
 from ._errors import (
+    Advice,
     empty_response_error,
     loaded_classes,
     model_unavailable,
@@ -196,6 +197,7 @@ class StreamReader:
         secrets: Strings (API keys) that must never appear in a message.
         idle_timeout: Seconds without a byte of response headers or a stream event
             after which the attempt is abandoned (None: no limit).
+        advice: The provider's advice for a refused request (see ``to_application_error``).
     """
 
     def __init__(
@@ -205,8 +207,10 @@ class StreamReader:
         key_env: str,
         secrets: list[str],
         idle_timeout: float | None,
+        advice: Advice | None = None,
     ) -> None:
         self.provider = provider
+        self.advice = advice
         self.key_env = key_env
         self.secrets = secrets
         self.idle_timeout = idle_timeout
@@ -244,6 +248,7 @@ class StreamReader:
                 key_env=self.key_env,
                 secrets=self.secrets,
                 streaming=opened,
+                advice=self.advice,
             ) from None
 
     async def _within(self, awaitable: Awaitable[Any]) -> Any:

@@ -8,6 +8,8 @@ request as too long: its error names the maximum, and the task keeps it.
 
 from __future__ import annotations
 
+from ._names import CLAUDE_PLATFORMS, claude_model
+
 __all__ = ["CONTEXT_WINDOWS", "known_window"]
 
 CONTEXT_WINDOWS: dict[str, int] = {
@@ -30,10 +32,13 @@ CONTEXT_WINDOWS: dict[str, int] = {
 def known_window(model: str) -> int | None:
     """The context window of a ``provider:model`` name from ``CONTEXT_WINDOWS``, or None.
 
-    A model behind the Responses API has the window it has behind Chat Completions.
+    A model behind the Responses API has the window it has behind Chat Completions, and
+    a Claude model on Bedrock or Vertex the one it has on Anthropic's API.
     """
     provider, _, name = model.partition(":")
     if provider == "openai-responses":
         model = f"openai:{name}"
+    elif provider in CLAUDE_PLATFORMS:
+        model = f"anthropic:{claude_model(provider, name)}"
     matches = [prefix for prefix in CONTEXT_WINDOWS if model.startswith(prefix)]
     return CONTEXT_WINDOWS[max(matches, key=len)] if matches else None

@@ -336,7 +336,8 @@ class AnthropicProvider:
 
     A stream that stalls for ``idle_timeout`` seconds (``ping`` events do not count
     as data), breaks, or ends without ``message_stop`` or with an empty answer is a
-    retryable error, never a turn.
+    retryable error, never a turn. Claude on a cloud (``bedrock``, ``vertex``) is this
+    provider with the cloud's client, auth and stream framing.
 
     Args:
         api_key: The key (``ANTHROPIC_API_KEY``).
@@ -346,6 +347,8 @@ class AnthropicProvider:
     """
 
     name = "anthropic"
+    key_env = "ANTHROPIC_API_KEY"
+    """What a 401 or 403 tells the operator to check."""
 
     def __init__(
         self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
@@ -354,9 +357,9 @@ class AnthropicProvider:
         # of the providers it runs (importing both took seconds).
         from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
 
-        self._key = api_key
-        self._api_error = APIError
-        self._clients = PerLoop(
+        self._secrets: list[str] = [api_key]
+        self._api_error: type[Any] = APIError
+        self._clients: PerLoop[Any] = PerLoop(
             lambda: AsyncAnthropic(
                 api_key=api_key,
                 base_url=base_url,
@@ -365,6 +368,23 @@ class AnthropicProvider:
             )
         )
         self.idle_timeout = idle_timeout
+
+    def claude_model(self, model: str) -> str:
+        """The model as Anthropic's API names it, which says how it thinks."""
+        return model
+
+    def advice(self, status: int, message: str) -> str | None:
+        """What to check when the API refuses a request (None: the default advice)."""
+        return None
+
+    async def open_stream(self, params: dict[str, Any]) -> Any:
+        """Send the streamed request; the events of its answer, as objects."""
+        client = self._clients.get()
+        return await SSEEvents(
+            client.messages.with_streaming_response.create(**params),
+            provider=self.name,
+            error=self._api_error,
+        ).open()
 
     async def complete(
         self,
@@ -393,7 +413,10 @@ class AnthropicProvider:
         """
         system, messages = to_anthropic_messages(request)
         thinking = thinking_params(
-            request.model, request.reasoning_effort, request.max_tokens, messages
+            self.claude_model(request.model),
+            request.reasoning_effort,
+            request.max_tokens,
+            messages,
         )
         if not thinking:
             # without thinking the API takes no thinking blocks in the turn it continues
@@ -421,20 +444,13 @@ class AnthropicProvider:
             on_thinking=encodable_sink(on_thinking),
         )
         reader = StreamReader(
-            provider="anthropic",
-            key_env="ANTHROPIC_API_KEY",
-            secrets=[self._key],
+            provider=self.name,
+            key_env=self.key_env,
+            secrets=self._secrets,
             idle_timeout=self.idle_timeout,
+            advice=self.advice,
         )
-        client = self._clients.get()
-        await reader.read(
-            lambda: SSEEvents(
-                client.messages.with_streaming_response.create(**params),
-                provider="anthropic",
-                error=self._api_error,
-            ).open(),
-            accumulator.add,
-        )
+        await reader.read(lambda: self.open_stream(params), accumulator.add)
         return reader.check(
             accumulator.response(), finished=accumulator.stopped, what="message_stop"
         )

@@ -3,7 +3,8 @@
 ``DevServer`` runs Temporal's dev server (SQLite, search attributes registered) for
 the life of a test session or a bench; ``free_port`` picks its ports. The fake model
 servers speak OpenAI's Chat Completions and Responses and Anthropic's Messages wire
-protocols.
+protocols, and Claude's on Amazon Bedrock (SigV4, AWS event-stream framing) and Google
+Vertex AI (a bearer token, ``rawPredict``).
 
 Point the real SDKs (or a worker, via ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) at
 them to test model turns offline, including streaming, HTTP errors with
@@ -19,17 +20,21 @@ readies a workspace for a root worker's tools.
 from ._dev_server import DevServer, free_port, temporal_binary
 from ._workspace import workspace_for_tools
 from .fake_anthropic import FakeAnthropicServer
+from .fake_bedrock import FakeBedrockServer
 from .fake_openai import FAULTS, FakeModelServer, FakeOpenAIServer, FakeReply, Fault
 from .fake_openai_responses import FakeOpenAIResponsesServer
+from .fake_vertex import FakeVertexServer
 
 __all__ = [
     "FAULTS",
     "DevServer",
     "FakeAnthropicServer",
+    "FakeBedrockServer",
     "FakeModelServer",
     "FakeOpenAIResponsesServer",
     "FakeOpenAIServer",
     "FakeReply",
+    "FakeVertexServer",
     "Fault",
     "free_port",
     "temporal_binary",

@@ -54,8 +54,8 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def _event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+def _event_object(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": name, **data}
 
 
 class FakeAnthropicServer(FakeModelServer):
@@ -264,42 +264,47 @@ class FakeAnthropicServer(FakeModelServer):
         return message
 
     def events(self, reply: FakeReply, body: dict[str, Any]) -> Iterator[bytes]:
-        """The Messages API stream events."""
-        yield _event("message_start", {"message": self._message(reply, body)})
+        """The Messages API stream events, as server-sent events."""
+        for event in self.stream_events(reply, body):
+            yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+    def stream_events(self, reply: FakeReply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The Messages API stream events, as objects (each wire frames them its way)."""
+        yield _event_object("message_start", {"message": self._message(reply, body)})
         for index, block in enumerate(self._blocks(reply, body)):
             if block["type"] == "thinking":
                 empty = {"type": "thinking", "thinking": "", "signature": ""}
-                yield _event("content_block_start", {"index": index, "content_block": empty})
+                yield _event_object("content_block_start", {"index": index, "content_block": empty})
                 for piece in text_deltas(FakeReply(text=block["thinking"])):
                     delta = {"type": "thinking_delta", "thinking": piece}
-                    yield _event("content_block_delta", {"index": index, "delta": delta})
+                    yield _event_object("content_block_delta", {"index": index, "delta": delta})
                 delta = {"type": "signature_delta", "signature": block["signature"]}
-                yield _event("content_block_delta", {"index": index, "delta": delta})
+                yield _event_object("content_block_delta", {"index": index, "delta": delta})
             elif block["type"] == "redacted_thinking":
-                yield _event("content_block_start", {"index": index, "content_block": block})
+                yield _event_object("content_block_start", {"index": index, "content_block": block})
             elif block["type"] == "text":
-                yield _event(
+                yield _event_object(
                     "content_block_start",
                     {"index": index, "content_block": {"type": "text", "text": ""}},
                 )
                 for piece in text_deltas(reply):
                     delta = {"type": "text_delta", "text": piece}
-                    yield _event("content_block_delta", {"index": index, "delta": delta})
+                    yield _event_object("content_block_delta", {"index": index, "delta": delta})
             else:
                 start = {**block, "input": {}}
-                yield _event("content_block_start", {"index": index, "content_block": start})
+                yield _event_object("content_block_start", {"index": index, "content_block": start})
                 for piece in fragments(arguments_text(block["input"])):
                     delta = {"type": "input_json_delta", "partial_json": piece}
-                    yield _event("content_block_delta", {"index": index, "delta": delta})
-            yield _event("content_block_stop", {"index": index})
-        yield _event(
+                    yield _event_object("content_block_delta", {"index": index, "delta": delta})
+            yield _event_object("content_block_stop", {"index": index})
+        yield _event_object(
             "message_delta",
             {
                 "delta": {"stop_reason": self._stop(reply), "stop_sequence": None},
                 "usage": reply.reported,  # cumulative, as the API sends it
             },
         )
-        yield _event("message_stop", {})
+        yield _event_object("message_stop", {})
 
 
 def _thinking_first(messages: list[dict[str, Any]]) -> str | None:

@@ -6,7 +6,8 @@ from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
 from durable_subagents.providers._base import missing_key
-from durable_subagents.providers._names import parse_model
+from durable_subagents.providers._cloud import credentials_problem, setup_problem
+from durable_subagents.providers._names import CLAUDE_PLATFORMS, parse_model
 
 __all__ = ["worker_models"]
 
@@ -14,17 +15,22 @@ __all__ = ["worker_models"]
 def worker_models(settings: Settings) -> ModelAllowlist:
     """The models a worker with ``settings`` runs, if its default model can run.
 
-    Reads the provider keys from the environment, as the worker's activities do.
+    Reads the provider keys from the environment, as the worker's activities do; for
+    Claude on a cloud (``bedrock:``, ``vertex:``), named by the default model or by a
+    pattern of ``SUBAGENTS_MODELS``, it checks the extra, the region, the project and
+    that the cloud's credential chain finds credentials.
 
     Raises:
         InvalidRequest: The default model is missing (and the scripted model not
-            enabled), unknown, not among ``SUBAGENTS_MODELS``, or lacks its key; or a
-            pattern of ``SUBAGENTS_MODELS`` names no provider. One line, naming the
+            enabled), unknown, not among ``SUBAGENTS_MODELS``, or lacks its key; a
+            pattern of ``SUBAGENTS_MODELS`` names no provider; or a cloud the models
+            name lacks its extra, settings or credentials. One line, naming the
             setting to change.
     """
     allowlist = ModelAllowlist(
         parse_model_patterns(settings.models), settings.model, settings.allow_scripted
     )
+    _check_clouds(allowlist.patterns, settings.model)
     model = (settings.model or "").strip()
     if model in ("", "default"):
         if settings.allow_scripted:
@@ -63,3 +69,19 @@ def worker_models(settings: Settings) -> ModelAllowlist:
             f"environment{alternative}, or change SUBAGENTS_MODEL"
         )
     return allowlist
+
+
+def _check_clouds(patterns: tuple[str, ...], model: str | None) -> None:
+    """Refuse a worker whose models name a cloud it cannot call (``*`` names none)."""
+    named: dict[str, str] = {}
+    for pattern in patterns:
+        provider = pattern.partition(":")[0]
+        if provider in CLAUDE_PLATFORMS:
+            named.setdefault(provider, f"SUBAGENTS_MODELS allows {pattern}")
+    provider = (model or "").strip().partition(":")[0]
+    if provider in CLAUDE_PLATFORMS:
+        named[provider] = f"SUBAGENTS_MODEL={(model or '').strip()}"
+    for provider, origin in named.items():
+        problem = setup_problem(provider) or credentials_problem(provider)
+        if problem is not None:
+            raise InvalidRequest(f"{origin}, but {problem.partition(': ')[2]}")

@@ -20,7 +20,13 @@ from durable_subagents.providers import (
     clear_provider_cache,
     close_providers,
 )
-from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+from durable_subagents.testing import (
+    FakeAnthropicServer,
+    FakeBedrockServer,
+    FakeModelServer,
+    FakeOpenAIServer,
+    FakeVertexServer,
+)
 
 
 @contextlib.asynccontextmanager
@@ -125,3 +131,42 @@ THINKER = AgentSpec(
     temperature=0.3,
     max_output_tokens=2000,
 )
+
+
+BEDROCK = "bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+VERTEX = "vertex:claude-sonnet-4-5@20250929"
+WIRES = ["bedrock", "vertex"]
+MODELS = {"bedrock": BEDROCK, "vertex": VERTEX}
+CLOUD_VARIABLES = (
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_BEARER_TOKEN_BEDROCK",
+    "ANTHROPIC_BEDROCK_BASE_URL",
+    "CLOUD_ML_REGION",
+    "ANTHROPIC_VERTEX_PROJECT_ID",
+    "ANTHROPIC_VERTEX_BASE_URL",
+    "GOOGLE_OAUTH_ACCESS_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+
+
+@contextlib.asynccontextmanager
+async def cloud(
+    monkeypatch: pytest.MonkeyPatch, wire: str, **options: Any
+) -> AsyncIterator[FakeAnthropicServer]:
+    """A fake cloud this process's providers call, with its credentials."""
+    kind = FakeBedrockServer if wire == "bedrock" else FakeVertexServer
+    async with kind(**options) as srv:
+        for name in CLOUD_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in srv.environment().items():
+            monkeypatch.setenv(name, value)
+        clear_provider_cache()
+        try:
+            yield srv
+        finally:
+            await close_providers()

@@ -65,7 +65,10 @@ def test_resolve_rejects_bad_names(clean_env: None, model: str) -> None:
 
 
 def test_resolve_unknown_prefix_lists_valid_forms(clean_env: None) -> None:
-    forms = r"openai:<model>, openai-responses:<model>, anthropic:<model>, scripted"
+    forms = (
+        r"openai:<model>, openai-responses:<model>, anthropic:<model>, bedrock:<model id>, "
+        r"vertex:<model>, scripted"
+    )
     with pytest.raises(InvalidRequest, match=forms):
         resolve_provider("gpt-4")
 
