@@ -32,7 +32,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
+from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.converter import decode_typed_search_attributes
 
 from durable_subagents._search_attributes import PARENT
 from durable_subagents._stream_items import MAX_DEPTH, StreamEvent
@@ -80,6 +84,8 @@ class TurnStream:
         self._watch_ids = list(watch_ids or [])
         self._checked_at: float | None = None
         self._check_gap = FIRST_WATCH_CHECK
+        self.memo_reads = 0
+        """Tasks' ``watched`` memos read so far (what a turn nobody watches pays)."""
         self._restart = {"thinking": attempt > 1, "text": attempt > 1}
         """Whether the next piece of each starts it over (a retry's first piece)."""
         self._pending: dict[str, list[str]] = {"thinking": [], "text": []}
@@ -127,27 +133,32 @@ class TurnStream:
         """Whether a watcher came (asked of the memos).
 
         At once, then after a gap that starts at ``FIRST_WATCH_CHECK`` and doubles up to
-        ``WATCH_CHECK``.
+        ``WATCH_CHECK``. The first time, the task's own memo is left out: its workflow
+        looked at its own stream when it scheduled the turn (``watched``).
         """
         now = time.monotonic()
+        first = self._checked_at is None
         if self._checked_at is not None:
             if now - self._checked_at < self._check_gap:
                 return False
             self._check_gap = min(self._check_gap * 2, WATCH_CHECK)
         self._checked_at = now
         client = activity.client()
+        own = activity.info().workflow_id
         ids = self._watch_ids
         for task_id in ids:
+            if first and task_id == own:
+                continue
+            self.memo_reads += 1
             try:
-                desc = await client.get_workflow_handle(task_id).describe()
-                if await desc.memo_value(WATCHED_MEMO, False):
-                    self._live = True
-                    return True
+                watched, parent = await _memo_and_parent(client, task_id)
             except Exception:  # a task gone or unreadable: nobody there to show it to
                 continue
+            if watched:
+                self._live = True
+                return True
             # A task registered under a registered task knows only its parent: the
             # streams above come from each one's recorded parent.
-            parent = desc.typed_search_attributes.get(PARENT)
             if parent and parent not in ids and len(ids) <= MAX_DEPTH:
                 ids.append(parent)
         return False
@@ -248,3 +259,25 @@ class TurnStream:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+async def _memo_and_parent(client: Client, task_id: str) -> tuple[bool, str | None]:
+    """A task's ``watched`` memo and recorded parent, from one describe.
+
+    The service's answer read for these two fields only: the SDK's ``describe`` builds
+    the whole description, about half again as much CPU for a read a turn nobody
+    watches makes every second.
+    """
+    response = await client.workflow_service.describe_workflow_execution(
+        DescribeWorkflowExecutionRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=task_id)
+        )
+    )
+    info = response.workflow_execution_info
+    payload = info.memo.fields.get(WATCHED_MEMO)
+    watched = False
+    if payload is not None:
+        [value] = await client.data_converter.decode([payload])
+        watched = bool(value)
+    parent = decode_typed_search_attributes(info.search_attributes).get(PARENT)
+    return watched, parent

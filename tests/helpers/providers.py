@@ -136,7 +136,7 @@ THINKER = AgentSpec(
 BEDROCK = "bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 VERTEX = "vertex:claude-sonnet-4-5@20250929"
 WIRES = ["bedrock", "vertex"]
-MODELS = {"bedrock": BEDROCK, "vertex": VERTEX}
+CLOUD_MODELS = {"bedrock": BEDROCK, "vertex": VERTEX}
 CLOUD_VARIABLES = (
     "AWS_REGION",
     "AWS_DEFAULT_REGION",

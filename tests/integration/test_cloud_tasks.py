@@ -24,7 +24,7 @@ from durable_subagents.worker import create_worker
 
 from ..helpers.cli import arun
 from ..helpers.processes import worker_process
-from ..helpers.providers import MODELS, WIRES, cloud
+from ..helpers.providers import CLOUD_MODELS, WIRES, cloud
 
 
 def read(path: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ async def test_a_task_thinks_reads_and_answers_as_data(
             task_id = await client.spawn_task(
                 "explore",
                 "What does a.txt hold?",
-                model=MODELS[wire],
+                model=CLOUD_MODELS[wire],
                 reasoning_effort="low",
                 output_schema=SCHEMA,
             )
@@ -122,7 +122,7 @@ async def test_thinking_survives_a_worker_killed_mid_turn(
             task_id = await client.spawn_task(
                 "explore",
                 "What do a.txt and b.txt hold?",
-                model=MODELS[wire],
+                model=CLOUD_MODELS[wire],
                 reasoning_effort="medium",
                 max_turns=10,
             )

@@ -23,7 +23,14 @@ from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.types import Message, ModelRequest, ToolSpec
 
-from ..helpers.providers import BEDROCK, CLOUD_VARIABLES, MODELS, VERTEX, WIRES, cloud
+from ..helpers.providers import (
+    BEDROCK,
+    CLOUD_MODELS,
+    CLOUD_VARIABLES,
+    VERTEX,
+    WIRES,
+    cloud,
+)
 
 TOOLS = [ToolSpec(name="read_file", description="Read a file.", parameters={"type": "object"})]
 
@@ -55,7 +62,7 @@ async def test_thinking_blocks_go_back_unchanged_in_a_tool_loop(
         )
         srv.add_reply(text="a holds alpha.", thinking=["THOUGHT-2"])
         messages = [Message(role="user", content="What does a hold?")]
-        first = await turn(MODELS[wire], messages, reasoning_effort="low", tools=TOOLS)
+        first = await turn(CLOUD_MODELS[wire], messages, reasoning_effort="low", tools=TOOLS)
         call = first.tool_calls[0]
         messages += [
             Message(
@@ -63,7 +70,7 @@ async def test_thinking_blocks_go_back_unchanged_in_a_tool_loop(
             ),
             Message(role="tool", tool_call_id=call.id, content="alpha"),
         ]
-        second = await turn(MODELS[wire], messages, reasoning_effort="low", tools=TOOLS)
+        second = await turn(CLOUD_MODELS[wire], messages, reasoning_effort="low", tools=TOOLS)
     assert srv.outcomes == ["200", "200"]  # a block changed would be refused
     assert second.text == "a holds alpha."
     assert [b.type for b in first.reasoning] == ["thinking", "redacted_thinking"]
@@ -102,10 +109,10 @@ async def test_prompt_caching_reports_reads_and_writes(
     system = "You are careful. " * 400
     async with cloud(monkeypatch, wire, min_cache_tokens=1024) as srv:
         messages = [Message(role="user", content="hi")]
-        first = await turn(MODELS[wire], messages, system=system, prompt_cache=True)
+        first = await turn(CLOUD_MODELS[wire], messages, system=system, prompt_cache=True)
         messages += [Message(role="assistant", content=first.text)]
         messages += [Message(role="user", content="again")]
-        second = await turn(MODELS[wire], messages, system=system, prompt_cache=True)
+        second = await turn(CLOUD_MODELS[wire], messages, system=system, prompt_cache=True)
     assert srv.requests[0]["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert first.usage.cache_write_tokens > 0 and first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens >= first.usage.cache_write_tokens
@@ -118,7 +125,7 @@ async def test_a_rate_limit_is_retried_after_the_delay_the_cloud_asks(
 ) -> None:
     async with cloud(monkeypatch, wire) as srv:
         srv.add_error(429, headers={"Retry-After": "7"})
-        err = await failure(MODELS[wire])
+        err = await failure(CLOUD_MODELS[wire])
     assert err.type == "ModelUnavailable" and not err.non_retryable
     assert err.next_retry_delay is not None and err.next_retry_delay.total_seconds() == 7
     assert "HTTP 429" in err.message
@@ -129,7 +136,7 @@ async def test_a_prompt_over_the_window_is_a_context_length_error(
     monkeypatch: pytest.MonkeyPatch, wire: str
 ) -> None:
     async with cloud(monkeypatch, wire, context_window=50) as srv:
-        err = await failure(MODELS[wire], [Message(role="user", content="x " * 400)])
+        err = await failure(CLOUD_MODELS[wire], [Message(role="user", content="x " * 400)])
     assert srv.outcomes == ["400"]
     assert err.type == CONTEXT_LENGTH_ERROR and err.details[0]["maximum"] == 50
 
@@ -164,7 +171,7 @@ async def test_a_model_the_region_lacks_says_which_region(
     monkeypatch: pytest.MonkeyPatch, wire: str
 ) -> None:
     async with cloud(monkeypatch, wire, models=["claude-other"]) as srv:
-        err = await failure(MODELS[wire])
+        err = await failure(CLOUD_MODELS[wire])
     assert srv.outcomes == ["404"]
     assert err.type == "ModelRequestError" and err.non_retryable
     assert f"and that {srv.region}" in err.message  # type: ignore[attr-defined]
@@ -198,8 +205,8 @@ async def test_a_stream_cut_short_is_retried_never_taken(
     async with cloud(monkeypatch, wire) as srv:
         srv.add_fault("truncate", after_chunks=3)
         srv.add_reply(text="the whole answer")
-        err = await failure(MODELS[wire])
-        whole = await turn(MODELS[wire], [Message(role="user", content="hi")])
+        err = await failure(CLOUD_MODELS[wire])
+        whole = await turn(CLOUD_MODELS[wire], [Message(role="user", content="hi")])
     assert err.type == "ModelUnavailable" and "message_stop" in err.message
     assert whole.text == "the whole answer"
 
