@@ -51,6 +51,7 @@ __all__ = [
     "answer_json",
     "answer_tool",
     "check_output_schema",
+    "json_depth",
     "judge_answer",
     "schema_text",
 ]
@@ -107,7 +108,7 @@ def check_output_schema(value: object) -> dict[str, Any]:
             "output_schema must be a JSON Schema (a dict) or a pydantic model class, got "
             f"{type(value).__name__}"
         )
-    if _depth(value, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+    if json_depth(value, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
         raise InvalidRequest(f"output_schema is nested over {MAX_SCHEMA_DEPTH} levels")
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
@@ -328,7 +329,7 @@ def _answer_errors(schema: str, value: Any) -> str | None:
     """What is wrong with an answer, or None when it matches the schema."""
     if not isinstance(value, dict):
         return f"the answer must be a JSON object, not {_json_type(value)}"
-    if _depth(value, MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
+    if json_depth(value, MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
         return f"the answer is nested over {MAX_ANSWER_DEPTH} levels"
     if not _all_finite(value):
         return "the answer has a number that is not finite (NaN or infinity)"
@@ -382,7 +383,7 @@ def _json_type(value: Any) -> str:
     return "a number"
 
 
-def _depth(value: Any, limit: int) -> int:
+def json_depth(value: Any, limit: int) -> int:
     """Nesting depth of JSON-like data, counting no further than ``limit + 1``."""
     depth, level = 0, [value]
     while level and depth <= limit:

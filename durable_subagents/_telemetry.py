@@ -281,95 +281,113 @@ class _Traced(Protocol):
 _S = TypeVar("_S", bound=_Traced)
 
 
+_I = TypeVar("_I")
+_R = TypeVar("_R")
+
+
+def _traced(
+    name: str,
+    begin: Callable[[_Traced, _I], tuple[dict[str, Any], list[str]]],
+    end: Callable[[_Traced, _R], dict[str, Any]],
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> Callable[[Callable[[_S, _I], Awaitable[_R]]], Callable[[_S, _I], Awaitable[_R]]]:
+    """Wrap an activity in a span ``name``.
+
+    ``begin`` gives the span's attributes and the words its errors may not show, ``end``
+    the attributes the result adds.
+    """
+
+    def decorate(fn: Callable[[_S, _I], Awaitable[_R]]) -> Callable[[_S, _I], Awaitable[_R]]:
+        @functools.wraps(fn)
+        async def wrapper(self: _S, input: _I) -> _R:
+            tracer = self.telemetry.tracer
+            if tracer is None:
+                return await fn(self, input)
+            attributes, hidden = begin(self, input)
+            with tracer.start_as_current_span(
+                name,
+                kind=kind,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                with _recording_errors(span, hidden):
+                    result = await fn(self, input)
+                span.set_attributes(end(self, result))
+                return result
+
+        return wrapper
+
+    return decorate
+
+
+def _turn_begins(self: _Traced, input: ModelTurnInput) -> tuple[dict[str, Any], list[str]]:
+    attributes: dict[str, Any] = {
+        "subagent.task_id": input.task_id,
+        "subagent.turn": input.turn,
+        "subagent.agent": input.agent_name,
+        "gen_ai.operation.name": "chat",
+        **_model_attributes(input.model, self.default_model),
+    }
+    # Results passed by record name are named by call ids, which a missing blob's
+    # message quotes.
+    hidden = [m.tool_call_id for m in input.new_messages if m.tool_call_id]
+    hidden += list(input.result_records)
+    # a provider's error may quote the model it was asked for
+    hidden += _unnamed_model(input.model, self.default_model)
+    return attributes, hidden
+
+
+def _turn_ends(self: _Traced, result: ModelTurnResult) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        **_model_attributes(result.model, self.default_model),
+        **_usage_attributes(result.usage),
+        "gen_ai.response.finish_reasons": [_finish_reason(result.stop_reason)],
+        "subagent.tool_calls": len(result.tool_calls),
+    }
+    if result.compact:
+        # the model was not asked: the conversation is compacted first
+        attributes["subagent.compact"] = result.compact
+    return attributes
+
+
+def _compaction_begins(self: _Traced, input: CompactInput) -> tuple[dict[str, Any], list[str]]:
+    attributes: dict[str, Any] = {
+        "subagent.task_id": input.turn.task_id,
+        "subagent.turn": input.turn.turn,
+        "subagent.agent": input.turn.agent_name,
+        "subagent.compaction.number": input.number,
+        "subagent.compaction.reason": input.reason,
+        **_model_attributes(input.turn.model, self.default_model),
+    }
+    return attributes, _unnamed_model(input.turn.model, self.default_model)
+
+
+def _compaction_ends(self: _Traced, result: CompactResult) -> dict[str, Any]:
+    mark = result.compaction
+    return {
+        **_usage_attributes(result.usage),
+        "subagent.compaction.tokens_before": mark.tokens_before,
+        "subagent.compaction.tokens_after": mark.tokens_after,
+        "subagent.compaction.window": mark.window,
+        "subagent.compaction.model_calls": mark.model_calls,
+        "subagent.compaction.noted": mark.noted,
+        "subagent.compaction.summarized": mark.summarized,
+    }
+
+
 def traced_model_turn(
     fn: Callable[[_S, ModelTurnInput], Awaitable[ModelTurnResult]],
 ) -> Callable[[_S, ModelTurnInput], Awaitable[ModelTurnResult]]:
     """Wrap the model-turn activity in a ``subagent.model_turn`` span."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: _S, input: ModelTurnInput) -> ModelTurnResult:
-        tracer = self.telemetry.tracer
-        if tracer is None:
-            return await fn(self, input)
-        attributes: dict[str, Any] = {
-            "subagent.task_id": input.task_id,
-            "subagent.turn": input.turn,
-            "subagent.agent": input.agent_name,
-            "gen_ai.operation.name": "chat",
-            **_model_attributes(input.model, self.default_model),
-        }
-        # Results passed by record name are named by call ids, which a missing blob's
-        # message quotes.
-        hidden = [m.tool_call_id for m in input.new_messages if m.tool_call_id]
-        hidden += list(input.result_records)
-        # a provider's error may quote the model it was asked for
-        hidden += _unnamed_model(input.model, self.default_model)
-        with tracer.start_as_current_span(
-            MODEL_TURN_SPAN,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            with _recording_errors(span, hidden):
-                result = await fn(self, input)
-            span.set_attributes(
-                {
-                    **_model_attributes(result.model, self.default_model),
-                    **_usage_attributes(result.usage),
-                    "gen_ai.response.finish_reasons": [_finish_reason(result.stop_reason)],
-                    "subagent.tool_calls": len(result.tool_calls),
-                }
-            )
-            if result.compact:
-                # the model was not asked: the conversation is compacted first
-                span.set_attribute("subagent.compact", result.compact)
-            return result
-
-    return wrapper
+    return _traced(MODEL_TURN_SPAN, _turn_begins, _turn_ends, SpanKind.CLIENT)(fn)
 
 
 def traced_compaction(
     fn: Callable[[_S, CompactInput], Awaitable[CompactResult]],
 ) -> Callable[[_S, CompactInput], Awaitable[CompactResult]]:
     """Wrap the compaction activity in a ``subagent.compaction`` span (sizes only)."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: _S, input: CompactInput) -> CompactResult:
-        tracer = self.telemetry.tracer
-        if tracer is None:
-            return await fn(self, input)
-        attributes: dict[str, Any] = {
-            "subagent.task_id": input.turn.task_id,
-            "subagent.turn": input.turn.turn,
-            "subagent.agent": input.turn.agent_name,
-            "subagent.compaction.number": input.number,
-            "subagent.compaction.reason": input.reason,
-            **_model_attributes(input.turn.model, self.default_model),
-        }
-        with tracer.start_as_current_span(
-            COMPACTION_SPAN,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            with _recording_errors(span, _unnamed_model(input.turn.model, self.default_model)):
-                result = await fn(self, input)
-            mark = result.compaction
-            span.set_attributes(
-                {
-                    **_usage_attributes(result.usage),
-                    "subagent.compaction.tokens_before": mark.tokens_before,
-                    "subagent.compaction.tokens_after": mark.tokens_after,
-                    "subagent.compaction.window": mark.window,
-                    "subagent.compaction.model_calls": mark.model_calls,
-                    "subagent.compaction.noted": mark.noted,
-                    "subagent.compaction.summarized": mark.summarized,
-                }
-            )
-            return result
-
-    return wrapper
+    return _traced(COMPACTION_SPAN, _compaction_begins, _compaction_ends)(fn)
 
 
 def _usage_attributes(usage: Usage) -> dict[str, int]:

@@ -10,7 +10,7 @@ import hashlib
 import re
 from typing import Any
 
-from durable_subagents._output_schema import FINAL_ANSWER_TOOL
+from durable_subagents._output_schema import FINAL_ANSWER_TOOL, json_depth
 from durable_subagents._payloads import ModelTurnInput
 from durable_subagents.types import ToolCall
 
@@ -29,21 +29,6 @@ def has_schema(input: ModelTurnInput) -> bool:
 _CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_ARGUMENT_DEPTH = 32
 """Deeper tool arguments go back to the model as an error (no schema needs more)."""
-
-
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of JSON-like data, counting no further than ``limit + 1``."""
-    depth, level = 0, [value]
-    while level and depth <= limit:
-        depth += 1
-        nxt: list[Any] = []
-        for item in level:
-            if isinstance(item, dict):
-                nxt.extend(item.values())
-            elif isinstance(item, list):
-                nxt.extend(item)
-        level = nxt
-    return depth if not level else limit + 1
 
 
 def well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
@@ -69,7 +54,7 @@ def well_formed(calls: list[ToolCall], turn: int) -> list[ToolCall]:
                 n += 1
                 new_id = f"call_{turn}_{index}_{digest}_{n}"
             update["id"] = new_id
-        if _depth(call.arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+        if json_depth(call.arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
             update["arguments"] = {"_raw": f"arguments nested over {MAX_ARGUMENT_DEPTH} levels"}
         fixed = call.model_copy(update=update) if update else call
         seen.add(fixed.id)
