@@ -9,31 +9,32 @@ whoever can reach the server reads the tasks: it binds to 127.0.0.1 by default, 
 only the browser origins it is given (a random web page cannot use it as a decryption
 oracle), and can require a bearer token.
 
-The codec is synchronous and fast, so the standard library's threading HTTP server is
-enough; it runs in a thread (:class:`CodecServer`) or in the foreground (:func:`serve`).
+It runs on aiohttp, as the approval inbox does, with the inbox's limits on
+connections (a deadline for each request head, a share of the connections per peer)
+and its origin checks (``_http``): in a thread of its own (:class:`CodecServer`), or in
+the foreground (:func:`serve`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import contextlib
 import json
 import logging
-import socket
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
 from durable_subagents._codec import EncryptionCodec
+from durable_subagents.cli._http import bearer_matches, normal_origin, origin_of, plain_headers
+from durable_subagents.cli.inbox._connections import PeerConnections, listen
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError, SubagentError
 from durable_subagents.storage._sealing import KeyRing
 
@@ -61,36 +62,13 @@ def web_ui_origins(port: int, host: str = "127.0.0.1") -> list[str]:
     return [f"http://{h}:{port}" for h in hosts if h not in ("0.0.0.0", "::", "")]
 
 
-def _normal_origin(origin: str) -> str:
-    """An origin as a browser sends it (``scheme://host[:port]``, lower case).
-
-    Raises:
-        InvalidRequest: it is not such an origin (a path, a query, no host...).
-    """
-    text = origin.strip().rstrip("/")
-    parts = urlsplit(text)
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or parts.path
-        or parts.query
-        or parts.fragment
-        or parts.username
-    ):
-        raise InvalidRequest(
-            f"{origin!r} is not a browser origin; give scheme, host and port only, "
-            "e.g. http://localhost:8233 (the address the Web UI is opened at)"
-        )
-    return text.lower()
-
-
 class CodecServer:
     """Temporal's remote codec protocol over HTTP, serving from a background thread.
 
     Nothing listens before :meth:`start` (or entering the context); :meth:`stop` closes
-    the socket. Requests run in their own threads, so a slow client does not hold up
-    the rest. Usable from asyncio code: starting only binds a socket, and ``async with``
-    stops it off the event loop.
+    the socket. The thread runs an event loop of its own, so a slow client does not hold
+    up the rest, and the caller's loop (if any) is not used. Usable from asyncio code:
+    starting only binds a socket, and ``async with`` stops it off the event loop.
 
     Args:
         keys: The deployment's keys (the current one encodes; any of them decodes).
@@ -131,9 +109,12 @@ class CodecServer:
         self._port = port
         self.codec = EncryptionCodec(keys)
         self.token = token
-        self.origins = frozenset(_normal_origin(o) for o in origins)
+        self.origins = frozenset(normal_origin(o) for o in origins)
         self.namespaces = frozenset(namespaces) if namespaces is not None else None
-        self._httpd: _HTTPServer | None = None
+        self.peers = PeerConnections()
+        self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -148,18 +129,33 @@ class CodecServer:
         host = "[::1]" if host == "::" else f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
-    def _bind(self) -> _HTTPServer:
-        if self._httpd is not None:
+    async def _open(self) -> None:
+        """Listen, on the running loop."""
+        if self._runner is not None:
             raise SubagentError("this codec server is already started")
+        runner = web.AppRunner(_app(self), handler_cancellation=True, shutdown_timeout=1.0)
+        await runner.setup()
         try:
-            self._httpd = _HTTPServer((self.host, self._port), self)
+            listener = await listen(
+                runner, self.host, self._port, peers=self.peers, access_log_class=_AccessLog
+            )
         except OSError as err:
+            await runner.cleanup()
             raise SubagentError(
                 f"the codec server cannot listen on {self.host}:{self._port}: {err.strerror}; "
                 "choose another port (--codec-port / --port) or stop what listens there"
             ) from None
-        self._port = int(self._httpd.server_address[1])
-        return self._httpd
+        self._runner, self._listener = runner, listener
+        self._port = int(listener.sockets[0].getsockname()[1])
+        logger.debug("codec server listening on %s", self.endpoint)
+
+    async def _close(self) -> None:
+        runner, self._runner = self._runner, None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        if runner is not None:
+            await runner.cleanup()
 
     def start(self) -> None:
         """Listen and serve from a daemon thread until :meth:`stop`.
@@ -168,26 +164,45 @@ class CodecServer:
             SubagentError: The address is taken or cannot be bound (the message says
                 which), or the server is already started.
         """
-        httpd = self._bind()
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name=f"codec-server:{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        logger.debug("codec server listening on %s", self.endpoint)
+        if self._thread is not None:
+            raise SubagentError("this codec server is already started")
+        loop = asyncio.new_event_loop()
+        opened = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._open())
+            except BaseException as err:
+                failed.append(err)
+                opened.set()
+                loop.close()
+                return
+            opened.set()
+            try:
+                loop.run_forever()
+                loop.run_until_complete(self._close())
+            finally:
+                loop.close()
+
+        thread = threading.Thread(target=run, name="codec-server", daemon=True)
+        thread.start()
+        opened.wait()
+        if failed:
+            thread.join()
+            raise failed[0]
+        self._loop, self._thread = loop, thread
 
     def stop(self) -> None:
-        """Stop serving and close the socket (blocks up to ~0.1 s; idempotent)."""
-        httpd, self._httpd = self._httpd, None
+        """Stop serving and close the socket (idempotent)."""
+        loop, self._loop = self._loop, None
         thread, self._thread = self._thread, None
-        if httpd is None:
+        if loop is None or thread is None:
             return
-        if thread is not None:
-            httpd.shutdown()
-            thread.join()
-        httpd.server_close()
+        with contextlib.suppress(RuntimeError):  # its loop ended already
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join()
 
     def __enter__(self) -> CodecServer:
         self.start()
@@ -197,7 +212,7 @@ class CodecServer:
         self.stop()
 
     async def __aenter__(self) -> CodecServer:
-        self.start()
+        await asyncio.to_thread(self.start)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -232,234 +247,170 @@ def serve(
     server = CodecServer(
         keys, host=host, port=port, token=token, origins=origins, namespaces=namespaces
     )
-    httpd = server._bind()
-    try:
-        if on_ready is not None:
-            on_ready(server)
-        httpd.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._httpd = None
-        httpd.server_close()
+
+    async def main() -> None:
+        await server._open()
+        try:
+            if on_ready is not None:
+                on_ready(server)
+            await asyncio.Event().wait()
+        finally:
+            await server._close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
+class _AccessLog(AbstractAccessLogger):
+    """One debug line per request.
 
-    def __init__(self, address: tuple[str, int], owner: CodecServer) -> None:
-        self.owner = owner
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, _Handler)
+    The request line, status and counts: never a payload or a header (the token is one).
+    """
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The default prints a traceback to stderr even for a client that hung up,
-        # which is routine (a browser leaving the page); anything else is a bug.
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError):
-            logger.debug("codec server: %s went away: %s", client_address[0], error)
-        else:
-            logger.warning("codec server: a request failed", exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """One request: CORS and token checks, then the codec."""
-
-    server: _HTTPServer
-    protocol_version = "HTTP/1.1"
-
-    def version_string(self) -> str:
-        return "durable-subagents-codec"
-
-    note = ""
-    """What the request did (payload count, namespace), for its log line."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        # One debug line per request: the request line, status and counts, never a
-        # payload or a header (the token is one).
-        code = code.value if isinstance(code, HTTPStatus) else code
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        version = request.version
         logger.debug(
-            'codec server: %s "%s" %s%s', self.address_string(), self.requestline, code, self.note
+            'codec server: %s "%s %s HTTP/%d.%d" %s%s',
+            request.remote,
+            request.method,
+            request.raw_path,
+            version.major,
+            version.minor,
+            response.status,
+            request.get(_NOTE, ""),
         )
-        self.note = ""  # a kept-alive connection's next request starts afresh
 
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("codec server: %s %s", self.address_string(), format % args)
 
-    # ------------------------------------------------------------------ helpers
+_NOTE = web.RequestKey("codec.note", str)
+"""What a request did (payload count, namespace), for its log line."""
 
-    def _origin(self) -> tuple[str | None, bool]:
-        """The request's Origin header and whether it may be answered."""
-        origin = self.headers.get("Origin")
-        if origin is None:
-            return None, True
-        return origin, origin.strip().rstrip("/").lower() in self.server.owner.origins
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-    def _send(
-        self, status: HTTPStatus, body: dict[str, Any] | None, extra: dict[str, str] | None = None
-    ) -> None:
-        data = json.dumps(body).encode() if body is not None else b""
-        self.send_response(status)
-        origin, allowed = self._origin()
+
+def _json(body: dict[str, Any], status: int = 200, **headers: str) -> web.Response:
+    data = json.dumps(body).encode()
+    return web.Response(body=data, status=status, headers=headers, content_type="application/json")
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    response = _json({"error": message}, status, **headers)
+    # The body may be unread: end the connection rather than read it as a request.
+    response.force_close()
+    return response
+
+
+def _app(server: CodecServer) -> web.Application:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin, allowed = origin_of(request, server.origins)
+        if not allowed:
+            response: web.StreamResponse = _error(
+                403,
+                f"origin {origin} is not allowed to use this codec server; allowed: "
+                f"{', '.join(sorted(server.origins)) or 'none'} (add it with --origin)",
+            )
+        else:
+            response = await handler(request)
         if origin is not None and allowed:
-            self.send_header("Access-Control-Allow-Origin", origin.strip().rstrip("/"))
-            self.send_header("Access-Control-Allow-Credentials", "true")
-            self.send_header("Access-Control-Allow-Headers", _ALLOW_HEADERS)
-            self.send_header("Access-Control-Allow-Methods", _ALLOW_METHODS)
-        self.send_header("Vary", "Origin")
-        self.send_header("Cache-Control", "no-store")
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        if body is not None:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if data and self.command != "HEAD":
-            self.wfile.write(data)
+            response.headers["Access-Control-Allow-Origin"] = origin.strip().rstrip("/")
+            response.headers["Access-Control-Allow-Credentials"] = "true"
+            response.headers["Access-Control-Allow-Headers"] = _ALLOW_HEADERS
+            response.headers["Access-Control-Allow-Methods"] = _ALLOW_METHODS
+        plain_headers(response)
+        response.headers["Server"] = "durable-subagents-codec"
+        return response
 
-    def _error(self, status: HTTPStatus, message: str, **extra: str) -> None:
-        # The body may be unread: end the connection rather than read it as a request.
-        self._send(status, {"error": message}, {**extra, "Connection": "close"})
-
-    def _refuse_origin(self) -> bool:
-        origin, allowed = self._origin()
-        if allowed:
-            return False
-        self._error(
-            HTTPStatus.FORBIDDEN,
-            f"origin {origin} is not allowed to use this codec server; allowed: "
-            f"{', '.join(sorted(self.server.owner.origins)) or 'none'} (add it with --origin)",
-        )
-        return True
-
-    def _operation(self) -> str | None:
-        # The protocol: only the URL's last part says which; a prefix is allowed so
-        # that one host can serve several codecs under different paths.
-        last = urlsplit(self.path).path.rstrip("/").rsplit("/", 1)[-1]
-        return last if last in ("encode", "decode") else None
-
-    def _authorized(self) -> bool:
-        token = self.server.owner.token
-        if token is None:
-            return True
-        scheme, _, given = (self.headers.get("Authorization") or "").strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), token.encode()
-        )
-
-    def _read_payloads(self) -> Payloads | None:
-        length_text = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding") or length_text is None:
-            self._error(
-                HTTPStatus.LENGTH_REQUIRED,
-                'send the body with a Content-Length: {"payloads": [...]}',
-            )
-            return None
-        try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY:
-            self._error(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"the body must be 0 to {MAX_BODY} bytes (send fewer payloads at once)",
-            )
-            return None
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as err:
-            self._error(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {err}")
-            return None
-        items = body.get("payloads") if isinstance(body, dict) else None
-        if not isinstance(items, list) or not all(isinstance(p, dict) for p in items):
-            self._error(
-                HTTPStatus.BAD_REQUEST,
-                'the body must be {"payloads": [...]}: each payload in protobuf JSON, '
-                "its metadata values and data in base64",
-            )
-            return None
-        try:
-            return ParseDict(body, Payloads(), ignore_unknown_fields=True)
-        except ParseError as err:
-            self._error(
-                HTTPStatus.BAD_REQUEST,
-                f"a payload is not a temporal.api.common.v1.Payload in protobuf JSON "
-                f"(metadata values and data in base64): {err}",
-            )
-            return None
-
-    # ------------------------------------------------------------------ methods
-
-    def do_OPTIONS(self) -> None:
-        """CORS preflight: the browser asks before its cross-origin POST."""
-        if self._refuse_origin():
-            return
-        extra = {"Access-Control-Max-Age": "600", "Allow": _ALLOW_METHODS}
-        if self.headers.get("Access-Control-Request-Private-Network") == "true":
-            # Chrome asks before a public page (say the cloud UI) calls a local server.
-            extra["Access-Control-Allow-Private-Network"] = "true"
-        self._send(HTTPStatus.NO_CONTENT, None, extra)
-
-    def do_POST(self) -> None:
-        """``/encode`` or ``/decode``: ``{"payloads": [...]}`` in and out."""
-        started = time.monotonic()
-        owner = self.server.owner
-        namespace = self.headers.get("X-Namespace")
-        if self._refuse_origin():
-            return
-        operation = self._operation()
-        if operation is None:
-            self._error(
-                HTTPStatus.NOT_FOUND,
-                f"no such endpoint {urlsplit(self.path).path}: POST <endpoint>/encode or "
-                "<endpoint>/decode",
-            )
-            return
-        if not self._authorized():
-            self._error(
-                HTTPStatus.UNAUTHORIZED,
-                "this codec server needs the header Authorization: Bearer <token> with "
-                "its token (temporal CLI: --codec-auth 'Bearer <token>')",
-                **{"WWW-Authenticate": 'Bearer realm="codec"'},
-            )
-            return
-        if owner.namespaces is not None and namespace not in owner.namespaces:
-            self._error(
-                HTTPStatus.FORBIDDEN,
-                f"namespace {namespace or '(no X-Namespace header)'} is not served here; "
-                f"served: {', '.join(sorted(owner.namespaces))}",
-            )
-            return
-        payloads = self._read_payloads()
-        if payloads is None:
-            return
-        try:
-            if operation == "encode":
-                out = owner.codec.encode_sync(payloads.payloads)
-            else:
-                out = owner.codec.decode_sync(payloads.payloads)
-        except PayloadEncryptionError as err:
-            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(err), **{"X-Key-Id": err.key_id})
-            return
-        except DecodeError as err:  # opened, but not a Payload message inside
-            self._error(HTTPStatus.BAD_REQUEST, f"a decrypted payload does not parse: {err}")
-            return
-        self.note = (
-            f" {len(out)} payload(s), namespace {namespace or '-'}, "
-            f"{1000 * (time.monotonic() - started):.1f} ms"
-        )
-        self._send(HTTPStatus.OK, MessageToDict(Payloads(payloads=out)))
-
-    def do_GET(self) -> None:
-        """Say what this is, to someone who opens the URL in a browser."""
-        if self._refuse_origin():
-            return
-        self._error(
-            HTTPStatus.METHOD_NOT_ALLOWED,
+    async def any_request(request: web.Request) -> web.StreamResponse:
+        if request.method == "OPTIONS":
+            return _preflight(request)
+        if request.method == "POST":
+            return await _codec(server, request)
+        return _error(
+            405,
             "this is a Temporal codec server: POST <endpoint>/encode or /decode with "
             '{"payloads": [...]}; give the endpoint to temporal --codec-endpoint or to the '
             "Web UI's codec server setting",
             Allow=_ALLOW_METHODS,
+        )
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    app.router.add_route("*", "/{path:.*}", any_request)
+    return app
+
+
+def _preflight(request: web.Request) -> web.Response:
+    """CORS preflight: the browser asks before its cross-origin POST."""
+    headers = {"Access-Control-Max-Age": "600", "Allow": _ALLOW_METHODS}
+    if request.headers.get("Access-Control-Request-Private-Network") == "true":
+        # Chrome asks before a public page (say the cloud UI) calls a local server.
+        headers["Access-Control-Allow-Private-Network"] = "true"
+    return web.Response(status=204, headers=headers)
+
+
+async def _codec(server: CodecServer, request: web.Request) -> web.StreamResponse:
+    """``/encode`` or ``/decode``: ``{"payloads": [...]}`` in and out."""
+    started = time.monotonic()
+    namespace = request.headers.get("X-Namespace")
+    # The protocol: only the URL's last part says which; a prefix is allowed so that
+    # one host can serve several codecs under different paths.
+    operation = request.path.rstrip("/").rsplit("/", 1)[-1]
+    if operation not in ("encode", "decode"):
+        return _error(
+            404,
+            f"no such endpoint {request.path}: POST <endpoint>/encode or <endpoint>/decode",
+        )
+    if server.token is not None and not bearer_matches(request, server.token):
+        return _error(
+            401,
+            "this codec server needs the header Authorization: Bearer <token> with its "
+            "token (temporal CLI: --codec-auth 'Bearer <token>')",
+            **{"WWW-Authenticate": 'Bearer realm="codec"'},
+        )
+    if server.namespaces is not None and namespace not in server.namespaces:
+        return _error(
+            403,
+            f"namespace {namespace or '(no X-Namespace header)'} is not served here; "
+            f"served: {', '.join(sorted(server.namespaces))}",
+        )
+    payloads = await _read_payloads(request)
+    if isinstance(payloads, web.Response):
+        return payloads
+    work = server.codec.encode_sync if operation == "encode" else server.codec.decode_sync
+    try:
+        out = await asyncio.to_thread(work, payloads.payloads)
+    except PayloadEncryptionError as err:
+        return _error(422, str(err), **{"X-Key-Id": err.key_id})
+    except DecodeError as err:  # opened, but not a Payload message inside
+        return _error(400, f"a decrypted payload does not parse: {err}")
+    request[_NOTE] = (
+        f" {len(out)} payload(s), namespace {namespace or '-'}, "
+        f"{1000 * (time.monotonic() - started):.1f} ms"
+    )
+    return _json(MessageToDict(Payloads(payloads=out)))
+
+
+async def _read_payloads(request: web.Request) -> Payloads | web.Response:
+    if request.headers.get("Transfer-Encoding") or request.content_length is None:
+        return _error(411, 'send the body with a Content-Length: {"payloads": [...]}')
+    if not 0 <= request.content_length <= MAX_BODY:
+        return _error(413, f"the body must be 0 to {MAX_BODY} bytes (send fewer payloads at once)")
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        return _error(400, f"the body is not JSON: {err}")
+    items = body.get("payloads") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not all(isinstance(p, dict) for p in items):
+        return _error(
+            400,
+            'the body must be {"payloads": [...]}: each payload in protobuf JSON, its '
+            "metadata values and data in base64",
+        )
+    try:
+        return ParseDict(body, Payloads(), ignore_unknown_fields=True)
+    except ParseError as err:
+        return _error(
+            400,
+            "a payload is not a temporal.api.common.v1.Payload in protobuf JSON (metadata "
+            f"values and data in base64): {err}",
         )

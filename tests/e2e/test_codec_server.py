@@ -48,6 +48,7 @@ from ..browser import CHROMIUM, needs_browser
 from ..helpers import CEILING
 from ..helpers.cli import CLI, _env, decoded_strings, failed, ok, run, temporal_cli
 from ..helpers.processes import _wait_ready
+from ..helpers.slowloris import half_open
 from ..helpers.tasks import script
 
 # Plain words: the Web UI shows a summary as markdown, escaping punctuation.
@@ -589,3 +590,25 @@ async def test_without_a_codec_endpoint_the_web_ui_shows_ciphertext(
     text = await _page_text(dev_server, task, None)
     assert task.id in text  # the page did load
     assert PROMPT not in text and ANSWER not in text
+
+
+async def test_unfinished_requests_from_one_address_leave_the_codec_server_answering(
+    task: Task,
+) -> None:
+    """A slowloris from one address holds at most its share of the connections, and
+    none past the head deadline; the Web UI's decode from another address is answered."""
+    body = as_json(Payload(metadata={"encoding": b"json/plain"}, data=b'"x"'))
+    async with CodecServer(task.keys) as server:
+        flood = await half_open(server.port, server.peers.most + 20)
+        try:
+            refused = [c for c in flood if c.refused]
+            assert len(refused) >= 20, len(refused)
+            reply = await post(f"{server.endpoint}/decode", body)
+            assert reply.status == 200, reply
+            # the rest are closed at the head deadline, unanswered
+            async with asyncio.timeout(CEILING):
+                await asyncio.gather(*(c.closed for c in flood))
+            assert all(c.refused or not c.received for c in flood)
+        finally:
+            for connection in flood:
+                connection.abort()

@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 
 from durable_subagents._error_wording import for_http
 from durable_subagents._terminal import UNSAFE, json_shown
-from durable_subagents.cli._codec_server import _normal_origin
+from durable_subagents.cli._http import normal_origin, origin_of, plain_headers
 from durable_subagents.cli.inbox._access import Grant, Tokens
 from durable_subagents.cli.inbox._connections import (
     BODY_TIMEOUT,
@@ -258,21 +258,13 @@ def build_app(
     Raises:
         InvalidRequest: an origin is not ``scheme://host[:port]``.
     """
-    allowed = frozenset(_normal_origin(o) for o in origins)
-
-    def cross_origin(request: web.Request) -> tuple[str | None, bool]:
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return None, True
-        normal = origin.strip().rstrip("/").lower()
-        own = f"{request.scheme}://{request.host}".lower()
-        return origin, normal == own or normal in allowed
+    allowed = frozenset(normal_origin(o) for o in origins)
 
     @web.middleware
     async def guard(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        origin, ok = cross_origin(request)
+        origin, ok = origin_of(request, allowed, own=True)
         api = request.path.startswith("/api/")
         if not ok:
             response: web.StreamResponse = _error(
@@ -302,9 +294,7 @@ def build_app(
             response.headers["Access-Control-Allow-Headers"] = _ALLOW_HEADERS
             response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
             response.headers["Access-Control-Max-Age"] = "600"
-        response.headers["Vary"] = "Origin"
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Content-Type-Options"] = "nosniff"
+        plain_headers(response)
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Content-Security-Policy"] = _CSP
