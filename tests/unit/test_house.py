@@ -13,8 +13,6 @@ OVERSIZE = {
     "activities/_activities.py": 777,
     "workflows/_subagent.py": 774,
     "config.py": 718,
-    "client/_client.py": 641,
-    "testing/fake_openai.py": 606,
 }
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
 (each is to be split along what it holds)."""
