@@ -50,6 +50,8 @@ from durable_subagents.tools._sandbox_host import (
     SandboxUnavailable,
     bwrap_executable,
     detect_sandbox,
+    needs_stage,
+    overlay_command,
     overlay_problem,
     tool_user,
     unreachable,
@@ -57,11 +59,9 @@ from durable_subagents.tools._sandbox_host import (
 from durable_subagents.tools._sandbox_profile import (
     SANDBOX_HOME,
     SandboxProfile,
-    bwrap_argv,
     default_overlay_dir,
 )
 from durable_subagents.tools._seccomp import program_fd, seccomp_supported
-from durable_subagents.tools._stage import OverlayMount
 
 __all__ = [
     "BASE_ENV",
@@ -284,6 +284,9 @@ class _Launch:
     pass_fds: tuple[int, ...] = ()
     started: int | None = None
     """The read end of the sandbox's ``--info-fd``: data once it started, else nothing."""
+    keep: tuple[int, ...] = ()
+    """Descriptors the child inherits that stay open here: a stage's, which the landing
+    reads through afterwards."""
 
     def close_fds(self) -> None:
         """Close the descriptors handed to the child (it has its own copies)."""
@@ -321,6 +324,7 @@ def _prepare(
     rlimits = rlimit_setter(limits, uid=None if run_as is None else run_as[0], cgroup=cgroup)
     setup = [cgroup.join, rlimits] if cgroup.dirs else [rlimits]
     pass_fds: tuple[int, ...] = ()
+    keep: tuple[int, ...] = ()
     started: int | None = None
     enter = None
     if stage is not None:
@@ -330,14 +334,14 @@ def _prepare(
         started, told = os.pipe2(os.O_CLOEXEC)
         pass_fds = (told,) if seccomp is None else (told, seccomp)
         try:
-            mount = OverlayMount(stage.workspace_fd, stage.overlay.fd, stage.overlay.path)
-            enter = mount.enter
-            command = bwrap_argv(
+            launched = overlay_command(
                 exe,
                 profile,
                 argv,
                 workdir,
-                overlay=mount.mount_point,
+                lower_fd=stage.workspace_fd,
+                call=stage.overlay,
+                staged=needs_stage(exe),
                 seccomp=seccomp,
                 info_fd=told,
                 tmpfs_bytes=cgroup.tmpfs_bytes(exe),
@@ -348,10 +352,15 @@ def _prepare(
             stage.close()
             cgroup.remove()
             raise
+        command, enter = launched.argv, launched.enter
+        # A stage's descriptors go to it; they stay open here too, for the landing.
+        keep = launched.keep
     else:
         command = list(argv)
-    preexec = child_setup(os.getpid(), setup, run_as, pass_fds, cgroup.confine, enter)
-    return _Launch(used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started)
+    preexec = child_setup(os.getpid(), setup, run_as, (*keep, *pass_fds), cgroup.confine, enter)
+    return _Launch(
+        used, command, workdir, environment, preexec, cgroup, stage, pass_fds, started, keep
+    )
 
 
 def _stage(profile: SandboxProfile, used: str) -> _Stage | None:
@@ -473,8 +482,9 @@ async def _spawn(
             await _abandon(prepared.cgroup, prepared.stage)
         raise
     # The workspace's and the overlay's descriptors stay here, for the landing: the
-    # child checks what it mounts against them before its exec (``OverlayMount``).
-    fds = launch.pass_fds
+    # child checks what it mounts against them before its exec (``OverlayMount``), or
+    # a stage binds them.
+    fds = (*launch.keep, *launch.pass_fds)
     creating = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
             *launch.command,

@@ -16,7 +16,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from durable_subagents.tools._overlay import CallOverlay, OverlayUnavailable
 from durable_subagents.tools._sandbox_profile import SandboxProfile, bwrap_argv
@@ -26,9 +29,12 @@ from durable_subagents.tools._stage import OverlayMount
 __all__ = [
     "NOBODY",
     "SANDBOX_MODES",
+    "OverlayCommand",
     "SandboxUnavailable",
     "bwrap_executable",
     "detect_sandbox",
+    "needs_stage",
+    "overlay_command",
     "overlay_problem",
     "sandbox_state",
     "tool_user",
@@ -53,52 +59,119 @@ _bwrap: dict[str, str | None] = {}
 _problems: list[str] = []
 
 
+@dataclass(frozen=True)
+class OverlayCommand:
+    """A command line for bubblewrap, and what its child needs to run it.
+
+    Attributes:
+        argv: The command line.
+        keep: Descriptors the command must inherit (a stage's).
+        enter: Run in the child, as the command's user, before the exec (the overlay's
+            mount, ``OverlayMount.enter``); None with a stage.
+    """
+
+    argv: list[str]
+    keep: tuple[int, ...]
+    enter: Callable[[], None] | None
+
+
+def overlay_command(
+    exe: str,
+    profile: SandboxProfile,
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    *,
+    lower_fd: int,
+    call: CallOverlay,
+    staged: bool,
+    **options: Any,
+) -> OverlayCommand:
+    """``argv`` in the sandbox over ``call``'s overlay of the workspace ``lower_fd``.
+
+    ``staged``: a second bubblewrap mounts the overlay (where the child may not, see
+    ``_sandbox_profile``); else the child does.
+    """
+    if staged:
+        fds = (lower_fd, call.fd)
+        return OverlayCommand(bwrap_argv(exe, profile, argv, cwd, stage=fds, **options), fds, None)
+    mount = OverlayMount(lower_fd, call.fd, call.path)
+    command = bwrap_argv(exe, profile, argv, cwd, overlay=mount.mount_point, **options)
+    return OverlayCommand(command, (), mount.enter)
+
+
+_staged: dict[str, bool] = {}
+"""Per ``bwrap``: whether its overlays need a stage (the child may not mount them)."""
+
+
+def needs_stage(exe: str) -> bool:
+    """Whether this process's commands need a stage to mount their overlays."""
+    return _staged.get(exe, False)
+
+
 def _probe(exe: str) -> str | None:
     """Start the real profile once; None if it works, else what went wrong.
 
-    A root worker probes as ``nobody``: its commands never start as root, so what
-    counts is whether bubblewrap works for an unprivileged user (user namespaces and
-    overlayfs in them allowed, the binary and its directories readable).
+    The overlay mounted in the child first, else by a stage (``needs_stage`` says
+    which worked). A root worker probes as ``nobody``: its commands never start as
+    root, so what counts is whether bubblewrap works for an unprivileged user (user
+    namespaces and overlayfs in them allowed, the binary and its directories readable).
     """
     run_as = NOBODY if os.geteuid() == 0 else None
-    with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
-        os.chmod(tmp, 0o711)
-        workspace = Path(tmp) / "ws"
-        workspace.mkdir()
-        if run_as is not None:
-            os.chown(workspace, *run_as)
-        overlay = CallOverlay(Path(tmp) / "overlays", run_as)
-        lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        seccomp = program_fd() if seccomp_supported() else None
-        profile = SandboxProfile(workspace=workspace, run_as=run_as)
-        mount = OverlayMount(lower, overlay.fd, overlay.path)
-        argv = bwrap_argv(exe, profile, ["true"], overlay=mount.mount_point, seccomp=seccomp)
-        fds = () if seccomp is None else (seccomp,)
-        try:
-            result = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=10,
-                check=False,
-                pass_fds=fds,
-                user=None if run_as is None else run_as[0],
-                group=None if run_as is None else run_as[1],
-                extra_groups=None if run_as is None else [],
-                cwd="/",
-                preexec_fn=mount.enter,
-            )
-        except (OSError, subprocess.SubprocessError) as err:
-            return f"{exe}: {err}"
-        finally:
-            for fd in (lower, *(() if seccomp is None else (seccomp,))):
-                os.close(fd)
-            overlay.discard()
-        if result.returncode != 0:
-            who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
-            said = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
-            why = said.strip() or result.returncode
-            return f"{exe}{who}: {why}"
+    problems: list[str] = []
+    for staged in (False, True):
+        with tempfile.TemporaryDirectory(prefix="subagents-probe-") as tmp:
+            problem = _probe_once(exe, Path(tmp), run_as, staged)
+        if problem is None:
+            _staged[exe] = staged
+            if staged:
+                log.warning(
+                    "commands' overlays are mounted by a second bubblewrap: this process "
+                    "may not mount them itself (%s); each command costs 6 to 10 ms more",
+                    problems[0],
+                )
+            return None
+        problems.append(problem)
+    return problems[0] if problems[0] == problems[1] else "; ".join(problems)
+
+
+def _probe_once(exe: str, tmp: Path, run_as: tuple[int, int] | None, staged: bool) -> str | None:
+    os.chmod(tmp, 0o711)
+    workspace = tmp / "ws"
+    workspace.mkdir()
+    if run_as is not None:
+        os.chown(workspace, *run_as)
+    overlay = CallOverlay(tmp / "overlays", run_as)
+    lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    seccomp = program_fd() if seccomp_supported() else None
+    profile = SandboxProfile(workspace=workspace, run_as=run_as)
+    command = overlay_command(
+        exe, profile, ["true"], lower_fd=lower, call=overlay, staged=staged, seccomp=seccomp
+    )
+    try:
+        result = subprocess.run(
+            command.argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            check=False,
+            pass_fds=(*command.keep, *(() if seccomp is None else (seccomp,))),
+            user=None if run_as is None else run_as[0],
+            group=None if run_as is None else run_as[1],
+            extra_groups=None if run_as is None else [],
+            cwd="/",
+            preexec_fn=command.enter,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"{exe}: {err}"
+    finally:
+        for fd in (lower, *(() if seccomp is None else (seccomp,))):
+            os.close(fd)
+        overlay.discard()
+    if result.returncode != 0:
+        who = "" if run_as is None else f" (as uid {run_as[0]}, the tool user of a root worker)"
+        said = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
+        why = said.strip() or result.returncode
+        return f"{exe}{who}: {why}"
     return None
 
 
@@ -140,21 +213,28 @@ def _probe_overlay(root: Path, run_as: tuple[int, int] | None) -> str | None:
             return str(err)
         lower = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         profile = SandboxProfile(workspace=workspace, run_as=run_as)
-        mount = OverlayMount(lower, overlay.fd, overlay.path)
-        argv = bwrap_argv(exe, profile, ["sh", "-c", "echo x > probe"], overlay=mount.mount_point)
+        command = overlay_command(
+            exe,
+            profile,
+            ["sh", "-c", "echo x > probe"],
+            lower_fd=lower,
+            call=overlay,
+            staged=needs_stage(exe),
+        )
         try:
             result = subprocess.run(
-                argv,
+                command.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 timeout=30,
                 check=False,
+                pass_fds=command.keep,
                 user=None if run_as is None else run_as[0],
                 group=None if run_as is None else run_as[1],
                 extra_groups=None if run_as is None else [],
                 cwd="/",
-                preexec_fn=mount.enter,
+                preexec_fn=command.enter,
             )
             upper = overlay.upper()
             try:

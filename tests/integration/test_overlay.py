@@ -23,6 +23,8 @@ import pytest
 from durable_subagents.tools import (
     ToolContext,
     ToolError,
+    _sandbox,
+    _sandbox_host,
     bash,
     grep,
     list_files,
@@ -32,6 +34,7 @@ from durable_subagents.tools import (
 from durable_subagents.tools._files import edit_file
 from durable_subagents.tools._land import Landing
 from durable_subagents.tools._sandbox import spawn_sandboxed
+from durable_subagents.tools._sandbox_host import bwrap_executable
 
 from ..helpers.missing import missing
 from ..helpers.tasks import give_to_tool_user
@@ -423,6 +426,51 @@ async def test_a_command_never_runs_in_a_directory_that_took_the_held_ones_name(
     assert not list((tmp_path / "ws").iterdir())
     assert not list((tmp_path / "ws (deleted)").iterdir())
     assert ctx.landings == []
+
+
+async def test_where_the_child_may_not_mount_a_stage_mounts_the_overlay_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback for a system that lets only ``bwrap`` have a user namespace: a
+    second bubblewrap binds the held workspace by descriptor and the sandbox mounts the
+    overlay from it. Writes land, protected ones are held, and a workspace renamed
+    while held is the one the command sees."""
+    exe = bwrap_executable()
+    assert exe is not None
+    monkeypatch.setitem(_sandbox_host._staged, exe, True)
+    staged: list[list[str]] = []
+    real = _sandbox.overlay_command
+
+    def spied(*args: Any, **kwargs: Any) -> _sandbox_host.OverlayCommand:
+        command = real(*args, **kwargs)
+        staged.append(command.argv)
+        return command
+
+    monkeypatch.setattr(_sandbox, "overlay_command", spied)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("held\n")
+    give_to_tool_user(ws)
+    output, landing = await run(
+        ws, "cat a.txt; echo new > b.txt; mkdir -p s/.git; echo x > s/.git/config"
+    )
+    assert output.startswith("held\n")
+    assert (ws / "b.txt").read_text() == "new\n"
+    assert not (ws / "s" / ".git").exists()
+    assert [h.path for h in landing.held if h.path.endswith("config")] == ["s/.git/config"]
+    fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+    try:
+        ws.rename(tmp_path / "moved")
+        (tmp_path / "ws").mkdir()
+        (tmp_path / "ws" / "a.txt").write_text("other\n")
+        give_to_tool_user(tmp_path / "ws")
+        out = await bash.run(
+            context(ws, workspace_fd=fd, overlay_dir=tmp_path / "o"), {"command": "cat a.txt"}
+        )
+        assert out == "held\n"
+    finally:
+        os.close(fd)
+    assert len(staged) == 2 and all("--bind-fd" in argv for argv in staged)
 
 
 async def test_a_command_holds_no_descriptor_of_the_workspace(ws: Path) -> None:
