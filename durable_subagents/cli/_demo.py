@@ -29,14 +29,14 @@ from durable_subagents.cli._dev import DEV_RECORD, read_dev_record
 from durable_subagents.cli._render import indented_json
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, SubagentError
-from durable_subagents.testing._dev_server import (
+from durable_subagents.devserver._dev_server import (
     DEFAULT_PORT,
     DEFAULT_UI_PORT,
     DevServer,
     ensure_search_attributes,
     server_answers,
 )
+from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.tools._sandbox_host import NOBODY
 from durable_subagents.types import TaskInfo, TaskStatus
 from durable_subagents.worker import create_worker

@@ -33,13 +33,13 @@ from durable_subagents._search_attributes import (
 )
 from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
 from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest, SubagentError
-from durable_subagents.storage._sealing import KeyRing
-from durable_subagents.testing._dev_server import (
+from durable_subagents.devserver._dev_server import (
     DevServer,
     server_answers,
     set_retention,
 )
+from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.storage._sealing import KeyRing
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -17,7 +17,8 @@ reasoning items, whose encrypted content must come back unchanged. ``workspace_f
 readies a workspace for a root worker's tools.
 """
 
-from ._dev_server import DevServer, free_port, temporal_binary
+from durable_subagents.devserver import DevServer, free_port, temporal_binary
+
 from ._workspace import workspace_for_tools
 from .fake_anthropic import FakeAnthropicServer
 from .fake_bedrock import FakeBedrockServer

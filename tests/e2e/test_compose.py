@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from durable_subagents import _search_attributes as sa
-from durable_subagents.testing._dev_server import (
+from durable_subagents.devserver._dev_server import (
     FAIRNESS_DYNAMIC_CONFIG,
     LOW_LATENCY_DYNAMIC_CONFIG,
     PROBLEMS_DYNAMIC_CONFIG,

@@ -28,14 +28,14 @@ from durable_subagents.cli._dev import (
     write_dev_record,
 )
 from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
-from durable_subagents.testing import DevServer, free_port
-from durable_subagents.testing._dev_server import (
+from durable_subagents.devserver._dev_server import (
     ensure_search_attributes,
     missing_search_attributes,
     server_answers,
     set_retention,
 )
+from durable_subagents.errors import SubagentError
+from durable_subagents.testing import DevServer, free_port
 
 from ..helpers import CEILING
 from ..helpers.processes import _wait_ready

@@ -13,8 +13,8 @@ import pytest
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents.config import Settings
+from durable_subagents.devserver._dev_server import FAIRNESS_DYNAMIC_CONFIG
 from durable_subagents.testing import DevServer, free_port
-from durable_subagents.testing._dev_server import FAIRNESS_DYNAMIC_CONFIG
 from durable_subagents.worker import create_worker
 
 from ..helpers.tasks import script

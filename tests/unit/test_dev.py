@@ -15,9 +15,9 @@ from durable_subagents.cli._dev import (
     read_dev_record,
     write_dev_record,
 )
+from durable_subagents.devserver._dev_server import server_answers
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.testing import DevServer, free_port, temporal_binary
-from durable_subagents.testing._dev_server import server_answers
 
 
 def _server(tmp_path: Path, **kwargs: object) -> DevServer:

@@ -74,3 +74,21 @@ def test_no_module_grows_past_the_line_limit() -> None:
         if lines > OVERSIZE.get(name, MAX_LINES):
             over[name] = lines
     assert not over, f"over {MAX_LINES} lines (split them along what they hold): {over}"
+
+
+def test_no_production_module_imports_the_testing_package() -> None:
+    """``subagents dev`` and ``demo`` run the dev server from ``devserver``: nothing a
+    worker, a client or the CLI runs imports ``testing`` (its fakes, its helpers)."""
+    graph = grimp.build_graph("durable_subagents")
+    testing = "durable_subagents.testing"
+    importers = {
+        m
+        for m in graph.find_modules_that_directly_import(testing)
+        | {
+            m
+            for t in graph.find_descendants(testing)
+            for m in graph.find_modules_that_directly_import(t)
+        }
+        if m != testing and not m.startswith(testing + ".")
+    }
+    assert not importers, importers
