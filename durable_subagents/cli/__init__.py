@@ -1,9 +1,12 @@
 """The ``subagents`` command: its Typer app, and ``main``, the console script's entry.
 
-The commands live in ``_serve`` (dev, worker, mcp, demo, agents), ``_servers`` (the
-codec server, the inbox, keygen) and ``_tasks`` (commands on tasks); what they share
-is in ``_common``, and the task rendering, which the demo uses too, in ``_render``.
-They are registered here, in the order ``subagents --help`` lists them.
+Each command lives in the module named for it: ``_dev``, ``_worker``, ``_codec``
+(codec-server and keygen), ``_serve`` (the inbox), ``_tasks`` (spawn, check, cancel,
+approve, reject, send, ls, watch), ``_agents`` (agents and tools), ``_mcp`` and
+``_demo``; what a long-running one runs is in its ``_run`` or server module, imported
+only when it is called. What they share is in ``_common``, and the task rendering,
+which the demo uses too, in ``_render``. They are registered here, in the order
+``subagents --help`` lists them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,18 @@ from typing import Annotated
 
 import typer
 
-from durable_subagents.cli import _common, _help, _serve, _servers, _tasks, _tools_list
+from durable_subagents.cli import (
+    _agents,
+    _codec,
+    _common,
+    _demo,
+    _dev,
+    _help,
+    _mcp,
+    _serve,
+    _tasks,
+    _worker,
+)
 
 __all__ = ["app", "main"]
 
@@ -30,11 +44,11 @@ app = typer.Typer(
 
 # typer lists commands in the order they are registered
 for _name, _command in (
-    ("dev", _serve.dev),
-    ("worker", _serve.worker),
-    ("codec-server", _servers.codec_server),
-    ("serve", _servers.serve),
-    ("keygen", _servers.keygen),
+    ("dev", _dev.dev),
+    ("worker", _worker.worker),
+    ("codec-server", _codec.codec_server),
+    ("serve", _serve.serve),
+    ("keygen", _codec.keygen),
     ("spawn", _tasks.spawn),
     ("check", _tasks.check),
     ("cancel", _tasks.cancel),
@@ -43,10 +57,10 @@ for _name, _command in (
     ("send", _tasks.send),
     ("ls", _tasks.list_command),
     ("watch", _tasks.watch),
-    ("agents", _serve.agents),
-    ("tools", _tools_list.tools),
-    ("mcp", _serve.mcp),
-    ("demo", _serve.demo),
+    ("agents", _agents.agents),
+    ("tools", _agents.tools),
+    ("mcp", _mcp.mcp),
+    ("demo", _demo.demo),
 ):
     _help.register(app, _name, _command)
 

@@ -37,7 +37,7 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, TaskStatus, connect_client
 from durable_subagents._codec import ENCODING, KEY_ID_METADATA
 from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
-from durable_subagents.cli._dev import run_dev
+from durable_subagents.cli._dev_run import run_dev
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.storage._sealing import KeyRing, new_key

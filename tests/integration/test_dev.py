@@ -22,7 +22,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, _search_attributes
-from durable_subagents.cli._dev import (
+from durable_subagents.cli._dev_run import (
     DEV_RECORD,
     run_dev,
     write_dev_record,

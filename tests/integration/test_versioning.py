@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents.cli._dev import run_dev
+from durable_subagents.cli._dev_run import run_dev
 from durable_subagents.config import Settings
 from durable_subagents.testing import free_port, temporal_binary
 from durable_subagents.worker import create_worker

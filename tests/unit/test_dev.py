@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_subagents.cli._dev import (
+from durable_subagents.cli._dev_run import (
     DEV_RECORD,
     parse_duration,
     read_dev_record,

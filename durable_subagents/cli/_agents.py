@@ -1,14 +1,19 @@
-"""``subagents tools``: every tool a worker with these settings offers, and its source."""
+"""``subagents agents`` and ``subagents tools``: what a worker or client would know."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
+import typer
 from rich.markup import escape
 
+from durable_subagents._error_wording import for_shell
 from durable_subagents.cli._common import (
+    AgentsDir,
     JsonOut,
     McpConfigFiles,
     Workspace,
@@ -18,8 +23,51 @@ from durable_subagents.cli._common import (
     mcp_config_option,
     run,
 )
+from durable_subagents.errors import SubagentError
 
 __all__ = ["tools"]
+
+__all__ = ["agents", "tools"]
+
+
+def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
+    """List the built-in agents and the project's own (from agent files)."""
+    from durable_subagents._terminal import shown
+    from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
+    from durable_subagents.agents._tool_names import is_mcp
+    from durable_subagents.cli._render import plain_table
+
+    try:
+        found = scan_agents(agents_dir or find_project_root())
+    except SubagentError as err:
+        err_console.print(
+            f"[red]error:[/red] {escape(for_shell(str(err)))}", soft_wrap=True, highlight=False
+        )
+        raise typer.Exit(1) from None
+    for warning in found.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
+    specs = {**BUILTIN_AGENTS, **found.agents}
+    sources = {n: _source(found.sources[n]) if n in found.sources else "built-in" for n in specs}
+    if as_json:
+        rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
+        print(json.dumps(rows, indent=2))
+        return
+    listed: list[tuple[tuple[str, ...], str]] = []
+    for n, a in specs.items():
+        every = a.tools is None and not a.disallowed_tools
+        mcp = [t for t in a.tools or () if is_mcp(t) and t not in a.disallowed_tools]
+        tools = "all" if every else ",".join([*a.allowed_tools(ALL_TOOLS), *mcp]) or "none"
+        cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
+        listed.append((cells, shown(a.description)))
+    header = ("name", "tools", "mode", "turns", "source", "description")
+    for line in plain_table(header, listed, console.width, right={3}):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _source(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
 
 
 def tools(
