@@ -42,8 +42,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from durable_subagents import SubagentClient, TaskInfo, TaskStatus, connect_client
-from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents.config import Settings
+from durable_subagents.context._context import SUMMARY_PROMPT
 from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import (
     DevServer,

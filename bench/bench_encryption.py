@@ -64,12 +64,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._codec import EncryptionCodec, data_converter
 from durable_subagents.config import Settings
 from durable_subagents.storage import _blobstore
 from durable_subagents.storage._blobstore import blob_ref
 from durable_subagents.storage._sealing import KeyRing, new_key
 from durable_subagents.testing import DevServer, free_port
+from durable_subagents.wire._codec import EncryptionCodec, data_converter
 from durable_subagents.worker import create_worker
 
 # Its workers run the scripted model and any model of the local fake servers: a worker

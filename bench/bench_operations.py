@@ -28,9 +28,9 @@ from pathlib import Path
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from durable_subagents import SubagentClient, connect_client
-from durable_subagents._metrics import Labels, record_model_turn, record_tool_call
 from durable_subagents.config import Settings
 from durable_subagents.providers._names import named_model
+from durable_subagents.telemetry._metrics import Labels, record_model_turn, record_tool_call
 from durable_subagents.testing import DevServer, FakeOpenAIServer, free_port
 from durable_subagents.worker import create_worker
 

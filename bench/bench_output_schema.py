@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from durable_subagents._output_schema import (
+from durable_subagents.context._output_schema import (
     CHECK_SECONDS,
     FINAL_ANSWER_TOOL,
     check_output_schema,

@@ -74,9 +74,9 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._event_loop import loop_factory
 from durable_subagents.agents import resolve_agent
 from durable_subagents.config import Settings
+from durable_subagents.runtime._event_loop import loop_factory
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.testing import DevServer, FakeOpenAIServer, FakeReply, free_port
 from durable_subagents.types import TaskResult

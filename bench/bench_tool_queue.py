@@ -39,9 +39,9 @@ from temporalio.api.enums.v1 import EventType
 
 import durable_subagents.workflows._tool_calls as tool_calls_module
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port, workspace_for_tools
+from durable_subagents.wire._payloads import tool_queue
 from durable_subagents.worker import create_worker
 
 # Its workers run the scripted model and any model of the local fake servers: a worker

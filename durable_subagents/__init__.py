@@ -18,7 +18,6 @@ from durable_subagents.errors import (
 )
 
 if TYPE_CHECKING:
-    from durable_subagents._connect import connect_client
     from durable_subagents.agents import (
         ActivityConfig,
         ActivityOptions,
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     )
     from durable_subagents.client import SubagentClient, SubagentTools
     from durable_subagents.config import Settings
+    from durable_subagents.connection._connect import connect_client
     from durable_subagents.tools import ToolContext, ToolError, ToolRegistry, tool
     from durable_subagents.types import Message, TaskEvent, TaskInfo, TaskStatus, Usage
     from durable_subagents.worker import SubagentsPlugin
@@ -70,7 +70,7 @@ __all__ = [
 are in ``durable_subagents.errors``; the roles' own names in their packages."""
 
 _LAZY = {
-    "connect_client": "durable_subagents._connect",
+    "connect_client": "durable_subagents.connection._connect",
     "ActivityConfig": "durable_subagents.agents",
     "ActivityOptions": "durable_subagents.agents",
     "AgentSpec": "durable_subagents.agents",

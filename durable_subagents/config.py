@@ -16,17 +16,6 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
-from durable_subagents._data_dir import default_data_dir as default_data_dir
-from durable_subagents._event_loop import EventLoopChoice
-from durable_subagents._notify_url import normal_notify_url
-from durable_subagents._setting_values import parse_rate_limits, parse_tool_user, secret_paths
-from durable_subagents._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
-from durable_subagents._temporal_config import (
-    TemporalConnection,
-    is_credential_env,
-    profile_defaults,
-    resolve_connection,
-)
 from durable_subagents.agents._activity_options import (
     DEFAULT_ACTIVITY_OPTIONS,
     ActivityOptions,
@@ -34,19 +23,29 @@ from durable_subagents.agents._activity_options import (
 )
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
 from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
+from durable_subagents.connection._data_dir import default_data_dir as default_data_dir
+from durable_subagents.connection._setting_values import (
+    SECRET_ENV_NAME as SECRET_ENV_NAME,
+)
+from durable_subagents.connection._setting_values import (
+    parse_rate_limits,
+    parse_tool_user,
+    secret_paths,
+)
+from durable_subagents.connection._task_queue import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE
+from durable_subagents.connection._temporal_config import (
+    TemporalConnection,
+    is_credential_env,
+    profile_defaults,
+    resolve_connection,
+)
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.policy._notify_url import normal_notify_url
+from durable_subagents.runtime._event_loop import EventLoopChoice
 from durable_subagents.storage._blobstore import BlobStore
 from durable_subagents.storage._factory import open_blob_store
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.storage._sealing import KeyRing
-
-SECRET_ENV_NAME = re.compile(
-    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
-    r"|GRPC_META|CODEC_AUTH",
-    re.IGNORECASE,
-)
-"""Environment variable names treated as secrets: their values are scrubbed from spans.
-(Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
 
 
 def _default_limit(name: str) -> int:

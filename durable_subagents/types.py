@@ -8,7 +8,7 @@ deprecation. Some of them are also parts of what histories record (``Message``,
 holds as well, so their fields are only added, with defaults.
 
 The workflow's, activities' and signals' own payloads, which only recorded histories
-constrain, are in the private ``durable_subagents._payloads``.
+constrain, are in the private ``durable_subagents.wire._payloads``.
 """
 
 from __future__ import annotations

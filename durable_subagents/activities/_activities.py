@@ -21,47 +21,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._context import (
-    COMPACT_AT,
-    IMAGES_LEFT_OUT,
-    Sizer,
-    context_view,
-    request_chars,
-    within_image_budget,
-)
-from durable_subagents._live_text import LiveText
-from durable_subagents._output_schema import (
-    FINAL_ANSWER_TOOL,
-    answer_tool,
-    judge_answer,
-    schema_text,
-)
-from durable_subagents._payloads import (
-    ACTIVITY_OPTIONS_ACTIVITY,
-    COMPACT_ACTIVITY,
-    MAX_CALLS_KEPT,
-    MODEL_TURN_ACTIVITY,
-    OWN_TASKS_ACTIVITY,
-    RUN_TOOL_ACTIVITY,
-    SETTLE_CHANGES_ACTIVITY,
-    CompactInput,
-    CompactResult,
-    ContextInput,
-    ModelTurnInput,
-    ModelTurnResult,
-    SettleInput,
-    ToolCallInput,
-    ToolCallResult,
-    model_queue,
-    tools_digest,
-)
-from durable_subagents._telemetry import (
-    ActivityTelemetry,
-    traced_compaction,
-    traced_model_turn,
-    traced_tool,
-)
 from durable_subagents.activities._compaction import compact
 from durable_subagents.activities._failures import (
     blob_failure,
@@ -88,6 +47,21 @@ from durable_subagents.agents._protected import PROTECTED_PATHS
 from durable_subagents.agents._spec import ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.context._context import (
+    COMPACT_AT,
+    IMAGES_LEFT_OUT,
+    Sizer,
+    context_view,
+    request_chars,
+    within_image_budget,
+)
+from durable_subagents.context._live_text import LiveText
+from durable_subagents.context._output_schema import (
+    FINAL_ANSWER_TOOL,
+    answer_tool,
+    judge_answer,
+    schema_text,
+)
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError
 from durable_subagents.providers import (
     ModelProvider,
@@ -106,6 +80,12 @@ from durable_subagents.storage._transcript import (
     RESULT_INLINE_LIMIT,
     TRANSCRIPT_CACHE_BYTES,
     Transcript,
+)
+from durable_subagents.telemetry._telemetry import (
+    ActivityTelemetry,
+    traced_compaction,
+    traced_model_turn,
+    traced_tool,
 )
 from durable_subagents.tools import (
     ToolContext,
@@ -126,6 +106,26 @@ from durable_subagents.types import (
     ModelResponse,
     ToolCall,
     ToolSpec,
+)
+from durable_subagents.wire import _search_attributes as sa
+from durable_subagents.wire._payloads import (
+    ACTIVITY_OPTIONS_ACTIVITY,
+    COMPACT_ACTIVITY,
+    MAX_CALLS_KEPT,
+    MODEL_TURN_ACTIVITY,
+    OWN_TASKS_ACTIVITY,
+    RUN_TOOL_ACTIVITY,
+    SETTLE_CHANGES_ACTIVITY,
+    CompactInput,
+    CompactResult,
+    ContextInput,
+    ModelTurnInput,
+    ModelTurnResult,
+    SettleInput,
+    ToolCallInput,
+    ToolCallResult,
+    model_queue,
+    tools_digest,
 )
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The ``compact_context`` activity's work: make a task's conversation fit its window.
 
-``durable_subagents._context`` says what a compaction point does to what the model is
+``durable_subagents.context._context`` says what a compaction point does to what the model is
 sent. Here the sizes are measured, the new point is planned (notes first; a summary
 when notes are not enough; as a last resort notes for the latest tool results too),
 the one model call a compaction may make writes the summary, and the point is appended
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents._context import (
+from durable_subagents.context._context import (
     COMPACT_TO,
     RECENT_SHARE,
     SUMMARY_HEADER,
@@ -35,11 +35,11 @@ from durable_subagents._context import (
     request_chars,
     summary_tokens,
 )
-from durable_subagents._payloads import CompactInput, CompactResult, ContextInput
 from durable_subagents.providers import ModelProvider
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.storage._transcript import INLINE_LIMIT
 from durable_subagents.types import Compaction, Message, ModelRequest, ToolCall, Usage
+from durable_subagents.wire._payloads import CompactInput, CompactResult, ContextInput
 
 if TYPE_CHECKING:
     from durable_subagents.activities._role import ActivityRole

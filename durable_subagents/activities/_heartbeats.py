@@ -19,7 +19,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 
-from durable_subagents._live_text import LiveText
+from durable_subagents.context._live_text import LiveText
 
 __all__ = [
     "HEARTBEAT_EVERY",

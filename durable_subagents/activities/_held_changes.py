@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from durable_subagents._payloads import (
-    HELD_PATHS_SHOWN,
-    HeldChanges,
-    SettleInput,
-    ToolCallResult,
-)
 from durable_subagents.activities._workspaces import HeldWorkspace
 from durable_subagents.tools._held import describe
 from durable_subagents.tools._land import Before, Held
 from durable_subagents.tools._land_held import apply_held
 from durable_subagents.tools._sandbox_host import tool_user
 from durable_subagents.types import ToolCall
+from durable_subagents.wire._payloads import (
+    HELD_PATHS_SHOWN,
+    HeldChanges,
+    SettleInput,
+    ToolCallResult,
+)
 
 if TYPE_CHECKING:
     from durable_subagents.activities._role import ActivityRole

@@ -31,10 +31,10 @@ import yarl
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from durable_subagents._notify_url import normal_notify_url, notify_url_allowed
-from durable_subagents._payloads import NOTIFY_ACTIVITY, NOTIFY_UNSET, NotifyInput
-from durable_subagents._terminal import json_shown
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.policy._notify_url import normal_notify_url, notify_url_allowed
+from durable_subagents.wire._payloads import NOTIFY_ACTIVITY, NOTIFY_UNSET, NotifyInput
+from durable_subagents.wording._terminal import json_shown
 
 __all__ = ["MAX_BODY_BYTES", "Notifier", "notify_key", "sign"]
 

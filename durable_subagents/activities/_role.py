@@ -12,19 +12,19 @@ import contextlib
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from durable_subagents._live_text import LiveText
-    from durable_subagents._payloads import (
-        ContextInput,
-        ModelTurnInput,
-        ToolCallInput,
-        ToolCallResult,
-    )
     from durable_subagents.activities._workspaces import HeldWorkspace
+    from durable_subagents.context._live_text import LiveText
     from durable_subagents.providers import ModelProvider, TextSink
     from durable_subagents.storage._blobstore import BlobStore
     from durable_subagents.storage._transcript import Transcript
     from durable_subagents.tools import ToolContext, ToolRegistry
     from durable_subagents.types import ModelRequest, ModelResponse, ToolCall
+    from durable_subagents.wire._payloads import (
+        ContextInput,
+        ModelTurnInput,
+        ToolCallInput,
+        ToolCallResult,
+    )
 
 __all__ = ["ActivityRole"]
 

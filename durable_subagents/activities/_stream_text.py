@@ -38,8 +38,8 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.converter import decode_typed_search_attributes
 
-from durable_subagents._search_attributes import PARENT
-from durable_subagents._stream_items import MAX_DEPTH, StreamEvent
+from durable_subagents.wire._search_attributes import PARENT
+from durable_subagents.wire._stream_items import MAX_DEPTH, StreamEvent
 
 __all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
 

@@ -18,14 +18,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_subagents import policy
-from durable_subagents._payloads import (
-    MAX_CALLS_PER_TURN,
-    UNRECORDED_READ_BYTES,
-    HeldChanges,
-    ModelTurnInput,
-    ToolCallInput,
-    ToolCallResult,
-)
 from durable_subagents.activities._heartbeats import (
     CallProgress,
     cancel_requested,
@@ -37,10 +29,18 @@ from durable_subagents.tools import ToolError
 from durable_subagents.tools._decorator import MAX_THREADS_PER_TASK
 from durable_subagents.tools._land import Landing
 from durable_subagents.types import ToolCall, ToolImage
+from durable_subagents.wire._payloads import (
+    MAX_CALLS_PER_TURN,
+    UNRECORDED_READ_BYTES,
+    HeldChanges,
+    ModelTurnInput,
+    ToolCallInput,
+    ToolCallResult,
+)
 
 if TYPE_CHECKING:
-    from durable_subagents._live_text import LiveText
     from durable_subagents.activities._role import ActivityRole
+    from durable_subagents.context._live_text import LiveText
     from durable_subagents.tools._images import CheckedImage
 
 __all__ = ["run_call", "run_reads"]

@@ -10,9 +10,9 @@ import hashlib
 import re
 from typing import Any
 
-from durable_subagents._output_schema import FINAL_ANSWER_TOOL, json_depth
-from durable_subagents._payloads import ModelTurnInput
+from durable_subagents.context._output_schema import FINAL_ANSWER_TOOL, json_depth
 from durable_subagents.types import ToolCall
+from durable_subagents.wire._payloads import ModelTurnInput
 
 __all__ = ["ANSWER_INSTRUCTION", "MAX_ARGUMENT_DEPTH", "has_schema", "well_formed"]
 

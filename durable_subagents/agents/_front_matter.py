@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_subagents._lazy import imported
+from durable_subagents.runtime._lazy import imported
 
 __all__ = ["FrontMatter", "FrontMatterError", "parse_front_matter"]
 

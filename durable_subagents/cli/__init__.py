@@ -110,7 +110,7 @@ def _options(
         _core_logs_to_stderr()
     if not verbose and ctx.invoked_subcommand not in _RUN_WORKERS:
         # A client command reports a lost server in one line of its own.
-        from durable_subagents._connect import no_connection_retries
+        from durable_subagents.connection._connect import no_connection_retries
 
         logging.getLogger("temporalio.core").addFilter(no_connection_retries)
 

@@ -11,7 +11,6 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from durable_subagents._error_wording import for_shell
 from durable_subagents.cli._common import (
     AgentsDir,
     JsonOut,
@@ -24,6 +23,7 @@ from durable_subagents.cli._common import (
     run,
 )
 from durable_subagents.errors import SubagentError
+from durable_subagents.wording._error_wording import for_shell
 
 __all__ = ["tools"]
 
@@ -32,10 +32,10 @@ __all__ = ["agents", "tools"]
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
-    from durable_subagents._terminal import shown
     from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
     from durable_subagents.agents._tool_names import is_mcp
     from durable_subagents.cli._render import plain_table
+    from durable_subagents.wording._terminal import shown
 
     try:
         found = scan_agents(agents_dir or find_project_root())
@@ -79,9 +79,9 @@ def tools(
     and --mcp-config (each server started once, here, to list them); what cannot be
     offered is said on stderr.
     """
-    from durable_subagents._terminal import shown
     from durable_subagents.cli._render import plain_table
     from durable_subagents.tools import ToolRegistry
+    from durable_subagents.wording._terminal import shown
 
     settings = make_settings(workspace=workspace, mcp_config=mcp_config_option(mcp_config))
     registry = ToolRegistry()

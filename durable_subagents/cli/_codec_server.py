@@ -32,11 +32,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
-from durable_subagents._codec import EncryptionCodec
 from durable_subagents.cli._http import bearer_matches, normal_origin, origin_of, plain_headers
 from durable_subagents.cli.inbox._connections import PeerConnections, listen
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError, SubagentError
 from durable_subagents.storage._sealing import KeyRing
+from durable_subagents.wire._codec import EncryptionCodec
 
 __all__ = ["DEFAULT_ORIGINS", "CodecServer", "serve", "web_ui_origins"]
 

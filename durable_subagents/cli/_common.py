@@ -23,10 +23,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from durable_subagents._error_wording import for_shell
-from durable_subagents._event_loop import EventLoopChoice, loop_factory
-from durable_subagents._task_queue import DEFAULT_TASK_QUEUE
+from durable_subagents.connection._task_queue import DEFAULT_TASK_QUEUE
 from durable_subagents.errors import InvalidRequest, SubagentError, TemporalUnavailable
+from durable_subagents.runtime._event_loop import EventLoopChoice, loop_factory
+from durable_subagents.wording._error_wording import for_shell
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -213,7 +213,7 @@ def _lost(err: Exception, after: str | None) -> str:
     """The one line that says the server stopped answering mid-command."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    from durable_subagents._connect import plain_connection_error
+    from durable_subagents.connection._connect import plain_connection_error
 
     where = f"Temporal at {_address}" if _address else "Temporal"
     if isinstance(err, RPCError) and err.status != RPCStatusCode.UNAVAILABLE:

@@ -23,12 +23,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from durable_subagents._connect import connect_client
-from durable_subagents._terminal import shown
 from durable_subagents.cli._dev_run import DEV_RECORD, read_dev_record
 from durable_subagents.cli._render import indented_json
 from durable_subagents.client import SubagentClient
 from durable_subagents.config import Settings
+from durable_subagents.connection._connect import connect_client
 from durable_subagents.devserver._dev_server import (
     DEFAULT_PORT,
     DEFAULT_UI_PORT,
@@ -39,6 +38,7 @@ from durable_subagents.devserver._dev_server import (
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.tools._sandbox_host import NOBODY
 from durable_subagents.types import TaskInfo, TaskStatus
+from durable_subagents.wording._terminal import shown
 from durable_subagents.worker import create_worker
 
 DEMO_TASKS: list[tuple[str, str, str, dict[str, Any]]] = [

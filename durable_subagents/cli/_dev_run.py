@@ -22,15 +22,6 @@ from rich.markup import escape
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 
-from durable_subagents import _search_attributes
-
-# Re-exported: part of this module's public API (DevServer registers them on start).
-from durable_subagents._search_attributes import (
-    ensure_search_attributes as ensure_search_attributes,
-)
-from durable_subagents._search_attributes import (
-    missing_search_attributes as missing_search_attributes,
-)
 from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
 from durable_subagents.config import Settings
 from durable_subagents.devserver._dev_server import (
@@ -40,6 +31,15 @@ from durable_subagents.devserver._dev_server import (
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.storage._sealing import KeyRing
+from durable_subagents.wire import _search_attributes
+
+# Re-exported: part of this module's public API (DevServer registers them on start).
+from durable_subagents.wire._search_attributes import (
+    ensure_search_attributes as ensure_search_attributes,
+)
+from durable_subagents.wire._search_attributes import (
+    missing_search_attributes as missing_search_attributes,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,8 +106,8 @@ async def run_dev(
     Raises:
         SubagentError: If the server or the codec server cannot be started.
     """
-    from durable_subagents._connect import connect_client
-    from durable_subagents._telemetry import setup_tracing
+    from durable_subagents.connection._connect import connect_client
+    from durable_subagents.telemetry._telemetry import setup_tracing
     from durable_subagents.worker import (
         collect_less,
         create_worker,

@@ -68,8 +68,8 @@ def mcp(
     ] = Reach.ANY,
 ) -> None:
     """Serve the subagent tools over MCP on stdio (for Claude Code and other MCP clients)."""
-    from durable_subagents._connect import check_address
     from durable_subagents.client._mcp import default_parent_id, run_mcp
+    from durable_subagents.connection._connect import check_address
 
     settings = make_settings(address, namespace, task_queue, profile=profile)
     parent = parent_id or default_parent_id()

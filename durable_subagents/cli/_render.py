@@ -19,9 +19,9 @@ from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.text import Text
 
-from durable_subagents._payloads import HELD_TOOL
-from durable_subagents._terminal import json_shown, shown
 from durable_subagents.types import TaskInfo, TaskStatus, Usage
+from durable_subagents.wire._payloads import HELD_TOOL
+from durable_subagents.wording._terminal import json_shown, shown
 
 Arguments = dict[str, dict[str, Any] | None]
 """Full arguments by pending call id; None where they could not be read."""

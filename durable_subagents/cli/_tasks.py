@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from durable_subagents._terminal import json_shown, shown
 from durable_subagents.cli._common import (
     Address,
     AgentsDir,
@@ -25,6 +24,7 @@ from durable_subagents.cli._common import (
     usage_check,
 )
 from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.wording._terminal import json_shown, shown
 
 if TYPE_CHECKING:
     from durable_subagents.client import SubagentClient

@@ -186,7 +186,7 @@ async def _print_version(settings: Settings, version: WorkerDeploymentVersion) -
     """Say whether the worker's version is current, and how to make it so if not."""
     from temporalio.service import RPCError
 
-    from durable_subagents._connect import connect_temporal
+    from durable_subagents.connection._connect import connect_temporal
     from durable_subagents.worker._deployment import current_build_id, set_current_command
 
     where = f"deployment {version.deployment_name} build ID {version.build_id}"

@@ -18,7 +18,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._connect import connect_temporal
 from durable_subagents.agents import (
     PROTECTED_PATHS,
     AgentSpec,
@@ -36,6 +35,7 @@ from durable_subagents.client._task_state import (
     settling,
 )
 from durable_subagents.client._waiting import check_timeout, decided_already, wait_until_settled
+from durable_subagents.connection._connect import connect_temporal
 from durable_subagents.errors import (
     InvalidRequest,
     ModelNotAllowed,

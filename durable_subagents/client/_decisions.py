@@ -18,11 +18,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._payloads import DECIDE_SIGNAL, CallDecision, Decisions
 from durable_subagents.client._task_state import InternalInfo, describe_task
 from durable_subagents.errors import InvalidRequest, SubagentError, UnknownCallId, WrongTaskState
 from durable_subagents.spawn import refuse_unencodable
 from durable_subagents.types import Message, TaskInfo, TaskStatus
+from durable_subagents.wire._payloads import DECIDE_SIGNAL, CallDecision, Decisions
 
 __all__ = [
     "MAX_REASON_BYTES",

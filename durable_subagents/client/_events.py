@@ -11,8 +11,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from durable_subagents._context import describe
-from durable_subagents._payloads import (
+from durable_subagents.client._live_turn import LIVE_POLL, LiveTurn, TextResolver, ticking
+from durable_subagents.client._task_state import decoded, failure_message
+from durable_subagents.context._context import describe
+from durable_subagents.policy import arguments_preview
+from durable_subagents.spawn import model_label
+from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
+from durable_subagents.wire._payloads import (
     COMPACT_ACTIVITY,
     DECIDE_SIGNAL,
     MODEL_TURN_ACTIVITY,
@@ -20,11 +25,6 @@ from durable_subagents._payloads import (
     SEND_INPUT_SIGNAL,
     Decisions,
 )
-from durable_subagents.client._live_turn import LIVE_POLL, LiveTurn, TextResolver, ticking
-from durable_subagents.client._task_state import decoded, failure_message
-from durable_subagents.policy import arguments_preview
-from durable_subagents.spawn import model_label
-from durable_subagents.types import Compaction, TaskEvent, TaskStatus, Usage
 
 CLOSE_STATUS: dict[int, TaskStatus | None] = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: None,

@@ -14,13 +14,6 @@ from temporalio.common import (
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._payloads import (
-    SEND_INPUT_SIGNAL,
-    WORKFLOW,
-    TaskInput,
-    TaskState,
-)
-from durable_subagents._stream_items import StreamCarry
 from durable_subagents.client._task_state import InternalInfo, describe_task
 from durable_subagents.errors import InvalidRequest, TaskNotFound, WrongTaskState
 from durable_subagents.spawn import (
@@ -30,6 +23,13 @@ from durable_subagents.spawn import (
     static_summary,
 )
 from durable_subagents.types import TaskInfo, TaskResult, TaskStatus
+from durable_subagents.wire._payloads import (
+    SEND_INPUT_SIGNAL,
+    WORKFLOW,
+    TaskInput,
+    TaskState,
+)
+from durable_subagents.wire._stream_items import StreamCarry
 
 
 async def deliver_input(

@@ -20,9 +20,9 @@ from typing import Any, Literal, TypeVar
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from durable_subagents._live_text import LiveSnapshot, parse_live, parse_live_thinking
-from durable_subagents._payloads import MODEL_TURN_ACTIVITY
+from durable_subagents.context._live_text import LiveSnapshot, parse_live, parse_live_thinking
 from durable_subagents.types import Message, TaskEvent
+from durable_subagents.wire._payloads import MODEL_TURN_ACTIVITY
 
 __all__ = ["LIVE_POLL", "RESTARTED", "LiveTurn", "TextResolver", "ticking"]
 

@@ -24,11 +24,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from durable_subagents._connect import check_address, connect_client
 from durable_subagents.agents import AgentSpec, discover_agents, load_agents
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.client._tools import SubagentTools
 from durable_subagents.config import DEFAULT_ADDRESS, Settings
+from durable_subagents.connection._connect import check_address, connect_client
 from durable_subagents.errors import InvalidRequest, SubagentError
 
 logger = logging.getLogger(__name__)

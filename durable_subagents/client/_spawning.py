@@ -13,7 +13,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._payloads import REGISTER_CHILD_SIGNAL, WORKFLOW, TaskInput
 from durable_subagents.client._task_state import describe_task
 from durable_subagents.errors import TaskNotFound, WrongTaskState
 from durable_subagents.spawn import (
@@ -23,6 +22,7 @@ from durable_subagents.spawn import (
     static_summary,
 )
 from durable_subagents.types import TaskResult, TaskStatus
+from durable_subagents.wire._payloads import REGISTER_CHILD_SIGNAL, WORKFLOW, TaskInput
 
 __all__ = ["live_parent", "register_with_parent", "start_task"]
 

@@ -37,10 +37,10 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents._stream_items import STREAM_BOUNDS_QUERY, StreamEvent, topic_task
 from durable_subagents.client._task_state import _retrying
 from durable_subagents.errors import InvalidRequest, TaskNotFound
 from durable_subagents.types import TaskEvent, TaskStatus
+from durable_subagents.wire._stream_items import STREAM_BOUNDS_QUERY, StreamEvent, topic_task
 
 __all__ = [
     "POLL_COOLDOWN",

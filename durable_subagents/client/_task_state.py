@@ -29,8 +29,6 @@ from temporalio.client import (
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY, WORKFLOW
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError, TaskNotFound
 from durable_subagents.types import (
     IgnoredDecision,
@@ -40,6 +38,8 @@ from durable_subagents.types import (
     TaskStatus,
     Usage,
 )
+from durable_subagents.wire import _search_attributes as sa
+from durable_subagents.wire._payloads import RUN_TOOL_ACTIVITY, WORKFLOW
 
 _CLOSED_STATUS = {
     WorkflowExecutionStatus.FAILED: TaskStatus.FAILED,

@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_subagents._error_wording import for_model
 from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId
 from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
+from durable_subagents.wording._error_wording import for_model
 
 MAX_WAIT = 600.0
 """Seconds any single wait may block, whatever the model asks for."""

@@ -15,11 +15,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistoryEventFilterType
 from temporalio.converter import DataConverter
 
-from durable_subagents._payloads import DECIDE_SIGNAL, Decisions
 from durable_subagents.client._events import CLOSE_STATUS
 from durable_subagents.client._task_state import InternalInfo, decoded, settled
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import TaskStatus
+from durable_subagents.wire._payloads import DECIDE_SIGNAL, Decisions
 
 __all__ = ["check_timeout", "decided_already", "wait_until_settled"]
 

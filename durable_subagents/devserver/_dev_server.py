@@ -29,17 +29,17 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNa
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from durable_subagents import _search_attributes
-
-# Re-exported: part of this module's public API (DevServer registers them on start).
-from durable_subagents._search_attributes import (
-    ensure_search_attributes as ensure_search_attributes,
-)
-from durable_subagents._search_attributes import (
-    missing_search_attributes as missing_search_attributes,
-)
 from durable_subagents.config import default_data_dir
 from durable_subagents.errors import SubagentError
+from durable_subagents.wire import _search_attributes
+
+# Re-exported: part of this module's public API (DevServer registers them on start).
+from durable_subagents.wire._search_attributes import (
+    ensure_search_attributes as ensure_search_attributes,
+)
+from durable_subagents.wire._search_attributes import (
+    missing_search_attributes as missing_search_attributes,
+)
 
 if TYPE_CHECKING:
     pass

@@ -23,7 +23,6 @@ import itertools
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
-from durable_subagents._lazy import imported
 from durable_subagents.policy._bash_plain import plain_commands
 from durable_subagents.policy._bash_quoting import (
     DOUBLE_QUOTED_ESCAPES,
@@ -40,6 +39,7 @@ from durable_subagents.policy._bash_wrappers import (
     expands,
     unwrap,
 )
+from durable_subagents.runtime._lazy import imported
 
 if TYPE_CHECKING:
     import tree_sitter

@@ -23,7 +23,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents._output_schema import FINAL_ANSWER_TOOL
+from durable_subagents.context._output_schema import FINAL_ANSWER_TOOL
 from durable_subagents.types import (
     Message,
     ModelRequest,

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_subagents._context import assistant_texts
+from durable_subagents.context._context import assistant_texts
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse, ToolCall, Usage
 

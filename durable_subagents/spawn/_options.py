@@ -24,8 +24,6 @@ from typing import Any, TypedDict, TypeVar, Unpack, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from durable_subagents._notify_url import check_notify_url
-from durable_subagents._output_schema import check_output_schema
 from durable_subagents.agents import (
     REASONING_EFFORTS,
     PermissionMode,
@@ -33,7 +31,9 @@ from durable_subagents.agents import (
     ReasoningEffort,
 )
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
+from durable_subagents.context._output_schema import check_output_schema
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
+from durable_subagents.policy._notify_url import check_notify_url
 
 __all__ = [
     "EFFORT_RANK",

@@ -14,14 +14,14 @@ from typing import Any
 
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._markdown import code_span, escape, one_line
-from durable_subagents._payloads import TaskInput
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.spawn._narrow import narrow
 from durable_subagents.spawn._options import SpawnOptions
 from durable_subagents.types import TaskStatus
+from durable_subagents.wire import _search_attributes as sa
+from durable_subagents.wire._payloads import TaskInput
+from durable_subagents.wording._markdown import code_span, escape, one_line
 
 __all__ = [
     "MAX_DESCRIPTION_BYTES",

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from durable_subagents._metrics import record_sandbox_failure
+from durable_subagents.telemetry._metrics import record_sandbox_failure
 from durable_subagents.tools._decorator import ToolContext, ToolError, tool
 from durable_subagents.tools._sandbox import SandboxedProcess, spawn_sandboxed
 from durable_subagents.tools._sandbox_host import SandboxUnavailable

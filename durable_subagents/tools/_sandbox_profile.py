@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_subagents._data_dir import default_data_dir
 from durable_subagents.agents._spec import PROTECTED_PATHS, ToolLimits
+from durable_subagents.connection._data_dir import default_data_dir
 from durable_subagents.tools._limits import (
     DEFAULT_LIMITS,
     Share,

@@ -1,6 +1,6 @@
 """Builds and runs the worker: workflows, activities, data converter, limits."""
 
-from durable_subagents._connect import connect_client
+from durable_subagents.connection._connect import connect_client
 from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._models import worker_models
 from durable_subagents.worker._plugin import SubagentsPlugin

@@ -5,7 +5,7 @@
 * ``/metrics``: Prometheus text from the Temporal runtime's own exporter, which the
   worker binds to a loopback port and this endpoint reads: Temporal's SDK metrics
   (slots, schedule-to-start and poll latencies...) and the product's
-  (``durable_subagents._metrics``), which are recorded on the same runtime.
+  (``durable_subagents.telemetry._metrics``), which are recorded on the same runtime.
 * ``/healthz``: 200 while the process serves requests.
 * ``/readyz``: 200 when the worker is connected to Temporal, Temporal sees it polling
   its queue, and its blob store answered a write and a read back; else 503 with the
@@ -49,11 +49,11 @@ from temporalio.runtime import (
 )
 from temporalio.service import RPCError
 
-from durable_subagents import _metrics
-from durable_subagents._payloads import tool_queue
 from durable_subagents.config import Settings
 from durable_subagents.errors import SubagentError
 from durable_subagents.storage._blobstore import BlobStore, check_blob_store
+from durable_subagents.telemetry import _metrics
+from durable_subagents.wire._payloads import tool_queue
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web

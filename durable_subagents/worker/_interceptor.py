@@ -1,6 +1,6 @@
 """What every subagent worker does around its workflows and activities.
 
-* Metrics (``durable_subagents._metrics``): tasks started and finished, model-turn
+* Metrics (``durable_subagents.telemetry._metrics``): tasks started and finished, model-turn
   latency and tokens, tool calls by outcome. They are recorded here, outside the
   workflow loop and the activities, from what goes in and comes out.
 * The hand-back of a drained worker: when a worker shuts down (SIGTERM) it stops
@@ -30,8 +30,10 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
-from durable_subagents import _metrics
-from durable_subagents._payloads import (
+from durable_subagents.providers._names import named_model
+from durable_subagents.telemetry import _metrics
+from durable_subagents.types import TaskResult
+from durable_subagents.wire._payloads import (
     COMPACT_ACTIVITY,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
@@ -43,8 +45,6 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
-from durable_subagents.providers._names import named_model
-from durable_subagents.types import TaskResult
 
 __all__ = ["HANDED_BACK", "OperationsInterceptor"]
 

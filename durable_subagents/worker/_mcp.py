@@ -21,8 +21,8 @@ from durable_subagents.tools.mcp import McpConfig
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 
 if TYPE_CHECKING:
-    from durable_subagents._metrics import Labels
     from durable_subagents.activities import SubagentActivities
+    from durable_subagents.telemetry._metrics import Labels
 
 __all__ = ["McpTools"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from durable_subagents._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
+from durable_subagents.wire._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 from durable_subagents.worker._tool_queue import (
     SHARED_OPTIONS,

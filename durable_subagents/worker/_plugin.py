@@ -17,19 +17,19 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from durable_subagents._codec import (
-    EncryptionCodec,
-    SharedPydanticPayloadConverter,
-    data_converter,
-)
-from durable_subagents._connect import release_runtime_at_exit
-from durable_subagents._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
+from durable_subagents.connection._connect import release_runtime_at_exit
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.storage._factory import open_blob_store
 from durable_subagents.storage._sealing import KeyRing
 from durable_subagents.tools import ToolRegistry
+from durable_subagents.wire._codec import (
+    EncryptionCodec,
+    SharedPydanticPayloadConverter,
+    data_converter,
+)
+from durable_subagents.wire._payloads import MODEL_TURN_ACTIVITY
 from durable_subagents.worker._lifecycle import sessions_closed_after
 from durable_subagents.worker._model_queues import model_queues_served
 from durable_subagents.worker._tool_queue import (

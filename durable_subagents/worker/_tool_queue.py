@@ -26,7 +26,7 @@ import temporalio.activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY, SETTLE_CHANGES_ACTIVITY, tool_queue
+from durable_subagents.wire._payloads import RUN_TOOL_ACTIVITY, SETTLE_CHANGES_ACTIVITY, tool_queue
 from durable_subagents.worker._lifecycle import RunOnlyPlugin
 
 __all__ = [

@@ -23,18 +23,18 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._connect import connect_temporal
-from durable_subagents._metrics import Labels
-from durable_subagents._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.activities import Notifier, SubagentActivities
 from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
+from durable_subagents.connection._connect import connect_temporal
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
 from durable_subagents.providers import import_sdk
 from durable_subagents.storage._blobstore import BlobStore, check_blob_store
+from durable_subagents.telemetry._metrics import Labels
+from durable_subagents.telemetry._telemetry import ActivityTelemetry, setup_tracing
 from durable_subagents.tools import ToolRegistry
 from durable_subagents.tools._decorator import _THREADS
+from durable_subagents.wire import _search_attributes as sa
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
@@ -328,13 +328,13 @@ PASSTHROUGH_MODULES = (
     *(
         f"durable_subagents.{name}"
         for name in (
-            "_context",
-            "_lazy",
-            "_markdown",
-            "_output_schema",
-            "_payloads",
-            "_search_attributes",
-            "_task_queue",
+            "context._context",
+            "context._output_schema",
+            "runtime._lazy",
+            "wording._markdown",
+            "wire._payloads",
+            "wire._search_attributes",
+            "connection._task_queue",
             "agents",
             "errors",
             "policy",

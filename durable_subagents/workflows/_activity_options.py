@@ -16,9 +16,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import ACTIVITY_OPTIONS_ACTIVITY, TaskInput
     from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, ActivityConfig, ActivityOptions
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.wire._payloads import ACTIVITY_OPTIONS_ACTIVITY, TaskInput
 
 PATCH = "activity-options"
 """The ``workflow.patched`` id of asking the worker for its options (0.2.0 runs did not)."""

@@ -11,10 +11,10 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._output_schema import ANSWER_RETRIES, FINAL_ANSWER_TOOL
-    from durable_subagents._payloads import ModelTurnResult, ToolCallResult
+    from durable_subagents.context._output_schema import ANSWER_RETRIES, FINAL_ANSWER_TOOL
     from durable_subagents.policy import Verdict
     from durable_subagents.types import Message
+    from durable_subagents.wire._payloads import ModelTurnResult, ToolCallResult
 
 from durable_subagents.workflows._outcomes import tool_error
 

@@ -17,10 +17,10 @@ from durable_subagents.workflows._subtasks import MAX_SPAWNS_PER_TURN, SPAWN_SUB
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
-    from durable_subagents._payloads import MAX_CALLS_PER_TURN, CallDecision, Decisions
     from durable_subagents.agents import AgentSpec
     from durable_subagents.policy import Verdict, call_hash, verdict
     from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
+    from durable_subagents.wire._payloads import MAX_CALLS_PER_TURN, CallDecision, Decisions
 
 _REASON_LIMIT = 4096
 """Longest rejection reason passed to the model (longer ones are cut)."""

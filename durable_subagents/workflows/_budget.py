@@ -13,8 +13,8 @@ from temporalio import workflow
 from durable_subagents.workflows._subtasks import ChildTasks, ParentLeft
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import TaskInput
     from durable_subagents.types import Usage
+    from durable_subagents.wire._payloads import TaskInput
 
 
 def tokens_used(usage: Usage, children: ChildTasks) -> int:

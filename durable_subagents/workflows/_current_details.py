@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._markdown import code_span
     from durable_subagents.types import PendingApproval, TaskStatus, Usage
+    from durable_subagents.wording._markdown import code_span
 
 LISTED_CALLS = 20
 """Most calls listed one by one (the rest are counted)."""

@@ -20,7 +20,15 @@ from durable_subagents.workflows._outcomes import check_size
 from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import (
+    from durable_subagents.agents import (
+        DEFAULT_ACTIVITY_OPTIONS,
+        ActivityConfig,
+        ActivityOptions,
+        AgentSpec,
+    )
+    from durable_subagents.spawn import model_label
+    from durable_subagents.types import Message
+    from durable_subagents.wire._payloads import (
         COMPACT_ACTIVITY,
         MODEL_TURN_ACTIVITY,
         CompactInput,
@@ -32,14 +40,6 @@ with workflow.unsafe.imports_passed_through():
         TurnReads,
         tools_digest,
     )
-    from durable_subagents.agents import (
-        DEFAULT_ACTIVITY_OPTIONS,
-        ActivityConfig,
-        ActivityOptions,
-        AgentSpec,
-    )
-    from durable_subagents.spawn import model_label
-    from durable_subagents.types import Message
 
 _INPUT_PER_TURN = 128 * 1024
 """Bytes of queued input one model turn takes in (the rest waits for the next)."""

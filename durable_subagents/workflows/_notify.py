@@ -23,7 +23,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from durable_subagents.workflows._outcomes import error_message
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import (
+    from durable_subagents.types import PendingApproval, TaskStatus
+    from durable_subagents.wire._payloads import (
         NOTIFY_ACTIVITY,
         NOTIFY_UNSET,
         NOTIFY_WORKFLOW,
@@ -34,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         NotifyTask,
         TaskInput,
     )
-    from durable_subagents.types import PendingApproval, TaskStatus
 
 MAX_CALLS = 20
 """Calls a ``task.paused`` event lists (``calls_total`` says how many there are)."""

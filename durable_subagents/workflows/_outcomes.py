@@ -12,8 +12,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import ModelTurnResult, ToolCallResult
     from durable_subagents.types import Message, ToolCall
+    from durable_subagents.wire._payloads import ModelTurnResult, ToolCallResult
 
 
 def tool_timeout(value: object) -> float:

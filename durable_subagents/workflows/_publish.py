@@ -16,9 +16,9 @@ from temporalio import workflow
 from durable_subagents.workflows._background import Background
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents import _search_attributes as sa
-    from durable_subagents._payloads import CHILD_STATE_SIGNAL, ChildState
     from durable_subagents.types import PendingApproval, TaskStatus, Usage
+    from durable_subagents.wire import _search_attributes as sa
+    from durable_subagents.wire._payloads import CHILD_STATE_SIGNAL, ChildState
 
 PROGRESS_EVERY = timedelta(seconds=10)
 """Least workflow time between two memo writes of progress alone. Each write is a

@@ -35,8 +35,12 @@ from temporalio.exceptions import ActivityError, CancelledError, FailureError, T
 from temporalio.workflow import ExternalWorkflowHandle
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import ModelTurnResult, ToolCallResult
-    from durable_subagents._stream_items import (
+    from durable_subagents.policy import arguments_preview
+    from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._options import TASK_ID
+    from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
+    from durable_subagents.wire._payloads import ModelTurnResult, ToolCallResult
+    from durable_subagents.wire._stream_items import (
         CARRY_BYTES,
         FORWARD_SIGNAL,
         MAX_DEPTH,
@@ -50,10 +54,6 @@ with workflow.unsafe.imports_passed_through():
         StreamForward,
         child_topic,
     )
-    from durable_subagents.policy import arguments_preview
-    from durable_subagents.spawn import model_label
-    from durable_subagents.spawn._options import TASK_ID
-    from durable_subagents.types import PendingApproval, TaskStatus, ToolCall
 
 FORWARD_PATCH = "stream-forward-to-parent"
 """Runs recorded before a child forwarded its stream send no forward signal on replay."""

@@ -49,9 +49,21 @@ from durable_subagents.workflows._tool_calls import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._context import describe
-    from durable_subagents._output_schema import answer_json
-    from durable_subagents._payloads import (
+    from durable_subagents.context._context import describe
+    from durable_subagents.context._output_schema import answer_json
+    from durable_subagents.policy import Verdict
+    from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._options import TASK_ID
+    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
+    from durable_subagents.types import (
+        Message,
+        PendingApproval,
+        TaskResult,
+        TaskStatus,
+        ToolCall,
+        Usage,
+    )
+    from durable_subagents.wire._payloads import (
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
         REGISTER_CHILD_SIGNAL,
@@ -68,19 +80,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         ToolCallResult,
     )
-    from durable_subagents._stream_items import FORWARD_SIGNAL, StreamForward
-    from durable_subagents.policy import Verdict
-    from durable_subagents.spawn import model_label
-    from durable_subagents.spawn._options import TASK_ID
-    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
-    from durable_subagents.types import (
-        Message,
-        PendingApproval,
-        TaskResult,
-        TaskStatus,
-        ToolCall,
-        Usage,
-    )
+    from durable_subagents.wire._stream_items import FORWARD_SIGNAL, StreamForward
 
 
 MAX_QUEUED_INPUTS = 100

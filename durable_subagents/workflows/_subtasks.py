@@ -26,17 +26,6 @@ from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._outcomes import tool_error
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents._payloads import (
-        DECIDE_SIGNAL,
-        OWN_TASKS_ACTIVITY,
-        WORKFLOW,
-        CallDecision,
-        ChildState,
-        Decisions,
-        TaskInput,
-        ToolCallResult,
-    )
-    from durable_subagents._stream_items import MAX_DEPTH
     from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
     from durable_subagents.errors import InvalidRequest
@@ -56,6 +45,17 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         Usage,
     )
+    from durable_subagents.wire._payloads import (
+        DECIDE_SIGNAL,
+        OWN_TASKS_ACTIVITY,
+        WORKFLOW,
+        CallDecision,
+        ChildState,
+        Decisions,
+        TaskInput,
+        ToolCallResult,
+    )
+    from durable_subagents.wire._stream_items import MAX_DEPTH
 
 
 _USAGE = "usage"

@@ -24,7 +24,11 @@ from durable_subagents.workflows._stream import TaskEvents, ended
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents import policy
-    from durable_subagents._payloads import (
+    from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, ActivityConfig, ActivityOptions
+    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
+    from durable_subagents.policy import Verdict
+    from durable_subagents.types import ToolCall
+    from durable_subagents.wire._payloads import (
         HELD_TOOL,
         RERUN_TOOL,
         RUN_TOOL_ACTIVITY,
@@ -35,10 +39,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         tool_queue,
     )
-    from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, ActivityConfig, ActivityOptions
-    from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
-    from durable_subagents.policy import Verdict
-    from durable_subagents.types import ToolCall
 
 TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads

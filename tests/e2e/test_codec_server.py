@@ -35,13 +35,13 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._codec import ENCODING, KEY_ID_METADATA
 from durable_subagents.cli._codec_server import CodecServer, web_ui_origins
 from durable_subagents.cli._dev_run import run_dev
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, SubagentError
 from durable_subagents.storage._sealing import KeyRing, new_key
 from durable_subagents.testing import DevServer, free_port, temporal_binary
+from durable_subagents.wire._codec import ENCODING, KEY_ID_METADATA
 from durable_subagents.worker import create_worker
 
 from ..browser import CHROMIUM, needs_browser

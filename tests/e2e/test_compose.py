@@ -13,12 +13,12 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from durable_subagents import _search_attributes as sa
 from durable_subagents.devserver._dev_server import (
     FAIRNESS_DYNAMIC_CONFIG,
     LOW_LATENCY_DYNAMIC_CONFIG,
     PROBLEMS_DYNAMIC_CONFIG,
 )
+from durable_subagents.wire import _search_attributes as sa
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET_SERVICE = "minio-setup"

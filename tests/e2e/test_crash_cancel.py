@@ -17,10 +17,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._payloads import tool_queue
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.wire._payloads import tool_queue
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

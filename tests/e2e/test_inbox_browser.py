@@ -21,9 +21,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._terminal import shown
 from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
+from durable_subagents.wording._terminal import shown
 
 from ..browser import CHROMIUM, needs_browser
 from ..helpers.missing import missing

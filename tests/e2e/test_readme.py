@@ -27,11 +27,11 @@ from aiohttp import web
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._payloads import NotifyEvent, NotifyInput, NotifyTask
 from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeOpenAIServer
 from durable_subagents.tools.mcp import load_mcp_config
+from durable_subagents.wire._payloads import NotifyEvent, NotifyInput, NotifyTask
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus, connect_client
-from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port
+from durable_subagents.wire._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents.worker import create_worker
 
 from ..browser import CHROMIUM

@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from durable_subagents._markdown import one_line
 from durable_subagents.policy import arguments_preview
 from durable_subagents.types import PendingApproval, TaskStatus
+from durable_subagents.wording._markdown import one_line
 from durable_subagents.workflows._current_details import TaskView
 
 

@@ -14,7 +14,6 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from durable_subagents import AgentSpec, TaskEvent
-from durable_subagents._payloads import ACTIVITY_OPTIONS_ACTIVITY
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.providers import (
     clear_provider_cache,
@@ -27,6 +26,7 @@ from durable_subagents.testing import (
     FakeOpenAIServer,
     FakeVertexServer,
 )
+from durable_subagents.wire._payloads import ACTIVITY_OPTIONS_ACTIVITY
 
 
 @contextlib.asynccontextmanager

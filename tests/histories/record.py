@@ -22,9 +22,9 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from durable_subagents import AgentSpec, SubagentClient, connect_client
-from durable_subagents._payloads import Decisions
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, free_port, workspace_for_tools
+from durable_subagents.wire._payloads import Decisions
 from durable_subagents.worker import create_worker
 
 HERE = Path(__file__).parent

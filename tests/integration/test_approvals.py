@@ -23,10 +23,15 @@ from durable_subagents import (
     UnknownCallId,
     WrongTaskState,
 )
-from durable_subagents._payloads import MAX_CALLS_KEPT, MAX_CALLS_PER_TURN, CallDecision, Decisions
 from durable_subagents.activities import _activities as activities_module
 from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
+from durable_subagents.wire._payloads import (
+    MAX_CALLS_KEPT,
+    MAX_CALLS_PER_TURN,
+    CallDecision,
+    Decisions,
+)
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

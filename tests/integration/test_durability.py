@@ -20,13 +20,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import ActivityEnvironment
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._payloads import ToolCallInput
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import BUILTIN_AGENTS
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.tools import BUILTIN_TOOLS, ToolRegistry, tool
 from durable_subagents.types import ToolCall
+from durable_subagents.wire._payloads import ToolCallInput
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

@@ -27,9 +27,9 @@ import pytest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
-from durable_subagents._setting_values import parse_tool_user
 from durable_subagents.activities._workspaces import log_tool_user
 from durable_subagents.config import Settings
+from durable_subagents.connection._setting_values import parse_tool_user
 from durable_subagents.tools import ToolContext, bash
 from durable_subagents.tools._sandbox_host import NOBODY, tool_user
 from durable_subagents.tools._seccomp import REFUSED_CALLS, seccomp_supported

@@ -9,7 +9,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._payloads import CallDecision, Decisions
+from durable_subagents.wire._payloads import CallDecision, Decisions
 from durable_subagents.workflows._subagent import (
     MAX_IGNORED_WRITES,
     MAX_QUEUED_INPUTS,

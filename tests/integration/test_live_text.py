@@ -14,10 +14,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskEvent, TaskStatus
-from durable_subagents._live_text import LIVE_TEXT_LIMIT, parse_live
 from durable_subagents.activities._stream_text import STREAM_TEXT_LIMIT
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.config import Settings
+from durable_subagents.context._live_text import LIVE_TEXT_LIMIT, parse_live
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually

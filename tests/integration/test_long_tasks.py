@@ -36,13 +36,13 @@ from durable_subagents import (
     TaskStatus,
     connect_client,
 )
-from durable_subagents._context import SUMMARY_PROMPT
-from durable_subagents._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
-from durable_subagents._telemetry import COMPACTION_SPAN, MODEL_TURN_SPAN
 from durable_subagents.agents import load_agent_file
 from durable_subagents.config import Settings
+from durable_subagents.context._context import SUMMARY_PROMPT
+from durable_subagents.telemetry._telemetry import COMPACTION_SPAN, MODEL_TURN_SPAN
 from durable_subagents.testing import DevServer, FakeAnthropicServer, FakeOpenAIServer, FakeReply
 from durable_subagents.types import Usage
+from durable_subagents.wire._payloads import COMPACT_ACTIVITY, MODEL_TURN_ACTIVITY, model_queue
 from durable_subagents.worker import create_worker
 
 from ..helpers.processes import worker_process

@@ -24,12 +24,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeReply, free_port
 from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
+from durable_subagents.wire._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually

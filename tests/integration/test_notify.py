@@ -25,9 +25,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._notify_url import notify_url_allowed
-from durable_subagents._payloads import NotifyResult
 from durable_subagents.config import Settings
+from durable_subagents.policy._notify_url import notify_url_allowed
+from durable_subagents.wire._payloads import NotifyResult
 from durable_subagents.worker import create_worker
 
 from ..helpers import eventually

@@ -17,10 +17,10 @@ from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_subagents import InvalidRequest, SubagentClient, TaskStatus
-from durable_subagents._codec import ENCODING, EncryptionCodec
 from durable_subagents.config import Settings
 from durable_subagents.storage._sealing import new_key
 from durable_subagents.testing import DevServer
+from durable_subagents.wire._codec import ENCODING, EncryptionCodec
 from durable_subagents.worker import SubagentsPlugin, connect_client, create_worker
 from durable_subagents.workflows import NotifyWorkflow, SubagentWorkflow
 
@@ -178,7 +178,7 @@ async def test_worker_options_come_from_the_settings_unless_given(
     runner = config["workflow_runner"]
     assert isinstance(runner, SandboxedWorkflowRunner)
     # The library's pure modules pass through; its workflow code never does.
-    assert "durable_subagents._payloads" in runner.restrictions.passthrough_modules
+    assert "durable_subagents.wire._payloads" in runner.restrictions.passthrough_modules
     assert not any(
         name.startswith("durable_subagents.workflows")
         for name in runner.restrictions.passthrough_modules

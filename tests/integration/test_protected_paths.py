@@ -30,7 +30,6 @@ from durable_subagents import (
     TaskNotFound,
     TaskStatus,
 )
-from durable_subagents._payloads import ToolCallInput
 from durable_subagents.activities import SubagentActivities
 from durable_subagents.agents import PROTECTED_PATHS
 from durable_subagents.agents import _protected as protected_module
@@ -38,6 +37,7 @@ from durable_subagents.agents._protected import protected_entry
 from durable_subagents.config import Settings
 from durable_subagents.policy import _rules as policy_rules
 from durable_subagents.types import ToolCall
+from durable_subagents.wire._payloads import ToolCallInput
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow

@@ -16,9 +16,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus, connect_client
-from durable_subagents._payloads import model_queue
 from durable_subagents.config import Settings
 from durable_subagents.testing import DevServer, FakeOpenAIServer
+from durable_subagents.wire._payloads import model_queue
 from durable_subagents.worker import create_worker
 
 RATE = 5.0

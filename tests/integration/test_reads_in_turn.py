@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._payloads import MAX_CALLS_PER_TURN
+from durable_subagents.wire._payloads import MAX_CALLS_PER_TURN
 
 from ..helpers import CEILING
 from ..helpers.tasks import script

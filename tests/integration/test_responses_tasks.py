@@ -23,8 +23,8 @@ from temporalio.client import Client
 
 from bench.bench_faults import WorkerProcess
 from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus
-from durable_subagents._context import SUMMARY_PROMPT
 from durable_subagents.config import Settings
+from durable_subagents.context._context import SUMMARY_PROMPT
 from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import FakeOpenAIResponsesServer, FakeReply
 from durable_subagents.worker import create_worker

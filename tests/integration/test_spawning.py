@@ -10,8 +10,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from durable_subagents import AgentSpec, InvalidRequest, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.providers import SCRIPTS
+from durable_subagents.wire._payloads import RUN_TOOL_ACTIVITY
 from durable_subagents.workflows._subtasks import WAIT_REPORT_BYTES
 
 from ..helpers import CEILING

@@ -22,17 +22,17 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from durable_subagents import InvalidRequest, PayloadTooLarge, SubagentClient, TaskStatus
-from durable_subagents._output_schema import (
+from durable_subagents.client import SubagentTools
+from durable_subagents.config import Settings
+from durable_subagents.context._output_schema import (
     ANSWER_RETRIES,
     FINAL_ANSWER_TOOL,
     MAX_ANSWER_BYTES,
     MAX_SCHEMA_BYTES,
 )
-from durable_subagents._payloads import ModelTurnInput
-from durable_subagents.client import SubagentTools
-from durable_subagents.config import Settings
 from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.testing import FakeAnthropicServer, FakeModelServer, FakeOpenAIServer
+from durable_subagents.wire._payloads import ModelTurnInput
 from durable_subagents.worker import create_worker
 
 from ..helpers.tasks import script

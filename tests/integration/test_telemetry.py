@@ -29,8 +29,10 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from durable_subagents import AgentSpec, SubagentClient, TaskInfo, TaskStatus, connect_client
-from durable_subagents._payloads import ModelTurnInput, ToolCallInput
-from durable_subagents._telemetry import (
+from durable_subagents.activities import SubagentActivities
+from durable_subagents.config import Settings
+from durable_subagents.errors import SubagentError
+from durable_subagents.telemetry._telemetry import (
     MODEL_TURN_SPAN,
     TOOL_SPAN,
     UNKNOWN_TOOL,
@@ -39,11 +41,9 @@ from durable_subagents._telemetry import (
     text_hash,
     tracing_enabled,
 )
-from durable_subagents.activities import SubagentActivities
-from durable_subagents.config import Settings
-from durable_subagents.errors import SubagentError
 from durable_subagents.testing import DevServer, FakeOpenAIServer, FakeReply, free_port
 from durable_subagents.types import Message, ToolCall
+from durable_subagents.wire._payloads import ModelTurnInput, ToolCallInput
 from durable_subagents.worker import create_worker
 from durable_subagents.worker._worker import workflow_runner
 from durable_subagents.workflows import SubagentWorkflow

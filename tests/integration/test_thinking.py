@@ -28,15 +28,15 @@ from temporalio.contrib.opentelemetry import create_tracer_provider
 
 from bench.bench_faults import WorkerProcess
 from durable_subagents import AgentSpec, SubagentClient, TaskEvent, TaskStatus, connect_client
-from durable_subagents._context import SUMMARY_PROMPT
-from durable_subagents._telemetry import MODEL_TURN_SPAN
 from durable_subagents.client._live_turn import RESTARTED
 from durable_subagents.config import Settings
+from durable_subagents.context._context import SUMMARY_PROMPT
 from durable_subagents.providers import clear_provider_cache, close_providers
 from durable_subagents.providers._thinking import (
     INTERLEAVED_BETA,
     THINKING_BUDGETS,
 )
+from durable_subagents.telemetry._telemetry import MODEL_TURN_SPAN
 from durable_subagents.testing import DevServer, FakeAnthropicServer, FakeReply
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.worker import create_worker

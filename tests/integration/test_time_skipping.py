@@ -20,8 +20,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskInfo, TaskStatus
-from durable_subagents._search_attributes import ensure_search_attributes
 from durable_subagents.config import Settings
+from durable_subagents.wire._search_attributes import ensure_search_attributes
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

@@ -18,8 +18,8 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
-from durable_subagents._markdown import escape
 from durable_subagents.config import Settings
+from durable_subagents.wording._markdown import escape
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING

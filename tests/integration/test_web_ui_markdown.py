@@ -17,9 +17,9 @@ import urllib.request
 import pytest
 from hypothesis import given, settings
 
-from durable_subagents._markdown import code_span, escape, one_line
 from durable_subagents.testing import DevServer
 from durable_subagents.types import TaskStatus
+from durable_subagents.wording._markdown import code_span, escape, one_line
 from durable_subagents.workflows._current_details import current_details
 
 from ..helpers.markdown import HOSTILE, Rendered, hostile_text, shown, task_view

@@ -21,6 +21,6 @@ import pytest
     ids=["timeout", "not-temporal", "lost", "unknown"],
 )  # fmt: skip
 def test_transport_errors_in_words(text: str, words: str) -> None:
-    from durable_subagents._connect import plain_connection_error
+    from durable_subagents.connection._connect import plain_connection_error
 
     assert plain_connection_error(text) == words

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from durable_subagents._codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
 from durable_subagents.config import Settings
 from durable_subagents.errors import BlobCorrupt, InvalidRequest, PayloadCorrupt, PayloadKeyMissing
 from durable_subagents.storage._local import LocalBlobStore
 from durable_subagents.storage._sealing import KeyRing, new_key
+from durable_subagents.wire._codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
 
 PROMPT = "Summarize the ledger of ACCOUNT-PROMPT-7f3a for the audit"
 OUTPUT = "TOOL-OUTPUT-c0ffee-secret-ledger-line"

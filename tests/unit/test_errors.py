@@ -9,8 +9,8 @@ from durable_subagents import (
     SubagentClient,
     TemporalUnavailable,
 )
-from durable_subagents._error_wording import for_http, for_model, for_shell
 from durable_subagents.config import Settings
+from durable_subagents.wording._error_wording import for_http, for_model, for_shell
 
 
 def test_spawn_options_refuse_unknown_names_and_stay_as_built() -> None:

@@ -10,10 +10,10 @@ import pytest
 import typer
 from pydantic import BaseModel, Field, ValidationError
 
-from durable_subagents._event_loop import loop_factory, loop_name
 from durable_subagents.cli._common import _first_error, make_settings, run
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
+from durable_subagents.runtime._event_loop import loop_factory, loop_name
 
 
 async def _running_loop() -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from durable_subagents._live_text import LIVE_TEXT_LIMIT, LiveText, parse_live
 from durable_subagents.client._live_turn import LiveTurn
+from durable_subagents.context._live_text import LIVE_TEXT_LIMIT, LiveText, parse_live
 
 
 def test_heartbeats_carry_the_latest_text_and_where_it_starts() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from durable_subagents._notify_url import (
+from durable_subagents.activities import Notifier
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest
+from durable_subagents.policy._notify_url import (
     normal_notify_url,
     notify_url_allowed,
     remove_dot_segments,
 )
-from durable_subagents.activities import Notifier
-from durable_subagents.config import Settings
-from durable_subagents.errors import InvalidRequest
 
 ALLOW = ["https://h.example/hooks/"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from durable_subagents._codec import data_converter
-from durable_subagents._payloads import ModelTurnResult, ToolCallResult
 from durable_subagents.storage._sealing import KeyRing, new_key
+from durable_subagents.wire._codec import data_converter
+from durable_subagents.wire._payloads import ModelTurnResult, ToolCallResult
 
 
 def test_the_converters_of_every_workflow_run_share_the_type_adapters() -> None:

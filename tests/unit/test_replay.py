@@ -59,7 +59,7 @@ async def test_a_changed_workflow_is_caught(
     (outside the sandbox), and in the payloads module the sandbox's fresh import of the
     workflow code takes it from (passed through).
     """
-    import durable_subagents._payloads as payloads
+    import durable_subagents.wire._payloads as payloads
     import durable_subagents.workflows._model_turns as module
 
     monkeypatch.setattr(module, "MODEL_TURN_ACTIVITY", "renamed_model_turn")

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents._payloads import ModelTurnInput, ModelTurnResult
-from durable_subagents._telemetry import (
+from durable_subagents.config import Settings
+from durable_subagents.providers._names import named_model
+from durable_subagents.telemetry._telemetry import (
     OTHER,
     ActivityTelemetry,
     _finish_reason,
@@ -21,8 +22,7 @@ from durable_subagents._telemetry import (
     setup_tracing,
     traced_model_turn,
 )
-from durable_subagents.config import Settings
-from durable_subagents.providers._names import named_model
+from durable_subagents.wire._payloads import ModelTurnInput, ModelTurnResult
 
 from ..helpers.telemetry import all_attribute_values
 

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from durable_subagents._context import (
+from durable_subagents.context._context import (
     IMAGE_CHARS,
     IMAGE_STEP,
     IMAGES_LEFT_OUT,

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from durable_subagents import AgentSpec
-from durable_subagents._markdown import code_span, escape, one_line
-from durable_subagents._payloads import TaskInput
-from durable_subagents._search_attributes import tasks_query, web_ui_tasks_url
 from durable_subagents.client._events import _tool_of, _turn_of, _turn_summary
 from durable_subagents.policy import arguments_preview
 from durable_subagents.spawn import static_details, static_summary
 from durable_subagents.types import TaskStatus
+from durable_subagents.wire._payloads import TaskInput
+from durable_subagents.wire._search_attributes import tasks_query, web_ui_tasks_url
+from durable_subagents.wording._markdown import code_span, escape, one_line
 from durable_subagents.workflows._current_details import current_details
 
 from ..helpers.markdown import commonmark, hostile_text, shown, task_view

@@ -26,8 +26,6 @@ from aiohttp.abc import AbstractAccessLogger
 from pydantic import BaseModel, ValidationError
 from temporalio.service import RPCError
 
-from durable_subagents._error_wording import for_http
-from durable_subagents._terminal import UNSAFE, json_shown
 from durable_subagents.cli._http import normal_origin, origin_of, plain_headers
 from durable_subagents.cli.inbox._access import Grant, Tokens
 from durable_subagents.cli.inbox._connections import (
@@ -57,6 +55,8 @@ from durable_subagents.errors import (
     InvalidRequest,
     SubagentError,
 )
+from durable_subagents.wording._error_wording import for_http
+from durable_subagents.wording._terminal import UNSAFE, json_shown
 
 __all__ = ["InboxServer", "build_app"]
 

@@ -24,14 +24,14 @@ from pydantic import BaseModel, Field
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_subagents import _search_attributes as sa
-from durable_subagents._payloads import WORKFLOW
 from durable_subagents.cli.inbox._access import Grant
 from durable_subagents.client import SubagentClient
 from durable_subagents.client._decisions import MAX_REASON_BYTES
 from durable_subagents.client._task_state import info_from, quote
 from durable_subagents.errors import PayloadEncryptionError, TaskNotFound, WrongTaskState
 from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
+from durable_subagents.wire import _search_attributes as sa
+from durable_subagents.wire._payloads import WORKFLOW
 
 __all__ = [
     "CallRef",

@@ -43,12 +43,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 from pydantic import BaseModel, ValidationError
 
-from durable_subagents._terminal import UNSAFE
 from durable_subagents.tools._sandbox import SANDBOX_PATH
 from durable_subagents.tools.mcp._config import McpServer
 from durable_subagents.tools.mcp._pool import Connection, Pool, StartFailed
 from durable_subagents.tools.mcp._results import McpResult, McpToolInfo, result_from, tool_info
 from durable_subagents.tools.mcp._stdio import CallWatch, StdioChannel, watching
+from durable_subagents.wording._terminal import UNSAFE
 
 __all__ = ["CANCEL_GRACE", "MAX_PAGES", "McpResult", "McpServers", "McpToolInfo", "McpUnavailable"]
 

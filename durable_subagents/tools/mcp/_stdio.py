@@ -34,8 +34,8 @@ import mcp_types as types
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 
-from durable_subagents._terminal import UNSAFE
 from durable_subagents.tools._preexec import child_setup
+from durable_subagents.wording._terminal import UNSAFE
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

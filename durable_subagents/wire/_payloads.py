@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from durable_subagents._stream_items import StreamCarry
 from durable_subagents.agents._activity_options import ActivityOptions
 from durable_subagents.agents._spec import (
     READ_ONLY_TOOLS,
@@ -48,6 +47,7 @@ from durable_subagents.types import (
     ToolSpec,
     Usage,
 )
+from durable_subagents.wire._stream_items import StreamCarry
 
 __all__ = [
     "ACTIVITY_OPTIONS_ACTIVITY",

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel
 
-from durable_subagents._lazy import imported
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
+from durable_subagents.runtime._lazy import imported
 from durable_subagents.types import ToolCall, ToolSpec
 
 if TYPE_CHECKING:

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from durable_subagents._payloads import (
+from durable_subagents.errors import SubagentError
+from durable_subagents.types import Usage
+from durable_subagents.wire._payloads import (
     CompactInput,
     CompactResult,
     ModelTurnInput,
@@ -50,8 +52,6 @@ from durable_subagents._payloads import (
     ToolCallInput,
     ToolCallResult,
 )
-from durable_subagents.errors import SubagentError
-from durable_subagents.types import Usage
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -139,7 +139,7 @@ def check_worker_provider() -> None:
             f"({type(provider).__name__}) is not replay-safe: workflow spans need one "
             "built by temporalio.contrib.opentelemetry.create_tracer_provider() and set "
             "with opentelemetry.trace.set_tracer_provider() before the worker starts "
-            "(durable_subagents._telemetry.setup_tracing() does both); or connect with "
+            "(durable_subagents.telemetry._telemetry.setup_tracing() does both); or connect with "
             "tracing=False"
         )
 
@@ -527,7 +527,7 @@ def _hide(text: str, hidden: Sequence[str]) -> str:
 
 def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` with the values of secret-looking environment variables replaced."""
-    from durable_subagents.config import SECRET_ENV_NAME
+    from durable_subagents.connection._setting_values import SECRET_ENV_NAME
 
     env = os.environ if env is None else env
     for name, value in env.items():

@@ -14,9 +14,17 @@ from pathlib import Path
 
 import platformdirs
 
-from durable_subagents._temporal_config import credential_files
+from durable_subagents.connection._temporal_config import credential_files
 
-__all__ = ["parse_rate_limits", "parse_tool_user", "secret_paths"]
+SECRET_ENV_NAME = re.compile(
+    r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
+    r"|GRPC_META|CODEC_AUTH",
+    re.IGNORECASE,
+)
+"""Environment variable names treated as secrets: their values are scrubbed from spans.
+(Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
+
+__all__ = ["SECRET_ENV_NAME", "parse_rate_limits", "parse_tool_user", "secret_paths"]
 
 
 def parse_tool_user(value: str) -> tuple[int, int] | None:

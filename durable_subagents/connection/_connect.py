@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import temporalio.runtime
 from temporalio.client import Client
 
-from durable_subagents._codec import data_converter
-from durable_subagents._telemetry import tracing_enabled, tracing_plugin
-from durable_subagents._temporal_config import access_denied
+from durable_subagents.connection._temporal_config import access_denied
 from durable_subagents.errors import InvalidRequest, TemporalUnavailable
 from durable_subagents.storage._sealing import KeyRing
+from durable_subagents.telemetry._telemetry import tracing_enabled, tracing_plugin
+from durable_subagents.wire._codec import data_converter
 
 if TYPE_CHECKING:
     from durable_subagents.config import Settings

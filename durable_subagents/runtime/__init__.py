@@ -1,0 +1,1 @@
+"""How the process runs: its event loop, and the modules it imports only when needed."""

@@ -1,0 +1,1 @@
+"""Traces and metrics: the spans of model turns, tool calls and compactions; the metrics."""

@@ -1,0 +1,1 @@
+"""Words people read: errors as one line, text fit for a terminal, Markdown for the Web UI."""
