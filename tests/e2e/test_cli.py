@@ -19,10 +19,11 @@ import pytest
 from temporalio.api.operatorservice.v1 import RemoveSearchAttributesRequest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, _search_attributes, connect_client
+from durable_subagents import SubagentClient, connect_client
 from durable_subagents.config import Settings
 from durable_subagents.devserver._dev_server import missing_search_attributes, server_answers
 from durable_subagents.testing import DevServer, free_port
+from durable_subagents.wire import _search_attributes
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually

@@ -21,7 +21,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 
-from durable_subagents import SubagentClient, TaskStatus, _search_attributes
+from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.cli._dev_run import (
     DEV_RECORD,
     run_dev,
@@ -36,6 +36,7 @@ from durable_subagents.devserver._dev_server import (
 )
 from durable_subagents.errors import SubagentError
 from durable_subagents.testing import DevServer, free_port
+from durable_subagents.wire import _search_attributes
 
 from ..helpers import CEILING
 from ..helpers.processes import _wait_ready
