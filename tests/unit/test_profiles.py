@@ -1,0 +1,52 @@
+"""OpenAI-compatible servers' profiles: detected from the base URL, or named."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_subagents.providers._profiles import PROFILES, detect_profile, profile_named
+from durable_subagents.providers.openai import estimate_usage
+from durable_subagents.types import Usage
+
+
+@pytest.mark.parametrize(
+    ("base_url", "profile"),
+    [
+        (None, "openai"),
+        ("https://api.openai.com/v1", "openai"),
+        ("http://localhost:11434/v1", "ollama"),
+        ("http://ollama:8080/v1", "ollama"),
+        ("https://openrouter.ai/api/v1", "openrouter"),
+        ("http://litellm.internal:4000", "litellm"),
+        ("http://0.0.0.0:4000/v1", "litellm"),
+        ("http://gpu-box:8000/v1", "vllm"),
+        ("http://vllm.svc.cluster.local/v1", "vllm"),
+        ("http://127.0.0.1:8080/v1", "llamacpp"),
+        ("http://llama-server:9000/v1", "llamacpp"),
+        ("https://example.com/v1", "compatible"),
+        ("https://api.openai.com.evil.example/v1", "compatible"),
+        ("http://host:notaport/v1", "compatible"),
+    ],
+)
+def test_the_base_url_names_the_profile(base_url: str | None, profile: str) -> None:
+    assert detect_profile(base_url).name == profile
+
+
+def test_a_profile_is_named_in_any_case_and_an_unknown_one_lists_the_known() -> None:
+    assert profile_named(" Ollama ") is PROFILES["ollama"]
+    with pytest.raises(ValueError, match="unknown OpenAI-compatible profile 'olama'; known: "):
+        profile_named("olama")
+
+
+def test_only_openai_gets_max_completion_tokens() -> None:
+    fields = {name: p.max_tokens_field for name, p in PROFILES.items()}
+    assert {n for n, f in fields.items() if f == "max_completion_tokens"} == {"openai"}
+
+
+def test_an_estimate_is_marked_and_the_mark_survives_a_sum() -> None:
+    estimate = estimate_usage(400, 40)
+    assert (estimate.input_tokens, estimate.output_tokens, estimate.estimated) == (100, 10, True)
+    total = Usage(input_tokens=5) + estimate + Usage(output_tokens=1)
+    assert total.estimated and total.input_tokens == 105
+    assert not (Usage() + Usage()).estimated
+    assert Usage.model_validate({"input_tokens": 3}).estimated is False  # old payloads
