@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest
 from durable_subagents.providers._profiles import PROFILES, detect_profile, profile_named
 from durable_subagents.providers.openai import estimate_usage
 from durable_subagents.types import Usage
+from durable_subagents.worker._models import worker_models
 
 
 @pytest.mark.parametrize(
@@ -50,3 +53,17 @@ def test_an_estimate_is_marked_and_the_mark_survives_a_sum() -> None:
     assert total.estimated and total.input_tokens == 105
     assert not (Usage() + Usage()).estimated
     assert Usage.model_validate({"input_tokens": 3}).estimated is False  # old payloads
+
+
+def test_a_worker_with_an_unknown_profile_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUBAGENTS_OPENAI_PROFILE", "olama")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    with pytest.raises(InvalidRequest) as caught:
+        worker_models(Settings(model="openai:gpt-4.1-mini"))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("SUBAGENTS_OPENAI_PROFILE=olama: unknown OpenAI-compatible")
+    monkeypatch.setenv("SUBAGENTS_OPENAI_PROFILE", "vllm")
+    worker_models(Settings(model="openai:gpt-4.1-mini"))
