@@ -67,3 +67,14 @@ def test_a_worker_with_an_unknown_profile_is_refused_in_one_line(
     assert message.startswith("SUBAGENTS_OPENAI_PROFILE=olama: unknown OpenAI-compatible")
     monkeypatch.setenv("SUBAGENTS_OPENAI_PROFILE", "vllm")
     worker_models(Settings(model="openai:gpt-4.1-mini"))
+
+
+def test_an_estimate_is_shown_as_one_and_kept_out_of_payloads_when_false() -> None:
+    from durable_subagents._payloads import ModelTurnResult
+    from durable_subagents.cli._render import usage_text
+
+    assert usage_text(estimate_usage(400, 40)) == "in 100 / out 10 (estimated)"
+    assert usage_text(Usage(input_tokens=100, output_tokens=10)) == "in 100 / out 10"
+    for usage, kept in ((Usage(input_tokens=1), False), (estimate_usage(4, 4), True)):
+        dumped = ModelTurnResult(head="h", usage=usage).model_dump()
+        assert ("estimated" in dumped["usage"]) is kept
