@@ -70,10 +70,19 @@ SERVER_QUIRKS: dict[str, ServerQuirks] = {
 
 
 def unknown_parameter(body: dict[str, Any], refused: tuple[str, ...]) -> tuple[int, Any] | None:
-    """The 400 a server that does not know a parameter of ``body`` answers, or None."""
+    """The 400 a server that does not know a parameter of ``body`` answers, or None.
+
+    The body is vLLM's before it took unknown fields (its request model forbade them):
+    a pydantic ``extra_forbidden`` error as the message.
+    """
     for name in refused:
         if name in body:
-            message = f"Unsupported parameter: '{name}'"
-            error = {"message": message, "type": "BadRequestError", "param": name, "code": 400}
-            return 400, {"object": "error", **error, "error": error}
+            problem = {
+                "type": "extra_forbidden",
+                "loc": ("body", name),
+                "msg": "Extra inputs are not permitted",
+                "input": body[name],
+            }
+            error = {"message": str([problem]), "type": "BadRequestError", "param": None}
+            return 400, {"object": "error", **error, "code": 400}
     return None
