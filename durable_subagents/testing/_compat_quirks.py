@@ -66,7 +66,8 @@ SERVER_QUIRKS: dict[str, ServerQuirks] = {
         usage="always", reasoning_field="reasoning", thinking="OpenRouter's reasoning."
     ),
 }
-"""A fake server per profile, each playing some of the quirks the profiles cover."""
+"""One set of quirks per profile, chosen so that every quirk meets a profile: a test's
+mix, not a portrait of that server's current release (docs/models.md gives the facts)."""
 
 
 def unknown_parameter(body: dict[str, Any], refused: tuple[str, ...]) -> tuple[int, Any] | None:
