@@ -84,6 +84,9 @@ class Usage(BaseModel):
     """Input tokens read from the provider's prompt cache (billed at about a tenth)."""
     cache_write_tokens: int = 0
     """Input tokens written to the prompt cache (Anthropic bills them at 1.25x)."""
+    estimated: bool = False
+    """Some of the counts are estimates: a server reported no usage for a call, so its
+    tokens were counted as 4 characters of the request's and the answer's JSON a token."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -92,6 +95,7 @@ class Usage(BaseModel):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            estimated=self.estimated or other.estimated,
         )
 
 

@@ -139,11 +139,15 @@ def print_info(
 
 
 def usage_text(usage: Usage) -> str:
-    """``in 12,400 (cached 11,000 · written 900) / out 310``: the cache parts of the input."""
+    """``in 12,400 (cached 11,000 · written 900) / out 310``: the cache parts of the input.
+
+    Usage a server did not report ends in ``(estimated)``.
+    """
     cache = ""
     if usage.cache_read_tokens or usage.cache_write_tokens:
         cache = f" (cached {usage.cache_read_tokens:,} · written {usage.cache_write_tokens:,})"
-    return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}"
+    estimated = " (estimated)" if usage.estimated else ""
+    return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}{estimated}"
 
 
 def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = None) -> list[str]:

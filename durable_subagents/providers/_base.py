@@ -22,6 +22,7 @@ from durable_subagents.types import ModelRequest, ModelResponse
 from ._cloud import aws_region, setup_problem
 from ._errors import missing_key_error, model_request_error
 from ._names import CLAUDE_PLATFORMS, PROVIDERS, parse_model
+from ._profiles import detect_profile, profile_named
 from .anthropic import AnthropicProvider
 from .openai import OpenAIProvider
 from .openai_responses import OpenAIResponsesProvider
@@ -162,20 +163,33 @@ def _build(
             raise missing_key_error(provider_name, "OPENAI_API_KEY")
         official = base_url is None or "api.openai.com" in base_url
         send_key = prompt_cache_key == "on" or (prompt_cache_key == "auto" and official)
+        chosen = os.environ.get("SUBAGENTS_OPENAI_PROFILE", "").strip()
+        try:
+            profile = profile_named(chosen) if chosen else detect_profile(base_url)
+        except ValueError as err:
+            raise InvalidRequest(f"SUBAGENTS_OPENAI_PROFILE={chosen}: {err}") from None
         cache_key = (
             provider_name,
-            f"{base_url or ''} {send_key}",
+            f"{base_url or ''} {send_key} {profile.name}",
             _fingerprint(key),
             idle_timeout,
         )
         if cache_key not in _cache:
-            kind = OpenAIProvider if provider_name == "openai" else OpenAIResponsesProvider
-            _cache[cache_key] = kind(
-                api_key=key,
-                base_url=base_url,
-                idle_timeout=idle_timeout,
-                prompt_cache_key=send_key,
-            )
+            if provider_name == "openai":
+                _cache[cache_key] = OpenAIProvider(
+                    api_key=key,
+                    base_url=base_url,
+                    idle_timeout=idle_timeout,
+                    prompt_cache_key=send_key,
+                    profile=profile,
+                )
+            else:
+                _cache[cache_key] = OpenAIResponsesProvider(
+                    api_key=key,
+                    base_url=base_url,
+                    idle_timeout=idle_timeout,
+                    prompt_cache_key=send_key,
+                )
         return _cache[cache_key]
     base_url = os.environ.get("ANTHROPIC_BASE_URL") or None
     key = os.environ.get("ANTHROPIC_API_KEY") or None

@@ -10,11 +10,13 @@ from typing import Any
 
 from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
+from ._profiles import Profile, detect_profile
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
 
 __all__ = [
     "OpenAIProvider",
+    "estimate_usage",
     "import_sdk",
     "openai_usage",
     "parse_arguments",
@@ -169,9 +171,11 @@ class _Accumulator:
     model: str
     text: list[str] = field(default_factory=list)
     calls: dict[int, _PendingCall] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None
     stop_reason: str | None = None
     on_text: Callable[[str], None] | None = None
+    on_thinking: Callable[[str], None] | None = None
+    thinking: list[str] = field(default_factory=list)
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Take one chunk (an event of ``SSEEvents``: always a dict)."""
@@ -192,6 +196,13 @@ class _Accumulator:
                 self.text.append(str(content))
                 if self.on_text is not None:
                     self.on_text(self.text[-1])
+            # vLLM, llama.cpp, Ollama, LiteLLM and DeepSeek stream a reasoning model's
+            # thinking beside the answer (``reasoning`` in newer vLLM and OpenRouter).
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str) and thought:
+                self.thinking.append(thought)
+                if self.on_thinking is not None:
+                    self.on_thinking(thought)
             for fragment in delta.get("tool_calls") or ():
                 if isinstance(fragment, dict):
                     self._add_call(fragment)
@@ -210,22 +221,60 @@ class _Accumulator:
             if arguments := function.get("arguments"):
                 pending.fragments.append(str(arguments))
 
-    def response(self) -> ModelResponse:
-        calls = [
-            ToolCall(
-                id=pending.id or f"call_{index}",
-                name=pending.name,
-                arguments=parse_arguments("".join(pending.fragments)),
+    def response(self, request_chars: int) -> ModelResponse:
+        """The turn; ``request_chars`` sizes the usage estimate of a server that sent none.
+
+        A call without an id, or with an id an earlier call of the turn had (Ollama and
+        llama.cpp have sent both), gets one made from its position, so that each result
+        goes back to its own call.
+        """
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for index, pending in sorted(self.calls.items()):
+            call_id = pending.id
+            if not call_id or call_id in seen:
+                call_id = f"call_{index}_{len(calls)}"
+                while call_id in seen:
+                    call_id += "_"
+            seen.add(call_id)
+            calls.append(
+                ToolCall(
+                    id=call_id,
+                    name=pending.name,
+                    arguments=parse_arguments("".join(pending.fragments)),
+                )
             )
-            for index, pending in sorted(self.calls.items())
-        ]
+        text = "".join(self.text)
+        usage = self.usage
+        if usage is None:
+            answer = len(text) + len("".join(self.thinking))
+            answer += sum(len(p.name) + len("".join(p.fragments)) for p in self.calls.values())
+            usage = estimate_usage(request_chars, answer)
         return ModelResponse(
-            text="".join(self.text),
+            text=text,
             tool_calls=calls,
-            usage=self.usage,
+            usage=usage,
             stop_reason=self.stop_reason,
             model=self.model,
         )
+
+
+CHARS_PER_TOKEN = 4
+"""The estimate's ratio for a server that reports no usage (as the fake servers count)."""
+
+
+def estimate_usage(request_chars: int, answer_chars: int) -> Usage:
+    """Usage for a turn a server reported none for: 4 characters a token, ``estimated``.
+
+    Args:
+        request_chars: Characters of the request's JSON (messages and tools).
+        answer_chars: Characters of the answer: text, thinking, tool names and arguments.
+    """
+    return Usage(
+        input_tokens=max(1, request_chars // CHARS_PER_TOKEN),
+        output_tokens=max(1, answer_chars // CHARS_PER_TOKEN),
+        estimated=True,
+    )
 
 
 def import_sdk() -> None:
@@ -262,6 +311,8 @@ class OpenAIProvider:
         prompt_cache_key: Send ``prompt_cache_key`` (the request's ``cache_key``, the
             task id) so the API routes a task's requests to the machines that cached
             its prefix. Off by default: not every OpenAI-compatible server accepts it.
+        profile: What the server does differently (see ``_profiles``); None: the one
+            ``base_url`` suggests.
     """
 
     name = "openai"
@@ -273,6 +324,7 @@ class OpenAIProvider:
         base_url: str | None = None,
         idle_timeout: float | None = None,
         prompt_cache_key: bool = False,
+        profile: Profile | None = None,
     ) -> None:
         # The SDK is imported once a provider is built: a worker imports only the SDKs
         # of the providers it runs (importing both took seconds).
@@ -281,7 +333,7 @@ class OpenAIProvider:
         self._key = api_key
         self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
-        self._custom_base = base_url is not None and "api.openai.com" not in base_url
+        self.profile = profile or detect_profile(base_url)
         self._clients = PerLoop(
             lambda: AsyncOpenAI(
                 api_key=api_key,
@@ -303,7 +355,8 @@ class OpenAIProvider:
         Args:
             request: The neutral request; ``request.model`` is e.g. ``gpt-4.1-mini``.
             on_text: Called with each text delta as it arrives.
-            on_thinking: Not called: Chat Completions shows no reasoning text.
+            on_thinking: Called with each piece of ``reasoning_content`` (or
+                ``reasoning``) a compatible server streams; never part of the answer.
 
         Returns:
             Text, tool calls (arguments decoded), usage (reasoning tokens included, as
@@ -318,21 +371,16 @@ class OpenAIProvider:
         # walk it again against its typed parameters (its transform took 55 ms per turn
         # at 400 messages, more than the rest of the turn, and hashing the annotations of
         # even the small fields showed in a worker's profile).
-        body: dict[str, Any] = {
-            "messages": to_openai_messages(request),
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"messages": to_openai_messages(request)}
+        if self.profile.usage == "stream_options":
+            body["stream_options"] = {"include_usage": True}
         params: dict[str, Any] = {
             "model": request.model,
             "messages": [],
             "stream": True,
             "extra_body": body,
         }
-        # OpenAI's reasoning models refuse max_tokens; compatible servers may not know
-        # max_completion_tokens.
-        body["max_completion_tokens" if not self._custom_base else "max_tokens"] = (
-            request.max_tokens
-        )
+        body[self.profile.max_tokens_field] = request.max_tokens
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
         if request.reasoning_effort is not None:
@@ -341,7 +389,11 @@ class OpenAIProvider:
             body["temperature"] = request.temperature
         if self.prompt_cache_key and request.prompt_cache and request.cache_key:
             body["prompt_cache_key"] = cache_key_value(request.cache_key)
-        accumulator = _Accumulator(model=request.model, on_text=encodable_sink(on_text))
+        accumulator = _Accumulator(
+            model=request.model,
+            on_text=encodable_sink(on_text),
+            on_thinking=encodable_sink(on_thinking),
+        )
         reader = StreamReader(
             provider="openai",
             key_env="OPENAI_API_KEY",
@@ -357,8 +409,9 @@ class OpenAIProvider:
             ).open(),
             accumulator.add,
         )
+        sized = len(json.dumps(body["messages"])) + len(json.dumps(body.get("tools") or []))
         return reader.check(
-            accumulator.response(),
+            accumulator.response(sized),
             finished=accumulator.stop_reason is not None,
             what="a finish_reason",
         )

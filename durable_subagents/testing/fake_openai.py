@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ._compat_quirks import SERVER_QUIRKS, ServerQuirks, unknown_parameter
 from ._fake_server import (
     FAULTS,
     FakeModelServer,
@@ -36,10 +37,12 @@ __all__ = [
     "FAULTS",
     "REASONING_EFFORTS",
     "REASONING_TOKENS",
+    "SERVER_QUIRKS",
     "FakeModelServer",
     "FakeOpenAIServer",
     "FakeReply",
     "Fault",
+    "ServerQuirks",
     "arguments_text",
     "fragments",
     "text_deltas",
@@ -62,13 +65,21 @@ class FakeOpenAIServer(FakeModelServer):
     streamed word by word and tool-call arguments in 7-character fragments; the usage
     chunk is sent when the request asks for it with ``stream_options.include_usage``.
     Prompts are cached automatically, as OpenAI does (see ``_prompt_cache``).
+
+    ``quirks`` (a ``ServerQuirks``, or the name of one of ``SERVER_QUIRKS``) makes it
+    answer as an OpenAI-compatible server that differs from the API: usage never or
+    always sent, call ids missing or reused, arguments whole, thinking streamed as
+    ``reasoning_content``, a 400 for a parameter it does not know.
     """
 
     route = "/v1/chat/completions"
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, quirks: ServerQuirks | str | None = None, **options: Any) -> None:
         super().__init__(**options)
         self._cache = OpenAICache(self.cache_ttl)
+        if isinstance(quirks, str):
+            quirks = SERVER_QUIRKS[quirks]
+        self.quirks = quirks or ServerQuirks()
 
     @property
     def base_url(self) -> str:
@@ -86,21 +97,31 @@ class FakeOpenAIServer(FakeModelServer):
         return reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
 
     def _calls(self, reply: FakeReply) -> list[tuple[str, str, str]]:
+        ids = {"missing": "", "reused": "call_0"}
         return [
             (
-                c.get("id") or self.next_id("call_fake_"),
+                ids.get(self.quirks.call_ids) or c.get("id") or self.next_id("call_fake_"),
                 c["name"],
                 arguments_text(c.get("arguments", {})),
             )
             for c in reply.tool_calls
         ]
 
+    def _sends_usage(self, body: dict[str, Any]) -> bool:
+        if self.quirks.usage != "stream_options":
+            return self.quirks.usage == "always"
+        return bool((body.get("stream_options") or {}).get("include_usage"))
+
     def refusal(self, body: dict[str, Any]) -> tuple[int, Any] | None:
         """A 400 with the API's message for a ``reasoning_effort`` it does not know.
 
         Or for messages it would refuse: a tool message with other than text parts, an
         image it does not take, a call's result missing after its call (``_wire_images``).
+        Or, with ``quirks``, for a parameter the server does not know.
         """
+        unknown = unknown_parameter(body, self.quirks.refuse)
+        if unknown is not None:
+            return unknown
         problem = openai_problem(body.get("messages") or [])
         if problem is not None:
             error = {"message": problem, "type": "invalid_request_error", "param": "messages"}
@@ -188,7 +209,7 @@ class FakeOpenAIServer(FakeModelServer):
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": message, "finish_reason": self._finish(reply)}],
-            "usage": reply.reported,
+            "usage": reply.reported if self.quirks.usage != "never" else None,
         }
 
     def events(self, reply: FakeReply, body: dict[str, Any]) -> Iterator[bytes]:
@@ -205,14 +226,23 @@ class FakeOpenAIServer(FakeModelServer):
             return _sse({**base, "choices": [choice]})
 
         yield chunk({"role": "assistant", "content": ""})
+        if self.quirks.reasoning_field and self.quirks.thinking:
+            for word in self.quirks.thinking.split(" "):
+                yield chunk({self.quirks.reasoning_field: f"{word} ", "content": None})
         for piece in text_deltas(reply):
             yield chunk({"content": piece})
         for index, (cid, name, args) in enumerate(self._calls(reply)):
-            head = {"id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+            whole = args if self.quirks.whole_arguments else ""
+            head: dict[str, Any] = {
+                "type": "function",
+                "function": {"name": name, "arguments": whole},
+            }
+            if cid:
+                head["id"] = cid
             yield chunk({"tool_calls": [{"index": index, **head}]})
-            for piece in fragments(args):
+            for piece in fragments(args) if not whole else ():
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
         yield chunk({}, self._finish(reply))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if self._sends_usage(body):
             yield _sse({**base, "choices": [], "usage": reply.reported})
         yield b"data: [DONE]\n\n"

@@ -286,11 +286,11 @@ class ContextInput(BaseModel):
     whatever the estimate says (only the provider's refusal compacts again)."""
 
 
-_CACHE_FIELDS = ("cache_read_tokens", "cache_write_tokens")
+_CACHE_FIELDS = ("cache_read_tokens", "cache_write_tokens", "estimated")
 
 
 def _strip_usage(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its usage's cache counts left out when they are 0."""
+    """``data`` without its usage's zero cache counts and false ``estimated``."""
     usage = data.get("usage")
     if isinstance(usage, dict) and any(k in usage and not usage[k] for k in _CACHE_FIELDS):
         data = {**data, "usage": {k: v for k, v in usage.items() if v or k not in _CACHE_FIELDS}}

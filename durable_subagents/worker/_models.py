@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
 from durable_subagents.providers._base import missing_key
 from durable_subagents.providers._cloud import credentials_problem, setup_problem
 from durable_subagents.providers._names import CLAUDE_PLATFORMS, parse_model
+from durable_subagents.providers._profiles import profile_named
 
 __all__ = ["worker_models"]
 
@@ -24,9 +27,16 @@ def worker_models(settings: Settings) -> ModelAllowlist:
         InvalidRequest: The default model is missing (and the scripted model not
             enabled), unknown, not among ``SUBAGENTS_MODELS``, or lacks its key; a
             pattern of ``SUBAGENTS_MODELS`` names no provider; or a cloud the models
-            name lacks its extra, settings or credentials. One line, naming the
+            name lacks its extra, settings or credentials; or
+            ``SUBAGENTS_OPENAI_PROFILE`` names no profile. One line, naming the
             setting to change.
     """
+    chosen = os.environ.get("SUBAGENTS_OPENAI_PROFILE", "").strip()
+    if chosen:
+        try:
+            profile_named(chosen)
+        except ValueError as err:
+            raise InvalidRequest(f"SUBAGENTS_OPENAI_PROFILE={chosen}: {err}") from None
     allowlist = ModelAllowlist(
         parse_model_patterns(settings.models), settings.model, settings.allow_scripted
     )
