@@ -70,8 +70,8 @@ def test_a_worker_with_an_unknown_profile_is_refused_in_one_line(
 
 
 def test_an_estimate_is_shown_as_one_and_kept_out_of_payloads_when_false() -> None:
-    from durable_subagents._payloads import ModelTurnResult
     from durable_subagents.cli._render import usage_text
+    from durable_subagents.wire._payloads import ModelTurnResult
 
     assert usage_text(estimate_usage(400, 40)) == "in 100 / out 10 (estimated)"
     assert usage_text(Usage(input_tokens=100, output_tokens=10)) == "in 100 / out 10"
