@@ -6,13 +6,16 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
 
 from ._profiles import Profile, detect_profile
 from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
 from ._text import encodable_sink
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 __all__ = [
     "OpenAIProvider",
@@ -277,6 +280,23 @@ def estimate_usage(request_chars: int, answer_chars: int) -> Usage:
     )
 
 
+def sdk_client(api_key: str = "unused", base_url: str | None = None) -> AsyncOpenAI:
+    """An ``openai`` SDK client as both OpenAI wires use it.
+
+    No retries of its own (the activity's retry policy retries); on aiohttp where it is
+    installed. The SDK is imported here, once a provider is built: a worker imports only the SDKs
+    of the providers it runs (importing both took seconds).
+    """
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    return AsyncOpenAI(
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=0,
+        http_client=DefaultAioHttpClient() if use_aiohttp() else None,
+    )
+
+
 def import_sdk() -> None:
     """Import the SDK and the modules its first streamed request would import.
 
@@ -284,14 +304,7 @@ def import_sdk() -> None:
     client built and dropped here imports them, so that a worker can do it in a thread
     while it starts instead of in its first model turn.
     """
-    from openai import AsyncOpenAI, DefaultAioHttpClient
-
-    client = AsyncOpenAI(
-        api_key="unused",
-        max_retries=0,
-        http_client=DefaultAioHttpClient() if use_aiohttp() else None,
-    )
-    client.chat.completions.with_streaming_response  # noqa: B018
+    sdk_client().chat.completions.with_streaming_response  # noqa: B018
 
 
 class OpenAIProvider:
@@ -326,22 +339,13 @@ class OpenAIProvider:
         prompt_cache_key: bool = False,
         profile: Profile | None = None,
     ) -> None:
-        # The SDK is imported once a provider is built: a worker imports only the SDKs
-        # of the providers it runs (importing both took seconds).
-        from openai import APIError, AsyncOpenAI, DefaultAioHttpClient
+        from openai import APIError
 
         self._key = api_key
         self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
         self.profile = profile or detect_profile(base_url)
-        self._clients = PerLoop(
-            lambda: AsyncOpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                max_retries=0,
-                http_client=DefaultAioHttpClient() if use_aiohttp() else None,
-            )
-        )
+        self._clients = PerLoop(lambda: sdk_client(api_key, base_url))
         self.idle_timeout = idle_timeout
 
     async def complete(

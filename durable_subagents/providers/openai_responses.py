@@ -33,9 +33,9 @@ from durable_subagents.types import (
 )
 
 from ._responses_events import PROVIDER, ResponsesAccumulator
-from ._stream import PerLoop, SSEEvents, StreamReader, use_aiohttp
+from ._stream import PerLoop, SSEEvents, StreamReader
 from ._text import encodable_sink
-from .openai import cache_key_value
+from .openai import cache_key_value, sdk_client
 
 __all__ = [
     "INCLUDE",
@@ -157,14 +157,7 @@ def to_responses_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
 
 def import_sdk() -> None:
     """Import the SDK and the modules its first streamed request would import."""
-    from openai import AsyncOpenAI, DefaultAioHttpClient
-
-    client = AsyncOpenAI(
-        api_key="unused",
-        max_retries=0,
-        http_client=DefaultAioHttpClient() if use_aiohttp() else None,
-    )
-    client.responses.with_streaming_response  # noqa: B018
+    sdk_client().responses.with_streaming_response  # noqa: B018
 
 
 class OpenAIResponsesProvider:
@@ -194,19 +187,12 @@ class OpenAIResponsesProvider:
         idle_timeout: float | None = None,
         prompt_cache_key: bool = False,
     ) -> None:
-        from openai import APIError, AsyncOpenAI, DefaultAioHttpClient
+        from openai import APIError
 
         self._key = api_key
         self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
-        self._clients = PerLoop(
-            lambda: AsyncOpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                max_retries=0,
-                http_client=DefaultAioHttpClient() if use_aiohttp() else None,
-            )
-        )
+        self._clients = PerLoop(lambda: sdk_client(api_key, base_url))
         self.idle_timeout = idle_timeout
         self.summaries = True
         """Ask for reasoning summaries; off once the API said the organization may not."""
