@@ -166,8 +166,9 @@ _PLAIN = (
 )
 
 
-_PROBED = ("the connection failed", "the connection was reset")
-"""What a plain HTTP/1 server's answer reads as: ``answers_http`` then tells."""
+_PROBED = ("the connection failed", "the connection was reset", "timed out")
+"""What a plain HTTP/1 server's answer reads as: ``answers_http`` then tells. A busy
+web server may answer HTTP/2's preface too late: that reads as a timeout."""
 
 
 def plain_connection_error(text: str) -> str:
