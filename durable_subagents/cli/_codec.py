@@ -6,25 +6,19 @@ The server itself is ``_codec_server``, imported only when the command runs.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
 from durable_subagents.cli._common import (
     console,
     err_console,
-    error,
+    fail,
     make_settings,
 )
 from durable_subagents.errors import SubagentError
 
 __all__ = ["codec_server", "keygen"]
-
-
-def _fail(message: str) -> NoReturn:
-    """Print an error for the user and exit with code 1."""
-    error(message)
-    raise typer.Exit(1)
 
 
 def codec_server(
@@ -76,9 +70,9 @@ def codec_server(
     try:
         keys = make_settings().payload_keys()
     except SubagentError as err:
-        _fail(str(err))
+        fail(str(err))
     if keys is None:
-        _fail(
+        fail(
             "no payload key: set SUBAGENTS_PAYLOAD_KEY to the key the deployment's workers "
             "and clients use (SUBAGENTS_PAYLOAD_OLD_KEYS too, for data written before a "
             "rotation); for a new deployment, make one with `subagents keygen`"
@@ -123,7 +117,7 @@ def codec_server(
             on_ready=ready,
         )
     except SubagentError as err:
-        _fail(str(err))
+        fail(str(err))
     console.print("Stopped.")
 
 

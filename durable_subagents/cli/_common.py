@@ -203,6 +203,12 @@ def error(message: str) -> None:
     )
 
 
+def fail(message: str) -> NoReturn:
+    """Print an error for the user and exit with code 1."""
+    error(message)
+    raise typer.Exit(1)
+
+
 def _detail(detail: str | None) -> None:
     """With ``-v``, the transport's own error text under the message."""
     if VERBOSE and detail:

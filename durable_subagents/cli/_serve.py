@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
@@ -18,19 +18,13 @@ from durable_subagents.cli._common import (
     Profile,
     TaskQueue,
     console,
-    error,
+    fail,
     make_settings,
     run,
 )
 from durable_subagents.errors import SubagentError
 
 __all__ = ["serve"]
-
-
-def _fail(message: str) -> NoReturn:
-    """Print an error for the user and exit with code 1."""
-    error(message)
-    raise typer.Exit(1)
 
 
 def serve(
@@ -108,9 +102,9 @@ def serve(
     try:
         grants = load_tokens(tokens, os.environ.get("SUBAGENTS_INBOX_TOKEN") or None)
     except SubagentError as err:
-        _fail(str(err))
+        fail(str(err))
     if not len(grants):
-        _fail(
+        fail(
             "no tokens: set SUBAGENTS_INBOX_TOKEN (one approver token), or give --tokens "
             "FILE with viewer and approver tokens; make a token with python -c "
             '"import secrets; print(secrets.token_urlsafe(32))"'
