@@ -22,12 +22,18 @@ from durable_subagents.agents._activity_options import (
     parse_activity_options,
 )
 from durable_subagents.agents._protected import extended_protected_paths, parse_protected_paths
-from durable_subagents.agents._spec import DEFAULT_LIMITS, ToolLimits
+from durable_subagents.agents._spec import (
+    DEFAULT_LIMITS,
+    DEFAULT_WORKER_DEPTH,
+    MAX_DEPTH_LIMIT,
+    ToolLimits,
+)
 from durable_subagents.connection._data_dir import default_data_dir as default_data_dir
 from durable_subagents.connection._setting_values import (
     SECRET_ENV_NAME as SECRET_ENV_NAME,
 )
 from durable_subagents.connection._setting_values import (
+    deployment_version,
     parse_rate_limits,
     parse_tool_user,
     secret_paths,
@@ -402,6 +408,15 @@ class Settings(BaseSettings):
     model_turn.maximum_attempts=3``) or JSON (``{"tool_call": {"start_to_close": 300}}``);
     an option not given keeps its default (``DEFAULT_ACTIVITY_OPTIONS``). A task takes
     its worker's once, at its start; an agent may only narrow them."""
+    max_depth: int = Field(
+        DEFAULT_WORKER_DEPTH,
+        ge=0,
+        le=MAX_DEPTH_LIMIT,
+        validation_alias=AliasChoices("SUBAGENTS_MAX_DEPTH", "max_depth"),
+    )
+    """Worker side: the most levels of subagents a task this worker starts may have below
+    it (0 to 10): a spawn's ``max_depth`` beyond it is kept at it. A task takes its
+    worker's once, at its start."""
     deployment_name: str | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_DEPLOYMENT_NAME", "deployment_name")
     )
@@ -536,27 +551,7 @@ class Settings(BaseSettings):
                 the deployment name has a ``.`` (Temporal writes a version as
                 ``<deployment>.<build ID>``).
         """
-        name, build = self.deployment_name, self.build_id
-        if name is None and build is None:
-            return None
-        if build is None:
-            raise InvalidRequest(
-                f"deployment name {name!r} without a build ID: add --build-id ID "
-                "(SUBAGENTS_BUILD_ID) for a versioned worker, or drop --deployment-name "
-                "(SUBAGENTS_DEPLOYMENT_NAME) for an unversioned one"
-            )
-        if name is None:
-            raise InvalidRequest(
-                f"build ID {build!r} without a deployment name: add --deployment-name NAME "
-                "(SUBAGENTS_DEPLOYMENT_NAME) for a versioned worker, or drop --build-id "
-                "(SUBAGENTS_BUILD_ID) for an unversioned one"
-            )
-        if "." in name:
-            raise InvalidRequest(
-                f"deployment name {name!r} has a '.'; Temporal writes a version as "
-                "<deployment>.<build ID>: choose a name without one"
-            )
-        return WorkerDeploymentVersion(deployment_name=name, build_id=build)
+        return deployment_version(self.deployment_name, self.build_id)
 
     @field_validator("tool_env")
     @classmethod

@@ -19,7 +19,6 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents.activities._compaction import compact
 from durable_subagents.activities._failures import (
@@ -36,6 +35,7 @@ from durable_subagents.activities._heartbeats import (
 from durable_subagents.activities._held_changes import settle as settle_held
 from durable_subagents.activities._stream_text import TurnStream
 from durable_subagents.activities._tool_call import run_call, run_once, run_reads
+from durable_subagents.activities._tree import own_registered_tasks, reserve_tree_task
 from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
 from durable_subagents.activities._workspaces import (
     HeldWorkspace,
@@ -44,7 +44,7 @@ from durable_subagents.activities._workspaces import (
 )
 from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
-from durable_subagents.agents._spec import ToolLimits
+from durable_subagents.agents._spec import DEFAULT_WORKER_DEPTH, ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
 from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.context._context import (
@@ -107,13 +107,11 @@ from durable_subagents.types import (
     ToolCall,
     ToolSpec,
 )
-from durable_subagents.wire import _search_attributes as sa
 from durable_subagents.wire._payloads import (
     ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
     MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
-    OWN_TASKS_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     SETTLE_CHANGES_ACTIVITY,
     CompactInput,
@@ -124,6 +122,7 @@ from durable_subagents.wire._payloads import (
     SettleInput,
     ToolCallInput,
     ToolCallResult,
+    WorkerBounds,
     model_queue,
     tools_digest,
 )
@@ -178,6 +177,8 @@ class SubagentActivities:
             task asks once, at its start, and keeps for its whole life.
         models: The models this worker runs (``worker_models``); a turn or compaction
             of any other fails its task with ``ModelNotAllowed``. None: any model.
+        max_depth: The deepest tree a task this worker starts may have below it
+            (``Settings.max_depth``), which the task records and keeps.
     """
 
     def __init__(
@@ -209,6 +210,7 @@ class SubagentActivities:
         overlay_dir: Path | None = None,
         activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
         models: ModelAllowlist | None = None,
+        max_depth: int = DEFAULT_WORKER_DEPTH,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -241,6 +243,7 @@ class SubagentActivities:
         self.overlay_dir = overlay_dir
         self.activity_options = activity_options.with_defaults()
         self.models = models
+        self.max_depth = max_depth
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -252,9 +255,15 @@ class SubagentActivities:
     # ------------------------------------------------------------------ options
 
     @activity.defn(name=ACTIVITY_OPTIONS_ACTIVITY)
-    async def worker_activity_options(self) -> ActivityOptions:
-        """This worker's activity options, which the asking task records and keeps."""
-        return self.activity_options
+    async def worker_activity_options(self) -> WorkerBounds:
+        """This worker's activity options and depth, which the asking task records and keeps."""
+        options = self.activity_options
+        return WorkerBounds(
+            model_turn=options.model_turn,
+            tool_call=options.tool_call,
+            compaction=options.compaction,
+            max_depth=self.max_depth,
+        )
 
     # ------------------------------------------------------------------ model turn
 
@@ -659,27 +668,6 @@ class SubagentActivities:
         except (BlobError, PayloadEncryptionError) as err:
             raise blob_failure(err) from None  # the server keeps a last failure only while small
 
-    @activity.defn(name=OWN_TASKS_ACTIVITY)
-    async def own_registered_tasks(self, parent_id: str, task_ids: list[str]) -> list[str]:
-        """Those of ``task_ids`` whose parent is ``parent_id`` (``SubagentParent``).
-
-        A registration is a signal anyone may send: before a task cancels the tasks
-        registered with it, it keeps only those that name it as their parent, so a
-        forged registration cannot make it cancel a stranger's task.
-        """
-        client = activity.client()
-        own: list[str] = []
-        for task_id in task_ids:
-            try:
-                described = await client.get_workflow_handle(task_id).describe()
-            except RPCError as err:
-                if err.status == RPCStatusCode.NOT_FOUND:
-                    continue  # never started, or gone: nothing to cancel
-                raise
-            if described.typed_search_attributes.get(sa.PARENT) == parent_id:
-                own.append(task_id)
-        return own
-
     @activity.defn(name=SETTLE_CHANGES_ACTIVITY)
     async def settle_changes(self, input: SettleInput) -> ToolCallResult:
         """Apply a call's held changes a person approved, or drop them (see ``settle``)."""
@@ -772,6 +760,7 @@ class SubagentActivities:
             self.run_tool,
             self.compact_context,
             self.settle_changes,
-            self.own_registered_tasks,
+            own_registered_tasks,
+            reserve_tree_task,
             self.worker_activity_options,
         ]

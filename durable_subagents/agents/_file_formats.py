@@ -52,6 +52,7 @@ from durable_subagents.agents._front_matter import (
 from durable_subagents.agents._spec import (
     ALL_TOOLS,
     EDIT_TOOLS,
+    MAX_DEPTH_LIMIT,
     Action,
     AgentSpec,
     PermissionRule,
@@ -105,6 +106,8 @@ _OPENCODE_MODES = ("primary", "subagent", "all")
 _CLAUDE_IGNORED = {"color"}
 _OPENCODE_IGNORED = {"color", "top_p", "hidden", "prompt", "disable"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SPAWN_TOOL = re.compile(r"(Agent|Task)(?:\((.*)\))?", re.DOTALL)
+"""Claude Code's tool that spawns subagents, and the agents it may spawn."""
 
 
 def read_agent_file(
@@ -160,13 +163,18 @@ def _claude(f: AgentFile) -> AgentSpec:
             )
         )
     known = {"name", "description", "tools", "disallowedTools", "model", "permissionMode"}
-    warn_unused(f, known | {"maxTurns"} | _CLAUDE_IGNORED | SANDBOX_KEYS | MODEL_KEYS)
+    warn_unused(f, known | {"maxTurns", "maxDepth"} | _CLAUDE_IGNORED | SANDBOX_KEYS | MODEL_KEYS)
+    nothing: tuple[bool, list[str] | None] = (False, None)
+    spawns = f.parse(lambda: _claude_spawns(f), nothing)
     fields = {
         "model": _model(f),
         "tools": f.parse(lambda: _claude_tools(f, "tools"), None),
         "disallowed_tools": f.parse(lambda: _claude_tools(f, "disallowedTools"), None) or [],
         "permission_mode": _permission_mode(f),
         "max_turns": f.parse(lambda: _turns(f, "maxTurns"), None),
+        "may_spawn": spawns[0],
+        "spawnable": spawns[1],
+        "max_depth": f.parse(lambda: _depth(f, "maxDepth"), None),
         **sandbox_fields(f),
         **model_settings(f),
     }
@@ -194,21 +202,68 @@ def _claude_tools(f: AgentFile, key: str) -> list[str] | None:
     Returns None when the field is absent (every tool, for ``tools``); ``*`` is every
     tool we have.
     """
+    names = _claude_names(f, key)
+    if names is None:
+        return None
+    if "*" in names:
+        return list(ALL_TOOLS)
+    names = [n for n in names if not _SPAWN_TOOL.fullmatch(n)]  # see _claude_spawns
+    return _map_tools(f, key, names, CLAUDE_TOOLS)
+
+
+def _claude_names(f: AgentFile, key: str) -> list[str] | None:
+    """A Claude Code tool list's names; None when the field is absent.
+
+    A comma-separated string (the commas inside ``Agent(a, b)`` kept) or a list.
+    """
     value = f.meta.get(key)
     if value is None:
         return None
     if isinstance(value, str):
-        names = [n.strip() for n in value.split(",")]
+        names, depth, start = [], 0, 0
+        for i, char in enumerate(value):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if char == "," and depth <= 0:
+                names.append(value[start:i])
+                start, depth = i + 1, 0
+        names.append(value[start:])
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
-        names = [n.strip() for n in value]
+        names = list(value)
     else:
         raise f.fail(
             key,
             f"{key!r} must be a comma-separated string or a list of tool names, got {value!r}",
         )
-    if "*" in names:
-        return list(ALL_TOOLS)
-    return _map_tools(f, key, [n for n in names if n], CLAUDE_TOOLS)
+    return [n.strip() for n in names if n.strip()]
+
+
+def _claude_spawns(f: AgentFile) -> tuple[bool, list[str] | None]:
+    """Whether the agent may spawn subagents, and which (None: any its spawner knew).
+
+    Claude Code's ``Agent`` tool (``Task`` before it was renamed) in ``tools``; written
+    ``Agent(explore, reviewer)`` it names the agents it may spawn. Only a ``tools`` that
+    lists it grants it (an agent with every tool does not spawn), and ``Agent`` in
+    ``disallowedTools`` takes it away.
+    """
+    try:
+        listed = _claude_names(f, "tools") or []
+        denied = _claude_names(f, "disallowedTools") or []
+    except AgentFileError:
+        return False, None  # a list that cannot be read is reported as the tools
+    spawns = [m for n in listed if (m := _SPAWN_TOOL.fullmatch(n))]
+    if not spawns or any(_SPAWN_TOOL.fullmatch(n) for n in denied):
+        return False, None
+    if any(m.group(2) is None for m in spawns):
+        return True, None  # a bare Agent: any agent
+    names: list[str] = []
+    for m in spawns:
+        for name in m.group(2).split(","):
+            name = name.strip().replace(":", ".")
+            if not _NAME.match(name):
+                raise f.fail("tools", f"{m.group(0)!r} names {name!r}, which is no agent name")
+            if name not in names:
+                names.append(name)
+    return True, names
 
 
 def _opencode(f: AgentFile) -> AgentSpec:
@@ -356,6 +411,15 @@ def _turns(f: AgentFile, key: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise f.fail(key, f"{key!r} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _depth(f: AgentFile, key: str) -> int | None:
+    value = f.meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DEPTH_LIMIT:
+        raise f.fail(key, f"{key!r} must be an integer from 0 to {MAX_DEPTH_LIMIT}, got {value!r}")
     return value
 
 

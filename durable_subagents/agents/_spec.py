@@ -71,6 +71,14 @@ DEFAULT_LIMITS = ToolLimits(
 not in ``config``: the file tools' processes use it without the worker's settings)."""
 
 
+MAX_DEPTH_LIMIT = 10
+"""The deepest tree any setting may ask for (a worker's ``SUBAGENTS_MAX_DEPTH`` too)."""
+DEFAULT_WORKER_DEPTH = 5
+"""A worker's ``SUBAGENTS_MAX_DEPTH`` when it is not set (Claude Code's hard cap)."""
+DEFAULT_MAX_DEPTH = 3
+"""Levels of subagents a task that may spawn gets when nobody says (Claude Code's)."""
+
+
 class PermissionRule(BaseModel):
     """``tool`` + glob ``pattern`` (matched against the call's main argument) -> action.
 
@@ -103,6 +111,14 @@ class AgentSpec(BaseModel):
     permission_mode: PermissionMode = "default"
     max_turns: int = 50
     may_spawn: bool = False
+    """Offered ``spawn_subagent`` and ``wait_subagents`` (agent files: the ``Agent`` or
+    ``Task`` tool in ``tools``), while its task has depth left (``max_depth``)."""
+    spawnable: list[str] | None = None
+    """The agents it may spawn, by name (agent files: ``Agent(explore, reviewer)``);
+    None: every agent its spawner knew."""
+    max_depth: int | None = Field(None, ge=0, le=MAX_DEPTH_LIMIT)
+    """Levels of subagents its tasks may have below them (agent files: ``maxDepth``);
+    None: the spawn's, else 3. A worker allows at most ``SUBAGENTS_MAX_DEPTH``."""
     approval_timeout: float | None = None
     """Seconds a pause waits for decisions before its calls are rejected (None: forever)."""
     network: bool = False

@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,7 +23,8 @@ from durable_subagents.cli._common import (
     run,
     usage_check,
 )
-from durable_subagents.errors import InvalidRequest, SubagentError
+from durable_subagents.cli._spawn_flags import read_metadata, read_schema, rule_flags
+from durable_subagents.errors import SubagentError
 from durable_subagents.wording._terminal import json_shown, shown
 
 if TYPE_CHECKING:
@@ -76,6 +77,13 @@ def spawn(
     token_budget: Annotated[
         int | None, typer.Option(help="Tokens the task and its subagents may use in all")
     ] = None,
+    max_depth: Annotated[
+        int | None,
+        typer.Option(help="Levels of subagents below the task (0-10; default 3)"),
+    ] = None,
+    max_tasks: Annotated[
+        int | None, typer.Option(help="Tasks the whole tree may hold (default 50)")
+    ] = None,
     reasoning_effort: Annotated[
         str | None, typer.Option(help="low | medium | high (at most the agent's)")
     ] = None,
@@ -121,19 +129,21 @@ def spawn(
         "tools": tool,
         "disallowed_tools": disallow,
         "permission_mode": permission_mode,
-        "permissions": _rules(ask, "ask") + _rules(deny, "deny"),
+        "permissions": rule_flags(ask, "ask") + rule_flags(deny, "deny"),
         "approval_timeout": approval_timeout,
         "time_limit": time_limit,
         "token_budget": token_budget,
+        "max_depth": max_depth,
+        "max_tasks": max_tasks,
         "reasoning_effort": reasoning_effort,
         "output_schema": (
-            usage_check(lambda: _read_schema(output_schema), "--output-schema")
+            usage_check(lambda: read_schema(output_schema), "--output-schema")
             if output_schema is not None
             else None
         ),
         "workspace": workspace,
         "network": False if no_network else None,
-        "metadata": usage_check(lambda: _read_metadata(metadata)) if metadata is not None else None,
+        "metadata": usage_check(lambda: read_metadata(metadata)) if metadata is not None else None,
         "task_id": task_id,
         "notify_url": notify_url,
     }
@@ -162,41 +172,6 @@ def spawn(
         return None
 
     _exit_if_unsuccessful(run(main()))
-
-
-def _read_metadata(text: str) -> Any:
-    """The JSON of ``--metadata`` (``spawn_task`` checks that it is a small object)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InvalidRequest(
-            f"--metadata is not JSON ({err.msg} at character {err.pos}); give an object, "
-            """e.g. '{"ticket": "PAY-12"}'"""
-        ) from None
-
-
-def _read_schema(path: Path) -> Any:
-    """The JSON in an ``--output-schema`` file (``spawn_task`` checks what it says)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidRequest(f"cannot read the output schema file {str(path)!r}: {err}") from None
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise InvalidRequest(
-            f"the output schema file {str(path)!r} is not JSON: {err}; write a JSON Schema "
-            'such as {"type": "object", "properties": {"verdict": {"type": "string"}}}'
-        ) from None
-
-
-def _rules(specs: list[str] | None, action: str) -> list[dict[str, str]]:
-    """``TOOL`` or ``TOOL:GLOB`` options as permission rules."""
-    rules = []
-    for spec in specs or []:
-        tool_name, _, pattern = spec.partition(":")
-        rules.append({"tool": tool_name or "*", "pattern": pattern or "*", "action": action})
-    return rules
 
 
 def check(

@@ -232,6 +232,7 @@ class SubagentClient(TaskReads):
             default_model=self.default_model,
             max_prompt_bytes=self.max_prompt_bytes,
             created_at=datetime.now(UTC),
+            agents=self.agents,
         )
         if self.models is not None and task_input.model != "default":
             refusal = self.models.refusal(task_input.model)

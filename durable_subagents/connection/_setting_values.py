@@ -13,8 +13,10 @@ import re
 from pathlib import Path
 
 import platformdirs
+from temporalio.common import WorkerDeploymentVersion
 
 from durable_subagents.connection._temporal_config import credential_files
+from durable_subagents.errors import InvalidRequest
 
 SECRET_ENV_NAME = re.compile(
     r"API_?KEY|PAYLOAD_(OLD_)?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|TLS_CLIENT_KEY"
@@ -24,7 +26,13 @@ SECRET_ENV_NAME = re.compile(
 """Environment variable names treated as secrets: their values are scrubbed from spans.
 (Tool commands never see the worker's environment: theirs is built from an allowlist.)"""
 
-__all__ = ["SECRET_ENV_NAME", "parse_rate_limits", "parse_tool_user", "secret_paths"]
+__all__ = [
+    "SECRET_ENV_NAME",
+    "deployment_version",
+    "parse_rate_limits",
+    "parse_tool_user",
+    "secret_paths",
+]
 
 
 def parse_tool_user(value: str) -> tuple[int, int] | None:
@@ -134,3 +142,32 @@ def secret_paths(
         if value:
             paths.append(Path(value))
     return paths
+
+
+def deployment_version(name: str | None, build: str | None) -> WorkerDeploymentVersion | None:
+    """A Worker Deployment Version of both settings, or ``None`` for neither.
+
+    Raises:
+        InvalidRequest: Only one of them is set, or the deployment name has a ``.``
+            (Temporal writes a version as ``<deployment>.<build ID>``).
+    """
+    if name is None and build is None:
+        return None
+    if build is None:
+        raise InvalidRequest(
+            f"deployment name {name!r} without a build ID: add --build-id ID "
+            "(SUBAGENTS_BUILD_ID) for a versioned worker, or drop --deployment-name "
+            "(SUBAGENTS_DEPLOYMENT_NAME) for an unversioned one"
+        )
+    if name is None:
+        raise InvalidRequest(
+            f"build ID {build!r} without a deployment name: add --deployment-name NAME "
+            "(SUBAGENTS_DEPLOYMENT_NAME) for a versioned worker, or drop --build-id "
+            "(SUBAGENTS_BUILD_ID) for an unversioned one"
+        )
+    if "." in name:
+        raise InvalidRequest(
+            f"deployment name {name!r} has a '.'; Temporal writes a version as "
+            "<deployment>.<build ID>: choose a name without one"
+        )
+    return WorkerDeploymentVersion(deployment_name=name, build_id=build)

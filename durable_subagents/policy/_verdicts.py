@@ -35,6 +35,11 @@ def verdict(
         protected: Every protected path the run's workers reported (None: no turn has
             reported any yet, so ``PROTECTED_PATHS``).
     """
+    if call.name not in offered and call.name in SPAWN_TOOLS and spec.may_spawn:
+        return "deny", (
+            f"{call.name} is not offered: this task's tree is as deep as its spawn allows "
+            "(max_depth); do the work yourself"
+        )
     if call.name not in offered:
         names = ", ".join(offered) or "none"
         return "deny", f"unknown tool {call.name!r}; available tools: {names}"

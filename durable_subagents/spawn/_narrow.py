@@ -84,7 +84,7 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
     Its tools are those of its agent that the parent was offered, the parent's rules
     apply to it as restrictions, its mode is the stricter of the two, its sandbox is no
     wider than the parent's, its reasoning effort no more than the parent's, and it
-    cannot spawn in turn.
+    spawns in turn only if its agent does (and its tree has depth left for it).
     """
     own = agent.tools if agent.tools is not None else parent_tools
     tools = [t for t in own if t in parent_tools and t not in SPAWN_TOOLS]
@@ -94,7 +94,7 @@ def child_spec(parent: AgentSpec, parent_tools: list[str], agent: AgentSpec) -> 
             "disallowed_tools": sorted({*agent.disallowed_tools, *parent.disallowed_tools}),
             "restrictions": [*agent.restrictions, *parent.permissions, *parent.restrictions],
             "permission_mode": stricter_mode(agent.permission_mode, parent.permission_mode),
-            "may_spawn": False,
+            "may_spawn": agent.may_spawn,
             "network": agent.network and parent.network,
             "env": _narrower_env(agent.env, parent.env),
             "limits": agent.limits.capped_by(parent.limits),

@@ -31,15 +31,18 @@ from durable_subagents.agents import (
     ReasoningEffort,
 )
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
+from durable_subagents.agents._spec import MAX_DEPTH_LIMIT
 from durable_subagents.context._output_schema import check_output_schema
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.policy._notify_url import check_notify_url
 
 __all__ = [
+    "DEFAULT_TREE_TASKS",
     "EFFORT_RANK",
     "MAX_METADATA_BYTES",
     "MAX_SECONDS",
     "MAX_TOKEN_BUDGET",
+    "MAX_TREE_TASKS",
     "MAX_TURNS_LIMIT",
     "MAX_WORKSPACE_BYTES",
     "MODE_RANK",
@@ -61,6 +64,10 @@ MAX_SECONDS = 366 * 24 * 3600
 MAX_METADATA_BYTES = 16 * 1024
 MAX_TOKEN_BUDGET = 10**10
 MAX_WORKSPACE_BYTES = 4096
+MAX_TREE_TASKS = 1_000
+"""Most tasks a spawn's ``max_tasks`` may allow its tree."""
+DEFAULT_TREE_TASKS = 50
+"""Tasks a tree may hold when its spawn does not say (the root included)."""
 
 TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 """What a task id may be (a workflow id, and a blob directory's name)."""
@@ -116,6 +123,12 @@ class SpawnKwargs(TypedDict, total=False):
     token_budget: int | None
     """Input plus output tokens the task and the subagents it spawns may use in all;
     then it stops (``stop_reason="token_budget"``)."""
+    max_depth: int | None
+    """Levels of subagents that may exist below the task, 0 to 10 (its agent must
+    spawn: ``may_spawn``); default: the agent's ``maxDepth``, else 3. A worker allows
+    at most its ``SUBAGENTS_MAX_DEPTH`` (default 5)."""
+    max_tasks: int | None
+    """Tasks the whole tree may hold, the task itself included, 1 to 1,000; default 50."""
     reasoning_effort: str | None
     """``low``, ``medium`` or ``high``: how hard a reasoning model thinks; at most the
     agent's (any, if the agent sets none)."""
@@ -177,6 +190,8 @@ class SpawnOptions(BaseModel):
     workspace: str | None = None
     network: bool | None = None
     token_budget: int | None = None
+    max_depth: int | None = None
+    max_tasks: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     output_schema: dict[str, Any] | None = None
     task_id: str | None = None
@@ -219,6 +234,8 @@ class SpawnOptions(BaseModel):
                 f"token_budget must be an integer from 1 to {MAX_TOKEN_BUDGET}, "
                 f"got {token_budget!r}"
             )
+        _check_count("max_depth", data.get("max_depth"), 0, MAX_DEPTH_LIMIT)
+        _check_count("max_tasks", data.get("max_tasks"), 1, MAX_TREE_TASKS)
         _check_seconds("approval_timeout", data.get("approval_timeout"))
         _check_metadata(data.get("metadata"))
         _check_workspace(data.get("workspace"))
@@ -289,6 +306,13 @@ def _rules(rules: object) -> list[PermissionRule]:
 def _check_type(name: str, value: object, kind: type, what: str) -> None:
     if value is not None and not isinstance(value, kind):
         raise InvalidRequest(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def _check_count(name: str, value: object, least: int, most: int) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most
+    ):
+        raise InvalidRequest(f"{name} must be an integer from {least} to {most}, got {value!r}")
 
 
 def _check_seconds(name: str, value: object) -> None:

@@ -9,15 +9,17 @@ readable with no worker.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
-from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec
+from durable_subagents.agents import BUILTIN_AGENTS, READ_ONLY_TOOLS, AgentSpec, UnloadableAgent
+from durable_subagents.agents._spec import DEFAULT_MAX_DEPTH
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.spawn._narrow import narrow
-from durable_subagents.spawn._options import SpawnOptions
+from durable_subagents.spawn._options import DEFAULT_TREE_TASKS, SpawnOptions
 from durable_subagents.types import TaskStatus
 from durable_subagents.wire import _search_attributes as sa
 from durable_subagents.wire._payloads import TaskInput
@@ -32,6 +34,7 @@ __all__ = [
     "may_pause",
     "model_label",
     "refuse_unencodable",
+    "spawnable_agents",
     "start_metadata",
     "static_details",
     "static_summary",
@@ -56,6 +59,8 @@ def build_task_input(
     created_at: datetime,
     max_prompt_bytes: int = MAX_PROMPT_BYTES,
     check_model: bool = True,
+    agents: Mapping[str, AgentSpec] | None = None,
+    spawnable: Mapping[str, AgentSpec] | None = None,
 ) -> TaskInput:
     """Check a spawn request and return the workflow input with the narrowed agent.
 
@@ -72,6 +77,11 @@ def build_task_input(
             clock at the client (no wall clock is read here: workflows call this).
         check_model: Parse the model name here (not in workflow code: the parser's
             module imports the provider SDKs).
+        agents: The agents the spawner knows besides the built-ins (its agent files,
+            a client's ``agents``): those the task may spawn go with it
+            (``spawnable_agents``).
+        spawnable: A child's: the agents it may spawn, chosen from its parent's copy
+            (none are looked up).
 
     Raises:
         InvalidRequest: what was wrong, and what to do instead.
@@ -116,8 +126,75 @@ def build_task_input(
         notify_url=options.notify_url,
         created_at=created_at,
     )
+    if narrowed.may_spawn:
+        task_input.max_depth = _depth(options, narrowed)
+        task_input.max_tasks = options.max_tasks or DEFAULT_TREE_TASKS
+        task_input.agents = (
+            dict(spawnable) if spawnable is not None else spawnable_agents(narrowed, agents)
+        )
+    elif options.max_depth or options.max_tasks:
+        raise InvalidRequest(
+            f"agent {spec.name!r} spawns no subagents, so max_depth and max_tasks mean "
+            "nothing for it; give it the Agent tool (may_spawn) or leave them out"
+        )
     refuse_unencodable("the spawn", task_input.model_dump(mode="python"))
     return task_input
+
+
+MAX_SPAWNABLE_AGENTS = 32
+"""Most agents a task may spawn from (its copy of them travels in its input)."""
+MAX_SPAWNABLE_BYTES = 128 * 1024
+"""Most bytes those agents may take, as JSON, in a task's input."""
+
+
+def spawnable_agents(
+    spec: AgentSpec, known: Mapping[str, AgentSpec] | None
+) -> dict[str, AgentSpec]:
+    """The agents a task of ``spec`` may spawn, as its spawner knows them.
+
+    The built-ins and ``known`` (which win on a name), those ``spec.spawnable`` names
+    if it names any; an agent whose file is broken is left out. They travel in the
+    task's input and down its tree: a child resolves its own children from its copy.
+
+    Raises:
+        InvalidRequest: ``spawnable`` names an agent nobody knows, or the agents are
+            more than ``MAX_SPAWNABLE_AGENTS`` or ``MAX_SPAWNABLE_BYTES``.
+    """
+    everyone = {**BUILTIN_AGENTS, **(known or {})}
+    usable = {n: a for n, a in everyone.items() if not isinstance(a, UnloadableAgent)}
+    if spec.spawnable is None:
+        chosen = usable
+    else:
+        missing = [n for n in spec.spawnable if n not in usable]
+        if missing:
+            raise InvalidRequest(
+                f"agent {spec.name!r} may spawn {', '.join(missing)}, which "
+                f"{'is' if len(missing) == 1 else 'are'} not known here (or cannot be "
+                f"loaded); known: {', '.join(usable)}"
+            )
+        chosen = {n: usable[n] for n in spec.spawnable}
+    if len(chosen) > MAX_SPAWNABLE_AGENTS:
+        raise InvalidRequest(
+            f"agent {spec.name!r} may spawn {len(chosen)} agents, over the "
+            f"{MAX_SPAWNABLE_AGENTS} a task carries; name those it needs in its tools, "
+            "as Agent(explore, reviewer)"
+        )
+    size = sum(len(a.model_dump_json()) for a in chosen.values())
+    if size > MAX_SPAWNABLE_BYTES:
+        raise PayloadTooLarge(
+            f"the {len(chosen)} agents {spec.name!r} may spawn take {size} bytes, over the "
+            f"{MAX_SPAWNABLE_BYTES} a task carries; name those it needs in its tools, as "
+            "Agent(explore, reviewer)"
+        )
+    return chosen
+
+
+def _depth(options: SpawnOptions, spec: AgentSpec) -> int:
+    """A task's ``max_depth``: the spawn's, else its agent's, else the default."""
+    for depth in (options.max_depth, spec.max_depth):
+        if depth is not None:
+            return depth
+    return DEFAULT_MAX_DEPTH
 
 
 def refuse_unencodable(name: str, value: object) -> None:

@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from durable_subagents.agents._activity_options import ActivityOptions
 from durable_subagents.agents._spec import (
     READ_ONLY_TOOLS,
     AgentSpec,
@@ -47,7 +46,7 @@ from durable_subagents.types import (
     ToolSpec,
     Usage,
 )
-from durable_subagents.wire._stream_items import StreamCarry
+from durable_subagents.wire._task import ContextInput, TaskInput, TaskState, WorkerBounds
 
 __all__ = [
     "ACTIVITY_OPTIONS_ACTIVITY",
@@ -60,10 +59,13 @@ __all__ = [
     "NOTIFY_ACTIVITY",
     "NOTIFY_WORKFLOW",
     "REGISTER_CHILD_SIGNAL",
+    "RESERVE_TASK_ACTIVITY",
+    "RESERVE_TASK_UPDATE",
     "RUN_TOOL_ACTIVITY",
     "SEND_INPUT_SIGNAL",
     "STATUS_QUERY",
     "TOOL_QUEUE_SUFFIX",
+    "TREE_FULL",
     "UNRECORDED_READ_BYTES",
     "WORKFLOW",
     "CallDecision",
@@ -84,6 +86,7 @@ __all__ = [
     "ToolCallInput",
     "ToolCallResult",
     "TurnReads",
+    "WorkerBounds",
     "model_queue",
     "tool_queue",
     "tools_digest",
@@ -109,6 +112,13 @@ SETTLE_CHANGES_ACTIVITY = "settle_changes"
 OWN_TASKS_ACTIVITY = "own_registered_tasks"
 """The activity that keeps of some registered task ids those whose parent is the
 asking task: ``[parent_id, [task_id, ...]]`` -> ``[task_id, ...]``."""
+RESERVE_TASK_ACTIVITY = "reserve_tree_task"
+"""The activity that counts a new task in its tree before it starts, by the top task's
+update: ``[root_id, task_id]`` -> None (``TreeFull`` when the tree holds all it may)."""
+RESERVE_TASK_UPDATE = "reserve_tree_task"
+"""The top task's update that counts a new task of its tree (the new task's id)."""
+TREE_FULL = "TreeFull"
+"""The error type of a reservation its tree's top task refused (never retried)."""
 RERUN_TOOL = "run_again"
 """The name a pause shows for a call its worker's death cut off (the decision to run it
 again, for agents with ``on_interrupted="ask"``)."""
@@ -164,82 +174,6 @@ def model_queue(task_queue: str, provider: str) -> str:
 # ---------------------------------------------------------------- workflow and activities
 
 
-class TaskInput(BaseModel):
-    """The input of a ``SubagentWorkflow`` run.
-
-    Carries a snapshot of the resolved agent, so a task runs the agent as it was when
-    it was spawned, and spawning needs no worker.
-    """
-
-    agent: AgentSpec
-    prompt: str
-    description: str = ""
-    parent_id: str | None = None
-    model: str = "default"
-    max_turns: int = 50
-    turns_per_run: int | None = None
-    """The spawn's turn budget; ``max_turns`` of a follow-up run is its start plus this."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    workspace: str | None = None
-    time_limit: float | None = None
-    approval_timeout: float | None = None
-    """Seconds a pause waits for decisions; undecided calls are then rejected."""
-    token_budget: int | None = None
-    """Input plus output tokens this task and its children may use in all; then it
-    stops with stop_reason ``token_budget``. Children spawned in one turn share what is
-    left with their parent: n children get n/(n+1) of it, reserved until they finish."""
-    parent_is_subagent: bool = False
-    """Spawned by another subagent task: report pauses to it (it surfaces them)."""
-    streams_to_parent: bool = False
-    """``parent_id`` is a task whose stream takes this one's events (a child, or a task
-    registered with a running parent): the run forwards its stream's items to it."""
-    stream_ancestors: list[str] = Field(default_factory=list)
-    """The tasks whose streams take this one's items, nearest first: a watcher of any of
-    them makes this task's turns publish their text live."""
-    output_schema: dict[str, Any] | None = None
-    """The JSON Schema the answer must match (checked by ``check_output_schema``): the
-    model answers with the ``final_answer`` tool, and the task's result is the answer."""
-    created_at: datetime | None = None
-    state: TaskState | None = None
-    """Set when the run continues an earlier one (continue-as-new or follow-up)."""
-    notify_url: str | None = None
-    """Where the spawn asked the task's events to be POSTed (a pause for a decision,
-    its end); None: the worker's ``SUBAGENTS_NOTIFY_URL``, if it has one. Only a URL
-    the worker's allowlist holds is ever posted to; a subagent's child has none (its
-    pauses are its parent's events)."""
-    activity_options: ActivityOptions | None = None
-    """The worker's activity options the run is bound by (every option set), before its
-    agent narrows them: a child's are its parent's narrowed ones, a run continued as new
-    keeps its predecessor's. None: the run asks the worker that runs its first step."""
-
-
-class TaskState(BaseModel):
-    """What a run hands to the next run of the same task."""
-
-    head: str | None = None
-    turns: int = 0
-    usage: Usage = Field(default_factory=Usage)
-    pending_messages: list[Message] = Field(default_factory=list)
-    model: str | None = None
-    runs: int = 1
-    awaiting_input: bool = False
-    """A follow-up run: wait for the input that comes with the start signal."""
-    children: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """Finished children of an earlier run (task id -> status, result, error)."""
-    adopted: list[str] = Field(default_factory=list)
-    """Tasks spawned through the client with this task as parent (cancelled with it)."""
-    time_limit_from: datetime | None = None
-    """When the time limit started counting (the first run's start, by the server)."""
-    invalid_answers: int = 0
-    """Answers of this run that did not match the output schema."""
-    context: ContextInput | None = None
-    """What the runs learned of the model's context window (see ``ContextInput``)."""
-    compactions: int = 0
-    """Compactions of the conversation so far."""
-    stream: StreamCarry | None = None
-    """The event stream's latest items and offsets (None: a run recorded before streams)."""
-
-
 @functools.cache
 def _defaults(model: type[BaseModel]) -> dict[str, Any]:
     """The serialized default of each optional field of ``model``."""
@@ -264,26 +198,6 @@ def _strip_calls(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("images"):
         data = {**data, "images": [_strip(i, ToolImage) for i in data["images"]]}
     return data
-
-
-class ContextInput(BaseModel):
-    """What a model turn needs to keep the conversation within the context window.
-
-    Set by workflows that compact: a model turn of a workflow that does not send it
-    (one recorded before compaction) never compacts.
-    """
-
-    window: int | None = None
-    """The agent's ``context_window``."""
-    learned: int | None = None
-    """The smallest maximum a provider named when it refused a request as too long."""
-    tokens: int = 0
-    """The input tokens the last request reported (or a refusal named)."""
-    chars: int = 0
-    """The characters of that request (with ``tokens``: characters per token)."""
-    compacted: bool = False
-    """The conversation was just compacted, as far as it goes: the turn asks the model
-    whatever the estimate says (only the provider's refusal compacts again)."""
 
 
 _CACHE_FIELDS = ("cache_read_tokens", "cache_write_tokens", "estimated")

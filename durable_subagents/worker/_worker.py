@@ -145,6 +145,7 @@ def worker_setup(
         overlay_dir=settings.resolved_overlay_dir,
         activity_options=settings.activity_options,
         models=models,
+        max_depth=settings.max_depth,
     )
     changed = settings.activity_options.changed()
     if changed:
@@ -333,6 +334,7 @@ PASSTHROUGH_MODULES = (
             "runtime._lazy",
             "wording._markdown",
             "wire._payloads",
+            "wire._task",
             "wire._search_attributes",
             "connection._task_queue",
             "agents",

@@ -18,28 +18,42 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, ActivityConfig, ActivityOptions
     from durable_subagents.errors import NON_RETRYABLE_ERROR_TYPES
-    from durable_subagents.wire._payloads import ACTIVITY_OPTIONS_ACTIVITY, TaskInput
+    from durable_subagents.wire._payloads import ACTIVITY_OPTIONS_ACTIVITY, TaskInput, WorkerBounds
 
 PATCH = "activity-options"
 """The ``workflow.patched`` id of asking the worker for its options (0.2.0 runs did not)."""
 
 
-async def worker_options(inp: TaskInput) -> ActivityOptions:
-    """The options this run is bound by, before its agent narrows them.
+async def worker_options(inp: TaskInput) -> tuple[ActivityOptions, int | None]:
+    """The options this run is bound by, before its agent narrows them, and its depth.
 
-    Those its input carries; else its worker's, asked once and recorded; a run recorded
-    before the worker was asked gets the defaults it ran with.
+    Those its input carries; else its worker's, asked once and recorded, with the
+    worker's ``SUBAGENTS_MAX_DEPTH`` (None: the input's options, or a worker that did
+    not say); a run recorded before the worker was asked gets the defaults it ran with.
     """
     if inp.activity_options is not None:
-        return inp.activity_options
+        return inp.activity_options, None
     if not workflow.patched(PATCH):
-        return DEFAULT_ACTIVITY_OPTIONS
-    return await workflow.execute_local_activity(
+        return DEFAULT_ACTIVITY_OPTIONS, None
+    bounds = await workflow.execute_local_activity(
         ACTIVITY_OPTIONS_ACTIVITY,
-        result_type=ActivityOptions,
+        result_type=WorkerBounds,
         start_to_close_timeout=timedelta(seconds=10),
         summary="activity options",
     )
+    return bounds.options(), bounds.max_depth
+
+
+async def bound_by_worker(inp: TaskInput) -> TaskInput:
+    """``inp`` with the activity options it is bound by, and its depth within its worker's.
+
+    A spawn's ``max_depth`` beyond the worker's ``SUBAGENTS_MAX_DEPTH`` is kept at it.
+    """
+    options, most = await worker_options(inp)
+    update: dict[str, Any] = {"activity_options": options}
+    if inp.max_depth is not None and most is not None and inp.max_depth > most:
+        update["max_depth"] = most
+    return inp.model_copy(update=update)
 
 
 def task_options(inp: TaskInput, *, warn: bool = False) -> ActivityOptions:

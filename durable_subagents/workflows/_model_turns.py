@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_subagents.workflows._activity_options import scheduled_with
 from durable_subagents.workflows._outcomes import check_size
-from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
+from durable_subagents.workflows._tree import spawn_tool_specs
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.agents import (
@@ -143,7 +143,7 @@ def turn_input(
         turn=turn,
         workspace=inp.workspace,
         agent_name=spec.name,
-        extra_tools=SPAWN_TOOL_SPECS if spec.may_spawn else [],
+        extra_tools=spawn_tool_specs(inp),
         # The schema once per run; later turns name the blob the first one stored.
         output_schema=inp.output_schema if schema_ref is None else None,
         output_schema_ref=schema_ref,

@@ -83,6 +83,7 @@ async def start_subagent(
             default_model=None,
             created_at=workflow.now(),
             check_model=False,
+            agents=agents,
         )
         refuse_protected_workspace(checked.workspace)
     except InvalidRequest as err:

@@ -19,7 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 from durable_subagents.workflows import _budget as budget
-from durable_subagents.workflows._activity_options import task_options, worker_options
+from durable_subagents.workflows._activity_options import bound_by_worker, task_options
 from durable_subagents.workflows._answers import accepted, answer_verdicts, feedback, set_aside
 from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
 from durable_subagents.workflows._background import Background
@@ -35,25 +35,21 @@ from durable_subagents.workflows._outcomes import (
 )
 from durable_subagents.workflows._publish import Published, task_memo
 from durable_subagents.workflows._stream import TaskEvents, TaskStream, ended
-from durable_subagents.workflows._subtasks import (
-    SPAWN_TOOLS,
-    ChildTasks,
-    ParentLeft,
-    RegisteredTasks,
-)
+from durable_subagents.workflows._subtasks import SPAWN_TOOLS, ChildTasks, ParentLeft
 from durable_subagents.workflows._tool_calls import (
     ToolCalls,
     held_call,
     rerun_call,
     waits_on_activities,
 )
+from durable_subagents.workflows._tree import MAX_REGISTERED as MAX_REGISTERED
+from durable_subagents.workflows._tree import RegisteredTasks, TreeCount
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.context._context import describe
     from durable_subagents.context._output_schema import answer_json
     from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
-    from durable_subagents.spawn._options import TASK_ID
     from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
     from durable_subagents.types import (
         Message,
@@ -67,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
         REGISTER_CHILD_SIGNAL,
+        RESERVE_TASK_UPDATE,
         SEND_INPUT_SIGNAL,
         STATUS_QUERY,
         WORKFLOW,
@@ -85,8 +82,6 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_QUEUED_INPUTS = 100
 """Inputs (``send_input``) that may wait for the next turn; more are dropped."""
-MAX_REGISTERED = 256
-"""Client-spawned tasks one task takes as its own (``register_child``)."""
 MAX_IGNORED_WRITES = 20
 """Memo writes one run makes to show ignored decisions; later ones are kept unwritten."""
 
@@ -116,7 +111,9 @@ class SubagentWorkflow:
         self._input: TaskInput | None = None
         self._runs = 1
         self._approvals = Approvals()
-        self._children = ChildTasks(on_change=self._republish, background=self._background)
+        self._tree = TreeCount()
+        """The tree's count of tasks, kept by its top task (``reserve_tree_task``)."""
+        self._children = ChildTasks(self._republish, self._background, self._tree)
         self._time_limit_from: datetime | None = None
         self._adopted = RegisteredTasks()
         self._unread_pending = 0
@@ -166,20 +163,9 @@ class SubagentWorkflow:
         """A task spawned through the client names this one as its parent.
 
         It is cancelled when this task is cancelled, fails or times out, as a child
-        workflow would be; the registration is durable, so this holds even when the
-        process that spawned it is gone. Only an id a task may have is taken, and at
-        most ``MAX_REGISTERED`` of them (a signal anyone may send must not grow the
-        task without bound).
+        workflow would be, even when the process that spawned it is gone.
         """
-        if not isinstance(task_id, str) or not TASK_ID.fullmatch(task_id):
-            workflow.logger.warning("registration dropped: %.80r is no task id", task_id)
-            return
-        if task_id == workflow.info().workflow_id:
-            return
-        if len(self._adopted.ids) >= MAX_REGISTERED and task_id not in self._adopted.ids:
-            workflow.logger.warning("registration dropped: %d tasks registered", MAX_REGISTERED)
-            return
-        self._adopted.add(task_id)
+        self._adopted.register(task_id)
 
     @workflow.signal(name=CHILD_STATE_SIGNAL)
     def child_state(self, state: ChildState) -> None:
@@ -216,6 +202,16 @@ class SubagentWorkflow:
             self._ignored_writes += 1
             workflow.upsert_memo({"ignored_decisions": ignored})
 
+    @workflow.update(name=RESERVE_TASK_UPDATE)
+    def reserve_tree_task(self, task_id: str) -> None:
+        """A task of this one's tree is about to start ``task_id``: count it (``max_tasks``)."""
+        self._tree.take(task_id)
+
+    @reserve_tree_task.validator
+    def _reservation_allowed(self, task_id: str) -> None:
+        """Refused before it reaches the history: no id, or no room left in the tree."""
+        self._tree.check(task_id)
+
     @workflow.signal(name=FORWARD_SIGNAL)
     def stream_forward(self, batch: StreamForward) -> None:
         """A task below this one sends its stream's new items: this stream keeps them."""
@@ -241,10 +237,13 @@ class SubagentWorkflow:
             self._model = state.model or input.model
             self._runs = state.runs
             self._children.restore(state.children)
+            self._tree.ids = list(state.tree_tasks)
             self._adopted.restore(state.adopted)
             self._invalid_answers = state.invalid_answers
             self._models.context = state.context or self._models.context
             self._compactions = state.compactions
+        if input.tree_root is None and input.max_tasks is not None:
+            self._tree.limit = input.max_tasks
         self._published.memo = dict(workflow.memo())
         if input.streams_to_parent and input.parent_id:
             self._stream.forward_to(input.parent_id)
@@ -446,14 +445,13 @@ class SubagentWorkflow:
             new = [r.to_message() for r in results]
 
     async def _bind_activity_options(self) -> None:
-        """Fix the run's activity options: its worker's, narrowed by its agent.
+        """Fix the run's activity options (its worker's, narrowed by its agent) and depth.
 
         The worker's are kept in the run's input, so a run continued as new and the
         task's children are bound by them too.
         """
         assert self._input is not None
-        base = await worker_options(self._input)
-        self._input = self._input.model_copy(update={"activity_options": base})
+        self._input = await bound_by_worker(self._input)
         options = task_options(self._input, warn=True)
         self._models.options = self._tools.options = options
 
@@ -643,6 +641,7 @@ class SubagentWorkflow:
             context=self._models.context,
             compactions=self._compactions,
             stream=self._stream.carry(),
+            tree_tasks=self._tree.ids,
         )
         # On versioned workers the new run starts on the deployment's current version,
         # like a follow-up run. Temporal's default would keep it on this run's version,

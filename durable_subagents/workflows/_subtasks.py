@@ -1,10 +1,13 @@
 """Subagents that spawn subagents: the two tools the workflow itself handles.
 
-An agent with ``may_spawn`` is offered ``spawn_subagent`` and ``wait_subagents``. They
-run in the workflow, not as activities: a child is a child workflow, so cancelling the
-parent cancels it durably. A child never gets more than its parent: its tools are
-those of its agent that the parent was offered, the parent's rules apply to it as
-restrictions, its mode is the stricter of the two, and it cannot spawn in turn.
+An agent with ``may_spawn`` is offered ``spawn_subagent`` and ``wait_subagents`` while
+its task has depth left (``max_depth``). They run in the workflow, not as activities: a
+child is a child workflow, so cancelling the parent cancels it durably. A child never
+gets more than its parent: its tools are those of its agent that the parent was
+offered, the parent's rules apply to it as restrictions, its mode is the stricter of
+the two, it has one level fewer below it, and it picks its own children from the
+agents its parent could spawn (the copy in its input). The top task of a tree counts
+the tree's tasks (``max_tasks``); a task below it asks the top one for each child.
 """
 
 from __future__ import annotations
@@ -19,14 +22,26 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 from durable_subagents.workflows._activity_options import task_options
 from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._outcomes import tool_error
+from durable_subagents.workflows._tree import (
+    TreeCount,
+    agents_below,
+    depth_left,
+    spawnable_agent,
+    spawns,
+)
 
 with workflow.unsafe.imports_passed_through():
-    from durable_subagents.agents import resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
     from durable_subagents.errors import InvalidRequest
     from durable_subagents.spawn import (
@@ -42,12 +57,12 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskStatus,
         ToolCall,
-        ToolSpec,
         Usage,
     )
     from durable_subagents.wire._payloads import (
         DECIDE_SIGNAL,
-        OWN_TASKS_ACTIVITY,
+        RESERVE_TASK_ACTIVITY,
+        TREE_FULL,
         WORKFLOW,
         CallDecision,
         ChildState,
@@ -63,63 +78,10 @@ _USAGE = "usage"
 
 SPAWN_SUBAGENT, WAIT_SUBAGENTS = SPAWN_TOOLS
 
-
-SPAWN_TOOL_SPECS = [
-    ToolSpec(
-        name=SPAWN_SUBAGENT,
-        description=(
-            "Start a subagent on a self-contained part of your task; it runs in parallel "
-            "and returns its task_id at once. Give it everything it needs in the prompt: "
-            "it sees nothing else. Then call wait_subagents for its result. Agents: "
-            "explore (find things), plan (write a plan), research (answer from the "
-            "workspace), general (edit and run commands). A subagent never gets tools "
-            "you do not have."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "agent": {
-                    "type": "string",
-                    "enum": ["explore", "plan", "research", "general"],
-                    "description": "Which agent to start.",
-                },
-                "prompt": {"type": "string", "description": "The complete task."},
-                "description": {"type": "string", "description": "A 3-8 word label."},
-                "model": {
-                    "type": "string",
-                    "description": "'provider:model'; default: the same model as yours.",
-                },
-            },
-            "required": ["agent", "prompt"],
-            "additionalProperties": False,
-        },
-    ),
-    ToolSpec(
-        name=WAIT_SUBAGENTS,
-        description=(
-            "Wait for subagents you started: returns when all of them have finished, or "
-            "as soon as one is paused waiting for the user's approval (then call it again "
-            "to keep waiting). Returns each one's status and result."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {
-                "task_ids": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Which subagents; default: every one you started.",
-                }
-            },
-            "additionalProperties": False,
-        },
-    ),
-]
-
-
 PAUSED_CALLS = "waiting_for_the_users_approval_of"
 """The key of a paused child's pending calls in a ``wait_subagents`` report."""
 MAX_CHILDREN = 16
-"""Subagents one task may spawn in all (children cannot spawn in turn: depth 1)."""
+"""Subagents one task may spawn in all (its children's own count apart)."""
 MAX_SPAWNS_PER_TURN = 8
 """``spawn_subagent`` calls one model turn may make; more are refused."""
 MIN_CHILD_TOKENS = 1_000
@@ -173,8 +135,11 @@ class ChildTasks:
     Workflow code (deterministic): it runs inside ``SubagentWorkflow``.
     """
 
-    def __init__(self, on_change: Callable[[], None], background: Background) -> None:
+    def __init__(
+        self, on_change: Callable[[], None], background: Background, tree: TreeCount
+    ) -> None:
         self._on_change = on_change
+        self._tree = tree
         self._background = background
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, workflow.ChildWorkflowHandle[Any, TaskResult]] = {}
@@ -255,6 +220,11 @@ class ChildTasks:
                 "file in the workspace and give the subagent a short prompt that names it"
             )
         args = call.arguments
+        if not spawns(parent):
+            raise ToolCallRefused(
+                "this task may not spawn subagents: its tree is as deep as its spawn "
+                "allows (max_depth); do the work yourself"
+            )
         if len(self._known) >= MAX_CHILDREN:
             raise ToolCallRefused(
                 f"this task has spawned {MAX_CHILDREN} subagents, the most one task may; "
@@ -266,15 +236,26 @@ class ChildTasks:
                 f"only {budget} tokens of this task's budget are left for a subagent, "
                 f"under the {MIN_CHILD_TOKENS} one needs: finish the work yourself"
             )
+        below = depth_left(parent) - 1
+        try:
+            agent = spawnable_agent(parent, str(args.get("agent", "")))
+        except InvalidRequest as err:
+            raise ToolCallRefused(str(err)) from None
         model = str(args.get("model") or "")
         provider = parent_model.split(":", 1)[0]
-        if model and (model.split(":", 1)[0] != provider or model.startswith("scripted:@")):
+        if (
+            model
+            and model != agent.model
+            and (model.split(":", 1)[0] != provider or model.startswith("scripted:@"))
+        ):
+            # The agent's own model may be another provider's (the worker's allowlist
+            # has the last word); a model's own pick stays with its parent's provider.
             raise ToolCallRefused(
                 f"model {model!r} is not allowed: a subagent may only use a {provider} "
-                "model, like its parent; leave model out to use the same one"
+                "model, like its parent, or its agent's own; leave model out to use the "
+                "agent's, else the same as yours"
             )
         try:
-            agent = resolve_agent(str(args.get("agent", "")))
             spec = child_spec(parent.agent, parent_tools, agent)
             prompt = args.get("prompt")
             options = SpawnOptions(
@@ -294,6 +275,7 @@ class ChildTasks:
                 default_model=parent_model,
                 created_at=workflow.now(),
                 check_model=False,
+                spawnable=agents_below(parent.agents, spec) if below > 0 else {},
             )
         except InvalidRequest as err:
             raise ToolCallRefused(str(err)) from None
@@ -303,11 +285,17 @@ class ChildTasks:
         task_input.stream_ancestors = [own, *parent.stream_ancestors][:MAX_DEPTH]
         # The child is bound by what its parent's activities are: narrowed, never wider.
         task_input.activity_options = task_options(parent)
+        task_input.max_depth = below
+        task_input.max_tasks = None  # the tree's top task counts them
+        task_input.agents = task_input.agents or None  # none: it spawns no more
+        task_input.depth = parent.depth + 1
+        task_input.tree_root = parent.tree_root or own
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
-        self._known.append(child_id)
+        self._known.append(child_id)  # before any wait: the turn's other spawns count it
         if budget is not None:
             self._budgets[child_id] = budget
         try:
+            await self._count(parent, child_id)
             handle = await start_child(task_input, child_id, workflow.info().task_queue)
         except BaseException:
             self._known.remove(child_id)
@@ -316,6 +304,36 @@ class ChildTasks:
         self._handles[child_id] = handle
         self._watchers[child_id] = asyncio.create_task(self._watch(child_id, handle))
         return json.dumps({"task_id": child_id, "agent": spec.name, "tools": spec.tools})
+
+    async def _count(self, parent: TaskInput, child_id: str) -> None:
+        """Count the child among its tree's tasks: here at the top, else by the top task.
+
+        Raises:
+            ToolCallRefused: the tree holds all the tasks it may.
+        """
+        if parent.tree_root is None:
+            if parent.max_tasks is None:
+                return  # a run recorded before trees were counted
+            refusal = self._tree.refusal(child_id)
+            if refusal is not None:
+                raise ToolCallRefused(refusal)
+            self._tree.take(child_id)
+            return
+        try:
+            await workflow.execute_activity(
+                RESERVE_TASK_ACTIVITY,
+                args=[parent.tree_root, child_id],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=[TREE_FULL]),
+                summary="count the tree's tasks",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == TREE_FULL:
+                raise ToolCallRefused(cause.message) from None
+            raise ToolCallRefused(
+                f"the subagent was not started: its tree's top task could not count it ({cause})"
+            ) from None
 
     async def tool(
         self,
@@ -488,59 +506,6 @@ class ChildTasks:
             self._done[task_id] = {"status": status, "error": getattr(cause, "message", str(err))}
         self._states.pop(task_id, None)
         self._on_change()
-
-
-OWN_TASKS_PATCH = "registered-tasks-checked"
-"""Runs from here on check each registered task's parent before cancelling it."""
-
-
-class RegisteredTasks:
-    """Tasks spawned through the client that named this one as their parent.
-
-    They are cancelled when this task is cancelled, fails or times out, as child
-    workflows would be; the registration (``register_child``) is durable, so this holds
-    even when the process that spawned them is gone.
-
-    Attributes:
-        ids: The registered task ids, not yet cancelled (carried over a continue-as-new).
-    """
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-    def add(self, task_id: str) -> None:
-        """Register a task (once however often its signal comes)."""
-        if task_id not in self.ids:
-            self.ids.append(task_id)
-
-    def restore(self, carried: list[str]) -> None:
-        """Take the tasks an earlier run registered, before those registered since."""
-        self.ids = [*carried, *self.ids]
-
-    async def cancel(self) -> None:
-        """Request cancellation of the registered tasks that name this one as parent.
-
-        A registration is a signal anyone may send: only the ids whose task's
-        ``SubagentParent`` is this task are cancelled (``own_registered_tasks``), so a
-        forged registration cannot reach a stranger's task.
-        """
-        ids, self.ids = self.ids, []
-        if ids and workflow.patched(OWN_TASKS_PATCH):
-            ids = await workflow.execute_activity(
-                OWN_TASKS_ACTIVITY,
-                args=[workflow.info().workflow_id, ids],
-                result_type=list[str],
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=5),
-            )
-
-        async def cancel(task_id: str) -> None:
-            try:
-                await workflow.get_external_workflow_handle(task_id).cancel()
-            except Exception:  # it finished already, or never started
-                workflow.logger.info("registered child %s was not cancelled", task_id)
-
-        await asyncio.gather(*(cancel(t) for t in ids))
 
 
 def _fit(entry: dict[str, Any], limit: int) -> dict[str, Any]:

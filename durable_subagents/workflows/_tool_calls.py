@@ -44,9 +44,20 @@ TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads
 (``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
 CHILD_TOOL_CALLS_AT_ONCE = 2
-"""The same for a subagent's child: a task and its ``MAX_CHILDREN`` children then hold
-at most 8 + 16 x 2 = 40 tool slots at once, under a worker's default 100, so one
-prompt-injected tree cannot fill them."""
+"""The same for a subagent's child (depth 1)."""
+DEEP_TOOL_CALLS_AT_ONCE = 1
+"""The same for a task deeper in a tree. A tree of at most ``max_tasks`` (default 50)
+tasks, the top one's at most ``MAX_CHILDREN`` (16) children among them, then holds at
+most 8 + 16 x 2 + 33 x 1 = 73 tool slots at once, under a worker's default 100, so one
+prompt-injected tree cannot fill them however deep it grows."""
+
+
+def tool_slots_at(depth: int) -> int:
+    """How many tool calls a task this far below its tree's top runs at once."""
+    if depth <= 0:
+        return TOOL_CALLS_AT_ONCE
+    return CHILD_TOOL_CALLS_AT_ONCE if depth == 1 else DEEP_TOOL_CALLS_AT_ONCE
+
 
 _SETTLE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -59,9 +70,9 @@ _SETTLE_RETRY = RetryPolicy(
 def _tool_input(inp: TaskInput, call: ToolCall, read_only_tools: set[str]) -> ToolCallInput:
     """The ``run_tool`` input of an approved call of this task."""
     read_only = call.name in read_only_tools or call.name in policy.READ_ONLY_TOOLS
-    # A subagent's child is one level down (children do not spawn): its parent is the
-    # top of its tree, whose commands its own share the machine with.
-    tree_id = inp.parent_id if inp.parent_is_subagent else None
+    # A subagent's child shares the machine with its tree's top task's commands: the
+    # top one it names, or (a run recorded before deeper trees) its parent.
+    tree_id = inp.tree_root or (inp.parent_id if inp.parent_is_subagent else None)
     return ToolCallInput.of(
         workflow.info().workflow_id,
         call,
@@ -109,11 +120,12 @@ class ToolCalls:
         self.queued = 0
         self.records: dict[str, str] = {}
 
-    def _tool_slots(self, child: bool) -> asyncio.Semaphore:
+    def _tool_slots(self, inp: TaskInput) -> asyncio.Semaphore:
         """How many of this task's tool calls run at once; the rest wait in the workflow."""
         if self._slots is None:
-            at_once = CHILD_TOOL_CALLS_AT_ONCE if child else TOOL_CALLS_AT_ONCE
-            self._slots = asyncio.Semaphore(at_once)
+            # A child recorded before deeper trees has depth 0: one level down, still.
+            depth = max(inp.depth, 1) if inp.parent_is_subagent else 0
+            self._slots = asyncio.Semaphore(tool_slots_at(depth))
         return self._slots
 
     async def run(
@@ -130,7 +142,7 @@ class ToolCalls:
         self.records[call.id] = policy.result_record_name(call)
         # A turn of many slow calls holds only this many of the worker's slots; the
         # rest wait here, in the workflow, where they hold nothing.
-        slots = self._tool_slots(inp.parent_is_subagent)
+        slots = self._tool_slots(inp)
         queued = True
         self.queued += 1
         if slots.locked():

@@ -32,7 +32,7 @@ from durable_subagents.config import Settings
 from durable_subagents.spawn import SpawnKwargs, SpawnOptions, build_task_input
 from durable_subagents.worker import create_worker
 from durable_subagents.workflows import start_subagent
-from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
+from durable_subagents.workflows._tree import SPAWN_TOOL_SPECS
 
 from ..helpers.cli import _env
 from ..helpers.mcp import mcp_session
@@ -51,6 +51,8 @@ CLI_NAMES = {
 NOT_FOR_MODELS = {
     "approval_timeout": "how long a person has is the spawner's person's choice",
     "disallowed_tools": "a model narrows with tools, the allowlist",
+    "max_depth": "how deep a tree grows is the application's, never a model's",
+    "max_tasks": "how many tasks a tree holds is the application's, never a model's",
     "metadata": "metadata is the application's, never a model's",
     "network": "the agent's own setting, not a model's to change",
     "notify_url": "where a task's events go is the application's, never a model's",

@@ -9,10 +9,10 @@ import grimp
 PACKAGE = Path(__file__).resolve().parents[2] / "durable_subagents"
 MAX_LINES = 600
 OVERSIZE = {
-    "wire/_payloads.py": 818,
-    "activities/_activities.py": 777,
-    "workflows/_subagent.py": 774,
-    "config.py": 718,
+    "wire/_payloads.py": 732,
+    "activities/_activities.py": 766,
+    "workflows/_subagent.py": 773,
+    "config.py": 712,
 }
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
 (each is to be split along what it holds)."""

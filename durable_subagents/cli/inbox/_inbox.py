@@ -213,7 +213,7 @@ def _call(task_id: str, p: PendingApproval, arguments: dict[str, Any] | None = N
 def _schema_orders() -> dict[str, list[str]]:
     """The parameters of the tools a client knows, in their schemas' order, by tool."""
     from durable_subagents.tools import BUILTIN_TOOLS
-    from durable_subagents.workflows._subtasks import SPAWN_TOOL_SPECS
+    from durable_subagents.workflows._tree import SPAWN_TOOL_SPECS
 
     specs = [*(t.spec for t in BUILTIN_TOOLS.values()), *SPAWN_TOOL_SPECS]
     return {s.name: list(s.parameters.get("properties") or {}) for s in specs}

@@ -1,0 +1,200 @@
+"""Trees deeper than two: depth limits, the agents a tree may spawn, its task count.
+
+A task that may spawn gets ``max_depth`` levels below it (default 3, at most the
+worker's ``SUBAGENTS_MAX_DEPTH``, default 5); every child has one fewer, spawns from the
+agents its parent could (any agent its client knew, not only the built-ins), and the top
+task counts the tree's tasks (``max_tasks``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from durable_subagents import (
+    AgentSpec,
+    InvalidRequest,
+    PermissionRule,
+    SubagentClient,
+    TaskStatus,
+)
+from durable_subagents.types import Message
+
+from ..helpers import CEILING
+from ..helpers.processes import processes_matching, unique_sleep, wait_for
+from ..helpers.tasks import script
+
+SLEEP_3911 = unique_sleep(3911)
+WAIT = {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]}
+
+
+def spawn(agent: str, prompt: str, model: str | None = None) -> dict[str, Any]:
+    arguments = {"agent": agent, "prompt": prompt}
+    if model is not None:
+        arguments["model"] = model
+    return {"tool_calls": [{"name": "spawn_subagent", "arguments": arguments}]}
+
+
+@pytest.fixture
+def leads(client: SubagentClient) -> SubagentClient:
+    """Agents of the client's own (not built-ins) that spawn."""
+    client.agents["lead"] = AgentSpec(
+        name="lead", description="Splits work", tools=["read_file", "grep"], may_spawn=True
+    )
+    client.agents["lead-ask"] = AgentSpec(
+        name="lead-ask",
+        description="Splits work; commands ask",
+        tools=["bash", "read_file"],
+        permissions=[PermissionRule(tool="bash", action="ask")],
+        may_spawn=True,
+    )
+    client.agents["lead-bash"] = AgentSpec(
+        name="lead-bash",
+        description="Splits work; runs commands",
+        tools=["bash"],
+        permission_mode="dont_ask",
+        may_spawn=True,
+    )
+    client.agents["scout"] = AgentSpec(
+        name="scout",
+        description="Looks around",
+        tools=["read_file"],
+        may_spawn=True,
+        spawnable=["explore"],
+    )
+    return client
+
+
+async def chain(client: SubagentClient, root: str) -> list[str]:
+    """The tasks of a tree that is one line: the root, its child, its child's child..."""
+    ids = [root]
+    while children := await client.list_tasks(parent_id=ids[-1]):
+        assert len(children) == 1, children
+        ids.append(children[0].id)
+    return ids
+
+
+def tool_results(transcript: list[Message]) -> list[Message]:
+    return [m for m in transcript if m.role == "tool"]
+
+
+async def test_a_tree_grows_five_levels_deep_and_no_deeper(
+    leads: SubagentClient, worker: None
+) -> None:
+    # The deepest task tries a sixth level anyway: a tool error, no task.
+    model = script(
+        spawn("lead", "level 6", script({"text": "level 6 ran"})),
+        {"text": "level 5: {last_tool_result}"},
+    )
+    for level in range(4, -1, -1):
+        model = script(spawn("lead", f"level {level + 1}", model), WAIT, {"text": f"L{level}"})
+    # Asked for 6: the worker's SUBAGENTS_MAX_DEPTH (5) keeps it at 5.
+    root = await leads.spawn_task("lead", "go deep", model=model, max_depth=6)
+    info = await leads.check_task(root, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "L0"
+    tree = await chain(leads, root)
+    assert len(tree) == 6  # the root and five levels below it
+    for task_id in tree:
+        assert (await leads.check_task(task_id)).status == TaskStatus.COMPLETED
+    deepest = await leads.check_task(tree[-1])
+    assert "as deep as its spawn allows" in (deepest.result or ""), deepest.result
+    [refused] = tool_results(await leads.get_transcript(tree[-1]))
+    assert refused.is_error and refused.tool_name == "spawn_subagent"
+
+
+async def test_a_child_spawns_only_the_agents_its_parent_could(
+    leads: SubagentClient, worker: None
+) -> None:
+    child = script(spawn("general", "edit things"), spawn("explore", "look"), WAIT, {"text": "ok"})
+    model = script(spawn("scout", "scout", child), WAIT, {"text": "root done"})
+    root = await leads.spawn_task("lead", "delegate", model=model)
+    info = await leads.check_task(root, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    tree = await chain(leads, root)
+    assert len(tree) == 3
+    scout = tool_results(await leads.get_transcript(tree[1]))
+    assert scout[0].is_error
+    assert "unknown agent 'general'; this task may spawn: explore" in scout[0].content
+    assert (await leads.check_task(tree[2])).agent == "explore"
+
+
+async def test_the_top_task_counts_the_whole_trees_tasks(
+    leads: SubagentClient, worker: None
+) -> None:
+    two = {
+        "tool_calls": [
+            {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": "a"}},
+            {"name": "spawn_subagent", "arguments": {"agent": "explore", "prompt": "b"}},
+        ]
+    }
+    child = script(two, WAIT, {"text": "child: {last_tool_result}"})
+    model = script(spawn("lead", "split", child), WAIT, {"text": "root done"})
+    root = await leads.spawn_task("lead", "delegate", model=model, max_tasks=3)
+    info = await leads.check_task(root, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [middle] = await leads.list_tasks(parent_id=root)
+    below = await leads.list_tasks(parent_id=middle.id)
+    assert len(below) == 1  # the root, the middle and one: three
+    spawned = tool_results(await leads.get_transcript(middle.id))[:2]
+    refusals = [m for m in spawned if m.is_error]
+    assert len(refusals) == 1
+    assert "holds 3 tasks, the most its spawn allows (max_tasks)" in refusals[0].content
+
+
+async def test_a_pause_two_levels_down_is_seen_and_decided_at_the_top(
+    leads: SubagentClient, worker: None, workspace: Path
+) -> None:
+    grandchild = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo deep > d.txt"}}]},
+        {"text": "wrote it"},
+    )
+    child = script(spawn("general", "write d.txt", grandchild), WAIT, WAIT, {"text": "child ok"})
+    model = script(spawn("lead-ask", "delegate", child), WAIT, WAIT, {"text": "root ok"})
+    root = await leads.spawn_task("lead-ask", "delegate", model=model)
+    paused = await leads.check_task(root, wait=True, timeout=CEILING)
+    assert paused.status == TaskStatus.PAUSED, paused
+    tree = await chain(leads, root)
+    assert len(tree) == 3
+    [pending] = paused.pending_approvals
+    # <child>/<its pause>/<grandchild>/<its pause>/<call>: the path down to the call
+    assert pending.call_id.startswith(f"{tree[1]}/")
+    assert f"/{tree[2]}/" in pending.call_id
+    assert pending.arguments_preview.startswith("bash · echo deep")
+    assert not (workspace / "d.txt").exists()
+
+    await leads.approve(root)  # routed to the child, and by it to the grandchild
+    done = await leads.check_task(root, wait=True, timeout=CEILING, after_pause=paused.pause_id)
+    assert done.status == TaskStatus.COMPLETED, done
+    assert (workspace / "d.txt").read_text() == "deep\n"
+
+
+async def test_cancelling_the_top_stops_the_commands_of_every_level(
+    leads: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    sleeper = {"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3911}}]}
+    model = script(sleeper)
+    for _ in range(3):
+        model = script(spawn("lead-bash", "go on", model), WAIT)
+    root = await leads.spawn_task("lead-bash", "delegate", model=model)
+    await wait_for(lambda: bool(processes_matching(SLEEP_3911)), what="the deepest command")
+    info = await leads.cancel_task(root, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.CANCELLED
+    tree = await chain(leads, root)
+    assert len(tree) == 4
+    for task_id in tree[1:]:
+        desc = await temporal_client.get_workflow_handle(task_id).describe()
+        assert desc.status == WorkflowExecutionStatus.CANCELED, task_id
+    assert not processes_matching(SLEEP_3911)
+
+
+async def test_depth_and_tree_size_are_checked_at_the_spawn(leads: SubagentClient) -> None:
+    with pytest.raises(InvalidRequest, match="max_depth must be an integer from 0 to 10"):
+        await leads.spawn_task("lead", "x", max_depth=11)
+    with pytest.raises(InvalidRequest, match="max_tasks must be an integer from 1 to 1000"):
+        await leads.spawn_task("lead", "x", max_tasks=0)
+    with pytest.raises(InvalidRequest, match="spawns no subagents"):
+        await leads.spawn_task("explore", "x", max_depth=2)
