@@ -8,6 +8,10 @@ task counts the tree's tasks (``max_tasks``).
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +25,16 @@ from durable_subagents import (
     SubagentClient,
     TaskStatus,
 )
+from durable_subagents.config import Settings
 from durable_subagents.types import Message
+from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.tasks import script
 
 SLEEP_3911 = unique_sleep(3911)
+SLEEP_3912 = unique_sleep(3912)
 WAIT = {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]}
 
 
@@ -198,3 +205,51 @@ async def test_depth_and_tree_size_are_checked_at_the_spawn(leads: SubagentClien
         await leads.spawn_task("lead", "x", max_tasks=0)
     with pytest.raises(InvalidRequest, match="spawns no subagents"):
         await leads.spawn_task("explore", "x", max_depth=2)
+
+
+async def test_a_worker_killed_four_levels_down_loses_nothing(
+    leads: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    sleeper = {"tool_calls": [{"name": "bash", "arguments": {"command": SLEEP_3912}}]}
+    model = script(sleeper, {"text": "deepest: {last_tool_result}"})
+    for level in range(3, -1, -1):
+        model = script(spawn("lead-bash", f"level {level + 1}", model), WAIT, {"text": f"L{level}"})
+    worker_log = tmp_path / "worker.log"
+    log = worker_log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_subagents", "worker", "--address", settings.address,
+         "--task-queue", settings.task_queue, "--workspace", str(workspace)],
+        env={**os.environ, "SUBAGENTS_BLOB_DIR": str(settings.resolved_blob_dir)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        root = await leads.spawn_task("lead-bash", "go deep", model=model, max_depth=4)
+        try:
+            await wait_for(lambda: bool(processes_matching(SLEEP_3912)), what="the deepest command")
+        except AssertionError as err:
+            state = await leads.check_task(root)
+            raise AssertionError(
+                f"{err}; {state!r}; the worker said:\n{worker_log.read_text()}"
+            ) from None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        await wait_for(lambda: not processes_matching(SLEEP_3912), what="the command to die")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    async with create_worker(temporal_client, settings):
+        info = await leads.check_task(root, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "L0"
+    tree = await chain(leads, root)  # one child a level: no spawn ran twice
+    assert len(tree) == 5
+    deepest = await leads.check_task(tree[-1])
+    assert deepest.status == TaskStatus.COMPLETED
+    # The cut-off command is reported to its model, not run again unseen.
+    assert "interrupted" in (deepest.result or ""), deepest.result
