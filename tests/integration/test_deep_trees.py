@@ -8,7 +8,9 @@ task counts the tree's tasks (``max_tasks``).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,11 +28,13 @@ from durable_subagents import (
     TaskStatus,
 )
 from durable_subagents.config import Settings
+from durable_subagents.testing import FakeReply
 from durable_subagents.types import Message
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
+from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import script
 
 SLEEP_3911 = unique_sleep(3911)
@@ -253,3 +257,47 @@ async def test_a_worker_killed_four_levels_down_loses_nothing(
     assert deepest.status == TaskStatus.COMPLETED
     # The cut-off command is reported to its model, not run again unseen.
     assert "interrupted" in (deepest.result or ""), deepest.result
+
+
+def three_levels(body: dict[str, Any]) -> FakeReply:
+    """A model three levels deep: each task spawns the next until level 3, then waits.
+
+    Which task asks is the ``level N`` its first message names; what it asks for is
+    how many results its conversation holds (OpenAI's ``tool`` messages, Anthropic's
+    ``tool_result`` blocks).
+    """
+    messages = body.get("messages") or []
+    level = int(re.search(r"level (\d)", json.dumps(messages[0]))[1])  # type: ignore[index]
+    results = sum(
+        m.get("role") == "tool"
+        or (isinstance(m.get("content"), list)
+            and any(b.get("type") == "tool_result" for b in m["content"]))
+        for m in messages
+    )  # fmt: skip
+    if level == 3:
+        return FakeReply(text="leaf done")
+    if results == 0:
+        spawn = {"agent": "lead", "prompt": f"level {level + 1}"}
+        return FakeReply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+    if results == 1:
+        return FakeReply(tool_calls=[{"name": "wait_subagents", "arguments": {}}])
+    return FakeReply(text=f"L{level} done")
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_a_tree_three_levels_deep_through_each_wire(
+    kind: str,
+    leads: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with model_api(monkeypatch, kind, responder=three_levels):
+        async with create_worker(temporal_client, settings):
+            root = await leads.spawn_task("lead", "level 0", model=MODELS[kind])
+            info = await leads.check_task(root, wait=True, timeout=CEILING)
+            assert info.status == TaskStatus.COMPLETED, info.error
+            tree = await chain(leads, root)
+    assert info.result == "L0 done"
+    assert len(tree) == 4
+    assert (await leads.check_task(tree[-1])).result == "leaf done"
