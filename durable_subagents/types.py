@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from durable_subagents.agents._spec import AgentSpec, ReasoningEffort
 
@@ -405,6 +405,26 @@ class TaskInfo(BaseModel):
     def done(self) -> bool:
         """Whether the task reached a terminal status."""
         return self.status.terminal
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def paused_tasks(self) -> dict[str, str]:
+        """The tasks of this one's tree that wait for a decision, each with its pause id.
+
+        This task itself, and any subagent below it at any depth, read from the pending
+        calls' ids (a descendant's is the path down to it: ``<child>/<its pause>/...``).
+        ``approve(task_id, pause_id=...)`` decides at that task; ``approve`` of this one
+        routes each decision down its path.
+        """
+        waiting: dict[str, str] = {}
+        for call in self.pending_approvals:
+            path = call.call_id.split("/")
+            task, pause = self.id, self.pause_id
+            while len(path) >= 3:  # each step down is <task id>/<its pause id>/
+                task, pause, path = path[0], path[1], path[2:]
+            if pause:
+                waiting.setdefault(task, pause)
+        return waiting
 
 
 class TaskEvent(BaseModel):

@@ -47,6 +47,9 @@ def indented_json(data: Any, indent: int) -> Text:
 def print_pending(console: Console, info: TaskInfo, arguments: Arguments | None) -> None:
     """The calls a paused task waits on, in full where read, and the commands to decide."""
     console.print(f"  [yellow]waiting for approval[/yellow] (pause {escape(info.pause_id or '')}):")
+    below = {t: p for t, p in info.paused_tasks.items() if t != info.id}
+    for task_id, pause_id in below.items():
+        console.print(f"    in subagent {task_id} (pause {pause_id})", markup=False)
     for p in info.pending_approvals:
         full = arguments.get(p.call_id) if arguments is not None else None
         if full is None:

@@ -33,6 +33,7 @@ from durable_subagents.types import Message
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.cli import _env, arun, ok
 from ..helpers.processes import processes_matching, unique_sleep, wait_for
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import script
@@ -156,8 +157,14 @@ async def test_the_top_task_counts_the_whole_trees_tasks(
     assert "holds 3 tasks, the most its spawn allows (max_tasks)" in refusals[0].content
 
 
-async def test_a_pause_two_levels_down_is_seen_and_decided_at_the_top(
-    leads: SubagentClient, worker: None, workspace: Path
+@pytest.mark.parametrize("decided_at", ["top", "grandchild"])
+async def test_a_pause_two_levels_down_is_seen_at_the_top_and_decided_there_or_below(
+    decided_at: str,
+    leads: SubagentClient,
+    worker: None,
+    workspace: Path,
+    settings: Settings,
+    tmp_path: Path,
 ) -> None:
     grandchild = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": "echo deep > d.txt"}}]},
@@ -177,7 +184,16 @@ async def test_a_pause_two_levels_down_is_seen_and_decided_at_the_top(
     assert pending.arguments_preview.startswith("bash · echo deep")
     assert not (workspace / "d.txt").exists()
 
-    await leads.approve(root)  # routed to the child, and by it to the grandchild
+    assert list(paused.paused_tasks) == [tree[2]]  # who waits, found from the top
+    env = _env(
+        tmp_path, TEMPORAL_ADDRESS=settings.address, SUBAGENTS_TASK_QUEUE=settings.task_queue
+    )
+    shown = ok(await arun("check", root, env=env)).out
+    assert f"in subagent {tree[2]} (pause {paused.paused_tasks[tree[2]]})" in shown, shown
+    if decided_at == "top":
+        await leads.approve(root)  # routed to the child, and by it to the grandchild
+    else:
+        await leads.approve(tree[2], pause_id=paused.paused_tasks[tree[2]])
     done = await leads.check_task(root, wait=True, timeout=CEILING, after_pause=paused.pause_id)
     assert done.status == TaskStatus.COMPLETED, done
     assert (workspace / "d.txt").read_text() == "deep\n"
@@ -301,3 +317,26 @@ async def test_a_tree_three_levels_deep_through_each_wire(
     assert info.result == "L0 done"
     assert len(tree) == 4
     assert (await leads.check_task(tree[-1])).result == "leaf done"
+
+
+async def test_an_approval_timeout_two_levels_down_rejects_as_at_the_top(
+    leads: SubagentClient, worker: None, workspace: Path
+) -> None:
+    grandchild = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "echo late > t.txt"}}]},
+        {"text": "grandchild: {last_tool_result}"},
+    )
+    child = script(
+        spawn("general", "write", grandchild), WAIT, WAIT, {"text": "{last_tool_result}"}
+    )
+    model = script(spawn("lead-ask", "delegate", child), WAIT, WAIT, {"text": "{last_tool_result}"})
+    # The spawn's approval timeout flows down with every other limit.
+    root = await leads.spawn_task("lead-ask", "delegate", model=model, approval_timeout=1)
+    info = await leads.check_task(root, wait=True, timeout=CEILING)
+    while info.status == TaskStatus.PAUSED:  # the pause surfaces before it times out
+        info = await leads.check_task(root, wait=True, timeout=CEILING, after_pause=info.pause_id)
+    assert info.status == TaskStatus.COMPLETED, info
+    tree = await chain(leads, root)
+    [result] = tool_results(await leads.get_transcript(tree[2]))
+    assert result.is_error and "approval timed out after 1s" in result.content, result.content
+    assert not (workspace / "t.txt").exists()
