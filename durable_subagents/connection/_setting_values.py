@@ -1,8 +1,9 @@
 """What some settings' text means beyond its type, and the host files tools never read.
 
 The tool user (``SUBAGENTS_TOOL_USER``) and the model rate limits
-(``SUBAGENTS_MODEL_RATE_LIMITS``) are parsed here; ``secret_paths`` lists the host
-files and directories that hold credentials or the project's own data.
+(``SUBAGENTS_MODEL_RATE_LIMITS``) are parsed here, and ``${VAR}`` expanded in the
+files that name a worker's secrets (MCP servers, model endpoints); ``secret_paths``
+lists the host files and directories that hold credentials or the project's own data.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
@@ -29,10 +31,33 @@ SECRET_ENV_NAME = re.compile(
 __all__ = [
     "SECRET_ENV_NAME",
     "deployment_version",
+    "expand_variables",
     "parse_rate_limits",
     "parse_tool_user",
     "secret_paths",
 ]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_variables(text: str, environ: Mapping[str, str], missing: list[str]) -> str:
+    """``text`` with ``${VAR}`` and ``${VAR:-default}`` replaced from ``environ``.
+
+    As Claude Code expands its MCP configuration: ``${VAR:-default}`` takes the default
+    where ``VAR`` is unset or empty. An unset variable without a default is added to
+    ``missing`` (and expands to ""), so the caller can name every one at once.
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ and (environ[name] or default is None):
+            return environ[name]
+        if default is not None:
+            return default
+        missing.append(name)
+        return ""
+
+    return _VARIABLE.sub(value, text)
 
 
 def parse_tool_user(value: str) -> tuple[int, int] | None:
