@@ -158,6 +158,16 @@ class Settings(BaseSettings):
     """Worker side: run the offline ``scripted`` model (``subagents dev`` and ``demo``
     turn it on; tests set it). Off: a task that asks for it fails, and a worker whose
     default model it is refuses to start."""
+    endpoints: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_ENDPOINTS", "endpoints")
+    )
+    """Worker side: named model servers, so ``ollama:llama3.1`` goes to one and
+    ``openai:gpt-4.1`` to another: the path of a TOML or JSON file, or the declaration
+    inline (JSON starting with ``{``, TOML with ``[endpoints.NAME]``). Each endpoint has
+    a ``wire``, a ``base_url`` and optionally an ``api_key``, ``headers`` and
+    ``profile``, with ``${VAR}`` expanded from the worker's environment (see
+    docs/models.md#endpoints). A client need not set it: it takes any well-formed
+    ``NAME:model`` and leaves an unknown one for the worker to refuse."""
     workspace: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
@@ -579,7 +589,7 @@ class Settings(BaseSettings):
     @classmethod
     def _model_patterns(cls, value: str) -> str:
         for pattern in (p.strip() for p in value.split(",")):
-            if pattern and pattern != "*" and not re.fullmatch(r"[a-z-]+:\S+", pattern):
+            if pattern and pattern != "*" and not re.fullmatch(r"[a-z][a-z0-9_-]*:\S+", pattern):
                 raise InvalidRequest(
                     f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give "
                     "provider:model patterns separated by commas (openai:gpt-4.1*,"

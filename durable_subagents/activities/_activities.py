@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ from durable_subagents.providers import (
     resolve_provider,
 )
 from durable_subagents.providers._allowlist import ModelAllowlist
+from durable_subagents.providers._endpoints import Endpoint
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -179,6 +180,8 @@ class SubagentActivities:
             of any other fails its task with ``ModelNotAllowed``. None: any model.
         max_depth: The deepest tree a task this worker starts may have below it
             (``Settings.max_depth``), which the task records and keeps.
+        endpoints: The worker's endpoints by name (``worker_endpoints``): where the
+            models named after them go.
     """
 
     def __init__(
@@ -211,6 +214,7 @@ class SubagentActivities:
         activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
         models: ModelAllowlist | None = None,
         max_depth: int = DEFAULT_WORKER_DEPTH,
+        endpoints: Mapping[str, Endpoint] | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -244,6 +248,7 @@ class SubagentActivities:
         self.activity_options = activity_options.with_defaults()
         self.models = models
         self.max_depth = max_depth
+        self.endpoints = dict(endpoints or {})
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -424,7 +429,9 @@ class SubagentActivities:
         if not input.may_redirect or not self.rate_limited:
             return None
         try:
-            provider = parse_model(input.model, default_model=self.default_model)[0]
+            provider = parse_model(
+                input.model, default_model=self.default_model, endpoints=self.endpoints
+            )[0]
         except InvalidRequest:
             return None  # the turn itself says what is wrong with the name
         here = activity.info().task_queue
@@ -506,6 +513,7 @@ class SubagentActivities:
             idle_timeout=self.model_idle_timeout,
             script_files=self.script_files,
             prompt_cache_key=self.prompt_cache_key,
+            endpoints=self.endpoints,
         )
 
     async def model_request(
