@@ -272,7 +272,9 @@ def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvide
 
         region = aws_region() or ""
         base_url = os.environ.get("ANTHROPIC_BEDROCK_BASE_URL") or None
-        cache_key = ("bedrock", f"{region} {base_url or ''}", "", idle_timeout)
+        token = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or ""
+        fingerprint = _fingerprint(token) if token else ""
+        cache_key = ("bedrock", f"{region} {base_url or ''}", fingerprint, idle_timeout)
         if cache_key not in _cache:
             _cache[cache_key] = BedrockProvider(
                 region=region, base_url=base_url, idle_timeout=idle_timeout
