@@ -95,7 +95,7 @@ MODEL_ALIASES = {
 MODEL_PROVIDERS = ("openai", "openai-responses", "anthropic", "bedrock", "vertex", "scripted")
 """Provider prefixes a worker runs: ``providers.PROVIDERS`` (a test keeps
 them equal), repeated because the provider SDKs stay out of the workflow sandbox."""
-ENDPOINT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+ENDPOINT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 """An endpoint's name (``providers.ENDPOINT_NAME``, kept equal by the same test): an
 agent may name ``ollama:llama3.1``, whose endpoint only the worker knows."""
 _PERMISSION_MODES = {

@@ -272,8 +272,8 @@ def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvide
 
         region = aws_region() or ""
         base_url = os.environ.get("ANTHROPIC_BEDROCK_BASE_URL") or None
-        token = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or ""
-        fingerprint = _fingerprint(token) if token else ""
+        bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or ""
+        fingerprint = _fingerprint(bearer) if bearer else ""
         cache_key = ("bedrock", f"{region} {base_url or ''}", fingerprint, idle_timeout)
         if cache_key not in _cache:
             _cache[cache_key] = BedrockProvider(

@@ -174,7 +174,7 @@ def _endpoint(name: object, raw: object, environ: Mapping[str, str], where: str)
     if not isinstance(name, str) or not ENDPOINT_NAME.fullmatch(name):
         raise InvalidRequest(
             f"{where}: not an endpoint name; use lower-case letters, digits, - and _, "
-            "starting with a letter (at most 40), e.g. ollama or vllm-a"
+            "starting with a letter (at most 32), e.g. ollama or vllm-a"
         )
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where}: not a table of fields")

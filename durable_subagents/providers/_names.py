@@ -32,7 +32,7 @@ PROVIDERS = ("openai", "openai-responses", "anthropic", "bedrock", "vertex", "sc
 CLAUDE_PLATFORMS = ("bedrock", "vertex")
 """Providers that run Claude through a cloud's API (Amazon Bedrock, Google Vertex AI)."""
 
-ENDPOINT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+ENDPOINT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 """An endpoint's name, the prefix of its models: ``ollama``, ``vllm-a``, ``gpu_2``."""
 
 _VALID_FORMS = (

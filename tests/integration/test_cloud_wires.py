@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.providers import clear_provider_cache, resolve_provider
+from durable_subagents.providers import clear_provider_cache, close_providers, resolve_provider
 from durable_subagents.providers._cloud import credentials_problem
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.testing import FakeBedrockServer
@@ -174,7 +174,7 @@ async def test_a_bedrock_api_key_is_sent_as_a_bearer_token_instead_of_a_signatur
         for name, value in FakeBedrockServer().environment().items():
             if name.startswith("AWS_") and name != "AWS_REGION":
                 monkeypatch.setenv(name, value)
-        clear_provider_cache()
+        await close_providers()  # the next turn builds its client anew
         srv.add_reply(text="still by key")
         second = await turn(BEDROCK, [Message(role="user", content="hi")])
     assert (first.text, second.text) == ("by key", "still by key")
