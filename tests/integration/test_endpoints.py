@@ -7,6 +7,7 @@ only, and no workflow history.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,11 @@ from temporalio.client import Client
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 from durable_subagents.providers import clear_provider_cache, close_providers
-from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
+from durable_subagents.testing import (
+    FakeAnthropicServer,
+    FakeOpenAIResponsesServer,
+    FakeOpenAIServer,
+)
 from durable_subagents.testing.fake_openai import SERVER_QUIRKS
 from durable_subagents.worker import create_worker
 
@@ -108,6 +113,61 @@ headers = {{ "X-Team" = "${{TEAM:-research}}" }}
         text = history.to_json()
         assert task_id in text  # the history is the task's, and readable here
         assert OLLAMA_KEY not in text and GATEWAY_KEY not in text
+
+
+async def test_an_override_takes_the_openai_models_and_a_responses_endpoint_its_own(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``override = true`` sends ``openai:`` to the endpoint, not to ``OPENAI_BASE_URL``'s
+    server; an ``openai-responses`` endpoint speaks the Responses API."""
+    async with (
+        FakeOpenAIServer() as by_env,
+        FakeOpenAIServer() as proxy,
+        FakeOpenAIResponsesServer() as reasoner,
+    ):
+        monkeypatch.setenv("OPENAI_BASE_URL", by_env.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-of-the-environment")
+        monkeypatch.setenv("PROXY_KEY", "sk-of-the-proxy")
+        declaration = json.dumps(
+            {
+                "endpoints": {
+                    "openai": {
+                        "wire": "openai",
+                        "base_url": proxy.base_url,
+                        "api_key": "${PROXY_KEY}",
+                        "override": True,
+                    },
+                    "reasoner": {"wire": "openai-responses", "base_url": reasoner.base_url},
+                }
+            }
+        )
+        proxy.add_reply(text="from the proxy")
+        reasoner.add_reply(text="from the reasoner")
+        worker_settings = settings.model_copy(
+            update={"endpoints": SecretStr(declaration), "models": "*"}
+        )
+        clear_provider_cache()
+        try:
+            async with create_worker(temporal_client, worker_settings):
+                infos = []
+                for model in ("openai:gpt-4.1-mini", "reasoner:gpt-5-mini"):
+                    task_id = await client.spawn_task("explore", "hi", model=model)
+                    infos.append(await client.check_task(task_id, wait=True, timeout=CEILING))
+        finally:
+            await close_providers()
+    assert [(i.status, i.result) for i in infos] == [
+        (TaskStatus.COMPLETED, "from the proxy"),
+        (TaskStatus.COMPLETED, "from the reasoner"),
+    ], [i.error for i in infos]
+    assert [r["model"] for r in proxy.requests] == ["gpt-4.1-mini"]
+    assert proxy.request_headers[0]["authorization"] == "Bearer sk-of-the-proxy"
+    assert [r["model"] for r in reasoner.requests] == ["gpt-5-mini"]
+    assert reasoner.requests[0]["store"] is False
+    assert reasoner.request_headers[0]["authorization"] == "Bearer not-needed"
+    assert by_env.requests == []  # both tasks finished above: nothing is still to come
 
 
 @pytest.mark.parametrize(

@@ -222,3 +222,15 @@ def test_a_worker_checks_its_endpoints_at_start(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(InvalidRequest, match="lacks GATEWAY_TOKEN") as err:
         worker_models(settings)
     one_line(err)
+
+
+def test_a_client_told_the_patterns_checks_endpoint_models_without_knowing_endpoints() -> None:
+    from durable_subagents.client._client import client_models
+
+    models = client_models(Settings(models="ollama:llama3*,openai:*", allow_scripted=False))
+    assert models is not None and models.endpoints is None
+    assert models.refusal("ollama:llama3.1") is None
+    refused = models.refusal("ollama:qwen3")
+    assert refused is not None and "SUBAGENTS_MODELS allows ollama:llama3*" in refused
+    with pytest.raises(InvalidRequest, match="unknown model"):
+        models.refusal("Ollama llama3")
