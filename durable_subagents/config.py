@@ -8,7 +8,6 @@ activities read.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +32,7 @@ from durable_subagents.connection._setting_values import (
     SECRET_ENV_NAME as SECRET_ENV_NAME,
 )
 from durable_subagents.connection._setting_values import (
+    check_model_patterns,
     deployment_version,
     parse_rate_limits,
     parse_tool_user,
@@ -161,13 +161,8 @@ class Settings(BaseSettings):
     endpoints: SecretStr | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_ENDPOINTS", "endpoints")
     )
-    """Worker side: named model servers, so ``ollama:llama3.1`` goes to one and
-    ``openai:gpt-4.1`` to another: the path of a TOML or JSON file, or the declaration
-    inline (JSON starting with ``{``, TOML with ``[endpoints.NAME]``). Each endpoint has
-    a ``wire``, a ``base_url`` and optionally an ``api_key``, ``headers`` and
-    ``profile``, with ``${VAR}`` expanded from the worker's environment (see
-    docs/models.md#endpoints). A client need not set it: it takes any well-formed
-    ``NAME:model`` and leaves an unknown one for the worker to refuse."""
+    """Worker side: the servers ``NAME:model`` names go to, a TOML or JSON file or the
+    text inline (docs/models.md#endpoints). Clients take any well-formed ``NAME:``."""
     workspace: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
@@ -588,14 +583,7 @@ class Settings(BaseSettings):
     @field_validator("models")
     @classmethod
     def _model_patterns(cls, value: str) -> str:
-        for pattern in (p.strip() for p in value.split(",")):
-            if pattern and pattern != "*" and not re.fullmatch(r"[a-z][a-z0-9_-]*:\S+", pattern):
-                raise InvalidRequest(
-                    f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give "
-                    "provider:model patterns separated by commas (openai:gpt-4.1*,"
-                    "anthropic:*), or * for any model"
-                )
-        return value
+        return check_model_patterns(value)
 
     @field_validator("model_rate_limits")
     @classmethod

@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,6 @@ from durable_subagents.providers import (
     resolve_provider,
 )
 from durable_subagents.providers._allowlist import ModelAllowlist
-from durable_subagents.providers._endpoints import Endpoint
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
 from durable_subagents.providers._windows import known_window
@@ -176,12 +175,10 @@ class SubagentActivities:
         activity_options: The timeouts and retry policies of model turns, tool calls
             and compactions (``Settings.activity_options``, every option set), which a
             task asks once, at its start, and keeps for its whole life.
-        models: The models this worker runs (``worker_models``); a turn or compaction
-            of any other fails its task with ``ModelNotAllowed``. None: any model.
+        models: The models this worker runs and its endpoints (``worker_models``); a
+            turn of any other fails its task with ``ModelNotAllowed``. None: any model.
         max_depth: The deepest tree a task this worker starts may have below it
             (``Settings.max_depth``), which the task records and keeps.
-        endpoints: The worker's endpoints by name (``worker_endpoints``): where the
-            models named after them go.
     """
 
     def __init__(
@@ -214,7 +211,6 @@ class SubagentActivities:
         activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
         models: ModelAllowlist | None = None,
         max_depth: int = DEFAULT_WORKER_DEPTH,
-        endpoints: Mapping[str, Endpoint] | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -248,7 +244,6 @@ class SubagentActivities:
         self.activity_options = activity_options.with_defaults()
         self.models = models
         self.max_depth = max_depth
-        self.endpoints = dict(endpoints or {})
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -429,9 +424,7 @@ class SubagentActivities:
         if not input.may_redirect or not self.rate_limited:
             return None
         try:
-            provider = parse_model(
-                input.model, default_model=self.default_model, endpoints=self.endpoints
-            )[0]
+            provider = parse_model(input.model, default_model=self.default_model)[0]
         except InvalidRequest:
             return None  # the turn itself says what is wrong with the name
         here = activity.info().task_queue
@@ -502,9 +495,8 @@ class SubagentActivities:
                 worker runs.
         """
         refusal = None
-        if self.models is not None:
-            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
-                refusal = self.models.refusal(model)
+        with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+            refusal = self.models.refusal(model) if self.models is not None else None
         if refusal is not None:
             raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
@@ -513,7 +505,7 @@ class SubagentActivities:
             idle_timeout=self.model_idle_timeout,
             script_files=self.script_files,
             prompt_cache_key=self.prompt_cache_key,
-            endpoints=self.endpoints,
+            endpoints=self.models.endpoints if self.models is not None else None,
         )
 
     async def model_request(

@@ -30,6 +30,7 @@ SECRET_ENV_NAME = re.compile(
 
 __all__ = [
     "SECRET_ENV_NAME",
+    "check_model_patterns",
     "deployment_version",
     "expand_variables",
     "parse_rate_limits",
@@ -104,6 +105,23 @@ def parse_tool_user(value: str) -> tuple[int, int] | None:
 
 
 _PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def check_model_patterns(value: str) -> str:
+    """``SUBAGENTS_MODELS`` as given, if each pattern is ``*`` or ``NAME:pattern``.
+
+    Which names are providers or endpoints only a worker knows (``parse_model_patterns``).
+
+    Raises:
+        InvalidRequest: A pattern is neither; the message says what to give.
+    """
+    for pattern in (p.strip() for p in value.split(",")):
+        if pattern and pattern != "*" and not re.fullmatch(r"[a-z][a-z0-9_-]*:\S+", pattern):
+            raise InvalidRequest(
+                f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give provider:model "
+                "patterns separated by commas (openai:gpt-4.1*,anthropic:*), or * for any model"
+            )
+    return value
 
 
 def parse_rate_limits(value: str) -> dict[str, float]:

@@ -10,12 +10,16 @@ environment; clients check a spawn with it too when they are given the same sett
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from durable_subagents.errors import InvalidRequest
 
 from ._names import ENDPOINT_NAME, PROVIDERS, parse_model
+
+if TYPE_CHECKING:
+    from ._endpoints import Endpoint
 
 __all__ = ["ModelAllowlist", "parse_model_patterns"]
 
@@ -64,14 +68,15 @@ class ModelAllowlist:
             the default model only).
         default_model: The worker's ``SUBAGENTS_MODEL`` (None: scripted, if enabled).
         scripted: Whether the offline ``scripted`` model runs here.
-        endpoints: The worker's endpoint names (``SUBAGENTS_ENDPOINTS``); None: not
-            known (a client's view), so a well-formed endpoint name is taken.
+        endpoints: The worker's endpoints by name (``SUBAGENTS_ENDPOINTS``), where
+            their models go; None: not known (a client's view), so a well-formed
+            endpoint name is taken.
     """
 
     patterns: tuple[str, ...] = ()
     default_model: str | None = None
     scripted: bool = False
-    endpoints: frozenset[str] | None = None
+    endpoints: Mapping[str, Endpoint] | None = None
 
     def refusal(self, model: str) -> str | None:
         """Why ``model`` (a task's model name) does not run here; None if it does.

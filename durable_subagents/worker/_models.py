@@ -61,7 +61,7 @@ def worker_models(
         parse_model_patterns(settings.models, names),
         settings.model,
         settings.allow_scripted,
-        names,
+        dict(endpoints),
     )
     _check_clouds(allowlist.patterns, settings.model)
     model = (settings.model or "").strip()

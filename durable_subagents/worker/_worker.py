@@ -147,7 +147,6 @@ def worker_setup(
         activity_options=settings.activity_options,
         models=models,
         max_depth=settings.max_depth,
-        endpoints=endpoints,
     )
     changed = settings.activity_options.changed()
     if changed:
