@@ -13,16 +13,19 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.config import Settings
-from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.providers import clear_provider_cache, close_providers, resolve_provider
+from durable_subagents.providers._endpoints import parse_endpoints
 from durable_subagents.testing import (
     FakeAnthropicServer,
     FakeOpenAIResponsesServer,
     FakeOpenAIServer,
 )
 from durable_subagents.testing.fake_openai import SERVER_QUIRKS
+from durable_subagents.types import Message, ModelRequest
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
@@ -168,6 +171,40 @@ async def test_an_override_takes_the_openai_models_and_a_responses_endpoint_its_
     assert reasoner.requests[0]["store"] is False
     assert reasoner.request_headers[0]["authorization"] == "Bearer not-needed"
     assert by_env.requests == []  # both tasks finished above: nothing is still to come
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_a_servers_refusal_never_shows_the_endpoints_key_or_headers(wire: str) -> None:
+    """A server that echoes what it was sent (a proxy's error page) has its key and
+    header values redacted from the task's error."""
+    key, token = "key-without-a-known-shape-1f2e", "gateway-token-9a8b"
+    server = FakeOpenAIServer() if wire == "openai" else FakeAnthropicServer()
+    async with server as srv:
+        echo = f"denied: key {key}, token {token}"
+        srv.add_error(401, {"error": {"message": echo, "type": "authentication_error"}})
+        declaration = {
+            "endpoints": {
+                "proxy": {
+                    "wire": wire,
+                    "base_url": srv.base_url,
+                    "api_key": key,
+                    "headers": {"X-Gateway-Token": token},
+                }
+            }
+        }
+        endpoints = parse_endpoints(json.dumps(declaration), {})
+        provider, _, model = resolve_provider("proxy:m", endpoints=endpoints)
+        try:
+            with pytest.raises(ApplicationError) as caught:
+                await provider.complete(
+                    ModelRequest(model=model, messages=[Message(role="user", content="hi")])
+                )
+        finally:
+            await close_providers()
+    assert srv.request_headers[0]["x-gateway-token"] == token
+    assert caught.value.non_retryable
+    assert "denied: key <redacted>, token <redacted>" in caught.value.message
+    assert key not in str(caught.value) and token not in str(caught.value)
 
 
 @pytest.mark.parametrize(
