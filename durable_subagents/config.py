@@ -8,7 +8,6 @@ activities read.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +32,7 @@ from durable_subagents.connection._setting_values import (
     SECRET_ENV_NAME as SECRET_ENV_NAME,
 )
 from durable_subagents.connection._setting_values import (
+    check_model_patterns,
     deployment_version,
     parse_rate_limits,
     parse_tool_user,
@@ -158,6 +158,11 @@ class Settings(BaseSettings):
     """Worker side: run the offline ``scripted`` model (``subagents dev`` and ``demo``
     turn it on; tests set it). Off: a task that asks for it fails, and a worker whose
     default model it is refuses to start."""
+    endpoints: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("SUBAGENTS_ENDPOINTS", "endpoints")
+    )
+    """Worker side: the servers ``NAME:model`` names go to, a TOML or JSON file or the
+    text inline (docs/models.md#endpoints). Clients take any well-formed ``NAME:``."""
     workspace: Path | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_WORKSPACE", "workspace")
     )
@@ -578,14 +583,7 @@ class Settings(BaseSettings):
     @field_validator("models")
     @classmethod
     def _model_patterns(cls, value: str) -> str:
-        for pattern in (p.strip() for p in value.split(",")):
-            if pattern and pattern != "*" and not re.fullmatch(r"[a-z-]+:\S+", pattern):
-                raise InvalidRequest(
-                    f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give "
-                    "provider:model patterns separated by commas (openai:gpt-4.1*,"
-                    "anthropic:*), or * for any model"
-                )
-        return value
+        return check_model_patterns(value)
 
     @field_validator("model_rate_limits")
     @classmethod

@@ -175,8 +175,8 @@ class SubagentActivities:
         activity_options: The timeouts and retry policies of model turns, tool calls
             and compactions (``Settings.activity_options``, every option set), which a
             task asks once, at its start, and keeps for its whole life.
-        models: The models this worker runs (``worker_models``); a turn or compaction
-            of any other fails its task with ``ModelNotAllowed``. None: any model.
+        models: The models this worker runs and its endpoints (``worker_models``); a
+            turn of any other fails its task with ``ModelNotAllowed``. None: any model.
         max_depth: The deepest tree a task this worker starts may have below it
             (``Settings.max_depth``), which the task records and keeps.
     """
@@ -495,9 +495,8 @@ class SubagentActivities:
                 worker runs.
         """
         refusal = None
-        if self.models is not None:
-            with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
-                refusal = self.models.refusal(model)
+        with contextlib.suppress(InvalidRequest):  # a malformed name: resolve says
+            refusal = self.models.refusal(model) if self.models is not None else None
         if refusal is not None:
             raise ApplicationError(refusal, type="ModelNotAllowed", non_retryable=True)
         return resolve_provider(
@@ -506,6 +505,7 @@ class SubagentActivities:
             idle_timeout=self.model_idle_timeout,
             script_files=self.script_files,
             prompt_cache_key=self.prompt_cache_key,
+            endpoints=self.models.endpoints if self.models is not None else None,
         )
 
     async def model_request(

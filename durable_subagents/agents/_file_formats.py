@@ -59,7 +59,7 @@ from durable_subagents.agents._spec import (
 )
 from durable_subagents.agents._tool_names import mcp_name
 
-__all__ = ["MODEL_PROVIDERS", "AgentFormat", "read_agent_file"]
+__all__ = ["ENDPOINT_NAME", "MODEL_PROVIDERS", "AgentFormat", "read_agent_file"]
 
 
 AgentFormat = Literal["claude", "opencode"]
@@ -95,6 +95,9 @@ MODEL_ALIASES = {
 MODEL_PROVIDERS = ("openai", "openai-responses", "anthropic", "bedrock", "vertex", "scripted")
 """Provider prefixes a worker runs: ``providers.PROVIDERS`` (a test keeps
 them equal), repeated because the provider SDKs stay out of the workflow sandbox."""
+ENDPOINT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+"""An endpoint's name (``providers.ENDPOINT_NAME``, kept equal by the same test): an
+agent may name ``ollama:llama3.1``, whose endpoint only the worker knows."""
 _PERMISSION_MODES = {
     "default": "default",
     "acceptEdits": "accept_edits",
@@ -377,7 +380,9 @@ def _model(f: AgentFile) -> str:
     """A model name as ours: ``inherit``, an alias, ``provider/model`` or ``provider:model``.
 
     A name no worker can run (an unknown alias, another provider) is dropped with a
-    warning: the agent runs on the spawner's or the worker's model instead.
+    warning: the agent runs on the spawner's or the worker's model instead. An
+    endpoint's name (``NAME:model``, the colon form only) is kept: the worker knows its
+    endpoints, and refuses a model of one it lacks.
     """
     value = f.meta.get("model")
     if value is None:
@@ -397,10 +402,14 @@ def _model(f: AgentFile) -> str:
         name = f"openai:{name}"
     if name == "scripted" or (":" in name and name.partition(":")[0] in MODEL_PROVIDERS):
         return name
+    prefix, sep, rest = (value.strip() if isinstance(value, str) else "").partition(":")
+    if sep and rest.strip() and ENDPOINT_NAME.fullmatch(prefix):
+        return value.strip()
     f.warn(
         "model",
         f"model {value!r} is not one we run (sonnet, opus, haiku, inherit, or "
-        f"{'/'.join(MODEL_PROVIDERS)}:<model>); the spawner's or the worker's model is used",
+        f"{'/'.join(MODEL_PROVIDERS)}:<model>, or an endpoint's NAME:<model>); the "
+        "spawner's or the worker's model is used",
     )
     return "inherit"
 

@@ -35,13 +35,14 @@ def demo(
 ) -> None:
     """Run subagents over a sample project: an approval, a follow-up, their results."""
     from durable_subagents.cli._demo_run import check_model, run_demo
-    from durable_subagents.worker import worker_models
+    from durable_subagents.worker import worker_endpoints, worker_models
 
     settings = make_settings(model=model)
     try:
-        check_model(settings.model, "--model" if model else "SUBAGENTS_MODEL")
+        endpoints = worker_endpoints(settings)
+        check_model(settings.model, "--model" if model else "SUBAGENTS_MODEL", endpoints)
         # and one SUBAGENTS_MODELS allows (the demo's worker runs the scripted model too)
-        worker_models(settings.model_copy(update={"allow_scripted": True}))
+        worker_models(settings.model_copy(update={"allow_scripted": True}), endpoints)
     except SubagentError as err:
         error(str(err))
         raise typer.Exit(1) from None

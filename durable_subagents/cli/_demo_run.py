@@ -13,6 +13,7 @@ import shlex
 import shutil
 import tempfile
 import uuid
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ _READ_ONLY_COMMANDS = {"wc", "ls", "cat", "head", "grep", "nl"}
 _MAX_PAUSES = 3
 
 
-def check_model(model: str | None, origin: str) -> None:
+def check_model(model: str | None, origin: str, endpoints: Collection[str] = ()) -> None:
     """Refuse a model the demo's worker could not run, before anything starts.
 
     The worker runs in this process: an unknown model name, or a provider whose key is
@@ -72,16 +73,17 @@ def check_model(model: str | None, origin: str) -> None:
     Args:
         model: The demo's model (None: the offline script).
         origin: Where it came from (``--model``, ``SUBAGENTS_MODEL``), for the message.
+        endpoints: The names of the worker's endpoints, which bring their own keys.
 
     Raises:
         InvalidRequest: The name is malformed, or its provider's key is not set.
     """
-    from durable_subagents.providers._base import missing_key, parse_model
+    from durable_subagents.providers._base import PROVIDERS, missing_key, parse_model
 
     if not model or model.strip().startswith("scripted"):
         return  # offline: each task runs its own demo script
-    provider, full, _ = parse_model(model, origin=origin)
-    key = missing_key(provider)
+    provider, full, _ = parse_model(model, origin=origin, endpoints={*PROVIDERS, *endpoints})
+    key = None if provider in endpoints else missing_key(provider)
     if key is not None:
         raise InvalidRequest(
             f"{full} (from {origin}) needs {key}, and {key} is not set: set it, or run the "

@@ -1,8 +1,9 @@
 """What some settings' text means beyond its type, and the host files tools never read.
 
 The tool user (``SUBAGENTS_TOOL_USER``) and the model rate limits
-(``SUBAGENTS_MODEL_RATE_LIMITS``) are parsed here; ``secret_paths`` lists the host
-files and directories that hold credentials or the project's own data.
+(``SUBAGENTS_MODEL_RATE_LIMITS``) are parsed here, and ``${VAR}`` expanded in the
+files that name a worker's secrets (MCP servers, model endpoints); ``secret_paths``
+lists the host files and directories that hold credentials or the project's own data.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
@@ -28,11 +30,35 @@ SECRET_ENV_NAME = re.compile(
 
 __all__ = [
     "SECRET_ENV_NAME",
+    "check_model_patterns",
     "deployment_version",
+    "expand_variables",
     "parse_rate_limits",
     "parse_tool_user",
     "secret_paths",
 ]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_variables(text: str, environ: Mapping[str, str], missing: list[str]) -> str:
+    """``text`` with ``${VAR}`` and ``${VAR:-default}`` replaced from ``environ``.
+
+    As Claude Code expands its MCP configuration: ``${VAR:-default}`` takes the default
+    where ``VAR`` is unset or empty. An unset variable without a default is added to
+    ``missing`` (and expands to ""), so the caller can name every one at once.
+    """
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ and (environ[name] or default is None):
+            return environ[name]
+        if default is not None:
+            return default
+        missing.append(name)
+        return ""
+
+    return _VARIABLE.sub(value, text)
 
 
 def parse_tool_user(value: str) -> tuple[int, int] | None:
@@ -79,6 +105,23 @@ def parse_tool_user(value: str) -> tuple[int, int] | None:
 
 
 _PROVIDER = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def check_model_patterns(value: str) -> str:
+    """``SUBAGENTS_MODELS`` as given, if each pattern is ``*`` or ``NAME:pattern``.
+
+    Which names are providers or endpoints only a worker knows (``parse_model_patterns``).
+
+    Raises:
+        InvalidRequest: A pattern is neither; the message says what to give.
+    """
+    for pattern in (p.strip() for p in value.split(",")):
+        if pattern and pattern != "*" and not re.fullmatch(r"[a-z][a-z0-9_-]*:\S+", pattern):
+            raise InvalidRequest(
+                f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give provider:model "
+                "patterns separated by commas (openai:gpt-4.1*,anthropic:*), or * for any model"
+            )
+    return value
 
 
 def parse_rate_limits(value: str) -> dict[str, float]:

@@ -10,32 +10,53 @@ environment; clients check a spawn with it too when they are given the same sett
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from durable_subagents.errors import InvalidRequest
 
-from ._names import PROVIDERS, parse_model
+from ._names import ENDPOINT_NAME, PROVIDERS, parse_model
+
+if TYPE_CHECKING:
+    from ._endpoints import Endpoint
 
 __all__ = ["ModelAllowlist", "parse_model_patterns"]
 
 
-def parse_model_patterns(text: str) -> tuple[str, ...]:
+def parse_model_patterns(text: str, endpoints: Collection[str] | None = None) -> tuple[str, ...]:
     """``SUBAGENTS_MODELS``' patterns, checked: ``openai:gpt-4.1*,anthropic:*`` or ``*``.
 
+    Args:
+        text: The setting's value.
+        endpoints: The worker's endpoint names, which patterns may name too; None: not
+            known here (a client), so any well-formed endpoint name is taken.
+
     Raises:
-        InvalidRequest: A pattern names no known provider; the message says what to give.
+        InvalidRequest: A pattern names no known provider or endpoint; the message says
+            what to give.
     """
     patterns = tuple(p.strip() for p in text.split(",") if p.strip())
     for pattern in patterns:
         provider, sep, model = pattern.partition(":")
-        if pattern == "*" or (sep and provider in PROVIDERS and model):
+        if pattern == "*" or (sep and model and _named(provider, endpoints)):
             continue
+        here = "" if endpoints is None else f" ({', '.join(sorted(endpoints)) or 'none'} here)"
         raise InvalidRequest(
             f"SUBAGENTS_MODELS: {pattern!r} is not a model pattern; give provider:model "
             "patterns separated by commas (openai:gpt-4.1*,anthropic:*), or * for any "
-            f"model of {', '.join(p for p in PROVIDERS if p != 'scripted')}"
+            f"model of {', '.join(p for p in PROVIDERS if p != 'scripted')} or of an "
+            f"endpoint of SUBAGENTS_ENDPOINTS{here}"
         )
     return patterns
+
+
+def _named(provider: str, endpoints: Collection[str] | None) -> bool:
+    if provider in PROVIDERS:
+        return True
+    if endpoints is None:
+        return ENDPOINT_NAME.fullmatch(provider) is not None
+    return provider in endpoints
 
 
 @dataclass(frozen=True)
@@ -47,11 +68,15 @@ class ModelAllowlist:
             the default model only).
         default_model: The worker's ``SUBAGENTS_MODEL`` (None: scripted, if enabled).
         scripted: Whether the offline ``scripted`` model runs here.
+        endpoints: The worker's endpoints by name (``SUBAGENTS_ENDPOINTS``), where
+            their models go; None: not known (a client's view), so a well-formed
+            endpoint name is taken.
     """
 
     patterns: tuple[str, ...] = ()
     default_model: str | None = None
     scripted: bool = False
+    endpoints: Mapping[str, Endpoint] | None = None
 
     def refusal(self, model: str) -> str | None:
         """Why ``model`` (a task's model name) does not run here; None if it does.
@@ -59,7 +84,9 @@ class ModelAllowlist:
         Raises:
             InvalidRequest: The name itself is malformed (see ``parse_model``).
         """
-        provider, full_name, _ = parse_model(model, default_model=self.default_model)
+        provider, full_name, _ = parse_model(
+            model, default_model=self.default_model, endpoints=self.endpoints
+        )
         if provider == "scripted":
             if self.scripted:
                 return None
@@ -85,7 +112,8 @@ class ModelAllowlist:
 
     def allows(self, full_name: str) -> bool:
         """Whether a ``provider:model`` name (not scripted) is the default or matched."""
-        if self.default_model and full_name == parse_model(self.default_model)[1]:
+        default = self.default_model
+        if default and full_name == parse_model(default, endpoints=self.endpoints)[1]:
             return True
         return self.matched(full_name)
 

@@ -5,7 +5,8 @@ A model name is ``openai:<model>``, ``openai-responses:<model>``,
 or ``default`` (the worker's ``SUBAGENTS_MODEL``). Providers read their keys and
 settings from the worker's environment when they are built, and are cached per
 (provider, settings, key, idle timeout) so a worker reuses one HTTP client across turns.
-Bedrock and Vertex read no credential here: their SDK clients find them.
+Bedrock and Vertex read no credential here: their SDK clients find them. A model of an
+endpoint (``SUBAGENTS_ENDPOINTS``, see ``_endpoints``) takes everything from its endpoint.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.types import ModelRequest, ModelResponse
 
 from ._cloud import aws_region, setup_problem
+from ._endpoints import Endpoint
 from ._errors import missing_key_error, model_request_error
 from ._names import CLAUDE_PLATFORMS, PROVIDERS, parse_model
 from ._profiles import detect_profile, profile_named
@@ -90,6 +92,7 @@ def resolve_provider(
     idle_timeout: float | None = None,
     script_files: bool = False,
     prompt_cache_key: str = "auto",
+    endpoints: Mapping[str, Endpoint] | None = None,
 ) -> tuple[ModelProvider, str, str]:
     """Find (or build) the provider for a model name.
 
@@ -108,13 +111,15 @@ def resolve_provider(
         script_files: Whether ``scripted:@FILE`` may be read (``SUBAGENTS_SCRIPT_FILES``).
         prompt_cache_key: Whether OpenAI requests carry ``prompt_cache_key``: ``on``,
             ``off``, or ``auto`` (only to api.openai.com; ``SUBAGENTS_PROMPT_CACHE_KEY``).
+        endpoints: The worker's endpoints by name (``SUBAGENTS_ENDPOINTS``); a model
+            whose prefix names none of them or a built-in provider is refused.
 
     Returns:
         ``(provider, full_name, provider_model)``; put ``provider_model`` into
         ``ModelRequest.model``.
 
     Raises:
-        InvalidRequest: The model name is malformed.
+        InvalidRequest: The model name is malformed, or names no provider or endpoint.
         temporalio.exceptions.ApplicationError: The provider's key, extra or region is
             not set on the worker (non-retryable, type ``ModelRequestError``).
 
@@ -123,8 +128,14 @@ def resolve_provider(
         >>> (provider.name, full, name)
         ('scripted', 'scripted:demo-explore', 'demo-explore')
     """
-    provider_name, full, provider_model = parse_model(model, default_model=default_model)
-    provider = _build(provider_name, idle_timeout, script_files, prompt_cache_key)
+    endpoints = endpoints or {}
+    provider_name, full, provider_model = parse_model(
+        model, default_model=default_model, endpoints=endpoints
+    )
+    if provider_name in endpoints:
+        provider = _build_endpoint(endpoints[provider_name], idle_timeout, prompt_cache_key)
+    else:
+        provider = _build(provider_name, idle_timeout, script_files, prompt_cache_key)
     return provider, full, provider_model
 
 
@@ -203,6 +214,48 @@ def _build(
     return _cache[cache_key]
 
 
+def _build_endpoint(
+    endpoint: Endpoint, idle_timeout: float | None, prompt_cache_key: str
+) -> ModelProvider:
+    """The provider of an endpoint: its wire, with its URL, key, headers and profile."""
+    key = endpoint.api_key or "not-needed"
+    official = "api.openai.com" in endpoint.base_url
+    send_key = prompt_cache_key == "on" or (prompt_cache_key == "auto" and official)
+    profile = profile_named(endpoint.profile) if endpoint.profile else None
+    settings = (
+        f"{endpoint.name} {endpoint.base_url} {send_key} {endpoint.profile or ''} "
+        f"{_fingerprint(repr(endpoint.headers))}"
+    )
+    cache_key = (f"endpoint:{endpoint.wire}", settings, _fingerprint(key), idle_timeout)
+    if cache_key in _cache:
+        return _cache[cache_key]
+    headers = dict(endpoint.headers)
+    provider: ModelProvider
+    if endpoint.wire == "openai":
+        provider = OpenAIProvider(
+            api_key=key,
+            base_url=endpoint.base_url,
+            idle_timeout=idle_timeout,
+            prompt_cache_key=send_key,
+            profile=profile or detect_profile(endpoint.base_url),
+            headers=headers,
+        )
+    elif endpoint.wire == "openai-responses":
+        provider = OpenAIResponsesProvider(
+            api_key=key,
+            base_url=endpoint.base_url,
+            idle_timeout=idle_timeout,
+            prompt_cache_key=send_key,
+            headers=headers,
+        )
+    else:
+        provider = AnthropicProvider(
+            api_key=key, base_url=endpoint.base_url, idle_timeout=idle_timeout, headers=headers
+        )
+    _cache[cache_key] = provider
+    return provider
+
+
 def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvider:
     """Claude on Bedrock or Vertex, with the settings of the worker's environment.
 
@@ -219,7 +272,9 @@ def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvide
 
         region = aws_region() or ""
         base_url = os.environ.get("ANTHROPIC_BEDROCK_BASE_URL") or None
-        cache_key = ("bedrock", f"{region} {base_url or ''}", "", idle_timeout)
+        bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK") or ""
+        fingerprint = _fingerprint(bearer) if bearer else ""
+        cache_key = ("bedrock", f"{region} {base_url or ''}", fingerprint, idle_timeout)
         if cache_key not in _cache:
             _cache[cache_key] = BedrockProvider(
                 region=region, base_url=base_url, idle_timeout=idle_timeout
@@ -246,18 +301,21 @@ def _build_cloud(provider_name: str, idle_timeout: float | None) -> ModelProvide
     return _cache[cache_key]
 
 
-def import_sdk(model: str | None) -> None:
+def import_sdk(model: str | None, endpoints: Mapping[str, Endpoint] | None = None) -> None:
     """Import the SDK of the provider ``model`` names, if it has one.
 
     A provider imports its SDK when it is first built, so a worker loads only the SDKs
     of the providers its tasks name. A worker imports its default model's in a thread
     while it starts, so that its first task does not wait for it (OpenAI's took about
     half a second, Anthropic's two). A malformed name is left for the task that uses it.
+    An endpoint's model (``endpoints``) imports its wire's SDK.
     """
     try:
-        provider, _, _ = parse_model(model or "scripted")
+        provider, _, _ = parse_model(model or "scripted", endpoints=endpoints or {})
     except InvalidRequest:
         return
+    if endpoints and provider in endpoints:
+        provider = endpoints[provider].wire
     if provider in ("openai", "openai-responses", "anthropic", *CLAUDE_PLATFORMS):
         module = provider.replace("-", "_")
         importlib.import_module(f"{__package__}.{module}").import_sdk()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,6 +344,7 @@ class AnthropicProvider:
         base_url: A custom endpoint (``ANTHROPIC_BASE_URL``), e.g. a proxy.
         idle_timeout: Seconds without data (headers or an event) before the attempt is
             abandoned; None: no limit.
+        headers: Sent with every request (an endpoint's ``headers``).
     """
 
     name = "anthropic"
@@ -351,18 +352,24 @@ class AnthropicProvider:
     """What a 401 or 403 tells the operator to check."""
 
     def __init__(
-        self, *, api_key: str, base_url: str | None = None, idle_timeout: float | None = None
+        self,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        idle_timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         # The SDK is imported once a provider is built: a worker imports only the SDKs
         # of the providers it runs (importing both took seconds).
         from anthropic import APIError, AsyncAnthropic, DefaultAioHttpClient
 
-        self._secrets: list[str] = [api_key]
+        self._secrets: list[str] = [api_key, *(headers or {}).values()]
         self._api_error: type[Any] = APIError
         self._clients: PerLoop[Any] = PerLoop(
             lambda: AsyncAnthropic(
                 api_key=api_key,
                 base_url=base_url,
+                default_headers=dict(headers or {}),
                 max_retries=0,
                 http_client=DefaultAioHttpClient() if use_aiohttp() else None,
             )

@@ -71,6 +71,9 @@ class BedrockProvider(AnthropicProvider):
         from anthropic import APIError, AsyncAnthropicBedrock, DefaultAioHttpClient
 
         self.region = region
+        self.bearer = bool(os.environ.get("AWS_BEARER_TOKEN_BEDROCK"))
+        """Whether the SDK sends a Bedrock API key instead of signing (it reads the
+        variable itself, and then never signs)."""
         # never shown in a message, should a server echo one
         self._secrets = [
             v
@@ -94,6 +97,12 @@ class BedrockProvider(AnthropicProvider):
 
     def advice(self, status: int, message: str) -> str | None:
         """Bedrock's refusals name the worker's AWS credentials, the model id, the region."""
+        if status in (401, 403) and self.bearer:
+            return (
+                "check the worker's AWS_BEARER_TOKEN_BEDROCK: a Bedrock API key, not "
+                f"expired, of an identity that may invoke this model in {self.region} (the "
+                "SDK sends it instead of signing with any other AWS credentials)"
+            )
         if status in (401, 403):
             return (
                 f"check the worker's AWS credentials and that they may invoke this model in "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -280,7 +280,11 @@ def estimate_usage(request_chars: int, answer_chars: int) -> Usage:
     )
 
 
-def sdk_client(api_key: str = "unused", base_url: str | None = None) -> AsyncOpenAI:
+def sdk_client(
+    api_key: str = "unused",
+    base_url: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> AsyncOpenAI:
     """An ``openai`` SDK client as both OpenAI wires use it.
 
     No retries of its own (the activity's retry policy retries); on aiohttp where it is
@@ -292,6 +296,7 @@ def sdk_client(api_key: str = "unused", base_url: str | None = None) -> AsyncOpe
     return AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
+        default_headers=dict(headers or {}),
         max_retries=0,
         http_client=DefaultAioHttpClient() if use_aiohttp() else None,
     )
@@ -326,6 +331,7 @@ class OpenAIProvider:
             its prefix. Off by default: not every OpenAI-compatible server accepts it.
         profile: What the server does differently (see ``_profiles``); None: the one
             ``base_url`` suggests.
+        headers: Sent with every request (an endpoint's ``headers``).
     """
 
     name = "openai"
@@ -338,14 +344,16 @@ class OpenAIProvider:
         idle_timeout: float | None = None,
         prompt_cache_key: bool = False,
         profile: Profile | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         from openai import APIError
 
         self._key = api_key
+        self._secrets = [api_key, *(headers or {}).values()]
         self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
         self.profile = profile or detect_profile(base_url)
-        self._clients = PerLoop(lambda: sdk_client(api_key, base_url))
+        self._clients = PerLoop(lambda: sdk_client(api_key, base_url, headers))
         self.idle_timeout = idle_timeout
 
     async def complete(
@@ -401,7 +409,7 @@ class OpenAIProvider:
         reader = StreamReader(
             provider="openai",
             key_env="OPENAI_API_KEY",
-            secrets=[self._key],
+            secrets=self._secrets,
             idle_timeout=self.idle_timeout,
         )
         client = self._clients.get()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
@@ -175,6 +175,7 @@ class OpenAIResponsesProvider:
         prompt_cache_key: Send ``prompt_cache_key`` (the request's ``cache_key``, the
             task id) so the API routes a task's requests to the machines that cached
             its prefix.
+        headers: Sent with every request (an endpoint's ``headers``).
     """
 
     name = PROVIDER
@@ -186,13 +187,15 @@ class OpenAIResponsesProvider:
         base_url: str | None = None,
         idle_timeout: float | None = None,
         prompt_cache_key: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         from openai import APIError
 
         self._key = api_key
+        self._secrets = [api_key, *(headers or {}).values()]
         self._api_error = APIError
         self.prompt_cache_key = prompt_cache_key
-        self._clients = PerLoop(lambda: sdk_client(api_key, base_url))
+        self._clients = PerLoop(lambda: sdk_client(api_key, base_url, headers))
         self.idle_timeout = idle_timeout
         self.summaries = True
         """Ask for reasoning summaries; off once the API said the organization may not."""
@@ -287,7 +290,7 @@ class OpenAIResponsesProvider:
         reader = StreamReader(
             provider=PROVIDER,
             key_env="OPENAI_API_KEY",
-            secrets=[self._key],
+            secrets=self._secrets,
             idle_timeout=self.idle_timeout,
         )
         client = self._clients.get()

@@ -66,6 +66,8 @@ class Labels:
         default_model: The worker's ``SUBAGENTS_MODEL``.
         models: Other ``provider:model`` names configured on the worker, named too
             (with the default; see ``providers.named_model``).
+        endpoints: The worker's endpoint names (``SUBAGENTS_ENDPOINTS``): a model of
+            one is ``<endpoint>:other`` unless configured.
     """
 
     def __init__(
@@ -73,10 +75,12 @@ class Labels:
         tools: set[str] | frozenset[str] = frozenset(),
         default_model: str = "",
         models: Iterable[str] = (),
+        endpoints: frozenset[str] = frozenset(),
     ) -> None:
         self.tools = frozenset(tools)
         self.default_model = default_model or None
         self.models = tuple(models)
+        self.endpoints = endpoints
         self._agents: set[str] = set()
 
     def agent(self, name: str) -> str:

@@ -6,9 +6,11 @@ the Messages API's events, each a ``chunk`` event of AWS's binary event-stream f
 (prelude with the lengths and their CRC32, typed headers, ``{"bytes": "<base64 of the
 event's JSON>"}``, the message's CRC32). Every request must be signed with SigV4 for
 service ``bedrock`` in the server's region by its access key: the signature is checked
-against the request's method, path, signed headers and body, as AWS checks it (or it
-carries the server's Bedrock API key as a bearer token). Errors come as Bedrock sends
-them: ``{"message": ...}`` with the exception's name in ``x-amzn-ErrorType``.
+against the request's method, path, signed headers and body, as AWS checks it, or
+carry the server's Bedrock API key as ``Authorization: Bearer`` (what the SDK sends,
+unsigned, when ``AWS_BEARER_TOKEN_BEDROCK`` is set); any other bearer token is refused.
+Errors come as Bedrock sends them: ``{"message": ...}`` with the exception's name in
+``x-amzn-ErrorType``.
 
 Everything else (queued replies, thinking blocks signed by the server and checked when
 they come back, prompt caching and its usage fields, faults) is ``FakeAnthropicServer``'s.
@@ -103,7 +105,9 @@ class FakeBedrockServer(FakeAnthropicServer):
         secret_access_key: Its secret (the server checks each signature with it).
         models: The model ids this region offers (None: any); others get
             ``ResourceNotFoundException``.
-        api_key: A Bedrock API key accepted as ``Authorization: Bearer`` (None: none).
+        api_key: A Bedrock API key accepted as ``Authorization: Bearer`` besides
+            signatures (None: no key is); ``environment()`` then gives the key, not the
+            access key.
         options: As ``FakeAnthropicServer``'s.
     """
 
@@ -130,7 +134,17 @@ class FakeBedrockServer(FakeAnthropicServer):
         """The path of each request that named the server's key and region."""
 
     def environment(self) -> dict[str, str]:
-        """What a worker's environment needs to call this server with these keys."""
+        """What a worker's environment needs to call this server with these keys.
+
+        With an ``api_key``, its key as ``AWS_BEARER_TOKEN_BEDROCK`` and no access key,
+        as a user of Bedrock API keys sets it.
+        """
+        if self.api_key is not None:
+            return {
+                "AWS_REGION": self.region,
+                "AWS_BEARER_TOKEN_BEDROCK": self.api_key,
+                "ANTHROPIC_BEDROCK_BASE_URL": self.base_url,
+            }
         return {
             "AWS_REGION": self.region,
             "AWS_ACCESS_KEY_ID": self.access_key_id,
@@ -163,8 +177,14 @@ class FakeBedrockServer(FakeAnthropicServer):
     def gate(self, request: web.Request) -> tuple[int, Any] | None:
         """Bedrock's 403 for a request not signed as the server's key signs it."""
         auth = request.headers.get("Authorization", "")
-        if self.api_key is not None and auth == f"Bearer {self.api_key}":
-            return None
+        if auth.startswith("Bearer "):
+            if self.api_key is not None and auth == f"Bearer {self.api_key}":
+                return None
+            # Bedrock's answer to an API key it does not know, as users report it.
+            return 403, _error(
+                "AccessDeniedException",
+                "Authentication failed: Please make sure your API Key is valid.",
+            )
         found = _SIGV4.fullmatch(auth)
         if found is None:
             return 403, _error(

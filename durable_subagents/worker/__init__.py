@@ -2,7 +2,7 @@
 
 from durable_subagents.connection._connect import connect_client
 from durable_subagents.worker._gc import collect_less
-from durable_subagents.worker._models import worker_models
+from durable_subagents.worker._models import worker_endpoints, worker_models
 from durable_subagents.worker._plugin import SubagentsPlugin
 from durable_subagents.worker._sweep import sweep_blobs, sweep_forever
 from durable_subagents.worker._worker import (
@@ -28,5 +28,6 @@ __all__ = [
     "sweep_blobs",
     "sweep_forever",
     "warn_secrets_in_workspace",
+    "worker_endpoints",
     "worker_models",
 ]

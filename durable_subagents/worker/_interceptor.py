@@ -149,7 +149,9 @@ class _Activities(ActivityInboundInterceptor):
                 }
             _metrics.record_model_turn(
                 meter,
-                model=named_model(name, self.labels.default_model, self.labels.models),
+                model=named_model(
+                    name, self.labels.default_model, self.labels.models, self.labels.endpoints
+                ),
                 outcome=outcome,
                 seconds=seconds,
                 tokens=tokens,

@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.providers._allowlist import ModelAllowlist, parse_model_patterns
 from durable_subagents.providers._base import missing_key
 from durable_subagents.providers._cloud import credentials_problem, setup_problem
+from durable_subagents.providers._endpoints import Endpoint, parse_endpoints
 from durable_subagents.providers._names import CLAUDE_PLATFORMS, parse_model
 from durable_subagents.providers._profiles import profile_named
 
-__all__ = ["worker_models"]
+__all__ = ["worker_endpoints", "worker_models"]
 
 
-def worker_models(settings: Settings) -> ModelAllowlist:
+def worker_endpoints(settings: Settings) -> dict[str, Endpoint]:
+    """The worker's endpoints (``SUBAGENTS_ENDPOINTS``), ``${VAR}`` expanded from its env.
+
+    Raises:
+        InvalidRequest: The declaration is unreadable or wrong, or a variable it names
+            is unset: one line.
+    """
+    if settings.endpoints is None:
+        return {}
+    return parse_endpoints(settings.endpoints.get_secret_value(), os.environ)
+
+
+def worker_models(
+    settings: Settings, endpoints: Mapping[str, Endpoint] | None = None
+) -> ModelAllowlist:
     """The models a worker with ``settings`` runs, if its default model can run.
 
-    Reads the provider keys from the environment, as the worker's activities do; for
+    Reads the provider keys from the environment, as the worker's activities do, and
+    the endpoints (``worker_endpoints``, unless given); for
     Claude on a cloud (``bedrock:``, ``vertex:``), named by the default model or by a
     pattern of ``SUBAGENTS_MODELS``, it checks the extra, the region, the project and
     that the cloud's credential chain finds credentials.
@@ -28,9 +45,12 @@ def worker_models(settings: Settings) -> ModelAllowlist:
             enabled), unknown, not among ``SUBAGENTS_MODELS``, or lacks its key; a
             pattern of ``SUBAGENTS_MODELS`` names no provider; or a cloud the models
             name lacks its extra, settings or credentials; or
-            ``SUBAGENTS_OPENAI_PROFILE`` names no profile. One line, naming the
-            setting to change.
+            ``SUBAGENTS_OPENAI_PROFILE`` names no profile; or ``SUBAGENTS_ENDPOINTS``
+            is wrong. One line, naming the setting to change.
     """
+    if endpoints is None:
+        endpoints = worker_endpoints(settings)
+    names = frozenset(endpoints)
     chosen = os.environ.get("SUBAGENTS_OPENAI_PROFILE", "").strip()
     if chosen:
         try:
@@ -38,7 +58,10 @@ def worker_models(settings: Settings) -> ModelAllowlist:
         except ValueError as err:
             raise InvalidRequest(f"SUBAGENTS_OPENAI_PROFILE={chosen}: {err}") from None
     allowlist = ModelAllowlist(
-        parse_model_patterns(settings.models), settings.model, settings.allow_scripted
+        parse_model_patterns(settings.models, names),
+        settings.model,
+        settings.allow_scripted,
+        dict(endpoints),
     )
     _check_clouds(allowlist.patterns, settings.model)
     model = (settings.model or "").strip()
@@ -51,7 +74,7 @@ def worker_models(settings: Settings) -> ModelAllowlist:
             "SUBAGENTS_ALLOW_SCRIPTED=true to serve the offline scripted model"
         )
     try:
-        provider, full_name, _ = parse_model(model)
+        provider, full_name, _ = parse_model(model, endpoints=names)
     except InvalidRequest as err:
         raise InvalidRequest(f"SUBAGENTS_MODEL={model}: {err}") from None
     if provider == "scripted":
@@ -67,7 +90,7 @@ def worker_models(settings: Settings) -> ModelAllowlist:
             f"SUBAGENTS_MODEL={full_name} is not among SUBAGENTS_MODELS "
             f"({','.join(allowlist.patterns)}): add it there, or change SUBAGENTS_MODEL"
         )
-    key = missing_key(provider)
+    key = None if provider in endpoints else missing_key(provider)
     if key is not None:
         alternative = (
             " (or OPENAI_BASE_URL, for a server that needs none)"

@@ -43,7 +43,7 @@ from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
 from durable_subagents.worker._mcp import McpTools, mcp_tools
 from durable_subagents.worker._model_queues import ModelQueuesPlugin
-from durable_subagents.worker._models import worker_models
+from durable_subagents.worker._models import worker_endpoints, worker_models
 from durable_subagents.worker._runner import LibraryOutsideSandbox
 from durable_subagents.worker._sweep import sweep_forever
 from durable_subagents.worker._tool_queue import (
@@ -109,7 +109,8 @@ def worker_setup(
             a notification secret that is too short, or the worker's default model
             cannot run (missing, unknown, not allowed, or without its key).
     """
-    models = worker_models(settings) if runs_models else None
+    endpoints = worker_endpoints(settings) if runs_models else {}
+    models = worker_models(settings, endpoints) if runs_models else None
     version = deployment or settings.worker_deployment()
     say_held_once()  # a task held by a bug: its traceback once, not at every retry
     notifier = Notifier(
@@ -153,7 +154,11 @@ def worker_setup(
             "activity options beyond the defaults: %s",
             ", ".join(f"{name}={value}" for name, value in changed.items()),
         )
-    labels = Labels(tools=set(activities.tools.names), default_model=settings.model or "")
+    labels = Labels(
+        tools=set(activities.tools.names),
+        default_model=settings.model or "",
+        endpoints=frozenset(endpoints),
+    )
     options: dict[str, Any] = {
         "workflow_runner": workflow_runner(),
         "max_cached_workflows": settings.max_cached_tasks,
@@ -379,6 +384,15 @@ def library_outside_sandbox(runner: WorkflowRunner) -> WorkflowRunner:
     return LibraryOutsideSandbox(runner, LIBRARY_WORKFLOWS)
 
 
+def _import_default_sdk(settings: Settings) -> None:
+    """Import the SDK of the worker's default model (an endpoint's: of its wire)."""
+    try:
+        endpoints = worker_endpoints(settings)
+    except InvalidRequest:
+        endpoints = {}  # said in one line when the worker is built
+    import_sdk(settings.model, endpoints)
+
+
 async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
     """Connect, check the namespace, and run a worker until cancelled.
 
@@ -402,7 +416,7 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
     # task (a tools worker runs no model).
     sdk = None
     if settings.worker_role != "tools":
-        sdk = asyncio.create_task(asyncio.to_thread(import_sdk, settings.model))
+        sdk = asyncio.create_task(asyncio.to_thread(_import_default_sdk, settings))
     # Said once, while the worker connects: a .env in the workspace is every task's.
     looked = asyncio.create_task(asyncio.to_thread(warn_secrets_in_workspace, settings))
     tracing = setup_tracing(settings)

@@ -101,7 +101,8 @@ async def test_a_client_loads_no_sdk_parser_or_worker(dev_server: DevServer) -> 
                 info = await client.check_task(task)
                 assert info.status == TaskStatus.PENDING, info.status
             try:
-                await client.spawn_task("explore", "x", model="nonsense:model")
+                # (a well-formed NAME:model may be a worker's endpoint: no prefix is not)
+                await client.spawn_task("explore", "x", model="nonsense-model")
             except InvalidRequest:
                 pass
             else:

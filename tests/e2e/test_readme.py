@@ -24,12 +24,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic import SecretStr
 from temporalio.client import Client
 
 from durable_subagents import SubagentClient, TaskStatus
 from durable_subagents.activities import Notifier
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeOpenAIServer
+from durable_subagents.providers import clear_provider_cache, close_providers
+from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer
 from durable_subagents.tools.mcp import load_mcp_config
 from durable_subagents.wire._payloads import NotifyEvent, NotifyInput, NotifyTask
 from durable_subagents.worker import create_worker
@@ -224,6 +226,55 @@ async def test_the_mcp_json_snippet_serves_tasks_offline(
             )
             view = json.loads(checked.content[0].text)  # type: ignore[union-attr]
             assert view["status"] == "completed", view
+
+
+async def test_the_endpoints_snippet_serves_a_worker_as_shown(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """docs/models.md's endpoints file, with two fake servers in its servers' places: a
+    task on each endpoint reaches its own server, with the key and header it names."""
+    [snippet] = [
+        s for s in snippets("toml") if s.page == "docs/models.md" and "[endpoints." in s.code
+    ]
+    local, remote = "http://localhost:11434/v1", "https://llm-gateway.example.com/anthropic"
+    assert local in snippet.code and remote in snippet.code
+    monkeypatch.setenv("GATEWAY_KEY", "sk-gateway-from-the-env")
+    monkeypatch.delenv("TEAM", raising=False)
+    async with FakeOpenAIServer(quirks="ollama") as ollama, FakeAnthropicServer() as gateway:
+        path = tmp_path / "endpoints.toml"
+        path.write_text(
+            snippet.code.replace(local, ollama.base_url).replace(remote, gateway.base_url)
+        )
+        ollama.add_reply(text="from ollama")
+        gateway.add_reply(text="from the gateway")
+        worker_settings = settings.model_copy(
+            update={"endpoints": SecretStr(str(path)), "models": "*"}
+        )
+        clear_provider_cache()
+        try:
+            async with create_worker(temporal_client, worker_settings):
+                infos = []
+                for model in ("ollama:llama3.1", "gateway:claude-haiku-4-5"):
+                    task_id = await client.spawn_task("explore", "hi", model=model)
+                    infos.append(await client.check_task(task_id, wait=True, timeout=CEILING))
+        finally:
+            await close_providers()
+    assert [(i.status, i.result) for i in infos] == [
+        (TaskStatus.COMPLETED, "from ollama"),
+        (TaskStatus.COMPLETED, "from the gateway"),
+    ], [i.error for i in infos]
+    assert [r["model"] for r in ollama.requests + gateway.requests] == [
+        "llama3.1",
+        "claude-haiku-4-5",
+    ]
+    [headers] = gateway.request_headers
+    assert headers["x-team"] == "research"
+    sent = headers.get("x-api-key") or headers["authorization"]
+    assert sent.removeprefix("Bearer ") == "sk-gateway-from-the-env"
 
 
 @pytest.fixture

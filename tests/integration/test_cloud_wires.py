@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from durable_subagents.providers import clear_provider_cache, resolve_provider
+from durable_subagents.providers import clear_provider_cache, close_providers, resolve_provider
+from durable_subagents.providers._cloud import credentials_problem
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.testing import FakeBedrockServer
 from durable_subagents.testing.fake_anthropic import REDACTED
 from durable_subagents.types import Message, ModelRequest, ToolSpec
 
@@ -153,6 +155,47 @@ async def test_bedrock_refuses_a_signature_made_with_another_secret(
     assert "signature we calculated does not match" in err.message
     assert "check the worker's AWS credentials" in err.message
     assert "fake-secret-access-key" not in err.message
+
+
+BEDROCK_API_KEY = "ABSKQmVkcm9ja0FQSUtleS1mYWtlLWtleS1mb3ItdGVzdHM="
+
+
+async def test_a_bedrock_api_key_is_sent_as_a_bearer_token_instead_of_a_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``AWS_BEARER_TOKEN_BEDROCK`` the SDK signs nothing, even beside access keys:
+    the server takes the key; the worker's start check asks for nothing more."""
+    async with cloud(monkeypatch, "bedrock", api_key=BEDROCK_API_KEY) as srv:
+        assert "AWS_ACCESS_KEY_ID" not in os.environ
+        assert credentials_problem("bedrock") is None
+        srv.add_reply(text="by key")
+        first = await turn(BEDROCK, [Message(role="user", content="hi")])
+        # Access keys beside it (a role's, a profile's) do not make the SDK sign.
+        for name, value in FakeBedrockServer().environment().items():
+            if name.startswith("AWS_") and name != "AWS_REGION":
+                monkeypatch.setenv(name, value)
+        await close_providers()  # the next turn builds its client anew
+        srv.add_reply(text="still by key")
+        second = await turn(BEDROCK, [Message(role="user", content="hi")])
+    assert (first.text, second.text) == ("by key", "still by key")
+    assert srv.outcomes == ["200", "200"]
+    for headers in srv.request_headers:
+        assert headers["authorization"] == f"Bearer {BEDROCK_API_KEY}"
+        assert "x-amz-date" not in headers and "x-amz-security-token" not in headers
+
+
+async def test_bedrock_refuses_an_api_key_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with cloud(monkeypatch, "bedrock", api_key=BEDROCK_API_KEY) as srv:
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSK-an-expired-key-0000")
+        clear_provider_cache()
+        err = await failure(BEDROCK)
+    assert srv.outcomes == ["403"]
+    assert err.type == "ModelRequestError" and err.non_retryable
+    assert "Please make sure your API Key is valid" in err.message
+    assert "check the worker's AWS_BEARER_TOKEN_BEDROCK" in err.message
+    assert "an-expired-key" not in err.message
 
 
 async def test_vertex_refuses_another_token(monkeypatch: pytest.MonkeyPatch) -> None:

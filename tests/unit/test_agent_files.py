@@ -94,6 +94,8 @@ def test_claude_permission_modes(tmp_path: Path, mode: str, expected: str) -> No
         ("openai:gpt-4.1-mini", "openai:gpt-4.1-mini"),
         ("openai-responses:gpt-5-mini", "openai-responses:gpt-5-mini"),
         ("scripted", "scripted"),
+        ("ollama:llama3.1", "ollama:llama3.1"),
+        ("vllm-a:Qwen/Qwen3-8B", "vllm-a:Qwen/Qwen3-8B"),
     ],
 )
 def test_model_names(tmp_path: Path, model: str, expected: str) -> None:
@@ -376,7 +378,18 @@ def test_unknown_permission_mode_warns_and_uses_default(tmp_path: Path, mode: st
 
 
 @pytest.mark.parametrize(
-    "model", ["fable", "gemini-2.5-pro", "google/gemini-2.5-pro", "opencode/big-pickle", "[x]"]
+    "model",
+    [
+        "fable",
+        "gemini-2.5-pro",
+        "google/gemini-2.5-pro",
+        "opencode/big-pickle",
+        "[x]",
+        # An endpoint is named in our colon form only: OpenCode's slash form names
+        # OpenCode's own providers, which a worker's endpoints need not match.
+        "ollama/llama3.1",
+        "Ollama:llama3.1",
+    ],
 )
 def test_a_model_no_worker_runs_warns_and_inherits(tmp_path: Path, model: str) -> None:
     path = write(
@@ -389,9 +402,12 @@ def test_a_model_no_worker_runs_warns_and_inherits(tmp_path: Path, model: str) -
 
 
 def test_model_providers_are_the_workers() -> None:
+    from durable_subagents.agents._file_formats import ENDPOINT_NAME
     from durable_subagents.providers import PROVIDERS
+    from durable_subagents.providers._names import ENDPOINT_NAME as PROVIDERS_ENDPOINT_NAME
 
     assert MODEL_PROVIDERS == PROVIDERS
+    assert ENDPOINT_NAME.pattern == PROVIDERS_ENDPOINT_NAME.pattern
 
 
 def test_opencode_unknown_mode_is_ignored_with_a_warning(tmp_path: Path) -> None:

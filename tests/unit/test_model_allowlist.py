@@ -64,7 +64,18 @@ def test_the_scripted_model_runs_only_where_it_is_enabled() -> None:
 @pytest.mark.parametrize("text", ["gpt-4.1", "mistral:large", "openai:", "openai*"])
 def test_a_pattern_without_a_known_provider_is_refused(text: str) -> None:
     with pytest.raises(InvalidRequest, match="is not a model pattern"):
-        parse_model_patterns(text)
+        parse_model_patterns(text, frozenset({"ollama"}))
+
+
+def test_a_pattern_may_name_an_endpoint_and_a_client_takes_any_endpoint_name() -> None:
+    assert parse_model_patterns("ollama:*", frozenset({"ollama"})) == ("ollama:*",)
+    with pytest.raises(InvalidRequest, match=r"endpoint of SUBAGENTS_ENDPOINTS \(ollama here\)"):
+        parse_model_patterns("mistral:large", frozenset({"ollama"}))
+    # A client does not know the workers' endpoints: a well-formed name is theirs to judge.
+    assert parse_model_patterns("mistral:large") == ("mistral:large",)
+    for malformed in ("Mistral:large", "mis tral:large", "-x:y"):
+        with pytest.raises(InvalidRequest, match="is not a model pattern"):
+            parse_model_patterns(malformed)
 
 
 def test_the_setting_checks_its_patterns(monkeypatch: pytest.MonkeyPatch) -> None:

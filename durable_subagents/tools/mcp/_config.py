@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from durable_subagents.connection._setting_values import expand_variables as expand
+
 __all__ = [
     "DEFAULT_TIMEOUT",
     "MAX_TIMEOUT",
@@ -44,7 +46,6 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*")
 """A server's name: letters, digits, ``-`` and single ``_``; ``__`` separates the parts
 of a tool's name (``mcp__<server>__<tool>``)."""
 MAX_SERVER_NAME = 32
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class McpServer(BaseModel):
@@ -110,24 +111,6 @@ class McpConfig(BaseModel):
 
     servers: dict[str, McpServer] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
-
-
-def expand(text: str, environ: Mapping[str, str], missing: list[str]) -> str:
-    """``text`` with ``${VAR}`` and ``${VAR:-default}`` replaced from ``environ``.
-
-    An unset variable without a default is added to ``missing`` (and expands to "").
-    """
-
-    def value(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in environ and (environ[name] or default is None):
-            return environ[name]
-        if default is not None:
-            return default
-        missing.append(name)
-        return ""
-
-    return _VARIABLE.sub(value, text)
 
 
 def _expanded(
