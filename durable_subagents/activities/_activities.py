@@ -44,9 +44,9 @@ from durable_subagents.activities._workspaces import (
 )
 from durable_subagents.agents import DEFAULT_ACTIVITY_OPTIONS, READ_ONLY_TOOLS, ActivityOptions
 from durable_subagents.agents._protected import PROTECTED_PATHS
-from durable_subagents.agents._spec import DEFAULT_WORKER_DEPTH, ToolLimits
+from durable_subagents.agents._spec import DEFAULT_LIMITS, DEFAULT_WORKER_DEPTH, ToolLimits
 from durable_subagents.agents._tool_names import covers, expand_tool_names, is_mcp
-from durable_subagents.config import DEFAULT_LIMITS, DEFAULT_MODEL_IDLE_TIMEOUT
+from durable_subagents.config import DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.context._context import (
     COMPACT_AT,
     IMAGES_LEFT_OUT,

@@ -12,7 +12,6 @@ OVERSIZE = {
     "wire/_payloads.py": 732,
     "activities/_activities.py": 766,
     "workflows/_subagent.py": 773,
-    "config.py": 712,
 }
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
 (each is to be split along what it holds)."""

@@ -634,7 +634,7 @@ async def test_undecodable_names_and_huge_lines_do_not_fail_the_tools(ws: Path) 
 
 def test_a_worker_may_allow_more_than_the_default_limits(ws: Path) -> None:
     from durable_subagents.agents import ToolLimits
-    from durable_subagents.config import DEFAULT_LIMITS
+    from durable_subagents.agents._spec import DEFAULT_LIMITS
 
     raised = ToolLimits(memory_mb=8192, processes=1024)
     limits = context(ws, limits=raised).profile().effective_limits()
