@@ -121,6 +121,16 @@ class Settings(ToolSettings):
     )
     """Seconds between two sweeps of the blob store, fleet-wide (each worker's try moves
     by up to 10 % at random)."""
+    fail_held_after: float | None = Field(
+        None,
+        gt=0,
+        le=366 * 86400,
+        validation_alias=AliasChoices("SUBAGENTS_FAIL_HELD_AFTER", "fail_held_after"),
+    )
+    """Worker side, opt in: seconds a task may be held by a bug in workflow code (its
+    workflow task failing again and again) before it fails with the error, instead of
+    waiting for a fixed worker. Unset: held until a fix resumes it. One worker of the
+    task queue at a time checks, under a lease."""
     payload_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("SUBAGENTS_PAYLOAD_KEY", "payload_key")
     )

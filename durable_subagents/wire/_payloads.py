@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -46,6 +45,13 @@ from durable_subagents.types import (
     ToolSpec,
     Usage,
 )
+from durable_subagents.wire._notify import (
+    NotifyCall,
+    NotifyEvent,
+    NotifyInput,
+    NotifyResult,
+    NotifyTask,
+)
 from durable_subagents.wire._task import ContextInput, TaskInput, TaskState, WorkerBounds
 
 __all__ = [
@@ -53,6 +59,8 @@ __all__ = [
     "CHILD_STATE_SIGNAL",
     "COMPACT_ACTIVITY",
     "DECIDE_SIGNAL",
+    "GIVE_UP_SIGNAL",
+    "HELD_ERROR",
     "MAX_CALLS_KEPT",
     "MAX_CALLS_PER_TURN",
     "MODEL_TURN_ACTIVITY",
@@ -124,6 +132,11 @@ RERUN_TOOL = "run_again"
 again, for agents with ``on_interrupted="ask"``)."""
 HELD_TOOL = "apply_changes"
 """The name a pause shows for a call's held changes (the decision to apply them)."""
+GIVE_UP_SIGNAL = "give_up"
+"""A task held by a bug in workflow code is to fail with the error instead (the reason,
+a ``str``; sent by a worker with ``SUBAGENTS_FAIL_HELD_AFTER``)."""
+HELD_ERROR = "HeldByBug"
+"""The error type of a task that failed after a bug held it too long."""
 SEND_INPUT_SIGNAL = "send_input"
 """Steering or follow-up input (a ``str``); also the start signal of a follow-up run."""
 DECIDE_SIGNAL = "decide"
@@ -668,64 +681,6 @@ class ChildState(BaseModel):
 
 
 # ---------------------------------------------------------------- notifications
-
-
-class NotifyCall(BaseModel):
-    """A call awaiting a decision, as a notification names it (a preview, never whole)."""
-
-    call_id: str
-    tool_name: str
-    arguments_preview: str
-    arguments_hash: str
-    task_id: str
-    """The task whose call it is: the notifying task, or a child whose pause surfaces
-    on it (then ``call_id`` is ``<child>/<child pause>/<call>``, as decisions name it)."""
-
-
-class NotifyTask(BaseModel):
-    """The task a notification is about, as it was when the event happened."""
-
-    id: str
-    agent: str = ""
-    description: str = ""
-    status: TaskStatus
-    parent_id: str | None = None
-    turns: int = 0
-    stop_reason: str | None = None
-    error: str | None = None
-    result_preview: str | None = None
-
-
-class NotifyEvent(BaseModel):
-    """One event of a task, the body a notification receiver gets (with links added)."""
-
-    id: str
-    """Unique per event, the same in every attempt to deliver it: dedupe by it."""
-    type: str
-    """``task.paused``, ``task.completed``, ``task.failed``, ``task.cancelled`` or
-    ``task.timed_out``."""
-    time: datetime
-    task: NotifyTask
-    pause_id: str | None = None
-    """The pause to decide (``task.paused``): what the inbox and ``approve`` bind to."""
-    calls: list[NotifyCall] = Field(default_factory=list)
-    calls_total: int = 0
-    """How many calls the pause holds (``calls`` may list fewer)."""
-
-
-class NotifyInput(BaseModel):
-    """Input of ``SubagentNotify`` and of its ``send_notification`` activity."""
-
-    event: NotifyEvent
-    url: str | None = None
-    """The spawn's ``notify_url``; None: the sending worker's ``SUBAGENTS_NOTIFY_URL``."""
-
-
-class NotifyResult(BaseModel):
-    """What became of a notification: delivered, or why not (never a failure)."""
-
-    delivered: bool
-    error: str | None = None
 
 
 TaskState.model_rebuild()

@@ -109,16 +109,28 @@ async def take_lease(client: Client, store: BlobStore, holder: str, ttl: timedel
     Returns:
         Whether this caller holds it now (False: another worker took it this period).
     """
+    what = f"it sweeps {store.url}"
+    return await take_named_lease(client, lease_id(store), holder, ttl, what)
+
+
+async def take_named_lease(
+    client: Client, lease: str, holder: str, ttl: timedelta, what: str
+) -> bool:
+    """Take the lease ``lease`` (a workflow id) for ``ttl`` if no one holds it.
+
+    Returns:
+        Whether this caller holds it now (False: another worker took it this period).
+    """
     try:
         await client.start_workflow(
             LEASE_WORKFLOW,
-            id=lease_id(store),
+            id=lease,
             task_queue=LEASE_QUEUE,
             execution_timeout=ttl,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            memo={"holder": holder, "store": store.url},
-            static_summary=f"blob sweep lease of {holder}: it sweeps {store.url}",
+            memo={"holder": holder, "what": what},
+            static_summary=f"lease of {holder}: {what}",
         )
     except WorkflowAlreadyStartedError:
         return False

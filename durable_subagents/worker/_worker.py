@@ -38,6 +38,7 @@ from durable_subagents.wire import _search_attributes as sa
 from durable_subagents.worker._deployment import deployment_config
 from durable_subagents.worker._gc import collect_less
 from durable_subagents.worker._health import OpsServer, Readiness, telemetry_runtime
+from durable_subagents.worker._held import give_up_held_forever
 from durable_subagents.worker._held_log import say_held_once
 from durable_subagents.worker._interceptor import OperationsInterceptor
 from durable_subagents.worker._lifecycle import SessionsClosed
@@ -340,6 +341,7 @@ PASSTHROUGH_MODULES = (
             "wording._markdown",
             "wire._payloads",
             "wire._task",
+            "wire._notify",
             "wire._search_attributes",
             "connection._task_queue",
             "agents",
@@ -453,6 +455,13 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
         if settings.blob_sweep
         else None
     )
+    giver = (
+        asyncio.create_task(
+            give_up_held_forever(client, settings.task_queue, settings.fail_held_after)
+        )
+        if settings.fail_held_after is not None
+        else None
+    )
     try:
         async with worker:
             collect_less(settings.gc_threshold)
@@ -470,8 +479,9 @@ async def run_worker(settings: Settings, *, ready: asyncio.Event | None = None) 
                     settings.drain_timeout,
                 )
     finally:
-        if sweeper is not None:
-            sweeper.cancel()
+        for loop in (sweeper, giver):
+            if loop is not None:
+                loop.cancel()
         if ops is not None:
             await ops.stop()
 

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         AgentSpec,
     )
     from durable_subagents.spawn import model_label
+    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
     from durable_subagents.types import Message
     from durable_subagents.wire._payloads import (
         COMPACT_ACTIVITY,
@@ -51,6 +52,28 @@ MAX_COMPACTIONS_PER_TURN = 4
 the last resort turns every tool result into a note)."""
 
 _Result = TypeVar("_Result")
+
+
+MAX_QUEUED_INPUTS = 100
+"""Inputs (``send_input``) that may wait for the next turn; more are dropped."""
+
+
+def queued(text: object, inbox: list[str]) -> bool:
+    """Whether a ``send_input`` text may join the inbox (else it is dropped, and logged).
+
+    Checked as the client checks it (anyone who may signal the task can send one): no
+    text, over the prompt's size, or past ``MAX_QUEUED_INPUTS`` waiting is refused.
+    """
+    if not isinstance(text, str) or not text.strip():
+        workflow.logger.warning("input dropped: it is no text, or empty")
+        return False
+    if len(text.encode("utf-8", "replace")) > MAX_PROMPT_BYTES:
+        workflow.logger.warning("input dropped: over %d bytes", MAX_PROMPT_BYTES)
+        return False
+    if len(inbox) >= MAX_QUEUED_INPUTS:
+        workflow.logger.warning("input dropped: %d inputs wait already", MAX_QUEUED_INPUTS)
+        return False
+    return True
 
 
 def take_input(inbox: list[str]) -> list[Message]:

@@ -142,6 +142,19 @@ class Notifications:
         self._input = task_input
         return True
 
+    async def end(
+        self, task_input: TaskInput | None, worker_notifies: bool | None, task: NotifyTask
+    ) -> None:
+        """Notify the run's end, if it notifies.
+
+        A run that ends before any model turn answered (its first one failed, or it was
+        cancelled) does not know whether the workers notify (``worker_notifies`` None):
+        its event goes to the worker that delivers it, which posts it to its own URL or
+        drops it.
+        """
+        if self.enabled(task_input, worker_notifies is not False):
+            await self.ended(task)
+
     def paused(
         self, task: NotifyTask, pause_id: str | None, pending: list[PendingApproval]
     ) -> None:

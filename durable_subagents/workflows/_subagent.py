@@ -24,7 +24,14 @@ from durable_subagents.workflows._answers import accepted, answer_verdicts, feed
 from durable_subagents.workflows._approvals import Approvals, spawns_run, turn_verdicts
 from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._current_details import TaskView, current_details
-from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools, take_input, turn_input
+from durable_subagents.workflows._model_turns import MAX_QUEUED_INPUTS as MAX_QUEUED_INPUTS
+from durable_subagents.workflows._model_turns import (
+    ModelCalls,
+    WorkerTools,
+    queued,
+    take_input,
+    turn_input,
+)
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._outcomes import (
     TASK_ENDING_ERRORS,
@@ -33,6 +40,7 @@ from durable_subagents.workflows._outcomes import (
     tool_error,
     unanswered,
 )
+from durable_subagents.workflows._publish import MAX_IGNORED_WRITES as MAX_IGNORED_WRITES
 from durable_subagents.workflows._publish import Published, task_memo
 from durable_subagents.workflows._stream import TaskEvents, TaskStream, ended
 from durable_subagents.workflows._subtasks import SPAWN_TOOLS, ChildTasks, ParentLeft
@@ -50,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.context._output_schema import answer_json
     from durable_subagents.policy import Verdict
     from durable_subagents.spawn import model_label
-    from durable_subagents.spawn._task_input import MAX_PROMPT_BYTES
     from durable_subagents.types import (
         Message,
         PendingApproval,
@@ -62,6 +69,8 @@ with workflow.unsafe.imports_passed_through():
     from durable_subagents.wire._payloads import (
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
+        GIVE_UP_SIGNAL,
+        HELD_ERROR,
         REGISTER_CHILD_SIGNAL,
         RESERVE_TASK_UPDATE,
         SEND_INPUT_SIGNAL,
@@ -78,12 +87,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
     )
     from durable_subagents.wire._stream_items import FORWARD_SIGNAL, StreamForward
-
-
-MAX_QUEUED_INPUTS = 100
-"""Inputs (``send_input``) that may wait for the next turn; more are dropped."""
-MAX_IGNORED_WRITES = 20
-"""Memo writes one run makes to show ignored decisions; later ones are kept unwritten."""
 
 
 @workflow.defn(name=WORKFLOW)
@@ -132,8 +135,8 @@ class SubagentWorkflow:
         """The blob the output schema was stored as by this run's first turn."""
         self._notes = Notifications()
         """The run's events for its ``notify_url`` (see ``_notify``)."""
-        self._ignored_writes = 0
-        """Memo writes this run made for ignored decisions (``MAX_IGNORED_WRITES``)."""
+        self._given_up: str | None = None
+        """Why the task is to fail if a bug holds it (``give_up``)."""
 
     # ------------------------------------------------------------------ signals / queries
 
@@ -145,14 +148,7 @@ class SubagentWorkflow:
         one): an input that is no text or over the prompt's size, or one past
         ``MAX_QUEUED_INPUTS`` waiting, is dropped and logged.
         """
-        if not isinstance(text, str) or not text.strip():
-            workflow.logger.warning("input dropped: it is no text, or empty")
-            return
-        if len(text.encode("utf-8", "replace")) > MAX_PROMPT_BYTES:
-            workflow.logger.warning("input dropped: over %d bytes", MAX_PROMPT_BYTES)
-            return
-        if len(self._inbox) >= MAX_QUEUED_INPUTS:
-            workflow.logger.warning("input dropped: %d inputs wait already", MAX_QUEUED_INPUTS)
+        if not queued(text, self._inbox):
             return
         self._inbox.append(text)
         line = " ".join(text.split())
@@ -189,18 +185,10 @@ class SubagentWorkflow:
             self._publish(TaskStatus.PAUSED)
 
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None) -> None:
-        """Drop a stale decision, and say so in the memo (and so in the task's events).
-
-        At most ``MAX_IGNORED_WRITES`` such memo writes a run: a flood of stale
-        decisions (anyone who may signal can send them) costs a bounded history.
-        """
+        """Drop a stale decision, and say so in the memo (and so in the task's events)."""
         self._approvals.ignore(decisions, why, call_ids)
         self._events.event("decision_ignored", f"pause {decisions.pause_id}: {why}")
-        ignored = self._approvals.ignored
-        self._published.memo["ignored_decisions"] = ignored
-        if self._ignored_writes < MAX_IGNORED_WRITES:
-            self._ignored_writes += 1
-            workflow.upsert_memo({"ignored_decisions": ignored})
+        self._published.show_ignored(self._approvals.ignored)
 
     @workflow.update(name=RESERVE_TASK_UPDATE)
     def reserve_tree_task(self, task_id: str) -> None:
@@ -211,6 +199,11 @@ class SubagentWorkflow:
     def _reservation_allowed(self, task_id: str) -> None:
         """Refused before it reaches the history: no id, or no room left in the tree."""
         self._tree.check(task_id)
+
+    @workflow.signal(name=GIVE_UP_SIGNAL)
+    def give_up(self, reason: str) -> None:
+        """Fail, rather than stay held, if a bug in workflow code holds the task."""
+        self._given_up = reason[:500] if isinstance(reason, str) and reason else "given up"
 
     @workflow.signal(name=FORWARD_SIGNAL)
     def stream_forward(self, batch: StreamForward) -> None:
@@ -274,9 +267,15 @@ class SubagentWorkflow:
             result = loop.result()
         except TASK_ENDING_ERRORS as err:
             raise await self._fail(error_message(err), "TaskFailed") from err
-        # Anything else is a bug of workflow code (or of a library it calls): it fails
-        # this workflow task, which Temporal retries, so the task is held at its last
-        # recorded step, and shown as retrying, until a worker with a fix resumes it.
+        except Exception as err:
+            # Anything else is a bug of workflow code (or of a library it calls): it fails
+            # this workflow task, which Temporal retries, so the task is held at its last
+            # recorded step, and shown as retrying, until a worker with a fix resumes it;
+            # unless a worker gave it up (SUBAGENTS_FAIL_HELD_AFTER): then it fails.
+            if self._given_up is None:
+                raise
+            message = f"{self._given_up}: {type(err).__name__}: {err}"
+            raise await self._fail(message, HELD_ERROR) from err
         await self._background.settle()
         await self._notify_end(result.stop_reason, result.error)
         return await self._closed(result)
@@ -313,14 +312,9 @@ class SubagentWorkflow:
         )
 
     async def _notify_end(self, stop_reason: str | None, error: str | None) -> None:
-        """Notify the run's end (its status is the one just published).
-
-        A run that ends before any model turn answered (its first one failed, or it was
-        cancelled) does not know whether the workers notify: its event goes to the
-        worker that delivers it, which posts it to its own URL or drops it.
-        """
-        if self._notes.enabled(self._input, self._worker.notifies is not False):
-            await self._notes.ended(self._notify_task(self._status, stop_reason, error))
+        """Notify the run's end, its status the one just published (``Notifications.end``)."""
+        task = self._notify_task(self._status, stop_reason, error)
+        await self._notes.end(self._input, self._worker.notifies, task)
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:
