@@ -118,7 +118,7 @@ class SubagentWorkflow:
         """The tree's count of tasks, kept by its top task (``reserve_tree_task``)."""
         self._children = ChildTasks(self._republish, self._background, self._tree)
         self._time_limit_from: datetime | None = None
-        self._adopted = RegisteredTasks()
+        self._adopted = RegisteredTasks(self._background)
         self._unread_pending = 0
         self._child_share: int | None = None
         """Each child's token budget when this turn spawns (see ``budget.child_share``)."""
@@ -629,7 +629,7 @@ class SubagentWorkflow:
             model=self._model,
             runs=self._runs + 1,
             children=self._children.finished,
-            adopted=self._adopted.ids,
+            adopted=self._adopted.carried,
             time_limit_from=self._time_limit_from,
             invalid_answers=self._invalid_answers,
             context=self._models.context,

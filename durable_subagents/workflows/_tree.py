@@ -18,6 +18,8 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+from durable_subagents.workflows._background import Background
+
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.agents import AgentSpec, resolve_agent
     from durable_subagents.agents._spec import SPAWN_TOOLS
@@ -215,6 +217,23 @@ OWN_TASKS_PATCH = "registered-tasks-checked"
 """Runs from here on check each registered task's parent before cancelling it."""
 
 
+CHECKED_PATCH = "registrations-checked-on-arrival"
+"""Runs from here on check each registration when it arrives, not only at the end."""
+
+
+async def _own(task_ids: list[str]) -> list[str]:
+    """Those of ``task_ids`` whose ``SubagentParent`` is this task (``own_registered_tasks``)."""
+    own: list[str] = await workflow.execute_activity(
+        OWN_TASKS_ACTIVITY,
+        args=[workflow.info().workflow_id, task_ids],
+        result_type=list[str],
+        start_to_close_timeout=timedelta(seconds=60),
+        retry_policy=RetryPolicy(maximum_attempts=5),
+        summary="check registered tasks",
+    )
+    return own
+
+
 class RegisteredTasks:
     """Tasks spawned through the client that named this one as their parent.
 
@@ -226,25 +245,59 @@ class RegisteredTasks:
         ids: The registered task ids, not yet cancelled (carried over a continue-as-new).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, background: Background | None = None) -> None:
         self.ids: list[str] = []
+        self._background = background
+        self._unchecked: list[str] = []
+        """Registered, not yet checked to name this task as their parent."""
+        self._checking: list[str] = []
+        """Those being checked now (``own_registered_tasks``)."""
+
+    @property
+    def carried(self) -> list[str]:
+        """What a continue-as-new carries: every registration, checked or not."""
+        return [*self.ids, *self._checking, *self._unchecked]
 
     def register(self, task_id: str) -> None:
         """Take a ``register_child`` signal's task, if it may be one.
 
         Only an id a task may have, never this task's own, and at most
         ``MAX_REGISTERED`` of them (a signal anyone may send must not grow the task
-        without bound).
+        without bound). Each is checked, in the background, to name this task as its
+        parent (``SubagentParent``) before it counts: a flood of forged ids is dropped
+        within an activity's time and cannot keep this task's own children out.
         """
         if not isinstance(task_id, str) or not TASK_ID.fullmatch(task_id):
             workflow.logger.warning("registration dropped: %.80r is no task id", task_id)
             return
-        if task_id == workflow.info().workflow_id:
+        if task_id == workflow.info().workflow_id or task_id in self.carried:
             return
-        if len(self.ids) >= MAX_REGISTERED and task_id not in self.ids:
+        checked = self._background is not None and workflow.patched(CHECKED_PATCH)
+        waiting = self._unchecked if checked else self.ids
+        if len(waiting) >= MAX_REGISTERED:
             workflow.logger.warning("registration dropped: %d tasks registered", MAX_REGISTERED)
             return
-        self.add(task_id)
+        waiting.append(task_id)
+        if checked and not self._checking and self._background is not None:
+            self._background.start(self._check(), "checking registered tasks")
+
+    async def _check(self) -> None:
+        """Keep those of the registrations that name this task as their parent."""
+        while self._unchecked:
+            self._checking, self._unchecked = self._unchecked, []
+            try:
+                own = await _own(self._checking)
+            finally:
+                batch, self._checking = self._checking, []
+            for task_id in own:
+                if len(self.ids) < MAX_REGISTERED and task_id not in self.ids:
+                    self.ids.append(task_id)
+            if len(own) < len(batch):
+                workflow.logger.warning(
+                    "registrations dropped: %d of %d name another parent, or no task",
+                    len(batch) - len(own),
+                    len(batch),
+                )
 
     def add(self, task_id: str) -> None:
         """Register a task (once however often its signal comes)."""
@@ -262,15 +315,9 @@ class RegisteredTasks:
         ``SubagentParent`` is this task are cancelled (``own_registered_tasks``), so a
         forged registration cannot reach a stranger's task.
         """
-        ids, self.ids = self.ids, []
+        ids, self.ids, self._unchecked = self.carried, [], []
         if ids and workflow.patched(OWN_TASKS_PATCH):
-            ids = await workflow.execute_activity(
-                OWN_TASKS_ACTIVITY,
-                args=[workflow.info().workflow_id, ids],
-                result_type=list[str],
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=5),
-            )
+            ids = await _own(ids)
 
         async def cancel(task_id: str) -> None:
             try:
