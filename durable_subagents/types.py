@@ -377,7 +377,8 @@ class TaskInfo(BaseModel):
     model: str | None = None
     run_id: str | None = None
     ignored_decisions: list[IgnoredDecision] = Field(default_factory=list)
-    """The newest decisions the task dropped as stale (also in ``watch``'s events)."""
+    """The newest decisions the task dropped as stale, as of the memo's last write (a stale
+    decision never writes it itself: ``watch``'s ``decision_ignored`` events say it at once)."""
     unread_input: int = 0
     """Inputs the task received but never read, because it ended first."""
     retrying: str | None = None

@@ -53,6 +53,7 @@ async def history_events(
     """
     converter = client.data_converter
     status: TaskStatus | None = None
+    said_ignored: list[Any] = []
     live = LiveTurn(client, task_id, resolve_text)
     while True:
         handle = client.get_workflow_handle(task_id, run_id=run_id)
@@ -137,15 +138,16 @@ async def history_events(
             elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if "ignored_decisions" in fields:
+                    # Shown with the memo's next write: each new one since the last.
                     ignored = await decoded(converter, fields["ignored_decisions"], list)
-                    if ignored:
-                        last = ignored[-1]
+                    for entry in (e for e in ignored if e not in said_ignored):
                         yield TaskEvent(
                             kind="decision_ignored",
                             task_id=task_id,
                             time=time,
-                            summary=f"pause {last['pause_id']}: {last['reason']}",
+                            summary=f"pause {entry['pause_id']}: {entry['reason']}",
                         )
+                    said_ignored = ignored
                 if "status" in fields:
                     new = TaskStatus(await decoded(converter, fields["status"], str))
                     if new != status:

@@ -92,10 +92,6 @@ def task_memo(
     return memo
 
 
-MAX_IGNORED_WRITES = 20
-"""Memo writes one run makes to show ignored decisions; later ones are kept unwritten."""
-
-
 class Published:
     """What the task last published, so that only what changed is written again.
 
@@ -110,8 +106,8 @@ class Published:
         self._background = background
         self._search_attributes: tuple[str, int] | None = None
         self._reported: tuple[str, str | None, int] | None = None
-        self._ignored_writes = 0
-        """Memo writes this run made for ignored decisions (``MAX_IGNORED_WRITES``)."""
+        self.ignored: list[dict[str, Any]] = []
+        """The newest ignored decisions, shown with the memo's next write."""
 
     def progress_due(self) -> bool:
         """Whether progress alone may be written (``PROGRESS_EVERY`` since the last write)."""
@@ -119,24 +115,19 @@ class Published:
         return last is None or workflow.now() - last >= PROGRESS_EVERY
 
     def write_memo(self, memo: dict[str, Any]) -> None:
-        """Upsert the keys of ``memo`` that changed."""
+        """Upsert the keys of ``memo`` that changed (and the ignored decisions, if new).
+
+        An ignored decision never writes the memo by itself (anyone who may signal can
+        send stale ones): it is said at once in the task's events, and shown in the
+        memo with its next write.
+        """
+        if self.ignored:
+            memo = {**memo, "ignored_decisions": self.ignored}
         changed = {k: v for k, v in memo.items() if self.memo.get(k) != v}
         if changed:
             self.memo.update(changed)
             workflow.upsert_memo(changed)
             self.progress_at = workflow.now()
-
-    def show_ignored(self, ignored: list[dict[str, Any]]) -> None:
-        """Show the newest ignored decisions in the memo.
-
-        At most ``MAX_IGNORED_WRITES`` such writes a run: a flood of stale decisions
-        (anyone who may signal can send them) costs a bounded history; later ones wait
-        for the next write of the memo.
-        """
-        self.memo["ignored_decisions"] = ignored
-        if self._ignored_writes < MAX_IGNORED_WRITES:
-            self._ignored_writes += 1
-            workflow.upsert_memo({"ignored_decisions": ignored})
 
     def write_search_attributes(self, status: TaskStatus, turns: int) -> None:
         """Upsert the status and turns when the status changed."""

@@ -40,7 +40,6 @@ from durable_subagents.workflows._outcomes import (
     tool_error,
     unanswered,
 )
-from durable_subagents.workflows._publish import MAX_IGNORED_WRITES as MAX_IGNORED_WRITES
 from durable_subagents.workflows._publish import Published, task_memo
 from durable_subagents.workflows._stream import TaskEvents, TaskStream, ended
 from durable_subagents.workflows._subtasks import SPAWN_TOOLS, ChildTasks, ParentLeft
@@ -185,10 +184,10 @@ class SubagentWorkflow:
             self._publish(TaskStatus.PAUSED)
 
     def _ignore(self, decisions: Decisions, why: str, call_ids: list[str] | None) -> None:
-        """Drop a stale decision, and say so in the memo (and so in the task's events)."""
+        """Drop a stale decision: said in the task's events, in the memo when next written."""
         self._approvals.ignore(decisions, why, call_ids)
         self._events.event("decision_ignored", f"pause {decisions.pause_id}: {why}")
-        self._published.show_ignored(self._approvals.ignored)
+        self._published.ignored = self._approvals.ignored
 
     @workflow.update(name=RESERVE_TASK_UPDATE)
     def reserve_tree_task(self, task_id: str) -> None:
