@@ -340,3 +340,54 @@ async def test_an_approval_timeout_two_levels_down_rejects_as_at_the_top(
     [result] = tool_results(await leads.get_transcript(tree[2]))
     assert result.is_error and "approval timed out after 1s" in result.content, result.content
     assert not (workspace / "t.txt").exists()
+
+
+def lead_then_text(text: str) -> Any:
+    """A lead that spawns ``claude-helper``, waits, and answers with what it read."""
+
+    def reply(body: dict[str, Any]) -> FakeReply:
+        results = [m for m in body.get("messages") or [] if m.get("role") == "tool"]
+        if not results:
+            spawn = {"agent": "claude-helper", "prompt": "answer"}
+            return FakeReply(tool_calls=[{"name": "spawn_subagent", "arguments": spawn}])
+        if len(results) == 1:
+            return FakeReply(tool_calls=[{"name": "wait_subagents", "arguments": {}}])
+        return FakeReply(text=f"{text}: {results[-1]['content']}")
+
+    return reply
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_a_child_runs_on_its_agents_own_model_of_another_provider(
+    allowed: bool,
+    leads: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    leads.agents["claude-helper"] = AgentSpec(
+        name="claude-helper", description="Answers", model=MODELS["anthropic"], tools=[]
+    )
+    # The worker allows what its SUBAGENTS_MODELS says: here both, or OpenAI's alone.
+    models = "openai:*,anthropic:*" if allowed else "openai:*"
+    worker_settings = settings.model_copy(update={"model": MODELS["openai"], "models": models})
+    async with model_api(monkeypatch, "openai", responder=lead_then_text("lead read")):
+        async with model_api(
+            monkeypatch, "anthropic", responder=lambda _: FakeReply(text="from claude")
+        ) as claude:
+            async with create_worker(temporal_client, worker_settings):
+                root = await leads.spawn_task("lead", "delegate", model=MODELS["openai"])
+                info = await leads.check_task(root, wait=True, timeout=CEILING)
+            answered = len(claude.outcomes)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [child] = await leads.list_tasks(parent_id=root)
+    child_info = await leads.check_task(child.id)
+    if allowed:
+        assert child_info.status == TaskStatus.COMPLETED, child_info.error
+        assert child_info.result == "from claude" and child_info.model == MODELS["anthropic"]
+        assert "from claude" in (info.result or "") and answered == 1
+    else:
+        assert child_info.status == TaskStatus.FAILED
+        assert "SUBAGENTS_MODELS" in (child_info.error or ""), child_info.error
+        assert answered == 0  # never called: the worker does not pay for it
+        assert "failed" in (info.result or "")
