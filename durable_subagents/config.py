@@ -25,9 +25,7 @@ from durable_subagents.agents._spec import (
     MAX_DEPTH_LIMIT,
 )
 from durable_subagents.connection._data_dir import default_data_dir as default_data_dir
-from durable_subagents.connection._setting_values import (
-    SECRET_ENV_NAME as SECRET_ENV_NAME,
-)
+from durable_subagents.connection._setting_values import SECRET_ENV_NAME as SECRET_ENV_NAME
 from durable_subagents.connection._setting_values import (
     check_model_patterns,
     deployment_version,
@@ -43,11 +41,9 @@ from durable_subagents.connection._temporal_config import (
 from durable_subagents.connection._tool_settings import ToolSettings
 from durable_subagents.errors import InvalidRequest
 from durable_subagents.policy._notify_url import normal_notify_url
+from durable_subagents.pricing import PricesFile
 from durable_subagents.runtime._event_loop import EventLoopChoice
-from durable_subagents.storage._blobstore import BlobStore
-from durable_subagents.storage._factory import open_blob_store
-from durable_subagents.storage._local import LocalBlobStore
-from durable_subagents.storage._sealing import KeyRing
+from durable_subagents.storage import BlobStore, KeyRing, LocalBlobStore, open_blob_store
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -151,6 +147,8 @@ class Settings(ToolSettings):
     ``provider:model`` glob patterns separated by commas (``openai:gpt-4.1*,anthropic:*``;
     ``*``: any model of the worker's providers). Empty: ``model`` only. A client given
     the same value refuses a spawn of any other model before it starts."""
+    prices: PricesFile = Field(None, validation_alias=AliasChoices("SUBAGENTS_PRICES", "prices"))
+    """Worker side: a JSON or TOML file of prices by ``provider:model`` (docs/models.md#prices)."""
     allow_scripted: bool = Field(
         False, validation_alias=AliasChoices("SUBAGENTS_ALLOW_SCRIPTED", "allow_scripted")
     )

@@ -17,7 +17,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+)
 
 from durable_subagents.agents._spec import AgentSpec, ReasoningEffort
 
@@ -87,6 +93,10 @@ class Usage(BaseModel):
     estimated: bool = False
     """Some of the counts are estimates: a server reported no usage for a call, so its
     tokens were counted as 4 characters of the request's and the answer's JSON a token."""
+    cost_usd: float | None = None
+    """What the tokens cost in USD, at the worker's prices (``docs/models.md#prices``),
+    rounded to a billionth of a dollar. A sum holds the parts that had a price: None
+    only when none had (a model without a price, or usage recorded before prices)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -96,7 +106,24 @@ class Usage(BaseModel):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             estimated=self.estimated or other.estimated,
+            cost_usd=_cost_sum(self.cost_usd, other.cost_usd),
         )
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_cost(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out while None: usage recorded before prices (and of models without
+        # one) is written as it always was, in memos, results and histories.
+        data: dict[str, Any] = handler(self)
+        if data.get("cost_usd", 0) is None:
+            del data["cost_usd"]
+        return data
+
+
+def _cost_sum(a: float | None, b: float | None) -> float | None:
+    """Two costs added, rounded as each is (9 places); None only when both are."""
+    if a is None or b is None:
+        return b if a is None else a
+    return round(a + b, 9)
 
 
 class ToolCall(BaseModel):
@@ -365,8 +392,13 @@ class TaskInfo(BaseModel):
     model answer (it failed or was stopped at its first model call)."""
     usage: Usage = Field(default_factory=Usage)
     tree_usage: Usage | None = None
-    """Usage of this task and of the subagents it spawned, theirs counted once they
-    finished; None when it spawned none."""
+    """Usage of this task and of every subagent below it, finished or running; None
+    when it spawned none. A running subagent counts with what its memo last said
+    (``check_task`` reads those of a running tree; ``list_tasks`` counts finished
+    subagents only)."""
+    tree_cost_usd: float | None = None
+    """What this task and every subagent below it cost in USD (``tree_usage``'s cost,
+    or ``usage``'s without subagents); None when no model they used had a price."""
     compactions: int = 0
     """Times the conversation was compacted to fit the model's context window (each is
     a ``compaction`` event of ``watch`` and a marked point of ``get_transcript``)."""

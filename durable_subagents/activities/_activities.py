@@ -63,6 +63,7 @@ from durable_subagents.context._output_schema import (
     schema_text,
 )
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError
+from durable_subagents.pricing import PriceTable, price_table
 from durable_subagents.providers import (
     ModelProvider,
     TextSink,
@@ -73,7 +74,7 @@ from durable_subagents.providers import (
 from durable_subagents.providers._allowlist import ModelAllowlist
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
-from durable_subagents.providers._windows import known_window
+from durable_subagents.providers._windows import known_window, maker_model
 from durable_subagents.storage._blobstore import BlobError, BlobNotFound, BlobStore
 from durable_subagents.storage._transcript import (
     INLINE_LIMIT,
@@ -87,10 +88,7 @@ from durable_subagents.telemetry._telemetry import (
     traced_model_turn,
     traced_tool,
 )
-from durable_subagents.tools import (
-    ToolContext,
-    ToolRegistry,
-)
+from durable_subagents.tools import ToolContext, ToolRegistry
 from durable_subagents.tools import _sandbox_host as sandbox_host
 from durable_subagents.tools._decorator import DecidedPath
 from durable_subagents.tools._limits import log_limit_mechanisms
@@ -100,13 +98,7 @@ from durable_subagents.tools._sandbox import BASE_ENV, overlay_dir_for
 from durable_subagents.tools._sandbox_host import overlay_problem, sandbox_state, tool_user
 from durable_subagents.tools._workspace_paths import rule_path, written_path
 from durable_subagents.tools.mcp._names import matches
-from durable_subagents.types import (
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    ToolSpec,
-)
+from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 from durable_subagents.wire._payloads import (
     ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
@@ -179,6 +171,7 @@ class SubagentActivities:
             turn of any other fails its task with ``ModelNotAllowed``. None: any model.
         max_depth: The deepest tree a task this worker starts may have below it
             (``Settings.max_depth``), which the task records and keeps.
+        prices: What models cost (``pricing.price_table``); None: the built-in prices.
     """
 
     def __init__(
@@ -211,6 +204,7 @@ class SubagentActivities:
         activity_options: ActivityOptions = DEFAULT_ACTIVITY_OPTIONS,
         models: ModelAllowlist | None = None,
         max_depth: int = DEFAULT_WORKER_DEPTH,
+        prices: PriceTable | None = None,
     ) -> None:
         self.store = store
         self.transcript = Transcript(store, transcript_cache_bytes)
@@ -244,6 +238,7 @@ class SubagentActivities:
         self.activity_options = activity_options.with_defaults()
         self.models = models
         self.max_depth = max_depth
+        self.prices = prices or price_table()
         if overlay_dir is not None:
             # What a worker that died mid-call left on this host: never applied.
             sweep_at_start(overlay_dir)
@@ -400,7 +395,7 @@ class SubagentActivities:
             text=text,
             text_ref=text_ref,
             tool_calls=calls,
-            usage=response.usage,
+            usage=self.prices.priced(full_name, response.usage, maker_model(full_name)),
             stop_reason=response.stop_reason,
             model=full_name,
             output=judged.output if judged else None,

@@ -37,6 +37,7 @@ from durable_subagents.context._context import (
 )
 from durable_subagents.providers import ModelProvider
 from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
+from durable_subagents.providers._windows import maker_model
 from durable_subagents.storage._transcript import INLINE_LIMIT
 from durable_subagents.types import Compaction, Message, ModelRequest, ToolCall, Usage
 from durable_subagents.wire._payloads import CompactInput, CompactResult, ContextInput
@@ -193,6 +194,7 @@ async def compact(acts: ActivityRole, input: CompactInput) -> CompactResult:
     marker = Message(role="system", content=content, content_ref=ref, compaction=mark)
     head = await acts.transcript.append(task_id, turn.head, [marker])
     activity.logger.info("task %s: %s", task_id, mark.model_dump_json())
+    usage = acts.prices.priced(full_name, usage, maker_model(full_name)) if written else usage
     return CompactResult(head=head, compaction=mark, usage=usage)
 
 

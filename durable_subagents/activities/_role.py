@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from durable_subagents.activities._workspaces import HeldWorkspace
     from durable_subagents.context._live_text import LiveText
+    from durable_subagents.pricing import PriceTable
     from durable_subagents.providers import ModelProvider, TextSink
     from durable_subagents.storage._blobstore import BlobStore
     from durable_subagents.storage._transcript import Transcript
@@ -37,6 +38,7 @@ class ActivityRole(Protocol):
     tools: ToolRegistry
     tool_user: tuple[int, int] | None
     compact_at: float
+    prices: PriceTable
 
     async def complete(
         self,

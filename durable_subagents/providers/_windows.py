@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._names import CLAUDE_PLATFORMS, claude_model
 
-__all__ = ["CONTEXT_WINDOWS", "known_window"]
+__all__ = ["CONTEXT_WINDOWS", "known_window", "maker_model"]
 
 CONTEXT_WINDOWS: dict[str, int] = {
     # OpenAI: the input limit (GPT-5's 400K window holds 272K of input and 128K of output)
@@ -29,16 +29,27 @@ CONTEXT_WINDOWS: dict[str, int] = {
 """Window in tokens by ``provider:model`` prefix; the longest prefix that matches wins."""
 
 
+def maker_model(model: str) -> str:
+    """The same model as its maker's own API names it (``provider:model``).
+
+    A model behind the Responses API is the one behind Chat Completions
+    (``openai:...``), and a Claude model on Bedrock or Vertex the one on Anthropic's
+    API (``anthropic:claude-...``, see ``claude_model``); other names are as given.
+    """
+    provider, _, name = model.partition(":")
+    if provider == "openai-responses":
+        return f"openai:{name}"
+    if provider in CLAUDE_PLATFORMS:
+        return f"anthropic:{claude_model(provider, name)}"
+    return model
+
+
 def known_window(model: str) -> int | None:
     """The context window of a ``provider:model`` name from ``CONTEXT_WINDOWS``, or None.
 
     A model behind the Responses API has the window it has behind Chat Completions, and
     a Claude model on Bedrock or Vertex the one it has on Anthropic's API.
     """
-    provider, _, name = model.partition(":")
-    if provider == "openai-responses":
-        model = f"openai:{name}"
-    elif provider in CLAUDE_PLATFORMS:
-        model = f"anthropic:{claude_model(provider, name)}"
+    model = maker_model(model)
     matches = [prefix for prefix in CONTEXT_WINDOWS if model.startswith(prefix)]
     return CONTEXT_WINDOWS[max(matches, key=len)] if matches else None

@@ -28,6 +28,7 @@ from durable_subagents.agents import ActivityOptions, parse_activity_options
 from durable_subagents.config import Settings
 from durable_subagents.connection._connect import connect_temporal
 from durable_subagents.errors import InvalidRequest, SearchAttributesMissing, SubagentError
+from durable_subagents.pricing import price_table
 from durable_subagents.providers import import_sdk
 from durable_subagents.storage._blobstore import BlobStore, check_blob_store
 from durable_subagents.telemetry._metrics import Labels
@@ -148,6 +149,7 @@ def worker_setup(
         activity_options=settings.activity_options,
         models=models,
         max_depth=settings.max_depth,
+        prices=price_table(settings.prices),
     )
     changed = settings.activity_options.changed()
     if changed:
