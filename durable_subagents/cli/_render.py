@@ -21,6 +21,7 @@ from rich.text import Text
 
 from durable_subagents.types import TaskInfo, TaskStatus, Usage
 from durable_subagents.wire._payloads import HELD_TOOL
+from durable_subagents.wording._money import usd
 from durable_subagents.wording._terminal import json_shown, shown
 
 Arguments = dict[str, dict[str, Any] | None]
@@ -144,17 +145,21 @@ def print_info(
 def usage_text(usage: Usage) -> str:
     """``in 12,400 (cached 11,000 · written 900) / out 310``: the cache parts of the input.
 
-    Usage a server did not report ends in ``(estimated)``.
+    Usage a server did not report ends in ``(estimated)``; a priced one in its cost
+    (`` · $0.0042``).
     """
     cache = ""
     if usage.cache_read_tokens or usage.cache_write_tokens:
         cache = f" (cached {usage.cache_read_tokens:,} · written {usage.cache_write_tokens:,})"
     estimated = " (estimated)" if usage.estimated else ""
-    return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}{estimated}"
+    cost = f" · {usd(usage.cost_usd)}" if usage.cost_usd is not None else ""
+    return f"in {usage.input_tokens:,}{cache} / out {usage.output_tokens:,}{estimated}{cost}"
 
 
 def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = None) -> list[str]:
-    """Tasks as aligned lines of id, agent, status, turns, age and description.
+    """Tasks as aligned lines of id, agent, status, turns, cost, age and description.
+
+    The cost is the task's and its finished subagents' (``-``: no model had a price).
 
     Ids and agent names are what ``check`` and ``spawn`` take: they are never cut or
     wrapped. The description gets the rest of ``width`` and is cut with ``…``.
@@ -167,12 +172,20 @@ def task_table(tasks: Sequence[TaskInfo], width: int, now: datetime | None = Non
     now = now or datetime.now(UTC)
     rows = [
         (
-            (shown(t.id), shown(t.agent), t.status.value, str(t.turns), age(t.created_at, now)),
+            (
+                shown(t.id),
+                shown(t.agent),
+                t.status.value,
+                str(t.turns),
+                usd(t.tree_cost_usd) if t.tree_cost_usd is not None else "-",
+                age(t.created_at, now),
+            ),
             shown(t.description),
         )
         for t in tasks
     ]
-    return plain_table(("id", "agent", "status", "turns", "age", "description"), rows, width, {3})
+    header = ("id", "agent", "status", "turns", "cost", "age", "description")
+    return plain_table(header, rows, width, {3, 4})
 
 
 def plain_table(

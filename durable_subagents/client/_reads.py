@@ -19,6 +19,7 @@ from durable_subagents.client._stream_watch import (
     stream_page,
 )
 from durable_subagents.client._task_state import InternalInfo, describe_task
+from durable_subagents.client._tree_usage import add_running_subagents
 from durable_subagents.errors import InvalidRequest, WrongTaskState
 from durable_subagents.storage._blobstore import BlobError
 from durable_subagents.storage._transcript import Transcript
@@ -174,4 +175,6 @@ class TaskReads:
             ) from None
 
     async def _info(self, task_id: str) -> InternalInfo:
-        return await describe_task(self.temporal, task_id)
+        info = await describe_task(self.temporal, task_id)
+        await add_running_subagents(self.temporal, info)
+        return info

@@ -87,6 +87,8 @@ def info_from(
         # The memo counts a turn from its start; a task that ended with no transcript
         # never had a model answer (it failed, or was stopped, at its first model call).
         turns = 0
+    usage = Usage.model_validate(memo.get("usage") or {})
+    tree_usage = Usage.model_validate(memo["tree_usage"]) if memo.get("tree_usage") else None
     return InternalInfo(
         id=task_id,
         run_id=run_id,
@@ -96,8 +98,9 @@ def info_from(
         result=memo.get("result_preview"),
         error=memo.get("error"),
         turns=turns,
-        usage=Usage.model_validate(memo.get("usage") or {}),
-        tree_usage=Usage.model_validate(memo["tree_usage"]) if memo.get("tree_usage") else None,
+        usage=usage,
+        tree_usage=tree_usage,
+        tree_cost_usd=(tree_usage or usage).cost_usd,
         compactions=int(memo.get("compactions") or 0),
         parent_id=memo.get("parent_id"),
         created_at=datetime.fromisoformat(created) if created else None,
@@ -214,6 +217,7 @@ async def _fill_result(
     info.turns = result.turns
     info.usage = result.usage
     info.tree_usage = result.tree_usage or info.tree_usage
+    info.tree_cost_usd = (info.tree_usage or info.usage).cost_usd
     info.compactions = max(result.compactions, info.compactions)
     info.model = result.model
     info.head = result.head

@@ -16,6 +16,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.types import PendingApproval, TaskStatus, Usage
     from durable_subagents.wording._markdown import code_span
+    from durable_subagents.wording._money import usd
 
 LISTED_CALLS = 20
 """Most calls listed one by one (the rest are counted)."""
@@ -43,7 +44,8 @@ class TaskView:
         running: Previews of the tool calls running now (``bash · ls``).
         queued: Tool calls of this turn waiting for a free slot.
         sandbox: How the worker runs commands (``none`` and ``unavailable`` are shown).
-        usage: Tokens so far (cache reads and writes shown apart).
+        usage: Tokens so far (cache reads and writes shown apart), and their cost.
+        tree_usage: This task's usage and its finished subagents' (when it has any).
         compactions: Times the conversation was compacted.
         compacting: Whether a compaction is running.
     """
@@ -61,6 +63,7 @@ class TaskView:
     queued: int = 0
     sandbox: str | None = None
     usage: Usage | None = None
+    tree_usage: Usage | None = None
     compactions: int = 0
     compacting: bool = False
 
@@ -91,7 +94,10 @@ def current_details(view: TaskView) -> str:
 
 
 def _usage_line(view: TaskView) -> str:
-    """``Tokens in 12,400 (cache read 11,000, written 900) · out 310 · compacted once``."""
+    """``Tokens in 12,400 (cache read 11,000, written 900) · out 310 · cost $0.0128``.
+
+    Then what the task and its finished subagents cost, and how often it was compacted.
+    """
     usage = view.usage
     parts = []
     if usage is not None and (usage.input_tokens or usage.output_tokens):
@@ -101,6 +107,11 @@ def _usage_line(view: TaskView) -> str:
                 f" (cache read {usage.cache_read_tokens:,}, written {usage.cache_write_tokens:,})"
             )
         parts.append(f"Tokens in {usage.input_tokens:,}{cache} · out {usage.output_tokens:,}")
+    if usage is not None and usage.cost_usd is not None:
+        parts.append(f"cost {usd(usage.cost_usd)}")
+    tree = view.tree_usage
+    if tree is not None and tree.cost_usd is not None:
+        parts.append(f"with its subagents {usd(tree.cost_usd)}")
     if view.compactions:
         times = "once" if view.compactions == 1 else f"{view.compactions} times"
         parts.append(f"compacted {times} to fit the model's context window")

@@ -751,6 +751,7 @@ class SubagentWorkflow:
             queued=self._tools.queued,
             sandbox=self._worker.sandbox,
             usage=self._usage,
+            tree_usage=self._tree_usage(),
             compactions=self._compactions,
             compacting=self._models.compacting,
         )
@@ -758,9 +759,7 @@ class SubagentWorkflow:
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""
-        if not self._children.count:
-            return None
-        return self._usage + self._children.usage()
+        return self._usage + self._children.usage() if self._children.count else None
 
 
 __all__ = ["SubagentWorkflow"]

@@ -132,14 +132,15 @@ async def test_ls_fits_80_columns_by_cutting_descriptions_never_ids_or_names(
         return lines if len(lines) == 3 else []
 
     lines = await eventually(table, "both tasks in the table")
-    assert lines[0].split() == ["id", "agent", "status", "turns", "age", "description"], lines
+    header = ["id", "agent", "status", "turns", "cost", "age", "description"]
+    assert lines[0].split() == header, lines
     assert all(len(line) <= 80 for line in lines), lines  # a pipe: 80 columns
-    newest, oldest = (line.split(maxsplit=5) for line in lines[1:])
-    assert newest[:4] == [spawned[1], "explore", "pending", "0"]
-    assert newest[5] == "a short one"
-    assert oldest[:4] == [spawned[0], "code-rev", "pending", "0"]
-    assert re.fullmatch(r"\d+[smh]", oldest[4]) and re.fullmatch(r"\d+[smh]", newest[4])
-    assert oldest[5].startswith("review the retry") and oldest[5].endswith("…")
+    newest, oldest = (line.split(maxsplit=6) for line in lines[1:])
+    assert newest[:5] == [spawned[1], "explore", "pending", "0", "-"]
+    assert newest[6] == "a short one"
+    assert oldest[:5] == [spawned[0], "code-rev", "pending", "0", "-"]
+    assert re.fullmatch(r"\d+[smh]", oldest[5]) and re.fullmatch(r"\d+[smh]", newest[5])
+    assert oldest[6].startswith("review the retry") and oldest[6].endswith("…")
     assert len(lines[2]) == 80, lines  # cut to the width, not wrapped
     limited = ok(await arun("ls", "--parent", parent, "--limit", "1", env=env)).out.splitlines()
     assert [line.split()[0] for line in limited] == ["id", spawned[1]]

@@ -169,10 +169,22 @@ function callSection(view, call) {
   return el("article", { class: "call", data: { call: call.call_id } }, ...parts);
 }
 
+// A cost as the command line shows it: cents from a dollar up, else up to six decimals.
+function usd(value) {
+  if (value >= 1) return "$" + value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  if (value > 0 && value < 0.000001) return "<$0.000001";
+  return "$" + value.toFixed(6).replace(/\.?0+$/, "");
+}
+
+// What the task and every subagent below it cost so far, where its models have prices.
+function costText(task) {
+  return task.tree_cost_usd == null ? "" : " · cost " + usd(task.tree_cost_usd);
+}
+
 function entrySection(entry, view) {
   const task = entry.task;
   const link = webUiLink(view.web_ui || entry.web_ui);
-  const meta = el("p", { class: "meta" }, "agent " + task.agent + " · pause " + view.pause_id + " · ");
+  const meta = el("p", { class: "meta" }, "agent " + task.agent + costText(task) + " · pause " + view.pause_id + " · ");
   if (link) meta.append(link);
   const section = el(
     "section",
