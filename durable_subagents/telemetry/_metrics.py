@@ -28,6 +28,7 @@ __all__ = [
     "MODEL_TURN_SECONDS",
     "Labels",
     "record_compaction",
+    "record_model_cost",
     "record_model_turn",
     "record_sandbox_failure",
     "record_task_finished",
@@ -43,12 +44,14 @@ TASKS_HELD = "subagents_tasks_held"
 TASKS_PAUSED = "subagents_tasks_paused"
 MODEL_TURN_SECONDS = "subagents_model_turn_seconds"
 MODEL_TOKENS = "subagents_model_tokens"
+MODEL_COST = "subagents_model_cost_usd"
 TOOL_CALLS = "subagents_tool_calls"
 SANDBOX_FAILURES = "subagents_sandbox_start_failures"
 COMPACTIONS = "subagents_compactions"
 
 HISTOGRAM_BUCKETS: Mapping[str, list[float]] = {
     MODEL_TURN_SECONDS: [0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160, 320, 600],
+    MODEL_COST: [0.0001, 0.001, 0.01, 0.1, 1, 10],
 }
 """Bucket bounds for the product's histograms (model turns take seconds to minutes)."""
 
@@ -158,6 +161,17 @@ def record_model_turn(
         for kind, count in tokens.items():
             if count > 0:
                 counter.add(count, {"model": model, "kind": kind})
+
+
+def record_model_cost(meter: MetricMeter, *, model: str, agent: str, usd: float) -> None:
+    """What one model call cost (a turn, or a compaction's summary), at the worker's prices.
+
+    A histogram: its ``_sum`` is the money spent by model and agent, its ``_count`` the
+    calls priced. Calls of a model without a price are not recorded.
+    """
+    meter.create_histogram_float(
+        MODEL_COST, "Model calls' cost at the worker's prices, by model and agent", "USD"
+    ).record(usd, {"model": model, "agent": agent})
 
 
 def record_tool_call(meter: MetricMeter, *, tool: str, outcome: str) -> None:

@@ -390,14 +390,20 @@ def traced_compaction(
     return _traced(COMPACTION_SPAN, _compaction_begins, _compaction_ends)(fn)
 
 
-def _usage_attributes(usage: Usage) -> dict[str, int]:
-    """OpenTelemetry GenAI usage attributes; the cache counts are part of the input's."""
-    return {
+def _usage_attributes(usage: Usage) -> dict[str, int | float]:
+    """OpenTelemetry GenAI usage attributes; the cache counts are part of the input's.
+
+    ``subagent.cost_usd`` (the worker's price of the usage) only where the model has one.
+    """
+    attributes: dict[str, int | float] = {
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
         "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
     }
+    if usage.cost_usd is not None:
+        attributes["subagent.cost_usd"] = usage.cost_usd
+    return attributes
 
 
 def traced_tool(

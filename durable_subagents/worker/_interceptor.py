@@ -40,6 +40,7 @@ from durable_subagents.wire._payloads import (
     WORKFLOW,
     CompactInput,
     CompactResult,
+    ModelTurnInput,
     ModelTurnResult,
     TaskInput,
     ToolCallInput,
@@ -97,6 +98,13 @@ class _Activities(ActivityInboundInterceptor):
                     agent=self.labels.agent(agent or ""),
                     kind="summary" if compacted.compaction.model_calls else "notes",
                 )
+                if compacted.usage.cost_usd is not None and isinstance(args, CompactInput):
+                    _metrics.record_model_cost(
+                        activity.metric_meter(),
+                        model=self._model(args.turn.model),
+                        agent=self.labels.agent(agent or ""),
+                        usd=compacted.usage.cost_usd,
+                    )
             return compacted
         if kind not in (MODEL_TURN_ACTIVITY, RUN_TOOL_ACTIVITY):
             return await super().execute_activity(input)
@@ -148,14 +156,16 @@ class _Activities(ActivityInboundInterceptor):
                     "cache_write": getattr(usage, "cache_write_tokens", 0),
                 }
             _metrics.record_model_turn(
-                meter,
-                model=named_model(
-                    name, self.labels.default_model, self.labels.models, self.labels.endpoints
-                ),
-                outcome=outcome,
-                seconds=seconds,
-                tokens=tokens,
+                meter, model=self._model(name), outcome=outcome, seconds=seconds, tokens=tokens
             )
+            if isinstance(result, ModelTurnResult) and result.usage.cost_usd is not None:
+                agent = args.agent_name if isinstance(args, ModelTurnInput) else ""
+                _metrics.record_model_cost(
+                    meter,
+                    model=self._model(name),
+                    agent=self.labels.agent(agent),
+                    usd=result.usage.cost_usd,
+                )
             for read in result.read_results.values() if answered else ():
                 # the reads the turn ran itself count as the calls they are
                 outcome = "error" if read.is_error else "ok"
@@ -169,6 +179,10 @@ class _Activities(ActivityInboundInterceptor):
         else:
             tool = args.call.name if isinstance(args, ToolCallInput) else ""
         _metrics.record_tool_call(meter, tool=self.labels.tool(tool), outcome=outcome)
+
+    def _model(self, name: str) -> str:
+        labels = self.labels
+        return named_model(name, labels.default_model, labels.models, labels.endpoints)
 
 
 def _what(kind: str) -> str:
