@@ -111,14 +111,14 @@ class PriceTable:
 
         The worker prices usage where it is made (the model activity), so that
         workflows only add up recorded costs. A model without a price is said once in
-        the log, and its usage keeps no cost.
+        the log (a scripted one never: it bills nothing), and its usage keeps no cost.
         """
         cost = self.cost(model, usage, same_as)
         if cost is not None:
             return usage.model_copy(update={"cost_usd": cost})
-        if model not in self._unpriced:
+        if model not in self._unpriced and model.partition(":")[0] != "scripted":
             self._unpriced.add(model)
-            log.info(
+            log.warning(
                 "model %s has no price: its usage is counted without a cost "
                 "(SUBAGENTS_PRICES can give one; see docs/models.md#prices)",
                 model,
