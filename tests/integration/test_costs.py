@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents.cli.inbox import Grant, Inbox, Role
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeAnthropicServer, FakeOpenAIServer, free_port
 from durable_subagents.wire._payloads import MODEL_TURN_ACTIVITY, ModelTurnResult
@@ -279,6 +280,15 @@ async def test_a_running_trees_cost_counts_its_running_subagents(
             )
 
         await eventually(counted, "the running child's cost in its parent's tree")
+        # the inbox shows the paused tree, its cost the same
+        inbox = Inbox(client, task_queue=priced_settings.task_queue, poll=0)
+
+        async def shown() -> bool:
+            [entry] = (await inbox.view(Grant("person", Role.APPROVER))).entries
+            tree = await client.check_task(task_id)
+            return entry.task.id == task_id and entry.task.tree_cost_usd == tree.tree_cost_usd
+
+        await eventually(shown, "the tree's cost on the inbox")
         await client.approve(task_id)
         done = await client.check_task(
             task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id

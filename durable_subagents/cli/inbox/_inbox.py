@@ -28,6 +28,7 @@ from durable_subagents.cli.inbox._access import Grant
 from durable_subagents.client import SubagentClient
 from durable_subagents.client._decisions import MAX_REASON_BYTES
 from durable_subagents.client._task_state import info_from, quote
+from durable_subagents.client._tree_usage import add_running_subagents
 from durable_subagents.errors import PayloadEncryptionError, TaskNotFound, WrongTaskState
 from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
 from durable_subagents.wire import _search_attributes as sa
@@ -487,6 +488,7 @@ class Inbox:
                 continue  # a task under a key this server lacks: nothing to show of it
             info = info_from(execution.id, execution.run_id, WorkflowExecutionStatus.RUNNING, memo)
             if info.status == TaskStatus.PAUSED:
+                await add_running_subagents(self.client.temporal, info)  # the tree's cost
                 infos.append(info.public())
                 self._remember(info)
         infos.sort(key=lambda i: i.created_at.timestamp() if i.created_at else 0.0)
