@@ -25,7 +25,9 @@ from durable_subagents.agents._spec import (
     MAX_DEPTH_LIMIT,
 )
 from durable_subagents.connection._data_dir import default_data_dir as default_data_dir
-from durable_subagents.connection._setting_values import SECRET_ENV_NAME as SECRET_ENV_NAME
+from durable_subagents.connection._setting_values import (
+    SECRET_ENV_NAME as SECRET_ENV_NAME,
+)
 from durable_subagents.connection._setting_values import (
     check_model_patterns,
     deployment_version,
@@ -43,7 +45,10 @@ from durable_subagents.errors import InvalidRequest
 from durable_subagents.policy._notify_url import normal_notify_url
 from durable_subagents.pricing import PricesFile
 from durable_subagents.runtime._event_loop import EventLoopChoice
-from durable_subagents.storage import BlobStore, KeyRing, LocalBlobStore, open_blob_store
+from durable_subagents.storage._blobstore import BlobStore
+from durable_subagents.storage._factory import open_blob_store
+from durable_subagents.storage._local import LocalBlobStore
+from durable_subagents.storage._sealing import KeyRing
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"

@@ -19,7 +19,8 @@ from durable_subagents.pricing._prices import Price
 
 __all__ = ["PricesFile", "load_prices", "parse_prices"]
 
-_KEY = re.compile(r"(?:[a-z][a-z-]*:\S+|scripted)")
+_KEY = re.compile(r"(?:[a-z][a-z0-9_-]*:\S+|scripted)")
+"""``provider:model``: a built-in provider's or an endpoint's (``SUBAGENTS_ENDPOINTS``)."""
 _FORM = (
     'give a JSON or TOML file of "provider:model" keys, each with the fields input, '
     "cached_input, cache_write, output and reasoning in USD per million tokens "
