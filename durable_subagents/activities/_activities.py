@@ -7,10 +7,8 @@ tool processes.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -33,10 +31,10 @@ from durable_subagents.activities._heartbeats import (
     may_be_stale,
 )
 from durable_subagents.activities._held_changes import settle as settle_held
-from durable_subagents.activities._stream_text import TurnStream
-from durable_subagents.activities._tool_call import run_call, run_once, run_reads
+from durable_subagents.activities._model_turn import run_turn
+from durable_subagents.activities._tool_call import run_call, run_once
 from durable_subagents.activities._tree import own_registered_tasks, reserve_tree_task
-from durable_subagents.activities._turn_checks import ANSWER_INSTRUCTION, has_schema, well_formed
+from durable_subagents.activities._turn_checks import has_schema
 from durable_subagents.activities._workspaces import (
     HeldWorkspace,
     log_tool_user,
@@ -50,17 +48,12 @@ from durable_subagents.config import DEFAULT_MODEL_IDLE_TIMEOUT
 from durable_subagents.context._context import (
     COMPACT_AT,
     IMAGES_LEFT_OUT,
-    Sizer,
     context_view,
-    request_chars,
     within_image_budget,
 )
 from durable_subagents.context._live_text import LiveText
 from durable_subagents.context._output_schema import (
     FINAL_ANSWER_TOOL,
-    answer_tool,
-    judge_answer,
-    schema_text,
 )
 from durable_subagents.errors import InvalidRequest, PayloadEncryptionError
 from durable_subagents.pricing import PriceTable, price_table
@@ -72,13 +65,10 @@ from durable_subagents.providers import (
     resolve_provider,
 )
 from durable_subagents.providers._allowlist import ModelAllowlist
-from durable_subagents.providers._errors import CONTEXT_LENGTH_ERROR
 from durable_subagents.providers._stream import within
-from durable_subagents.providers._windows import known_window, maker_model
+from durable_subagents.providers._windows import known_window
 from durable_subagents.storage._blobstore import BlobError, BlobNotFound, BlobStore
 from durable_subagents.storage._transcript import (
-    INLINE_LIMIT,
-    RESULT_INLINE_LIMIT,
     TRANSCRIPT_CACHE_BYTES,
     Transcript,
 )
@@ -102,7 +92,6 @@ from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCa
 from durable_subagents.wire._payloads import (
     ACTIVITY_OPTIONS_ACTIVITY,
     COMPACT_ACTIVITY,
-    MAX_CALLS_KEPT,
     MODEL_TURN_ACTIVITY,
     RUN_TOOL_ACTIVITY,
     SETTLE_CHANGES_ACTIVITY,
@@ -288,127 +277,7 @@ class SubagentActivities:
                 non_retryable=True,
             )
         with self.workspace(input.workspace) as workspace:
-            return await self._turn(input, workspace)
-
-    async def _turn(self, input: ModelTurnInput, workspace: HeldWorkspace) -> ModelTurnResult:
-        task_id = input.task_id
-        offered = self.offered_tools(input)
-        schema, schema_ref = await self.output_schema(input)
-        new_messages = await self.with_stored_results(input)
-        messages = await self.transcript.load(task_id, input.head) + new_messages
-        provider, full_name, provider_model = self.provider(input.model)
-        tools = [*self.tools.specs(offered), *input.extra_tools]
-        if schema is not None:
-            tools.append(answer_tool(json.loads(schema)))
-        request = await self.model_request(task_id, messages, tools, provider_model)
-        if schema is not None:
-            request.system = "\n\n".join(p for p in (request.system, ANSWER_INSTRUCTION) if p)
-            request.output_schema = json.loads(schema)
-        request.reasoning_effort, request.temperature = input.reasoning_effort, input.temperature
-        request.max_tokens, request.turn = input.max_tokens, input.turn
-        chars = request_chars(request.system, request.messages, request.tools)
-        context = input.context
-        if context is not None and not context.compacted:
-            window = self.context_window(context, full_name)
-            tokens = Sizer(context.tokens, context.chars).tokens_of(chars)
-            if window and tokens > self.compact_at * window:
-                return await self._compact_first(input, new_messages, offered, "threshold", chars)
-        live = LiveText(input.turn, activity.info().attempt)
-        stream = TurnStream(
-            input.turn,
-            activity.info().attempt,
-            watched=input.stream_watched,
-            watch_ids=input.stream_watch_ids,
-        )
-
-        def on_text(delta: str) -> None:
-            live.add(delta)
-            stream.add_text(delta)
-
-        def on_thinking(delta: str) -> None:
-            live.add_thinking(delta)
-            stream.add_thinking(delta)
-
-        try:
-            async with heartbeating(live):
-                response = await self.complete(provider, request, on_text, on_thinking)
-        except ApplicationError as err:
-            await stream.stop()
-            if err.type == CONTEXT_LENGTH_ERROR and context is not None:
-                activity.logger.info("turn %d: %s; compacting", input.turn, err.message)
-                sizes = err.details[0] if err.details and isinstance(err.details[0], dict) else {}
-                return await self._compact_first(
-                    input, new_messages, offered, "context_length", chars, sizes
-                )
-            if err.type == "ModelUnavailable":
-                activity.logger.warning(
-                    "turn %d, attempt %d: %s", input.turn, activity.info().attempt, err.message
-                )
-            raise
-        except BaseException:
-            await stream.stop()  # cancelled, or broken: what it had not published is void
-            raise
-        kept = response.tool_calls[:MAX_CALLS_KEPT]
-        checked = well_formed(kept, input.turn)
-        judged = None
-        if schema is not None:
-            # Judged with the arguments as the model sent them (before the depth check
-            # replaces them), in a thread: a check may take a CPU second (CHECK_SECONDS),
-            # which must hold up neither the heartbeats nor other tasks' activities.
-            as_sent = [
-                c.model_copy(update={"arguments": k.arguments})
-                for c, k in zip(checked, kept, strict=True)
-            ]
-            async with heartbeating():
-                judged = await asyncio.to_thread(judge_answer, schema, as_sent, response.text)
-        calls = [
-            await self.transcript.store_call(task_id, self.with_hint(self.with_path(c, workspace)))
-            for c in checked
-        ]
-        if len(response.tool_calls) > MAX_CALLS_KEPT:
-            activity.logger.warning(
-                "turn %d: kept %d of the model's %d tool calls",
-                input.turn,
-                MAX_CALLS_KEPT,
-                len(response.tool_calls),
-            )
-        # A final answer comes back whole up to RESULT_INLINE_LIMIT: a parent reads it
-        # from the task's result with no access to the blob store.
-        limit = INLINE_LIMIT if calls else RESULT_INLINE_LIMIT
-        text, text_ref = await self.transcript.store_text(task_id, response.text, limit)
-        restarts = stream.text_restarts
-        streamed = await stream.finish(whole=text_ref is not None)
-        answer = Message(
-            role="assistant",
-            content=text,
-            content_ref=text_ref,
-            tool_calls=calls,
-            reasoning=response.reasoning,  # kept in the chain only, never in a result
-        )
-        # one node per turn: what was new, and the answer
-        head = await self.transcript.append(task_id, input.head, [*new_messages, answer])
-        if not calls:
-            self.transcript.forget(task_id)  # an answer: most tasks end here
-        read_results = await run_reads(self, input, calls, offered, live)
-        return ModelTurnResult(
-            head=head,
-            text=text,
-            text_ref=text_ref,
-            tool_calls=calls,
-            usage=self.prices.priced(full_name, response.usage, maker_model(full_name)),
-            stop_reason=response.stop_reason,
-            model=full_name,
-            output=judged.output if judged else None,
-            output_error=judged.error if judged else None,
-            output_call=judged.call_id if judged else None,
-            output_schema_ref=schema_ref,
-            chars=chars,
-            thinking=len(answer.thinking),
-            read_results=read_results,
-            stream_from=streamed,
-            stream_restarted=restarts and streamed == 0,
-            **self.tools_offered(input, offered),
-        )
+            return await run_turn(self, input, workspace)
 
     def provider_queue(self, input: ModelTurnInput) -> str | None:
         """The queue to send the turn on to, or None to answer it here.
@@ -426,50 +295,6 @@ class SubagentActivities:
         if provider not in self.rate_limited or here.endswith(model_queue("", provider)):
             return None
         return model_queue(here, provider)
-
-    async def output_schema(self, input: ModelTurnInput) -> tuple[str | None, str | None]:
-        """The task's output schema (as ``schema_text``), and the blob stored this turn.
-
-        A run's first turn carries the schema and stores it (content-addressed, so a
-        retry stores the same blob); later turns carry only its reference.
-        """
-        if input.output_schema is not None:
-            text = schema_text(input.output_schema)
-            return text, await self.store.put(input.task_id, text.encode())
-        if input.output_schema_ref is not None:
-            data = await self.store.get(input.task_id, input.output_schema_ref)
-            return data.decode(), None
-        return None, None
-
-    async def _compact_first(
-        self,
-        input: ModelTurnInput,
-        new_messages: list[Message],
-        offered: list[str],
-        reason: str,
-        chars: int,
-        sizes: dict[str, Any] | None = None,
-    ) -> ModelTurnResult:
-        """The turn's answer when the context must be compacted before the model is asked.
-
-        The turn's new messages are appended (the compaction reads them from the
-        chain), and the workflow runs ``compact_context``, then this turn again.
-        """
-        head = input.head
-        if new_messages:
-            head = await self.transcript.append(input.task_id, head, new_messages)
-        assert head is not None, "a turn without messages"
-        _, full_name, _ = self.provider(input.model)
-        tokens, maximum = (sizes or {}).get("tokens"), (sizes or {}).get("maximum")
-        return ModelTurnResult(
-            head=head,
-            model=full_name,
-            compact=reason,
-            chars=chars,
-            context_tokens=tokens if isinstance(tokens, int) and tokens > 0 else None,
-            window=maximum if isinstance(maximum, int) and maximum > 0 else None,
-            **self.tools_offered(input, offered),
-        )
 
     # ------------------------------------------------------------------ compaction
 

@@ -9,7 +9,7 @@ module that imports them.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from durable_subagents.activities._workspaces import HeldWorkspace
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from durable_subagents.storage._blobstore import BlobStore
     from durable_subagents.storage._transcript import Transcript
     from durable_subagents.tools import ToolContext, ToolRegistry
-    from durable_subagents.types import ModelRequest, ModelResponse, ToolCall
+    from durable_subagents.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
     from durable_subagents.wire._payloads import (
         ContextInput,
         ModelTurnInput,
@@ -60,6 +60,28 @@ class ActivityRole(Protocol):
 
     def offered_tools(self, input: ModelTurnInput) -> list[str]:
         """The tools a turn offers the model."""
+        ...
+
+    def tools_offered(self, input: ModelTurnInput, offered: list[str]) -> dict[str, Any]:
+        """A turn result's tool fields, or ``same_tools`` if the workflow has them."""
+        ...
+
+    async def with_stored_results(self, input: ModelTurnInput) -> list[Message]:
+        """A turn's new messages, with results passed by record name read back in full."""
+        ...
+
+    async def model_request(
+        self, task_id: str, messages: list[Message], tools: list[ToolSpec], model: str
+    ) -> ModelRequest:
+        """The request for ``messages``: their context view, blob references expanded."""
+        ...
+
+    def with_path(self, call: ToolCall, workspace: HeldWorkspace) -> ToolCall:
+        """The call with its path resolved for the rules (tools that take a ``path``)."""
+        ...
+
+    def with_hint(self, call: ToolCall) -> ToolCall:
+        """The call with what an MCP tool's server says of it, for a person deciding."""
         ...
 
     def provider(self, model: str) -> tuple[ModelProvider, str, str]:
