@@ -344,6 +344,8 @@ PASSTHROUGH_MODULES = (
             "wire._payloads",
             "wire._task",
             "wire._notify",
+            "wire._calls",
+            "wire._compact",
             "wire._search_attributes",
             "connection._task_queue",
             "agents",
