@@ -12,6 +12,7 @@ publishes (``_publish``), its limits (``_budget``), its children (``_subtasks``)
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,8 +46,6 @@ from durable_subagents.workflows._stream import TaskEvents, TaskStream, ended
 from durable_subagents.workflows._subtasks import SPAWN_TOOLS, ChildTasks, ParentLeft
 from durable_subagents.workflows._tool_calls import (
     ToolCalls,
-    held_call,
-    rerun_call,
     waits_on_activities,
 )
 from durable_subagents.workflows._tree import MAX_REGISTERED as MAX_REGISTERED
@@ -547,56 +546,17 @@ class SubagentWorkflow:
     async def _ask_rerun(
         self, calls: list[ToolCall], results: list[ToolCallResult]
     ) -> list[ToolCallResult]:
-        """Pause for the calls their worker's death cut off (``on_interrupted="ask"``).
-
-        Approved ones run once more; the others keep the result that says they were
-        cut off, which the model reads.
-        """
+        """Pause for the calls their worker's death cut off (``ToolCalls.ask_rerun``)."""
         assert self._input is not None
-        by_id = {c.id: c for c in calls}
-        cut_off = [r for r in results if r.interrupted and r.call_id in by_id]
-        asks = {r.call_id: rerun_call(by_id[r.call_id], r) for r in cut_off}
-        verdicts = await self._approvals.pause(
-            list(asks.values()),
-            turn=self._turns,
-            timeout=self._input.approval_timeout,
-            publish=self._publish,
-        )
-
-        async def decided(result: ToolCallResult) -> ToolCallResult:
-            if verdicts[asks[result.call_id].id][0] != "allow":
-                return result.model_copy(update={"interrupted": False})
-            call = by_id[result.call_id]
-            assert self._input is not None
-            return await self._tools.run(call, self._input, self._worker.read_only, rerun=True)
-
-        again = await asyncio.gather(*(decided(r) for r in cut_off))
-        by_call = {r.call_id: r for r in again}
-        return [by_call.get(r.call_id, r) for r in results]
+        read_only, turn = self._worker.read_only, self._turns
+        pause = functools.partial(self._approvals.pause, turn=turn, publish=self._publish)
+        return await self._tools.ask_rerun(calls, results, self._input, read_only, pause)
 
     async def _settle_held(self, results: list[ToolCallResult]) -> list[ToolCallResult]:
-        """Pause for the changes to protected paths the turn's commands made, then settle.
-
-        Each call's held changes are one decision; the model reads each call's result
-        once its changes were applied or dropped.
-        """
+        """Pause for what the turn's commands changed in protected paths, then settle."""
         assert self._input is not None
-        asks = {r.call_id: held_call(r) for r in results if r.held is not None}
-        verdicts = await self._approvals.pause(
-            list(asks.values()),
-            turn=self._turns,
-            timeout=self._input.approval_timeout,
-            publish=self._publish,
-        )
-        settled = await asyncio.gather(
-            *(
-                self._tools.settle(r, verdicts[asks[r.call_id].id], self._input)
-                for r in results
-                if r.held is not None
-            )
-        )
-        by_call = {r.call_id: r for r in settled}
-        return [by_call.get(r.call_id, r) for r in results]
+        pause = functools.partial(self._approvals.pause, turn=self._turns, publish=self._publish)
+        return await self._tools.settle_held(results, self._input, pause)
 
     def _left(self) -> ParentLeft:
         """What this task has left for a child: turns, seconds and tokens."""

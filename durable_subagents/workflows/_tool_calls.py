@@ -40,6 +40,9 @@ with workflow.unsafe.imports_passed_through():
         tool_queue,
     )
 
+Pause = Callable[..., Coroutine[Any, Any, dict[str, Verdict]]]
+"""``Approvals.pause`` for one turn: the calls to ask about, and the timeout, in; verdicts out."""
+
 TOOL_CALLS_AT_ONCE = 8
 """Tool calls of one task that run at once: as many as it has tool threads
 (``MAX_THREADS_PER_TASK``); more would only hold worker slots while they wait."""
@@ -224,6 +227,53 @@ class ToolCalls:
         )
         self.records[result.call_id] = record
         return settled
+
+    async def ask_rerun(
+        self,
+        calls: list[ToolCall],
+        results: list[ToolCallResult],
+        inp: TaskInput,
+        read_only_tools: set[str],
+        pause: Pause,
+    ) -> list[ToolCallResult]:
+        """Pause for the calls their worker's death cut off (``on_interrupted="ask"``).
+
+        Approved ones run once more; the others keep the result that says they were
+        cut off, which the model reads.
+        """
+        by_id = {c.id: c for c in calls}
+        cut_off = [r for r in results if r.interrupted and r.call_id in by_id]
+        asks = {r.call_id: rerun_call(by_id[r.call_id], r) for r in cut_off}
+        verdicts = await pause(list(asks.values()), timeout=inp.approval_timeout)
+
+        async def decided(result: ToolCallResult) -> ToolCallResult:
+            if verdicts[asks[result.call_id].id][0] != "allow":
+                return result.model_copy(update={"interrupted": False})
+            return await self.run(by_id[result.call_id], inp, read_only_tools, rerun=True)
+
+        again = await asyncio.gather(*(decided(r) for r in cut_off))
+        by_call = {r.call_id: r for r in again}
+        return [by_call.get(r.call_id, r) for r in results]
+
+    async def settle_held(
+        self, results: list[ToolCallResult], inp: TaskInput, pause: Pause
+    ) -> list[ToolCallResult]:
+        """Pause for the changes to protected paths the turn's commands made, then settle.
+
+        Each call's held changes are one decision; the model reads each call's result
+        once its changes were applied or dropped.
+        """
+        asks = {r.call_id: held_call(r) for r in results if r.held is not None}
+        verdicts = await pause(list(asks.values()), timeout=inp.approval_timeout)
+        settled = await asyncio.gather(
+            *(
+                self.settle(r, verdicts[asks[r.call_id].id], inp)
+                for r in results
+                if r.held is not None
+            )
+        )
+        by_call = {r.call_id: r for r in settled}
+        return [by_call.get(r.call_id, r) for r in results]
 
 
 def held_call(result: ToolCallResult) -> ToolCall:

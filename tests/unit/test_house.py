@@ -9,7 +9,7 @@ import grimp
 PACKAGE = Path(__file__).resolve().parents[2] / "durable_subagents"
 MAX_LINES = 600
 OVERSIZE = {
-    "workflows/_subagent.py": 767,
+    "workflows/_subagent.py": 725,
 }
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
 (each is to be split along what it holds)."""
