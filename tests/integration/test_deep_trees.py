@@ -27,6 +27,8 @@ from durable_subagents import (
     SubagentClient,
     TaskStatus,
 )
+from durable_subagents.cli.inbox._access import Grant, Role
+from durable_subagents.cli.inbox._inbox import Inbox
 from durable_subagents.config import Settings
 from durable_subagents.testing import FakeReply
 from durable_subagents.types import Message
@@ -190,6 +192,10 @@ async def test_a_pause_two_levels_down_is_seen_at_the_top_and_decided_there_or_b
     )
     shown = ok(await arun("check", root, env=env)).out
     assert f"in subagent {tree[2]} (pause {paused.paused_tasks[tree[2]]})" in shown, shown
+    # The approval inbox lists the pause once, under the tree's top task.
+    inbox = Inbox(leads, task_queue=settings.task_queue, poll=0)
+    [entry] = (await inbox.view(Grant("ops", Role.VIEWER))).entries
+    assert entry.task.id == root and [c.call_id for c in entry.calls] == [pending.call_id]
     if decided_at == "top":
         await leads.approve(root)  # routed to the child, and by it to the grandchild
     else:
