@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistoryEventFilterType
 from temporalio.converter import DataConverter
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents.client._events import CLOSE_STATUS
 from durable_subagents.client._task_state import InternalInfo, decoded, settled
@@ -35,6 +36,11 @@ def check_timeout(timeout: object) -> None:
         or timeout < 0
     ):
         raise InvalidRequest(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+
+
+def branch_changed(err: RPCError) -> bool:
+    """Whether a history read failed because the run's history branch changed meanwhile."""
+    return err.status == RPCStatusCode.INVALID_ARGUMENT and "branch" in err.message
 
 
 async def wait_until_settled(
@@ -63,13 +69,20 @@ async def wait_until_settled(
             if only_close
             else WorkflowHistoryEventFilterType.ALL_EVENT,
         )
-        async for event in events:
-            if event.event_id <= seen or not await _may_settle(temporal.data_converter, event):
-                continue
-            info = await describe(task_id)
-            if settled(info, after_pause) or info.run_id != run_id:
-                break
-        else:
+        try:
+            async for event in events:
+                if event.event_id <= seen or not await _may_settle(temporal.data_converter, event):
+                    continue
+                info = await describe(task_id)
+                if settled(info, after_pause) or info.run_id != run_id:
+                    break
+            else:
+                info = await describe(task_id)
+        except RPCError as err:
+            if not branch_changed(err):
+                raise
+            # The server moved the history's branch under the long poll (a workflow task
+            # it rolled back): nothing is lost, the poll starts again from what is now.
             info = await describe(task_id)
         if settled(info, after_pause):
             return info

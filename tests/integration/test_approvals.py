@@ -23,7 +23,7 @@ from durable_subagents import (
     UnknownCallId,
     WrongTaskState,
 )
-from durable_subagents.activities import _activities as activities_module
+from durable_subagents.activities import _model_turn as model_turn_module
 from durable_subagents.config import Settings
 from durable_subagents.policy import arguments_hash
 from durable_subagents.wire._payloads import (
@@ -363,7 +363,7 @@ async def test_calls_sharing_an_id_never_share_a_verdict(
 ) -> None:
     """A worker that passes the model's ids on unchanged (one from before ids were made
     unique, say): the command and the read share an id, so they would share a verdict."""
-    monkeypatch.setattr(activities_module, "well_formed", lambda calls, turn: calls)
+    monkeypatch.setattr(model_turn_module, "well_formed", lambda calls, turn: calls)
     (workspace / "a.txt").write_text("a\n")
     calls = [
         {"id": "x", "name": "bash", "arguments": {"command": "echo pwned > pwned.txt"}},

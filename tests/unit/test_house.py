@@ -8,9 +8,7 @@ import grimp
 
 PACKAGE = Path(__file__).resolve().parents[2] / "durable_subagents"
 MAX_LINES = 600
-OVERSIZE = {
-    "workflows/_subagent.py": 725,
-}
+OVERSIZE: dict[str, int] = {}
 """Modules over ``MAX_LINES`` today, each at most its present size: they may only shrink
 (each is to be split along what it holds)."""
 
