@@ -9,17 +9,21 @@ approved, one if rejected).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
 from durable_subagents import AgentSpec, SubagentClient, TaskStatus
 from durable_subagents.config import Settings
 
 from ..helpers import CEILING, eventually
+from ..helpers.processes import processes_matching, unique_sleep, worker_process
 from ..helpers.tasks import script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +112,53 @@ async def test_a_cut_off_side_effect_is_reported_not_silently_repeated(
     assert ledger.read_text().splitlines() == ["charged 7"] * charges
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert told in result.content, result.content
+
+
+async def test_a_cut_off_command_is_reported_with_its_output_and_how_long_it_ran(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    """``bash`` with the default ``report``: the model reads how long the command ran and
+    what it printed before its worker died, and the command never starts again."""
+    marker = f"before-the-cut-{uuid.uuid4().hex[:8]}"
+    sleeper = unique_sleep(3914)
+    client.agents["runner"] = AgentSpec(name="runner", tools=["bash"], permission_mode="dont_ask")
+    command = f"echo {marker}; {sleeper}"
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+        {"text": "told: {last_tool_result}"},
+    )
+    first = worker_process(settings, workspace, tmp_path / "first.log", {})
+    second = worker_process(settings, workspace, tmp_path / "second.log", {})
+    try:
+        await first.start()
+        task_id = await client.spawn_task("runner", "run it", model=model)
+
+        async def output_heartbeated() -> bool:
+            desc = await temporal_client.get_workflow_handle(task_id).describe()
+            for pending in desc.raw_description.pending_activities:
+                if pending.heartbeat_details.payloads:
+                    details = await temporal_client.data_converter.decode(
+                        pending.heartbeat_details.payloads
+                    )
+                    if marker in str(details):
+                        return True
+            return False
+
+        await eventually(output_heartbeated, "the command's output in a heartbeat")
+        first.kill()
+        await eventually(lambda: not processes_matching(sleeper), "the command to die")
+        await second.start()
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert not processes_matching(sleeper)  # never started again
+    finally:
+        first.close()
+        second.close()
+    assert info.status == TaskStatus.COMPLETED, info
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert result.is_error and "bash was interrupted" in result.content, result.content
+    assert re.search(r"about \d+ s after the call began", result.content), result.content
+    assert f"Its output until then:\n{marker}" in result.content, result.content
