@@ -18,11 +18,20 @@ from pydantic import BaseModel, ConfigDict
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
-from durable_subagents.agents._tool_names import is_mcp
+from durable_subagents.agents._tool_names import covers, is_mcp
 from durable_subagents.policy._shell import command_words
 from durable_subagents.types import ToolCall
 
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
+
+
+def names_tool(rule_tool: str, tool_name: str) -> bool:
+    """Whether a rule's ``tool`` names ``tool_name``.
+
+    A glob, or an MCP server's name (``mcp__git``) for every tool of that server, as in
+    an agent's ``tools`` and ``disallowed_tools``.
+    """
+    return fnmatch.fnmatchcase(tool_name, rule_tool) or covers(rule_tool, tool_name)
 
 
 def rule_target_key(arguments: dict[str, Any]) -> str | None:
@@ -41,9 +50,7 @@ def main_argument(arguments: dict[str, Any]) -> str:
 
 def has_rules_for(spec: AgentSpec, tool_name: str) -> bool:
     """Whether any rule could apply to this tool (so its full main argument matters)."""
-    return any(
-        fnmatch.fnmatchcase(tool_name, r.tool) for r in (*spec.permissions, *spec.restrictions)
-    )
+    return any(names_tool(r.tool, tool_name) for r in (*spec.permissions, *spec.restrictions))
 
 
 def mode_default(mode: str, tool_name: str, read_only: bool) -> Action:
@@ -114,7 +121,7 @@ def decide(
 
 def rules_for(rules: Sequence[PermissionRule], *tools: str) -> tuple[PermissionRule, ...]:
     """The rules that can judge a call of one of ``tools`` (no other rule matches one)."""
-    return tuple(r for r in rules if any(fnmatch.fnmatchcase(t, r.tool) for t in tools))
+    return tuple(r for r in rules if any(names_tool(r.tool, t) for t in tools))
 
 
 class PathRules(BaseModel):
@@ -366,7 +373,7 @@ def _evaluate_path(
     """
     covered: list[Action] = []
     for rule in rules:
-        if not fnmatch.fnmatchcase(tool_name, rule.tool):
+        if not names_tool(rule.tool, tool_name):
             continue
         if fnmatch.fnmatchcase(path, rule.pattern):
             if rule.action == "allow" and path.startswith("/") and rule.pattern != "*":
@@ -381,7 +388,7 @@ def _evaluate_path(
 
 def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: Action) -> Action:
     for rule in rules:
-        if fnmatch.fnmatchcase(tool_name, rule.tool) and fnmatch.fnmatchcase(target, rule.pattern):
+        if names_tool(rule.tool, tool_name) and fnmatch.fnmatchcase(target, rule.pattern):
             action = rule.action
     return action
 

@@ -61,7 +61,10 @@ def test_a_spawn_narrows_to_one_of_a_servers_tools_never_another_servers() -> No
         ("plan", [], "deny"),
         ("plan", [PermissionRule(tool="mcp__git__*", action="allow")], "allow"),
         ("plan", [PermissionRule(tool="mcp__git__*", action="ask")], "ask"),
-        ("dont_ask", [PermissionRule(tool="mcp__git", action="deny")], "allow"),
+        # A server's name stands for all its tools, in rules as in an agent's tools.
+        ("dont_ask", [PermissionRule(tool="mcp__git", action="deny")], "deny"),
+        ("dont_ask", [PermissionRule(tool="mcp__github", action="deny")], "allow"),
+        ("default", [PermissionRule(tool="mcp__git", action="allow")], "allow"),
         ("dont_ask", [PermissionRule(tool="mcp__git__*", action="deny")], "deny"),
     ],
 )
