@@ -63,6 +63,10 @@ _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)
 _CALL: ContextVar[CallWatch | None] = ContextVar("durable_subagents_mcp_call", default=None)
 
 
+EXIT_SEEN = 0.5
+"""Seconds a server whose input broke is given to be seen exiting (its status is the reason)."""
+
+
 class CallWatch:
     """One request to a stdio server, followed by the channel that carries it.
 
@@ -388,6 +392,11 @@ class StdioChannel:
                         raise BrokenPipeError
                     self._written(item.message)
         except (OSError, RuntimeError):
+            if self.alive:
+                # A server that exited breaks the pipe before its exit is seen: a moment
+                # lets its status, rather than the broken pipe, say why it ended.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.process.wait()), EXIT_SEEN)
             if self.alive:
                 self.end("it stopped reading its input")
         finally:
