@@ -3,7 +3,8 @@
 ``charge`` appends to a ledger on the host and hangs; the worker is SIGKILLed. What the
 retry does is the agent's ``on_interrupted``: ``report`` (the model reads that it was
 cut off: one charge), ``rerun`` (it runs again: two), ``ask`` (a person decides: two if
-approved, one if rejected).
+approved, one if rejected). The built-in ``bash`` is cut off the same way, writing its
+ledger in the workspace, where a cut-off command's writes never land.
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ def start(settings: Settings, workspace: Path, ledger: Path, log: Path) -> subpr
     # Temporal's core writes warnings to stdout: a full pipe would stop the worker.
     threading.Thread(target=worker.stdout.read, daemon=True).start()
     return worker
+
+
+async def heartbeated(temporal: Client, task_id: str, text: str) -> bool:
+    """Whether a running activity of ``task_id`` has sent ``text`` in a heartbeat."""
+    desc = await temporal.get_workflow_handle(task_id).describe()
+    for pending in desc.raw_description.pending_activities:
+        if pending.heartbeat_details.payloads:
+            details = await temporal.data_converter.decode(pending.heartbeat_details.payloads)
+            if text in str(details):
+                return True
+    return False
 
 
 @pytest.mark.parametrize(
@@ -114,51 +126,64 @@ async def test_a_cut_off_side_effect_is_reported_not_silently_repeated(
     assert told in result.content, result.content
 
 
-async def test_a_cut_off_command_is_reported_with_its_output_and_how_long_it_ran(
+@pytest.mark.parametrize(("mode", "lines"), [("report", []), ("rerun", ["charged"])])
+async def test_a_cut_off_command_that_writes_a_ledger_in_the_workspace(
     client: SubagentClient,
     temporal_client: Client,
     settings: Settings,
     workspace: Path,
     tmp_path: Path,
+    mode: str,
+    lines: list[str],
 ) -> None:
-    """``bash`` with the default ``report``: the model reads how long the command ran and
-    what it printed before its worker died, and the command never starts again."""
-    marker = f"before-the-cut-{uuid.uuid4().hex[:8]}"
-    sleeper = unique_sleep(3914)
-    client.agents["runner"] = AgentSpec(name="runner", tools=["bash"], permission_mode="dont_ask")
-    command = f"echo {marker}; {sleeper}"
+    """``bash`` appends to a ledger in the workspace, prints, then sleeps until its worker
+    is SIGKILLed. ``report``: the command never runs again, the model reads what it
+    printed, and what it wrote is dropped, as the model is told (no line); ``rerun``: it
+    runs again, and its one line lands."""
+    signals = tmp_path / "signals"  # a tool read path: a run after the cut does not sleep
+    signals.mkdir()
+    signals.chmod(0o755)
+    marker = f"charged-{uuid.uuid4().hex[:8]}"
+    sleeper = unique_sleep(3915)
+    command = f"echo charged >> ledger.txt; echo {marker}; [ -e {signals}/go ] || {sleeper}"
+    client.agents["payer"] = AgentSpec(
+        name="payer",
+        tools=["bash"],
+        permission_mode="dont_ask",
+        on_interrupted=mode,  # type: ignore[arg-type]
+    )
     model = script(
         {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
         {"text": "told: {last_tool_result}"},
     )
-    first = worker_process(settings, workspace, tmp_path / "first.log", {})
-    second = worker_process(settings, workspace, tmp_path / "second.log", {})
+    env = {"SUBAGENTS_TOOL_READ_PATHS": str(signals)}
+    first = worker_process(settings, workspace, tmp_path / "first.log", env)
+    second = worker_process(settings, workspace, tmp_path / "second.log", env)
     try:
         await first.start()
-        task_id = await client.spawn_task("runner", "run it", model=model)
-
-        async def output_heartbeated() -> bool:
-            desc = await temporal_client.get_workflow_handle(task_id).describe()
-            for pending in desc.raw_description.pending_activities:
-                if pending.heartbeat_details.payloads:
-                    details = await temporal_client.data_converter.decode(
-                        pending.heartbeat_details.payloads
-                    )
-                    if marker in str(details):
-                        return True
-            return False
-
-        await eventually(output_heartbeated, "the command's output in a heartbeat")
+        task_id = await client.spawn_task("payer", "pay", model=model)
+        await eventually(
+            lambda: heartbeated(temporal_client, task_id, marker),
+            "the command's output in a heartbeat",
+        )
+        assert len(processes_matching(sleeper)) == 1
         first.kill()
         await eventually(lambda: not processes_matching(sleeper), "the command to die")
+        (signals / "go").touch()
         await second.start()
         info = await client.check_task(task_id, wait=True, timeout=CEILING)
-        assert not processes_matching(sleeper)  # never started again
     finally:
         first.close()
         second.close()
     assert info.status == TaskStatus.COMPLETED, info
+    ledger = workspace / "ledger.txt"
+    assert (ledger.read_text().splitlines() if ledger.exists() else []) == lines
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
-    assert result.is_error and "bash was interrupted" in result.content, result.content
-    assert re.search(r"about \d+ s after the call began", result.content), result.content
-    assert f"Its output until then:\n{marker}" in result.content, result.content
+    if mode == "report":
+        assert result.is_error, result.content
+        assert "bash was interrupted" in result.content, result.content
+        assert re.search(r"about \d+ s after the call began", result.content), result.content
+        assert "What it changed in the workspace was dropped" in result.content, result.content
+        assert f"Its output until then:\n{marker}" in result.content, result.content
+    else:
+        assert not result.is_error and marker in result.content, result.content
