@@ -4,13 +4,16 @@
 retry does is the agent's ``on_interrupted``: ``report`` (the model reads that it was
 cut off: one charge), ``rerun`` (it runs again: two), ``ask`` (a person decides: two if
 approved, one if rejected). The built-in ``bash`` is cut off the same way, writing its
-ledger in the workspace, where a cut-off command's writes never land.
+ledger in the workspace, where a cut-off command's writes never land; ``write_file`` is
+held in flight by stopping the fork server whose child would run it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -187,3 +190,98 @@ async def test_a_cut_off_command_that_writes_a_ledger_in_the_workspace(
         assert f"Its output until then:\n{marker}" in result.content, result.content
     else:
         assert not result.is_error and marker in result.content, result.content
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, parents before their children."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def fork_server(pid: int) -> bool:
+    """Whether ``pid`` is a worker's fork server (``tools/_forkserver.py``)."""
+    try:
+        return b"_forkserver import serve" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(("mode", "content"), [("report", None), ("rerun", "charged\n")])
+async def test_a_cut_off_file_write_is_reported_not_silently_repeated(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    workspace: Path,
+    tmp_path: Path,
+    mode: str,
+    content: str | None,
+) -> None:
+    """``write_file`` runs in a child of the worker's fork server: with the server and its
+    spare child stopped (SIGSTOP), the call is sent and never answered, so it is in
+    flight, heartbeating, when the worker is SIGKILLed. ``report``: it is not run again
+    and the model reads that it was cut off; ``rerun``: it runs again, once."""
+    client.agents["writer"] = AgentSpec(
+        name="writer",
+        tools=["write_file"],
+        permission_mode="dont_ask",
+        on_interrupted=mode,  # type: ignore[arg-type]
+    )
+    write = {"path": "ledger.txt", "content": "charged\n"}
+    model = script(
+        {"tool_calls": [{"name": "write_file", "arguments": write}]},
+        {"text": "told: {last_tool_result}"},
+    )
+    first = worker_process(settings, workspace, tmp_path / "first.log", {})
+    second = worker_process(settings, workspace, tmp_path / "second.log", {})
+    stopped: list[int] = []
+    try:
+        await first.start()
+        # The fork server starts with the worker and forks a spare child ahead.
+        [server] = await eventually(
+            lambda: [p for p in descendants(first.pid) if fork_server(p) and descendants(p)],
+            "the fork server and its spare child",
+        )
+        for pid in [server, *descendants(server)]:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        task_id = await client.spawn_task("writer", "write it", model=model)
+        await eventually(
+            lambda: heartbeated(temporal_client, task_id, "started"),
+            "the call's first heartbeat",
+        )
+        first.kill()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        await second.start()
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        first.close()
+        second.close()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert info.status == TaskStatus.COMPLETED, info
+    ledger = workspace / "ledger.txt"
+    assert (ledger.read_text() if ledger.exists() else None) == content
+    [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    if mode == "report":
+        assert result.is_error, result.content
+        assert "write_file was interrupted" in result.content, result.content
+        assert re.search(r"about \d+ s after the call began", result.content), result.content
+    else:
+        assert not result.is_error, result.content
