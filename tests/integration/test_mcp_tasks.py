@@ -95,7 +95,7 @@ def tool_results(body: dict[str, Any]) -> list[str]:
 
 def offered(body: dict[str, Any]) -> set[str]:
     """The tool names a model request offers (either API's wire shape)."""
-    return {t["function"]["name"] if "function" in t else t["name"] for t in body["tools"]}
+    return {t["function"]["name"] if "function" in t else t["name"] for t in body.get("tools", [])}
 
 
 @pytest.fixture
@@ -813,3 +813,176 @@ async def test_a_call_a_sigkill_cut_off_is_reported_not_run_again(
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "mcp__slow__hang was interrupted" in result.content, result.content
     assert [m.name for m in markers.glob("hang-*")] == [mark.name]  # never sent again
+
+
+# ---------------------------------------------------------------- rules and plan mode
+
+
+@pytest.mark.parametrize("action", ["deny", "ask"])
+async def test_a_rule_on_a_whole_server_stops_or_pauses_each_of_its_calls(
+    action: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    markers = tmp_path / "marks"
+    markers.mkdir()
+    markers.chmod(0o777)
+    config = write_config(
+        tmp_path / "servers.json", {"slow": script_server("slow", "good", markers)}
+    )
+    client.agents["ruled"] = AgentSpec(
+        name="ruled",
+        tools=["mcp__slow"],
+        permission_mode="dont_ask",  # the server's calls run unless the rule says otherwise
+        permissions=[PermissionRule(tool="mcp__slow", action=action)],  # type: ignore[arg-type]
+    )
+    model = script({"tool_calls": [call("mcp__slow__hang")]}, {"text": "gave up"})
+    worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("ruled", "hang", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        if action == "ask":
+            assert info.status == TaskStatus.PAUSED, info.error
+            [pending] = info.pending_approvals
+            assert pending.tool_name == "mcp__slow__hang"
+            await client.reject(task_id, reason="not now")
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [result] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    if action == "deny":
+        assert result == (
+            "mcp__slow__hang was denied by this agent's permission rules; do not retry it"
+        )
+    else:
+        assert "not now" in result, result
+    # the task has ended: the call never reached the server
+    assert list(markers.glob("hang-*")) == []
+
+
+PLAN_FILE = """---
+name: planner
+description: Plans with the clock.
+tools: Read, mcp__time
+permissionMode: plan
+---
+You plan.
+"""
+
+
+def agents_table(project: Path) -> dict[str, str]:
+    """``subagents agents``' tools column, by agent name."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "agents", "--agents-dir", str(project)],
+        capture_output=True, text=True, timeout=CEILING, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()[1:]}
+
+
+async def test_a_plan_agent_is_offered_the_mcp_tools_it_lists_that_an_allow_rule_names(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    now, convert = "mcp__time__get_current_time", "mcp__time__convert_time"
+    allow = PermissionRule(tool="mcp__time__*", action="allow")
+    cases: dict[str, tuple[AgentSpec, set[str]]] = {
+        "one": (
+            AgentSpec(
+                name="one",
+                tools=["read_file", "mcp__time"],
+                permissions=[PermissionRule(tool=now, action="allow")],
+            ),
+            {"read_file", now},
+        ),
+        "server": (
+            AgentSpec(
+                name="server",
+                tools=["mcp__time"],
+                permissions=[PermissionRule(tool="mcp__time", action="allow")],
+            ),
+            {now, convert},
+        ),
+        "unlisted": (
+            AgentSpec(name="unlisted", tools=["read_file"], permissions=[allow]),
+            {"read_file"},
+        ),
+        "every": (
+            AgentSpec(name="every", tools=None, permissions=[allow]),
+            {"read_file", "list_files", "grep"},
+        ),
+        "asks": (
+            AgentSpec(
+                name="asks",
+                tools=["read_file", "mcp__time"],
+                permissions=[PermissionRule(tool="mcp__time__*", action="ask")],
+            ),
+            {"read_file"},
+        ),
+    }
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "planner.md").write_text(PLAN_FILE)
+    from_file = await SubagentClient.connect(settings=settings, agents_dir=project)
+    cases["planner"] = (from_file.agents["planner"], {"read_file"})
+    seen: dict[str, set[str]] = {}
+    async with model_api(monkeypatch, "openai") as srv:
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            for name, (spec, _) in cases.items():
+                client.agents[name] = spec.model_copy(update={"permission_mode": "plan"})
+                srv.add_reply(text="planned")
+                task_id = await client.spawn_task(name, "plan", model=MODELS["openai"])
+                info = await client.check_task(task_id, wait=True, timeout=CEILING)
+                assert info.status == TaskStatus.COMPLETED, (name, info.error)
+                seen[name] = offered(srv.requests[-1])
+    assert seen == {name: expected for name, (_, expected) in cases.items()}
+    # `subagents agents` shows what the worker offered the agent file's plan agent
+    assert agents_table(project)["planner"] == "read_file"
+
+
+def test_subagents_agents_shows_the_mcp_tools_of_agent_files(tmp_path: Path) -> None:
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "gitter.md").write_text(GITTER)
+    (agents / "clock.md").write_text(
+        "---\nname: clock\ndescription: d\ntools: Read, mcp__time, mcp__git\n"
+        "disallowedTools: mcp__git\n---\nTell the time.\n"
+    )
+    (agents / "planner.md").write_text(PLAN_FILE)
+    table = agents_table(tmp_path)
+    assert table["gitter"] == "read_file,mcp__git__git_add,mcp__git__git_commit"
+    assert table["clock"] == "read_file,mcp__time"
+    # a plan agent's file names no rule allowing an MCP tool: a worker offers it none
+    assert table["planner"] == "read_file"
+    assert table["explore"] == "read_file,list_files,grep"
+
+
+async def test_an_agent_listing_a_tool_no_server_offers_fails_saying_what_to_register(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    client.agents["lost"] = AgentSpec(
+        name="lost", tools=["read_file", "mcp__nope__x"], permission_mode="dont_ask"
+    )
+    worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("lost", "go", model=script({"text": "never"}))
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.FAILED
+    assert info.error is not None
+    assert "agent 'lost' allows tools this worker does not have: mcp__nope__x;" in info.error
+    assert "mcp__time__get_current_time" in info.error  # what this worker has
+    assert "MCP servers, .mcp.json or --mcp-config" in info.error
