@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,9 +25,15 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents import (
+    AgentSpec,
+    PermissionRule,
+    SubagentClient,
+    TaskStatus,
+    connect_client,
+)
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeReply, free_port
+from durable_subagents.testing import DevServer, FakeReply, free_port
 from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
@@ -43,6 +51,7 @@ from ..helpers.mcp_servers import (
     write_config,
 )
 from ..helpers.metrics import running_worker, scrape, value
+from ..helpers.otel import Otel, in_memory_spans
 from ..helpers.processes import worker_process
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import give_to_tool_user, script
@@ -986,3 +995,152 @@ async def test_an_agent_listing_a_tool_no_server_offers_fails_saying_what_to_reg
     assert "agent 'lost' allows tools this worker does not have: mcp__nope__x;" in info.error
     assert "mcp__time__get_current_time" in info.error  # what this worker has
     assert "MCP servers, .mcp.json or --mcp-config" in info.error
+
+
+# ---------------------------------------------------------------- agent files, transports, secrets
+
+
+NOTETAKER = """---
+name: notetaker
+description: Takes notes and reads the repository's state.
+tools: Read, mcp__git__git_status, mcp__notes
+permissionMode: bypassPermissions
+---
+You take notes.
+"""
+
+
+def span_text(otel: Otel) -> str:
+    """Every span's name, attributes and events, as text."""
+    return json.dumps(
+        [
+            [
+                s.name,
+                dict(s.attributes or {}),
+                [[e.name, dict(e.attributes or {})] for e in s.events],
+            ]
+            for s in otel.spans()
+        ],
+        default=str,
+    )
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_no_secret_leaks(
+    kind: str,
+    settings: Settings,
+    dev_server: DevServer,
+    temporal_client: Client,
+    workspace: Path,
+    tmp_path: Path,
+    http_server: HttpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The servers of the workspace's .mcp.json (a bearer token from ``${NOTES_TOKEN}``,
+    a stdio server with a secret in its ``env``) serve a Claude Code agent file; neither
+    secret reaches the task's history, memo, search attributes, spans or the worker's log."""
+    caplog.set_level(logging.DEBUG)
+    repository(workspace)
+    secret = f"env-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("NOTES_TOKEN", http_server.token)
+    write_config(
+        workspace / ".mcp.json",
+        {
+            "git": python_server(
+                "git", "-m", "mcp_server_git", env={**AUTHOR, "GIT_SECRET": secret}
+            ),
+            "notes": {
+                "type": "http",
+                "url": http_server.url,
+                "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"},
+            },
+        },
+    )
+    give_to_tool_user(workspace)
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "notetaker.md").write_text(NOTETAKER)
+    client = await SubagentClient.connect(settings=settings, agents_dir=project)
+    with in_memory_spans(monkeypatch) as otel:
+        traced = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+        async with model_api(monkeypatch, kind) as srv:
+            srv.add_reply(
+                tool_calls=[
+                    call("mcp__git__git_status", repo_path="."),
+                    {"name": "mcp__notes__hello", "arguments": {"name": "Ada"}},
+                ]
+            )
+            srv.add_reply(text="noted")
+            async with create_worker(traced, settings, tracer_provider=otel.provider):
+                task_id = await client.spawn_task("notetaker", "take notes", model=MODELS[kind])
+                info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        spans = span_text(otel)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "noted"
+    first, second = srv.requests
+    assert offered(first) == {
+        "read_file",
+        "mcp__git__git_status",
+        "mcp__notes__add",
+        "mcp__notes__hello",
+    }
+    status, hello = tool_results(second)
+    assert "README.md" in status, status
+    assert hello == "hello, Ada"
+    # where a secret could go, each seen to hold the task's traces first
+    handle = temporal_client.get_workflow_handle(task_id)
+    described = await handle.describe()
+    places = {
+        "history": "\n".join([str(e) async for e in handle.fetch_history_events()]),
+        "memo": json.dumps(await described.memo(), default=str),
+        "search attributes": str(
+            described.raw_description.workflow_execution_info.search_attributes
+        ),
+        "description": described.raw_description.SerializeToString().decode("latin-1"),
+        "spans": spans,
+        "log": caplog.text + "".join(str(r.__dict__) for r in caplog.records),
+    }
+    assert "mcp__notes__hello" in places["history"]
+    assert "subagent.tool" in spans and "mcp__notes__hello" in spans
+    assert "notetaker" in places["memo"] and "notetaker" in places["search attributes"]
+    assert caplog.records, "the worker logged"
+    for place, text in places.items():
+        for leak in (http_server.token, secret, "GIT_SECRET"):
+            assert leak not in text, f"{leak} in the {place}"
+
+
+async def test_a_tool_over_sse_with_a_bearer_token(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = HttpServer(tmp_path / "sse.err", transport="sse")
+    await server.start()
+    try:
+        monkeypatch.setenv("SSE_TOKEN", server.token)
+        config = write_config(
+            tmp_path / "servers.json",
+            {
+                "notes": {
+                    "type": "sse",
+                    "url": server.url,
+                    "headers": {"Authorization": "Bearer ${SSE_TOKEN}"},
+                }
+            },
+        )
+        client.agents["sse"] = AgentSpec(
+            name="sse", tools=["mcp__notes"], permission_mode="dont_ask"
+        )
+        model = script({"tool_calls": [call("mcp__notes__add", a=20, b=22)]}, {"text": "sum"})
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("sse", "add", model=model)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        server.stop()
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [result] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert result == "42"
