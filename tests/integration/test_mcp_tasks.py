@@ -417,8 +417,14 @@ def commit_script() -> str:
     )
 
 
+@pytest.mark.parametrize("kind", PROVIDERS)
 async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval(
-    settings: Settings, temporal_client: Client, workspace: Path, tmp_path: Path
+    kind: str,
+    settings: Settings,
+    temporal_client: Client,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     repository(workspace)
     write_config(workspace / ".mcp.json", {"git": git_server()})
@@ -432,8 +438,11 @@ async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval
         "mcp__git__git_add",
         "mcp__git__git_commit",
     ]
-    async with create_worker(temporal_client, settings):
-        task_id = await client.spawn_task("gitter", "commit it", model=commit_script())
+    async with model_api(monkeypatch, kind) as srv, create_worker(temporal_client, settings):
+        srv.add_reply(tool_calls=[call("mcp__git__git_add", repo_path=".", files=["README.md"])])
+        srv.add_reply(tool_calls=[call("mcp__git__git_commit", repo_path=".", message="From MCP")])
+        srv.add_reply(text="committed")
+        task_id = await client.spawn_task("gitter", "commit it", model=MODELS[kind])
         adding = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert adding.status == TaskStatus.PAUSED
         [add] = adding.pending_approvals
@@ -449,7 +458,12 @@ async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval
         await client.approve(task_id)
         done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED, done.error
+    assert done.result == "committed"
     assert commits(workspace) == ["From MCP"]
+    assert offered(srv.requests[0]) == {"read_file", "mcp__git__git_add", "mcp__git__git_commit"}
+    added, committed = tool_results(srv.requests[-1])
+    assert "staged" in added, added
+    assert "Changes committed successfully" in committed, committed
 
 
 async def test_git_commit_approved_after_a_sigkill_while_paused_runs_once(
