@@ -51,10 +51,10 @@ from ..helpers.mcp_servers import (
     write_config,
 )
 from ..helpers.metrics import running_worker, scrape, value
-from ..helpers.otel import Otel, in_memory_spans
 from ..helpers.processes import worker_process
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import give_to_tool_user, script
+from ..helpers.telemetry import all_attribute_values, in_memory_spans
 
 AUTHOR = {
     "GIT_AUTHOR_NAME": "Ada",
@@ -1024,21 +1024,6 @@ You take notes.
 """
 
 
-def span_text(otel: Otel) -> str:
-    """Every span's name, attributes and events, as text."""
-    return json.dumps(
-        [
-            [
-                s.name,
-                dict(s.attributes or {}),
-                [[e.name, dict(e.attributes or {})] for e in s.events],
-            ]
-            for s in otel.spans()
-        ],
-        default=str,
-    )
-
-
 @pytest.mark.parametrize("kind", PROVIDERS)
 async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_no_secret_leaks(
     kind: str,
@@ -1089,7 +1074,7 @@ async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_
             async with create_worker(traced, settings, tracer_provider=otel.provider):
                 task_id = await client.spawn_task("notetaker", "take notes", model=MODELS[kind])
                 info = await client.check_task(task_id, wait=True, timeout=CEILING)
-        spans = span_text(otel)
+        spans = json.dumps([[s.name for s in otel.spans()], all_attribute_values(otel.spans())])
     assert info.status == TaskStatus.COMPLETED, info.error
     assert info.result == "noted"
     first, second = srv.requests
