@@ -980,11 +980,16 @@ def test_subagents_agents_shows_the_mcp_tools_of_agent_files(tmp_path: Path) -> 
         "disallowedTools: mcp__git\n---\nTell the time.\n"
     )
     (agents / "planner.md").write_text(PLAN_FILE)
+    (agents / "reader.md").write_text(
+        "---\nname: reader\ndescription: d\npermissionMode: plan\n---\nRead.\n"
+    )
     table = agents_table(tmp_path)
     assert table["gitter"] == "read_file,mcp__git__git_add,mcp__git__git_commit"
     assert table["clock"] == "read_file,mcp__time"
     # a plan agent's file names no rule allowing an MCP tool: a worker offers it none
     assert table["planner"] == "read_file"
+    # every tool, in plan: the read-only ones (a worker offers it no MCP tool)
+    assert table["reader"] == "read_file,list_files,grep"
     assert table["explore"] == "read_file,list_files,grep"
 
 
