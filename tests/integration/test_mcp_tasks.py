@@ -397,6 +397,33 @@ async def test_an_mcp_call_is_shown_by_server_and_tool_and_counted_per_server(
     assert value(scraped, calls_metric, tool="mcp__good__fails", outcome="error") == 1
 
 
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_structured_content_reaches_the_model_beside_the_text(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"good": script_server("good")})
+    client.agents["any"] = AgentSpec(name="any", tools=["mcp__good"], permission_mode="dont_ask")
+    async with model_api(monkeypatch, kind) as srv:
+        srv.add_reply(tool_calls=[call("mcp__good__both"), call("mcp__good__restated")])
+        srv.add_reply(text="two issues")
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("any", "issues?", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    both, restated = tool_results(srv.requests[-1])
+    assert both == (
+        "2 open issues\n"
+        '[structured content] {"issues":[{"id":7,"title":"flaky"},{"id":9,"title":"slow"}]}'
+    )
+    assert restated == '{"answer": 42}'  # said once, as the text already says it
+
+
 # ---------------------------------------------------------------- approvals
 
 
