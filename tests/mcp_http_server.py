@@ -1,7 +1,8 @@
-"""A streamable-HTTP MCP server built with the official SDK, behind a bearer token.
+"""An MCP server built with the official SDK, behind a bearer token, over HTTP.
 
-``python mcp_http_server.py PORT`` with the token in ``MCP_TEST_TOKEN``: the SDK's own
-resource-server auth (a ``TokenVerifier``) refuses any other ``Authorization``.
+``python mcp_http_server.py PORT [http|sse]`` with the token in ``MCP_TEST_TOKEN``:
+streamable HTTP at ``/mcp`` (the default), or the SDK's SSE transport at ``/sse``. The
+SDK's own resource-server auth (a ``TokenVerifier``) refuses any other ``Authorization``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ class OneToken:
         return AccessToken(token=token, client_id="tests", scopes=[])
 
 
-def build(port: int) -> MCPServer:
+def build(port: int, path: str = "/mcp") -> MCPServer:
     url = f"http://127.0.0.1:{port}"
     server = MCPServer(
         "notes",
         token_verifier=OneToken(),
-        auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}/mcp", required_scopes=[]),
+        auth=AuthSettings(issuer_url=url, resource_server_url=f"{url}{path}", required_scopes=[]),
     )
 
     @server.tool(description="Add two numbers.")
@@ -47,5 +48,7 @@ def build(port: int) -> MCPServer:
 
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    app = build(port).streamable_http_app()
+    sse = sys.argv[2:] == ["sse"]
+    server = build(port, "/sse" if sse else "/mcp")
+    app = server.sse_app() if sse else server.streamable_http_app()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

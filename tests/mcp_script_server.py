@@ -7,7 +7,9 @@ Standard library only, so that any Python (the system's, as the tool user) runs 
   ``echo`` (its ``text``), ``progress`` (three progress notifications, then "done"),
   ``hang`` (never answers; writes ``MARKER_DIR/hang-<pid>`` when it starts, and
   ``MARKER_DIR/cancelled-<pid>`` when the cancel arrives), ``media`` (text, an image,
-  audio, a resource link), ``structured`` (structuredContent only), ``fails``
+  audio, a resource link), ``structured`` (structuredContent only), ``both`` (a text
+  and structuredContent that says more), ``restated`` (structuredContent and its JSON
+  as text), ``fails``
   (``isError``), ``big`` (100,000 characters of text), ``crash`` (a line to stderr,
   then exits with status 9 without answering), ``picture`` (a text and two real
   images: a PNG of ``text`` pixels wide and a GIF), ``bad-pictures`` (images no model
@@ -75,6 +77,8 @@ TOOLS = [
         "progress",
         "media",
         "structured",
+        "both",
+        "restated",
         "fails",
         "big",
         "crash",
@@ -202,6 +206,21 @@ def call(request: dict) -> None:
         send({"jsonrpc": "2.0", "id": rid, "result": {"content": content}})
     elif name == "structured":
         result = {"content": [], "structuredContent": {"answer": 42, "list": [1, 2]}}
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif name == "both":
+        result = {
+            "content": [{"type": "text", "text": "2 open issues"}],
+            "structuredContent": {
+                "issues": [{"id": 7, "title": "flaky"}, {"id": 9, "title": "slow"}]
+            },
+        }
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif name == "restated":
+        data = {"answer": 42}
+        result = {
+            "content": [{"type": "text", "text": json.dumps(data)}],
+            "structuredContent": data,
+        }
         send({"jsonrpc": "2.0", "id": rid, "result": result})
     elif name == "fails":
         result = {"content": [{"type": "text", "text": "it broke"}], "isError": True}

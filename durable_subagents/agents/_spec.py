@@ -10,7 +10,7 @@ from durable_subagents.agents._activity_options import ActivityOptions, check_ag
 
 # Re-exported: the sandbox and the tools read the default list from here.
 from durable_subagents.agents._protected import PROTECTED_PATHS as PROTECTED_PATHS
-from durable_subagents.agents._tool_names import covers
+from durable_subagents.agents._tool_names import covers, is_mcp, rule_names
 
 PermissionMode = Literal["plan", "default", "accept_edits", "dont_ask"]
 Action = Literal["allow", "ask", "deny"]
@@ -174,10 +174,17 @@ class AgentSpec(BaseModel):
         """The tools this agent may call among ``available``, in ``available``'s order.
 
         ``mcp__<server>`` in ``tools`` or ``disallowed_tools`` stands for all of that
-        server's tools (``covers``).
+        server's tools (``covers``). In ``plan``, the read-only tools, and an MCP tool the
+        agent lists where one of its ``allow`` rules names it, as a worker offers them.
         """
         listed = self.tools
         allowed = [t for t in available if listed is None or any(covers(n, t) for n in listed)]
         if self.permission_mode == "plan":
-            allowed = [t for t in allowed if t in READ_ONLY_TOOLS]
+            allows = [r.tool for r in self.permissions if r.action == "allow" and is_mcp(r.tool)]
+            allowed = [
+                t
+                for t in allowed
+                if t in READ_ONLY_TOOLS
+                or (listed is not None and is_mcp(t) and any(rule_names(a, t) for a in allows))
+            ]
         return [t for t in allowed if not any(covers(n, t) for n in self.disallowed_tools)]

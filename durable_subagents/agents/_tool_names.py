@@ -7,10 +7,19 @@ spawn or a ``disallowedTools`` list may name one, or ``mcp__<server>`` (also wri
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["MCP_PREFIX", "covers", "expand_tool_names", "is_mcp", "mcp_name", "server_of"]
+__all__ = [
+    "MCP_PREFIX",
+    "covers",
+    "expand_tool_names",
+    "is_mcp",
+    "mcp_name",
+    "rule_names",
+    "server_of",
+]
 
 MCP_PREFIX = "mcp__"
 _MCP_NAME = re.compile(r"mcp__[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?:__[A-Za-z0-9_-]+)?")
@@ -42,6 +51,15 @@ def _whole_server(name: str) -> bool:
 def covers(listed: str, name: str) -> bool:
     """Whether an agent's entry ``listed`` allows (or disallows) tool ``name``."""
     return listed == name or (_whole_server(listed) and name.startswith(f"{listed}__"))
+
+
+def rule_names(rule_tool: str, name: str) -> bool:
+    """Whether a permission rule's ``tool`` names tool ``name``.
+
+    A glob (``mcp__git__*``, ``*``), or an MCP server's name (``mcp__git``) for every
+    tool of that server, as in an agent's ``tools`` and ``disallowed_tools``.
+    """
+    return fnmatch.fnmatchcase(name, rule_tool) or covers(rule_tool, name)
 
 
 def expand_tool_names(names: Iterable[str], available: Sequence[str]) -> list[str]:

@@ -25,15 +25,12 @@ from durable_subagents.cli._common import (
 from durable_subagents.errors import SubagentError
 from durable_subagents.wording._error_wording import for_shell
 
-__all__ = ["tools"]
-
 __all__ = ["agents", "tools"]
 
 
 def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
     """List the built-in agents and the project's own (from agent files)."""
     from durable_subagents.agents import ALL_TOOLS, BUILTIN_AGENTS, find_project_root, scan_agents
-    from durable_subagents.agents._tool_names import is_mcp
     from durable_subagents.cli._render import plain_table
     from durable_subagents.wording._terminal import shown
 
@@ -54,14 +51,33 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         return
     listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
-        every = a.tools is None and not a.disallowed_tools
-        mcp = [t for t in a.tools or () if is_mcp(t) and t not in a.disallowed_tools]
+        every = a.tools is None and not a.disallowed_tools and a.permission_mode != "plan"
+        mcp = _mcp_entries(a)
         tools = "all" if every else ",".join([*a.allowed_tools(ALL_TOOLS), *mcp]) or "none"
         cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
         listed.append((cells, shown(a.description)))
     header = ("name", "tools", "mode", "turns", "source", "description")
     for line in plain_table(header, listed, console.width, right={3}):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _mcp_entries(spec: Any) -> list[str]:
+    """The agent's MCP entries a worker would offer it, less what it disallows.
+
+    In ``plan``, a worker offers an MCP tool only where one of the agent's ``allow``
+    rules names it (agent files carry no such rules, so a plan agent's file gets none).
+    """
+    from durable_subagents.agents._tool_names import covers, is_mcp, rule_names
+
+    entries = [
+        t
+        for t in spec.tools or ()
+        if is_mcp(t) and not any(covers(d, t) for d in spec.disallowed_tools)
+    ]
+    if spec.permission_mode != "plan":
+        return entries
+    allows = [r.tool for r in spec.permissions if r.action == "allow" and is_mcp(r.tool)]
+    return [t for t in entries if any(rule_names(a, t) for a in allows)]
 
 
 def _source(path: Path) -> str:

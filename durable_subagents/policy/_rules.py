@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from durable_subagents.agents import READ_ONLY_TOOLS, AgentSpec, PermissionRule
 from durable_subagents.agents._protected import PROTECTED_PATHS, path_parts, protected_entry
 from durable_subagents.agents._spec import EDIT_TOOLS, Action, PermissionMode
-from durable_subagents.agents._tool_names import covers, is_mcp
+from durable_subagents.agents._tool_names import is_mcp, rule_names
 from durable_subagents.policy._shell import command_words
 from durable_subagents.types import ToolCall
 
@@ -31,7 +31,7 @@ def names_tool(rule_tool: str, tool_name: str) -> bool:
     A glob, or an MCP server's name (``mcp__git``) for every tool of that server, as in
     an agent's ``tools`` and ``disallowed_tools``.
     """
-    return fnmatch.fnmatchcase(tool_name, rule_tool) or covers(rule_tool, tool_name)
+    return rule_names(rule_tool, tool_name)
 
 
 def rule_target_key(arguments: dict[str, Any]) -> str | None:

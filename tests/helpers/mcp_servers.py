@@ -152,21 +152,25 @@ def processes_with(text: str) -> list[int]:
 
 
 class HttpServer:
-    """The SDK-built streamable-HTTP server in a process of its own, behind a token."""
+    """The SDK-built HTTP server in a process of its own, behind a token.
 
-    def __init__(self, log: Path) -> None:
+    ``transport``: ``http`` (streamable HTTP, at ``/mcp``) or ``sse`` (at ``/sse``).
+    """
+
+    def __init__(self, log: Path, transport: str = "http") -> None:
         self.token = uuid.uuid4().hex
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.transport = transport
+        path = "/sse" if transport == "sse" else "/mcp"
+        self.url = f"http://127.0.0.1:{self.port}{path}"
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         env = {**os.environ, "MCP_TEST_TOKEN": self.token}
+        command = [sys.executable, str(HTTP_SERVER), str(self.port), self.transport]
         with self.log.open("a") as err:
-            self.process = subprocess.Popen(
-                [sys.executable, str(HTTP_SERVER), str(self.port)], env=env, stderr=err
-            )
+            self.process = subprocess.Popen(command, env=env, stderr=err)
         await eventually(self.listens, "the HTTP server to listen")
 
     async def listens(self) -> bool:

@@ -326,6 +326,8 @@ async def test_results_as_text_for_the_model(workspace: Path) -> None:
     async with mcp_servers(script_server("good")) as servers:
         media = await call(servers, "good", "media", workspace)
         structured = await call(servers, "good", "structured", workspace)
+        both = await call(servers, "good", "both", workspace)
+        restated = await call(servers, "good", "restated", workspace)
         failed = await call(servers, "good", "fails", workspace)
         big = await call(servers, "good", "big", workspace)
         unknown = await call(servers, "good", "no_such_tool", workspace)
@@ -336,6 +338,12 @@ async def test_results_as_text_for_the_model(workspace: Path) -> None:
     assert "[audio (audio/wav) left out" in media.text
     assert "[resource link x.txt: file:///tmp/x.txt]" in media.text
     assert structured == McpResult(text='{"answer":42,"list":[1,2]}', is_error=False)
+    # structured content goes beside the text, unless the text already says it
+    assert both.text == (
+        "2 open issues\n"
+        '[structured content] {"issues":[{"id":7,"title":"flaky"},{"id":9,"title":"slow"}]}'
+    )
+    assert restated.text == '{"answer": 42}'
     assert failed == McpResult(text="it broke", is_error=True)
     assert len(big.text) < 30_100
     assert big.text.startswith("000000000\n")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,9 +25,15 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskStatus
+from durable_subagents import (
+    AgentSpec,
+    PermissionRule,
+    SubagentClient,
+    TaskStatus,
+    connect_client,
+)
 from durable_subagents.config import Settings
-from durable_subagents.testing import FakeReply, free_port
+from durable_subagents.testing import DevServer, FakeReply, free_port
 from durable_subagents.tools._images import image_size
 from durable_subagents.tools.mcp import McpServer
 from durable_subagents.tools.mcp._config import MAX_TIMEOUT
@@ -46,6 +54,7 @@ from ..helpers.metrics import running_worker, scrape, value
 from ..helpers.processes import worker_process
 from ..helpers.providers import MODELS, PROVIDERS, model_api
 from ..helpers.tasks import give_to_tool_user, script
+from ..helpers.telemetry import all_attribute_values, in_memory_spans
 
 AUTHOR = {
     "GIT_AUTHOR_NAME": "Ada",
@@ -95,7 +104,7 @@ def tool_results(body: dict[str, Any]) -> list[str]:
 
 def offered(body: dict[str, Any]) -> set[str]:
     """The tool names a model request offers (either API's wire shape)."""
-    return {t["function"]["name"] if "function" in t else t["name"] for t in body["tools"]}
+    return {t["function"]["name"] if "function" in t else t["name"] for t in body.get("tools", [])}
 
 
 @pytest.fixture
@@ -388,6 +397,33 @@ async def test_an_mcp_call_is_shown_by_server_and_tool_and_counted_per_server(
     assert value(scraped, calls_metric, tool="mcp__good__fails", outcome="error") == 1
 
 
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_structured_content_reaches_the_model_beside_the_text(
+    kind: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(tmp_path / "servers.json", {"good": script_server("good")})
+    client.agents["any"] = AgentSpec(name="any", tools=["mcp__good"], permission_mode="dont_ask")
+    async with model_api(monkeypatch, kind) as srv:
+        srv.add_reply(tool_calls=[call("mcp__good__both"), call("mcp__good__restated")])
+        srv.add_reply(text="two issues")
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("any", "issues?", model=MODELS[kind])
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    both, restated = tool_results(srv.requests[-1])
+    assert both == (
+        "2 open issues\n"
+        '[structured content] {"issues":[{"id":7,"title":"flaky"},{"id":9,"title":"slow"}]}'
+    )
+    assert restated == '{"answer": 42}'  # said once, as the text already says it
+
+
 # ---------------------------------------------------------------- approvals
 
 
@@ -408,8 +444,14 @@ def commit_script() -> str:
     )
 
 
+@pytest.mark.parametrize("kind", PROVIDERS)
 async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval(
-    settings: Settings, temporal_client: Client, workspace: Path, tmp_path: Path
+    kind: str,
+    settings: Settings,
+    temporal_client: Client,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     repository(workspace)
     write_config(workspace / ".mcp.json", {"git": git_server()})
@@ -423,8 +465,11 @@ async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval
         "mcp__git__git_add",
         "mcp__git__git_commit",
     ]
-    async with create_worker(temporal_client, settings):
-        task_id = await client.spawn_task("gitter", "commit it", model=commit_script())
+    async with model_api(monkeypatch, kind) as srv, create_worker(temporal_client, settings):
+        srv.add_reply(tool_calls=[call("mcp__git__git_add", repo_path=".", files=["README.md"])])
+        srv.add_reply(tool_calls=[call("mcp__git__git_commit", repo_path=".", message="From MCP")])
+        srv.add_reply(text="committed")
+        task_id = await client.spawn_task("gitter", "commit it", model=MODELS[kind])
         adding = await client.check_task(task_id, wait=True, timeout=CEILING)
         assert adding.status == TaskStatus.PAUSED
         [add] = adding.pending_approvals
@@ -440,7 +485,12 @@ async def test_git_commit_from_an_agent_file_pauses_and_runs_once_after_approval
         await client.approve(task_id)
         done = await client.check_task(task_id, wait=True, timeout=CEILING)
     assert done.status == TaskStatus.COMPLETED, done.error
+    assert done.result == "committed"
     assert commits(workspace) == ["From MCP"]
+    assert offered(srv.requests[0]) == {"read_file", "mcp__git__git_add", "mcp__git__git_commit"}
+    added, committed = tool_results(srv.requests[-1])
+    assert "staged" in added, added
+    assert "Changes committed successfully" in committed, committed
 
 
 async def test_git_commit_approved_after_a_sigkill_while_paused_runs_once(
@@ -813,3 +863,315 @@ async def test_a_call_a_sigkill_cut_off_is_reported_not_run_again(
     [result] = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     assert "mcp__slow__hang was interrupted" in result.content, result.content
     assert [m.name for m in markers.glob("hang-*")] == [mark.name]  # never sent again
+
+
+# ---------------------------------------------------------------- rules and plan mode
+
+
+@pytest.mark.parametrize("action", ["deny", "ask"])
+async def test_a_rule_on_a_whole_server_stops_or_pauses_each_of_its_calls(
+    action: str,
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    markers = tmp_path / "marks"
+    markers.mkdir()
+    markers.chmod(0o777)
+    config = write_config(
+        tmp_path / "servers.json", {"slow": script_server("slow", "good", markers)}
+    )
+    client.agents["ruled"] = AgentSpec(
+        name="ruled",
+        tools=["mcp__slow"],
+        permission_mode="dont_ask",  # the server's calls run unless the rule says otherwise
+        permissions=[PermissionRule(tool="mcp__slow", action=action)],  # type: ignore[arg-type]
+    )
+    model = script({"tool_calls": [call("mcp__slow__hang")]}, {"text": "gave up"})
+    worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("ruled", "hang", model=model)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        if action == "ask":
+            assert info.status == TaskStatus.PAUSED, info.error
+            [pending] = info.pending_approvals
+            assert pending.tool_name == "mcp__slow__hang"
+            await client.reject(task_id, reason="not now")
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [result] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    if action == "deny":
+        assert result == (
+            "mcp__slow__hang was denied by this agent's permission rules; do not retry it"
+        )
+    else:
+        assert "not now" in result, result
+    # the task has ended: the call never reached the server
+    assert list(markers.glob("hang-*")) == []
+
+
+PLAN_FILE = """---
+name: planner
+description: Plans with the clock.
+tools: Read, mcp__time
+permissionMode: plan
+---
+You plan.
+"""
+
+
+def agents_table(project: Path) -> dict[str, str]:
+    """``subagents agents``' tools column, by agent name."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "agents", "--agents-dir", str(project)],
+        capture_output=True, text=True, timeout=CEILING, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()[1:]}
+
+
+async def test_a_plan_agent_is_offered_the_mcp_tools_it_lists_that_an_allow_rule_names(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    now, convert = "mcp__time__get_current_time", "mcp__time__convert_time"
+    allow = PermissionRule(tool="mcp__time__*", action="allow")
+    cases: dict[str, tuple[AgentSpec, set[str]]] = {
+        "one": (
+            AgentSpec(
+                name="one",
+                tools=["read_file", "mcp__time"],
+                permissions=[PermissionRule(tool=now, action="allow")],
+            ),
+            {"read_file", now},
+        ),
+        "server": (
+            AgentSpec(
+                name="server",
+                tools=["mcp__time"],
+                permissions=[PermissionRule(tool="mcp__time", action="allow")],
+            ),
+            {now, convert},
+        ),
+        "unlisted": (
+            AgentSpec(name="unlisted", tools=["read_file"], permissions=[allow]),
+            {"read_file"},
+        ),
+        "every": (
+            AgentSpec(name="every", tools=None, permissions=[allow]),
+            {"read_file", "list_files", "grep"},
+        ),
+        "asks": (
+            AgentSpec(
+                name="asks",
+                tools=["read_file", "mcp__time"],
+                permissions=[PermissionRule(tool="mcp__time__*", action="ask")],
+            ),
+            {"read_file"},
+        ),
+    }
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "planner.md").write_text(PLAN_FILE)
+    from_file = await SubagentClient.connect(settings=settings, agents_dir=project)
+    cases["planner"] = (from_file.agents["planner"], {"read_file"})
+    seen: dict[str, set[str]] = {}
+    async with model_api(monkeypatch, "openai") as srv:
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            for name, (spec, _) in cases.items():
+                client.agents[name] = spec.model_copy(update={"permission_mode": "plan"})
+                srv.add_reply(text="planned")
+                task_id = await client.spawn_task(name, "plan", model=MODELS["openai"])
+                info = await client.check_task(task_id, wait=True, timeout=CEILING)
+                assert info.status == TaskStatus.COMPLETED, (name, info.error)
+                seen[name] = offered(srv.requests[-1])
+    assert seen == {name: expected for name, (_, expected) in cases.items()}
+    # `subagents agents` shows what the worker offered the agent file's plan agent
+    assert agents_table(project)["planner"] == "read_file"
+
+
+def test_subagents_agents_shows_the_mcp_tools_of_agent_files(tmp_path: Path) -> None:
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "gitter.md").write_text(GITTER)
+    (agents / "clock.md").write_text(
+        "---\nname: clock\ndescription: d\ntools: Read, mcp__time, mcp__git\n"
+        "disallowedTools: mcp__git\n---\nTell the time.\n"
+    )
+    (agents / "planner.md").write_text(PLAN_FILE)
+    (agents / "reader.md").write_text(
+        "---\nname: reader\ndescription: d\npermissionMode: plan\n---\nRead.\n"
+    )
+    table = agents_table(tmp_path)
+    assert table["gitter"] == "read_file,mcp__git__git_add,mcp__git__git_commit"
+    assert table["clock"] == "read_file,mcp__time"
+    # a plan agent's file names no rule allowing an MCP tool: a worker offers it none
+    assert table["planner"] == "read_file"
+    # every tool, in plan: the read-only ones (a worker offers it no MCP tool)
+    assert table["reader"] == "read_file,list_files,grep"
+    assert table["explore"] == "read_file,list_files,grep"
+
+
+async def test_an_agent_listing_a_tool_no_server_offers_fails_saying_what_to_register(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path / "servers.json", {"time": python_server("time", "-m", "mcp_server_time")}
+    )
+    client.agents["lost"] = AgentSpec(
+        name="lost", tools=["read_file", "mcp__nope__x"], permission_mode="dont_ask"
+    )
+    worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task("lost", "go", model=script({"text": "never"}))
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.FAILED
+    assert info.error is not None
+    assert "agent 'lost' allows tools this worker does not have: mcp__nope__x;" in info.error
+    assert "mcp__time__get_current_time" in info.error  # what this worker has
+    assert "MCP servers, .mcp.json or --mcp-config" in info.error
+
+
+# ---------------------------------------------------------------- agent files, transports, secrets
+
+
+NOTETAKER = """---
+name: notetaker
+description: Takes notes and reads the repository's state.
+tools: Read, mcp__git__git_status, mcp__notes
+permissionMode: bypassPermissions
+---
+You take notes.
+"""
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_no_secret_leaks(
+    kind: str,
+    settings: Settings,
+    dev_server: DevServer,
+    temporal_client: Client,
+    workspace: Path,
+    tmp_path: Path,
+    http_server: HttpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The servers of the workspace's .mcp.json (a bearer token from ``${NOTES_TOKEN}``,
+    a stdio server with a secret in its ``env``) serve a Claude Code agent file; neither
+    secret reaches the task's history, memo, search attributes, spans or the worker's log."""
+    caplog.set_level(logging.DEBUG)
+    repository(workspace)
+    secret = f"env-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("NOTES_TOKEN", http_server.token)
+    write_config(
+        workspace / ".mcp.json",
+        {
+            "git": python_server(
+                "git", "-m", "mcp_server_git", env={**AUTHOR, "GIT_SECRET": secret}
+            ),
+            "notes": {
+                "type": "http",
+                "url": http_server.url,
+                "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"},
+            },
+        },
+    )
+    give_to_tool_user(workspace)
+    project = tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "notetaker.md").write_text(NOTETAKER)
+    client = await SubagentClient.connect(settings=settings, agents_dir=project)
+    with in_memory_spans(monkeypatch) as otel:
+        traced = await connect_client(dev_server.address, dev_server.namespace, tracing=True)
+        async with model_api(monkeypatch, kind) as srv:
+            srv.add_reply(
+                tool_calls=[
+                    call("mcp__git__git_status", repo_path="."),
+                    {"name": "mcp__notes__hello", "arguments": {"name": "Ada"}},
+                ]
+            )
+            srv.add_reply(text="noted")
+            async with create_worker(traced, settings, tracer_provider=otel.provider):
+                task_id = await client.spawn_task("notetaker", "take notes", model=MODELS[kind])
+                info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        spans = json.dumps([[s.name for s in otel.spans()], all_attribute_values(otel.spans())])
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.result == "noted"
+    first, second = srv.requests
+    assert offered(first) == {
+        "read_file",
+        "mcp__git__git_status",
+        "mcp__notes__add",
+        "mcp__notes__hello",
+    }
+    status, hello = tool_results(second)
+    assert "README.md" in status, status
+    assert hello == "hello, Ada"
+    # where a secret could go, each seen to hold the task's traces first
+    handle = temporal_client.get_workflow_handle(task_id)
+    described = await handle.describe()
+    places = {
+        "history": "\n".join([str(e) async for e in handle.fetch_history_events()]),
+        "memo": json.dumps(await described.memo(), default=str),
+        "search attributes": str(
+            described.raw_description.workflow_execution_info.search_attributes
+        ),
+        "description": described.raw_description.SerializeToString().decode("latin-1"),
+        "spans": spans,
+        "log": caplog.text + "".join(str(r.__dict__) for r in caplog.records),
+    }
+    assert "mcp__notes__hello" in places["history"]
+    assert "subagent.tool" in spans and "mcp__notes__hello" in spans
+    assert "notetaker" in places["memo"] and "notetaker" in places["search attributes"]
+    assert caplog.records, "the worker logged"
+    for place, text in places.items():
+        for leak in (http_server.token, secret, "GIT_SECRET"):
+            assert leak not in text, f"{leak} in the {place}"
+
+
+async def test_a_tool_over_sse_with_a_bearer_token(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = HttpServer(tmp_path / "sse.err", transport="sse")
+    await server.start()
+    try:
+        monkeypatch.setenv("SSE_TOKEN", server.token)
+        config = write_config(
+            tmp_path / "servers.json",
+            {
+                "notes": {
+                    "type": "sse",
+                    "url": server.url,
+                    "headers": {"Authorization": "Bearer ${SSE_TOKEN}"},
+                }
+            },
+        )
+        client.agents["sse"] = AgentSpec(
+            name="sse", tools=["mcp__notes"], permission_mode="dont_ask"
+        )
+        model = script({"tool_calls": [call("mcp__notes__add", a=20, b=22)]}, {"text": "sum"})
+        worker_settings = settings.model_copy(update={"mcp_config": str(config)})
+        async with create_worker(temporal_client, worker_settings):
+            task_id = await client.spawn_task("sse", "add", model=model)
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    finally:
+        server.stop()
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [result] = [m.content for m in await client.get_transcript(task_id) if m.role == "tool"]
+    assert result == "42"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import (
     OpenTelemetryPlugin,
-    ReplaySafeTracerProvider,
     create_tracer_provider,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -51,32 +49,17 @@ from durable_subagents.workflows import SubagentWorkflow
 from ..helpers import CEILING
 from ..helpers.metrics import get, running_worker, samples, value
 from ..helpers.tasks import script
-from ..helpers.telemetry import all_attribute_values
+from ..helpers.telemetry import Otel, all_attribute_values, in_memory_spans
 
 SECRET = "sk-test-telemetry-0123456789abcdef"
 NOTES = "the answer is 42\n"
 
 
-@dataclass
-class Otel:
-    provider: ReplaySafeTracerProvider
-    exporter: InMemorySpanExporter
-
-
 @pytest.fixture
 def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Otel]:
-    """A replay-safe provider with an in-memory exporter, global for this test only.
-
-    Temporal's plugin reads the global provider and insists it is replay-safe, and
-    ``set_tracer_provider`` works once per process: swap the global for the test and
-    put the default proxy back afterwards, so the other tests stay untraced.
-    """
-    exporter = InMemorySpanExporter()
-    tp = create_tracer_provider(shutdown_on_exit=False)
-    tp.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", tp)
-    yield Otel(tp, exporter)
-    tp.shutdown()
+    """Spans in memory, the provider global for this test only (``in_memory_spans``)."""
+    with in_memory_spans(monkeypatch) as spans:
+        yield spans
 
 
 def finished(otel: Otel) -> list[ReadableSpan]:

@@ -99,3 +99,28 @@ def test_claude_code_agent_files_keep_their_mcp_tools(tmp_path: Path) -> None:
     assert spec.tools == ["read_file", "mcp__git__git_status", "mcp__time"]
     assert spec.disallowed_tools == ["mcp__git__git_commit"]
     assert len(warnings) == 1 and "'mcp__bad name' is not one of ours" in warnings[0]
+
+
+def _allow(tool: str, action: str = "allow") -> PermissionRule:
+    return PermissionRule(tool=tool, action=action)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("tools", "rules", "expected"),
+    [
+        # listed, and an allow rule names it: a rule on one tool, on the whole server
+        (["read_file", "mcp__git"], [_allow("mcp__git__git_status")], ["mcp__git__git_status"]),
+        (["mcp__git"], [_allow("mcp__git")], ["mcp__git__git_status", "mcp__git__git_commit"]),
+        (["mcp__git"], [_allow("mcp__git__*")], ["mcp__git__git_status", "mcp__git__git_commit"]),
+        # not listed, every tool (tools=None), or a rule that only asks: none
+        (["read_file"], [_allow("mcp__git")], []),
+        (None, [_allow("mcp__git")], []),
+        (["mcp__git"], [_allow("mcp__git", "ask")], []),
+    ],
+)
+def test_a_plan_agent_has_the_mcp_tools_it_lists_where_an_allow_rule_names_them(
+    tools: list[str] | None, rules: list[PermissionRule], expected: list[str]
+) -> None:
+    spec = AgentSpec(name="p", permission_mode="plan", tools=tools, permissions=rules)
+    read = [] if tools is not None and "read_file" not in tools else ["read_file"]
+    assert spec.allowed_tools(AVAILABLE) == [*read, *expected]

@@ -16,7 +16,6 @@ when the worker starts; the rest of the server's tools are offered.
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import re
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from durable_subagents.agents._tool_names import (
     MCP_PREFIX,
     expand_tool_names,
     is_mcp,
+    rule_names,
     server_of,
 )
 
@@ -54,8 +54,8 @@ def offered_name(server: str, tool: str) -> str | None:
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
-    """Whether tool ``name`` matches one of the rules' tool globs."""
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    """Whether one of the rules' tools (a glob, or a server's name) names tool ``name``."""
+    return any(rule_names(p, name) for p in patterns)
 
 
 def offerable_schema(schema: Any) -> dict[str, Any]:

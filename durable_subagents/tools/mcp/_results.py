@@ -65,8 +65,9 @@ class McpResult:
     """What one call of a server's tool returned, as text for the model.
 
     Attributes:
-        text: The text blocks joined (``structuredContent`` as JSON where there is no
-            text), resources as short text, a line naming each image (or saying why it
+        text: The text blocks joined, and ``structuredContent`` as JSON (alone where
+            there is no text; after it, marked, unless a text block already says it),
+            resources as short text, a line naming each image (or saying why it
             was left out) and each audio block; truncated past ``MAX_OUTPUT_CHARS``
             keeping head and tail.
         is_error: The server's ``isError``: the tool failed, and says why in ``text``.
@@ -121,6 +122,26 @@ def _resource_text(block: types.EmbeddedResource) -> str:
     return f"[resource {uri}: {kind} data, {len(resource.blob):,} base64 characters, left out]"
 
 
+def _restated(content: list[Any], structured: Any) -> bool:
+    """Whether a text block already says ``structured``.
+
+    MCP asks a server to send its structured content's JSON as text too; the SDK wraps
+    a value that is no object as ``{"result": value}`` and sends the value as text.
+    """
+    one = isinstance(structured, dict) and list(structured) == ["result"]
+    wrapped = structured["result"] if one else ...
+    for block in content:
+        if not isinstance(block, types.TextContent):
+            continue
+        try:
+            said = json.loads(block.text)
+        except ValueError:
+            said = ...
+        if said == structured or (one and wrapped in (said, block.text)):
+            return True
+    return False
+
+
 def result_from(result: types.CallToolResult) -> McpResult:
     """The model's view of one call's result: text, whether it failed, its images."""
     parts: list[str] = []
@@ -151,9 +172,12 @@ def result_from(result: types.CallToolResult) -> McpResult:
             )
         elif isinstance(block, types.EmbeddedResource):
             parts.append(_resource_text(block))
-    if not has_text and result.structured_content is not None:
-        parts.insert(
-            0, json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
-        )
+    structured = result.structured_content
+    if structured is not None:
+        data = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
+        if not has_text:
+            parts.insert(0, data)
+        elif not _restated(result.content, structured):
+            parts.append(f"[structured content] {data}")
     text = truncate_middle("\n".join(parts), MAX_OUTPUT_CHARS)
     return McpResult(text=text, is_error=bool(result.is_error), images=images, left_out=left_out)
