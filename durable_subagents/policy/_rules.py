@@ -25,15 +25,6 @@ from durable_subagents.types import ToolCall
 _MAIN_ARGUMENT = ("command", "path", "pattern", "url")
 
 
-def names_tool(rule_tool: str, tool_name: str) -> bool:
-    """Whether a rule's ``tool`` names ``tool_name``.
-
-    A glob, or an MCP server's name (``mcp__git``) for every tool of that server, as in
-    an agent's ``tools`` and ``disallowed_tools``.
-    """
-    return rule_names(rule_tool, tool_name)
-
-
 def rule_target_key(arguments: dict[str, Any]) -> str | None:
     """Which argument rules match against: the command, path, pattern or URL."""
     for key in _MAIN_ARGUMENT:
@@ -50,7 +41,7 @@ def main_argument(arguments: dict[str, Any]) -> str:
 
 def has_rules_for(spec: AgentSpec, tool_name: str) -> bool:
     """Whether any rule could apply to this tool (so its full main argument matters)."""
-    return any(names_tool(r.tool, tool_name) for r in (*spec.permissions, *spec.restrictions))
+    return any(rule_names(r.tool, tool_name) for r in (*spec.permissions, *spec.restrictions))
 
 
 def mode_default(mode: str, tool_name: str, read_only: bool) -> Action:
@@ -121,7 +112,7 @@ def decide(
 
 def rules_for(rules: Sequence[PermissionRule], *tools: str) -> tuple[PermissionRule, ...]:
     """The rules that can judge a call of one of ``tools`` (no other rule matches one)."""
-    return tuple(r for r in rules if any(names_tool(r.tool, t) for t in tools))
+    return tuple(r for r in rules if any(rule_names(r.tool, t) for t in tools))
 
 
 class PathRules(BaseModel):
@@ -373,7 +364,7 @@ def _evaluate_path(
     """
     covered: list[Action] = []
     for rule in rules:
-        if not names_tool(rule.tool, tool_name):
+        if not rule_names(rule.tool, tool_name):
             continue
         if fnmatch.fnmatchcase(path, rule.pattern):
             if rule.action == "allow" and path.startswith("/") and rule.pattern != "*":
@@ -388,7 +379,7 @@ def _evaluate_path(
 
 def _evaluate(rules: list[PermissionRule], tool_name: str, target: str, action: Action) -> Action:
     for rule in rules:
-        if names_tool(rule.tool, tool_name) and fnmatch.fnmatchcase(target, rule.pattern):
+        if rule_names(rule.tool, tool_name) and fnmatch.fnmatchcase(target, rule.pattern):
             action = rule.action
     return action
 
