@@ -45,20 +45,32 @@ def agents(agents_dir: AgentsDir = None, as_json: JsonOut = False) -> None:
         err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     specs = {**BUILTIN_AGENTS, **found.agents}
     sources = {n: _source(found.sources[n]) if n in found.sources else "built-in" for n in specs}
+    offered = {n: _offered(a, ALL_TOOLS) for n, a in specs.items()}
     if as_json:
-        rows = [{**a.model_dump(), "source": sources[n]} for n, a in specs.items()]
+        rows = [
+            {**a.model_dump(), "offered_tools": offered[n], "source": sources[n]}
+            for n, a in specs.items()
+        ]
         print(json.dumps(rows, indent=2))
         return
     listed: list[tuple[tuple[str, ...], str]] = []
     for n, a in specs.items():
-        every = a.tools is None and not a.disallowed_tools and a.permission_mode != "plan"
-        mcp = _mcp_entries(a)
-        tools = "all" if every else ",".join([*a.allowed_tools(ALL_TOOLS), *mcp]) or "none"
+        tools = "all" if offered[n] is None else ",".join(offered[n] or []) or "none"
         cells = (shown(n), tools, a.permission_mode, str(a.max_turns), shown(sources[n]))
         listed.append((cells, shown(a.description)))
     header = ("name", "tools", "mode", "turns", "source", "description")
     for line in plain_table(header, listed, console.width, right={3}):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _offered(spec: Any, builtin: Any) -> list[str] | None:
+    """The tools a worker would offer the agent (None: every tool it has).
+
+    The built-ins the agent may use, then its MCP entries (``mcp__git`` for a server).
+    """
+    if spec.tools is None and not spec.disallowed_tools and spec.permission_mode != "plan":
+        return None
+    return [*spec.allowed_tools(builtin), *_mcp_entries(spec)]
 
 
 def _mcp_entries(spec: Any) -> list[str]:

@@ -1018,6 +1018,18 @@ def test_subagents_agents_shows_the_mcp_tools_of_agent_files(tmp_path: Path) -> 
     # every tool, in plan: the read-only ones (a worker offers it no MCP tool)
     assert table["reader"] == "read_file,list_files,grep"
     assert table["explore"] == "read_file,list_files,grep"
+    # --json says the same in offered_tools beside the spec as written
+    proc = subprocess.run(
+        [sys.executable, "-m", "durable_subagents", "agents", "--json",
+         "--agents-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=CEILING,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["name"]: row for row in json.loads(proc.stdout)}
+    assert rows["clock"]["offered_tools"] == ["read_file", "mcp__time"]
+    assert rows["clock"]["tools"] == ["read_file", "mcp__time", "mcp__git"]
+    assert rows["planner"]["offered_tools"] == ["read_file"]
+    assert {n: ",".join(r["offered_tools"] or ["all"]) for n, r in rows.items()} == table
 
 
 async def test_an_agent_listing_a_tool_no_server_offers_fails_saying_what_to_register(
@@ -1070,7 +1082,8 @@ async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_
 ) -> None:
     """The servers of the workspace's .mcp.json (a bearer token from ``${NOTES_TOKEN}``,
     a stdio server with a secret in its ``env``) serve a Claude Code agent file; neither
-    secret reaches the task's history, memo, search attributes, spans or the worker's log."""
+    secret reaches the task's history, memo, search attributes, blob store, spans or the
+    worker's log."""
     caplog.set_level(logging.DEBUG)
     repository(workspace)
     secret = f"env-secret-{uuid.uuid4().hex}"
@@ -1131,8 +1144,14 @@ async def test_an_agent_file_uses_stdio_and_token_servers_through_each_wire_and_
         "description": described.raw_description.SerializeToString().decode("latin-1"),
         "spans": spans,
         "log": caplog.text + "".join(str(r.__dict__) for r in caplog.records),
+        "blob store": "".join(
+            f.read_bytes().decode("latin-1")
+            for f in settings.resolved_blob_dir.rglob("*")
+            if f.is_file()
+        ),
     }
     assert "mcp__notes__hello" in places["history"]
+    assert "hello, Ada" in places["blob store"], "the transcript is in the blob store"
     assert "subagent.tool" in spans and "mcp__notes__hello" in spans
     assert "notetaker" in places["memo"] and "notetaker" in places["search attributes"]
     assert caplog.records, "the worker logged"
