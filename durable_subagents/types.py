@@ -428,6 +428,15 @@ class TaskInfo(BaseModel):
     """Seconds the task may run (a child's is capped by what its parent had left)."""
     token_budget: int | None = None
     """Tokens the task and its children may use in all; None: no budget."""
+    budget_usd: float | None = None
+    """A tree's top task: what the tree may spend in USD now (raised as people raise
+    it); None: no budget in money."""
+    spent_usd: float | None = None
+    """A tree's top task with a budget: what the tree has spent, as its ledger counted
+    it (each task's turns as they end, running subagents included)."""
+    spend_by_task: dict[str, float] = Field(default_factory=dict)
+    """A tree's top task with a budget: what each task of the tree spent (task id ->
+    USD), the top task first."""
     children: int = 0
     """Subagents this task has spawned (``spawn_subagent``), at most ``MAX_CHILDREN``."""
     sandbox: str | None = None
@@ -471,6 +480,8 @@ class TaskEvent(BaseModel):
     answer; a piece with ``summary="restarted"`` starts that text (or thinking) over
     (the model call was retried after part of it was shown). A ``compaction`` event says the
     conversation was made to fit the model's context window, and by how much. A
+    ``budget`` event says the tree's budget in money was spent, or raised, or that the
+    task waits until it is raised. A
     ``retrying`` event says the task's workflow code raised (``error``: what): the task
     is held at its last step, retried, until a worker with a fix runs it.
 
@@ -492,6 +503,7 @@ class TaskEvent(BaseModel):
         "decision",
         "decision_ignored",
         "compaction",
+        "budget",
         "retrying",
         "closed",
         "truncated",

@@ -33,7 +33,11 @@ from durable_subagents.activities._heartbeats import (
 from durable_subagents.activities._held_changes import settle as settle_held
 from durable_subagents.activities._model_turn import run_turn
 from durable_subagents.activities._tool_call import run_call, run_once
-from durable_subagents.activities._tree import own_registered_tasks, reserve_tree_task
+from durable_subagents.activities._tree import (
+    own_registered_tasks,
+    report_tree_spend,
+    reserve_tree_task,
+)
 from durable_subagents.activities._turn_checks import has_schema
 from durable_subagents.activities._workspaces import (
     HeldWorkspace,
@@ -582,5 +586,6 @@ class SubagentActivities:
             self.settle_changes,
             own_registered_tasks,
             reserve_tree_task,
+            report_tree_spend,
             self.worker_activity_options,
         ]

@@ -2,7 +2,8 @@
 
 Workflow code cannot call another workflow and hear its answer; these activities do it
 for it, with the worker's client: which registered tasks really are a task's own, and
-a place in its tree's count of tasks (the top task's ``reserve_tree_task`` update).
+a place in its tree's count of tasks (the top task's ``reserve_tree_task`` update), and
+what a task spent, for its tree's ledger (``record_spend``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_subagents.wire import _search_attributes as sa
+from durable_subagents.wire._ledger import SPEND_ACTIVITY, SPEND_UPDATE, SpendReport, TreeBudget
 from durable_subagents.wire._payloads import (
     OWN_TASKS_ACTIVITY,
     RESERVE_TASK_ACTIVITY,
@@ -20,7 +22,7 @@ from durable_subagents.wire._payloads import (
     TREE_FULL,
 )
 
-__all__ = ["own_registered_tasks", "reserve_tree_task"]
+__all__ = ["own_registered_tasks", "report_tree_spend", "reserve_tree_task"]
 
 
 @activity.defn(name=OWN_TASKS_ACTIVITY)
@@ -71,3 +73,22 @@ async def reserve_tree_task(root_id: str, task_id: str) -> None:
             type=TREE_FULL,
             non_retryable=True,
         ) from None
+
+
+@activity.defn(name=SPEND_ACTIVITY)
+async def report_tree_spend(root_id: str, report: SpendReport) -> TreeBudget:
+    """Tell the top task ``root_id`` what a task of its tree has spent so far.
+
+    Its answer says whether the tree holds its model turns. The report is a total, so
+    sending it again after a lost answer counts it once. A top task that has ended, or
+    refuses the report, holds nothing.
+    """
+    handle = activity.client().get_workflow_handle(root_id)
+    try:
+        return await handle.execute_update(SPEND_UPDATE, report, result_type=TreeBudget)
+    except WorkflowUpdateFailedError as err:
+        activity.logger.warning("spend report refused by %s: %s", root_id, err.cause)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return TreeBudget(held=False, epoch=0)

@@ -45,6 +45,7 @@ from durable_subagents.spawn import (
     SpawnKwargs,
     SpawnOptions,
     build_task_input,
+    check_budget_usd,
     refuse_protected_workspace,
     takes_spawn_options,
 )
@@ -469,6 +470,45 @@ class SubagentClient(TaskReads):
             reason=reason,
             pause_id=pause_id,
             shown=shown,
+        )
+
+    async def raise_budget(
+        self, task_id: str, budget_usd: float, *, pause_id: str | None = None
+    ) -> TaskInfo:
+        """Raise the budget of a tree that has spent it: the tree goes on.
+
+        The tree's top task (spawned with ``budget_usd``) pauses on a ``raise_budget``
+        call once the tree has spent its budget; this approves that call with the new
+        budget. ``reject(task_id)`` instead stops the tree (``stop_reason="budget"``);
+        ``approve(task_id)`` raises it by the budget it was spawned with.
+
+        Args:
+            task_id: The tree's top task.
+            budget_usd: The tree's new budget in USD (in all, not more): above what it
+                has spent (``TaskInfo.spent_usd``), at most 1,000,000.
+            pause_id: The pause you read, as for ``approve``.
+
+        Raises:
+            TaskNotFound: no task has this id.
+            InvalidRequest: the budget is not a number above what the tree spent.
+            WrongTaskState: the task does not wait for its budget to be raised.
+        """
+        check_budget_usd(budget_usd)
+        info = await self.check_task(task_id)
+        if info.spent_usd is not None and budget_usd <= info.spent_usd:
+            raise InvalidRequest(
+                f"budget_usd {budget_usd:g} does not pass what the tree has spent, "
+                f"{info.spent_usd:.6f} USD: give a larger budget, or reject to stop the tree"
+            )
+        return await send_decisions(
+            self.temporal,
+            self.decisions,
+            task_id,
+            None,
+            approved=True,
+            reason=None,
+            pause_id=pause_id,
+            budget_usd=float(budget_usd),
         )
 
     async def send_input(self, task_id: str, text: str) -> TaskInfo:

@@ -22,6 +22,7 @@ from durable_subagents.client._task_state import InternalInfo, describe_task
 from durable_subagents.errors import InvalidRequest, SubagentError, UnknownCallId, WrongTaskState
 from durable_subagents.spawn import refuse_unencodable
 from durable_subagents.types import Message, TaskInfo, TaskStatus
+from durable_subagents.wire._ledger import BUDGET_TOOL
 from durable_subagents.wire._payloads import DECIDE_SIGNAL, CallDecision, Decisions
 
 __all__ = [
@@ -39,7 +40,12 @@ MAX_REASON_BYTES = 4096
 
 
 def decisions_for(
-    info: InternalInfo, call_ids: Sequence[str] | None, *, approved: bool, reason: str | None
+    info: InternalInfo,
+    call_ids: Sequence[str] | None,
+    *,
+    approved: bool,
+    reason: str | None,
+    budget_usd: float | None = None,
 ) -> Decisions:
     """The ``decide`` signal for calls of the task's current pause.
 
@@ -74,6 +80,7 @@ def decisions_for(
                 arguments_hash=pending[c].arguments_hash,
                 approved=approved,
                 reason=reason,
+                budget_usd=budget_usd,
             )
             for c in chosen
         ],
@@ -169,6 +176,7 @@ async def send_decisions(
     reason: str | None,
     shown: Collection[tuple[str, str, str]] | None = None,
     pause_id: str | None = None,
+    budget_usd: float | None = None,
 ) -> TaskInfo:
     """Send decisions on calls of the current pause.
 
@@ -206,7 +214,11 @@ async def send_decisions(
         )
     if shown is not None:
         call_ids = shown_only(info, call_ids, shown)
-    decisions = decisions_for(info, call_ids, approved=approved, reason=reason)
+    if budget_usd is not None:
+        call_ids = raise_call(info)
+    decisions = decisions_for(
+        info, call_ids, approved=approved, reason=reason, budget_usd=budget_usd
+    )
     if memory.repeats(info, decisions):
         return info.public()  # sent already: the task reads it when it resumes
     try:
@@ -221,6 +233,24 @@ async def send_decisions(
         ) from None
     memory.record(info, decisions)
     return info.public()
+
+
+def raise_call(info: InternalInfo) -> list[str]:
+    """The task's ``raise_budget`` call, the one a new budget decides.
+
+    Raises:
+        WrongTaskState: the task does not wait for its tree's budget to be raised.
+        InvalidRequest: the new budget does not pass what the tree has spent.
+    """
+    calls = [p.call_id for p in info.pending_approvals if p.tool_name == BUDGET_TOOL]
+    if not calls:
+        raise WrongTaskState(
+            f"task {info.id!r} does not wait for its budget to be raised (only the top task "
+            "of a tree spawned with budget_usd does, once the tree has spent it); "
+            "check_task shows what it waits for",
+            info.status.value,
+        )
+    return calls
 
 
 _PAUSE_ID = re.compile(r"(?:(?P<task>[^:]+):)?pause-(?P<turn>[1-9][0-9]*)-[0-9a-f]{8}")

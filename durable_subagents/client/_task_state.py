@@ -121,9 +121,24 @@ def info_from(
         max_turns=memo.get("max_turns"),
         time_limit=memo.get("time_limit"),
         token_budget=memo.get("token_budget"),
+        **_ledger(memo),
         children=int(memo.get("children") or 0),
         may_pause=bool(memo.get("may_pause", True)),
     )
+
+
+def _ledger(memo: Mapping[str, Any]) -> dict[str, Any]:
+    """A tree's top task's budget and spend, from its memo (its spawn's budget at first)."""
+    ledger = memo.get("ledger")
+    if not isinstance(ledger, dict):
+        budget = memo.get("budget_usd")
+        return {"budget_usd": budget, "spent_usd": 0.0 if budget is not None else None}
+    by_task = ledger.get("by_task")
+    return {
+        "budget_usd": ledger.get("budget_usd"),
+        "spent_usd": ledger.get("spent_usd"),
+        "spend_by_task": dict(by_task) if isinstance(by_task, dict) else {},
+    }
 
 
 def settled(info: TaskInfo, after_pause: str | None) -> bool:

@@ -35,6 +35,7 @@ from durable_subagents.agents._spec import MAX_DEPTH_LIMIT
 from durable_subagents.context._output_schema import check_output_schema
 from durable_subagents.errors import InvalidRequest, PayloadTooLarge
 from durable_subagents.policy._notify_url import check_notify_url
+from durable_subagents.wire._ledger import MAX_BUDGET_USD
 
 __all__ = [
     "DEFAULT_TREE_TASKS",
@@ -48,6 +49,7 @@ __all__ = [
     "MODE_RANK",
     "SpawnKwargs",
     "SpawnOptions",
+    "check_budget_usd",
     "refuse_protected_workspace",
     "takes_spawn_options",
     "validate_task_id",
@@ -123,6 +125,15 @@ class SpawnKwargs(TypedDict, total=False):
     token_budget: int | None
     """Input plus output tokens the task and the subagents it spawns may use in all;
     then it stops (``stop_reason="token_budget"``)."""
+    budget_usd: float | None
+    """What the task and every subagent below it may spend in all, in US dollars
+    (above 0, at most 1,000,000), priced by the worker's price table. When the tree has
+    spent it, no new model turn starts in it and the task pauses on a ``raise_budget``
+    call: ``raise_budget`` lets the tree go on, a rejection stops it
+    (``stop_reason="budget"``). Every model of the tree needs a price."""
+    budget_warn_at: float | None
+    """A share of ``budget_usd`` (above 0, below 1) at which the task's ``notify_url``
+    hears ``task.budget_warning``, once."""
     max_depth: int | None
     """Levels of subagents that may exist below the task, 0 to 10 (its agent must
     spawn: ``may_spawn``); default: the agent's ``maxDepth``, else 3. A worker allows
@@ -190,6 +201,8 @@ class SpawnOptions(BaseModel):
     workspace: str | None = None
     network: bool | None = None
     token_budget: int | None = None
+    budget_usd: float | None = None
+    budget_warn_at: float | None = None
     max_depth: int | None = None
     max_tasks: int | None = None
     reasoning_effort: ReasoningEffort | None = None
@@ -234,6 +247,7 @@ class SpawnOptions(BaseModel):
                 f"token_budget must be an integer from 1 to {MAX_TOKEN_BUDGET}, "
                 f"got {token_budget!r}"
             )
+        _check_money(data.get("budget_usd"), data.get("budget_warn_at"))
         _check_count("max_depth", data.get("max_depth"), 0, MAX_DEPTH_LIMIT)
         _check_count("max_tasks", data.get("max_tasks"), 1, MAX_TREE_TASKS)
         _check_seconds("approval_timeout", data.get("approval_timeout"))
@@ -313,6 +327,39 @@ def _check_count(name: str, value: object, least: int, most: int) -> None:
         isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most
     ):
         raise InvalidRequest(f"{name} must be an integer from {least} to {most}, got {value!r}")
+
+
+def check_budget_usd(value: object, name: str = "budget_usd") -> None:
+    """Refuse a budget in money that is not a number above 0 and at most the most.
+
+    Raises:
+        InvalidRequest: what was wrong, and what a budget is.
+    """
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_BUDGET_USD
+    ):
+        raise InvalidRequest(
+            f"{name} must be a number of US dollars above 0 and at most "
+            f"{MAX_BUDGET_USD:,.0f}, got {value!r:.40}"
+        )
+
+
+def _check_money(budget: object, warn_at: object) -> None:
+    check_budget_usd(budget)
+    if warn_at is None:
+        return
+    if budget is None:
+        raise InvalidRequest("budget_warn_at needs budget_usd: it is a share of the budget")
+    if isinstance(warn_at, bool) or not isinstance(warn_at, int | float) or not 0 < warn_at < 1:
+        raise InvalidRequest(
+            f"budget_warn_at must be a share of budget_usd above 0 and below 1 (0.8: at "
+            f"80%), got {warn_at!r:.40}"
+        )
 
 
 def _check_seconds(name: str, value: object) -> None:

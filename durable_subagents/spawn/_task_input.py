@@ -122,6 +122,8 @@ def build_task_input(
         time_limit=options.time_limit,
         approval_timeout=approval_timeout,
         token_budget=options.token_budget,
+        budget_usd=options.budget_usd,
+        budget_warn_at=options.budget_warn_at,
         output_schema=options.output_schema,
         notify_url=options.notify_url,
         created_at=created_at,
@@ -250,13 +252,18 @@ def start_metadata(task_input: TaskInput) -> tuple[dict[str, Any], TypedSearchAt
         "created_at": task_input.created_at.isoformat() if task_input.created_at else None,
         "model": model_label(task_input.model),  # an inline script is not repeated
         "turns": 0,
-        "may_pause": may_pause(spec),
+        # a budget's top task pauses when the tree has spent it
+        "may_pause": may_pause(spec)
+        or (task_input.budget_usd is not None and task_input.tree_root is None),
         "max_turns": task_input.max_turns,
     }
     if task_input.time_limit:
         memo["time_limit"] = task_input.time_limit
     if task_input.token_budget:
         memo["token_budget"] = task_input.token_budget
+    top_budget = task_input.budget_usd if task_input.tree_root is None else None
+    if top_budget is not None:
+        memo["budget_usd"] = top_budget
     attributes: list[SearchAttributePair[Any]] = [
         SearchAttributePair(sa.STATUS, TaskStatus.PENDING.value),
         SearchAttributePair(sa.AGENT, spec.name),

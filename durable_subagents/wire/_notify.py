@@ -47,8 +47,8 @@ class NotifyEvent(BaseModel):
     id: str
     """Unique per event, the same in every attempt to deliver it: dedupe by it."""
     type: str
-    """``task.paused``, ``task.completed``, ``task.failed``, ``task.cancelled`` or
-    ``task.timed_out``."""
+    """``task.paused``, ``task.completed``, ``task.failed``, ``task.cancelled``,
+    ``task.timed_out`` or ``task.budget_warning``."""
     time: datetime
     task: NotifyTask
     pause_id: str | None = None
@@ -56,6 +56,10 @@ class NotifyEvent(BaseModel):
     calls: list[NotifyCall] = Field(default_factory=list)
     calls_total: int = 0
     """How many calls the pause holds (``calls`` may list fewer)."""
+    spent_usd: float | None = None
+    """``task.budget_warning``: what the task's tree has spent, in USD."""
+    budget_usd: float | None = None
+    """``task.budget_warning``: the tree's budget, in USD."""
 
 
 class NotifyInput(BaseModel):

@@ -440,6 +440,9 @@ class CallDecision(BaseModel):
     arguments_hash: str
     approved: bool
     reason: str | None = None
+    budget_usd: float | None = None
+    """On an approved ``raise_budget``: the tree's new budget (None: one more of the
+    budget it started with)."""
 
 
 class Decisions(BaseModel):

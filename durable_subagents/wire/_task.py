@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from durable_subagents.agents._activity_options import ActivityConfig, ActivityOptions
 from durable_subagents.agents._spec import AgentSpec
 from durable_subagents.types import Message, Usage
+from durable_subagents.wire._ledger import LedgerState
 from durable_subagents.wire._stream_items import StreamCarry
 
 __all__ = ["ContextInput", "TaskInput", "TaskState", "WorkerBounds"]
@@ -97,6 +98,13 @@ class TaskInput(BaseModel):
     tree's tasks (``max_tasks``)."""
     max_tasks: int | None = None
     """The top task's: tasks the tree may hold, itself included (None: no count)."""
+    budget_usd: float | None = None
+    """The tree's spend limit in USD when it started. The top task keeps the ledger
+    (``LedgerState``) and pauses when it is spent; a task below reports its spend to
+    the top (``tree_root``) and holds its turns while the top says so."""
+    budget_warn_at: float | None = None
+    """The top task's: the share of ``budget_usd`` (0-1) at which its ``notify_url``
+    hears ``budget_warning``, once."""
     agents: dict[str, AgentSpec] | None = None
     """The agents this task may spawn, as its spawner knew them (built-ins, agent files,
     the client's ``agents``), narrowed by its agent's ``spawnable``: a child resolves
@@ -151,3 +159,5 @@ class TaskState(BaseModel):
     """The event stream's latest items and offsets (None: a run recorded before streams)."""
     tree_tasks: list[str] = Field(default_factory=list)
     """The top task's: the ids of the tasks its tree has started below it."""
+    ledger: LedgerState | None = None
+    """The top task's spend ledger (None: its tree has no budget)."""

@@ -183,6 +183,12 @@ class Notifications:
         event.calls_total = len(pending)
         self._starting.append(asyncio.create_task(self._start(event)))
 
+    def budget_warning(self, task: NotifyTask, spent: float, budget: float) -> None:
+        """The tree passed its budget's soft limit (``budget_warn_at``): one event."""
+        event = self._event("task.budget_warning", task)
+        event.spent_usd, event.budget_usd = round(spent, 6), budget
+        self._starting.append(asyncio.create_task(self._start(event)))
+
     async def ended(self, task: NotifyTask) -> None:
         """The run ended: start its event and wait until every event of the run started.
 

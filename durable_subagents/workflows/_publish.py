@@ -44,6 +44,7 @@ def task_memo(
     error: str | None,
     last_text: str,
     unread: int,
+    ledger: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The memo of a task in ``status``: every key it has now.
 
@@ -63,6 +64,8 @@ def task_memo(
         error: What failed, once something has.
         last_text: The model's last text (its answer, once the task ended).
         unread: Input that arrived after the last turn began.
+        ledger: A tree's top task's budget and spend (``budget_usd``, ``spent_usd``,
+            ``by_task``); None: no budget in money.
     """
     memo: dict[str, Any] = {
         "status": status.value,
@@ -81,6 +84,8 @@ def task_memo(
             memo["tree_usage"] = tree_usage.model_dump()
     if compactions:
         memo["compactions"] = compactions
+    if ledger is not None:
+        memo["ledger"] = ledger
     if stop_reason is not None:
         memo["stop_reason"] = stop_reason
     if error is not None:

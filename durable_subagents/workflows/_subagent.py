@@ -56,6 +56,12 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
         ToolCall,
     )
+    from durable_subagents.wire._ledger import (
+        SPEND_UPDATE,
+        TREE_BUDGET_SIGNAL,
+        SpendReport,
+        TreeBudget,
+    )
     from durable_subagents.wire._payloads import (
         CHILD_STATE_SIGNAL,
         DECIDE_SIGNAL,
@@ -148,6 +154,23 @@ class SubagentWorkflow(TaskFace):
         """Refused before it reaches the history: no id, or no room left in the tree."""
         self._tree.check(task_id)
 
+    @workflow.update(name=SPEND_UPDATE)
+    def record_spend(self, report: SpendReport) -> TreeBudget:
+        """A task of this one's tree says what it has spent so far: does the tree hold?"""
+        self._ledger.take(report)
+        self._spend_changed()
+        return self._ledger.word()
+
+    @record_spend.validator
+    def _spend_allowed(self, report: SpendReport) -> None:
+        """Refused before it reaches the history: no budget here, or no task of the tree."""
+        self._ledger.check(report, self._tree.ids)
+
+    @workflow.signal(name=TREE_BUDGET_SIGNAL)
+    def tree_budget(self, message: TreeBudget) -> None:
+        """The tree's top task holds this task's model turns, or lets them go on."""
+        self._hold.take(message)
+
     @workflow.signal(name=GIVE_UP_SIGNAL)
     def give_up(self, reason: str) -> None:
         """Fail, rather than stay held, if a bug in workflow code holds the task."""
@@ -179,12 +202,15 @@ class SubagentWorkflow(TaskFace):
             self._runs = state.runs
             self._children.restore(state.children)
             self._tree.ids = list(state.tree_tasks)
+            self._ledger.own(state.usage)
             self._adopted.restore(state.adopted)
             self._invalid_answers = state.invalid_answers
             self._models.context = state.context or self._models.context
             self._compactions = state.compactions
         if input.tree_root is None and input.max_tasks is not None:
             self._tree.limit = input.max_tasks
+        self._ledger.open(input, state.ledger if state is not None else None)
+        self._children.interrupt = lambda: self._ledger.exhausted
         self._published.memo = dict(workflow.memo())
         if input.streams_to_parent and input.parent_id:
             self._stream.forward_to(input.parent_id)
@@ -289,6 +315,9 @@ class SubagentWorkflow(TaskFace):
                 return self._finish(TaskStatus.COMPLETED, stop_reason="max_turns", pending=new)
             if self._over_budget():
                 return self._finish(TaskStatus.COMPLETED, stop_reason="token_budget", pending=new)
+            if self._ledger.exhausted and not await self._budget_raised():
+                return self._finish(TaskStatus.COMPLETED, stop_reason="budget", pending=new)
+            await self._hold.wait(lambda line: self._events.event("budget", line))
             if (
                 self._turns > first_turn_of_run
                 and workflow.info().is_continue_as_new_suggested()
@@ -307,6 +336,7 @@ class SubagentWorkflow(TaskFace):
             self._head = turn.head
             self._usage = self._usage + turn.usage
             self._model = turn.model or self._model
+            await self._spent()
             self._events.turn(self._turns, turn)
             self._stream.trim()
             if not turn.same_tools:
@@ -440,6 +470,7 @@ class SubagentWorkflow(TaskFace):
         )
         result = await self._models.compact(compact_input, self._model)
         self._usage = self._usage + result.usage
+        await self._spent()
         if result.changed:
             self._head = result.head
             self._compactions += 1
@@ -523,6 +554,7 @@ class SubagentWorkflow(TaskFace):
             compactions=self._compactions,
             stream=self._stream.carry(),
             tree_tasks=self._tree.ids,
+            ledger=self._ledger.state,
         )
         # On versioned workers the new run starts on the deployment's current version,
         # like a follow-up run. Temporal's default would keep it on this run's version,

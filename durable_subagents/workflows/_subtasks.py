@@ -150,6 +150,8 @@ class ChildTasks:
         """Every child id, registered before its start resolves (its signals may come first)."""
         self._budgets: dict[str, int] = {}
         """Token budgets given to children, reserved until they finish."""
+        self.interrupt: Callable[[], bool] = lambda: False
+        """Whether a wait is to end now (the tree's budget is spent: the task pauses)."""
 
     @property
     def running(self) -> bool:
@@ -290,6 +292,7 @@ class ChildTasks:
         task_input.agents = task_input.agents or None  # none: it spawns no more
         task_input.depth = parent.depth + 1
         task_input.tree_root = parent.tree_root or own
+        task_input.budget_usd = parent.budget_usd  # it reports its spend to the top
         child_id = f"subagent-{spec.name}-{workflow.uuid4().hex[:12]}"
         self._known.append(child_id)  # before any wait: the turn's other spawns count it
         if budget is not None:
@@ -383,8 +386,13 @@ class ChildTasks:
         if not ids:
             raise ToolCallRefused("no subagents were started; call spawn_subagent first")
         await workflow.wait_condition(
-            lambda: all(i in self._done for i in ids) or any(self._new_pause(i) for i in ids)
+            lambda: (
+                all(i in self._done for i in ids)
+                or any(self._new_pause(i) for i in ids)
+                or self.interrupt()
+            )
         )
+        held = self.interrupt()
         report = []
         for task_id in ids:
             if task_id in self._done:
@@ -400,6 +408,15 @@ class ChildTasks:
                         "status": "paused",
                         PAUSED_CALLS: [p.arguments_preview for p in state.pending_approvals],
                         "next": "it resumes when the user decides; call wait_subagents again",
+                    }
+                )
+            elif held:
+                report.append(
+                    {
+                        "task_id": task_id,
+                        "status": "running",
+                        "next": "held: the task tree has spent its budget; once the user "
+                        "raises it, call wait_subagents again",
                     }
                 )
             else:

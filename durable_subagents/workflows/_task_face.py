@@ -15,10 +15,18 @@ from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from durable_subagents.workflows._approvals import Approvals
 from durable_subagents.workflows._background import Background
 from durable_subagents.workflows._current_details import TaskView, current_details
+from durable_subagents.workflows._ledger import (
+    SpendLedger,
+    TreeHold,
+    report_spend,
+    reports_spend,
+    unpriced,
+)
 from durable_subagents.workflows._model_turns import ModelCalls, WorkerTools
 from durable_subagents.workflows._notify import Notifications, notify_task
 from durable_subagents.workflows._publish import Published, task_memo
@@ -58,7 +66,11 @@ class TaskFace:
         self._input: TaskInput | None = None
         self._runs = 1
         self._approvals = Approvals()
-        self._tree = TreeCount()
+        self._ledger = SpendLedger()
+        """The tree's spend, kept by its top task when its spawn set ``budget_usd``."""
+        self._hold = TreeHold()
+        """A task below the top: whether the top holds the tree's model turns."""
+        self._tree = TreeCount(self._ledger.spawn_refusal)
         """The tree's count of tasks, kept by its top task (``reserve_tree_task``)."""
         self._children = ChildTasks(self._republish, self._background, self._tree)
         self._time_limit_from: datetime | None = None
@@ -180,6 +192,7 @@ class TaskFace:
             error=error,
             last_text=self._last_text,
             unread=len(self._inbox) + self._unread_pending,
+            ledger=self._ledger_memo(),
         )
         self._published.write_memo(memo)
         self._published.write_search_attributes(status, self._turns)
@@ -212,6 +225,76 @@ class TaskFace:
             compacting=self._models.compacting,
         )
         workflow.set_current_details(current_details(view))
+
+    # ------------------------------------------------------------------ the tree's budget
+
+    async def _spent(self) -> None:
+        """Count what the task spent: in the ledger at the top, else told to the top.
+
+        A task below the top hears whether the tree holds before its next turn.
+
+        Raises:
+            ApplicationError: ``Unpriced``: the tree has a budget in money, and this
+                task's model has no price.
+        """
+        assert self._input is not None
+        why = unpriced(self._input, self._usage, self._model)
+        if why is not None:
+            raise ApplicationError(why, type="Unpriced", non_retryable=True)
+        if self._ledger.budget is not None:
+            self._ledger.own(self._usage)
+            self._spend_changed()
+        elif reports_spend(self._input):
+            word = await report_spend(self._input, self._usage, self._turns)
+            if word is not None:
+                self._hold.take(word)
+
+    def _spend_changed(self) -> None:
+        """The top task's ledger took a spend: warn once, hold the tree when it is spent."""
+        assert self._input is not None
+        ledger = self._ledger
+        notifies = self._notes.enabled(self._input, bool(self._worker.notifies))
+        if ledger.warn_due(self._input.budget_warn_at) and notifies:
+            task = self._notify_task(self._status)
+            self._notes.budget_warning(task, ledger.spent, ledger.budget or 0.0)
+        if ledger.exhausted and not ledger.holding:
+            # The tasks that report next hear it in the answer; the others, busy with
+            # tool calls or waits, by the signal before their next turn.
+            word = ledger.hold(True)
+            self._events.event("budget", f"spent {ledger.spent:.6f} of {ledger.budget} USD")
+            self._background.start(ledger.announce(word, self._tree.ids), "holding the tree")
+        self._republish()
+
+    async def _budget_raised(self) -> bool:
+        """Pause on ``raise_budget`` until a person raises the tree's budget or rejects it.
+
+        Returns:
+            Whether the tree goes on (a rejection, or the pause's timeout, stops it).
+        """
+        assert self._input is not None
+        ledger, first = self._ledger, self._input.budget_usd or 0.0
+        while ledger.exhausted:
+            ask = ledger.ask(self._turns)
+            verdicts = await self._approvals.pause(
+                [ask], turn=self._turns, timeout=self._input.approval_timeout, publish=self._publish
+            )
+            if verdicts[ask.id][0] != "allow":
+                return False
+            ledger.raised(self._approvals.decisions.get(ask.id), first)
+            self._events.event("budget", f"raised to {ledger.budget} USD")
+        await ledger.announce(ledger.hold(False), self._tree.ids)
+        return True
+
+    def _ledger_memo(self) -> dict[str, Any] | None:
+        """The tree's budget and spend, for the memo (a top task with a budget only)."""
+        budget = self._ledger.budget
+        if budget is None:
+            return None
+        return {
+            "budget_usd": budget,
+            "spent_usd": round(self._ledger.spent, 9),
+            "by_task": self._ledger.by_task(workflow.info().workflow_id),
+        }
 
     def _tree_usage(self) -> Usage | None:
         """This task's usage and its finished subagents' (None when it spawned none)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -179,16 +180,23 @@ class TreeCount:
     it is asked for (a retried reservation). Carried over a continue-as-new.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spend_refusal: Callable[[], str | None] = lambda: None) -> None:
         self.ids: list[str] = []
         self.limit: int | None = None
+        self._spend_refusal = spend_refusal
 
     def refusal(self, task_id: str) -> str | None:
-        """Why ``task_id`` may not join the tree; None: it may."""
+        """Why ``task_id`` may not join the tree; None: it may.
+
+        A new id needs room in the tree (``max_tasks``) and, where the tree has a
+        budget in money, enough of it left for a turn.
+        """
         if self.limit is None:
             return "this task is not the top of a tree that counts its tasks"
-        if task_id in self.ids or 1 + len(self.ids) < self.limit:
+        if task_id in self.ids:
             return None
+        if 1 + len(self.ids) < self.limit:
+            return self._spend_refusal()
         return (
             f"the task tree holds {self.limit} tasks, the most its spawn allows "
             "(max_tasks); wait for your subagents and use their results, or do the work "

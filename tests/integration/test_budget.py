@@ -1,0 +1,177 @@
+"""A tree's spend ledger in money: ``spawn_task(budget_usd=...)``.
+
+The top task counts what its tree spends (each task's turns, priced by the worker);
+when the tree has spent its budget no task of it starts another model turn, and the
+top task pauses on ``raise_budget`` until a person raises the budget or rejects it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents.config import Settings
+from durable_subagents.errors import InvalidRequest, WrongTaskState
+from durable_subagents.worker import create_worker
+
+from ..helpers import CEILING
+from ..helpers.tasks import script
+
+PRICES = "[scripted]\ninput = 2\noutput = 8\n"
+"""USD per million tokens: 100,000 input tokens cost $0.20."""
+
+
+def turn(dollars: float, **reply: Any) -> dict[str, Any]:
+    """A scripted turn whose usage costs ``dollars`` (input tokens at $2 per million)."""
+    return {**reply, "usage": {"input_tokens": round(dollars * 500_000), "output_tokens": 0}}
+
+
+def spawn(agent: str, prompt: str, model: str) -> dict[str, Any]:
+    arguments = {"agent": agent, "prompt": prompt, "model": model}
+    return {"name": "spawn_subagent", "arguments": arguments}
+
+
+WAIT = [{"name": "wait_subagents", "arguments": {}}]
+LIST = [{"name": "list_files", "arguments": {"path": "."}}]
+
+
+async def first_budget_event(client: SubagentClient, task_id: str) -> str:
+    async for event in client.watch(task_id):
+        if event.kind == "budget":
+            assert event.summary is not None
+            return event.summary
+    raise AssertionError(f"{task_id} closed without a budget event")
+
+
+@pytest.fixture
+def priced(settings: Settings, tmp_path: Path) -> Settings:
+    path = tmp_path / "prices.toml"
+    path.write_text(PRICES)
+    return settings.model_copy(update={"prices": path})
+
+
+@pytest.fixture
+def lead(client: SubagentClient) -> SubagentClient:
+    client.agents["lead"] = AgentSpec(name="lead", tools=["list_files"], may_spawn=True)
+    return client
+
+
+def tree(child_turns: int = 3) -> tuple[str, str]:
+    """A lead ($0.20 a turn) that spawns one explore child ($0.40 a turn) and waits."""
+    child = script(
+        *(turn(0.40, tool_calls=LIST) for _ in range(child_turns - 1)),
+        turn(0.40, text="child done"),
+    )
+    lead = script(
+        turn(0.20, tool_calls=[spawn("explore", "look", child)]),
+        turn(0.20, tool_calls=WAIT),
+        turn(0.20, tool_calls=WAIT),
+        turn(0.20, text="lead done"),
+    )
+    return lead, child
+
+
+async def test_a_tree_that_spends_its_budget_pauses_is_raised_and_completes(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    client = lead
+    model, _ = tree()
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert paused.status == TaskStatus.PAUSED, paused.error
+        [ask] = paused.pending_approvals
+        assert ask.tool_name == "raise_budget"
+        # the child was held after its second turn, which spent the budget
+        [child_id] = [t for t in paused.spend_by_task if t != task_id]
+        assert paused.spend_by_task[child_id] == pytest.approx(0.80)
+        assert paused.budget_usd == 1.0
+        assert paused.spent_usd is not None and paused.spent_usd >= 1.0
+        assert paused.spent_usd == pytest.approx(sum(paused.spend_by_task.values()))
+        assert (await client.check_task(child_id)).status == TaskStatus.RUNNING
+        # watch says so: the top task spent its budget, the child waits
+        said = await first_budget_event(client, task_id)
+        assert said.startswith("spent 1.") and said.endswith(" of 1.0 USD"), said
+        said = await first_budget_event(client, child_id)
+        assert said == "the tree's budget is spent: waiting until it is raised"
+        # a budget that does not pass what was spent is refused, and decides nothing
+        with pytest.raises(InvalidRequest, match="does not pass what the tree has spent"):
+            await client.raise_budget(task_id, 0.5)
+        await client.raise_budget(task_id, 3.0, pause_id=paused.pause_id)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.stop_reason == "end_turn" and info.result == "lead done"
+    assert info.budget_usd == 3.0
+    # four lead turns and three child turns: every turn counted once
+    assert info.spent_usd == pytest.approx(2.0)
+    assert info.spend_by_task == {task_id: pytest.approx(0.8), child_id: pytest.approx(1.2)}
+    assert info.tree_cost_usd == pytest.approx(info.spent_usd)
+
+
+
+async def test_a_rejected_raise_stops_the_tree(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    client = lead
+    model, _ = tree()
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert [p.tool_name for p in paused.pending_approvals] == ["raise_budget"]
+        [child_id] = [t for t in paused.spend_by_task if t != task_id]
+        await client.reject(task_id, reason="too dear")
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+        child = await client.check_task(child_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED and info.stop_reason == "budget"
+    assert child.status == TaskStatus.CANCELLED and child.turns == 2
+
+
+async def test_a_spawn_the_budget_cannot_cover_is_a_tool_error_the_model_reads(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    client = lead
+    child = script(turn(0.40, text="child done"))
+    model = script(
+        turn(0.20, tool_calls=[spawn("explore", "one", child)]),
+        turn(0.20, tool_calls=WAIT),
+        # $0.80 spent of $1.00: a second child's turn would cost about $0.40
+        turn(0.0, tool_calls=[spawn("explore", "two", child)]),
+        turn(0.0, text="lead done"),
+    )
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert len(info.spend_by_task) == 2  # the second child never started
+    results = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
+    refused = results[-1]
+    assert refused.is_error
+    assert "has spent $0.8 of its $1 budget" in refused.content, refused.content
+
+
+async def test_budget_errors_are_typed(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    client = lead
+    for bad in (0, -1, float("nan"), float("inf"), 2_000_000, "5", True):
+        with pytest.raises(InvalidRequest, match="budget_usd must be a number of US dollars"):
+            await client.spawn_task("lead", "x", model=script({"text": "x"}), budget_usd=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="budget_warn_at needs budget_usd"):
+        await client.spawn_task("lead", "x", model=script({"text": "x"}), budget_warn_at=0.5)
+    with pytest.raises(InvalidRequest, match="budget_warn_at must be a share"):
+        await client.spawn_task(
+            "lead", "x", model=script({"text": "x"}), budget_usd=1, budget_warn_at=1.5
+        )
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "x", model=script({"text": "x"}))
+        await client.check_task(task_id, wait=True, timeout=CEILING)
+    with pytest.raises(WrongTaskState):
+        await client.raise_budget(task_id, 5.0)
+
+
+_ = json
