@@ -21,6 +21,7 @@ import typer
 
 from durable_subagents.cli import (
     _agents,
+    _budget,
     _codec,
     _common,
     _demo,
@@ -54,6 +55,7 @@ for _name, _command in (
     ("cancel", _tasks.cancel),
     ("approve", _tasks.approve),
     ("reject", _tasks.reject),
+    ("budget", _budget.budget),
     ("send", _tasks.send),
     ("ls", _tasks.list_command),
     ("watch", _tasks.watch),

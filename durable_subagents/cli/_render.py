@@ -119,6 +119,8 @@ def print_info(
     )
     if info.tree_usage is not None:
         console.print(f"  with its subagents {usage_text(info.tree_usage)}", highlight=False)
+    if info.budget_usd is not None:
+        console.print(f"  {budget_text(info)}", markup=False, highlight=False, soft_wrap=True)
     if info.compactions:
         times = "once" if info.compactions == 1 else f"{info.compactions} times"
         console.print(
@@ -140,6 +142,18 @@ def print_info(
     elif info.result:
         console.print()
         console.print(shown(info.result), markup=False, highlight=False)
+
+
+def budget_text(info: TaskInfo) -> str:
+    """``budget $3 · spent $1.2: this task $0.4, subagent-explore-9d65 $0.8``."""
+    spent = info.spent_usd or 0.0
+    parts = [
+        f"{'this task' if task_id == info.id else shown(task_id)} {usd(cost)}"
+        for task_id, cost in list(info.spend_by_task.items())[:10]
+    ]
+    more = len(info.spend_by_task) - len(parts)
+    tail = f": {', '.join(parts)}" + (f" and {more} more" if more > 0 else "") if parts else ""
+    return f"budget {usd(info.budget_usd or 0.0)} · spent {usd(spent)}{tail}"
 
 
 def usage_text(usage: Usage) -> str:

@@ -77,6 +77,12 @@ def spawn(
     token_budget: Annotated[
         int | None, typer.Option(help="Tokens the task and its subagents may use in all")
     ] = None,
+    budget_usd: Annotated[
+        float | None, typer.Option(help="USD the task and its subagents may spend in all")
+    ] = None,
+    budget_warn_at: Annotated[
+        float | None, typer.Option(help="Notify at this share of --budget-usd (e.g. 0.8)")
+    ] = None,
     max_depth: Annotated[
         int | None,
         typer.Option(help="Levels of subagents below the task (0-10; default 3)"),
@@ -133,6 +139,8 @@ def spawn(
         "approval_timeout": approval_timeout,
         "time_limit": time_limit,
         "token_budget": token_budget,
+        "budget_usd": budget_usd,
+        "budget_warn_at": budget_warn_at,
         "max_depth": max_depth,
         "max_tasks": max_tasks,
         "reasoning_effort": reasoning_effort,

@@ -19,6 +19,7 @@ from durable_subagents.agents import BUILTIN_AGENTS, UnloadableAgent
 from durable_subagents.client._client import SubagentClient
 from durable_subagents.errors import InvalidRequest, SubagentError, TaskNotFound, UnknownCallId
 from durable_subagents.types import PendingApproval, TaskEvent, TaskInfo, TaskStatus
+from durable_subagents.wire._ledger import BUDGET_TOOL
 from durable_subagents.wording._error_wording import for_model
 
 MAX_WAIT = 600.0
@@ -60,6 +61,8 @@ _VIEW = {
     "stop_reason",
     "pause_id",
     "usage",
+    "budget_usd",
+    "spent_usd",
     "retrying",
     "waiting",
 }
@@ -91,6 +94,14 @@ class SpawnSubagent(_Args):
         description=(
             "A JSON Schema (type object) its answer must match; then the task's 'output' "
             "is the validated answer, as JSON."
+        ),
+    )
+    budget_usd: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "USD it and every subagent below it may spend in all; then it pauses until "
+            "a person raises the budget."
         ),
     )
 
@@ -386,6 +397,14 @@ class SubagentTools:
         # another asks under the same call id, or a second child paused beside it.
         before = self._sent(a.task_id)
         shown = self._shown.get(a.task_id, set())
+        # A tree's budget is raised by a person, never by the model it limits.
+        budget = {k[0] for k in shown if k[1] == BUDGET_TOOL}
+        shown = {k for k in shown if k[1] != BUDGET_TOOL}
+        if budget & set(a.call_ids or ()) or (budget and a.call_ids is None and not shown):
+            raise InvalidRequest(
+                f"{', '.join(sorted(budget))}: a person raises a task tree's budget "
+                "(subagents budget ID --usd N), not you; reject_tool_calls stops the tree"
+            )
         info = await self.client.approve(a.task_id, a.call_ids, shown=shown)
         chosen = a.call_ids
         if chosen is None:

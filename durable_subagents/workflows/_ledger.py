@@ -36,12 +36,9 @@ with workflow.unsafe.imports_passed_through():
         TreeBudget,
     )
     from durable_subagents.wire._payloads import CallDecision, TaskInput
+    from durable_subagents.wording._money import usd
 
 __all__ = ["SpendLedger", "TreeHold", "report_spend", "reports_spend", "unpriced"]
-
-
-def _usd(value: float) -> str:
-    return f"${value:,.4f}".rstrip("0").rstrip(".")
 
 
 class SpendLedger:
@@ -130,8 +127,8 @@ class SpendLedger:
         if left > 0 and left >= reserve:
             return None
         return (
-            f"the task tree has spent {_usd(self.spent)} of its {_usd(state.budget_usd)} "
-            f"budget, and a subagent needs about {_usd(reserve)} for a turn: do the rest "
+            f"the task tree has spent {usd(self.spent)} of its {usd(state.budget_usd)} "
+            f"budget, and a subagent needs about {usd(reserve)} for a turn: do the rest "
             "of the work yourself, or finish"
         )
 

@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from durable_subagents import AgentSpec, SubagentClient, TaskStatus
+from durable_subagents import AgentSpec, SubagentClient, SubagentTools, TaskStatus
+from durable_subagents.cli.inbox._access import Grant, Role
+from durable_subagents.cli.inbox._inbox import CallRef, DecisionRequest, Inbox
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, WrongTaskState
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
+from ..helpers.cli import arun, failed, ok
 from ..helpers.tasks import script
 
 PRICES = "[scripted]\ninput = 2\noutput = 8\n"
@@ -113,7 +116,6 @@ async def test_a_tree_that_spends_its_budget_pauses_is_raised_and_completes(
     assert info.tree_cost_usd == pytest.approx(info.spent_usd)
 
 
-
 async def test_a_rejected_raise_stops_the_tree(
     lead: SubagentClient, temporal_client: Client, priced: Settings
 ) -> None:
@@ -151,7 +153,7 @@ async def test_a_spawn_the_budget_cannot_cover_is_a_tool_error_the_model_reads(
     results = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     refused = results[-1]
     assert refused.is_error
-    assert "has spent $0.8 of its $1 budget" in refused.content, refused.content
+    assert "has spent $0.8 of its $1.00 budget" in refused.content, refused.content
 
 
 async def test_budget_errors_are_typed(
@@ -174,4 +176,67 @@ async def test_budget_errors_are_typed(
         await client.raise_budget(task_id, 5.0)
 
 
-_ = json
+async def test_people_raise_a_budget_where_they_look_and_the_model_cannot(
+    lead: SubagentClient,
+    temporal_client: Client,
+    priced: Settings,
+    env: dict[str, str],
+) -> None:
+    client = lead
+    model, _ = tree()
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        [ask] = paused.pending_approvals
+        assert ask.tool_name == "raise_budget"
+        # the orchestrating model reads the pause, and may not raise what limits it
+        tools = SubagentTools(client, default_wait=0)
+        view = json.loads(await tools.call("check_subagent", {"task_id": task_id}))
+        assert view["budget_usd"] == 1.0 and view["spent_usd"] >= 1.0
+        for arguments in ({"task_id": task_id}, {"task_id": task_id, "call_ids": [ask.call_id]}):
+            refused = json.loads(await tools.call("approve_tool_calls", arguments))
+            assert "a person raises a task tree's budget" in refused["error"], refused
+        assert (await client.check_task(task_id)).pause_id == paused.pause_id
+        # the inbox lists the pause, and raises the budget to 1.5
+        inbox = Inbox(client, task_queue=priced.task_queue, poll=0)
+        grant = Grant("ops", Role.APPROVER)
+        [entry] = (await inbox.view(grant)).entries
+        assert entry.task.id == task_id and [c.tool_name for c in entry.calls] == ["raise_budget"]
+        assert paused.pause_id is not None
+        request = DecisionRequest(
+            pause_id=paused.pause_id,
+            calls=[
+                CallRef(
+                    call_id=ask.call_id, tool_name=ask.tool_name, arguments_hash=ask.arguments_hash
+                )
+            ],
+            budget_usd=1.5,
+        )
+        await inbox.decide(grant, task_id, request, approved=True)
+        # $1.50 is spent again before the tree is done: the CLI raises it to $3
+        again = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=paused.pause_id
+        )
+        assert again.status == TaskStatus.PAUSED and again.budget_usd == 1.5, again
+        assert again.spent_usd is not None and again.spent_usd >= 1.5
+        shown = ok(await arun("check", task_id, env=env)).out
+        assert "budget $1.50 · spent $1." in shown and "this task $0." in shown, shown
+        raised = ok(await arun("budget", task_id, "--usd", "3", env=env)).out
+        assert f"raised the budget of {task_id}'s tree to 3 USD" in raised, raised
+        info = await client.check_task(
+            task_id, wait=True, timeout=CEILING, after_pause=again.pause_id
+        )
+        shown = ok(await arun("check", task_id, env=env)).out
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.budget_usd == 3.0 and info.spent_usd == pytest.approx(2.0)
+    assert "budget $3.00 · spent $2.00" in shown, shown
+    checked = json.loads(ok(await arun("check", task_id, "--json", env=env)).out)
+    assert checked["spent_usd"] == pytest.approx(2.0) and len(checked["spend_by_task"]) == 2
+    # the CLI's own mistakes are one line each
+    bad = await arun("budget", task_id, "--usd", "0", env=env)
+    assert bad.code == 2 and "budget_usd must be a number of US dollars" in bad.err
+    bad = failed(await arun("budget", task_id, "--usd", "5", env=env))
+    assert "is completed, not paused; there is nothing to decide" in bad.err, bad.err
+    bad = await arun("spawn", "general", "x", "--budget-usd", "nan", env=env)
+    assert bad.code == 2 and "budget_usd must be a number" in bad.err, bad.err
+    assert "Traceback" not in bad.err

@@ -135,6 +135,9 @@ class DecisionRequest(BaseModel):
     call_ids: list[str] | None = Field(None, max_length=MAX_CALLS_READ)
     """The calls to decide; null: every call read that is still pending. A call named
     that was not read, or was read with other arguments, is refused (409)."""
+    budget_usd: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """An approval of a tree's ``raise_budget`` call: the tree's new budget in USD
+    (null: one more of the budget it was spawned with)."""
 
     def shown(self) -> set[tuple[str, str, str]]:
         """The calls read, as ``SubagentClient.approve(shown=...)`` takes them."""
@@ -444,7 +447,11 @@ class Inbox:
         await self.task(grant, task_id)
         shown = request.shown()
         try:
-            if approved:
+            if approved and request.budget_usd is not None:
+                info = await self.client.raise_budget(
+                    task_id, request.budget_usd, pause_id=request.pause_id
+                )
+            elif approved:
                 info = await self.client.approve(
                     task_id, request.call_ids, pause_id=request.pause_id, shown=shown
                 )
