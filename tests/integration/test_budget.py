@@ -7,23 +7,30 @@ top task pauses on ``raise_budget`` until a person raises the budget or rejects 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from durable_subagents import AgentSpec, SubagentClient, SubagentTools, TaskStatus
 from durable_subagents.cli.inbox._access import Grant, Role
 from durable_subagents.cli.inbox._inbox import CallRef, DecisionRequest, Inbox
 from durable_subagents.config import Settings
 from durable_subagents.errors import InvalidRequest, WrongTaskState
+from durable_subagents.wire._ledger import SPEND_UPDATE, SpendReport, TreeBudget
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING
 from ..helpers.cli import arun, failed, ok
-from ..helpers.tasks import script
+from ..helpers.tasks import model_turn_started, script
 
 PRICES = "[scripted]\ninput = 2\noutput = 8\n"
 """USD per million tokens: 100,000 input tokens cost $0.20."""
@@ -240,3 +247,104 @@ async def test_people_raise_a_budget_where_they_look_and_the_model_cannot(
     bad = await arun("spawn", "general", "x", "--budget-usd", "nan", env=env)
     assert bad.code == 2 and "budget_usd must be a number" in bad.err, bad.err
     assert "Traceback" not in bad.err
+
+
+async def test_a_report_sent_again_counts_once_and_a_strangers_is_refused(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    """What a worker's death between a child's turn and its report leads to: the report's
+    local activity runs again and sends the same total; the top task counts it once."""
+    client = lead
+    model, _ = tree()
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        [child_id] = [t for t in paused.spend_by_task if t != task_id]
+        handle = temporal_client.get_workflow_handle(task_id)
+        events_before = len([e async for e in handle.fetch_history_events()])
+        for again in (SpendReport(task_id=child_id, cost_usd=0.8, turns=2),
+                      SpendReport(task_id=child_id, cost_usd=0.4, turns=1)):  # fmt: skip
+            word = await handle.execute_update(SPEND_UPDATE, again, result_type=TreeBudget)
+            assert word.held  # the tree holds until its budget is raised
+        # a stranger's report, or one that is no sum of money, is refused before the history
+        for forged in (SpendReport(task_id="subagent-x-0123456789ab", cost_usd=50.0),
+                       SpendReport(task_id=child_id, cost_usd=-5.0),
+                       SpendReport(task_id=child_id, cost_usd=float("inf"))):  # fmt: skip
+            with pytest.raises(WorkflowUpdateFailedError):
+                await handle.execute_update(SPEND_UPDATE, forged, result_type=TreeBudget)
+        now = await client.check_task(task_id)
+        assert now.spend_by_task == paused.spend_by_task
+        assert now.spent_usd == paused.spent_usd
+        history = [e async for e in handle.fetch_history_events()][events_before:]
+        # the two accepted updates are in the history, the three refused ones are not
+        accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        assert sum(e.event_type == accepted for e in history) == 2, history
+        await client.raise_budget(task_id, 3.0)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.spend_by_task == {task_id: pytest.approx(0.8), child_id: pytest.approx(1.2)}
+
+
+async def test_a_worker_killed_mid_turn_loses_and_doubles_no_spend(
+    lead: SubagentClient,
+    temporal_client: Client,
+    priced: Settings,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    client = lead
+    child = script(
+        turn(0.40, tool_calls=LIST),
+        turn(0.40, tool_calls=LIST, delay=3),  # the worker dies while it runs
+        turn(0.40, text="child done"),
+    )
+    model = script(
+        turn(0.20, tool_calls=[spawn("explore", "look", child)]),
+        turn(0.20, tool_calls=WAIT),
+        turn(0.20, tool_calls=WAIT),
+        turn(0.20, text="lead done"),
+    )
+    worker_log = tmp_path / "worker.log"
+    log = worker_log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_subagents", "worker", "--address", priced.address,
+         "--task-queue", priced.task_queue, "--workspace", str(workspace)],
+        env={**os.environ, "SUBAGENTS_BLOB_DIR": str(priced.resolved_blob_dir),
+             "SUBAGENTS_PRICES": str(priced.prices)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        child_id = ""
+
+        async def second_turn_runs() -> bool:
+            nonlocal child_id
+            spent = (await client.check_task(task_id)).spend_by_task
+            child_id = next((t for t in spent if t != task_id), "")
+            return bool(child_id) and await model_turn_started(temporal_client, child_id)
+
+        deadline = asyncio.get_running_loop().time() + CEILING
+        while not await second_turn_runs():
+            assert asyncio.get_running_loop().time() < deadline, worker_log.read_text()
+            await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    async with create_worker(temporal_client, priced):
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert [p.tool_name for p in paused.pending_approvals] == ["raise_budget"], paused
+        await client.raise_budget(task_id, 3.0)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    child_info = await client.check_task(child_id)
+    # each task's ledger entry is what its own turns cost, exactly: none lost, none twice
+    assert info.spend_by_task == {
+        task_id: info.usage.cost_usd,
+        child_id: child_info.usage.cost_usd,
+    }
+    assert child_info.usage.cost_usd == pytest.approx(1.2)
+    assert info.spent_usd == pytest.approx(2.0) == info.tree_cost_usd
