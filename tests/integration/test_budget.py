@@ -348,3 +348,61 @@ async def test_a_worker_killed_mid_turn_loses_and_doubles_no_spend(
     }
     assert child_info.usage.cost_usd == pytest.approx(1.2)
     assert info.spent_usd == pytest.approx(2.0) == info.tree_cost_usd
+
+
+async def test_a_task_busy_when_the_budget_runs_out_starts_no_turn_until_it_is_raised(
+    lead: SubagentClient, temporal_client: Client, priced: Settings, workspace: Path
+) -> None:
+    """The tree holds every task, not only the one whose turn spent the budget: a task in
+    a long command when another spends the rest hears it before its next turn."""
+    client = lead
+    client.agents["lead"] = AgentSpec(
+        name="lead", tools=["bash", "list_files"], may_spawn=True, permission_mode="dont_ask"
+    )
+    client.agents["runner"] = AgentSpec(name="runner", tools=["bash"], permission_mode="dont_ask")
+    marker = workspace / "spent.marker"
+    # the busy child's command ends once the spender's turn has spent the budget
+    command = f"while [ ! -e {marker.name} ]; do sleep 0.05; done; echo free"
+    busy = script(
+        turn(0.1, tool_calls=[{"name": "bash", "arguments": {"command": command}}]),
+        turn(0.1, text="busy done"),
+    )
+    spender = script(turn(0.9, tool_calls=LIST), turn(0.1, text="spender done"))
+    model = script(
+        turn(0.0, tool_calls=[spawn("runner", "wait for the marker", busy)]),
+        turn(0.0, tool_calls=[spawn("explore", "spend", spender)]),
+        turn(0.0, tool_calls=WAIT),
+        turn(0.0, tool_calls=WAIT),
+        turn(0.0, text="lead done"),
+    )
+    async with create_worker(temporal_client, priced.model_copy(update={"tool_sandbox": "none"})):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert [p.tool_name for p in paused.pending_approvals] == ["raise_budget"], paused
+        ids = list(paused.spend_by_task)
+        busy_id = next(t for t in ids if t.startswith("subagent-runner-"))
+        marker.write_text("")  # the command ends now; the busy child must not go on
+        said = await first_budget_event(client, busy_id)
+        assert said == "the tree's budget is spent: waiting until it is raised"
+        held = await client.check_task(task_id)
+        assert held.spend_by_task[busy_id] == pytest.approx(0.1)  # its first turn only
+        await client.raise_budget(task_id, 2.0)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    assert info.spend_by_task[busy_id] == pytest.approx(0.2)
+    busy_info = await client.check_task(busy_id)
+    assert busy_info.result == "busy done"
+
+
+async def test_a_model_without_a_price_cannot_run_in_a_budgeted_tree(
+    lead: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    client = lead
+    async with create_worker(temporal_client, settings):  # no price for scripted models
+        task_id = await client.spawn_task(
+            "lead", "x", model=script(turn(0.2, text="x")), budget_usd=1.0
+        )
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.FAILED
+    assert info.error is not None and "has no price" in info.error
+    assert "SUBAGENTS_PRICES" in info.error

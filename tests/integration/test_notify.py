@@ -350,3 +350,49 @@ async def test_notify_urls_are_checked_at_spawn_and_by_prefix(client: SubagentCl
     assert not notify_url_allowed("http://hooks.example.com/ci/", allow)
     assert not notify_url_allowed("https://hooks.example.com:8443/ci/", allow)
     assert not notify_url_allowed("https://x@hooks.example.com/ci/", allow)
+
+
+async def test_a_tree_past_its_budgets_soft_limit_is_told_once_then_its_pause(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    receivers: Any,
+    tmp_path: Any,
+) -> None:
+    receiver = await receivers()
+    prices = tmp_path / "prices.toml"
+    prices.write_text("[scripted]\ninput = 2\noutput = 8\n")  # 100,000 input tokens: $0.20
+    client.agents["lead"] = AgentSpec(name="lead", tools=["list_files"], may_spawn=True)
+
+    def turn(dollars: float, **reply: Any) -> dict[str, Any]:
+        return {**reply, "usage": {"input_tokens": round(dollars * 500_000), "output_tokens": 0}}
+
+    listing = [{"name": "list_files", "arguments": {"path": "."}}]
+    child = script(
+        turn(0.4, tool_calls=listing), turn(0.4, tool_calls=listing), turn(0.4, text="c")
+    )
+    spawn = {
+        "name": "spawn_subagent",
+        "arguments": {"agent": "explore", "prompt": "go", "model": child},
+    }
+    wait = [{"name": "wait_subagents", "arguments": {}}]
+    model = script(turn(0.2, tool_calls=[spawn]), turn(0.2, tool_calls=wait), turn(0.2, text="x"))
+    worker_settings = notify_settings(settings, receiver.url).model_copy(update={"prices": prices})
+    async with create_worker(temporal_client, worker_settings):
+        task_id = await client.spawn_task(
+            "lead", "split", model=model, budget_usd=1.0, budget_warn_at=0.5,
+            notify_url=receiver.url,
+        )  # fmt: skip
+        paused = await client.check_task(task_id, wait=True, timeout=30)
+        assert [p.tool_name for p in paused.pending_approvals] == ["raise_budget"], paused
+        await client.reject(task_id, reason="enough")
+        done = await client.check_task(task_id, wait=True, timeout=30, after_pause=paused.pause_id)
+        assert done.stop_reason == "budget"
+        await eventually(lambda: len(receiver.delivered()) == 3, "three events delivered")
+    events = sorted(receiver.events(), key=lambda e: e["time"])
+    assert [e["type"] for e in events] == ["task.budget_warning", "task.paused", "task.completed"]
+    warning, pause, _ = events
+    assert warning["budget_usd"] == 1.0 and 0.5 <= warning["spent_usd"] < 1.0, warning
+    assert warning["task"]["id"] == task_id
+    [call] = pause["calls"]
+    assert call["tool_name"] == "raise_budget" and pause["pause_id"] == paused.pause_id
