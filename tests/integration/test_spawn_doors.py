@@ -50,6 +50,7 @@ CLI_NAMES = {
 
 NOT_FOR_MODELS = {
     "approval_timeout": "how long a person has is the spawner's person's choice",
+    "budget_warn_at": "when a person hears of a tree's spend is the application's, never a model's",
     "disallowed_tools": "a model narrows with tools, the allowlist",
     "max_depth": "how deep a tree grows is the application's, never a model's",
     "max_tasks": "how many tasks a tree holds is the application's, never a model's",
