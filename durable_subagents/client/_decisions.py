@@ -304,7 +304,8 @@ async def full_arguments(
 
     A child's call (``<child>/<pause>/<call>``) is read from the child's transcript;
     a decision no model asked for (a command's held changes, ``apply_changes``) from
-    its arguments' blob; one that cannot be read is None.
+    its arguments' blob, or its preview where that holds them whole (a tree's
+    ``raise_budget``); one that cannot be read is None.
     """
     transcripts: dict[str, list[Message] | None] = {}
 
@@ -340,5 +341,17 @@ async def full_arguments(
         found = await find(info.id, p.call_id)
         if found is None and p.arguments_ref:
             found = await from_blob(info.id, p.call_id, p.arguments_ref)
+        if found is None and p.tool_name == BUDGET_TOOL:
+            found = _small_arguments(p.arguments_preview)
         out[p.call_id] = found
     return out
+
+
+def _small_arguments(preview: str) -> dict[str, Any] | None:
+    """The arguments of a call no model made, whole in its preview (``raise_budget · {...}``)."""
+    _, _, text = preview.partition(" · ")
+    try:
+        arguments = json.loads(text)
+    except ValueError:
+        return None
+    return arguments if isinstance(arguments, dict) else None

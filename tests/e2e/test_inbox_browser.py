@@ -24,6 +24,7 @@ from durable_subagents import AgentSpec, PermissionRule, SubagentClient, TaskSta
 from durable_subagents.cli.inbox import Grant, Inbox, InboxServer, Role, Tokens
 from durable_subagents.config import Settings
 from durable_subagents.wording._terminal import shown
+from durable_subagents.worker import create_worker
 
 from ..browser import CHROMIUM, needs_browser
 from ..helpers.missing import missing
@@ -287,3 +288,45 @@ async def test_a_task_a_bug_holds_shows_its_error_inert(
     finally:
         faulty.kill()
         faulty.wait(30)
+
+
+async def test_a_tree_that_spent_its_budget_is_raised_from_the_page(
+    serve: Callable[..., Any],
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    browser: Any,
+    screenshots: Path,
+    tmp_path: Path,
+) -> None:
+    prices = tmp_path / "prices.toml"
+    prices.write_text("[scripted]\ninput = 2\noutput = 8\n")  # 100,000 input tokens: $0.20
+    client.agents["lister"] = AgentSpec(name="lister", tools=["list_files"], may_spawn=True)
+
+    def turn(dollars: float, **reply: Any) -> dict[str, Any]:
+        return {**reply, "usage": {"input_tokens": round(dollars * 500_000), "output_tokens": 0}}
+
+    model = script(
+        turn(0.6, tool_calls=[{"name": "list_files", "arguments": {"path": "."}}]),
+        turn(0.6, text="listed"),
+    )
+    priced = settings.model_copy(update={"prices": prices})
+    async with create_worker(temporal_client, priced), serve(poll=0.3) as server:
+        top = await client.spawn_task("lister", "list", model=model, budget_usd=0.5)
+        paused = await client.check_task(top, wait=True, timeout=30)
+        assert [p.tool_name for p in paused.pending_approvals] == ["raise_budget"], paused
+        page, dialogs = await open_inbox(browser, server.url)
+        entry = page.locator(f'section.entry[data-task="{top}"]')
+        await entry.wait_for(timeout=15_000)
+        call = entry.locator("article.call")
+        assert await call.locator('pre.argument[data-name="budget_usd"]').text_content() == "0.5"
+        await call.locator("input.budget").fill("2")
+        await page.screenshot(path=screenshots / "inbox-budget.png", full_page=True)
+        await call.get_by_role("button", name="Raise the budget").click()
+        notice = page.locator("#notice")
+        await notice.wait_for()
+        assert (await notice.inner_text()).startswith(f"Approved 1 call(s) of {top}.")
+        done = await client.check_task(top, wait=True, timeout=30, after_pause=paused.pause_id)
+        assert done.status == TaskStatus.COMPLETED and done.result == "listed", done
+        assert done.budget_usd == 2.0 and done.spent_usd == pytest.approx(1.2)
+        assert dialogs == []

@@ -127,9 +127,10 @@ function callRefs(view) {
   return view.calls.map((c) => ({ call_id: c.call_id, tool_name: c.tool_name, arguments_hash: c.arguments_hash }));
 }
 
-async function decide(view, approve, callIds, reason) {
+async function decide(view, approve, callIds, reason, budgetUsd) {
   const body = { pause_id: view.pause_id, calls: callRefs(view), call_ids: callIds };
   if (!approve) body.reason = reason || null;
+  if (approve && budgetUsd != null) body.budget_usd = budgetUsd;
   const verb = approve ? "approve" : "reject";
   try {
     const result = await api("/api/tasks/" + encodeURIComponent(view.task_id) + "/" + verb, {
@@ -158,14 +159,24 @@ function callSection(view, call) {
   const reason = el("input", { type: "text", placeholder: "reason for a rejection (the model reads it)", maxlength: "4000" });
   const approve = el("button", { type: "button", class: "approve" }, "Approve");
   const reject = el("button", { type: "button", class: "reject" }, "Reject");
-  approve.addEventListener("click", () => decide(view, true, [call.call_id], null));
+  // A tree that spent its budget: approving raises it to the amount given (else by the
+  // budget it was spawned with); rejecting stops the tree.
+  const raise = call.tool_name === "raise_budget";
+  const budget = raise
+    ? el("input", { type: "number", min: "0", step: "any", class: "budget", placeholder: "new budget in USD" })
+    : null;
+  if (raise) approve.textContent = "Raise the budget";
+  approve.addEventListener("click", () => {
+    const amount = budget && budget.value !== "" ? Number(budget.value) : null;
+    decide(view, true, [call.call_id], null, amount);
+  });
   reject.addEventListener("click", () => decide(view, false, [call.call_id], reason.value));
   const parts = [
     el("h3", {}, call.tool_name, " ", el("span", { class: "call-id" }, call.call_id), owner),
     argumentsList(call),
   ];
   if (call.resolved_path) parts.push(el("p", { class: "warn" }, "The path leads to: " + call.resolved_path));
-  parts.push(el("div", { class: "actions" }, approve, reason, reject));
+  parts.push(budget ? el("div", { class: "actions" }, budget, approve, reason, reject) : el("div", { class: "actions" }, approve, reason, reject));
   return el("article", { class: "call", data: { call: call.call_id } }, ...parts);
 }
 
