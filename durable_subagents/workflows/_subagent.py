@@ -270,7 +270,9 @@ class SubagentWorkflow(TaskFace):
         await self._adopted.cancel()
         await self._notify_end(None, message)
         await self._close_stream(TaskStatus.FAILED, message)
-        return ApplicationError(message, type=error_type, non_retryable=True)
+        # What it used goes with the failure: its parent counts it in its tree's usage.
+        used = (self._tree_usage() or self._usage).model_dump()
+        return ApplicationError(message, used, type=error_type, non_retryable=True)
 
     def _time_left(self, input: TaskInput) -> timedelta | None:
         if not input.time_limit:

@@ -521,6 +521,10 @@ class ChildTasks:
             cause = err.cause
             status = "cancelled" if isinstance(cause, CancelledError) else "failed"
             self._done[task_id] = {"status": status, "error": getattr(cause, "message", str(err))}
+            # A failed task says what it and its subagents used (its failure's details).
+            details = cause.details if isinstance(cause, ApplicationError) else ()
+            if details and isinstance(details[0], dict) and "input_tokens" in details[0]:
+                self._done[task_id][_USAGE] = details[0]
         self._states.pop(task_id, None)
         self._on_change()
 

@@ -328,3 +328,51 @@ async def test_what_models_cost_is_a_metric_by_model_and_agent(
 
     assert delta("subagents_model_cost_usd_count") == 2
     assert delta("subagents_model_cost_usd_sum") == pytest.approx(float(cost), abs=1e-12)
+
+
+async def test_a_failed_subagents_cost_counts_in_its_parents_tree(
+    client: SubagentClient,
+    temporal_client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child that fails after a turn still cost that turn: its parent's tree says so."""
+    from durable_subagents.testing import FakeReply
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"openai:gpt-test": {"input": 2, "output": 8}}))
+    client.agents["lead"] = AgentSpec(name="lead", tools=["list_files"], may_spawn=True)
+
+    def respond(body: dict[str, Any]) -> FakeReply:
+        messages = body["messages"]
+        first = next(m for m in messages if m.get("role") == "user")
+        child = "the child's part" in json.dumps(first)
+        results = sum(m.get("role") == "tool" for m in messages)
+        usage = (100_000, 0)
+        if child and results == 0:
+            listing = {"name": "list_files", "arguments": {"path": "."}}
+            return FakeReply(tool_calls=[listing], usage=usage)
+        if child:
+            return FakeReply(status=400, body={"error": {"message": "bad request"}})
+        if results == 0:
+            spawn = {"agent": "explore", "prompt": "the child's part"}
+            return FakeReply(
+                tool_calls=[{"name": "spawn_subagent", "arguments": spawn}], usage=usage
+            )
+        if results == 1:
+            wait = {"name": "wait_subagents", "arguments": {}}
+            return FakeReply(tool_calls=[wait], usage=usage)
+        return FakeReply(text="lead done", usage=usage)
+
+    priced = settings.model_copy(update={"prices": prices})
+    server = FakeOpenAIServer(responder=respond)
+    async with fake_provider(monkeypatch, server, "OPENAI", "k"):
+        async with create_worker(temporal_client, priced):
+            task_id = await client.spawn_task("lead", "split", model="openai:gpt-test")
+            info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [child] = await client.list_tasks(parent_id=task_id)
+    assert child.status == TaskStatus.FAILED and child.usage.cost_usd == pytest.approx(0.2)
+    assert info.usage.cost_usd == pytest.approx(0.6)  # three turns of its own
+    assert info.tree_cost_usd == pytest.approx(0.8)  # and the failed child's one
