@@ -406,3 +406,31 @@ async def test_a_model_without_a_price_cannot_run_in_a_budgeted_tree(
     assert info.status == TaskStatus.FAILED
     assert info.error is not None and "has no price" in info.error
     assert "SUBAGENTS_PRICES" in info.error
+
+
+async def test_a_spawn_below_the_top_is_refused_by_the_tops_ledger(
+    lead: SubagentClient, temporal_client: Client, priced: Settings
+) -> None:
+    """A task below the top asks the top task before it starts a child: the top's
+    ledger refuses a spawn its budget cannot cover, and the model reads why."""
+    client = lead
+    grandchild = script(turn(0.1, text="never"))
+    child = script(
+        turn(0.8, tool_calls=LIST),
+        turn(0.0, tool_calls=[spawn("explore", "deeper", grandchild)]),
+        turn(0.0, text="child done"),
+    )
+    model = script(
+        turn(0.0, tool_calls=[spawn("lead", "split again", child)]),
+        turn(0.0, tool_calls=WAIT),
+        turn(0.0, text="lead done"),
+    )
+    async with create_worker(temporal_client, priced):
+        task_id = await client.spawn_task("lead", "split", model=model, budget_usd=1.0)
+        info = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert info.status == TaskStatus.COMPLETED, info.error
+    [child_id] = [t for t in info.spend_by_task if t != task_id]
+    assert await client.list_tasks(parent_id=child_id) == []  # no grandchild started
+    results = [m for m in await client.get_transcript(child_id) if m.role == "tool"]
+    assert results[-1].is_error
+    assert "has spent $0.8 of its $1.00 budget" in results[-1].content, results[-1].content
