@@ -98,6 +98,7 @@ ALL_ACTIVITIES = [
     "compact_context",
     "model_turn",
     "own_registered_tasks",
+    "report_tree_spend",
     "reserve_tree_task",
     "run_tool",
     "send_notification",
