@@ -72,6 +72,8 @@ async def run_turn(
         activity.info().attempt,
         watched=input.stream_watched,
         watch_ids=input.stream_watch_ids,
+        parent=input.stream_parent,
+        after=input.stream_after,
     )
 
     def on_text(delta: str) -> None:

@@ -39,7 +39,12 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.converter import decode_typed_search_attributes
 
 from durable_subagents.wire._search_attributes import PARENT
-from durable_subagents.wire._stream_items import MAX_DEPTH, StreamEvent
+from durable_subagents.wire._stream_items import (
+    DIRECT_SIGNAL,
+    MAX_DEPTH,
+    StreamDirect,
+    StreamEvent,
+)
 
 __all__ = ["GAP", "MAX_PUBLISHES", "TurnStream"]
 
@@ -74,12 +79,25 @@ class TurnStream:
             until one does, nothing is published live (the workflow publishes the text
             from the turn's result), and they are asked at most every ``WATCH_CHECK``
             (sooner in the turn's first second).
+        parent: The parent task whose stream takes this one's (None: none).
+        after: The task's stream end when the turn was scheduled.
     """
 
     def __init__(
-        self, turn: int, attempt: int, watched: bool = True, watch_ids: list[str] | None = None
+        self,
+        turn: int,
+        attempt: int,
+        watched: bool = True,
+        watch_ids: list[str] | None = None,
+        parent: str | None = None,
+        after: int = 0,
     ) -> None:
         self.turn = turn
+        self._attempt = attempt
+        self._parent = parent
+        """The task whose stream takes this one's items: each publish goes there directly
+        too, a hop sooner than the task's forward (``StreamDirect``)."""
+        self._after = after
         self._live = watched
         self._watch_ids = list(watch_ids or [])
         self._checked_at: float | None = None
@@ -206,6 +224,7 @@ class TurnStream:
                         turn=self.turn,
                         text=text,
                         summary="restarted" if self._restart[kind] else None,
+                        piece=f"{self.turn}.{self._attempt}.{self.publishes}.{kind}",
                     ).item()
                 )
                 self._restart[kind] = False
@@ -224,6 +243,9 @@ class TurnStream:
             await self._send(events)
 
     async def _send(self, events: list[dict[str, Any]]) -> None:
+        await asyncio.gather(self._send_own(events), self._send_parent(events))
+
+    async def _send_own(self, events: list[dict[str, Any]]) -> None:
         try:
             if self._client is None:
                 self._client = WorkflowStreamClient.from_within_activity()
@@ -234,6 +256,18 @@ class TurnStream:
         except Exception as err:  # the stream is for watchers: it never fails the turn
             self._broken = True
             activity.logger.info("turn %d: live text not published: %s", self.turn, err)
+
+    async def _send_parent(self, events: list[dict[str, Any]]) -> None:
+        """The pieces to the parent's stream, straight (its forwarded copy is dropped)."""
+        pieces = [e for e in events if e.get("piece")]
+        if self._parent is None or not pieces:
+            return
+        batch = StreamDirect(task_id=activity.info().workflow_id, after=self._after, events=pieces)
+        try:
+            await activity.client().get_workflow_handle(self._parent).signal(DIRECT_SIGNAL, batch)
+        except Exception as err:  # the forward brings them all the same
+            self._parent = None
+            activity.logger.info("turn %d: live text not sent to the parent: %s", self.turn, err)
 
     @property
     def text_restarts(self) -> bool:

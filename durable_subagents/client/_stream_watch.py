@@ -212,7 +212,7 @@ class _Watcher:
         except (ValueError, ValidationError, TypeError):
             return None  # not an item this version knows: skipped, its offset still counts
         owner, depth = topic_task(self.task_id, topic)
-        fields = item.model_dump(exclude_none=True)
+        fields = item.model_dump(exclude_none=True, exclude={"piece"})
         if item.time is not None and item.time.tzinfo is None:
             fields["time"] = item.time.replace(tzinfo=UTC)  # the stream holds UTC
         try:

@@ -243,6 +243,11 @@ class ModelTurnInput(Compact):
     live from the first piece (else only once ``stream_watch_ids`` say someone does)."""
     stream_watch_ids: list[str] = Field(default_factory=list)
     """The task and the tasks above it whose ``watched`` memo the turn checks."""
+    stream_parent: str | None = None
+    """The task whose stream takes this one's items (its parent): the turn sends its
+    live pieces there directly too (``StreamDirect``)."""
+    stream_after: int = 0
+    """The task's stream end when the turn was scheduled (``StreamDirect.after``)."""
     context: ContextInput | None = None
     """Set by workflows that compact: the turn may answer ``compact`` instead of
     calling the model (``None``: it always calls the model, as before compaction)."""

@@ -29,6 +29,7 @@ from durable_subagents.types import TaskStatus, Usage
 
 __all__ = [
     "CARRY_BYTES",
+    "DIRECT_SIGNAL",
     "FORWARD_SIGNAL",
     "MAX_DEPTH",
     "MAX_FORWARD_BYTES",
@@ -37,6 +38,7 @@ __all__ = [
     "STREAM_BOUNDS_QUERY",
     "ForwardedItem",
     "StreamCarry",
+    "StreamDirect",
     "StreamEvent",
     "StreamForward",
     "child_topic",
@@ -45,6 +47,8 @@ __all__ = [
 
 FORWARD_SIGNAL = "stream_forward"
 """A child sends its stream's new items to its parent's stream (``StreamForward``)."""
+DIRECT_SIGNAL = "stream_direct"
+"""A child's model turn sends its live pieces to its parent's stream (``StreamDirect``)."""
 STREAM_BOUNDS_QUERY = "stream_bounds"
 """The offsets a stream retains: ``[first, end)`` (a watcher asking for less is told)."""
 
@@ -76,6 +80,10 @@ class StreamEvent(BaseModel):
     text: str | None = None
     result: str | None = None
     usage: Usage | None = None
+    piece: str | None = None
+    """A live piece of a turn's text or thinking: its id in its task
+    (``<turn>.<attempt>.<publish>.<kind>``). The turn sends it to its parent's stream
+    directly too; the parent keeps whichever copy comes first, once."""
 
     def item(self) -> dict[str, Any]:
         """The JSON the stream holds (fields left at None are left out)."""
@@ -102,6 +110,21 @@ class StreamForward(BaseModel):
     """Where the child's batch before this one ended (its next offset then): a child
     sends its next batch before the last one landed, and a parent that has not taken
     that one yet keeps this one until it has (None: apply at once)."""
+
+
+class StreamDirect(BaseModel):
+    """A direct signal: a child's live turn pieces, sent by its model turn to its parent.
+
+    They skip the child's own workflow (one hop less than a forward); the parent keeps
+    them until the items the child forwarded reach ``after``, so a task's events stay in
+    its order, and drops the forwarded copy of each (by ``StreamEvent.piece``).
+    """
+
+    task_id: str
+    after: int = 0
+    """The child's stream end when the turn was scheduled."""
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    """The pieces, as ``StreamEvent.item()`` makes them."""
 
 
 class StreamCarry(BaseModel):

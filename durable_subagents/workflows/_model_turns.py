@@ -134,6 +134,7 @@ def turn_input(
     schema_ref: str | None,
     compacted: bool,
     watched: bool = False,
+    stream_end: int = 0,
 ) -> ModelTurnInput:
     """The input of a model turn of this task.
 
@@ -149,6 +150,7 @@ def turn_input(
         schema_ref: The blob the run's first turn stored the output schema as.
         compacted: Whether the turn runs again after a compaction.
         watched: Whether someone watches the task's stream now.
+        stream_end: The task's stream end now (where the turn's pieces follow).
     """
     spec = inp.agent
     new, by_name = results_by_record(new, records)
@@ -178,6 +180,8 @@ def turn_input(
         reads=TurnReads.of(spec) if reads_run_in_turn(inp, turn) else None,
         stream_watched=watched,
         stream_watch_ids=[workflow.info().workflow_id, *inp.stream_ancestors],
+        stream_parent=inp.parent_id if inp.streams_to_parent else None,
+        stream_after=stream_end,
     )
 
 

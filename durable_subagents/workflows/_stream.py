@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         STREAM_BOUNDS_QUERY,
         ForwardedItem,
         StreamCarry,
+        StreamDirect,
         StreamEvent,
         StreamForward,
         child_topic,
@@ -85,6 +86,20 @@ MAX_EARLY_BATCHES = 16
 
 MAX_FORWARDING_CHILDREN = 512
 """Children whose items one stream takes (a signal anyone may send must stay bounded)."""
+
+
+LIVE_KINDS = ("text", "thinking")
+"""The kinds of item a child's turn sends its parent directly."""
+MAX_DIRECT_EVENTS = 8
+"""Pieces one direct signal carries (a turn's publish holds at most three)."""
+PIECES_KEPT = 1024
+"""Ids of a child's live pieces a stream remembers (to drop the second copy of each)."""
+
+
+def _remember(seen: dict[str, None], piece: str) -> None:
+    seen[piece] = None
+    while len(seen) > PIECES_KEPT:
+        del seen[next(iter(seen))]
 
 
 def ended(err: FailureError) -> str:
@@ -181,6 +196,10 @@ class TaskStream:
         """A child's batches that came before the one they follow, by where that ended."""
         self._memo_watched: bool | None = None
         """What the memo says of watchers (None: not read yet)."""
+        self._pieces: dict[str, dict[str, None]] = {}
+        """Per child: the ids of the live pieces this stream holds, from either path."""
+        self._held: dict[str, list[StreamDirect]] = {}
+        """Per child: direct pieces that came before its forwarded items reached them."""
         self.log.on_poll = self._polled
         if carry is not None:
             self.log._base_offset = carry.base
@@ -268,9 +287,70 @@ class TaskStream:
                 payload = _decode(item.data)
             except ValueError:
                 continue
-            self.log._publish_to_topic(child_topic(child, item.topic), payload)
             expected = item.offset + 1
+            if not item.topic and not self._first_copy(child, payload):
+                continue  # its turn sent it here directly, and it is here
+            self.log._publish_to_topic(child_topic(child, item.topic), payload)
         self.forwarded[child] = expected
+        held = self._held.get(child)
+        if held:
+            self._held[child] = [b for b in held if b.after > expected]
+            for direct in (b for b in held if b.after <= expected):
+                self._apply_direct(child, direct.events)
+
+    def take_direct(self, batch: StreamDirect) -> None:
+        """Keep a child's live pieces, sent by its turn, each once.
+
+        Once the child's forwarded items reach where the turn began, so that the
+        child's events keep their order.
+        """
+        child = batch.task_id
+        if not isinstance(child, str) or not TASK_ID.fullmatch(child):
+            workflow.logger.warning("live pieces dropped: %.80r is no task id", child)
+            return
+        if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
+            return
+        if self.forwarded.get(child, 0) >= batch.after:
+            self._apply_direct(child, batch.events)
+            return
+        held = self._held.setdefault(child, [])
+        if len(held) < MAX_EARLY_BATCHES:
+            held.append(batch)  # else dropped: the forwarded copies bring them
+
+    def _apply_direct(self, child: str, events: list[dict[str, Any]]) -> None:
+        topic = self.log.topic(child_topic(child, ""))
+        for event in events[:MAX_DIRECT_EVENTS]:
+            if not isinstance(event, dict) or event.get("kind") not in LIVE_KINDS:
+                continue
+            piece = event.get("piece")
+            seen = self._pieces.setdefault(child, {})
+            if not isinstance(piece, str) or piece in seen:
+                continue
+            try:
+                item = StreamEvent.model_validate(event).item()
+            except ValueError:
+                continue
+            _remember(seen, piece)
+            topic.publish(item)
+
+    def _first_copy(self, child: str, payload: Payload) -> bool:
+        """Whether a forwarded item of the child's own is new here.
+
+        A live piece its turn sent directly is here already.
+        """
+        if b'"piece"' not in payload.data:
+            return True
+        try:
+            piece = workflow.payload_converter().from_payload(payload, dict).get("piece")
+        except Exception:
+            return True
+        if not isinstance(piece, str):
+            return True
+        seen = self._pieces.setdefault(child, {})
+        if piece in seen:
+            return False
+        _remember(seen, piece)
+        return True
 
     # ------------------------------------------------------------------ forwarding
 

@@ -81,7 +81,12 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         ToolCallResult,
     )
-    from durable_subagents.wire._stream_items import FORWARD_SIGNAL, StreamForward
+    from durable_subagents.wire._stream_items import (
+        DIRECT_SIGNAL,
+        FORWARD_SIGNAL,
+        StreamDirect,
+        StreamForward,
+    )
 
 
 @workflow.defn(name=WORKFLOW)
@@ -180,6 +185,11 @@ class SubagentWorkflow(TaskFace):
     def stream_forward(self, batch: StreamForward) -> None:
         """A task below this one sends its stream's new items: this stream keeps them."""
         self._stream.take_forward(batch)
+
+    @workflow.signal(name=DIRECT_SIGNAL)
+    def stream_direct(self, batch: StreamDirect) -> None:
+        """A child's model turn sends its live pieces: this stream keeps them, in order."""
+        self._stream.take_direct(batch)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> dict[str, Any]:
@@ -443,6 +453,7 @@ class SubagentWorkflow(TaskFace):
             schema_ref=self._schema_ref,
             compacted=compacted,
             watched=self._stream.watched(),
+            stream_end=self._stream.log.end,
         )
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:

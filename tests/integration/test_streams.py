@@ -19,6 +19,7 @@ from durable_subagents import InvalidRequest, SubagentClient, TaskEvent, TaskSta
 from durable_subagents.agents import AgentSpec
 from durable_subagents.config import Settings
 from durable_subagents.testing.fake_openai import FakeReply
+from durable_subagents.wire._stream_items import StreamDirect
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually
@@ -169,6 +170,68 @@ async def test_a_tree_streams_as_one(
     middle = events[len(events) // 2].offset
     rest = await take(client, task_id, tree=True, after=middle)
     assert [key(e) for e in rest] == [key(e) for e in events if e.offset > middle]  # type: ignore[operator]
+
+
+async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_in_order(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """A child's live pieces reach its watched parent a hop sooner (its turn signals the
+    parent itself), and the parent's stream holds the child's events exactly as the
+    child's own does: each once, in the child's order."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    spawn = {"agent": "explore", "prompt": "go", "model": two_turns()}
+    lead = script(
+        {"tool_calls": [{"name": "spawn_subagent", "arguments": spawn}]},
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead done"},
+    )
+    task_id = await client.spawn_task("lead", "split", model=lead)
+    tree = await take(client, task_id, tree=True)  # watched from the start
+    [child_id] = {e.task_id for e in tree} - {task_id}
+    own = await take(client, child_id)
+
+    def shape(events: list[TaskEvent]) -> list[tuple[object, ...]]:
+        return [(e.kind, e.turn, e.text, e.tool, e.summary, e.status) for e in events]
+
+    assert shape([e for e in tree if e.task_id == child_id]) == shape(own)
+    texts = [e.text for e in own if e.kind == "text"]
+    assert len(texts) > 2 and "".join(t or "" for t in texts) == WORDS + "All " + WORDS
+    direct = 0
+    async for event in temporal_client.get_workflow_handle(task_id).fetch_history_events():
+        attributes = event.workflow_execution_signaled_event_attributes
+        direct += attributes.signal_name == "stream_direct"
+    assert direct > 0, "the child's turns sent no piece to the parent directly"
+
+
+async def test_forged_direct_pieces_are_bounded_and_never_more_than_text(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """Anyone who may signal a task may send it a ``stream_direct``: what it takes is a
+    child's text or thinking, each piece once; no status, no close, nothing else."""
+    slow = script({"text": WORDS, "stream": 3.0})
+    task_id = await client.spawn_task("explore", "x", model=slow)
+    handle = temporal_client.get_workflow_handle(task_id)
+    forged = "subagent-forged-0123456789ab"
+    junk: list[Any] = [
+        {"kind": "closed", "status": "completed", "piece": "1"},
+        {"kind": "status", "status": "failed", "piece": "2"},
+        "not an event",
+        {"kind": "text", "text": "no piece"},
+        {"kind": "text", "text": "forged text", "piece": "3", "turn": "not a number"},
+        *({"kind": "text", "text": f"t{i}", "piece": f"p{i}"} for i in range(20)),
+        {"kind": "text", "text": "again", "piece": "p0"},
+    ]
+    await handle.signal("stream_direct", StreamDirect(task_id=forged, after=0, events=junk))
+    await handle.signal("stream_direct", {"task_id": "no/such id", "events": junk})
+    await handle.signal("stream_direct", StreamDirect(task_id=forged, after=0, events=junk[5:8]))
+    done = await client.check_task(task_id, wait=True, timeout=CEILING)
+    assert done.status == TaskStatus.COMPLETED
+    events = await take(client, task_id, tree=True)
+    theirs = [e for e in events if e.task_id == forged]
+    # the first batch's first 8 entries, of which only the text with a piece is taken
+    # (its bad turn drops it too), then the repeat of p0..p2 is dropped: t0, t1, t2
+    assert [(e.kind, e.text) for e in theirs] == [("text", "t0"), ("text", "t1"), ("text", "t2")]
+    assert [e.kind for e in events if e.task_id == task_id][-1] == "closed"
 
 
 async def test_a_grandchild_registered_under_a_registered_child_streams_live_to_the_root(
