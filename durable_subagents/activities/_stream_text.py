@@ -287,9 +287,14 @@ class TurnStream:
         return self.text_published
 
     async def stop(self) -> None:
-        """Stop publishing (the turn failed or was cancelled: what is left is void)."""
+        """Stop publishing (the turn failed or was cancelled: what is left is void).
+
+        A publish on its way is finished first: its pieces have left the pending ones
+        and count as published, so a cancel in the middle of it would lose them.
+        """
         if self._task is not None:
-            self._task.cancel()
+            async with self._lock:
+                self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
