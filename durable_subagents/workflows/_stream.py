@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +34,8 @@ from temporalio.contrib.workflow_streams import (
 )
 from temporalio.exceptions import ActivityError, CancelledError, FailureError, TimeoutError
 from temporalio.workflow import ExternalWorkflowHandle
+
+from durable_subagents.workflows._stream_direct import DirectPieces
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.policy import arguments_preview
@@ -81,25 +84,16 @@ p95, against 0.1 to 0.4 s with 2 (``bench/bench_stream.py``)."""
 FORWARDS_IN_FLIGHT_BEFORE = 8
 """What runs recorded before ``FEWER_FORWARDS_PATCH`` sent at once (their replay)."""
 FEWER_FORWARDS_PATCH = "stream-forwards-two-in-flight"
+FORWARD_GAP_WHILE_DIRECT = timedelta(seconds=1)
+"""While a turn sends its pieces to the parent directly, its forward (which brings the
+parent copies it drops) goes at most this often: the parent's workflow tasks serve the
+pieces, not their copies."""
+THROTTLE_PATCH = "stream-forwards-spaced-while-direct"
 MAX_EARLY_BATCHES = 16
 """A child's batches a stream keeps while one sent before them has not come."""
 
 MAX_FORWARDING_CHILDREN = 512
 """Children whose items one stream takes (a signal anyone may send must stay bounded)."""
-
-
-LIVE_KINDS = ("text", "thinking")
-"""The kinds of item a child's turn sends its parent directly."""
-MAX_DIRECT_EVENTS = 8
-"""Pieces one direct signal carries (a turn's publish holds at most three)."""
-PIECES_KEPT = 1024
-"""Ids of a child's live pieces a stream remembers (to drop the second copy of each)."""
-
-
-def _remember(seen: dict[str, None], piece: str) -> None:
-    seen[piece] = None
-    while len(seen) > PIECES_KEPT:
-        del seen[next(iter(seen))]
 
 
 def ended(err: FailureError) -> str:
@@ -196,10 +190,10 @@ class TaskStream:
         """A child's batches that came before the one they follow, by where that ended."""
         self._memo_watched: bool | None = None
         """What the memo says of watchers (None: not read yet)."""
-        self._pieces: dict[str, dict[str, None]] = {}
-        """Per child: the ids of the live pieces this stream holds, from either path."""
-        self._held: dict[str, list[StreamDirect]] = {}
-        """Per child: direct pieces that came before its forwarded items reached them."""
+        self.direct_from: int | None = None
+        """While a turn that sends its pieces to the parent directly runs: where it began."""
+        self._direct = DirectPieces(self.log)
+        """Children's live pieces that came straight from their turns."""
         self.log.on_poll = self._polled
         if carry is not None:
             self.log._base_offset = carry.base
@@ -288,69 +282,21 @@ class TaskStream:
             except ValueError:
                 continue
             expected = item.offset + 1
-            if not item.topic and not self._first_copy(child, payload):
+            if not item.topic and not self._direct.first_copy(child, payload):
                 continue  # its turn sent it here directly, and it is here
             self.log._publish_to_topic(child_topic(child, item.topic), payload)
         self.forwarded[child] = expected
-        held = self._held.get(child)
-        if held:
-            self._held[child] = [b for b in held if b.after > expected]
-            for direct in (b for b in held if b.after <= expected):
-                self._apply_direct(child, direct.events)
+        self._direct.release(child, expected)
 
     def take_direct(self, batch: StreamDirect) -> None:
-        """Keep a child's live pieces, sent by its turn, each once.
-
-        Once the child's forwarded items reach where the turn began, so that the
-        child's events keep their order.
-        """
+        """Keep a child's live pieces, sent by its turn (see ``DirectPieces``)."""
         child = batch.task_id
         if not isinstance(child, str) or not TASK_ID.fullmatch(child):
             workflow.logger.warning("live pieces dropped: %.80r is no task id", child)
             return
         if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
             return
-        if self.forwarded.get(child, 0) >= batch.after:
-            self._apply_direct(child, batch.events)
-            return
-        held = self._held.setdefault(child, [])
-        if len(held) < MAX_EARLY_BATCHES:
-            held.append(batch)  # else dropped: the forwarded copies bring them
-
-    def _apply_direct(self, child: str, events: list[dict[str, Any]]) -> None:
-        topic = self.log.topic(child_topic(child, ""))
-        for event in events[:MAX_DIRECT_EVENTS]:
-            if not isinstance(event, dict) or event.get("kind") not in LIVE_KINDS:
-                continue
-            piece = event.get("piece")
-            seen = self._pieces.setdefault(child, {})
-            if not isinstance(piece, str) or piece in seen:
-                continue
-            try:
-                item = StreamEvent.model_validate(event).item()
-            except ValueError:
-                continue
-            _remember(seen, piece)
-            topic.publish(item)
-
-    def _first_copy(self, child: str, payload: Payload) -> bool:
-        """Whether a forwarded item of the child's own is new here.
-
-        A live piece its turn sent directly is here already.
-        """
-        if b'"piece"' not in payload.data:
-            return True
-        try:
-            piece = workflow.payload_converter().from_payload(payload, dict).get("piece")
-        except Exception:
-            return True
-        if not isinstance(piece, str):
-            return True
-        seen = self._pieces.setdefault(child, {})
-        if piece in seen:
-            return False
-        _remember(seen, piece)
-        return True
+        self._direct.take(batch, self.forwarded.get(child, 0))
 
     # ------------------------------------------------------------------ forwarding
 
@@ -374,17 +320,38 @@ class TaskStream:
             else FORWARDS_IN_FLIGHT_BEFORE
         )
 
+        spaced = workflow.patched(THROTTLE_PATCH)
+        last_sent: datetime | None = None
+
         def ready() -> bool:
             sending[:] = [s for s in sending if not s.done()]
             if self._parent_gone or self._closing:
                 return True
             return self.log.end > self.cursor and len(sending) < in_flight
 
+        def held_back() -> timedelta | None:
+            """How long the next forward waits: a direct turn's copies go once a second."""
+            if not spaced or self.direct_from is None or last_sent is None or self._closing:
+                return None
+            if self.cursor < self.direct_from:
+                return None  # what came before the turn: the parent waits for it
+            left = FORWARD_GAP_WHILE_DIRECT - (workflow.now() - last_sent)
+            return left if left > timedelta(0) else None
+
         while True:
             await workflow.wait_condition(ready)
             if self._parent_gone or self.log.end <= self.cursor:
                 if self._parent_gone or self._closing:
                     break
+                continue
+            hold = held_back()
+            if hold is not None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self.direct_from is None or self._closing or self._parent_gone,
+                        timeout=hold,
+                        timeout_summary="forward the stream",
+                    )
                 continue
             start = max(self.cursor, self.log.base)
             items: list[ForwardedItem] = []
@@ -397,6 +364,7 @@ class TaskStream:
                 size += len(data)
             batch = StreamForward(task_id=task_id, items=items, after=self.cursor)
             self.cursor = items[-1].offset + 1
+            last_sent = workflow.now()
             sending.append(asyncio.create_task(self._send(parent, batch)))
         if sending:
             await asyncio.gather(*sending)

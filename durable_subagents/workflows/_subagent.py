@@ -458,6 +458,8 @@ class SubagentWorkflow(TaskFace):
 
     async def _model_turn(self, new: list[Message], *, compacted: bool = False) -> ModelTurnResult:
         turn_input = self._turn_input(new, compacted=compacted)
+        if turn_input.stream_parent is not None:
+            self._stream.direct_from = turn_input.stream_after  # its pieces go there too
         try:
             return await self._models.turn(turn_input, self._turns, self._model)
         except asyncio.CancelledError:
@@ -466,6 +468,8 @@ class SubagentWorkflow(TaskFace):
         except FailureError as err:
             self._events.turn_failed(self._turns, ended(err))
             raise
+        finally:
+            self._stream.direct_from = None
 
     async def _compact(self, turn: ModelTurnResult, attempt: int) -> None:
         """Compact the conversation before the turn is run again (``compact_context``).

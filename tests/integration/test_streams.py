@@ -203,6 +203,13 @@ async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_i
             attributes = event.workflow_execution_signaled_event_attributes
             direct += attributes.signal_name == "stream_direct"
     assert direct > 0, "the child's turns sent no piece to the parent directly"
+    # while they did, the child forwarded the copies once a second, not each publish
+    forwards = 0
+    async for event in temporal_client.get_workflow_handle(child_id).fetch_history_events():
+        forwards += (
+            event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+        )
+    assert 0 < forwards * 3 < len(texts), (forwards, len(texts))
 
 
 async def test_forged_direct_pieces_are_bounded_and_never_more_than_text(
