@@ -245,14 +245,20 @@ class TaskStream:
         event = event.model_copy(update=fields)
         self.log.topic("").publish(event.item())
 
+    def _takes_from(self, child: object) -> bool:
+        """Whether this stream takes items of ``child`` (a signal anyone may send)."""
+        if not isinstance(child, str) or not TASK_ID.fullmatch(child):
+            workflow.logger.warning("stream items dropped: %.80r is no task id", child)
+            return False
+        if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
+            workflow.logger.warning("stream items of %s dropped: too many children", child)
+            return False
+        return True
+
     def take_forward(self, batch: StreamForward) -> None:
         """Keep a child's new items under its topic; a repeat or a bad batch is dropped."""
         child = batch.task_id
-        if not isinstance(child, str) or not TASK_ID.fullmatch(child):
-            workflow.logger.warning("stream items dropped: %.80r is no task id", child)
-            return
-        if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
-            workflow.logger.warning("stream items of %s dropped: too many children", child)
+        if not self._takes_from(child):
             return
         expected = self.forwarded.get(child, 0)
         if batch.after is not None and batch.after > expected:
@@ -290,13 +296,8 @@ class TaskStream:
 
     def take_direct(self, batch: StreamDirect) -> None:
         """Keep a child's live pieces, sent by its turn (see ``DirectPieces``)."""
-        child = batch.task_id
-        if not isinstance(child, str) or not TASK_ID.fullmatch(child):
-            workflow.logger.warning("live pieces dropped: %.80r is no task id", child)
-            return
-        if child not in self.forwarded and len(self.forwarded) >= MAX_FORWARDING_CHILDREN:
-            return
-        self._direct.take(batch, self.forwarded.get(child, 0))
+        if self._takes_from(batch.task_id):
+            self._direct.take(batch, self.forwarded.get(batch.task_id, 0))
 
     # ------------------------------------------------------------------ forwarding
 
