@@ -62,6 +62,14 @@ SLOW_GAP = 1.0
 FAST_PUBLISHES = 150
 MAX_PUBLISHES = 300
 """Publishes one turn attempt makes while it streams (one more when it ends)."""
+OWN_GAP_WHILE_DIRECT = 1.0
+"""Seconds between a turn's publishes to its own stream while its pieces go to the
+parent directly and nobody watches the task itself: the tree's watcher reads them from
+the parent's stream, so the task's own (which forwards its copies once a second then)
+takes them in batches, and the worker serves one workflow task a publish, not two."""
+OWN_FLUSH_TIMEOUT = 5.0
+"""Seconds a turn that failed or was cancelled waits to publish what its own stream
+lacks (a worker shutting down must not wait long)."""
 STREAM_TEXT_LIMIT = 64 * 1024
 """Characters of text (and of thinking) one turn attempt streams: a longer answer's rest
 is in the transcript, and the stream says how much was cut."""
@@ -99,6 +107,13 @@ class TurnStream:
         too, a hop sooner than the task's forward (``StreamDirect``)."""
         self._after = after
         self._live = watched
+        self._own_live = watched
+        """Someone watches this task's own stream (not only one above it)."""
+        self._own_held: list[dict[str, Any]] = []
+        """Pieces sent to the parent directly and not yet to the task's own stream."""
+        self._own_sent = self._own_checked = time.monotonic()
+        """When the last publish to the task's own stream went, and when its memo was
+        last read (monotonic)."""
         self._watch_ids = list(watch_ids or [])
         self._checked_at: float | None = None
         self._check_gap = FIRST_WATCH_CHECK
@@ -174,6 +189,7 @@ class TurnStream:
                 continue
             if watched:
                 self._live = True
+                self._own_live = self._own_live or task_id == own
                 return True
             # A task registered under a registered task knows only its parent: the
             # streams above come from each one's recorded parent.
@@ -188,7 +204,7 @@ class TurnStream:
 
     async def _run(self) -> None:
         while True:
-            await self._wake.wait()
+            await self._next()
             self._wake.clear()
             gap = self._gap()
             if gap is None or self._since is None:
@@ -201,6 +217,20 @@ class TurnStream:
             if delay > 0:
                 await asyncio.sleep(delay)
             await self._publish()
+
+    async def _next(self) -> None:
+        """Until a piece comes; held pieces go to the task's own stream when due."""
+        while self._own_held:
+            left = self._own_sent + OWN_GAP_WHILE_DIRECT - time.monotonic()
+            if left > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), left)
+                    return
+                except TimeoutError:
+                    pass
+            async with self._lock:
+                await self._send_own()
+        await self._wake.wait()
 
     def _cut_event(self, kind: str) -> dict[str, Any]:
         cut = self._cut[kind]
@@ -243,9 +273,41 @@ class TurnStream:
             await self._send(events)
 
     async def _send(self, events: list[dict[str, Any]]) -> None:
-        await asyncio.gather(self._send_own(events), self._send_parent(events))
+        """The events to the parent's stream at once, and to the task's own.
 
-    async def _send_own(self, events: list[dict[str, Any]]) -> None:
+        To its own at once too, unless spaced (``OWN_GAP_WHILE_DIRECT``): then they go
+        with a later publish, or when due.
+        """
+        self._own_held.extend(events)
+        await asyncio.gather(self._send_parent(events), self._to_own())
+
+    async def _to_own(self) -> None:
+        if not await self._own_spaced():
+            await self._send_own()
+
+    async def _own_spaced(self) -> bool:
+        """Whether this publish may wait to reach the task's own stream.
+
+        While the pieces go to the parent directly and nobody watches the task itself
+        (asked of its memo at most every ``WATCH_CHECK``).
+        """
+        now = time.monotonic()
+        if self._parent is None or self._own_live or now - self._own_sent >= OWN_GAP_WHILE_DIRECT:
+            return False
+        if now - self._own_checked >= WATCH_CHECK:
+            self._own_checked = now
+            self.memo_reads += 1
+            with contextlib.suppress(Exception):
+                own = activity.info().workflow_id or ""
+                self._own_live, _ = await _memo_and_parent(activity.client(), own)
+        return not self._own_live
+
+    async def _send_own(self) -> None:
+        """The pieces held for the task's own stream, in one publish."""
+        events, self._own_held = self._own_held, []
+        self._own_sent = time.monotonic()
+        if not events or self._broken:
+            return
         try:
             if self._client is None:
                 self._client = WorkflowStreamClient.from_within_activity()
@@ -282,16 +344,24 @@ class TurnStream:
                 Otherwise, when nothing was published yet, the text is left for the
                 workflow to publish from the turn's result (only thinking goes now).
         """
-        await self.stop()
+        await self._halt()
         await self._publish(thinking_only=not whole and self.publishes == 0, final=True)
+        await self._send_own()
         return self.text_published
 
     async def stop(self) -> None:
         """Stop publishing (the turn failed or was cancelled: what is left is void).
 
         A publish on its way is finished first: its pieces have left the pending ones
-        and count as published, so a cancel in the middle of it would lose them.
+        and count as published, so a cancel in the middle of it would lose them. What
+        the parent has and the task's own stream does not yet (``OWN_GAP_WHILE_DIRECT``)
+        goes there too, within ``OWN_FLUSH_TIMEOUT``.
         """
+        await self._halt()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._send_own(), OWN_FLUSH_TIMEOUT)
+
+    async def _halt(self) -> None:
         if self._task is not None:
             async with self._lock:
                 self._task.cancel()

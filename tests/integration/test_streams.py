@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from bench.bench_faults import WorkerProcess
 from durable_subagents import InvalidRequest, SubagentClient, TaskEvent, TaskStatus
-from durable_subagents.agents import AgentSpec
+from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.config import Settings
 from durable_subagents.testing.fake_openai import FakeReply
 from durable_subagents.wire._stream_items import StreamDirect
@@ -44,6 +44,20 @@ def two_turns() -> str:
         {"text": WORDS, "stream": 2.0, "tool_calls": [{"name": "list_files", "arguments": {}}]},
         {"text": "All " + WORDS, "stream": 2.0},
     )
+
+
+PUBLISH = "__temporal_workflow_stream_publish"
+"""The Workflow Stream's publish signal (a model turn's live pieces)."""
+
+
+async def signals(temporal: Client, task_id: str, name: str) -> int:
+    """How many signals named ``name`` every run of the task took."""
+    count = 0
+    async for run in temporal.list_workflows(f"WorkflowId = '{task_id}'"):
+        handle = temporal.get_workflow_handle(task_id, run_id=run.run_id)
+        async for event in handle.fetch_history_events():
+            count += event.workflow_execution_signaled_event_attributes.signal_name == name
+    return count
 
 
 def assert_offsets(events: list[TaskEvent]) -> None:
@@ -196,20 +210,87 @@ async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_i
     assert shape([e for e in tree if e.task_id == child_id]) == shape(own)
     texts = [e.text for e in own if e.kind == "text"]
     assert len(texts) > 2 and "".join(t or "" for t in texts) == WORDS + "All " + WORDS
-    direct = 0  # in every run of the parent (its signals may make it continue as new)
-    async for run in temporal_client.list_workflows(f"WorkflowId = '{task_id}'"):
-        handle = temporal_client.get_workflow_handle(task_id, run_id=run.run_id)
-        async for event in handle.fetch_history_events():
-            attributes = event.workflow_execution_signaled_event_attributes
-            direct += attributes.signal_name == "stream_direct"
+    direct = await signals(temporal_client, task_id, "stream_direct")
     assert direct > 0, "the child's turns sent no piece to the parent directly"
-    # while they did, the child forwarded the copies once a second, not each publish
+    # while they did, the child forwarded the copies once a second, not each publish,
+    # and nobody watched the child itself: its own stream took the pieces once a second
     forwards = 0
     async for event in temporal_client.get_workflow_handle(child_id).fetch_history_events():
         forwards += (
             event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
         )
     assert 0 < forwards * 3 < len(texts), (forwards, len(texts))
+    own_publishes = await signals(temporal_client, child_id, PUBLISH)
+    assert 0 < own_publishes * 3 < direct, (own_publishes, direct)
+
+
+async def test_a_child_watched_itself_takes_its_pieces_at_once_too(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """Someone who watches the child itself (not only its tree) gets each piece as soon
+    as the tree's watcher: the child's own stream is not spaced then."""
+    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
+    spawn = {"agent": "explore", "prompt": "go", "model": two_turns()}
+    lead = script(
+        {"tool_calls": [{"name": "spawn_subagent", "arguments": spawn}]},
+        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
+        {"text": "lead done"},
+    )
+    task_id = await client.spawn_task("lead", "split", model=lead)
+    tree: list[TaskEvent] = []
+    own: list[TaskEvent] = []
+    child_watch: asyncio.Task[list[TaskEvent]] | None = None
+    async for event in client.watch(task_id, tree=True):
+        tree.append(event)
+        if child_watch is None and event.task_id != task_id:
+            child_watch = asyncio.create_task(take(client, event.task_id))
+    assert child_watch is not None
+    own = await child_watch
+    [child_id] = {e.task_id for e in tree} - {task_id}
+    texts = "".join(e.text or "" for e in own if e.kind == "text")
+    assert texts.endswith("All " + WORDS), texts
+    direct = await signals(temporal_client, task_id, "stream_direct")
+    own_publishes = await signals(temporal_client, child_id, PUBLISH)
+    # the second turn began watched: each of its publishes went to both streams
+    assert direct > 10 and own_publishes * 2 > direct, (own_publishes, direct)
+
+
+async def test_the_watched_memo_clears_soon_after_the_watcher_left_not_at_the_next_turn(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """The ``watched`` memo tells a task's turns, and its subagents', to publish live: it
+    clears ``WATCH_GRACE`` after the last poll, while the task is still in a long command
+    (a parent waiting for its subagents is the costly case), not at its next turn."""
+    client.agents["runner"] = AgentSpec(
+        name="runner", tools=["bash"], permissions=[PermissionRule(tool="bash", action="allow")]
+    )
+    model = script(
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 2"}}]},
+        {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 60"}}]},
+        {"text": "done"},
+    )
+    task_id = await client.spawn_task("runner", "wait", model=model)
+    handle = temporal_client.get_workflow_handle(task_id)
+
+    async def memo() -> object:
+        return (await (await handle.describe()).memo()).get("watched")
+
+    watching = client.watch(task_id)
+    async for event in watching:
+        if event.kind == "tool_started":
+            break
+    await watching.aclose()  # its last poll stays in the task until the next event
+    assert await memo() is True
+    left = time.monotonic()
+    await eventually(lambda: _is(memo(), False), "the memo to clear", ceiling=60)
+    assert time.monotonic() - left >= 10  # the grace after the last poll
+    info = await client.check_task(task_id)
+    assert info.status == TaskStatus.RUNNING and info.turns == 2, info  # in the long command
+    await client.cancel_task(task_id)
+
+
+async def _is(value: Any, expected: object) -> bool:
+    return await value is expected
 
 
 async def test_forged_direct_pieces_are_bounded_and_never_more_than_text(
