@@ -71,6 +71,8 @@ WATCH_GRACE = timedelta(seconds=10)
 """A stream polled this recently counts as watched (a watcher polls again at once)."""
 WATCHED_MEMO = "watched"
 """Memo key: someone watches this task's stream (its and its children's turns read it)."""
+UNWATCHED_PATCH = "stream-memo-clears-when-unwatched"
+"""Runs recorded before it cleared the ``watched`` memo only when a turn was scheduled."""
 
 PUBLISHER_TTL = timedelta(minutes=15)
 """How long a model turn's publisher is remembered (its retried signal is dropped)."""
@@ -190,6 +192,8 @@ class TaskStream:
         """A child's batches that came before the one they follow, by where that ended."""
         self._memo_watched: bool | None = None
         """What the memo says of watchers (None: not read yet)."""
+        self._unwatched: asyncio.Task[None] | None = None
+        """Clears the memo once nobody has polled for ``WATCH_GRACE``."""
         self.direct_from: int | None = None
         """While a turn that sends its pieces to the parent directly runs: where it began."""
         self._direct = DirectPieces(self.log)
@@ -209,6 +213,26 @@ class TaskStream:
     def _polled(self) -> None:
         if not self._memo_says():
             self._set_memo(True)
+        if self._unwatched is None and workflow.patched(UNWATCHED_PATCH):
+            self._unwatched = asyncio.create_task(self._clear_when_unwatched())
+
+    async def _clear_when_unwatched(self) -> None:
+        """Clear the memo ``WATCH_GRACE`` after the last watcher's last poll.
+
+        So a task that runs no turn for long (it waits for its subagents, or for a
+        decision) does not keep its and its subagents' turns publishing live for nobody.
+        One timer a ``WATCH_GRACE`` while watched, started only between polls.
+        """
+        while self._memo_says() and not self._closing:
+            await workflow.wait_condition(lambda: self.log.polls == 0 or self._closing)
+            last = self.log.last_poll
+            if self._closing or last is None:
+                break
+            left = WATCH_GRACE - (workflow.now() - last)
+            if left > timedelta(0):
+                await workflow.sleep(left, summary="nobody watches?")
+            self.watched()  # clears the memo when nobody polled within the grace
+        self._unwatched = None
 
     def _memo_says(self) -> bool:
         if self._memo_watched is None:
