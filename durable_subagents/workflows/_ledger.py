@@ -54,6 +54,8 @@ class SpendLedger:
         """The tree was told to hold (its budget is spent, not yet raised)."""
         self._own = 0.0
         """The top task's own spend (its usage's cost)."""
+        self._own_turns = 0
+        """The top task's own model turns."""
 
     def open(self, inp: TaskInput, carried: LedgerState | None) -> None:
         """Keep the ledger of a top task whose spawn set ``budget_usd``."""
@@ -64,9 +66,10 @@ class SpendLedger:
     def budget(self) -> float | None:
         return self.state.budget_usd if self.state is not None else None
 
-    def own(self, usage: Usage) -> None:
-        """The top task's own spend so far."""
+    def own(self, usage: Usage, turns: int) -> None:
+        """The top task's own spend so far, over its ``turns``."""
         self._own = usage.cost_usd or 0.0
+        self._own_turns = turns
 
     def check(self, report: SpendReport, tree: list[str]) -> None:
         """Refuse a report that is not one of this tree's (``record_spend``'s validator).
@@ -122,8 +125,8 @@ class SpendLedger:
         if state is None:
             return None
         left = state.budget_usd - self.spent
-        turns = sum(state.turns.values())
-        reserve = sum(state.spent.values()) / turns if turns else 0.0
+        turns = self._own_turns + sum(state.turns.values())
+        reserve = self.spent / turns if turns else 0.0
         if left > 0 and left >= reserve:
             return None
         return (

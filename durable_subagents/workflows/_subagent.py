@@ -212,7 +212,7 @@ class SubagentWorkflow(TaskFace):
             self._runs = state.runs
             self._children.restore(state.children)
             self._tree.ids = list(state.tree_tasks)
-            self._ledger.own(state.usage)
+            self._ledger.own(state.usage, state.turns)
             self._adopted.restore(state.adopted)
             self._invalid_answers = state.invalid_answers
             self._models.context = state.context or self._models.context

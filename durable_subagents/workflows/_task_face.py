@@ -242,7 +242,7 @@ class TaskFace:
         if why is not None:
             raise ApplicationError(why, type="Unpriced", non_retryable=True)
         if self._ledger.budget is not None:
-            self._ledger.own(self._usage)
+            self._ledger.own(self._usage, self._turns)
             self._spend_changed()
         elif reports_spend(self._input):
             word = await report_spend(self._input, self._usage, self._turns)

@@ -144,11 +144,12 @@ async def test_a_spawn_the_budget_cannot_cover_is_a_tool_error_the_model_reads(
     lead: SubagentClient, temporal_client: Client, priced: Settings
 ) -> None:
     client = lead
-    child = script(turn(0.40, text="child done"))
+    child = script(turn(0.05, text="child done"))
     model = script(
-        turn(0.20, tool_calls=[spawn("explore", "one", child)]),
-        turn(0.20, tool_calls=WAIT),
-        # $0.80 spent of $1.00: a second child's turn would cost about $0.40
+        turn(0.40, tool_calls=[spawn("explore", "one", child)]),
+        turn(0.40, tool_calls=WAIT),
+        # $0.85 spent of $1.00 over four turns, the lead's counted: a turn costs $0.2125
+        # on average, more than is left (the child's own turn alone would fit)
         turn(0.0, tool_calls=[spawn("explore", "two", child)]),
         turn(0.0, text="lead done"),
     )
@@ -160,7 +161,8 @@ async def test_a_spawn_the_budget_cannot_cover_is_a_tool_error_the_model_reads(
     results = [m for m in await client.get_transcript(task_id) if m.role == "tool"]
     refused = results[-1]
     assert refused.is_error
-    assert "has spent $0.8 of its $1.00 budget" in refused.content, refused.content
+    assert "has spent $0.85 of its $1.00 budget" in refused.content, refused.content
+    assert "needs about $0.2125 for a turn" in refused.content, refused.content
 
 
 async def test_budget_errors_are_typed(
