@@ -186,12 +186,8 @@ async def test_a_tree_streams_as_one(
     assert [key(e) for e in rest] == [key(e) for e in events if e.offset > middle]  # type: ignore[operator]
 
 
-async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_in_order(
-    client: SubagentClient, temporal_client: Client, worker: None
-) -> None:
-    """A child's live pieces reach its watched parent a hop sooner (its turn signals the
-    parent itself), and the parent's stream holds the child's events exactly as the
-    child's own does: each once, in the child's order."""
+async def lead_of_one_child(client: SubagentClient) -> str:
+    """A lead that spawns one child of ``two_turns`` and waits for it: the lead's id."""
     client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
     spawn = {"agent": "explore", "prompt": "go", "model": two_turns()}
     lead = script(
@@ -199,7 +195,16 @@ async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_i
         {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
         {"text": "lead done"},
     )
-    task_id = await client.spawn_task("lead", "split", model=lead)
+    return await client.spawn_task("lead", "split", model=lead)
+
+
+async def test_a_watched_childs_turn_sends_its_text_to_the_parent_directly_and_in_order(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """A child's live pieces reach its watched parent a hop sooner (its turn signals the
+    parent itself), and the parent's stream holds the child's events exactly as the
+    child's own does: each once, in the child's order."""
+    task_id = await lead_of_one_child(client)
     tree = await take(client, task_id, tree=True)  # watched from the start
     [child_id] = {e.task_id for e in tree} - {task_id}
     own = await take(client, child_id)
@@ -229,16 +234,8 @@ async def test_a_child_watched_itself_takes_its_pieces_at_once_too(
 ) -> None:
     """Someone who watches the child itself (not only its tree) gets each piece as soon
     as the tree's watcher: the child's own stream is not spaced then."""
-    client.agents["lead"] = AgentSpec(name="lead", tools=["read_file"], may_spawn=True)
-    spawn = {"agent": "explore", "prompt": "go", "model": two_turns()}
-    lead = script(
-        {"tool_calls": [{"name": "spawn_subagent", "arguments": spawn}]},
-        {"tool_calls": [{"name": "wait_subagents", "arguments": {}}]},
-        {"text": "lead done"},
-    )
-    task_id = await client.spawn_task("lead", "split", model=lead)
+    task_id = await lead_of_one_child(client)
     tree: list[TaskEvent] = []
-    own: list[TaskEvent] = []
     child_watch: asyncio.Task[list[TaskEvent]] | None = None
     async for event in client.watch(task_id, tree=True):
         tree.append(event)
