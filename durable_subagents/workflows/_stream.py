@@ -91,6 +91,10 @@ FORWARD_GAP_WHILE_DIRECT = timedelta(seconds=1)
 parent copies it drops) goes at most this often: the parent's workflow tasks serve the
 pieces, not their copies."""
 THROTTLE_PATCH = "stream-forwards-spaced-while-direct"
+COPIES_ONLY_PATCH = "stream-forwards-spaced-only-for-copies"
+"""Runs recorded before it spaced a direct turn's forwards whatever they held; now an
+item that is no live piece of the task's own (a status, a decision, a subagent's item)
+goes at once, with the copies before it."""
 MAX_EARLY_BATCHES = 16
 """A child's batches a stream keeps while one sent before them has not come."""
 
@@ -346,7 +350,12 @@ class TaskStream:
         )
 
         spaced = workflow.patched(THROTTLE_PATCH)
+        copies_only = spaced and workflow.patched(COPIES_ONLY_PATCH)
         last_sent: datetime | None = None
+
+        def urgent() -> bool:
+            """Whether an item waiting to go is more than a copy the parent has."""
+            return copies_only and not self._only_own_pieces(self.cursor)
 
         def ready() -> bool:
             sending[:] = [s for s in sending if not s.done()]
@@ -358,8 +367,8 @@ class TaskStream:
             """How long the next forward waits: a direct turn's copies go once a second."""
             if not spaced or self.direct_from is None or last_sent is None or self._closing:
                 return None
-            if self.cursor < self.direct_from:
-                return None  # what came before the turn: the parent waits for it
+            if self.cursor < self.direct_from or urgent():
+                return None  # what came before the turn (the parent waits for it), or news
             left = FORWARD_GAP_WHILE_DIRECT - (workflow.now() - last_sent)
             return left if left > timedelta(0) else None
 
@@ -373,7 +382,12 @@ class TaskStream:
             if hold is not None:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await workflow.wait_condition(
-                        lambda: self.direct_from is None or self._closing or self._parent_gone,
+                        lambda: (
+                            self.direct_from is None
+                            or self._closing
+                            or self._parent_gone
+                            or urgent()
+                        ),
                         timeout=hold,
                         timeout_summary="forward the stream",
                     )
@@ -395,6 +409,12 @@ class TaskStream:
             await asyncio.gather(*sending)
         if self._parent_gone:
             self.cursor = self.log.end
+
+    def _only_own_pieces(self, start: int) -> bool:
+        """Whether the items from ``start`` are all live pieces of this task's own turn."""
+        return all(
+            not item.topic and b'"piece"' in item.data.data for item in self.log.items(start)
+        )
 
     async def _send(self, parent: ExternalWorkflowHandle[Any], batch: StreamForward) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import time
@@ -19,7 +20,13 @@ from durable_subagents import InvalidRequest, SubagentClient, TaskEvent, TaskSta
 from durable_subagents.agents import AgentSpec, PermissionRule
 from durable_subagents.config import Settings
 from durable_subagents.testing.fake_openai import FakeReply
-from durable_subagents.wire._stream_items import StreamDirect
+from durable_subagents.wire._stream_items import (
+    FORWARD_SIGNAL,
+    ForwardedItem,
+    StreamDirect,
+    StreamEvent,
+    StreamForward,
+)
 from durable_subagents.worker import create_worker
 
 from ..helpers import CEILING, eventually
@@ -250,6 +257,50 @@ async def test_a_child_watched_itself_takes_its_pieces_at_once_too(
     own_publishes = await signals(temporal_client, child_id, PUBLISH)
     # the second turn began watched: each of its publishes went to both streams
     assert direct > 10 and own_publishes * 2 > direct, (own_publishes, direct)
+
+
+async def test_a_childs_news_is_not_held_behind_the_copies_of_its_pieces(
+    client: SubagentClient, temporal_client: Client, worker: None
+) -> None:
+    """While a child's turn sends its pieces to the parent directly, the child forwards
+    their copies once a second; an item that is news to the parent (here a grandchild's,
+    forwarded through the child) goes at once, in the workflow task that took it."""
+    task_id = await lead_of_one_child(client)
+    grand = "subagent-grandchild-0123abcd"
+    payload = temporal_client.data_converter.payload_converter.to_payloads(
+        [StreamEvent(kind="status", status=TaskStatus.RUNNING, summary="grand news").item()]
+    )[0]
+    item = ForwardedItem(
+        offset=0, topic="", data=base64.b64encode(payload.SerializeToString()).decode()
+    )
+    child_id = None
+    seen: list[TaskEvent] = []
+    async for event in client.watch(task_id, tree=True):
+        seen.append(event)
+        if child_id is None and event.depth == 1 and event.kind == "text":
+            child_id = event.task_id  # its first turn streams (2 s): its copies are spaced
+            await asyncio.sleep(0.3)
+            forward = StreamForward(task_id=grand, items=[item], after=0)
+            await temporal_client.get_workflow_handle(child_id).signal(FORWARD_SIGNAL, forward)
+    assert child_id is not None
+    assert [e.summary for e in seen if e.task_id == grand] == ["grand news"]
+    history = [
+        e async for e in temporal_client.get_workflow_handle(child_id).fetch_history_events()
+    ]
+    took = next(
+        i
+        for i, e in enumerate(history)
+        if e.workflow_execution_signaled_event_attributes.signal_name == FORWARD_SIGNAL
+    )
+    sent = next(
+        i
+        for i, e in enumerate(history)
+        if i > took
+        and e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    )
+    between = [e.event_type for e in history[took:sent]]
+    assert EventType.EVENT_TYPE_TIMER_FIRED not in between, between
+    assert between.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1, between
 
 
 async def test_the_watched_memo_clears_soon_after_the_watcher_left_not_at_the_next_turn(
