@@ -4,7 +4,8 @@ A local model server on each wire (OpenAI, Anthropic) streams ``--markers`` mark
 ``--gap`` seconds apart; a watcher notes when each arrives. Printed:
 
 - latency, p50 and p95, from the server writing a marker to ``watch`` yielding it:
-  for one task, and for a child seen in its parent's ``watch(tree=True)``;
+  for one task, and for a child seen in its parent's ``watch(tree=True)``; and the
+  child's other events (status, turn, close) from its workflow stamping them;
 - history events and bytes of one streaming turn, with live text published and with
   it turned off (``MAX_PUBLISHES = 0``: the turn's text reaches the stream from its
   result only), with and without a watcher;
@@ -26,6 +27,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +98,12 @@ class Bench:
             return None
         return FakeReply(text="".join(self.deltas), deltas=self.deltas, chunk_delay=self.gap)
 
-    async def latency(self, server: FakeModelServer, model: str, tree: bool) -> list[float]:
-        """Seconds from each marker's frame to ``watch`` yielding it."""
+    async def latency(
+        self, server: FakeModelServer, model: str, tree: bool
+    ) -> tuple[list[float], list[float]]:
+        """Seconds from each marker's frame to ``watch`` yielding it; and in a tree, from
+        each of the child's other events (its status, turn, close) happening, as its
+        workflow stamped it, to ``watch`` yielding it."""
         if tree:
             # the parent's turns from the queue; the child's (its prompt says so) streams
             spawn = {"agent": "explore", "prompt": CHILD}
@@ -109,7 +115,10 @@ class Bench:
             self.reply(server)
             task_id = await self.client.spawn_task("explore", "go", model=model)
         arrived: dict[str, float] = {}
+        others: list[float] = []
         async for event in self.client.watch(task_id, tree=tree):
+            if tree and event.depth == 1 and event.kind != "text" and event.time is not None:
+                others.append((datetime.now(UTC) - event.time).total_seconds())
             if event.kind == "text" and event.text and event.depth == (1 if tree else 0):
                 now = time.monotonic()
                 for marker in self.markers:
@@ -118,7 +127,7 @@ class Bench:
         sent = {m: next(t for t, frame in server.sent if m.encode() in frame) for m in self.markers}
         server.sent.clear()
         assert len(arrived) == len(self.markers), f"{len(arrived)} of {len(self.markers)}"
-        return [arrived[m] - sent[m] for m in self.markers]
+        return [arrived[m] - sent[m] for m in self.markers], others
 
     async def turn_cost(
         self, server: FakeModelServer, model: str, publish: bool, watched: bool
@@ -209,7 +218,7 @@ async def main(markers: int, gap: float, turns: int, wires: list[str]) -> None:
                     clear_provider_cache()
                     async with create_worker(temporal, settings):
                         for tree in (False, True):
-                            seen = await bench.latency(server, model, tree)
+                            seen, others = await bench.latency(server, model, tree)
                             what = "child in a tree" if tree else "one task"
                             print(
                                 f"  {wire:<9} {what:<16} latency p50 "
@@ -217,6 +226,12 @@ async def main(markers: int, gap: float, turns: int, wires: list[str]) -> None:
                                 f"{percentile(seen, 0.95) * 1000:6.0f} ms   max "
                                 f"{max(seen) * 1000:6.0f} ms"
                             )
+                            if others:
+                                print(
+                                    f"  {wire:<9} {'child, not text':<16} latency p50 "
+                                    f"{statistics.median(others) * 1000:6.0f} ms   max "
+                                    f"{max(others) * 1000:6.0f} ms   ({len(others)} events)"
+                                )
                         if wire == "openai":
                             print("  one streaming turn's task history (events, KB):")
                             for publish, watched in ((False, False), (True, False), (True, True)):
