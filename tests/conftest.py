@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -30,6 +31,11 @@ hypothesis_settings.load_profile("suite")
 # The suite's workers run scripts and the fake providers' models; this process's
 # children inherit it, and a test of the defaults removes them.
 os.environ.update(TEST_MODELS)
+
+# A suite run in the background (``cmd &`` in a script) inherits an ignored SIGINT, and
+# so would every process it starts: the tests that stop a command with Ctrl-C need it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:

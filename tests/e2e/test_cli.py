@@ -10,7 +10,6 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,19 +42,6 @@ def _pids_with(marker: str) -> list[int]:
             if marker.encode() in (entry / "cmdline").read_bytes():
                 pids.append(int(entry.name))
     return pids
-
-
-@contextlib.contextmanager
-def _sigint_not_ignored() -> Iterator[None]:
-    """Children inherit an ignored SIGINT (e.g. when pytest itself runs in the background)."""
-    previous = signal.getsignal(signal.SIGINT)
-    if previous == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        if previous == signal.SIG_IGN:
-            signal.signal(signal.SIGINT, previous)
 
 
 # ---------------------------------------------------------------- tasks, with a worker
@@ -857,11 +843,10 @@ async def test_dev_serves_runs_tasks_and_stops(tmp_path: Path, stop_signal: sign
     workspace.mkdir()
     env = _env(tmp_path, SUBAGENTS_TASK_QUEUE=f"cli-dev-{uuid.uuid4().hex[:8]}")
     args = ["dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db)]
-    with _sigint_not_ignored():
-        proc = await asyncio.create_subprocess_exec(
-            *CLI, *args, "--workspace", str(workspace),
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args, "--workspace", str(workspace),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None
     banner = ""
     try:
