@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -36,6 +37,37 @@ os.environ.update(TEST_MODELS)
 # so would every process it starts: the tests that stop a command with Ctrl-C need it.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+SHARED_SETUP = frozenset(
+    {
+        "tests/e2e/test_crash_matrix.py",  # every crash case at once, ~40 s
+        "tests/e2e/test_codec_server.py",
+        "tests/e2e/test_web_ui_browser.py",
+        "tests/integration/test_s3.py",
+        "tests/integration/test_time_skipping.py",
+    }
+)
+"""Modules whose module fixture is costly: one xdist process runs each whole, so it is
+set up once, not in every process that draws one of its tests."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist load``, but each of ``SHARED_SETUP`` goes to one process whole.
+
+    xdist's own ``loadgroup`` does this by the ``xdist_group`` mark, through node ids
+    its workers rewrite, which pytest 9.2 no longer takes (pytest-xdist issue 1386):
+    here the scheduler groups by module path, which it sees itself.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_SETUP else nodeid
+
+    return Scheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

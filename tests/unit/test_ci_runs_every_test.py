@@ -57,6 +57,6 @@ def test_ci_runs_the_readmes_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
     script = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     command = script[-1]
-    assert command.startswith("python3 -m venv .venv && ") and command.endswith("pytest -n 2")
+    assert command.startswith("python3 -m venv .venv && ") and command.endswith("pytest -n 3")
     # the README's (quiet in CI: -q for pip)
     assert command.replace("pip install -q ", "pip install ") in readme
