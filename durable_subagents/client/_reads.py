@@ -154,6 +154,8 @@ class TaskReads:
 
         For polling progress cheaply: pass the last event's ``offset`` back as ``after``.
         Consecutive text pieces of a turn come as one event (the offset of the last).
+        A running task whose worker does not answer in time gives what was read (maybe
+        nothing): the next call brings the rest, from the same ``after``.
 
         Args:
             task_id: The task.
@@ -163,8 +165,8 @@ class TaskReads:
 
         Raises:
             TaskNotFound: no task has this id.
-            InvalidRequest: ``after`` is negative or not an integer, or no worker answers
-                for the stream.
+            InvalidRequest: ``after`` is negative or not an integer, no worker polls the
+                task's queue, or none answers for a closed task's stream.
         """
         start = check_after(after)
         try:

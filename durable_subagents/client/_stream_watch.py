@@ -353,10 +353,13 @@ async def stream_page(
 
     Consecutive text (or thinking) pieces of one task's turn come as one event, with the
     offset of the last; a ``truncated`` event first when ``after`` is no longer kept.
+    A running task whose worker does not answer within ``QUERY_TIMEOUT`` (busy, or its
+    first workflow task not done yet) gives what was read: a later page brings the rest.
 
     Raises:
         TaskNotFound: no task has this id.
-        StreamUnreadable: no worker answers for the stream.
+        StreamUnreadable: no worker polls the task's queue, or a closed task's stream
+            could not be read.
     """
     watcher = _Watcher(temporal, task_id, tree, 0 if after is None else after + 1)
     try:
@@ -369,6 +372,18 @@ async def stream_page(
     if not await workers_poll(temporal, desc.task_queue):
         raise StreamUnreadable(f"no worker polls task queue {desc.task_queue!r}")
     events: list[TaskEvent] = []
+    try:
+        await _read_page(watcher, run, events, limit)
+    except StreamUnreadable:
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise
+    return events
+
+
+async def _read_page(
+    watcher: _Watcher, run: WorkflowHandle[Any, Any], events: list[TaskEvent], limit: int
+) -> None:
+    """Add the stream's events to ``events`` (a turn's pieces as one), at most ``limit``."""
     truncated = await watcher._check_retained(run, closed=True)
     if truncated is not None:
         events.append(truncated)
@@ -388,4 +403,3 @@ async def stream_page(
         if len(events) >= limit:
             break
         events.append(event)
-    return events

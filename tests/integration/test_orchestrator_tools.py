@@ -533,6 +533,7 @@ async def test_check_subagent_pages_through_what_it_did_by_offset(
         view = await call(
             tools, "check_subagent", task_id=spawned["task_id"], wait=False, events_after=after
         )
+        assert "events" in view, view
         pages.append(view["events"])
         after = view["events_next"]
         if view["status"] == "completed" and not view["events"]:

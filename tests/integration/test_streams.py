@@ -341,6 +341,28 @@ async def _is(value: Any, expected: object) -> bool:
     return await value is expected
 
 
+async def test_a_page_of_a_running_task_whose_worker_does_not_answer_is_what_was_read(
+    client: SubagentClient, temporal_client: Client, settings: Settings
+) -> None:
+    """``events_since`` (``check_subagent``'s ``events_after``) on a running task whose
+    worker does not answer the stream's Query in time (gone, busy, or its first workflow
+    task not done) gives what it read, not an error: the next page brings the rest."""
+    client.agents["careful"] = AgentSpec(
+        name="careful", tools=["bash"], permissions=[PermissionRule(tool="bash", action="ask")]
+    )
+    model = script({"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]})
+    async with create_worker(temporal_client, settings):
+        task_id = await client.spawn_task("careful", "x", model=model)
+        paused = await client.check_task(task_id, wait=True, timeout=CEILING)
+        assert paused.status == TaskStatus.PAUSED
+    # its worker is gone (its poll is still on record): the Query times out
+    assert await client.events_since(task_id) == []
+    async with create_worker(temporal_client, settings):
+        events = await client.events_since(task_id)
+    assert [e.kind for e in events][:1] == ["status"], events
+    assert any(e.kind == "status" and e.status == TaskStatus.PAUSED for e in events), events
+
+
 async def test_forged_direct_pieces_are_bounded_and_never_more_than_text(
     client: SubagentClient, temporal_client: Client, worker: None
 ) -> None:
