@@ -35,7 +35,7 @@ from temporalio.contrib.workflow_streams import (
 from temporalio.exceptions import ActivityError, CancelledError, FailureError, TimeoutError
 from temporalio.workflow import ExternalWorkflowHandle
 
-from durable_subagents.workflows._stream_direct import DirectPieces
+from durable_subagents.workflows._stream_direct import DirectPieces, may_be_piece
 
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.policy import arguments_preview
@@ -412,9 +412,7 @@ class TaskStream:
 
     def _only_own_pieces(self, start: int) -> bool:
         """Whether the items from ``start`` are all live pieces of this task's own turn."""
-        return all(
-            not item.topic and b'"piece"' in item.data.data for item in self.log.items(start)
-        )
+        return all(not item.topic and may_be_piece(item.data) for item in self.log.items(start))
 
     async def _send(self, parent: ExternalWorkflowHandle[Any], batch: StreamForward) -> None:
         try:

@@ -19,7 +19,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 with workflow.unsafe.imports_passed_through():
     from durable_subagents.wire._stream_items import StreamDirect, StreamEvent, child_topic
 
-__all__ = ["LIVE_KINDS", "MAX_DIRECT_EVENTS", "PIECES_KEPT", "DirectPieces"]
+__all__ = ["LIVE_KINDS", "MAX_DIRECT_EVENTS", "PIECES_KEPT", "DirectPieces", "may_be_piece"]
 
 LIVE_KINDS = ("text", "thinking")
 """The kinds of item a child's turn sends its parent directly."""
@@ -67,7 +67,7 @@ class DirectPieces:
 
         A live piece its turn sent directly is here already.
         """
-        if b'"piece"' not in payload.data:
+        if not may_be_piece(payload):
             return True
         try:
             piece = workflow.payload_converter().from_payload(payload, dict).get("piece")
@@ -96,6 +96,15 @@ class DirectPieces:
                 continue
             _remember(seen, piece)
             topic.publish(item)
+
+
+def may_be_piece(payload: Payload) -> bool:
+    """Whether an item may be a live piece of a turn: a look before any parse.
+
+    A piece has a ``piece`` id; a model's text cannot forge the key (its quotes are
+    escaped in the payload).
+    """
+    return b'"piece"' in payload.data
 
 
 def _remember(seen: dict[str, None], piece: str) -> None:
